@@ -1,0 +1,38 @@
+# Two entry points, both self-installing into .venv (see README):
+#   make demo   installs everything and runs the main job on the embedded default
+#   make test   installs everything and runs the whole test suite
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test unit lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	@if [ "$$(id -u)" = "0" ] && ! command -v kcat >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; fi
+	@command -v java >/dev/null 2>&1 || { echo "java not found: install a JDK (Java 17)" >&2; exit 1; }
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[spark,test]'
+	touch $(STAMP)
+
+demo: install
+	$(VENV)/bin/metaq demo
+
+test: install
+	$(VENV)/bin/ruff check metaq zk_layout tests integration_tests bench examples
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
+unit: install
+	$(VENV)/bin/python -m pytest -q tests
+
+lint: install
+	$(VENV)/bin/ruff check metaq zk_layout tests integration_tests bench examples
+
+bench: install
+	$(VENV)/bin/python -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,165 @@
+"""Typed configuration objects built from Kafka-style property names.
+
+A config class is a frozen dataclass whose fields carry their Kafka property name::
+
+    @dataclass(frozen=True)
+    class FetchConfig(Config):
+        max_bytes: int = prop("fetch.message.max.bytes", 1048576, check=positive)
+
+    FetchConfig.from_properties({"fetch.message.max.bytes": "65536"}).max_bytes   # 65536
+
+Values may be given as strings (as in a ``.properties`` file) or as Python values. Unknown keys are errors
+that name the key and suggest the closest known one; so are values that do not convert or fail their check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Self
+
+from metaq.errors import ConfigError
+
+Check = Callable[[Any], str | None]
+"""A validator: returns None when the value is fine, otherwise a reason."""
+
+
+def prop(key: str, default: Any, *, check: Check | None = None, doc: str = "") -> Any:
+    """Declare a config field with its Kafka property name, default, optional check and doc."""
+    return dataclasses.field(default=default, metadata={"key": key, "check": check, "doc": doc})
+
+
+def positive(value: Any) -> str | None:
+    return None if value > 0 else "must be > 0"
+
+
+def non_negative(value: Any) -> str | None:
+    return None if value >= 0 else "must be >= 0"
+
+
+def one_of(*allowed: Any) -> Check:
+    def check(value: Any) -> str | None:
+        return None if value in allowed else f"must be one of {', '.join(map(str, allowed))}"
+
+    return check
+
+
+def _convert(key: str, raw: Any, annotation: Any) -> Any:
+    """Convert ``raw`` to the field's annotated type, or raise ConfigError naming ``key``."""
+    optional = False
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(annotation))
+        annotation = args[0]
+    if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in ("", "null", "none")):
+        if optional:
+            return None
+        raise ConfigError(f"config {key!r}: a value is required")
+    try:
+        if annotation is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("true", "yes", "1"):
+                return True
+            if text in ("false", "no", "0"):
+                return False
+            raise ValueError(raw)
+        if annotation is int:
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            return int(str(raw).strip()) if not isinstance(raw, int) else raw
+        if annotation is float:
+            return float(raw)
+        if annotation is str:
+            return str(raw).strip()
+        if typing.get_origin(annotation) is tuple:
+            if isinstance(raw, str):
+                return tuple(part.strip() for part in raw.split(",") if part.strip())
+            return tuple(str(part) for part in raw)
+    except ValueError as e:
+        kind = getattr(annotation, "__name__", str(annotation))
+        raise ConfigError(f"config {key!r}: {raw!r} is not a valid {kind}") from e
+    raise ConfigError(f"config {key!r}: unsupported field type {annotation!r}")  # a bug in a Config class
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Base of typed config objects; see the module docstring."""
+
+    @classmethod
+    def keys(cls) -> dict[str, dataclasses.Field[Any]]:
+        """Property name -> dataclass field."""
+        return {f.metadata["key"]: f for f in dataclasses.fields(cls) if "key" in f.metadata}
+
+    @classmethod
+    def from_properties(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> Self:
+        """Build from Kafka-style keys; ``overrides`` use the Python field names."""
+        known = cls.keys()
+        hints = typing.get_type_hints(cls)
+        kwargs: dict[str, Any] = {}
+        for key, raw in (values or {}).items():
+            field = known.get(key)
+            if field is None:
+                raise ConfigError(_unknown_key_message(cls.__name__, key, list(known)))
+            kwargs[field.name] = _convert(key, raw, hints[field.name])
+        by_name = {f.name: f for f in known.values()}
+        for name, raw in overrides.items():
+            field = by_name.get(name)
+            if field is None:
+                raise ConfigError(_unknown_key_message(cls.__name__, name, list(by_name)))
+            kwargs[name] = _convert(field.metadata["key"], raw, hints[name])
+        config = cls(**kwargs)
+        config._check_values()
+        return config
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> Self:
+        return cls.from_properties(load_properties(path), **overrides)
+
+    def _check_values(self) -> None:
+        for key, field in self.keys().items():
+            check = field.metadata.get("check")
+            value = getattr(self, field.name)
+            if check is not None and value is not None:
+                reason = check(value)
+                if reason:
+                    raise ConfigError(f"config {key!r}: {value!r} {reason}")
+
+    def to_properties(self) -> dict[str, Any]:
+        return {key: getattr(self, field.name) for key, field in self.keys().items()}
+
+
+def _unknown_key_message(what: str, key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown {what} option {key!r}{hint}"
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    """Read a Java-style ``.properties`` file (``key=value`` or ``key: value``, ``#``/``!`` comments,
+    backslash line continuation). Errors name the file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e
+    result: dict[str, str] = {}
+    pending = ""
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = (pending + line.strip()) if pending else line.strip()
+        pending = ""
+        if not stripped or stripped[0] in "#!":
+            continue
+        if stripped.endswith("\\"):
+            pending = stripped[:-1]
+            continue
+        cut = min((i for i in (stripped.find("="), stripped.find(":")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise ConfigError(f"{path}:{number}: expected key=value, got {line.strip()!r}")
+        result[stripped[:cut].strip()] = stripped[cut + 1 :].strip()
+    return result
