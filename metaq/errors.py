@@ -11,6 +11,8 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     │   └── MalformedNodeError          a node's data does not parse (names the path)
     ├── ProtocolError                a frame that cannot be decoded or is not allowed (names the frame)
     ├── CorruptRecordError           a record batch failed its size, magic or CRC check
+    │   └── UnsupportedMessageFormatError  magic 0/1 message sets
+    ├── BrokerConnectionError        a broker unreachable or the connection broke (retriable)
     ├── StorageError                 the log on disk cannot be read or written
     ├── TopicError
     │   ├── UnknownTopicError
@@ -66,6 +68,16 @@ class ProtocolError(MetaqError):
 
 class CorruptRecordError(MetaqError):
     """A record batch whose size, magic byte or CRC is invalid."""
+
+
+class UnsupportedMessageFormatError(CorruptRecordError):
+    """A message set in a format other than record batch v2 (magic 0 or 1)."""
+
+
+class BrokerConnectionError(MetaqError):
+    """A broker could not be reached, or the connection broke mid-request."""
+
+    retriable = True
 
 
 class StorageError(MetaqError):
