@@ -1,0 +1,3 @@
+"""Root conftest: the metaq pytest plugins (fixtures) every test directory can use."""
+
+pytest_plugins = ["metaq.testing.zookeeper", "metaq.testing.broker"]

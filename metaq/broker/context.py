@@ -1,0 +1,67 @@
+"""What request handlers may use: config, logs, the cluster snapshot, the append notifier."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from metaq.broker.config import BrokerConfig
+from metaq.broker.log.manager import LogManager
+from metaq.broker.log.partition_log import PartitionLog
+from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
+from metaq.broker.purgatory import AppendNotifier
+
+log = logging.getLogger(__name__)
+
+# Kafka error codes answered by the handlers
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+MESSAGE_TOO_LARGE = 10
+INVALID_TOPIC_EXCEPTION = 17
+RECORD_LIST_TOO_LARGE = 18
+INVALID_REQUIRED_ACKS = 21
+UNSUPPORTED_VERSION = 35
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+KAFKA_STORAGE_ERROR = 56
+UNKNOWN_SERVER_ERROR = -1
+
+
+@dataclass
+class BrokerContext:
+    config: BrokerConfig
+    logs: LogManager
+    metadata: MetadataWatcher
+    notifier: AppendNotifier
+    auto_create: Callable[[str], Awaitable[None]]
+
+    @property
+    def broker_id(self) -> int:
+        return self.config.broker_id
+
+    @property
+    def snapshot(self) -> ClusterSnapshot:
+        return self.metadata.snapshot
+
+    def leader_error(self, topic: str, partition: int) -> int:
+        """0 if this broker leads topic-partition, else the error code a client should get."""
+        meta = self.snapshot.partition(topic, partition)
+        if meta is None:
+            return UNKNOWN_TOPIC_OR_PARTITION
+        if meta.leader != self.broker_id:
+            return NOT_LEADER_OR_FOLLOWER
+        return NONE
+
+    def log_for(self, topic: str, partition: int) -> PartitionLog:
+        """The local log of a partition this broker leads (created empty on first use)."""
+        return self.logs.get_or_create(topic, partition)
+
+    async def in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run blocking work (fsync, ZooKeeper writes) off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)

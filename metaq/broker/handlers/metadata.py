@@ -1,0 +1,88 @@
+"""Metadata v0..4: live brokers, and topics with their leaders, from the ZooKeeper snapshot."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka.protocol.metadata import MetadataResponse
+
+from metaq.broker.context import (
+    INVALID_TOPIC_EXCEPTION,
+    LEADER_NOT_AVAILABLE,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    BrokerContext,
+)
+from metaq.broker.metadata import ClusterSnapshot
+from metaq.errors import ConfigError
+from zk_layout import validate_topic
+
+log = logging.getLogger(__name__)
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+
+Topic = MetadataResponse.MetadataResponseTopic
+Partition = Topic.MetadataResponsePartition
+Broker = MetadataResponse.MetadataResponseBroker
+
+
+def _requested_topics(request: Any, version: int, snapshot: ClusterSnapshot) -> list[str]:
+    topics = request.topics
+    if topics is None or (version == 0 and not topics):
+        return sorted(snapshot.topics)
+    return [t.name for t in topics]
+
+
+def _topic_entry(snapshot: ClusterSnapshot, name: str, error: int = 0) -> Any:
+    parts = snapshot.topics.get(name)
+    if parts is None:
+        return Topic(error_code=error or UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False, partitions=[])
+    entries = []
+    for index in sorted(parts):
+        meta = parts[index]
+        alive = meta.leader in snapshot.brokers
+        entries.append(
+            Partition(
+                error_code=0 if alive else LEADER_NOT_AVAILABLE,
+                partition_index=index,
+                leader_id=meta.leader if alive else -1,
+                replica_nodes=list(meta.replicas),
+                isr_nodes=[b for b in meta.isr if b in snapshot.brokers],
+            )
+        )
+    return Topic(error_code=0, name=name, is_internal=name in INTERNAL_TOPICS, partitions=entries)
+
+
+async def _maybe_create(ctx: BrokerContext, name: str, allowed: bool) -> int:
+    """Error code for a topic that does not exist: created (LEADER_NOT_AVAILABLE) or unknown."""
+    try:
+        validate_topic(name)
+    except ConfigError:
+        return INVALID_TOPIC_EXCEPTION
+    if not (allowed and ctx.config.auto_create_topics_enable) or name in INTERNAL_TOPICS:
+        return UNKNOWN_TOPIC_OR_PARTITION
+    await ctx.auto_create(name)
+    return LEADER_NOT_AVAILABLE
+
+
+async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
+    snapshot = ctx.snapshot
+    allow_create = version < 4 or bool(request.allow_auto_topic_creation)
+    topics = []
+    for name in _requested_topics(request, version, snapshot):
+        error = 0
+        if name not in snapshot.topics:
+            error = await _maybe_create(ctx, name, allow_create)
+            snapshot = ctx.snapshot
+        topics.append(_topic_entry(snapshot, name, error))
+    brokers = [
+        Broker(node_id=b.id, host=b.host, port=b.port, rack=b.rack) for b in sorted(
+            snapshot.brokers.values(), key=lambda b: b.id)
+    ]
+    return MetadataResponse[version](
+        throttle_time_ms=0,
+        brokers=brokers,
+        cluster_id=snapshot.cluster_id,
+        controller_id=snapshot.controller_id,
+        topics=topics,
+    )

@@ -1,0 +1,120 @@
+"""The broker's view of the cluster, read from ZooKeeper: live brokers, topics, partition leaders.
+
+A watcher thread reloads a whole immutable :class:`ClusterSnapshot` whenever a watched node changes
+(bursts of events coalesce into one reload) and publishes it by a single reference assignment, so the
+event loop reads it without locks. Watches are one-shot; every reload sets them again, and a reload
+also follows each reconnection so watches lost with an expired session come back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.exceptions import KazooException
+
+from metaq.errors import MetaqError
+from zk_layout import BrokerInfo, ZkLayout
+
+log = logging.getLogger(__name__)
+
+SAFETY_RELOAD_S = 30.0  # reload even without events, in case a watch was missed
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMeta:
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    topics: dict[str, dict[int, PartitionMeta]] = field(default_factory=dict)
+    cluster_id: str | None = None
+
+    @property
+    def controller_id(self) -> int:
+        """metaq has no controller; clients get the lowest live broker id, as a stable answer."""
+        return min(self.brokers) if self.brokers else -1
+
+    def partition(self, topic: str, partition: int) -> PartitionMeta | None:
+        parts = self.topics.get(topic)
+        return parts.get(partition) if parts else None
+
+
+class MetadataWatcher:
+    """Keeps ``snapshot`` current. Thread: ``metaq-broker-metadata``."""
+
+    def __init__(self, layout: ZkLayout, on_change: Callable[[ClusterSnapshot], None] | None = None) -> None:
+        self._layout = layout
+        self._on_change = on_change
+        self._dirty = threading.Event()
+        self._stopped = threading.Event()
+        self._reloaded = threading.Condition()
+        self._generation = 0
+        self.snapshot = ClusterSnapshot()
+        self._thread = threading.Thread(target=self._run, name="metaq-broker-metadata", daemon=True)
+
+    def start(self) -> None:
+        self.reload()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._dirty.set()
+        self._thread.join(timeout=5)  # bounded: a reload blocked on ZooKeeper must not hang shutdown
+
+    def request_reload(self, *_: Any) -> None:
+        """Watch callback and external trigger; never blocks (kazoo callbacks must not)."""
+        self._dirty.set()
+
+    def wait_for(self, predicate: Callable[[ClusterSnapshot], bool], timeout: float) -> bool:
+        """Block until the snapshot satisfies ``predicate`` (for tests and auto-creation)."""
+        with self._reloaded:
+            return self._reloaded.wait_for(lambda: predicate(self.snapshot), timeout=timeout)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._dirty.wait(timeout=SAFETY_RELOAD_S)  # timeout: periodic safety reload
+            if self._stopped.is_set():
+                return
+            self._dirty.clear()
+            try:
+                self.reload()
+            except (MetaqError, KazooException) as e:
+                log.warning("metadata reload from ZooKeeper failed (will retry): %s", e)
+                self._stopped.wait(1.0)  # back off before retrying
+                self._dirty.set()
+
+    def reload(self) -> None:
+        watch = self.request_reload
+        brokers = self._layout.brokers(watch=watch)
+        topics: dict[str, dict[int, PartitionMeta]] = {}
+        for topic in self._layout.topics(watch=watch):
+            assignment = self._layout.topic_assignment(topic, watch=watch)
+            if assignment is None:
+                continue
+            parts: dict[int, PartitionMeta] = {}
+            for partition, replicas in assignment.partitions.items():
+                state = self._layout.partition_state(topic, partition, watch=watch)
+                leader = state.leader if state else -1
+                parts[partition] = PartitionMeta(
+                    leader=leader,
+                    leader_epoch=state.leader_epoch if state else -1,
+                    replicas=tuple(replicas),
+                    isr=tuple(state.isr) if state else (),
+                )
+            topics[topic] = parts
+        snapshot = ClusterSnapshot(brokers=brokers, topics=topics, cluster_id=self._layout.cluster_id())
+        with self._reloaded:
+            self.snapshot = snapshot
+            self._generation += 1
+            self._reloaded.notify_all()
+        if self._on_change is not None:
+            self._on_change(snapshot)

@@ -1,0 +1,93 @@
+"""The broker's registration in ZooKeeper, kept across session loss.
+
+States (only ``_set_state`` changes them)::
+
+    UNREGISTERED --register()--> REGISTERED --session LOST--> LOST --CONNECTED--> REGISTERED (re-register)
+    any --close()--> CLOSED (terminal)
+
+kazoo's listener must not block, so re-registration runs on a short-lived thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kazoo.client import KazooClient, KazooState
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+from metaq.errors import MetaqError
+from zk_layout import BrokerInfo, ZkLayout
+
+log = logging.getLogger(__name__)
+
+UNREGISTERED = "UNREGISTERED"
+REGISTERED = "REGISTERED"
+LOST = "LOST"
+CLOSED = "CLOSED"
+
+
+class BrokerRegistration:
+    def __init__(
+        self, client: KazooClient, layout: ZkLayout, info: BrokerInfo, on_reconnect: Callable[[], None]
+    ) -> None:
+        self._client = client
+        self._layout = layout
+        self._info = info
+        self._on_reconnect = on_reconnect
+        self._lock = threading.Lock()
+        self.state = UNREGISTERED
+        self.state_id = 0
+
+    def _set_state(self, state: str) -> None:
+        log.info("broker %d registration: %s -> %s", self._info.id, self.state, state)
+        self.state = state
+        self.state_id += 1
+
+    def register(self) -> None:
+        """Create /brokers/ids/<id>; a stale node of our own expired session is waited out."""
+        self._layout.ensure_persistent_paths()
+        self._layout.ensure_cluster_id()
+        for attempt in Retrying(
+            retry=retry_if_exception(lambda e: isinstance(e, MetaqError) and e.retriable),
+            stop=stop_after_delay(30),
+            wait=wait_exponential(multiplier=0.1, max=2),
+            reraise=True,
+        ):
+            with attempt:
+                self._layout.register_broker(self._info)
+        with self._lock:
+            self._set_state(REGISTERED)
+        self._client.add_listener(self._on_session_event)
+
+    def close(self) -> None:
+        with self._lock:
+            self._set_state(CLOSED)
+        self._client.remove_listener(self._on_session_event)
+
+    def _on_session_event(self, state: str) -> None:
+        if state == KazooState.LOST:
+            with self._lock:
+                if self.state == REGISTERED:
+                    self._set_state(LOST)
+        elif state == KazooState.CONNECTED:
+            with self._lock:
+                needs = self.state == LOST
+            if needs:
+                threading.Thread(target=self._reregister, name="metaq-broker-reregister", daemon=True).start()
+            self._on_reconnect()
+
+    def _reregister(self) -> None:
+        self._info = dataclasses.replace(self._info, timestamp_ms=int(time.time() * 1000))
+        try:
+            self._layout.register_broker(self._info)
+        except Exception as e:  # leave state LOST; the next CONNECTED tries again
+            log.error("broker %d could not re-register after session loss: %s", self._info.id, e)
+            return
+        with self._lock:
+            if self.state == LOST:
+                self._set_state(REGISTERED)
+        log.warning("broker %d re-registered in ZooKeeper after its session expired", self._info.id)

@@ -1,0 +1,154 @@
+"""The broker process: storage, ZooKeeper registration and metadata, the wire server, housekeeping.
+
+    broker = Broker(BrokerConfig.from_file("server.properties"))
+    asyncio.run(broker.run())          # until broker.request_stop() or SIGTERM/SIGINT
+
+Shutdown is orderly and bounded: stop accepting, end connections, flush and checkpoint every log,
+write the clean-shutdown marker, and only then leave ZooKeeper (the ephemeral registration goes last,
+so clients do not see the broker gone while it still acknowledges writes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+from kazoo.client import KazooClient
+
+from metaq.broker.config import BrokerConfig
+from metaq.broker.context import BrokerContext
+from metaq.broker.handlers import HANDLERS
+from metaq.broker.log.manager import LogManager
+from metaq.broker.metadata import MetadataWatcher
+from metaq.broker.network import BrokerServer
+from metaq.broker.purgatory import AppendNotifier
+from metaq.broker.registration import BrokerRegistration
+from metaq.broker.topics import create_topic
+from metaq.errors import TopicExistsError
+from metaq.zkclient import connect as zk_connect
+from zk_layout import BrokerInfo, ZkLayout
+
+log = logging.getLogger(__name__)
+
+AUTO_CREATE_WAIT_S = 5.0
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.logs = LogManager(config.data_dirs, config.log_config())
+        self._stop: asyncio.Event | None = None
+        self._zk: KazooClient | None = None
+        self._server: BrokerServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.port: int | None = None
+
+    async def run(self, *, install_signal_handlers: bool = True) -> None:
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        if install_signal_handlers:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.request_stop)
+        await self._start()
+        try:
+            await self._stop.wait()
+        finally:
+            await self._shutdown()
+
+    def request_stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+    async def _start(self) -> None:
+        config = self.config
+        await asyncio.to_thread(self.logs.load)
+        self._zk = await asyncio.to_thread(
+            zk_connect,
+            config.zookeeper_connect,
+            session_timeout_ms=config.session_timeout_ms,
+            connection_timeout_ms=config.connection_timeout_ms,
+        )
+        layout = ZkLayout(self._zk)
+        self._layout = layout
+        self.metadata = MetadataWatcher(layout)
+        context = BrokerContext(config, self.logs, self.metadata, AppendNotifier(), self._auto_create)
+        host, port = config.listener
+        self._server = BrokerServer(
+            context,
+            HANDLERS,
+            host=host,
+            port=port,
+            max_request_bytes=config.socket_request_max_bytes,
+            send_buffer_bytes=config.socket_send_buffer_bytes,
+            receive_buffer_bytes=config.socket_receive_buffer_bytes,
+        )
+        await self._server.bind()
+        self.port = self._server.port
+        adv_host, adv_port = config.advertised
+        if not config.advertised_listeners:
+            adv_port = self.port  # listeners may say port 0: advertise the port actually bound
+        info = BrokerInfo(
+            id=config.broker_id,
+            host=adv_host,
+            port=adv_port,
+            endpoints=(f"PLAINTEXT://{adv_host}:{adv_port}",),
+            timestamp_ms=int(time.time() * 1000),
+            rack=config.broker_rack,
+        )
+        self._registration = BrokerRegistration(self._zk, layout, info, self.metadata.request_reload)
+        await asyncio.to_thread(self._registration.register)
+        await asyncio.to_thread(self.metadata.start)
+        await self._server.start_serving()  # only now: a client that connects finds us registered
+        self._tasks = [
+            asyncio.create_task(self._every(config.log_flush_scheduler_interval_ms, self._flush_due)),
+            asyncio.create_task(self._every(config.log_retention_check_interval_ms, self._retention)),
+            asyncio.create_task(
+                self._every(config.log_flush_offset_checkpoint_interval_ms, self._checkpoint)
+            ),
+        ]
+        log.info("broker %d started on %s:%d", config.broker_id, adv_host, self.port)
+
+    async def _shutdown(self) -> None:
+        log.info("broker %d shutting down", self.config.broker_id)
+        for task in self._tasks:
+            task.cancel()
+        if self._server is not None:
+            await self._server.close()
+        await asyncio.to_thread(self.logs.shutdown)
+        if self._zk is not None:
+            self.metadata.stop()
+            self._registration.close()
+            await asyncio.to_thread(self._zk.stop)
+            await asyncio.to_thread(self._zk.close)
+        log.info("broker %d stopped", self.config.broker_id)
+
+    async def _every(self, interval_ms: int, job: object) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000.0)
+            try:
+                await job()  # type: ignore[operator]
+            except Exception:
+                log.exception("housekeeping job %s failed", getattr(job, "__name__", job))
+
+    async def _flush_due(self) -> None:
+        for plog in self.logs.flush_due(int(time.time() * 1000)):
+            await asyncio.to_thread(plog.flush)
+
+    async def _retention(self) -> None:
+        removed = self.logs.run_retention(int(time.time() * 1000))
+        if removed:
+            log.info("retention removed %d segments", removed)
+
+    async def _checkpoint(self) -> None:
+        await asyncio.to_thread(self.logs.checkpoint_recovery_points)
+
+    async def _auto_create(self, topic: str) -> None:
+        """Create a topic on first use (auto.create.topics.enable), then wait for it to be visible."""
+        try:
+            await asyncio.to_thread(create_topic, self._layout, topic, self.config.num_partitions)
+        except TopicExistsError:
+            pass
+        self.metadata.request_reload()
+        await asyncio.to_thread(self.metadata.wait_for, lambda s: topic in s.topics, AUTO_CREATE_WAIT_S)

@@ -1,0 +1,41 @@
+"""``metaq broker start --config FILE [--override key=value ...]``: run a broker until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from metaq.broker.config import BrokerConfig
+from metaq.config import load_properties
+from metaq.errors import ConfigError
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("broker", help="run a metaq broker")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    start = actions.add_parser("start", help="start a broker with a Kafka-style properties file")
+    start.add_argument("--config", required=True, help="server.properties file")
+    start.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="override one property"
+    )
+    start.set_defaults(func=_start)
+
+
+def _parse_overrides(items: list[str]) -> dict[str, str]:
+    result = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--override {item!r}: expected KEY=VALUE")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def _start(args: argparse.Namespace) -> int:
+    from metaq.broker.server import Broker
+
+    values = load_properties(args.config)
+    values.update(_parse_overrides(args.override))
+    config = BrokerConfig.from_properties(values)
+    asyncio.run(Broker(config).run())
+    return 0

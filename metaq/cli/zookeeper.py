@@ -1,0 +1,55 @@
+"""``metaq zookeeper start [--port P] [--data-dir D] [--tick-time MS]``: run a real ZooKeeper in the foreground.
+
+Prints the connect string on stdout (so that scripts can read it) and runs until SIGINT or SIGTERM, then stops
+the server cleanly. Without ``--data-dir`` the data lives in a temporary directory removed at exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from metaq.zkserver import ZooKeeperServer
+
+log = logging.getLogger(__name__)
+
+_HEALTH_CHECK_S = 1.0  # how often we look whether the JVM died on its own
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("zookeeper", help="run an embedded Apache ZooKeeper server")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    start = actions.add_parser("start", help="start a standalone server on 127.0.0.1 and run until Ctrl-C")
+    start.add_argument("--port", type=int, default=None, help="client port (default: a free port)")
+    start.add_argument("--data-dir", type=Path, default=None, help="data directory (default: temporary)")
+    start.add_argument("--tick-time", type=int, default=2000, metavar="MS", help="tickTime in ms (default 2000)")
+    start.add_argument("--start-timeout", type=float, default=60.0, metavar="S", help=argparse.SUPPRESS)
+    start.set_defaults(func=_start)
+
+
+def _start(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: stopping ZooKeeper", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    server = ZooKeeperServer(args.port, args.data_dir, tick_time_ms=args.tick_time)
+    try:
+        server.start(timeout=args.start_timeout)
+        print(server.connect_string, flush=True)
+        while not stop.wait(_HEALTH_CHECK_S):
+            if not server.running:
+                print(f"metaq zookeeper: the server exited; log tail:\n{server.log_tail()}", file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

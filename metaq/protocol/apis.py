@@ -1,0 +1,62 @@
+"""The Kafka APIs metaq's broker speaks, their codec classes, and the version ranges it advertises.
+
+The ranges follow kafka-wire.md §1: contiguous, non-flexible (except ApiVersions v3), chosen so that
+librdkafka 2.0.2 (kcat), confluent-kafka 2.16 and kafka-python 3.0.12 all pick record batch v2.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka.protocol.producer import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    API_VERSIONS = 18
+    INIT_PRODUCER_ID = 22
+
+
+# api key -> (request class, response class, min version, max version) served by the broker
+BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
+    ApiKey.PRODUCE: (ProduceRequest, ProduceResponse, 3, 7),
+    ApiKey.FETCH: (FetchRequest, FetchResponse, 4, 11),
+    ApiKey.LIST_OFFSETS: (ListOffsetsRequest, ListOffsetsResponse, 0, 2),
+    ApiKey.METADATA: (MetadataRequest, MetadataResponse, 0, 4),
+    ApiKey.API_VERSIONS: (ApiVersionsRequest, ApiVersionsResponse, 0, 3),
+    ApiKey.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse, 0, 1),
+}
+
+
+def api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"API{api_key}"

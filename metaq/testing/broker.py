@@ -1,0 +1,101 @@
+"""pytest fixtures: real broker processes on the test's ZooKeeper chroot.
+
+    def test_x(broker, make_topic):
+        make_topic("t", partitions=3)          # created in ZooKeeper, visible to the broker
+        ... talk to broker.bootstrap with any Kafka client ...
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from metaq.broker.process import BrokerProcess
+from metaq.broker.topics import create_topic
+from zk_layout import ZkLayout
+
+
+def request(bootstrap: str, req: Any, response_cls: Any, version: int, timeout: float = 10.0) -> Any:
+    """One request/response over a fresh socket with kafka-python's codec (test helper)."""
+    host, port = bootstrap.rsplit(":", 1)
+    req.with_header(correlation_id=1, client_id="metaq-test")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(req.encode(header=True, framed=True))
+        size = struct.unpack(">i", _recv_exact(s, 4))[0]
+        frame = _recv_exact(s, size)
+    return response_cls.decode(frame, version=version, header=True)
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def topic_leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition -> leader broker id, as the broker answers Metadata v4 (no auto-creation)."""
+    req = MetadataRequest[4](topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                             allow_auto_topic_creation=False)
+    resp = request(bootstrap, req, MetadataResponse, 4)
+    return {p.partition_index: p.leader_id for t in resp.topics for p in t.partitions if p.error_code == 0}
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class BrokerCluster:
+    def __init__(self, zk_connect: str, base_dir: Path) -> None:
+        self.zk_connect = zk_connect
+        self.base_dir = base_dir
+        self.brokers: list[BrokerProcess] = []
+
+    def add(self, broker_id: int | None = None, **properties: Any) -> BrokerProcess:
+        broker_id = len(self.brokers) if broker_id is None else broker_id
+        broker = BrokerProcess(self.zk_connect, broker_id, self.base_dir, properties=properties)
+        self.brokers.append(broker)
+        return broker.start()
+
+    def stop(self) -> None:
+        for broker in self.brokers:
+            broker.stop()
+
+
+@pytest.fixture
+def broker_cluster(zk_connect: str, tmp_path: Path) -> Iterator[BrokerCluster]:
+    cluster = BrokerCluster(zk_connect, tmp_path)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def broker(broker_cluster: BrokerCluster) -> BrokerProcess:
+    return broker_cluster.add(0)
+
+
+@pytest.fixture
+def make_topic(zk_layout: ZkLayout, broker_cluster: BrokerCluster) -> Callable[..., str]:
+    def make(name: str, partitions: int = 1) -> str:
+        create_topic(zk_layout, name, partitions)
+        for b in broker_cluster.brokers:
+            wait_until(lambda b=b: len(topic_leaders(b.bootstrap, name)) == partitions, 10,
+                       f"topic {name} visible on broker {b.broker_id}")
+        return name
+
+    return make
