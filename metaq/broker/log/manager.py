@@ -1,0 +1,208 @@
+"""All partition logs of a broker, spread over one or more log directories.
+
+Each log directory holds ``<topic>-<partition>/`` subdirectories, a ``recovery-point-offset-checkpoint``
+(offset up to which each log is known to be fsynced) and, between a clean shutdown and the next start, a
+``.kafka_cleanshutdown`` marker that lets the next start trust the files instead of validating them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from metaq.broker.log.checkpoint import atomic_write, read_checkpoint, write_checkpoint
+from metaq.broker.log.config import LogConfig
+from metaq.broker.log.partition_log import PartitionLog
+from metaq.errors import MetaqError, StorageError, TopicError
+
+__all__ = ["CLEAN_SHUTDOWN_FILE", "RECOVERY_POINT_CHECKPOINT", "LogManager", "parse_log_dir_name"]
+
+logger = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+DELETE_DIR_SUFFIX = "-delete"
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+TopicPartition = tuple[str, int]
+
+
+def parse_log_dir_name(name: str) -> TopicPartition | None:
+    """``"my.topic-name-3"`` -> ``("my.topic-name", 3)``: topics may contain '-', so split on the last one."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit() or not partition.isascii():
+        return None
+    return topic, int(partition)
+
+
+def _check_topic_partition(topic: str, partition: int) -> None:
+    # The name becomes a directory: refuse anything that could escape the log dir or clash with our files.
+    if not _LEGAL_TOPIC.match(topic) or topic in (".", ".."):
+        raise TopicError(f"illegal topic name {topic!r}: use 1-249 of [a-zA-Z0-9._-]")
+    if partition < 0:
+        raise TopicError(f"illegal partition {partition} for topic {topic!r}")
+
+
+class LogManager:
+    """Opens, creates, flushes, checkpoints, retains and closes partition logs.
+
+    Every method runs on one thread (the broker's event loop), except that the logs returned by
+    :meth:`flush_due` may be flushed on a worker thread."""
+
+    def __init__(self, log_dirs: Sequence[Path], config: LogConfig) -> None:
+        if not log_dirs:
+            raise StorageError("no log directory configured")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.config = config
+        self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+
+    # ----------------------------------------------------------------------------------------- loading
+
+    def load(self) -> None:
+        """Open every log of every directory, recovering them unless the last shutdown was clean."""
+        for log_dir in self.log_dirs:
+            self._load_dir(log_dir)
+
+    def _load_dir(self, log_dir: Path) -> None:
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StorageError(f"cannot create log directory {log_dir}: {e.strerror}") from e
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        points = {} if clean else self._read_recovery_points(log_dir)
+        loaded = 0
+        for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
+            if not entry.is_dir():
+                continue
+            if entry.name.endswith(DELETE_DIR_SUFFIX):
+                logger.info("Removing partially deleted log %s", entry.path)
+                shutil.rmtree(entry.path, ignore_errors=True)
+                continue
+            parsed = parse_log_dir_name(entry.name)
+            if parsed is None:
+                logger.warning("Ignoring directory %s: not a <topic>-<partition> log", entry.path)
+                continue
+            if parsed in self._logs:
+                raise StorageError(f"duplicate log for {parsed[0]}-{parsed[1]}: {self._dir_of[parsed]} and {log_dir}")
+            self._logs[parsed] = PartitionLog.open(
+                Path(entry.path),
+                parsed[0],
+                parsed[1],
+                self.config,
+                recover=not clean,
+                recovery_point=points.get(parsed, 0),
+            )
+            self._dir_of[parsed] = log_dir
+            loaded += 1
+        if clean:
+            marker.unlink()
+        logger.info("Loaded %d logs from %s (%s shutdown)", loaded, log_dir, "clean" if clean else "unclean")
+
+    @staticmethod
+    def _read_recovery_points(log_dir: Path) -> dict[TopicPartition, int]:
+        try:
+            return read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+        except StorageError as e:
+            logger.warning("%s; recovering every log of %s from its start", e, log_dir)
+            return {}
+
+    # ----------------------------------------------------------------------------------------- access
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create(self, topic: str, partition: int) -> PartitionLog:
+        """The log of ``topic``-``partition``, created in the directory holding the fewest logs if needed."""
+        log = self._logs.get((topic, partition))
+        if log is not None:
+            return log
+        _check_topic_partition(topic, partition)
+        counts = {log_dir: 0 for log_dir in self.log_dirs}
+        for log_dir in self._dir_of.values():
+            counts[log_dir] = counts.get(log_dir, 0) + 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        log = PartitionLog.open(log_dir / f"{topic}-{partition}", topic, partition, self.config, recover=False)
+        self._logs[(topic, partition)] = log
+        self._dir_of[(topic, partition)] = log_dir
+        logger.info("Created log %s-%d in %s", topic, partition, log_dir)
+        return log
+
+    def logs(self) -> list[PartitionLog]:
+        return list(self._logs.values())
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Close and remove a partition's log; False if there was none."""
+        log = self._logs.pop((topic, partition), None)
+        self._dir_of.pop((topic, partition), None)
+        if log is None:
+            return False
+        log.delete()
+        return True
+
+    # ----------------------------------------------------------------------------------------- upkeep
+
+    def flush_due(self, now_ms: int) -> list[PartitionLog]:
+        """Logs that should be flushed now: too many unflushed messages, unflushed data older than
+        ``flush_interval_ms``, or a rolled segment not flushed yet (Kafka flushes segments when they roll)."""
+        config = self.config
+        due: list[PartitionLog] = []
+        for log in self._logs.values():
+            oldest = log.oldest_unflushed_ms()
+            if (
+                log.unflushed_messages() >= config.flush_interval_messages
+                or (
+                    config.flush_interval_ms is not None
+                    and oldest is not None
+                    and now_ms - oldest >= config.flush_interval_ms
+                )
+                or log.has_unflushed_rolled_segments()
+            ):
+                due.append(log)
+        return due
+
+    def checkpoint_recovery_points(self) -> None:
+        """Atomically write each directory's recovery-point checkpoint."""
+        by_dir: dict[Path, dict[TopicPartition, int]] = {log_dir: {} for log_dir in self.log_dirs}
+        for key, log in self._logs.items():
+            by_dir[self._dir_of[key]][key] = log.recovery_point
+        for log_dir, points in by_dir.items():
+            write_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT, points)
+
+    def run_retention(self, now_ms: int) -> int:
+        """Apply retention to every log; return the number of segments deleted."""
+        return sum(log.delete_old_segments(now_ms) for log in self._logs.values())
+
+    def shutdown(self) -> None:
+        """Flush and checkpoint everything, close the logs, and mark each directory cleanly shut down (only
+        if all of that succeeded: otherwise the next start recovers)."""
+        failed = False
+        for log in self._logs.values():
+            failed |= not _try(log.flush, f"flush {log.topic}-{log.partition}")
+        failed |= not _try(self.checkpoint_recovery_points, "write recovery points")
+        for log in self._logs.values():
+            failed |= not _try(log.close, f"close {log.topic}-{log.partition}")
+        self._logs.clear()
+        self._dir_of.clear()
+        if failed:
+            logger.error("Shutdown was not clean; the next start will recover the logs")
+            return
+        for log_dir in self.log_dirs:
+            atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
+        logger.info("Log manager shut down cleanly")
+
+
+def _try(action: Callable[[], object], what: str) -> bool:
+    """Run ``action()``; log and swallow a storage failure so shutdown goes on with the other logs."""
+    try:
+        action()
+    except (MetaqError, OSError) as e:
+        logger.error("Cannot %s: %s", what, e)
+        return False
+    return True

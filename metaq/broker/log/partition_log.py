@@ -1,0 +1,496 @@
+"""The log of one topic-partition: an ordered list of segments in ``<log.dir>/<topic>-<partition>/``.
+
+Threads: append, read, roll, retention and close run on one thread (the broker's event loop). ``flush()``
+may run concurrently on a worker thread. The two meet only under ``_lock``, held briefly: a flush captures
+the dirty segments' descriptors and the end offset under it, fsyncs *outside* it, then advances the
+recovery point. Segments being fsynced are "pinned" so their descriptors are not closed meanwhile; an
+append publishes its new state (size, end offset) under the lock only after the bytes are written, so a
+captured end offset never runs ahead of the data a flush covers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from metaq.broker.log.checkpoint import fsync_dir
+from metaq.broker.log.config import LogConfig
+from metaq.broker.log.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    FetchSlice,
+    LogSegment,
+    segment_file_name,
+)
+from metaq.errors import MessageSizeTooLargeError, OffsetOutOfRangeError, StorageError
+from metaq.protocol.batches import BatchHeader, Buffer, assign_offsets, validate_batches
+
+__all__ = ["AppendResult", "FetchSlice", "PartitionLog"]
+
+logger = logging.getLogger(__name__)
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap")
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Where an append landed: offsets ``base_offset..last_offset`` and the log start at that time."""
+
+    base_offset: int
+    last_offset: int
+    log_start_offset: int
+    record_count: int
+
+
+class PartitionLog:
+    """Append-only, segmented log of one partition. Use :meth:`open`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        segments: list[LogSegment],
+        recovery_point: int,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.directory = directory
+        self.config = config
+        self._segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+        self.log_start_offset = segments[0].base_offset
+        self.log_end_offset = segments[-1].next_offset
+        self.recovery_point = max(self.log_start_offset, min(recovery_point, self.log_end_offset))
+        """Offset below which every byte is fsynced."""
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._first_unflushed_ms: int | None = None
+        self._dir_dirty = False
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._closed = False
+
+    # ---------------------------------------------------------------------------------------- opening
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        *,
+        recover: bool,
+        recovery_point: int = 0,
+    ) -> PartitionLog:
+        """Open (creating if missing) the log in ``directory``.
+
+        ``recover``: the last shutdown was not clean, so segments from the one holding ``recovery_point``
+        onward are validated batch by batch, truncated at the first invalid one (deleting any later
+        segments), and their indexes rebuilt. Either way leftovers of interrupted operations are cleaned and
+        indexes that fail a sanity check are rebuilt."""
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            bases = _clean_directory(directory)
+            segments = _load_segments(directory, bases, config, recover=recover, recovery_point=recovery_point)
+        except OSError as e:
+            raise StorageError(f"cannot load log {directory}: {e}") from e
+        if not segments:
+            segments.append(LogSegment.create(directory, max(0, recovery_point), config))
+        log = cls(directory, topic, partition, config, segments, recovery_point)
+        if not recover:
+            log.recovery_point = log.log_end_offset  # a clean shutdown flushed everything
+        logger.debug(
+            "Loaded log %s-%d: %d segments, offsets %d..%d, recovery point %d",
+            topic,
+            partition,
+            len(segments),
+            log.log_start_offset,
+            log.log_end_offset,
+            log.recovery_point,
+        )
+        return log
+
+    # ---------------------------------------------------------------------------------------- writing
+
+    def append(self, records: Buffer, *, now_ms: int | None = None) -> AppendResult:
+        """Validate the batches of a produce request, assign offsets and write them to the active segment.
+
+        Nothing of an invalid request is written: CorruptRecordError / UnsupportedMessageFormatError from
+        validation, MessageSizeTooLargeError for a batch above ``max_message_bytes`` (or a request larger
+        than a segment)."""
+        self._check_open()
+        headers = validate_batches(records)
+        self._check_sizes(headers, len(records))
+        now = _now_ms() if now_ms is None else now_ms
+        data = bytearray(records)
+        first_offset = self.log_end_offset
+        next_offset = assign_offsets(data, headers, first_offset)
+        segment = self._segments[-1]
+        reason = segment.should_roll(len(data), next_offset - 1, now)
+        if reason:
+            segment = self._roll(reason)
+        pending = segment.append(data, headers, first_offset, now)
+        with self._lock:
+            segment.commit(pending)
+            self.log_end_offset = next_offset
+            if self._first_unflushed_ms is None:
+                self._first_unflushed_ms = now
+        return AppendResult(
+            base_offset=first_offset,
+            last_offset=next_offset - 1,
+            log_start_offset=self.log_start_offset,
+            record_count=sum(header.record_count for header in headers),
+        )
+
+    def _check_sizes(self, headers: list[BatchHeader], total: int) -> None:
+        limit = self.config.max_message_bytes
+        for header in headers:
+            if header.size > limit:
+                raise MessageSizeTooLargeError(
+                    f"{self.topic}-{self.partition}: a batch of {header.size} bytes exceeds the maximum of"
+                    f" {limit} bytes (message.max.bytes)"
+                )
+        if total > self.config.segment_bytes:
+            raise MessageSizeTooLargeError(
+                f"{self.topic}-{self.partition}: {total} bytes of records exceed the segment size"
+                f" {self.config.segment_bytes} (log.segment.bytes)"
+            )
+
+    def _roll(self, reason: str) -> LogSegment:
+        """Start a new active segment at the log end offset."""
+        old = self._segments[-1]
+        new = LogSegment.create(self.directory, self.log_end_offset, self.config)
+        old.deactivate()
+        with self._lock:
+            old.dirty = True  # the final time index entry
+            self._segments.append(new)
+            self._bases.append(new.base_offset)
+            self._dir_dirty = True
+        logger.info(
+            "Rolled log %s-%d (%s): new segment at offset %d",
+            self.topic,
+            self.partition,
+            reason,
+            new.base_offset,
+        )
+        return new
+
+    # ---------------------------------------------------------------------------------------- flushing
+
+    def unflushed_messages(self) -> int:
+        """Offsets appended but not yet fsynced."""
+        return self.log_end_offset - self.recovery_point
+
+    def oldest_unflushed_ms(self) -> int | None:
+        """When the oldest not-yet-flushed append happened (None if everything is flushed)."""
+        return self._first_unflushed_ms
+
+    def has_unflushed_rolled_segments(self) -> bool:
+        """True if a segment that is no longer active still has unflushed data (Kafka flushes on roll)."""
+        return any(segment.dirty for segment in self._segments[:-1])
+
+    def flush(self) -> int:
+        """fsync every dirty segment (log and indexes) and advance the recovery point; return it.
+
+        Safe to call from a worker thread while the event loop appends and reads."""
+        with self._flush_lock:
+            with self._lock:
+                if self._closed:
+                    return self.recovery_point
+                end = self.log_end_offset
+                targets = [segment for segment in self._segments if segment.dirty]
+                fds: list[int] = []
+                for segment in targets:
+                    segment.dirty = False
+                    segment.pinned = True
+                    fds.extend(segment.flush_fds())
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+                first_unflushed, self._first_unflushed_ms = self._first_unflushed_ms, None
+            try:
+                for fd in fds:
+                    os.fsync(fd)
+                if dir_dirty:
+                    fsync_dir(self.directory)
+            except OSError as e:
+                self._flush_failed(targets, dir_dirty, first_unflushed)
+                raise StorageError(f"cannot flush log {self.directory}: {e.strerror}") from e
+            return self._flush_done(targets, end)
+
+    def _flush_failed(self, targets: list[LogSegment], dir_dirty: bool, first_unflushed: int | None) -> None:
+        with self._lock:
+            for segment in targets:
+                segment.dirty = True
+                segment.pinned = False
+            self._dir_dirty = self._dir_dirty or dir_dirty
+            if first_unflushed is not None:
+                current = self._first_unflushed_ms
+                self._first_unflushed_ms = first_unflushed if current is None else min(current, first_unflushed)
+
+    def _flush_done(self, targets: list[LogSegment], end: int) -> int:
+        with self._lock:
+            active = self._segments[-1]
+            for segment in targets:
+                segment.pinned = False
+                if segment is not active and not segment.dirty:
+                    segment.close_index_files()  # an inactive segment is never written again
+            if end > self.recovery_point:
+                self.recovery_point = end
+            return self.recovery_point
+
+    # ---------------------------------------------------------------------------------------- reading
+
+    def read(self, offset: int, max_bytes: int) -> FetchSlice | None:
+        """Bytes to answer a fetch at ``offset``: whole batches from the one holding ``offset``, at most
+        ``max_bytes`` (the last batch may be cut; a first batch larger than ``max_bytes`` is returned whole),
+        all from one segment. None at the log end; OffsetOutOfRangeError outside the log."""
+        self._check_open()
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.topic}-{self.partition}"
+                f" (log start {self.log_start_offset}, log end {self.log_end_offset})"
+            )
+        if offset == self.log_end_offset:
+            return None
+        segments = self._segments
+        try:
+            for i in range(max(0, bisect_right(self._bases, offset) - 1), len(segments)):
+                found = segments[i].read(offset, max_bytes)
+                if found is not None:
+                    return found
+        except OSError as e:
+            raise StorageError(f"cannot read {self.topic}-{self.partition} at offset {offset}: {e}") from e
+        return None
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record whose timestamp is >= ``timestamp_ms``, or None.
+
+        The special ListOffsets values -1 (latest) and -2 (earliest) are the caller's business."""
+        self._check_open()
+        try:
+            for segment in list(self._segments):
+                if segment.max_timestamp >= timestamp_ms:
+                    found = segment.find_offset_for_timestamp(timestamp_ms)
+                    if found is not None:
+                        return found
+        except OSError as e:
+            raise StorageError(f"cannot search {self.topic}-{self.partition} by timestamp: {e}") from e
+        return None
+
+    # ---------------------------------------------------------------------------------------- retention
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Apply retention by time and by size; return how many segments were scheduled for deletion.
+
+        Deleted segments are renamed ``*.deleted`` and really removed on a later call, after
+        ``segment_delete_delay_ms`` (readers may still be sending from them). If every segment expires, a new
+        empty active segment is rolled first, so the log keeps its end offset."""
+        self._check_open()
+        self._remove_expired_deletes(now_ms)
+        deleted = 0
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            deleted += self._delete_prefix(
+                lambda segment: now_ms - segment.largest_timestamp() > retention_ms, now_ms, "retention time"
+            )
+        if self.config.retention_bytes >= 0:
+            excess = self.size_bytes() - self.config.retention_bytes
+
+            def over_size(segment: LogSegment) -> bool:
+                nonlocal excess
+                if excess - segment.size < 0:
+                    return False
+                excess -= segment.size
+                return True
+
+            deleted += self._delete_prefix(over_size, now_ms, "retention size")
+        return deleted
+
+    def _delete_prefix(self, predicate: Callable[[LogSegment], bool], now_ms: int, why: str) -> int:
+        """Delete the longest run of oldest segments matching ``predicate`` (never an empty last segment)."""
+        doomed: list[LogSegment] = []
+        for i, segment in enumerate(self._segments):
+            if (i == len(self._segments) - 1 and segment.size == 0) or not predicate(segment):
+                break
+            doomed.append(segment)
+        if not doomed:
+            return 0
+        if len(doomed) == len(self._segments):
+            self._roll(why)
+        with self._lock:
+            del self._segments[: len(doomed)]
+            del self._bases[: len(doomed)]
+            self.log_start_offset = self._segments[0].base_offset
+            self.recovery_point = max(self.recovery_point, self.log_start_offset)
+            self._dir_dirty = True
+        for segment in doomed:
+            segment.mark_deleted()
+            self._pending_deletes.append((now_ms + self.config.segment_delete_delay_ms, segment))
+        logger.info(
+            "Deleted %d segment(s) of %s-%d by %s; log start offset is now %d",
+            len(doomed),
+            self.topic,
+            self.partition,
+            why,
+            self.log_start_offset,
+        )
+        return len(doomed)
+
+    def _remove_expired_deletes(self, now_ms: int) -> None:
+        """Really remove ``*.deleted`` segments whose delay passed (not while a flush holds them)."""
+        keep: list[tuple[int, LogSegment]] = []
+        expired: list[LogSegment] = []
+        with self._lock:
+            for due, segment in self._pending_deletes:
+                (expired if due <= now_ms and not segment.pinned else keep).append((due, segment))
+            self._pending_deletes = keep
+        for _, segment in expired:
+            _remove_quietly(segment)
+
+    # ---------------------------------------------------------------------------------------- misc
+
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.topic}-{self.partition} is closed")
+
+    def close(self) -> None:
+        """Index the active segment's largest timestamp, fsync what is dirty, close every file. Segments
+        waiting for deletion are removed now."""
+        if self._closed:
+            return
+        active = self._segments[-1]
+        entries = len(active.time_index)
+        active.time_index.maybe_append(active.max_timestamp, active.offset_of_max_timestamp)
+        if len(active.time_index) != entries:
+            with self._lock:
+                active.dirty = True
+        try:
+            self.flush()
+        finally:
+            self._close_files()
+
+    def _close_files(self) -> None:
+        with self._flush_lock, self._lock:
+            self._closed = True
+            segments = list(self._segments)
+            pending, self._pending_deletes = self._pending_deletes, []
+        for segment in segments:
+            segment.close()
+        for _, segment in pending:
+            _remove_quietly(segment)
+
+    def delete(self) -> None:
+        """Close without flushing and remove the whole partition directory (the partition is gone)."""
+        if not self._closed:
+            self._close_files()
+        # Rename first: a crash mid-removal leaves a "-delete" directory that the next start removes,
+        # never a half-deleted log that would be loaded again.
+        doomed = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}-delete")
+        try:
+            self.directory.rename(doomed)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise StorageError(f"cannot delete log {self.directory}: {e.strerror}") from e
+        shutil.rmtree(doomed, ignore_errors=True)
+        logger.info("Deleted log %s-%d (%s)", self.topic, self.partition, self.directory)
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.topic}-{self.partition},"
+            f" offsets {self.log_start_offset}..{self.log_end_offset}, {len(self._segments)} segments)"
+        )
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _remove_quietly(segment: LogSegment) -> None:
+    try:
+        segment.remove()
+    except OSError as e:
+        logger.warning("Cannot remove deleted segment %s: %s", segment.log_path, e)
+
+
+def _clean_directory(directory: Path) -> list[int]:
+    """Startup housekeeping; return the sorted base offsets of the segments (``.log`` files).
+
+    Removes leftovers of interrupted deletes/compactions (``.deleted``, ``.cleaned``, ``.swap``: metaq never
+    compacts, so a swap is rolled back) and index files without a ``.log``. Other files are left alone."""
+    logs: set[int] = set()
+    indexes: list[tuple[int, Path]] = []
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        path = Path(entry.path)
+        if entry.name.endswith(_LEFTOVER_SUFFIXES):
+            logger.info("Removing leftover file %s", path)
+            path.unlink(missing_ok=True)
+            continue
+        match = _SEGMENT_FILE.match(entry.name)
+        if match is None:
+            if entry.name.endswith(LOG_SUFFIX):
+                logger.warning("Ignoring %s: not a segment file name", path)
+            continue
+        base = int(match.group(1))
+        if match.group(2) == LOG_SUFFIX:
+            logs.add(base)
+        else:
+            indexes.append((base, path))
+    for base, path in indexes:
+        if base not in logs:
+            logger.warning("Removing index %s: it has no %s", path, segment_file_name(base, LOG_SUFFIX))
+            path.unlink(missing_ok=True)
+    return sorted(logs)
+
+
+def _load_segments(
+    directory: Path, bases: list[int], config: LogConfig, *, recover: bool, recovery_point: int
+) -> list[LogSegment]:
+    """Open every segment; recover those from the one holding ``recovery_point`` if ``recover``. A segment
+    truncated by recovery ends the log: later segments are deleted."""
+    first_to_recover = max(0, bisect_right(bases, recovery_point) - 1) if recover else len(bases)
+    segments: list[LogSegment] = []
+    try:
+        for i, base in enumerate(bases):
+            segment, truncated = LogSegment.load(directory, base, config, recover=i >= first_to_recover)
+            segments.append(segment)
+            if truncated and i + 1 < len(bases):
+                _delete_segment_files(directory, bases[i + 1 :])
+                break
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    return segments
+
+
+def _delete_segment_files(directory: Path, bases: list[int]) -> None:
+    for base in bases:
+        logger.warning(
+            "Deleting segment %s: it follows a segment truncated by recovery",
+            segment_file_name(base, LOG_SUFFIX),
+        )
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            (directory / segment_file_name(base, suffix)).unlink(missing_ok=True)

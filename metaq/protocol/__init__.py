@@ -1,0 +1,1 @@
+"""Kafka wire-format helpers shared by the broker and the clients."""
