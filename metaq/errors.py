@@ -8,6 +8,7 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     ├── ZooKeeperError               ZooKeeper unreachable or refused an operation
     │   ├── ZooKeeperUnavailableError   no connection within the timeout (retriable)
     │   ├── ZooKeeperServerError        the embedded server cannot be found or started
+    │   ├── StaleVersionError           a conditional write lost a race (the node changed)
     │   └── MalformedNodeError          a node's data does not parse (names the path)
     ├── ProtocolError                a frame that cannot be decoded or is not allowed (names the frame)
     ├── CorruptRecordError           a record batch failed its size, magic or CRC check
@@ -47,6 +48,10 @@ class ZooKeeperUnavailableError(ZooKeeperError):
 
 class ZooKeeperServerError(ZooKeeperError):
     """The embedded ZooKeeper server could not be found, started or stopped."""
+
+
+class StaleVersionError(ZooKeeperError):
+    """A conditional write lost a race: the node's version is no longer the one read."""
 
 
 class MalformedNodeError(ZooKeeperError):

@@ -1,0 +1,155 @@
+"""pytest fixtures: one real ZooKeeper per test session, a fresh chroot per test.
+
+Enable with ``pytest_plugins = ["metaq.testing.zookeeper"]`` in the root ``conftest.py``. Then::
+
+    def test_x(zk_layout, zk_connect, make_zk_client):
+        zk_layout.write_offset("g", "t", 0, 42)       # lands under /metaq-test-<uuid>/consumers/...
+        other = make_zk_client()                        # a second session on the same chroot
+        expire_session(other)                           # a real server-side expiry
+
+``zk_server`` is an embedded :class:`ZooKeeperServer` (tickTime 200 ms, so sessions of 0.4-4 s, and no fsync),
+or the server named by ``$ZOOKEEPER_CONNECT`` when that is set. Each test's chroot is deleted afterwards. When
+a test that used ZooKeeper fails, the tail of the server log is added to its report.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
+from metaq.zkclient import connect
+from metaq.zkserver import ZooKeeperServer
+from zk_layout import ZkLayout, split_connect
+
+log = logging.getLogger(__name__)
+
+ENV_CONNECT = "ZOOKEEPER_CONNECT"
+TEST_SESSION_TIMEOUT_MS = 3000  # within 2x..20x of tickTime=200; expiry tests stay fast
+
+
+class ZooKeeperEndpoint(Protocol):
+    """What tests may rely on from ``zk_server`` whether it is embedded or external."""
+
+    @property
+    def connect_string(self) -> str: ...
+
+    def log_tail(self, lines: int = 40) -> str: ...
+
+
+@dataclass(frozen=True)
+class ExternalZooKeeper:
+    """A server we did not start (``$ZOOKEEPER_CONNECT``): no log, no fault injection."""
+
+    connect_string: str
+
+    def log_tail(self, lines: int = 40) -> str:
+        return ""
+
+
+def expire_session(client: KazooClient, timeout_s: float = 10.0) -> None:
+    """Expire ``client``'s session on the server, as a long partition would (Kafka's QuorumTestHarness trick):
+    a second client joins the same session and closes it. The server deletes the session's ephemeral nodes at
+    once; ``client`` then goes LOST and reconnects with a new session.
+
+    (``KazooTestHarness.expire_session`` is client-side only: the server keeps the old ephemerals alive until
+    the session times out.)"""
+    session = client.client_id
+    if session is None:
+        raise RuntimeError("the client has no session to expire")
+    hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
+    twin = KazooClient(hosts=hosts, client_id=session)
+    twin.start(timeout=timeout_s)
+    twin.stop()
+    twin.close()
+
+
+def _close_quietly(client: KazooClient) -> None:
+    try:
+        client.stop()
+        client.close()
+    except Exception:  # teardown must not mask the test's own result
+        log.exception("closing a test ZooKeeper client")
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEndpoint]:
+    external = os.environ.get(ENV_CONNECT)
+    if external:
+        yield ExternalZooKeeper(external)
+        return
+    log_path = tmp_path_factory.mktemp("zookeeper") / "zookeeper.log"  # kept after the run for post-mortems
+    server = ZooKeeperServer(tick_time_ms=200, force_sync=False, log_path=log_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def _zk_admin(zk_server: ZooKeeperEndpoint) -> Iterator[KazooClient]:
+    """A client without a test chroot, to delete each test's chroot afterwards."""
+    client = connect(zk_server.connect_string, session_timeout_ms=10000)
+    yield client
+    _close_quietly(client)
+
+
+@pytest.fixture
+def zk_connect(zk_server: ZooKeeperEndpoint, _zk_admin: KazooClient) -> Iterator[str]:
+    """A connect string with a chroot of its own, ``<hosts>[/base]/metaq-test-<uuid hex>``."""
+    hosts, base = split_connect(zk_server.connect_string)
+    chroot = f"/metaq-test-{uuid.uuid4().hex}"
+    yield f"{hosts}{base}{chroot}"
+    try:
+        _zk_admin.delete(chroot, recursive=True)  # relative to the admin client's own chroot (``base``)
+    except (KazooException, KazooTimeoutError) as e:
+        log.warning("could not delete test chroot %s%s: %r", base, chroot, e)
+
+
+@pytest.fixture
+def make_zk_client(zk_connect: str) -> Iterator[Callable[..., KazooClient]]:
+    """Factory of extra started clients on the test's chroot; all are closed after the test."""
+    clients: list[KazooClient] = []
+
+    def make(**options: Any) -> KazooClient:
+        options.setdefault("session_timeout_ms", TEST_SESSION_TIMEOUT_MS)
+        client = connect(zk_connect, **options)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        _close_quietly(client)
+
+
+@pytest.fixture
+def zk(make_zk_client: Callable[..., KazooClient]) -> KazooClient:
+    """A started KazooClient rooted at the test's chroot."""
+    return make_zk_client()
+
+
+@pytest.fixture
+def zk_layout(zk: KazooClient) -> ZkLayout:
+    return ZkLayout(zk, stale_node_wait_s=5.0)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed:
+        server = getattr(item, "funcargs", {}).get("zk_server")
+        tail = server.log_tail(60) if server is not None else ""
+        if tail:
+            report.sections.append(("ZooKeeper server log (tail)", tail))
+    return report

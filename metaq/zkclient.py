@@ -1,0 +1,112 @@
+"""Connecting to ZooKeeper: one place that turns a ``zookeeper.connect`` string into a started KazooClient.
+
+Usage::
+
+    client = connect("127.0.0.1:2181/kafka", session_timeout_ms=6000)   # creates /kafka if missing
+    ...
+    client.stop(); client.close()
+
+    with session("127.0.0.1:2181/kafka") as client:   # stopped and closed on exit
+        ...
+
+A connection that cannot be made within ``connection_timeout_ms`` raises :class:`ZooKeeperUnavailableError`
+(retriable); a malformed connect string raises :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooException, SessionExpiredError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from metaq.errors import ConfigError, ZooKeeperError, ZooKeeperUnavailableError
+from zk_layout.paths import split_connect
+
+log = logging.getLogger(__name__)
+
+__all__ = ["connect", "session"]
+
+
+def connect(
+    connect_string: str,
+    *,
+    session_timeout_ms: int = 6000,
+    connection_timeout_ms: int = 6000,
+    read_only: bool = False,
+    **kazoo_options: Any,
+) -> KazooClient:
+    """Start a KazooClient rooted at the chroot of ``connect_string``, creating the chroot if it is missing.
+
+    The client is first started without the chroot so that a missing chroot (possibly several levels deep) can
+    be created; kazoo only warns about a missing chroot and then fails every call with NoNodeError.
+    ``kazoo_options`` go to :class:`KazooClient` (``connection_retry``, ``auth_data``, ...).
+    """
+    hosts, chroot = split_connect(connect_string)
+    try:
+        client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0, read_only=read_only, **kazoo_options)
+    except (ValueError, KazooException) as e:
+        raise ConfigError(f"config 'zookeeper.connect': {connect_string!r}: {e}") from e
+    try:
+        client.start(timeout=connection_timeout_ms / 1000.0)
+    except KazooTimeoutError as e:  # start() has already stopped and closed the client
+        raise ZooKeeperUnavailableError(
+            f"cannot connect to ZooKeeper at {hosts} within {connection_timeout_ms} ms"
+        ) from e
+    try:
+        _enter_chroot(client, chroot, read_only)
+    except BaseException:
+        _close(client)
+        raise
+    log.debug("connected to ZooKeeper %s (session 0x%x)", connect_string, client.client_id[0])
+    return client
+
+
+def _enter_chroot(client: KazooClient, chroot: str, read_only: bool) -> None:
+    if not chroot:
+        return
+    try:
+        if not read_only:
+            client.ensure_path(chroot)
+        elif client.exists(chroot) is None:
+            log.warning("chroot %s does not exist and a read-only client cannot create it", chroot)
+    except (ConnectionLoss, SessionExpiredError, ConnectionClosedError) as e:
+        raise ZooKeeperUnavailableError(f"lost ZooKeeper while creating chroot {chroot}: {e!r}") from e
+    except KazooException as e:
+        raise ZooKeeperError(f"cannot create chroot {chroot}: {e!r}") from e
+    # kazoo reads ``chroot`` on every call; nothing has been sent through this client with a path yet.
+    client.chroot = chroot
+
+
+def _close(client: KazooClient) -> None:
+    with contextlib.suppress(Exception):  # closing is best effort: the session dies with its timeout anyway
+        client.stop()
+    with contextlib.suppress(Exception):
+        client.close()
+
+
+@contextlib.contextmanager
+def session(
+    connect_string: str,
+    *,
+    session_timeout_ms: int = 6000,
+    connection_timeout_ms: int = 6000,
+    read_only: bool = False,
+    **kazoo_options: Any,
+) -> Iterator[KazooClient]:
+    """:func:`connect` as a context manager: the session is closed on exit, so its ephemeral nodes vanish."""
+    client = connect(
+        connect_string,
+        session_timeout_ms=session_timeout_ms,
+        connection_timeout_ms=connection_timeout_ms,
+        read_only=read_only,
+        **kazoo_options,
+    )
+    try:
+        yield client
+    finally:
+        _close(client)

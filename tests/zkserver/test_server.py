@@ -1,0 +1,268 @@
+"""The embedded ZooKeeper launcher: real JVMs, started and killed for real."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.retry import KazooRetry
+
+from metaq.errors import ZooKeeperServerError
+from metaq.zkclient import connect
+from metaq.zkserver import ZooKeeperEnsemble, ZooKeeperServer, distribution, find_distribution, server_mode
+
+FAST = {"tick_time_ms": 200, "force_sync": False}
+
+
+def alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie (an exited child of someone else not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def client_factory() -> Iterator[Callable[[str], KazooClient]]:
+    clients: list[KazooClient] = []
+
+    def make(connect_string: str) -> KazooClient:
+        client = connect(connect_string, session_timeout_ms=4000, connection_timeout_ms=10000)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.stop()
+        client.close()
+
+
+def test_start_stop_leaves_no_process_and_no_files() -> None:
+    server = ZooKeeperServer(**FAST).start()
+    pid, data_dir = server.pid, server.data_dir
+    assert pid is not None and alive(pid)
+    assert server.mode() == "standalone"
+    assert server.connect_string == f"127.0.0.1:{server.port}"
+    assert (data_dir / "version-2").is_dir()
+    server.stop()
+    assert not alive(pid)
+    assert not server.running and server.pid is None
+    assert not data_dir.exists()
+    server.stop()  # idempotent
+
+
+def test_kill_and_restart_keep_data_and_sessions(tmp_path: Path, client_factory: Callable[[str], KazooClient]) -> None:
+    with ZooKeeperServer(data_dir=tmp_path / "zk", log_path=tmp_path / "zk.log", **FAST) as server:
+        client = client_factory(server.connect_string)
+        client.create("/persistent", b"kept")
+        client.create("/ephemeral", b"", ephemeral=True)
+        session_id = client.client_id[0]
+        old_pid = server.pid
+
+        server.kill()
+        assert old_pid is not None and not alive(old_pid)
+        assert not server.running
+        server.start()
+        assert server.pid != old_pid
+
+        retry = KazooRetry(max_tries=-1, deadline=10, delay=0.05, max_delay=0.2)
+        assert retry(client.get, "/persistent")[0] == b"kept"
+        assert client.client_id[0] == session_id  # the same session, resumed
+        assert client.exists("/ephemeral") is not None
+
+        server.restart()  # graceful this time
+        assert retry(client.get, "/persistent")[0] == b"kept"
+        assert client.client_id[0] == session_id
+    assert (tmp_path / "zk" / "version-2").is_dir()  # a data dir we gave is never removed
+    assert "binding to port" in (tmp_path / "zk.log").read_text()
+
+
+def test_pause_and_resume() -> None:
+    with ZooKeeperServer(**FAST) as server:
+        server.pause()
+        assert server.paused and server.running
+        assert server_mode(server.host, server.port, timeout=0.3) is None
+        server.resume()
+        wait_for(lambda: server.mode() == "standalone", 5, "the resumed server to answer")
+        server.pause()  # stop() must also work on a paused JVM
+        pid = server.pid
+    assert pid is not None and not alive(pid)
+
+
+def test_start_failure_reports_the_log_tail() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server = ZooKeeperServer(port=taken.getsockname()[1], **FAST)
+        with pytest.raises(ZooKeeperServerError, match="(?s)exited during start-up.*Address already in use"):
+            server.start(timeout=30)
+        assert not server.running
+        server.stop()
+
+
+def test_child_dies_with_its_parent(tmp_path: Path) -> None:
+    """Even a SIGKILLed parent (no atexit, no finally) takes its JVM with it."""
+    script = textwrap.dedent(
+        """
+        import sys, time
+        from metaq.zkserver import ZooKeeperServer
+        server = ZooKeeperServer(tick_time_ms=200, force_sync=False).start()
+        print(server.pid, server.data_dir.parent, flush=True)
+        time.sleep(120)
+        """
+    )
+    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) as parent:
+        try:
+            assert parent.stdout is not None
+            pid_text, work_dir = parent.stdout.readline().split()
+            java_pid = int(pid_text)
+            assert alive(java_pid)
+        finally:
+            parent.kill()
+    wait_for(lambda: not alive(java_pid), 10, f"JVM {java_pid} to die with its parent")
+    shutil.rmtree(work_dir)  # nobody else can: its owner was SIGKILLed
+
+
+def test_cli_prints_connect_string_and_stops_on_sigint() -> None:
+    driver = textwrap.dedent(
+        """
+        import argparse, sys
+        from metaq.cli import zookeeper
+        parser = argparse.ArgumentParser(prog="metaq")
+        zookeeper.register(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(sys.argv[1:])
+        sys.exit(args.func(args))
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", driver, "zookeeper", "start", "--tick-time", "200"],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as cli:
+        try:
+            assert cli.stdout is not None
+            connect_string = cli.stdout.readline().strip()
+            host, _, port = connect_string.partition(":")
+            assert host == "127.0.0.1"
+            assert server_mode(host, int(port)) == "standalone"
+            cli.send_signal(signal.SIGINT)
+            assert cli.wait(20) == 0
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+    assert server_mode(host, int(port), timeout=0.5) is None
+
+
+# -- finding a distribution ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def nothing_installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No Debian jars, no pyspark, no ZOOKEEPER_HOME, no java."""
+    monkeypatch.setattr(distribution, "DEBIAN_JAVA_DIR", tmp_path / "usr-share-java")
+    monkeypatch.setattr(distribution, "pyspark_jars_dir", lambda: None)
+    monkeypatch.delenv("ZOOKEEPER_HOME", raising=False)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    return tmp_path
+
+
+def test_nothing_found_is_one_error_naming_every_place(nothing_installed: Path) -> None:
+    with pytest.raises(ZooKeeperServerError) as e:
+        ZooKeeperServer().start()
+    message = str(e.value)
+    assert "ZOOKEEPER_HOME (not set)" in message
+    assert str(nothing_installed / "usr-share-java" / "zookeeper.jar") in message
+    assert "pyspark" in message
+    assert "java: not found" in message
+
+
+def test_java_missing_is_reported(nothing_installed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    jars = nothing_installed / "jars"
+    jars.mkdir()
+    (jars / "zookeeper-3.9.5.jar").touch()
+    monkeypatch.setattr(distribution, "pyspark_jars_dir", lambda: jars)
+    with pytest.raises(ZooKeeperServerError, match="no java"):
+        find_distribution({"PATH": "", "ZOOKEEPER_HOME": str(nothing_installed / "nowhere")})
+    java = nothing_installed / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.touch(mode=0o755)
+    found = find_distribution({"JAVA_HOME": str(nothing_installed / "jdk")})
+    assert (found.source, found.version, found.java) == ("pyspark", "3.9.5", str(java))
+    assert found.classpath == [f"{jars}{os.sep}*"]
+
+
+def test_zookeeper_home_comes_first(nothing_installed: Path) -> None:
+    home = nothing_installed / "apache-zookeeper-3.8.4-bin"
+    (home / "lib").mkdir(parents=True)
+    (home / "conf").mkdir()
+    for name in ("lib/zookeeper-3.8.4.jar", "lib/zookeeper-jute-3.8.4.jar", "lib/logback-classic-1.2.13.jar"):
+        (home / name).touch()
+    java = nothing_installed / "bin" / "java"
+    java.parent.mkdir()
+    java.touch(mode=0o755)
+    found = find_distribution({"ZOOKEEPER_HOME": str(home), "PATH": str(java.parent)})
+    assert (found.source, found.version) == ("ZOOKEEPER_HOME", "3.8.4")
+    assert found.classpath[0] == str(home / "conf")
+    assert str(home / "lib" / "logback-classic-1.2.13.jar") in found.classpath
+
+
+def test_debian_layout(nothing_installed: Path) -> None:
+    java_dir = nothing_installed / "usr-share-java"
+    java_dir.mkdir()
+    (java_dir / "zookeeper-3.8.0.jar").touch()
+    (java_dir / "zookeeper.jar").symlink_to("zookeeper-3.8.0.jar")
+    (java_dir / "slf4j-simple.jar").touch()
+    (java_dir / "netty-codec.jar").touch()
+    java = nothing_installed / "bin" / "java"
+    java.parent.mkdir()
+    java.touch(mode=0o755)
+    found = find_distribution({"PATH": str(java.parent)})
+    assert (found.source, found.version) == ("debian", "3.8.0")
+    assert found.classpath == [str(java_dir / n) for n in ("zookeeper.jar", "slf4j-simple.jar", "netty-codec.jar")]
+
+
+# -- ensemble -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ensemble_survives_losing_its_leader(client_factory: Callable[[str], KazooClient]) -> None:
+    with ZooKeeperEnsemble(size=3, tick_time_ms=200) as ensemble:
+        assert sorted(m or "" for m in ensemble.modes()) == ["follower", "follower", "leader"]
+        client = client_factory(ensemble.connect_string)
+        client.create("/before", b"1")
+
+        leader = ensemble.leader_index()
+        assert leader is not None
+        leader_pid = ensemble.nodes[leader].pid
+        ensemble.kill_node(leader)
+        assert leader_pid is not None and not alive(leader_pid)
+
+        retry = KazooRetry(max_tries=-1, deadline=20, delay=0.05, max_delay=0.5)
+        retry(client.create, "/after", b"2")
+        assert client.get("/before")[0] == b"1"
+
+        ensemble.start_node(leader)  # rejoins (as a follower, normally)
+        assert ensemble.nodes[leader].mode() in ("follower", "leader")
+        pids = [node.pid for node in ensemble.nodes]
+    assert all(pid is not None and not alive(pid) for pid in pids)
+    assert not ensemble.base_dir.exists()

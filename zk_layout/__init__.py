@@ -1,0 +1,60 @@
+"""The Kafka 0.8 ZooKeeper schema: paths (:mod:`zk_layout.paths`), node codecs (:mod:`zk_layout.formats`) and
+typed reads/writes over kazoo (:mod:`zk_layout.store`).
+
+This package is the only code that knows a ZooKeeper path. It depends on kazoo, the standard library and
+:mod:`metaq.errors` only, so that tools can use it without the rest of metaq.
+"""
+
+from __future__ import annotations
+
+from zk_layout import paths
+from zk_layout.formats import (
+    BLACK_LIST,
+    STATIC,
+    WHITE_LIST,
+    BrokerInfo,
+    ClusterId,
+    ControllerInfo,
+    PartitionState,
+    TopicAssignment,
+    TopicConfig,
+    TopicCount,
+    decode_controller_epoch,
+    decode_offset,
+    decode_owner,
+    encode_controller_epoch,
+    encode_offset,
+    encode_owner,
+    normalize_topic_filter,
+    parse_endpoint,
+)
+from zk_layout.paths import split_connect, validate_group, validate_topic
+from zk_layout.store import StaleVersionError, ZkLayout, new_cluster_id
+
+__all__ = [
+    "BLACK_LIST",
+    "STATIC",
+    "WHITE_LIST",
+    "BrokerInfo",
+    "ClusterId",
+    "ControllerInfo",
+    "PartitionState",
+    "StaleVersionError",
+    "TopicAssignment",
+    "TopicConfig",
+    "TopicCount",
+    "ZkLayout",
+    "decode_controller_epoch",
+    "decode_offset",
+    "decode_owner",
+    "encode_controller_epoch",
+    "encode_offset",
+    "encode_owner",
+    "new_cluster_id",
+    "normalize_topic_filter",
+    "parse_endpoint",
+    "paths",
+    "split_connect",
+    "validate_group",
+    "validate_topic",
+]

@@ -1,0 +1,186 @@
+"""Every ZooKeeper path of the Kafka 0.8 layout; no other code in the project spells a path.
+
+All paths are relative to the chroot of ``zookeeper.connect``. Functions validate the names they put into a
+path (so that ``"a/b"`` cannot address another node) and raise :class:`ConfigError` for a bad one::
+
+    offset_path("etl", "clicks", 0)      # "/consumers/etl/offsets/clicks/0"
+    split_connect("zk1:2181,zk2:2181/kafka")   # ("zk1:2181,zk2:2181", "/kafka")
+"""
+
+from __future__ import annotations
+
+import re
+
+from metaq.errors import ConfigError
+
+BROKERS = "/brokers"
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+BROKER_SEQID = "/brokers/seqid"
+CONSUMERS = "/consumers"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CLUSTER = "/cluster"
+CLUSTER_ID = "/cluster/id"
+CONFIG = "/config"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_CLIENTS = "/config/clients"
+CONFIG_USERS = "/config/users"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_IPS = "/config/ips"
+ADMIN_DELETE_TOPICS = "/admin/delete_topics"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+
+PERSISTENT_PATHS: tuple[str, ...] = (
+    CONSUMERS,
+    BROKER_IDS,
+    BROKER_TOPICS,
+    CONFIG_CHANGES,
+    ADMIN_DELETE_TOPICS,
+    BROKER_SEQID,
+    ISR_CHANGE_NOTIFICATION,
+    LATEST_PRODUCER_ID_BLOCK,
+    LOG_DIR_EVENT_NOTIFICATION,
+    CONFIG_TOPICS,
+    CONFIG_CLIENTS,
+    CONFIG_USERS,
+    CONFIG_BROKERS,
+    CONFIG_IPS,
+)
+"""What a Kafka broker creates at start-up (``ZkData.PersistentZkPaths``). ``/feature`` (2.7+) is left out on
+purpose: Kafka expects it to hold a FeatureZNode, and an empty one would break a real broker's start-up."""
+
+MAX_TOPIC_LENGTH = 249
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+# -- name validation -------------------------------------------------------------------------------
+
+
+def validate_topic(topic: str) -> str:
+    """Kafka's topic rules: ``[a-zA-Z0-9._-]``, 1..249 characters, not ``.`` or ``..``. Returns the topic."""
+    if not isinstance(topic, str) or not topic:
+        raise ConfigError(f"topic name {topic!r}: must be a non-empty string")
+    if topic in (".", ".."):
+        raise ConfigError(f"topic name {topic!r}: '.' and '..' are not allowed")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise ConfigError(f"topic name {topic[:40]!r}...: longer than {MAX_TOPIC_LENGTH} characters")
+    if not _LEGAL_NAME.fullmatch(topic):
+        raise ConfigError(f"topic name {topic!r}: only ASCII letters, digits, '.', '_' and '-' are allowed")
+    return topic
+
+
+def validate_group(group: str) -> str:
+    """Kafka's ``group.id`` rule (``ConsumerConfig.validateChars``): ``[a-zA-Z0-9._-]``; non-empty here
+    because an empty group would address ``/consumers//ids``. Returns the group."""
+    if not isinstance(group, str) or not _LEGAL_NAME.fullmatch(group) or group in (".", ".."):
+        raise ConfigError(f"config 'group.id': {group!r} must be non-empty ASCII letters, digits, '.', '_' or '-'")
+    return group
+
+
+def _validate_node_name(kind: str, name: str) -> str:
+    """Consumer and thread ids are not validated by Kafka (they contain host names); we only refuse what
+    would not be a single node name."""
+    if not isinstance(name, str) or not name or "/" in name or name in (".", "..") or "\x00" in name:
+        raise ConfigError(f"{kind} {name!r}: must be a non-empty node name without '/'")
+    return name
+
+
+def _validate_id(kind: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{kind} {value!r}: must be an integer >= 0")
+    return value
+
+
+# -- brokers and topics ----------------------------------------------------------------------------
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{_validate_id('broker id', broker_id)}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{validate_topic(topic)}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{topic_path(topic)}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{partitions_path(topic)}/{_validate_id('partition', partition)}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{partition_path(topic, partition)}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{validate_topic(topic)}"
+
+
+# -- consumers -------------------------------------------------------------------------------------
+
+
+def consumer_group_path(group: str) -> str:
+    return f"{CONSUMERS}/{validate_group(group)}"
+
+
+def consumer_ids_path(group: str) -> str:
+    return f"{consumer_group_path(group)}/ids"
+
+
+def consumer_id_path(group: str, consumer_id: str) -> str:
+    return f"{consumer_ids_path(group)}/{_validate_node_name('consumer id', consumer_id)}"
+
+
+def owners_path(group: str) -> str:
+    return f"{consumer_group_path(group)}/owners"
+
+
+def topic_owners_path(group: str, topic: str) -> str:
+    return f"{owners_path(group)}/{validate_topic(topic)}"
+
+
+def owner_path(group: str, topic: str, partition: int) -> str:
+    return f"{topic_owners_path(group, topic)}/{_validate_id('partition', partition)}"
+
+
+def offsets_path(group: str) -> str:
+    return f"{consumer_group_path(group)}/offsets"
+
+
+def topic_offsets_path(group: str, topic: str) -> str:
+    return f"{offsets_path(group)}/{validate_topic(topic)}"
+
+
+def offset_path(group: str, topic: str, partition: int) -> str:
+    return f"{topic_offsets_path(group, topic)}/{_validate_id('partition', partition)}"
+
+
+# -- connect strings -------------------------------------------------------------------------------
+
+
+def split_connect(connect: str) -> tuple[str, str]:
+    """Split ``zookeeper.connect`` into the host list and the chroot (``""`` when there is none).
+
+    ``"zk1:2181,zk2:2181/kafka/prod"`` -> ``("zk1:2181,zk2:2181", "/kafka/prod")``. As in ZooKeeper's
+    ``ConnectStringParser``, a lone trailing ``/`` means no chroot, and a chroot must be a valid path (no
+    empty, ``.`` or ``..`` segment, no trailing slash).
+    """
+    if not isinstance(connect, str):
+        raise ConfigError(f"config 'zookeeper.connect': {connect!r} is not a string")
+    hosts, slash, rest = connect.strip().partition("/")
+    entries = [entry.strip() for entry in hosts.split(",")]
+    if not hosts.strip() or any(not entry for entry in entries):
+        raise ConfigError(f"config 'zookeeper.connect': {connect!r} must be host:port[,host:port...][/chroot]")
+    hosts = ",".join(entries)
+    if not slash or not rest:
+        return hosts, ""
+    segments = rest.split("/")
+    if any(seg in ("", ".", "..") or "\x00" in seg for seg in segments):
+        raise ConfigError(f"config 'zookeeper.connect': invalid chroot '/{rest}' in {connect!r}")
+    return hosts, "/" + rest

@@ -1,0 +1,510 @@
+"""Typed reads and writes of the Kafka 0.8 ZooKeeper layout over a started KazooClient.
+
+Usage::
+
+    layout = ZkLayout(client)               # client rooted at the chroot (see metaq.zkclient.connect)
+    layout.ensure_persistent_paths()
+    layout.register_broker(BrokerInfo.plaintext(0, "127.0.0.1", 9092))   # ephemeral: gone with the session
+    layout.create_topic("clicks", {0: [0], 1: [0]}, {0: state, 1: state})
+    layout.write_offset("etl", "clicks", 0, 4213)
+    layout.offsets("etl")                   # {("clicks", 0): 4213}
+
+Errors: a missing node reads as None (or an empty list); a node whose data does not parse raises
+:class:`MalformedNodeError` with the node's full path (chroot included); losing the connection raises
+:class:`ZooKeeperUnavailableError` (retriable); anything else ZooKeeper refuses raises
+:class:`ZooKeeperError`.
+Every kazoo error is chained with ``from``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    RolledBackError,
+    SessionExpiredError,
+    ZookeeperStoppedError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import WatchedEvent, ZnodeStat
+
+from metaq.errors import (
+    ConfigError,
+    MalformedNodeError,
+    StaleVersionError,
+    TopicExistsError,
+    ZooKeeperError,
+    ZooKeeperUnavailableError,
+)
+from zk_layout import paths
+from zk_layout.formats import (
+    BrokerInfo,
+    ClusterId,
+    ControllerInfo,
+    PartitionState,
+    TopicAssignment,
+    TopicConfig,
+    TopicCount,
+    decode_offset,
+    decode_owner,
+    encode_offset,
+    encode_owner,
+)
+
+log = logging.getLogger(__name__)
+
+_UNAVAILABLE = (
+    ConnectionLoss,
+    SessionExpiredError,
+    OperationTimeoutError,
+    KazooTimeoutError,
+    ZookeeperStoppedError,
+)
+
+
+Watch = Callable[[WatchedEvent], None]
+"""A one-shot kazoo watch. It runs on kazoo's event thread and must not block."""
+
+
+def new_cluster_id() -> str:
+    """A 22-character URL-safe base64 UUID, as Kafka generates for ``/cluster/id``."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+
+
+class ZkLayout:
+    """Typed access to the Kafka 0.8 ZooKeeper layout; see the module docstring.
+
+    ``stale_node_wait_s`` bounds how long :meth:`register_broker` and :meth:`register_consumer` wait for an
+    ephemeral node left by our own previous session to expire before giving up. Thread-safe as kazoo is.
+    """
+
+    def __init__(self, client: KazooClient, *, stale_node_wait_s: float = 10.0) -> None:
+        self._client = client
+        self._stale_node_wait_s = stale_node_wait_s
+
+    @property
+    def client(self) -> KazooClient:
+        return self._client
+
+    def full_path(self, path: str) -> str:
+        """The path as seen without the chroot, for messages an operator can paste into zkCli."""
+        chroot = self._client.chroot or ""
+        return chroot + path if path != "/" or not chroot else chroot
+
+    # -- plumbing ----------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _translated(self, action: str, path: str) -> Iterator[None]:
+        """Translate kazoo errors at this one boundary."""
+        try:
+            yield
+        except _UNAVAILABLE as e:
+            raise ZooKeeperUnavailableError(f"cannot {action} {self.full_path(path)}: {e!r}") from e
+        except NoAuthError as e:
+            raise ZooKeeperError(f"cannot {action} {self.full_path(path)}: not allowed by its ACL") from e
+        except BadVersionError as e:
+            raise StaleVersionError(f"cannot {action} {self.full_path(path)}: it changed since it was read") from e
+        except KazooException as e:
+            raise ZooKeeperError(f"cannot {action} {self.full_path(path)}: {e!r}") from e
+
+    def _read(self, path: str, watch: Watch | None = None) -> tuple[bytes, ZnodeStat] | None:
+        """Data and stat, or None if the node does not exist. With ``watch``, a missing node gets an exists
+        watch instead (ZooKeeper sets no data watch on a missing node), so its creation is noticed too."""
+        with self._translated("read", path):
+            while True:
+                try:
+                    return self._client.get(path, watch=watch)  # type: ignore[no-any-return]
+                except NoNodeError:
+                    if watch is None or self._client.exists(path, watch=watch) is None:
+                        return None
+                    # created in between: read it (the loop ends when it is found or stays gone)
+
+    def _children(self, path: str, watch: Watch | None = None) -> list[str]:
+        """Sorted child names, or [] if the node does not exist (then ``watch`` fires on its creation)."""
+        with self._translated("list", path):
+            while True:
+                try:
+                    return sorted(self._client.get_children(path, watch=watch))
+                except NoNodeError:
+                    if watch is None or self._client.exists(path, watch=watch) is None:
+                        return []
+
+    def _ensure(self, path: str) -> None:
+        with self._translated("create", path):
+            self._client.ensure_path(path)
+
+    def _upsert(self, path: str, data: bytes) -> None:
+        """Kafka's ``updatePersistentPath``: set, or create with parents; a racing creator is overwritten."""
+        with self._translated("write", path):
+            try:
+                self._client.set(path, data)
+            except NoNodeError:
+                try:
+                    self._client.create(path, data, makepath=True)
+                except NodeExistsError:
+                    self._client.set(path, data)
+
+    def _delete(self, path: str, version: int = -1) -> bool:
+        with self._translated("delete", path):
+            try:
+                self._client.delete(path, version=version)
+                return True
+            except NoNodeError:
+                return False
+
+    def _session_id(self) -> int | None:
+        client_id = self._client.client_id
+        return client_id[0] if client_id else None
+
+    def _create_ephemeral(self, path: str, data: bytes, what: str, is_stale_copy: Callable[[bytes], bool]) -> None:
+        """Create an ephemeral node, resolving a conflict the way Kafka's
+        ``createEphemeralPathExpectConflictHandleZKBug`` does: a node owned by this session is ours already
+        (a retried create whose reply was lost) and is updated; a node that ``is_stale_copy`` recognises as
+        left by our previous session is waited out until it expires; anything else is a real conflict."""
+        deadline = time.monotonic() + self._stale_node_wait_s
+        while True:
+            with self._translated("create", path):
+                try:
+                    self._client.create(path, data, ephemeral=True, makepath=True)
+                    return
+                except NodeExistsError:
+                    pass
+            existing = self._read(path)
+            if existing is None:
+                continue  # it vanished in between: try again at once
+            old, stat = existing
+            if stat.ephemeralOwner == self._session_id():
+                with self._translated("write", path):
+                    self._client.set(path, data)
+                return
+            if stat.ephemeralOwner == 0 or not is_stale_copy(old) or time.monotonic() >= deadline:
+                owner = f"session 0x{stat.ephemeralOwner:x}" if stat.ephemeralOwner else "a persistent node"
+                raise ZooKeeperError(f"{what} already registered at {self.full_path(path)} ({owner})")
+            log.info("%s: waiting for %s left by a previous session to expire", what, self.full_path(path))
+            self._wait_gone(path, deadline)
+
+    def _wait_gone(self, path: str, deadline: float) -> None:
+        gone = threading.Event()
+        with self._translated("watch", path):
+            if self._client.exists(path, watch=lambda _event: gone.set()) is None:
+                return
+        # Bounded by the caller's deadline; re-checked by the caller's loop either way.
+        gone.wait(max(0.0, min(deadline - time.monotonic(), 1.0)))
+
+    # -- persistent paths and cluster --------------------------------------------------------------
+
+    def ensure_persistent_paths(self) -> None:
+        """Create the persistent paths a Kafka broker creates at start-up (:data:`paths.PERSISTENT_PATHS`)."""
+        for path in paths.PERSISTENT_PATHS:
+            self._ensure(path)
+
+    def cluster_id(self) -> str | None:
+        node = self._read(paths.CLUSTER_ID)
+        return None if node is None else ClusterId.decode(self.full_path(paths.CLUSTER_ID), node[0]).id
+
+    def ensure_cluster_id(self) -> str:
+        """The cluster id, created by whoever comes first."""
+        existing = self.cluster_id()
+        if existing is not None:
+            return existing
+        with self._translated("create", paths.CLUSTER_ID):
+            try:
+                self._client.create(paths.CLUSTER_ID, ClusterId(new_cluster_id()).encode(), makepath=True)
+            except NodeExistsError:
+                pass
+        created = self.cluster_id()
+        if created is None:  # deleted right after being created: nothing sensible to do but report it
+            raise ZooKeeperError(f"{self.full_path(paths.CLUSTER_ID)} vanished while being created")
+        return created
+
+    def controller(self, watch: Watch | None = None) -> ControllerInfo | None:
+        node = self._read(paths.CONTROLLER, watch)
+        return None if node is None else ControllerInfo.decode(self.full_path(paths.CONTROLLER), node[0])
+
+    def try_become_controller(self, info: ControllerInfo) -> bool:
+        """Create ``/controller`` (ephemeral); False if another session holds it."""
+        with self._translated("create", paths.CONTROLLER):
+            try:
+                self._client.create(paths.CONTROLLER, info.encode(), ephemeral=True)
+                return True
+            except NodeExistsError:
+                pass
+        node = self._read(paths.CONTROLLER)
+        return node is not None and node[1].ephemeralOwner == self._session_id()
+
+    # -- brokers -----------------------------------------------------------------------------------
+
+    def register_broker(self, info: BrokerInfo) -> None:
+        """Register ``info`` as an ephemeral node. A node left by a previous session of the same broker (same
+        addresses) is waited out; one from another broker raises "broker id N already registered"."""
+        path = paths.broker_path(info.id)
+
+        def same_broker(old: bytes) -> bool:
+            try:
+                previous = BrokerInfo.decode(path, old, broker_id=info.id)
+            except MalformedNodeError:
+                return False
+            return (previous.host, previous.port, previous.endpoints) == (
+                info.host,
+                info.port,
+                info.endpoints,
+            )
+
+        self._create_ephemeral(path, info.encode(), f"broker id {info.id}", same_broker)
+
+    def unregister_broker(self, broker_id: int) -> None:
+        self._delete(paths.broker_path(broker_id))
+
+    def broker_ids(self, watch: Watch | None = None) -> list[int]:
+        """Live broker ids; ``watch`` fires when a broker comes or goes."""
+        ids = []
+        for name in self._children(paths.BROKER_IDS, watch):
+            if name.isascii() and name.isdigit():
+                ids.append(int(name))
+            else:
+                log.warning("ignoring %s/%s: not a broker id", self.full_path(paths.BROKER_IDS), name)
+        return sorted(ids)
+
+    def broker(self, broker_id: int, watch: Watch | None = None) -> BrokerInfo | None:
+        path = paths.broker_path(broker_id)
+        node = self._read(path, watch)
+        return None if node is None else BrokerInfo.decode(self.full_path(path), node[0], broker_id=broker_id)
+
+    def brokers(self, watch: Watch | None = None) -> dict[int, BrokerInfo]:
+        """Live brokers by id (a broker that goes away between listing and reading is left out). ``watch``
+        is set on the list and on every registration."""
+        result = {}
+        for broker_id in self.broker_ids(watch):
+            info = self.broker(broker_id, watch)
+            if info is not None:
+                result[broker_id] = info
+        return result
+
+    # -- topics ------------------------------------------------------------------------------------
+
+    def topics(self, watch: Watch | None = None) -> list[str]:
+        """Topic names, sorted; ``watch`` fires when a topic is created or deleted."""
+        return self._children(paths.BROKER_TOPICS, watch)
+
+    def topic_assignment(self, topic: str, watch: Watch | None = None) -> TopicAssignment | None:
+        """Partition -> replicas; ``watch`` (a data watch) fires when partitions are added."""
+        path = paths.topic_path(topic)
+        node = self._read(path, watch)
+        return None if node is None else TopicAssignment.decode(self.full_path(path), node[0])
+
+    def topic_config(self, topic: str) -> TopicConfig | None:
+        path = paths.topic_config_path(topic)
+        node = self._read(path)
+        return None if node is None else TopicConfig.decode(self.full_path(path), node[0])
+
+    def partition_state(self, topic: str, partition: int, watch: Watch | None = None) -> PartitionState | None:
+        versioned = self.partition_state_versioned(topic, partition, watch)
+        return None if versioned is None else versioned[0]
+
+    def partition_state_versioned(
+        self, topic: str, partition: int, watch: Watch | None = None
+    ) -> tuple[PartitionState, int] | None:
+        """The state and its zkVersion, for a conditional :meth:`set_partition_state`."""
+        path = paths.partition_state_path(topic, partition)
+        node = self._read(path, watch)
+        if node is None:
+            return None
+        return PartitionState.decode(self.full_path(path), node[0]), node[1].version
+
+    def set_partition_state(self, topic: str, partition: int, state: PartitionState, version: int | None = None) -> int:
+        """Write the state; with ``version``, only if the node is still at that zkVersion (else
+        :class:`StaleVersionError`). Returns the new zkVersion."""
+        path = paths.partition_state_path(topic, partition)
+        data = state.encode()
+        with self._translated("write", path):
+            try:
+                return int(self._client.set(path, data, version=-1 if version is None else version).version)
+            except NoNodeError:
+                if version is not None:
+                    raise StaleVersionError(
+                        f"{self.full_path(path)} does not exist (expected version {version})"
+                    ) from None
+                self._client.create(path, data, makepath=True)
+                return 0
+
+    def create_topic(
+        self,
+        topic: str,
+        assignment: Mapping[int, Sequence[int]],
+        states: Mapping[int, PartitionState],
+        *,
+        config: Mapping[str, str] | None = None,
+    ) -> None:
+        """Create a topic in ONE transaction: ``/config/topics/<t>``, ``/brokers/topics/<t>``, its
+        ``partitions`` parents and the ``state`` nodes given in ``states``. Readers never see half a topic.
+        Raises :class:`TopicExistsError` if the topic exists."""
+        _check_assignment(topic, assignment, states)
+        topic_path = paths.topic_path(topic)
+        if self._read(topic_path) is not None:
+            raise TopicExistsError(f"topic {topic!r} already exists")
+        self._ensure(paths.BROKER_TOPICS)
+        self._ensure(paths.CONFIG_TOPICS)
+        config_path = paths.topic_config_path(topic)
+        existing_config = self._read(config_path)  # a leftover of a deleted topic is overwritten, as Kafka does
+        with self._translated("create", topic_path):
+            tx = self._client.transaction()
+            config_data = TopicConfig(dict(config or {})).encode()
+            if existing_config is None:
+                tx.create(config_path, config_data)
+            else:
+                tx.set_data(config_path, config_data, version=existing_config[1].version)
+            tx.create(topic_path, TopicAssignment({p: tuple(r) for p, r in assignment.items()}).encode())
+            tx.create(paths.partitions_path(topic), b"")
+            for partition in sorted(assignment):
+                tx.create(paths.partition_path(topic, partition), b"")
+                if partition in states:
+                    tx.create(paths.partition_state_path(topic, partition), states[partition].encode())
+            results = tx.commit()
+        self._raise_for_transaction(topic, results)
+        log.info("created topic %s with %d partitions", topic, len(assignment))
+
+    def _raise_for_transaction(self, topic: str, results: list[object]) -> None:
+        failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+        if failure is None:
+            return
+        if isinstance(failure, NodeExistsError) and self._read(paths.topic_path(topic)) is not None:
+            raise TopicExistsError(f"topic {topic!r} already exists") from failure
+        raise ZooKeeperError(f"creating topic {topic!r} failed: {failure!r}") from failure
+
+    # -- consumers ---------------------------------------------------------------------------------
+
+    def groups(self, watch: Watch | None = None) -> list[str]:
+        return self._children(paths.CONSUMERS, watch)
+
+    def register_consumer(self, group: str, consumer_id: str, topic_count: TopicCount) -> None:
+        """Register a consumer (ephemeral). Consumer ids are unique per process start, so a node with the same
+        id can only be our own previous session's: it is waited out, as Kafka does."""
+        path = paths.consumer_id_path(group, consumer_id)
+        self._create_ephemeral(path, topic_count.encode(), f"consumer {consumer_id}", lambda _old: True)
+
+    def unregister_consumer(self, group: str, consumer_id: str) -> None:
+        self._delete(paths.consumer_id_path(group, consumer_id))
+
+    def consumer_ids(self, group: str, watch: Watch | None = None) -> list[str]:
+        """Registered consumer ids, sorted as strings (the order Kafka's range assignor uses); ``watch``
+        fires when a consumer joins or leaves: the rebalance trigger."""
+        return self._children(paths.consumer_ids_path(group), watch)
+
+    def consumer_registration(self, group: str, consumer_id: str, watch: Watch | None = None) -> TopicCount | None:
+        path = paths.consumer_id_path(group, consumer_id)
+        node = self._read(path, watch)
+        return None if node is None else TopicCount.decode(self.full_path(path), node[0])
+
+    def consumer_registrations(self, group: str) -> dict[str, TopicCount]:
+        """consumer id -> registration, leaving out consumers that go away while being read."""
+        result = {}
+        for consumer_id in self.consumer_ids(group):
+            registration = self.consumer_registration(group, consumer_id)
+            if registration is not None:
+                result[consumer_id] = registration
+        return result
+
+    def owner(self, group: str, topic: str, partition: int, watch: Watch | None = None) -> str | None:
+        path = paths.owner_path(group, topic, partition)
+        node = self._read(path, watch)
+        return None if node is None else decode_owner(self.full_path(path), node[0])
+
+    def owners(self, group: str) -> dict[tuple[str, int], str]:
+        """(topic, partition) -> owning thread id."""
+        result = {}
+        for topic, partition in self._topic_partitions(paths.owners_path(group), group, paths.topic_owners_path):
+            owner = self.owner(group, topic, partition)
+            if owner is not None:
+                result[(topic, partition)] = owner
+        return result
+
+    def claim_partition(self, group: str, topic: str, partition: int, thread_id: str) -> bool:
+        """Create the ephemeral owner node. True if we own it now (also when this session already did),
+        False if another consumer does; the caller retries after that owner releases it."""
+        path = paths.owner_path(group, topic, partition)
+        with self._translated("create", path):
+            try:
+                self._client.create(path, encode_owner(thread_id), ephemeral=True, makepath=True)
+                return True
+            except NodeExistsError:
+                pass
+        node = self._read(path)
+        return node is not None and node[1].ephemeralOwner == self._session_id() and node[0] == encode_owner(thread_id)
+
+    def release_partition(self, group: str, topic: str, partition: int, thread_id: str | None = None) -> bool:
+        """Delete the owner node (only if it names ``thread_id``, when given). True if a node was deleted."""
+        path = paths.owner_path(group, topic, partition)
+        if thread_id is None:
+            return self._delete(path)
+        node = self._read(path)
+        if node is None or node[0] != encode_owner(thread_id):
+            return False
+        try:
+            return self._delete(path, version=node[1].version)
+        except StaleVersionError:  # rewritten by someone else meanwhile: not ours to delete any more
+            return False
+
+    def read_offset(self, group: str, topic: str, partition: int) -> int | None:
+        path = paths.offset_path(group, topic, partition)
+        node = self._read(path)
+        return None if node is None else decode_offset(self.full_path(path), node[0])
+
+    def write_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """Write the next offset to consume as plain decimal (creating parents), as Kafka 0.8 does."""
+        self._upsert(paths.offset_path(group, topic, partition), encode_offset(offset))
+
+    def offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> committed offset for the whole group."""
+        result = {}
+        for topic, partition in self._topic_partitions(paths.offsets_path(group), group, paths.topic_offsets_path):
+            offset = self.read_offset(group, topic, partition)
+            if offset is not None:
+                result[(topic, partition)] = offset
+        return result
+
+    def _topic_partitions(self, root: str, group: str, topic_dir: Callable[[str, str], str]) -> list[tuple[str, int]]:
+        """(topic, partition) pairs under ``root/<topic>/<partition>``; names that are not a Kafka topic or a
+        decimal partition (MetaQ writes ``brokerId-partition``) are skipped with a warning."""
+        pairs = []
+        for topic in self._children(root):
+            try:
+                directory = topic_dir(group, topic)
+            except ConfigError:
+                log.warning("ignoring %s/%s: not a valid topic name", self.full_path(root), topic)
+                continue
+            for name in self._children(directory):
+                if name.isascii() and name.isdigit():
+                    pairs.append((topic, int(name)))
+                else:
+                    log.warning("ignoring %s/%s: not a Kafka partition number", self.full_path(directory), name)
+        return sorted(pairs)
+
+
+def _check_assignment(
+    topic: str, assignment: Mapping[int, Sequence[int]], states: Mapping[int, PartitionState]
+) -> None:
+    paths.validate_topic(topic)
+    if not assignment:
+        raise ConfigError(f"topic {topic!r}: at least one partition is needed")
+    if sorted(assignment) != list(range(len(assignment))):
+        raise ConfigError(f"topic {topic!r}: partitions must be 0..n-1, got {sorted(assignment)}")
+    for partition, replicas in assignment.items():
+        if not replicas or len(set(replicas)) != len(replicas):
+            raise ConfigError(f"topic {topic!r} partition {partition}: replicas must be distinct and non-empty")
+    extra = sorted(set(states) - set(assignment))
+    if extra:
+        raise ConfigError(f"topic {topic!r}: states given for unknown partitions {extra}")
