@@ -1,0 +1,481 @@
+"""A blocking Kafka wire connection to one broker, with pipelining.
+
+Used by the producer's sender thread and the consumer's fetcher threads::
+
+    conn = BrokerConnection("127.0.0.1", 9092, client_id="etl")
+    conn.connect()                                   # TCP, then ApiVersions to learn the broker's ranges
+    meta = conn.send(MetadataRequest, {"topics": [{"name": "clicks"}], "allow_auto_topic_creation": False})
+    a = conn.send_async(FetchRequest, fetch_fields)  # pipelined: both requests are on the wire
+    b = conn.send_async(FetchRequest, other_fields)
+    a.result(), b.result()                           # responses arrive in request order
+
+Errors: a socket error, a timeout or the peer closing raise :class:`BrokerConnectionError` (retriable), a response
+that does not decode raises :class:`ProtocolError`. Either leaves the connection closed, with every in-flight
+request failed; the caller reconnects. ``result(timeout)`` running out before the request's own deadline raises the
+builtin ``TimeoutError`` (as ``concurrent.futures.Future.result`` does) and leaves the request in flight.
+
+One thread at a time may use a connection; :meth:`BrokerConnection.close` may be called from any thread and
+interrupts a blocked read.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from kafka.protocol.api_header import ResponseClassRegistry
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.metadata import ApiVersionsRequest
+
+from metaq import __version__
+from metaq.client.versions import API_VERSIONS_PROBE, ApiKey, api_name, pick_version
+from metaq.errors import BrokerConnectionError, ProtocolError, UnsupportedVersionError, raise_for_code
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_ERROR_CODE = struct.Struct(">h")
+_READ_CHUNK = 65536  # frames up to this size are decoded in place from the read-ahead buffer
+_CORRELATION_MASK = 0x7FFFFFFF
+_UNSUPPORTED_VERSION = 35
+
+
+class _WouldBlock(Exception):
+    """The read deadline passed before a whole frame arrived; what was read so far is kept."""
+
+
+class _PeerClosed(Exception):
+    """recv returned 0 bytes."""
+
+
+class InFlightRequest:
+    """A request written to the wire; :meth:`result` waits for its response (or returns None without one)."""
+
+    __slots__ = ("_conn", "correlation_id", "api_key", "api_version", "response_class", "deadline",
+                 "_done", "_response", "_error")
+
+    def __init__(self, conn: BrokerConnection, correlation_id: int, api_key: int, api_version: int,
+                 response_class: type[ApiMessage] | None, deadline: float) -> None:
+        self._conn = conn
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.api_version = api_version
+        self.response_class = response_class
+        self.deadline = deadline  # time.monotonic() after which the broker is considered stuck
+        self._done = False
+        self._response: Any = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The decoded response; waits up to ``timeout`` seconds (None: until the request times out)."""
+        if not self._done:
+            self._conn._wait_for(self, timeout)
+        if self._error is not None:
+            raise self._error
+        return self._response
+
+    def describe(self) -> str:
+        return f"{api_name(self.api_key)} v{self.api_version} (correlation id {self.correlation_id})"
+
+    def _set_response(self, response: Any) -> None:
+        self._response = response
+        self._done = True
+
+    def _set_error(self, error: BaseException) -> None:
+        if not self._done:
+            self._error = error
+            self._done = True
+
+    def __repr__(self) -> str:
+        state = "done" if self._done else "pending"
+        return f"<InFlightRequest {self.describe()} to {self._conn.address} {state}>"
+
+
+class _FrameReader:
+    """Reads size-prefixed frames with few syscalls and no quadratic copies.
+
+    Small frames are parsed in place from one reused read-ahead buffer (several pipelined responses may arrive
+    in one recv); a frame larger than that buffer gets its own exact-size bytearray, filled with recv_into.
+    A returned frame is only valid until the next call.
+    """
+
+    def __init__(self, recv_into: Any, max_frame: int, chunk: int = _READ_CHUNK) -> None:
+        self._recv_into = recv_into  # (memoryview) -> bytes read; raises _WouldBlock / _PeerClosed
+        self._max_frame = max_frame
+        self._buf = bytearray(chunk)
+        self._start = 0
+        self._end = 0
+        self._big: bytearray | None = None
+        self._big_pos = 0
+
+    def next_frame(self) -> memoryview:
+        if self._big is not None:
+            return self._fill_big()
+        buf = self._buf
+        while True:
+            avail = self._end - self._start
+            if avail >= 4:
+                size = _SIZE.unpack_from(buf, self._start)[0]
+                if size < 0 or size > self._max_frame:
+                    raise ProtocolError(f"response frame size {size} is outside 0..{self._max_frame}")
+                if avail >= 4 + size:
+                    begin = self._start + 4
+                    self._start = begin + size
+                    return memoryview(buf)[begin : begin + size]
+                if 4 + size > len(buf):
+                    return self._start_big(size)
+            self._compact()
+            self._end += self._recv_into(memoryview(buf)[self._end :])
+
+    def _compact(self) -> None:
+        if self._start:
+            kept = self._end - self._start
+            self._buf[:kept] = self._buf[self._start : self._end]
+            self._start, self._end = 0, kept
+
+    def _start_big(self, size: int) -> memoryview:
+        have = self._end - self._start - 4
+        big = bytearray(size)
+        big[:have] = self._buf[self._start + 4 : self._end]
+        self._start = self._end = 0
+        self._big, self._big_pos = big, have
+        return self._fill_big()
+
+    def _fill_big(self) -> memoryview:
+        big = self._big
+        assert big is not None
+        view = memoryview(big)
+        while self._big_pos < len(big):
+            self._big_pos += self._recv_into(view[self._big_pos :])
+        self._big = None
+        return view
+
+
+def build_request(request_class: type[ApiMessage], version: int, fields: Mapping[str, Any]) -> ApiMessage:
+    """A versioned request from plain values; nested structs may be given as dicts."""
+    return request_class[version](**_containers(request_class.fields, fields))
+
+
+def _containers(field_map: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        field = field_map.get(name)
+        if field is not None and value is not None:
+            if field.is_struct_array():
+                value = [_container(field, item) for item in value]
+            elif field.is_struct():
+                value = _container(field, value)
+        out[name] = value
+    return out
+
+
+def _container(field: Any, item: Any) -> Any:
+    if isinstance(item, Mapping):
+        return field.data_class(**_containers(field.fields, item))
+    return item
+
+
+def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
+    count, pos = _read_uvarint(frame, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(frame, pos)
+        size, pos = _read_uvarint(frame, pos)
+        pos += size
+    return pos
+
+
+def _read_uvarint(data: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+class BrokerConnection:
+    """A blocking connection to one broker; see the module docstring."""
+
+    def __init__(self, host: str, port: int, *, client_id: str = "metaq", request_timeout_ms: int = 30000,
+                 connect_timeout_ms: int = 10000, max_response_bytes: int = 104857600) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.request_timeout = request_timeout_ms / 1000.0
+        self.connect_timeout = connect_timeout_ms / 1000.0
+        self.max_response_bytes = max_response_bytes
+        self.broker_versions: dict[int, tuple[int, int]] = {}
+        self._lock = threading.Lock()  # guards _sock, _busy and _pending against close() from other threads
+        self._sock: socket.socket | None = None
+        self._busy = False
+        self._pending: deque[InFlightRequest] = deque()
+        self._next_id = 1
+        self._reader = _FrameReader(self._recv_into, max_response_bytes)
+        self._io_sock: socket.socket | None = None
+        self._io_until = math.inf
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def is_connected(self) -> bool:
+        return self._sock is not None
+
+    def fileno(self) -> int:
+        """The socket's descriptor, for selectors; -1 when closed."""
+        sock = self._sock
+        return sock.fileno() if sock is not None else -1
+
+    def in_flight(self) -> int:
+        """How many requests await a response."""
+        return len(self._pending)
+
+    def __repr__(self) -> str:
+        return f"<BrokerConnection {self.address} {'connected' if self.is_connected else 'closed'}>"
+
+    def __enter__(self) -> BrokerConnection:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- connecting ------------------------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Open the TCP connection and learn the broker's API versions; a no-op when already connected."""
+        if self._sock is not None:
+            return
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+        except OSError as e:
+            raise BrokerConnectionError(f"cannot connect to broker {self.address}: {e}") from e
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            self._sock, self._busy, self._pending = sock, False, deque()
+        self._reader = _FrameReader(self._recv_into, self.max_response_bytes)
+        self.broker_versions = {}
+        try:
+            self.broker_versions = self._negotiate_versions()
+        except BaseException:
+            self.close()
+            raise
+        log.debug("connected to %s, broker versions %s", self.address, self.broker_versions)
+
+    def _negotiate_versions(self) -> dict[int, tuple[int, int]]:
+        response = self.send(ApiVersionsRequest, ApiVersionsRequest[API_VERSIONS_PROBE](
+            client_software_name="metaq", client_software_version=__version__))
+        if response.error_code == _UNSUPPORTED_VERSION:  # KIP-511: the broker does not speak v3; v0 always works
+            response = self.send(ApiVersionsRequest, ApiVersionsRequest[0]())
+        raise_for_code(response.error_code, f"ApiVersions from {self.address}")
+        return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    def api_version(self, api_key: int) -> int:
+        """The highest version of ``api_key`` both sides speak; raises UnsupportedVersionError."""
+        if not self.broker_versions:
+            raise BrokerConnectionError(f"not connected to broker {self.address}")
+        try:
+            return pick_version(api_key, self.broker_versions)
+        except UnsupportedVersionError as e:
+            raise UnsupportedVersionError(f"broker {self.address}: {e}") from e
+
+    # -- requests --------------------------------------------------------------------------------------------
+
+    def send(self, request_class: type[ApiMessage], fields: Mapping[str, Any] | ApiMessage, *,
+             expect_response: bool = True) -> Any:
+        """Send one request and wait for its decoded response (None when none is expected)."""
+        return self.send_async(request_class, fields, expect_response=expect_response).result()
+
+    def send_async(self, request_class: type[ApiMessage], fields: Mapping[str, Any] | ApiMessage, *,
+                   expect_response: bool = True) -> InFlightRequest:
+        """Write one request and return at once; responses are matched to requests in order."""
+        request = self._build(request_class, fields)
+        version = request.API_VERSION
+        correlation_id = self._next_id
+        self._next_id = (correlation_id + 1) & _CORRELATION_MASK
+        request.with_header(correlation_id=correlation_id, client_id=self.client_id)
+        data = self._encode(request, version)
+        response_class = None
+        if expect_response and request.expect_response():
+            response_class = ResponseClassRegistry.get_response_class(request.header)[None]
+        handle = InFlightRequest(self, correlation_id, request.API_KEY, version, response_class,
+                                 time.monotonic() + self.request_timeout)
+        self._write(handle, data)
+        if response_class is None:
+            handle._set_response(None)
+        return handle
+
+    def _build(self, request_class: type[ApiMessage], fields: Mapping[str, Any] | ApiMessage) -> ApiMessage:
+        if isinstance(fields, ApiMessage):
+            if fields.API_KEY != request_class.API_KEY:
+                raise ValueError(f"a {type(fields).__name__} was given as a {request_class.__name__}")
+            if fields.API_VERSION is None:
+                fields.API_VERSION = self.api_version(fields.API_KEY)
+            return fields
+        version = self.api_version(request_class.API_KEY)
+        try:
+            return build_request(request_class, version, fields)
+        except (ValueError, TypeError, AttributeError) as e:
+            raise ProtocolError(f"cannot build {api_name(request_class.API_KEY)} v{version}: {e}") from e
+
+    @staticmethod
+    def _encode(request: ApiMessage, version: int) -> bytes | bytearray:
+        try:
+            return request.encode(header=True, framed=True)
+        except Exception as e:  # the codec raises a variety of errors for bad field values
+            raise ProtocolError(f"cannot encode {api_name(request.API_KEY)} v{version}: {e!r}") from e
+
+    def _write(self, handle: InFlightRequest, data: bytes | bytearray) -> None:
+        sock = self._begin_io(handle)
+        try:
+            if handle.response_class is not None:
+                with self._lock:
+                    self._pending.append(handle)
+            sock.settimeout(self.request_timeout)
+            sock.sendall(data)
+        except OSError as e:
+            raise self._fail(BrokerConnectionError(
+                f"broker {self.address}: sending {handle.describe()} failed: {e}")) from e
+        finally:
+            self._end_io(sock)
+
+    # -- responses -------------------------------------------------------------------------------------------
+
+    def _wait_for(self, handle: InFlightRequest, timeout: float | None) -> None:
+        """Read responses, oldest first, until ``handle`` has its own."""
+        wait_until = math.inf if timeout is None else time.monotonic() + timeout
+        while not handle._done:
+            with self._lock:
+                head = self._pending[0] if self._pending else None
+            if head is None:  # closed meanwhile: close() failed every pending request
+                handle._set_error(self._closed_error(handle))
+                return
+            self._read_response(head, wait_until, timeout)
+
+    def _read_response(self, head: InFlightRequest, wait_until: float, timeout: float | None) -> None:
+        sock = self._begin_io(head)
+        try:
+            self._io_sock, self._io_until = sock, min(wait_until, head.deadline)
+            frame = self._reader.next_frame()
+            response = self._decode(head, frame)
+        except _WouldBlock:
+            if time.monotonic() < head.deadline:
+                raise TimeoutError(f"no response to {head.describe()} from {self.address} "
+                                   f"within {timeout} s; it is still in flight") from None
+            raise self._fail(BrokerConnectionError(
+                f"broker {self.address}: no response to {head.describe()} "
+                f"within {self.request_timeout * 1000:.0f} ms")) from None
+        except _PeerClosed:
+            raise self._fail(self._closed_error(head)) from None
+        except OSError as e:
+            raise self._fail(BrokerConnectionError(
+                f"broker {self.address}: reading the response to {head.describe()} failed: {e}")) from e
+        except ProtocolError as e:
+            raise self._fail(ProtocolError(f"broker {self.address}, {head.describe()}: {e}")) from e
+        finally:
+            self._io_sock = None
+            self._end_io(sock)
+        with self._lock:
+            if self._pending and self._pending[0] is head:
+                self._pending.popleft()
+        head._set_response(response)
+
+    def _recv_into(self, view: memoryview) -> int:
+        sock = self._io_sock
+        assert sock is not None
+        sock.settimeout(max(self._io_until - time.monotonic(), 0.0))
+        try:
+            n = sock.recv_into(view)
+        except (TimeoutError, BlockingIOError, InterruptedError):
+            raise _WouldBlock() from None
+        if n == 0:
+            raise _PeerClosed()
+        return n
+
+    def _decode(self, head: InFlightRequest, frame: memoryview) -> Any:
+        if len(frame) < 4:
+            raise ProtocolError(f"response frame of {len(frame)} bytes has no correlation id")
+        correlation_id = _SIZE.unpack_from(frame, 0)[0]
+        if correlation_id != head.correlation_id:
+            raise ProtocolError(f"response correlation id {correlation_id} does not match the oldest "
+                                f"in-flight request")
+        response_class = head.response_class
+        assert response_class is not None
+        version = head.api_version
+        try:
+            pos = 4
+            if head.api_key != ApiKey.API_VERSIONS and response_class.flexible_version_q(version):
+                pos = _skip_tagged_fields(frame, pos)  # response header v1
+            body = frame[pos:]
+            if head.api_key == ApiKey.API_VERSIONS and version > 0 and len(body) >= 2 \
+                    and _ERROR_CODE.unpack_from(body, 0)[0] == _UNSUPPORTED_VERSION:
+                version = 0  # KIP-511: the broker answers a version it does not speak with a v0 body
+            return response_class.decode(body, version=version)
+        except Exception as e:  # the codec raises struct.error, ValueError, IndexError, UnicodeDecodeError...
+            raise ProtocolError(f"cannot decode the {api_name(head.api_key)} v{version} response "
+                                f"({len(frame)} bytes): {e!r}") from e
+
+    # -- closing ---------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the socket and fail every in-flight request; safe from any thread, interrupts a blocked read."""
+        self._shut(BrokerConnectionError(f"connection to broker {self.address} was closed"))
+
+    def _fail(self, error: BaseException) -> BaseException:
+        """Close after an I/O or protocol error and hand the error to every in-flight request."""
+        log.debug("closing connection to %s: %s", self.address, error)
+        self._shut(error)
+        return error
+
+    def _shut(self, error: BaseException) -> None:
+        with self._lock:
+            sock, self._sock = self._sock, None
+            pending, self._pending = self._pending, deque()
+            busy = self._busy
+        for handle in pending:
+            handle._set_error(error)
+        if sock is None:
+            return
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv on this socket
+        except OSError:
+            pass
+        if not busy:  # otherwise the thread doing I/O closes it in _end_io, so the fd is not reused under it
+            sock.close()
+
+    def _closed_error(self, handle: InFlightRequest) -> BrokerConnectionError:
+        if self._sock is None:
+            return BrokerConnectionError(f"connection to broker {self.address} was closed "
+                                         f"before the response to {handle.describe()}")
+        return BrokerConnectionError(f"broker {self.address} closed the connection "
+                                     f"before the response to {handle.describe()}")
+
+    def _begin_io(self, handle: InFlightRequest) -> socket.socket:
+        with self._lock:
+            sock = self._sock
+            if sock is None:
+                error = self._closed_error(handle)
+                handle._set_error(error)
+                raise error
+            self._busy = True
+            return sock
+
+    def _end_io(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._busy = False
+            closed_meanwhile = self._sock is not sock
+        if closed_meanwhile:
+            sock.close()

@@ -1,0 +1,79 @@
+"""Producer configuration, with Kafka's producer property names::
+
+    ProducerConfig.from_properties({"zookeeper.connect": "127.0.0.1:2181/metaq", "acks": "all", "linger.ms": "10"})
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from metaq.config import Config, non_negative, one_of, positive, prop
+from metaq.errors import ConfigError
+
+ACKS_ALL = -1
+PARTITIONERS = ("default", "round_robin", "random")
+COMPRESSION_TYPES = ("none", "gzip")
+
+
+def _acks(value: Any) -> str | None:
+    return None if value in (-1, 0, 1) else "must be one of -1 (all), 0, 1"
+
+
+@dataclass(frozen=True)
+class ProducerConfig(Config):
+    zookeeper_connect: str | None = prop(
+        "zookeeper.connect", None, doc="host:port[,host:port...][/chroot] of the ZooKeeper that holds metadata")
+    client_id: str = prop("client.id", "metaq-producer", doc="sent to brokers in every request header")
+    acks: int = prop("acks", 1, check=_acks,
+                     doc="0: no response; 1: the leader wrote it; -1/all: the strongest the broker offers")
+    linger_ms: int = prop("linger.ms", 5, check=non_negative, doc="how long a batch waits for more records")
+    batch_size: int = prop("batch.size", 262144, check=positive,
+                           doc="bytes per partition batch; larger than Kafka's 16384 because per-batch work "
+                               "is costly in Python")
+    buffer_memory: int = prop("buffer.memory", 33554432, check=positive,
+                              doc="bytes of unsent records before send() blocks")
+    max_block_ms: int = prop("max.block.ms", 60000, check=non_negative,
+                             doc="how long send() waits for buffer space or topic metadata")
+    max_request_size: int = prop("max.request.size", 1048576, check=positive,
+                                 doc="largest produce request, and so the largest record")
+    max_in_flight: int = prop("max.in.flight.requests.per.connection", 5, check=positive,
+                              doc="pipelined produce requests per broker; order per partition is kept anyway")
+    retries: int = prop("retries", 5, check=non_negative, doc="resends of a batch after a retriable error")
+    retry_backoff_ms: int = prop("retry.backoff.ms", 100, check=non_negative,
+                                 doc="first wait before a retry; doubles per attempt up to retry.backoff.max.ms")
+    retry_backoff_max_ms: int = prop("retry.backoff.max.ms", 1000, check=non_negative)
+    request_timeout_ms: int = prop("request.timeout.ms", 30000, check=positive)
+    connect_timeout_ms: int = prop("socket.connection.setup.timeout.ms", 10000, check=positive)
+    partitioner: str = prop("partitioner", "default", check=one_of(*PARTITIONERS),
+                            doc="default: murmur2 of the key (as Kafka's Java client), round robin for null keys")
+    compression_type: str = prop("compression.type", "none", check=one_of(*COMPRESSION_TYPES))
+    zookeeper_session_timeout_ms: int = prop("zookeeper.session.timeout.ms", 6000, check=positive)
+    zookeeper_connection_timeout_ms: int = prop("zookeeper.connection.timeout.ms", 6000, check=positive)
+    metadata_max_age_ms: int = prop("metadata.max.age.ms", 300000, check=positive,
+                                    doc="re-read a topic's partitions and leaders from ZooKeeper this often")
+
+    @classmethod
+    def from_properties(cls, values: Any = None, **overrides: Any) -> ProducerConfig:
+        """As :meth:`Config.from_properties`, also accepting ``acks=all``."""
+        values = dict(values or {})
+        if isinstance(values.get("acks"), str) and values["acks"].strip().lower() == "all":
+            values["acks"] = ACKS_ALL
+        if isinstance(overrides.get("acks"), str) and overrides["acks"].strip().lower() == "all":
+            overrides["acks"] = ACKS_ALL
+        return super().from_properties(values, **overrides)
+
+    def _check_values(self) -> None:
+        super()._check_values()
+        if self.batch_size > self.max_request_size:
+            raise ConfigError(f"config 'batch.size': {self.batch_size} must be <= max.request.size "
+                              f"({self.max_request_size})")
+        if self.max_request_size > self.buffer_memory:
+            raise ConfigError(f"config 'max.request.size': {self.max_request_size} must be <= buffer.memory "
+                              f"({self.buffer_memory})")
+
+    def require_zookeeper(self) -> str:
+        """zookeeper.connect, which a producer needs unless metadata is injected."""
+        if not self.zookeeper_connect:
+            raise ConfigError("config 'zookeeper.connect': a value is required")
+        return self.zookeeper_connect

@@ -1,0 +1,319 @@
+"""BrokerConnection against a real local socket served by FakeBroker."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+
+import pytest
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest
+
+from metaq.client import BrokerConnection
+from metaq.client.connection import _FrameReader, _PeerClosed, _WouldBlock
+from metaq.errors import BrokerConnectionError, ProtocolError, UnsupportedVersionError
+from metaq.producer.accumulator import BatchBuilder
+from tests.client.client_fake_broker import CLOSE, FakeBroker, Received, response_frame
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def broker():
+    with FakeBroker() as b:
+        yield b
+
+
+def connect(broker: FakeBroker, **kw) -> BrokerConnection:
+    conn = BrokerConnection("127.0.0.1", broker.port, **kw)
+    conn.connect()
+    return conn
+
+
+def metadata_fields(*topics: str) -> dict:
+    return {"topics": [{"name": t} for t in topics], "allow_auto_topic_creation": False}
+
+
+def produce_fields(topic: str, partition: int, records: bytes, acks: int = 1) -> dict:
+    return {"transactional_id": None, "acks": acks, "timeout_ms": 1000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}]}
+
+
+def one_batch(*values: bytes) -> bytes:
+    builder = BatchBuilder(1 << 20)
+    for v in values:
+        builder.append(1700000000000, None, v)
+    return builder.build()
+
+
+def test_connect_negotiates_versions(broker):
+    conn = connect(broker)
+    assert conn.is_connected
+    assert broker.received[0].api_key == 18 and broker.received[0].version == 3
+    assert conn.broker_versions[0] == (3, 7)
+    assert conn.api_version(0) == 7  # Produce: highest common
+    assert conn.api_version(3) == 4  # Metadata: metaq speaks 1..4
+    assert conn.api_version(1) == 11
+    conn.close()
+    assert not conn.is_connected
+
+
+def test_api_versions_falls_back_to_v0():
+    with FakeBroker(supported={0: (0, 9), 3: (0, 12), 18: (0, 2)}) as broker:
+        conn = connect(broker)
+        assert [r.version for r in broker.received] == [3, 0]
+        assert conn.api_version(0) == 7
+        assert conn.api_version(3) == 4
+
+
+def test_no_common_version_raises():
+    with FakeBroker(supported={0: (0, 2), 18: (0, 3)}) as broker:
+        conn = connect(broker)
+        with pytest.raises(UnsupportedVersionError, match="Produce|PRODUCE"):
+            conn.api_version(0)
+        with pytest.raises(UnsupportedVersionError):
+            conn.api_version(1)  # Fetch not offered at all
+
+
+def test_send_metadata_with_nested_dicts(broker):
+    broker.topics = {"t1": 3, "t2": 1}
+    conn = connect(broker)
+    response = conn.send(MetadataRequest, metadata_fields("t2"))
+    assert [t.name for t in response.topics] == ["t2"]
+    assert response.brokers[0].port == broker.port
+    assert broker.received[-1].version == 4
+
+
+def test_send_prebuilt_request(broker):
+    conn = connect(broker)
+    response = conn.send(MetadataRequest, MetadataRequest[1](topics=None))
+    assert broker.received[-1].version == 1
+    assert sorted(t.name for t in response.topics) == ["t1"]
+
+
+def test_produce_round_trip(broker):
+    conn = connect(broker)
+    response = conn.send(ProduceRequest, produce_fields("t1", 2, one_batch(b"a", b"b")))
+    part = response.responses[0].partition_responses[0]
+    assert (part.index, part.error_code, part.base_offset) == (2, 0, 0)
+    assert [r.value for r in broker.records("t1", 2)] == [b"a", b"b"]
+
+
+def test_produce_acks_0_has_no_response(broker):
+    conn = connect(broker)
+    assert conn.send(ProduceRequest, produce_fields("t1", 0, one_batch(b"x"), acks=0)) is None
+    handle = conn.send_async(ProduceRequest, produce_fields("t1", 0, one_batch(b"y"), acks=0))
+    assert handle.done() and handle.result() is None
+    # the connection stays in step: the next response is matched to the next request
+    assert conn.send(MetadataRequest, metadata_fields("t1")).topics[0].name == "t1"
+    assert [r.value for r in broker.records("t1", 0)] == [b"x", b"y"]
+
+
+def test_pipelining_matches_responses_in_order(broker):
+    broker.topics = {f"t{i}": 1 for i in range(5)}
+    conn = connect(broker)
+    handles = [conn.send_async(MetadataRequest, metadata_fields(f"t{i}")) for i in range(5)]
+    deadline = time.monotonic() + 5
+    while len(broker.received) < 6 and time.monotonic() < deadline:  # all five on the wire before any read
+        time.sleep(0.01)
+    assert len(broker.received) == 6
+    assert conn.in_flight() == 5
+    # asking for the last one first reads the earlier responses and keeps them
+    assert handles[4].result().topics[0].name == "t4"
+    assert all(h.done() for h in handles)
+    assert [h.result().topics[0].name for h in handles] == [f"t{i}" for i in range(5)]
+    assert conn.in_flight() == 0
+
+
+def test_correlation_mismatch_is_protocol_error(broker):
+    def wrong_id(r: Received):
+        return response_frame(MetadataResponse[r.version](brokers=[], topics=[]), r.correlation_id + 1)
+
+    conn = connect(broker)
+    broker.handlers[3] = wrong_id
+    first = conn.send_async(MetadataRequest, metadata_fields("t1"))
+    second = conn.send_async(MetadataRequest, metadata_fields("t1"))
+    with pytest.raises(ProtocolError, match="correlation id"):
+        first.result()
+    assert not conn.is_connected
+    with pytest.raises(ProtocolError):  # every in-flight request fails with it
+        second.result()
+
+
+def test_undecodable_response_is_protocol_error_naming_api(broker):
+    broker.handlers[3] = lambda r: struct.pack(">ii", 6, r.correlation_id) + b"\xff\xff"
+    conn = connect(broker)
+    with pytest.raises(ProtocolError, match=r"METADATA v4"):
+        conn.send(MetadataRequest, metadata_fields("t1"))
+    assert not conn.is_connected
+
+
+def test_oversized_frame_is_protocol_error(broker):
+    broker.handlers[3] = lambda r: struct.pack(">ii", 1 << 30, r.correlation_id)
+    conn = connect(broker)
+    with pytest.raises(ProtocolError, match="frame size"):
+        conn.send(MetadataRequest, metadata_fields("t1"))
+
+
+def test_peer_close_is_connection_error(broker):
+    conn = connect(broker)
+    broker.handlers[3] = lambda r: CLOSE
+    with pytest.raises(BrokerConnectionError, match=rf"127.0.0.1:{broker.port}.*METADATA v4"):
+        conn.send(MetadataRequest, metadata_fields("t1"))
+    assert not conn.is_connected
+    with pytest.raises(BrokerConnectionError):
+        conn.send(MetadataRequest, metadata_fields("t1"))
+    conn.connect()  # the caller reconnects
+    broker.handlers[3] = broker.metadata
+    assert conn.send(MetadataRequest, metadata_fields("t1")).topics[0].name == "t1"
+    assert broker.connections == 2
+
+
+def test_request_timeout_is_connection_error(broker):
+    release = threading.Event()
+    broker.handlers[3] = lambda r: release.wait(5) and None
+    conn = connect(broker, request_timeout_ms=200)
+    started = time.monotonic()
+    with pytest.raises(BrokerConnectionError, match="within 200 ms"):
+        conn.send(MetadataRequest, metadata_fields("t1"))
+    assert 0.15 < time.monotonic() - started < 2
+    assert not conn.is_connected
+    release.set()
+
+
+def test_result_timeout_keeps_request_in_flight(broker):
+    release = threading.Event()
+
+    def slow(r: Received):
+        release.wait(5)
+        return broker.metadata(r)
+
+    broker.handlers[3] = slow
+    conn = connect(broker)
+    handle = conn.send_async(MetadataRequest, metadata_fields("t1"))
+    with pytest.raises(TimeoutError):
+        handle.result(timeout=0.05)
+    assert conn.is_connected and not handle.done()
+    release.set()
+    assert handle.result(timeout=5).topics[0].name == "t1"
+
+
+def test_connect_refused_is_connection_error():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    with pytest.raises(BrokerConnectionError, match=f"127.0.0.1:{port}"):
+        BrokerConnection("127.0.0.1", port, connect_timeout_ms=500).connect()
+
+
+def test_close_from_another_thread_interrupts_a_read(broker):
+    release = threading.Event()
+    broker.handlers[3] = lambda r: release.wait(5) and None
+    conn = connect(broker)
+    threading.Timer(0.1, conn.close).start()
+    started = time.monotonic()
+    with pytest.raises(BrokerConnectionError, match="closed"):
+        conn.send(MetadataRequest, metadata_fields("t1"))
+    assert time.monotonic() - started < 2
+    release.set()
+
+
+def test_large_response_arrives_whole(broker):
+    values = [bytes([i % 251]) * 1000 for i in range(3000)]  # ~3 MB, far above the read-ahead buffer
+    batch = one_batch(*values)
+
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    def fetch(r: Received):
+        R = FetchResponse
+        part = R.FetchableTopicResponse.PartitionData(partition_index=0, error_code=0, high_watermark=3000,
+                                                      last_stable_offset=3000, log_start_offset=0,
+                                                      aborted_transactions=None, records=batch)
+        return R[r.version](throttle_time_ms=0, error_code=0, session_id=0,
+                            responses=[R.FetchableTopicResponse(topic="t1", partitions=[part])])
+
+    broker.handlers[1] = fetch
+    conn = connect(broker)
+    fields = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 24, "isolation_level": 0,
+              "topics": [{"topic": "t1", "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                         "partition_max_bytes": 1 << 24}]}]}
+    responses = [conn.send_async(FetchRequest, fields) for _ in range(3)]
+    for handle in responses:
+        records = handle.result().responses[0].partitions[0].records
+        assert bytes(records) == batch
+
+
+class _Chunks:
+    """recv_into fed from a list of byte strings, one per call."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = list(chunks)
+        self.calls = 0
+
+    def __call__(self, view: memoryview) -> int:
+        self.calls += 1
+        if not self.chunks:
+            raise _WouldBlock()
+        chunk = self.chunks.pop(0)
+        if chunk == b"":
+            raise _PeerClosed()
+        n = min(len(chunk), len(view))
+        view[:n] = chunk[:n]
+        if n < len(chunk):
+            self.chunks.insert(0, chunk[n:])
+        return n
+
+
+def framed(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def test_frame_reader_reads_several_frames_from_one_recv():
+    recv = _Chunks([framed(b"one") + framed(b"two") + framed(b"three")[:5]])
+    reader = _FrameReader(recv, 1 << 20, chunk=64)
+    assert bytes(reader.next_frame()) == b"one"
+    assert bytes(reader.next_frame()) == b"two"
+    assert recv.calls == 1
+    with pytest.raises(_WouldBlock):
+        reader.next_frame()
+    recv.chunks.append(framed(b"three")[5:])
+    assert bytes(reader.next_frame()) == b"three"
+    recv.chunks.append(b"")
+    with pytest.raises(_PeerClosed):
+        reader.next_frame()
+
+
+def test_frame_reader_resumes_after_would_block_and_handles_big_frames():
+    big = bytes(range(256)) * 40  # 10 KB, bigger than the 64-byte read-ahead buffer
+    stream = framed(b"small") + framed(big) + framed(b"after")
+    pieces = [stream[i : i + 7] for i in range(0, len(stream), 7)]
+    recv = _Chunks([])
+    reader = _FrameReader(recv, 1 << 20, chunk=64)
+    frames = []
+    for piece in pieces:
+        recv.chunks.append(piece)
+        try:
+            while True:
+                frames.append(bytes(reader.next_frame()))
+        except _WouldBlock:
+            pass
+    assert frames == [b"small", big, b"after"]
+
+
+def test_api_versions_request_is_v3_with_client_name(broker):
+    connect(broker)
+    first = broker.received[0].request
+    assert isinstance(first, ApiVersionsRequest)
+    assert first.client_software_name == "metaq"
+
+
+def test_flexible_response_header_tagged_fields_are_skipped():
+    from metaq.client.connection import _skip_tagged_fields
+
+    # two tagged fields: tag 0 with 3 bytes, tag 1 with 0 bytes; then the body starts
+    frame = memoryview(bytes([2, 0, 3, 0xAA, 0xBB, 0xCC, 1, 0]) + b"BODY")
+    assert bytes(frame[_skip_tagged_fields(frame, 0):]) == b"BODY"
+    assert _skip_tagged_fields(memoryview(b"\x00BODY"), 0) == 1

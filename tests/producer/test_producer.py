@@ -1,0 +1,270 @@
+"""Producer end to end against FakeBroker (real local sockets), with metadata from an in-memory layout."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import wait
+
+import pytest
+
+from metaq.errors import (
+    BrokerConnectionError,
+    MessageSizeTooLargeError,
+    MetaqError,
+    NotLeaderForPartitionError,
+    UnknownTopicError,
+)
+from metaq.producer import ClusterMetadata, Producer, RecordMetadata
+from metaq.producer.partitioner import murmur2_partition
+from metaq.producer.sender import THREAD_NAME
+from tests.client.client_fake_broker import CLOSE, FakeBroker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def make_producer(layout, **props) -> Producer:
+    config = {"linger.ms": 5, "retry.backoff.ms": 5, "retry.backoff.max.ms": 20, "request.timeout.ms": 5000}
+    config.update({k.replace("_", "."): v for k, v in props.items()})
+    return Producer(config, metadata=ClusterMetadata(layout))
+
+
+def produce_requests(broker: FakeBroker) -> list:
+    return [r for r in broker.received if r.api_key == 0]
+
+
+def test_send_flush_and_offsets(broker, layout):
+    with make_producer(layout, linger_ms=10000) as producer:
+        futures = [producer.send("t1", b"v%d" % i, partition=1, timestamp_ms=1000 + i) for i in range(100)]
+        assert not any(f.done() for f in futures)
+        producer.flush(timeout=10)
+        assert all(f.done() for f in futures)
+        assert [f.result() for f in futures] == [RecordMetadata("t1", 1, i, 1000 + i) for i in range(100)]
+    assert [r.value for r in broker.records("t1", 1)] == [b"v%d" % i for i in range(100)]
+    assert len(produce_requests(broker)) == 1
+    assert produce_requests(broker)[0].version == 7
+
+
+def test_linger_sends_without_flush(broker, layout):
+    with make_producer(layout, linger_ms=20) as producer:
+        started = time.monotonic()
+        metadata = producer.send("t1", b"x", partition=0).result(timeout=5)
+        assert metadata.offset == 0 and time.monotonic() - started >= 0.015
+
+
+def test_one_request_per_broker_for_all_ready_partitions(broker, layout):
+    with make_producer(layout, linger_ms=10000) as producer:
+        futures = [producer.send("t1", b"v", partition=p) for p in (0, 1, 2, 0)]
+        producer.flush(10)
+        assert [f.result().partition for f in futures] == [0, 1, 2, 0]
+    (request,) = produce_requests(broker)
+    assert sorted(p.index for p in request.request.topic_data[0].partition_data) == [0, 1, 2]
+
+
+def test_keys_are_placed_like_the_java_client(broker, layout):
+    keys = [b"user-%d" % i for i in range(30)]
+    with make_producer(layout) as producer:
+        futures = [producer.send("t1", b"v", key=k) for k in keys]
+        producer.flush(10)
+        assert [f.result().partition for f in futures] == [murmur2_partition(k, [0, 1, 2]) for k in keys]
+        assert producer.partitions_for("t1") == [0, 1, 2]
+
+
+def test_null_keys_are_spread_round_robin(broker, layout):
+    with make_producer(layout) as producer:
+        futures = [producer.send("t1", b"v") for _ in range(30)]
+        producer.flush(10)
+    counts = [sum(1 for f in futures if f.result().partition == p) for p in range(3)]
+    assert counts == [10, 10, 10]
+
+
+def test_headers_and_null_value_arrive(broker, layout):
+    with make_producer(layout) as producer:
+        producer.send("t1", None, key=b"k", partition=2, headers=[("trace", b"abc"), ("empty", None)]).result(5)
+    (record,) = broker.records("t1", 2)
+    assert (record.key, record.value, record.headers) == (b"k", None, [("trace", b"abc"), ("empty", None)])
+
+
+def test_acks_0_resolves_with_offset_minus_1(broker, layout):
+    with make_producer(layout, acks=0) as producer:
+        futures = [producer.send("t1", b"v%d" % i, partition=0) for i in range(5)]
+        producer.flush(10)
+        assert [f.result().offset for f in futures] == [-1] * 5
+    deadline = time.monotonic() + 5  # nothing tells us when the broker has read them
+    while len(broker.records("t1", 0)) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [r.value for r in broker.records("t1", 0)] == [b"v%d" % i for i in range(5)]
+    assert produce_requests(broker)[0].request.acks == 0
+
+
+def test_gzip_batches_arrive(broker, layout):
+    with make_producer(layout, compression_type="gzip", linger_ms=10000) as producer:
+        futures = [producer.send("t1", b"compressible %d" % i, partition=0) for i in range(300)]
+        producer.flush(10)
+        assert futures[-1].result().offset == 299
+    assert [r.value for r in broker.records("t1", 0)] == [b"compressible %d" % i for i in range(300)]
+    (request,) = produce_requests(broker)
+    records = request.request.topic_data[0].partition_data[0].records
+    assert records[21:23] == b"\x00\x01"  # attributes: gzip
+
+
+def test_acks_all_is_sent_as_minus_1(broker, layout):
+    with make_producer(layout, acks="all") as producer:
+        producer.send("t1", b"v", partition=0).result(5)
+    assert produce_requests(broker)[0].request.acks == -1
+
+
+def test_retriable_error_is_retried_after_a_metadata_refresh(broker, layout):
+    broker.produce_errors[("t1", 0)] = [6, 6]  # NOT_LEADER_OR_FOLLOWER twice
+    with make_producer(layout) as producer:
+        reads = layout.reads
+        assert producer.send("t1", b"v", partition=0).result(5).offset == 0
+        assert layout.reads > reads  # ZooKeeper was re-read
+    assert len(produce_requests(broker)) == 3
+
+
+def test_retries_exhausted_fail_the_future_with_the_broker_error(broker, layout):
+    broker.produce_errors[("t1", 0)] = [6] * 10
+    with make_producer(layout, retries=2) as producer:
+        future = producer.send("t1", b"v", partition=0)
+        with pytest.raises(NotLeaderForPartitionError, match="t1-0"):
+            future.result(5)
+    assert len(produce_requests(broker)) == 3
+
+
+def test_fatal_error_is_not_retried(broker, layout):
+    broker.produce_errors[("t1", 0)] = [10]  # MESSAGE_TOO_LARGE
+    with make_producer(layout) as producer:
+        ok = producer.send("t1", b"v", partition=1)
+        failed = producer.send("t1", b"v", partition=0)
+        with pytest.raises(MessageSizeTooLargeError):
+            failed.result(5)
+        assert ok.result(5).offset == 0
+    assert len(produce_requests(broker)) == 1
+
+
+def test_broken_connection_is_retried_in_order(broker, layout):
+    calls = []
+
+    def drop_first(r):
+        calls.append(r)
+        return CLOSE if len(calls) == 1 else broker.produce(r)
+
+    broker.handlers[0] = drop_first
+    with make_producer(layout, linger_ms=0, batch_size=200) as producer:
+        futures = [producer.send("t1", b"%03d" % i, partition=0) for i in range(200)]
+        producer.flush(10)
+        assert [f.result().offset for f in futures] == list(range(200))
+    assert [r.value for r in broker.records("t1", 0)] == [b"%03d" % i for i in range(200)]
+    assert broker.connections == 2
+
+
+def test_leader_moves_to_another_broker(broker, layout):
+    with FakeBroker(node_id=1) as other:
+        layout.add_broker(1, other.port)
+        broker.produce_errors[("t1", 0)] = [6] * 100  # broker 0 no longer leads t1-0
+
+        with make_producer(layout) as producer:
+            future = producer.send("t1", b"moved", partition=0)
+            time.sleep(0.05)
+            layout.move_leader("t1", 0, 1)
+            assert future.result(5).offset == 0
+        assert [r.value for r in other.records("t1", 0)] == [b"moved"]
+
+
+def test_unknown_topic_and_bad_arguments(broker, layout):
+    with make_producer(layout) as producer:
+        with pytest.raises(UnknownTopicError, match="'nope'"):
+            producer.send("nope", b"v")
+        with pytest.raises(ValueError, match="no partition 9"):
+            producer.send("t1", b"v", partition=9)
+        with pytest.raises(TypeError, match="value"):
+            producer.send("t1", "text")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="key"):
+            producer.send("t1", b"v", key=42)  # type: ignore[arg-type]
+        with pytest.raises(MessageSizeTooLargeError):
+            producer.send("t1", b"x" * 2_000_000)
+
+
+def test_new_partition_is_found_by_a_refresh(broker, layout):
+    with make_producer(layout) as producer:
+        producer.partitions_for("t1")
+        layout.add_topic("t1", 4)
+        assert producer.send("t1", b"v", partition=3).result(5).partition == 3
+
+
+def test_thread_name_and_orderly_close(broker, layout):
+    closed = []
+    producer = Producer({"linger.ms": 10000}, metadata=ClusterMetadata(layout, on_close=lambda: closed.append(1)))
+    assert [t for t in threading.enumerate() if t.name == THREAD_NAME]
+    future = producer.send("t1", b"last", partition=0)
+    producer.close(timeout=10)
+    assert future.result(0).offset == 0  # close flushed it, despite the long linger
+    assert closed == [1]
+    assert not [t for t in threading.enumerate() if t.name == THREAD_NAME]
+    with pytest.raises(MetaqError, match="closed"):
+        producer.send("t1", b"late")
+    producer.close()  # a second close does nothing
+
+
+def test_close_is_bounded_when_the_broker_is_unreachable(broker, layout):
+    broker.stop()
+    producer = make_producer(layout, retries=1000, retry_backoff_ms=50)
+    future = producer.send("t1", b"v", partition=0)
+    started = time.monotonic()
+    producer.close(timeout=0.5)
+    assert time.monotonic() - started < 3
+    with pytest.raises((BrokerConnectionError, MetaqError)):
+        future.result(0)
+
+
+def test_close_from_a_callback_does_not_deadlock(broker, layout):
+    producer = make_producer(layout)
+    done = threading.Event()
+    future = producer.send("t1", b"v", partition=0)
+    future.add_done_callback(lambda f: (producer.close(), done.set()))
+    assert done.wait(5)
+    assert future.result(0).offset == 0
+
+
+def test_full_buffer_blocks_send_up_to_max_block_ms(broker, layout):
+    release = threading.Event()
+    broker.handlers[0] = lambda r: (release.wait(10), broker.produce(r))[1]
+    producer = make_producer(layout, buffer_memory=4096, max_request_size=4096, batch_size=1024, max_block_ms=100,
+                             linger_ms=0)
+    try:
+        producer.send("t1", b"x" * 3000, partition=0)
+        time.sleep(0.1)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="max.block.ms"):
+            producer.send("t1", b"y" * 3000, partition=1)
+        assert time.monotonic() - started >= 0.09
+    finally:
+        release.set()
+        producer.close(5)
+
+
+def test_many_threads_many_partitions(broker, layout):
+    layout.add_topic("t2", 8)
+    with make_producer(layout, batch_size=2048) as producer:
+        futures = []
+        lock = threading.Lock()
+
+        def worker(n):
+            mine = [producer.send("t2", b"%d-%d" % (n, i), key=b"%d" % (i % 13)) for i in range(500)]
+            with lock:
+                futures.extend(mine)
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        done, _ = wait(futures, timeout=20)
+        assert len(done) == 2000
+    per_partition: dict[int, list[int]] = {}
+    for f in futures:
+        md = f.result()
+        per_partition.setdefault(md.partition, []).append(md.offset)
+    for offsets in per_partition.values():
+        assert sorted(offsets) == list(range(len(offsets)))

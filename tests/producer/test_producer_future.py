@@ -1,0 +1,89 @@
+"""RecordFuture: a concurrent.futures.Future whose condition is created lazily; the public API must hold."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import CancelledError, as_completed, wait
+
+import pytest
+
+from metaq.errors import NotLeaderForPartitionError
+from metaq.producer.accumulator import RecordFuture, RecordMetadata
+
+MD = RecordMetadata("t", 0, 5, 1000)
+
+
+def test_resolve_without_waiters_needs_no_condition():
+    f = RecordFuture()
+    f.resolve(MD)
+    assert f._lazy_condition is None
+    assert f.done() and not f.cancelled() and f.result(0) == MD and f.exception(0) is None
+
+
+def test_reject():
+    f = RecordFuture()
+    error = NotLeaderForPartitionError("x")
+    f.reject(error)
+    assert f.exception(0) is error
+    with pytest.raises(NotLeaderForPartitionError):
+        f.result(0)
+
+
+def test_a_waiting_thread_is_woken():
+    f = RecordFuture()
+    threading.Timer(0.05, f.resolve, args=(MD,)).start()
+    assert f.result(timeout=5) == MD
+
+
+def test_result_times_out():
+    with pytest.raises(TimeoutError):
+        RecordFuture().result(timeout=0.01)
+
+
+def test_callbacks_before_and_after():
+    f = RecordFuture()
+    seen = []
+    f.add_done_callback(lambda fut: seen.append(("before", fut.result())))
+    f.resolve(MD)
+    f.add_done_callback(lambda fut: seen.append(("after", fut.result())))
+    assert seen == [("before", MD), ("after", MD)]
+
+
+def test_cancelled_future_stays_cancelled():
+    f = RecordFuture()
+    assert f.cancel()
+    f.resolve(MD)
+    assert f.cancelled()
+    with pytest.raises(CancelledError):
+        f.result(0)
+
+
+def test_wait_and_as_completed():
+    futures = [RecordFuture() for _ in range(10)]
+    futures[0].resolve(MD)
+
+    def finish_rest():
+        for f in futures[1:]:
+            f.resolve(MD)
+
+    threading.Timer(0.05, finish_rest).start()
+    done, not_done = wait(futures, timeout=5)
+    assert len(done) == 10 and not not_done
+    assert len(list(as_completed(futures, timeout=5))) == 10
+
+
+def test_many_waiters_race_with_resolution():
+    futures = [RecordFuture() for _ in range(2000)]
+    results = []
+
+    def waiter(part):
+        results.extend(f.result(timeout=10) for f in part)
+
+    threads = [threading.Thread(target=waiter, args=(futures[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for f in futures:
+        f.resolve(MD)
+    for t in threads:
+        t.join(10)
+    assert len(results) == 2000
