@@ -29,7 +29,7 @@ from zk_layout.formats import (
     parse_endpoint,
 )
 from zk_layout.paths import split_connect, validate_group, validate_topic
-from zk_layout.store import StaleVersionError, ZkLayout, new_cluster_id
+from zk_layout.store import FencedOffset, ZkLayout, new_cluster_id
 
 __all__ = [
     "BLACK_LIST",
@@ -39,7 +39,7 @@ __all__ = [
     "ClusterId",
     "ControllerInfo",
     "PartitionState",
-    "StaleVersionError",
+    "FencedOffset",
     "TopicAssignment",
     "TopicConfig",
     "TopicCount",

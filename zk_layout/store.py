@@ -24,7 +24,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -66,6 +67,17 @@ from zk_layout.formats import (
 )
 
 log = logging.getLogger(__name__)
+
+
+NO_OFFSET = b"-1"  # what a fenced partition holds before its first commit; Kafka 0.8 reads -1 as "none"
+
+
+@dataclass(frozen=True, slots=True)
+class FencedOffset:
+    """A committed offset (None if the group has none) and the node version to commit against."""
+
+    offset: int | None
+    version: int
 
 _UNAVAILABLE = (
     ConnectionLoss,
@@ -494,6 +506,75 @@ class ZkLayout:
         return sorted(pairs)
 
 
+    # -- fenced offsets (a member that lost a partition can never commit it again) -----------------
+
+    def fence_offsets(self, group: str, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], FencedOffset]:
+        """Take the commit right for partitions this member has just claimed.
+
+        Each offset node's version is bumped by a conditional rewrite of its own value, so that any
+        previous owner, whose commits are conditional on the version it last saw, now fails. A missing
+        node is created holding ``-1``, which Kafka 0.8 readers treat as "no offset" just like a missing
+        node. Returns the committed offset (None if none) and the version to commit against.
+        """
+        result = {}
+        for topic, partition in partitions:
+            path = paths.offset_path(group, topic, partition)
+            result[(topic, partition)] = self._fence_one(path)
+        return result
+
+    def _fence_one(self, path: str) -> FencedOffset:
+        with self._translated("fence", path):
+            while True:
+                try:
+                    data, stat = self._client.get(path)
+                except NoNodeError:
+                    try:
+                        self._client.create(path, NO_OFFSET, makepath=True)
+                    except NodeExistsError:
+                        pass
+                    continue
+                try:
+                    new = self._client.set(path, data, version=stat.version)
+                except BadVersionError:
+                    continue  # written meanwhile (by the previous owner's last commit): read again
+                except NoNodeError:
+                    continue
+                offset = decode_offset(self.full_path(path), data)
+                return FencedOffset(offset if offset >= 0 else None, new.version)
+
+    def commit_fenced_offsets(
+        self, group: str, offsets: Mapping[tuple[str, int], tuple[int, int]]
+    ) -> tuple[dict[tuple[str, int], int], set[tuple[str, int]]]:
+        """Write ``{(topic, partition): (offset, expected_version)}`` in one transaction per attempt.
+
+        Returns (new version per committed partition, partitions whose fence was lost). A partition is
+        lost when its node changed behind our back (another owner fenced it, or an operator wrote it);
+        the others are committed in a new transaction without it.
+        """
+        pending = dict(offsets)
+        committed: dict[tuple[str, int], int] = {}
+        lost: set[tuple[str, int]] = set()
+        while pending:
+            keys = list(pending)
+            txn = self._client.transaction()
+            for key in keys:
+                offset, version = pending[key]
+                txn.set_data(paths.offset_path(group, *key), encode_offset(offset), version=version)
+            with self._translated("commit offsets of", paths.offsets_path(group)):
+                results = txn.commit()
+            failed = [k for k, r in zip(keys, results, strict=True) if isinstance(r, BadVersionError | NoNodeError)]
+            if not failed:
+                errors = [r for r in results if isinstance(r, Exception)]
+                if errors:
+                    raise ZooKeeperError(f"offset commit for group {group} failed: {errors[0]!r}")
+                committed.update({k: r.version for k, r in zip(keys, results, strict=True)})
+                return committed, lost
+            for key in failed:
+                lost.add(key)
+                del pending[key]
+        return committed, lost
+
+
 def _check_assignment(
     topic: str, assignment: Mapping[int, Sequence[int]], states: Mapping[int, PartitionState]
 ) -> None:
@@ -508,3 +589,4 @@ def _check_assignment(
     extra = sorted(set(states) - set(assignment))
     if extra:
         raise ConfigError(f"topic {topic!r}: states given for unknown partitions {extra}")
+

@@ -10,13 +10,19 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.security import make_acl
 
-from metaq.errors import ConfigError, MalformedNodeError, TopicExistsError, ZooKeeperError, ZooKeeperUnavailableError
+from metaq.errors import (
+    ConfigError,
+    MalformedNodeError,
+    StaleVersionError,
+    TopicExistsError,
+    ZooKeeperError,
+    ZooKeeperUnavailableError,
+)
 from metaq.testing.zookeeper import expire_session
 from metaq.zkclient import connect, session
 from zk_layout import (
     BrokerInfo,
     PartitionState,
-    StaleVersionError,
     TopicCount,
     ZkLayout,
     paths,
@@ -223,3 +229,21 @@ def test_lost_connection_is_unavailable(zk_connect: str) -> None:
     with pytest.raises(ZooKeeperUnavailableError):
         ZkLayout(client).topics()
     client.close()
+
+
+def test_fenced_offsets_lock_out_the_previous_owner(zk_layout: ZkLayout, zk: KazooClient) -> None:
+    """A member that fenced a partition commits; the one fenced out afterwards commits nothing."""
+    tp = ("t", 0)
+    old = zk_layout.fence_offsets("g", [tp])[tp]
+    assert old.offset is None  # created holding -1: "no offset", as Kafka 0.8 reads it
+    assert zk.get("/consumers/g/offsets/t/0")[0] == b"-1"
+    versions, lost = zk_layout.commit_fenced_offsets("g", {tp: (10, old.version)})
+    assert not lost and zk_layout.read_offset("g", "t", 0) == 10
+    new = zk_layout.fence_offsets("g", [tp])[tp]  # a new owner takes over
+    assert new.offset == 10 and new.version > versions[tp]
+    stale_versions, stale_lost = zk_layout.commit_fenced_offsets("g", {tp: (5, versions[tp])})
+    assert stale_lost == {tp} and not stale_versions
+    assert zk_layout.read_offset("g", "t", 0) == 10  # never moved backwards
+    ok, none_lost = zk_layout.commit_fenced_offsets("g", {tp: (12, new.version), ("t", 1): (3, 99)})
+    assert tp in ok and none_lost == {("t", 1)}
+    assert zk_layout.read_offset("g", "t", 0) == 12
