@@ -103,7 +103,7 @@ def kcat_produce(bootstrap: str, topic: str, value: bytes, n: int, path: Path) -
 
 def kcat_consume(bootstrap: str, topic: str, n: int) -> None:
     subprocess.run([KCAT, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-c", str(n), "-q",
-                    "-f", "%s\n", "-X", "fetch.queue.backoff.ms=10"],
+                    "-f", "%s\n"],
                    check=True, timeout=300, stdout=subprocess.DEVNULL)
 
 

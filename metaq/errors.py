@@ -15,6 +15,7 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     │   └── UnsupportedMessageFormatError  magic 0/1 message sets
     ├── BrokerConnectionError        a broker unreachable or the connection broke (retriable)
     ├── StorageError                 the log on disk cannot be read or written
+    ├── DeserializationError         a record's key or value does not decode (names topic/partition/offset)
     ├── TopicError
     │   ├── UnknownTopicError
     │   └── TopicExistsError
@@ -87,6 +88,10 @@ class BrokerConnectionError(MetaqError):
 
 class StorageError(MetaqError):
     """The log on disk cannot be read or written."""
+
+
+class DeserializationError(MetaqError):
+    """A record's key or value could not be decoded by the configured deserializer."""
 
 
 class TopicError(MetaqError):

@@ -1,0 +1,21 @@
+"""metaq's ZooKeeper-coordinated high-level consumer (Kafka 0.8 ZookeeperConsumerConnector + MetaQ)."""
+
+from metaq.consumer.config import ConsumerConfig
+from metaq.consumer.connector import Consumer, ZookeeperConsumerConnector
+from metaq.consumer.message import MessageAndMetadata
+from metaq.consumer.rebalance import ConsumerRebalanceFailedError, ConsumerState
+from metaq.consumer.streams import ConsumerTimeoutError, KafkaStream
+from metaq.consumer.topic_filter import Blacklist, Whitelist
+
+__all__ = [
+    "Blacklist",
+    "Consumer",
+    "ConsumerConfig",
+    "ConsumerRebalanceFailedError",
+    "ConsumerState",
+    "ConsumerTimeoutError",
+    "KafkaStream",
+    "MessageAndMetadata",
+    "Whitelist",
+    "ZookeeperConsumerConnector",
+]

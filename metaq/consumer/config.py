@@ -1,0 +1,100 @@
+"""ConsumerConfig: Kafka 0.8's consumer properties and defaults, plus MetaQ's retry-then-skip knobs.
+
+    config = ConsumerConfig.from_properties({"group.id": "etl", "zookeeper.connect": "127.0.0.1:2181"})
+    config = ConsumerConfig.from_file("consumer.properties")
+
+Unknown keys and invalid values raise ConfigError naming the key (with a close match if there is one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Self
+
+from metaq.config import Config, ConfigError, non_negative, one_of, positive, prop
+from zk_layout import validate_group
+
+
+def _valid_chars(value: str) -> str | None:
+    try:
+        validate_group(value)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+@dataclass(frozen=True)
+class ConsumerConfig(Config):
+    # Kafka 0.8 ZookeeperConsumerConnector (ConsumerConfig.scala, ZKConfig)
+    group_id: str = prop("group.id", "", check=_valid_chars)
+    zookeeper_connect: str = prop("zookeeper.connect", "")
+    zookeeper_session_timeout_ms: int = prop("zookeeper.session.timeout.ms", 6000, check=positive)
+    zookeeper_connection_timeout_ms: int | None = prop("zookeeper.connection.timeout.ms", None)
+    zookeeper_sync_time_ms: int = prop("zookeeper.sync.time.ms", 2000, check=positive)
+    consumer_id: str | None = prop("consumer.id", None)
+    client_id: str | None = prop("client.id", None, check=_valid_chars)
+    socket_timeout_ms: int = prop("socket.timeout.ms", 30000, check=positive)
+    socket_receive_buffer_bytes: int = prop("socket.receive.buffer.bytes", 65536, check=positive)
+    fetch_message_max_bytes: int = prop("fetch.message.max.bytes", 1048576, check=positive)
+    fetch_max_bytes: int = prop("fetch.max.bytes", 52428800, check=positive)
+    num_consumer_fetchers: int = prop("num.consumer.fetchers", 1, check=positive)
+    auto_commit_enable: bool = prop("auto.commit.enable", True)
+    auto_commit_interval_ms: int = prop("auto.commit.interval.ms", 60000, check=positive)
+    queued_max_message_chunks: int = prop("queued.max.message.chunks", 2, check=positive)
+    rebalance_max_retries: int = prop("rebalance.max.retries", 4, check=positive)
+    rebalance_backoff_ms: int | None = prop("rebalance.backoff.ms", None)
+    refresh_leader_backoff_ms: int = prop("refresh.leader.backoff.ms", 200, check=non_negative)
+    fetch_min_bytes: int = prop("fetch.min.bytes", 1, check=positive)
+    fetch_wait_max_ms: int = prop("fetch.wait.max.ms", 100, check=non_negative)
+    auto_offset_reset: str = prop("auto.offset.reset", "largest", check=one_of("smallest", "largest"))
+    consumer_timeout_ms: int = prop("consumer.timeout.ms", -1)
+    exclude_internal_topics: bool = prop("exclude.internal.topics", True)
+    partition_assignment_strategy: str = prop(
+        "partition.assignment.strategy", "range", check=one_of("range", "roundrobin")
+    )
+    offsets_storage: str = prop("offsets.storage", "zookeeper", check=one_of("zookeeper", "kafka"))
+    dual_commit_enabled: bool | None = prop("dual.commit.enabled", None)
+    offsets_channel_backoff_ms: int = prop("offsets.channel.backoff.ms", 1000, check=positive)
+    offsets_channel_socket_timeout_ms: int = prop("offsets.channel.socket.timeout.ms", 10000, check=positive)
+    offsets_commit_max_retries: int = prop("offsets.commit.max.retries", 5, check=non_negative)
+    # MetaQ consumer knobs (retry-then-skip and the local recover store)
+    max_fetch_retries: int = prop("metaq.max.fetch.retries", 5, check=non_negative)
+    recover_dir: str | None = prop("metaq.recover.dir", None)
+    recover_interval_ms: int = prop("metaq.recover.interval.ms", 300000, check=positive)
+    recover_max_attempts: int = prop("metaq.recover.max.attempts", 20, check=positive)
+    # how often each member re-checks that ZooKeeper's owner nodes match the assignment (0 = never)
+    self_check_interval_ms: int = prop("metaq.self.check.interval.ms", 30000, check=non_negative)
+
+    @classmethod
+    def from_properties(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> Self:
+        config = super().from_properties(values, **overrides)
+        if not config.group_id:
+            raise ConfigError("config 'group.id': a value is required")
+        if not config.zookeeper_connect:
+            raise ConfigError("config 'zookeeper.connect': a value is required")
+        if config.socket_timeout_ms < config.fetch_wait_max_ms:
+            raise ConfigError(
+                f"config 'socket.timeout.ms': {config.socket_timeout_ms} must be >= 'fetch.wait.max.ms' "
+                f"({config.fetch_wait_max_ms})"
+            )
+        return config
+
+    @property
+    def connection_timeout_ms(self) -> int:
+        return self.zookeeper_connection_timeout_ms or self.zookeeper_session_timeout_ms
+
+    @property
+    def backoff_ms(self) -> int:
+        """rebalance.backoff.ms, defaulting to zookeeper.sync.time.ms as in Kafka 0.8."""
+        return self.rebalance_backoff_ms if self.rebalance_backoff_ms is not None else self.zookeeper_sync_time_ms
+
+    @property
+    def effective_client_id(self) -> str:
+        return self.client_id or self.group_id
+
+    @property
+    def dual_commit(self) -> bool:
+        if self.dual_commit_enabled is not None:
+            return self.dual_commit_enabled
+        return self.offsets_storage == "kafka"

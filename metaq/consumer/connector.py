@@ -1,0 +1,228 @@
+"""ZookeeperConsumerConnector: one consumer group member with one ZooKeeper session and N streams.
+
+    with Consumer({"group.id": "etl", "zookeeper.connect": "127.0.0.1:2181"}) as consumer:
+        [stream] = consumer.create_message_streams({"clicks": 1})["clicks"]
+        for message in stream:
+            print(message.offset, message.value)
+
+    consumer.create_message_streams_by_filter(Whitelist("logs\\..*"), 2)   # wildcard subscription
+
+Session handling: on SUSPENDED nothing is delivered and nothing is committed; on LOST every partition is
+given up at once (the owner nodes died with the session), the member re-registers and rebalances.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Self
+
+from kazoo.client import KazooState
+
+from metaq.consumer.committer import AutoCommitter
+from metaq.consumer.config import ConsumerConfig
+from metaq.consumer.fetcher import FetcherManager
+from metaq.consumer.ids import make_consumer_id, make_thread_ids
+from metaq.consumer.offsets import OffsetStore, ZooKeeperOffsetStore
+from metaq.consumer.partition_info import ChunkQueue
+from metaq.consumer.rebalance import (
+    ConsumerRebalanceFailedError,
+    ConsumerState,
+    RebalanceListener,
+    ZKRebalancerListener,
+)
+from metaq.consumer.serde import get_deserializer
+from metaq.consumer.streams import DeliveryGate, FailureSignal, KafkaStream
+from metaq.consumer.topic_filter import TopicFilter
+from metaq.errors import MetaqError
+from metaq.zkclient import connect
+from zk_layout import TopicCount, ZkLayout
+
+log = logging.getLogger(__name__)
+
+
+class _Subscription:
+    """Queues and streams for what this member subscribed to; see rebalance.Subscription."""
+
+    def __init__(self, topic_count: TopicCount, queues: dict[Any, ChunkQueue], wildcard: bool) -> None:
+        self._topic_count = topic_count
+        self._queues = queues
+        self.is_wildcard = wildcard
+        self.streams: list[KafkaStream] = []
+
+    def topic_count(self) -> TopicCount:
+        return self._topic_count
+
+    def queue_for(self, topic: str, thread_id: str) -> ChunkQueue:
+        return self._queues[thread_id] if self.is_wildcard else self._queues[(topic, thread_id)]
+
+    def clear_queues(self) -> None:
+        for stream in self.streams:
+            stream.clear()
+
+
+def default_offset_store(layout: ZkLayout, config: ConsumerConfig) -> OffsetStore:
+    """The store ``offsets.storage`` names."""
+    if config.offsets_storage != "zookeeper":
+        raise MetaqError(f"offsets.storage={config.offsets_storage!r} is not available yet; use 'zookeeper'")
+    return ZooKeeperOffsetStore(layout, config.group_id)
+
+
+class ZookeeperConsumerConnector:
+    def __init__(
+        self,
+        config: ConsumerConfig | Mapping[str, Any],
+        *,
+        rebalance_listener: RebalanceListener | None = None,
+        key_deserializer: Any = "bytes",
+        value_deserializer: Any = "bytes",
+        offset_store_factory: Callable[[ZkLayout, ConsumerConfig], OffsetStore] | None = None,
+    ) -> None:
+        self.config = config if isinstance(config, ConsumerConfig) else ConsumerConfig.from_properties(config)
+        self._listener = rebalance_listener
+        self._key = get_deserializer(key_deserializer)
+        self._value = get_deserializer(value_deserializer)
+        self.consumer_id = make_consumer_id(self.config.group_id, self.config.consumer_id)
+        self._zk = connect(
+            self.config.zookeeper_connect,
+            session_timeout_ms=self.config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=self.config.connection_timeout_ms,
+        )
+        self._layout = ZkLayout(self._zk)
+        self._gate = DeliveryGate()
+        self._failures = FailureSignal()
+        self._fetcher = FetcherManager(self.config, self._layout, consumer_id=self.consumer_id)
+        factory = offset_store_factory or default_offset_store
+        self._store = factory(self._layout, self.config)
+        self._rebalancer: ZKRebalancerListener | None = None
+        self._subscription: _Subscription | None = None
+        self._committer: AutoCommitter | None = None
+        self._shutdown_lock = threading.Lock()
+        self._closed = False
+        self._zk.add_listener(self._on_session_state)
+
+    # -- subscribing -------------------------------------------------------------------------------
+
+    def create_message_streams(self, topic_count: Mapping[str, int]) -> dict[str, list[KafkaStream]]:
+        """``{topic: n}`` → ``{topic: [n streams]}``; the first rebalance runs now, on this thread."""
+        counts = {topic: int(n) for topic, n in topic_count.items()}
+        if not counts or any(n <= 0 for n in counts.values()):
+            raise MetaqError(f"create_message_streams needs {{topic: streams >= 1}}, got {dict(topic_count)}")
+        queues: dict[Any, ChunkQueue] = {}
+        result: dict[str, list[KafkaStream]] = {}
+        sub = _Subscription(TopicCount(subscription=counts), queues, wildcard=False)
+        for topic, n in counts.items():
+            for tid in make_thread_ids(self.consumer_id, n):
+                queues[(topic, tid)] = ChunkQueue(self.config.queued_max_message_chunks)
+                stream = self._stream(queues[(topic, tid)])
+                sub.streams.append(stream)
+                result.setdefault(topic, []).append(stream)
+        self._start(sub)
+        return result
+
+    def create_message_streams_by_filter(self, topic_filter: TopicFilter, num_streams: int = 1) -> list[KafkaStream]:
+        """A whitelist or blacklist; the streams are shared by every matching topic, now and later."""
+        if num_streams <= 0:
+            raise MetaqError(f"num_streams must be >= 1, got {num_streams}")
+        queues: dict[Any, ChunkQueue] = {}
+        count = TopicCount(subscription={topic_filter.regex: num_streams}, pattern=topic_filter.pattern)
+        sub = _Subscription(count, queues, wildcard=True)
+        for tid in make_thread_ids(self.consumer_id, num_streams):
+            queues[tid] = ChunkQueue(self.config.queued_max_message_chunks)
+            sub.streams.append(self._stream(queues[tid]))
+        self._start(sub)
+        return list(sub.streams)
+
+    def _stream(self, chunks: ChunkQueue) -> KafkaStream:
+        return KafkaStream(chunks, consumer_timeout_ms=self.config.consumer_timeout_ms, gate=self._gate,
+                           failures=self._failures, key_deserializer=self._key, value_deserializer=self._value)
+
+    def _start(self, sub: _Subscription) -> None:
+        if self._rebalancer is not None:
+            raise MetaqError("streams were already created for this consumer (one subscription per connector)")
+        if self._closed:
+            raise MetaqError("consumer is shut down")
+        self._subscription = sub
+        self._layout.register_consumer(self.config.group_id, self.consumer_id, sub.topic_count())
+        self._rebalancer = ZKRebalancerListener(
+            self.config, self._layout, self.consumer_id, sub, self._fetcher, self._store,
+            listener=self._listener, on_failure=self._failures.fail,
+        )
+        try:
+            self._rebalancer.synced_rebalance()  # the first one on the caller's thread: failures raise here
+        finally:
+            self._rebalancer.start()
+            if self.config.auto_commit_enable and self._committer is None:
+                self._committer = AutoCommitter(self.commit_offsets, self.config.auto_commit_interval_ms,
+                                                name=f"{self.consumer_id}-autocommit")
+                self._committer.start()
+
+    # -- offsets and state -------------------------------------------------------------------------
+
+    def commit_offsets(self) -> None:
+        """Commit the consumed offsets of owned partitions (skipped while ZooKeeper is suspended)."""
+        if self._rebalancer is None:
+            return
+        if not self._gate.is_open:
+            log.info("consumer %s: ZooKeeper suspended; commit skipped", self.consumer_id)
+            return
+        self._rebalancer.commit()
+
+    @property
+    def state(self) -> ConsumerState:
+        if self._rebalancer is None:
+            return ConsumerState("CLOSED" if self._closed else "STARTING", 0)
+        return self._rebalancer.snapshot()
+
+    def _on_session_state(self, state: str) -> None:
+        """kazoo's listener: must not block."""
+        rebalancer = self._rebalancer
+        if state == KazooState.SUSPENDED:
+            self._gate.close()
+            if rebalancer:
+                rebalancer.session_suspended()
+        elif state == KazooState.LOST:
+            self._gate.close()
+            if rebalancer:
+                rebalancer.session_lost()
+        elif state == KazooState.CONNECTED:
+            if rebalancer:
+                rebalancer.session_resumed()
+            self._gate.open()
+
+    # -- shutdown ----------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Orderly and bounded: stop committing and fetching, final commit (if auto-commit), release
+        ownership, end the streams, leave the group, close ZooKeeper."""
+        with self._shutdown_lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._committer is not None:
+            self._committer.stop()
+        if self._rebalancer is not None:
+            self._rebalancer.shutdown(commit=self.config.auto_commit_enable and self._gate.is_open)
+        self._fetcher.close()
+        if self._subscription is not None:
+            for stream in self._subscription.streams:
+                stream.end()
+        try:
+            self._layout.unregister_consumer(self.config.group_id, self.consumer_id)
+        except MetaqError as e:
+            log.info("consumer %s: unregister failed (the session close removes it): %s", self.consumer_id, e)
+        self._store.close()
+        self._zk.remove_listener(self._on_session_state)
+        self._zk.stop()
+        self._zk.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+Consumer = ZookeeperConsumerConnector
+__all__ = ["Consumer", "ConsumerRebalanceFailedError", "ZookeeperConsumerConnector"]

@@ -1,0 +1,566 @@
+"""Fetcher threads: Kafka 0.8's ConsumerFetcherManager and ConsumerFetcherThread.
+
+    manager = FetcherManager(config, layout, consumer_id="etl_host-1-abc")
+    manager.start_connections(registry.values())   # after a rebalance claimed the partitions
+    ...                                             # chunks arrive in each PartitionTopicInfo's stream queue
+    manager.stop_connections()                      # before the next rebalance: joins every thread
+    manager.close()
+
+``start_connections`` reads each partition's leader from ZooKeeper and gives the partition to the runner for
+(leader broker, fetcher id), fetcher id = ``abs(31 * hash(topic) + partition) % num.consumer.fetchers`` in Java
+int arithmetic, as Kafka does. One :class:`FetchRequestRunner` thread per pair, named
+``<consumer id>-fetcher-<fetcher id>-broker-<broker id>``, sends one Fetch request for all its partitions,
+decodes each partition's records and hands them to ``info.enqueue`` (which blocks while the stream's queue is
+full: the back-pressure). Partitions without a leader go to the :class:`LeaderFinder` thread.
+
+Per partition, what a runner does with the broker's answer:
+
+- records: enqueued as one chunk (records below the fetch offset are left out);
+- OFFSET_OUT_OF_RANGE, or no offset yet (-1): ListOffsets as ``auto.offset.reset`` says, then
+  ``info.reset_offsets``;
+- NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE: handed to the leader finder;
+- a first batch larger than ``fetch.message.max.bytes``: a MessageSizeTooLargeError chunk, and the partition
+  is no longer fetched (the application sees the error when it reaches that offset);
+- a corrupt batch or another error code: logged, and the partition is retried after a backoff.
+
+Connection errors close the connection and back off (exponential with jitter, capped at one second); after
+:data:`HANDOFF_AFTER_FAILURES` in a row the partitions go to the leader finder, which sends them back to a
+runner once ZooKeeper names a live leader. A runner never dies from an exception. Every blocking wait is
+bounded, and :meth:`FetcherManager.stop_connections` closes the connections to interrupt reads, so it returns
+within its timeout; afterwards no fetcher thread touches any PartitionTopicInfo.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import tenacity
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+
+from metaq.client.connection import BrokerConnection
+from metaq.consumer.config import ConsumerConfig
+from metaq.consumer.leader_finder import Leader, LeaderFinder, TopicPartition, find_leader
+from metaq.consumer.partition_info import PartitionTopicInfo, Record
+from metaq.errors import (
+    BrokerConnectionError,
+    CorruptRecordError,
+    MessageSizeTooLargeError,
+    MetaqError,
+    ProtocolError,
+    for_code,
+)
+from metaq.hashing import java_string_hash
+from metaq.protocol.records import decode_records
+from zk_layout import ZkLayout
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Backoff", "FetchRequestRunner", "FetcherManager", "fetcher_id"]
+
+HANDOFF_AFTER_FAILURES = 3
+"""Consecutive connection failures after which a runner gives its partitions to the leader finder."""
+BACKOFF_MAX_S = 1.0
+"""Cap of the retry backoff after errors."""
+CONNECT_TIMEOUT_MAX_MS = 5000
+"""Cap of the TCP connect timeout: close() cannot interrupt a connect, so this bounds stop_connections."""
+MIN_RESPONSE_BYTES = 104857600
+"""Smallest response a runner accepts: fetch.max.bytes can be exceeded by a whole oversized batch (KIP-74)."""
+
+_OFFSET_OUT_OF_RANGE = 1
+_LEADER_ERRORS = frozenset({3, 5, 6})  # UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
+_EARLIEST = -2
+_LATEST = -1
+_IDLE_WAIT_S = 0.5  # a runner without partitions; add() and shutdown() wake it earlier
+_MIN_BACKOFF_S = 0.01  # refresh.leader.backoff.ms=0 must not make a failing runner spin
+
+
+def _to_int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
+    """Kafka 0.8's choice of fetcher thread: ``Utils.abs(31 * topic.hashCode + partition) % numFetchers`` with
+    Java's 32-bit overflow (and Kafka's abs, which maps Int.MinValue to 0)."""
+    mixed = _to_int32(31 * java_string_hash(topic) + partition)
+    return (0 if mixed == -(1 << 31) else abs(mixed)) % num_fetchers
+
+
+class Backoff:
+    """The delay before retrying after ``attempt`` failures in a row: tenacity's exponential wait plus jitter,
+    capped, so that runners sharing a dead broker do not retry in lockstep::
+
+        Backoff(0.2, 1.0).delay(1)    # 0.2-0.4 s
+        Backoff(0.2, 1.0).delay(10)   # 1.0-1.2 s
+    """
+
+    def __init__(self, initial_s: float, max_s: float) -> None:
+        initial_s = max(initial_s, _MIN_BACKOFF_S)
+        self._retrying = tenacity.Retrying(
+            wait=tenacity.wait_exponential(multiplier=initial_s, min=initial_s, max=max(initial_s, max_s))
+            + tenacity.wait_random(0, initial_s)
+        )
+
+    def delay(self, attempt: int) -> float:
+        state = tenacity.RetryCallState(self._retrying, fn=None, args=(), kwargs={})
+        state.attempt_number = max(attempt, 1)
+        return float(self._retrying.wait(state))
+
+
+class _Owner(Protocol):
+    """What a runner needs from its manager (a seam for tests)."""
+
+    def leader_lost(self, infos: list[PartitionTopicInfo]) -> None: ...
+
+    def record_error(self, key: TopicPartition | None, error: BaseException) -> None: ...
+
+    def clear_error(self, key: TopicPartition) -> None: ...
+
+
+
+class FetchRequestRunner(threading.Thread):
+    """One fetcher thread: Fetch requests to one broker for a changing set of partitions (module docstring)."""
+
+    def __init__(self, owner: _Owner, config: ConsumerConfig, leader: Leader, fetcher: int, *,
+                 consumer_id: str) -> None:
+        super().__init__(name=f"{consumer_id}-fetcher-{fetcher}-broker-{leader.broker_id}", daemon=True)
+        self._owner = owner
+        self._config = config
+        self.broker_id = leader.broker_id
+        self.fetcher_id = fetcher
+        self._address = (leader.host, leader.port)
+        self._lock = threading.Lock()  # guards _partitions, _address and _conn against other threads
+        self._partitions: dict[TopicPartition, PartitionTopicInfo] = {}
+        self._paused_until: dict[TopicPartition, float] = {}  # only touched by this thread
+        self._conn: BrokerConnection | None = None
+        self._stopped = threading.Event()
+        self._wakeup = threading.Event()
+        self._backoff = Backoff(config.refresh_leader_backoff_ms / 1000.0, BACKOFF_MAX_S)
+        self._failures = 0  # consecutive failed requests; reset by a good response
+        self._rotation = 0  # start index of the partition order, so that no partition starves
+
+    # -- called from other threads -------------------------------------------------------------------
+
+    def add(self, info: PartitionTopicInfo) -> None:
+        with self._lock:
+            self._partitions[info.key] = info
+        self._wakeup.set()
+
+    def partitions(self) -> list[TopicPartition]:
+        with self._lock:
+            return sorted(self._partitions)
+
+    def move_to(self, host: str, port: int) -> None:
+        """The broker re-registered at another address: reconnect there."""
+        with self._lock:
+            if self._address == (host, port):
+                return
+            self._address = (host, port)
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def shutdown(self) -> None:
+        """Ask the thread to stop and interrupt a blocked read by closing the connection. Join it to wait."""
+        self._stopped.set()
+        self._wakeup.set()
+        with self._lock:
+            conn = self._conn
+        if conn is not None:
+            conn.close()
+
+    # -- the thread --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        log.debug("%s started for %s:%d", self.name, *self._address)
+        while not self._stopped.is_set():
+            try:
+                self._run_once()
+            except Exception as e:  # a runner must never die: log, back off, go on
+                log.exception("%s: unexpected error; retrying after a backoff", self.name)
+                self._owner.record_error(None, e)
+                self._close_connection()
+                self._failures += 1
+                self._sleep(self._backoff.delay(self._failures))
+        self._close_connection()
+        log.debug("%s stopped", self.name)
+
+    def _run_once(self) -> None:
+        infos = self._fetchable()
+        if not infos:
+            self._wait_for_work()
+            return
+        try:
+            conn = self._connection()
+            unresolved = [info for info in infos if info.get_fetch_offset() < 0]
+            if unresolved:
+                self._reset_offsets(conn, unresolved, reason="no committed offset")
+                infos = [info for info in self._fetchable() if info.get_fetch_offset() >= 0]
+                if not infos:
+                    return
+            offsets, response = self._fetch(conn, infos)
+            self._failures = 0
+            self._handle_response(conn, offsets, response)
+        except (BrokerConnectionError, ProtocolError) as e:
+            self._connection_failed(e)
+
+    def _fetchable(self) -> list[PartitionTopicInfo]:
+        """Owned partitions not in an error backoff; revoked ones are dropped for good."""
+        now = time.monotonic()
+        with self._lock:
+            for key in [k for k, info in self._partitions.items() if info.revoked]:
+                del self._partitions[key]
+            infos = list(self._partitions.values())
+        paused = self._paused_until
+        if paused:
+            for key in [k for k, until in paused.items() if until <= now]:
+                del paused[key]
+            infos = [info for info in infos if info.key not in paused]
+        return infos
+
+    def _wait_for_work(self) -> None:
+        """Nothing to fetch: sleep until a partition is added or a paused one may be retried."""
+        timeout = _IDLE_WAIT_S
+        if self._paused_until:
+            timeout = max(0.0, min(min(self._paused_until.values()) - time.monotonic(), timeout))
+        self._wakeup.wait(timeout)
+        self._wakeup.clear()  # a lost signal only delays the next look by one wait
+
+    def _connection(self) -> BrokerConnection:
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                host, port = self._address
+                conn = self._conn = BrokerConnection(
+                    host, port, client_id=self._config.effective_client_id,
+                    request_timeout_ms=self._config.socket_timeout_ms,
+                    connect_timeout_ms=min(self._config.socket_timeout_ms, CONNECT_TIMEOUT_MAX_MS),
+                    max_response_bytes=max(MIN_RESPONSE_BYTES,
+                                           self._config.fetch_max_bytes + self._config.fetch_message_max_bytes))
+        if not conn.is_connected:
+            conn.connect()
+            if self._stopped.is_set():  # shutdown() ran while we were connecting: do not start a fetch
+                conn.close()
+                raise BrokerConnectionError(f"{self.name} is stopping")
+        return conn
+
+    def _close_connection(self) -> None:
+        with self._lock:
+            conn = self._conn
+        if conn is not None:
+            conn.close()
+
+    def _sleep(self, seconds: float) -> None:
+        self._stopped.wait(seconds)  # an Event, so that shutdown() cuts the backoff short
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    def _fetch(self, conn: BrokerConnection, infos: list[PartitionTopicInfo]) -> tuple[dict[TopicPartition, int], Any]:
+        """One Fetch request for ``infos``; returns the offsets asked for and the decoded response."""
+        config = self._config
+        self._rotation = (self._rotation + 1) % len(infos)
+        ordered = infos[self._rotation:] + infos[:self._rotation]
+        offsets: dict[TopicPartition, int] = {}
+        topics: dict[str, list[dict[str, int]]] = {}
+        max_bytes = config.fetch_message_max_bytes
+        for info in ordered:
+            offset = info.get_fetch_offset()
+            offsets[info.key] = offset
+            topics.setdefault(info.topic, []).append(
+                {"partition": info.partition, "fetch_offset": offset, "partition_max_bytes": max_bytes})
+        fields = {
+            "replica_id": -1,
+            "max_wait_ms": config.fetch_wait_max_ms,
+            "min_bytes": config.fetch_min_bytes,
+            "max_bytes": config.fetch_max_bytes,
+            "isolation_level": 0,
+            "topics": [{"topic": topic, "partitions": parts} for topic, parts in topics.items()],
+        }
+        return offsets, conn.send(FetchRequest, fields)
+
+    def _handle_response(self, conn: BrokerConnection, offsets: dict[TopicPartition, int], response: Any) -> None:
+        top_error = getattr(response, "error_code", 0)
+        if top_error:  # v7+: the request as a whole failed (fetch sessions); retry everything later
+            error = for_code(top_error)(f"Fetch from broker {self.broker_id} failed with error {top_error}")
+            log.warning("%s: %s", self.name, error)
+            self._owner.record_error(None, error)
+            self._pause(list(offsets))
+            return
+        out_of_range: list[PartitionTopicInfo] = []
+        for topic in response.responses:
+            for part in topic.partitions:
+                key = (topic.topic, part.partition_index)
+                fetch_offset = offsets.get(key)
+                info = self._owned(key)
+                if info is None or fetch_offset is None:
+                    continue
+                if part.error_code == _OFFSET_OUT_OF_RANGE:
+                    out_of_range.append(info)
+                elif part.error_code:
+                    self._partition_error(info, fetch_offset, part.error_code)
+                elif part.records:
+                    self._deliver(info, fetch_offset, part.records)
+                if self._stopped.is_set():
+                    return
+        if out_of_range:
+            for info in out_of_range:
+                log.warning("%s: offset %d of %s-%d is out of range; resetting as auto.offset.reset=%s says",
+                            self.name, offsets[info.key], info.topic, info.partition, self._config.auto_offset_reset)
+            self._reset_offsets(conn, out_of_range, reason="offset out of range")
+
+    def _reset_offsets(self, conn: BrokerConnection, infos: list[PartitionTopicInfo], *, reason: str) -> None:
+        """ListOffsets (earliest for auto.offset.reset=smallest, else latest), then ``info.reset_offsets``."""
+        timestamp = _EARLIEST if self._config.auto_offset_reset == "smallest" else _LATEST
+        topics: dict[str, list[dict[str, int]]] = {}
+        for info in infos:
+            topics.setdefault(info.topic, []).append({"partition_index": info.partition, "timestamp": timestamp})
+        fields = {"replica_id": -1, "isolation_level": 0,
+                  "topics": [{"name": topic, "partitions": parts} for topic, parts in topics.items()]}
+        response = conn.send(ListOffsetsRequest, fields)
+        by_key = {info.key: info for info in infos}
+        for topic in response.topics:
+            for part in topic.partitions:
+                info = by_key.pop((topic.name, part.partition_index), None)
+                if info is None or info.revoked:
+                    continue
+                if part.error_code:
+                    self._partition_error(info, info.get_fetch_offset(), part.error_code)
+                    continue
+                old = info.get_fetch_offset()
+                info.reset_offsets(part.offset)
+                level = logging.WARNING if old >= 0 else logging.INFO
+                log.log(level, "%s: %s for %s-%d: fetch offset %d -> %d (auto.offset.reset=%s)", self.name, reason,
+                        info.topic, info.partition, old, part.offset, self._config.auto_offset_reset)
+        if by_key:  # not answered: try again after a backoff rather than in a tight loop
+            log.warning("%s: ListOffsets from broker %d did not answer for %s", self.name, self.broker_id,
+                        sorted(by_key))
+            self._pause(list(by_key))
+
+    # -- per-partition outcomes --------------------------------------------------------------------
+
+    def _deliver(self, info: PartitionTopicInfo, fetch_offset: int, data: bytes) -> None:
+        try:
+            result = decode_records(data, fetch_offset)
+        except CorruptRecordError as e:
+            log.error("%s: corrupt data for %s-%d fetched at offset %d: %s; retrying after a backoff",
+                      self.name, info.topic, info.partition, fetch_offset, e)
+            self._owner.record_error(info.key, e)
+            self._pause([info.key])
+            return
+        size = result.first_batch_size
+        if size is not None and size > self._config.fetch_message_max_bytes:
+            self._too_large(info, fetch_offset, size)
+            return
+        if result.records:
+            accepted = self._offer(info, fetch_offset, result.records)
+            if accepted:
+                self._owner.clear_error(info.key)
+            elif info.revoked:
+                self._remove(info)
+        elif result.next_offset is not None and result.next_offset > fetch_offset:
+            info.advance_fetched(fetch_offset, result.next_offset)
+
+    def _too_large(self, info: PartitionTopicInfo, fetch_offset: int, size: int) -> None:
+        limit = self._config.fetch_message_max_bytes
+        error = MessageSizeTooLargeError(
+            f"{info.topic}-{info.partition}: the record batch at offset {fetch_offset} is {size} bytes, larger "
+            f"than fetch.message.max.bytes ({limit}); set fetch.message.max.bytes to at least {size} to consume it")
+        log.error("%s: %s; no longer fetching this partition", self.name, error)
+        self._owner.record_error(info.key, error)
+        self._remove(info)
+        self._offer_error(info, error)
+
+    def _partition_error(self, info: PartitionTopicInfo, fetch_offset: int, code: int) -> None:
+        cls = for_code(code)
+        error = cls(f"{cls.message} ({code}) for {info.topic}-{info.partition} at offset {fetch_offset} "
+                    f"from broker {self.broker_id}")
+        self._owner.record_error(info.key, error)
+        if code in _LEADER_ERRORS or cls.invalid_metadata:
+            log.info("%s: %s; looking for the leader again", self.name, error)
+            self._remove(info)
+            self._owner.leader_lost([info])
+        else:
+            log.warning("%s: %s; retrying after a backoff", self.name, error)
+            self._pause([info.key])
+
+    def _connection_failed(self, error: MetaqError) -> None:
+        self._close_connection()
+        if self._stopped.is_set():
+            return
+        self._failures += 1
+        self._owner.record_error(None, error)
+        log.warning("%s: %s (failure %d in a row)", self.name, error, self._failures)
+        if self._failures % HANDOFF_AFTER_FAILURES == 0:
+            with self._lock:
+                infos = list(self._partitions.values())
+                self._partitions.clear()
+            if infos:
+                log.warning("%s: handing %d partitions to the leader finder after %d failures", self.name,
+                            len(infos), self._failures)
+                self._owner.leader_lost(infos)
+        self._sleep(self._backoff.delay(self._failures))
+
+    def _pause(self, keys: list[TopicPartition]) -> None:
+        """Leave these partitions out of fetches for one backoff."""
+        until = time.monotonic() + self._backoff.delay(1)
+        for key in keys:
+            self._paused_until[key] = until
+
+    def _owned(self, key: TopicPartition) -> PartitionTopicInfo | None:
+        with self._lock:
+            info = self._partitions.get(key)
+        return None if info is None or info.revoked else info
+
+    def _remove(self, info: PartitionTopicInfo) -> None:
+        with self._lock:
+            if self._partitions.get(info.key) is info:
+                del self._partitions[info.key]
+        self._paused_until.pop(info.key, None)
+
+    # -- handing chunks to the streams -------------------------------------------------------------
+
+    def _offer(self, info: PartitionTopicInfo, fetch_offset: int, records: list[Record]) -> bool:
+        """``info.enqueue``, blocking while the stream's queue is full but never past a stop request."""
+        return info.enqueue(fetch_offset, records, stop=self._stopped)
+
+    def _offer_error(self, info: PartitionTopicInfo, error: MetaqError) -> None:
+        info.enqueue_error(error, stop=self._stopped)
+
+
+class FetcherManager:
+    """Starts, re-targets and stops the fetch runners and the leader finder of one consumer (module docstring).
+
+    Thread-safe. ``last_error`` and :meth:`partition_errors` tell the consumer's state what went wrong last.
+    """
+
+    def __init__(self, config: ConsumerConfig, layout: ZkLayout, *, consumer_id: str) -> None:
+        self._config = config
+        self._layout = layout
+        self.consumer_id = consumer_id
+        self._lock = threading.Lock()  # guards everything below; never held while joining or doing I/O
+        self._runners: dict[tuple[int, int], FetchRequestRunner] = {}
+        self._finder: LeaderFinder | None = None
+        self._running = False
+        self._closed = False
+        self._errors: dict[TopicPartition, str] = {}
+        self.last_error: str | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start_connections(self, infos: Iterable[PartitionTopicInfo]) -> None:
+        """Start fetching ``infos`` from their leaders; partitions without one go to the leader finder."""
+        with self._lock:
+            if self._closed:
+                raise MetaqError(f"fetcher manager of {self.consumer_id} is closed")
+            self._running = True
+        no_leader: list[PartitionTopicInfo] = []
+        for info in infos:
+            if info.revoked:
+                continue
+            try:
+                leader = find_leader(self._layout, info.topic, info.partition)
+            except MetaqError as e:
+                log.warning("cannot read the leader of %s-%d from ZooKeeper: %s", info.topic, info.partition, e)
+                self.record_error(info.key, e)
+                leader = None
+            if leader is None or not self.assign(info, leader):
+                no_leader.append(info)
+        if no_leader:
+            log.info("%s: no live leader for %s yet; the leader finder keeps looking", self.consumer_id,
+                     sorted(info.key for info in no_leader))
+            self.leader_lost(no_leader)
+
+    def stop_connections(self, timeout: float = 10.0) -> None:
+        """Stop and join every runner and the leader finder, within ``timeout`` seconds in all."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._running = False
+            runners = list(self._runners.values())
+            self._runners.clear()
+            finder, self._finder = self._finder, None
+        threads: list[FetchRequestRunner | LeaderFinder] = list(runners)
+        if finder is not None:
+            threads.append(finder)
+        for thread in threads:
+            thread.shutdown()
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [thread.name for thread in threads if thread.is_alive()]
+        if stuck:
+            log.error("%s: fetcher threads %s did not stop within %.1f s", self.consumer_id, stuck, timeout)
+        elif threads:
+            log.debug("%s: stopped %d fetcher threads", self.consumer_id, len(threads))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self.stop_connections()
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def partition_errors(self) -> dict[TopicPartition, str]:
+        """The last error of each partition that has not fetched successfully since."""
+        with self._lock:
+            return dict(self._errors)
+
+    def assignment(self) -> dict[str, list[TopicPartition]]:
+        """Thread name -> partitions it fetches (the leader finder's: partitions still without a leader)."""
+        with self._lock:
+            runners = list(self._runners.values())
+            finder = self._finder
+        result = {runner.name: runner.partitions() for runner in runners}
+        if finder is not None:
+            result[finder.name] = finder.pending()
+        return result
+
+    def threads(self) -> list[threading.Thread]:
+        with self._lock:
+            found: list[threading.Thread] = list(self._runners.values())
+            if self._finder is not None:
+                found.append(self._finder)
+        return found
+
+    # -- called by runners and the leader finder ---------------------------------------------------
+
+    def assign(self, info: PartitionTopicInfo, leader: Leader) -> bool:
+        """Give ``info`` to the runner for (leader, fetcher id), starting it if needed; False when stopped."""
+        fid = fetcher_id(info.topic, info.partition, self._config.num_consumer_fetchers)
+        with self._lock:
+            if not self._running:
+                return False
+            runner = self._runners.get((leader.broker_id, fid))
+            if runner is None:
+                runner = FetchRequestRunner(self, self._config, leader, fid, consumer_id=self.consumer_id)
+                self._runners[(leader.broker_id, fid)] = runner
+                runner.start()
+            else:
+                runner.move_to(leader.host, leader.port)
+            runner.add(info)
+        return True
+
+    def leader_lost(self, infos: list[PartitionTopicInfo]) -> None:
+        with self._lock:
+            if not self._running:
+                return
+            if self._finder is None:
+                self._finder = LeaderFinder(f"{self.consumer_id}-leader-finder", self._layout,
+                                            backoff_s=self._config.refresh_leader_backoff_ms / 1000.0,
+                                            assign=self.assign)
+                self._finder.start()
+            self._finder.add(infos)
+
+    def record_error(self, key: TopicPartition | None, error: BaseException) -> None:
+        text = f"{type(error).__name__}: {error}"
+        with self._lock:
+            self.last_error = text if key is None else f"{key[0]}-{key[1]}: {text}"
+            if key is not None:
+                self._errors[key] = text
+
+    def clear_error(self, key: TopicPartition) -> None:
+        if key in self._errors:  # unlocked peek: the common case, no error, costs no lock
+            with self._lock:
+                self._errors.pop(key, None)

@@ -1,0 +1,444 @@
+"""ZKRebalancerListener: decides which partitions this member owns, following Kafka 0.8's algorithm.
+
+One thread (``<consumerId>_watcher_executor``) runs every rebalance. ZooKeeper watches and the session
+listener only set a flag (kazoo callbacks must not block), so a burst of events is one rebalance.
+
+States of the member (only ``_set_state`` changes them)::
+
+    STARTING --first rebalance--> STABLE | FAILED
+    STABLE --watch fired--> REBALANCING --ok--> STABLE
+                                        --retries used up--> FAILED (reported; retried with backoff)
+    any --ZooKeeper SUSPENDED--> SUSPENDED --CONNECTED (same session)--> previous state
+    any --session LOST--> REBALANCING (ownership void; re-register first)
+    any --shutdown--> CLOSED (terminal)
+
+One attempt: stop fetchers and clear queues; commit while still the owner (if auto-commit); call the
+``before_release`` hook; delete our owner nodes; compute the assignment (range or roundrobin) from every
+member's registration; claim all owner nodes or none; fence the offsets and read them; start fetchers;
+call the ``assigned`` hook.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from metaq.consumer.assignors import assign
+from metaq.consumer.config import ConsumerConfig
+from metaq.consumer.ids import make_thread_ids
+from metaq.consumer.offsets import OffsetStore, TopicPartition
+from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
+from metaq.errors import MalformedNodeError, MetaqError
+from zk_layout import TopicCount, ZkLayout
+
+log = logging.getLogger(__name__)
+
+STARTING = "STARTING"
+REBALANCING = "REBALANCING"
+STABLE = "STABLE"
+FAILED = "FAILED"
+SUSPENDED = "SUSPENDED"
+CLOSED = "CLOSED"
+
+EXECUTOR_TICK_S = 1.0  # the executor wakes at least this often to check shutdown and self-check timers
+MAX_FAILED_BACKOFF_S = 30.0  # cap of the exponential backoff between rounds after a FAILED rebalance
+
+
+class ConsumerRebalanceFailedError(MetaqError):
+    """Every attempt of a rebalance failed; the member keeps retrying on the next event or backoff."""
+
+    retriable = True
+
+
+class RebalanceListener(Protocol):
+    """Hooks around ownership changes. They run on the rebalance thread: keep them short."""
+
+    def before_release(self, partitions: Mapping[str, set[int]]) -> None: ...
+
+    def assigned(self, consumer_id: str, assignment: Mapping[str, Mapping[int, str]]) -> None: ...
+
+    def rebalance_failed(self, error: ConsumerRebalanceFailedError) -> None: ...
+
+
+@dataclass
+class ConsumerState:
+    """A snapshot of the member for ``Consumer.state``."""
+
+    state: str
+    generation: int
+    owned: dict[TopicPartition, str] = field(default_factory=dict)
+    last_error: str | None = None
+
+
+class Subscription(Protocol):
+    """What this member asked for (static topics or a whitelist/blacklist) and its registration."""
+
+    is_wildcard: bool
+
+    def topic_count(self) -> TopicCount: ...
+
+    def queue_for(self, topic: str, thread_id: str) -> ChunkQueue: ...
+
+    def clear_queues(self) -> None: ...
+
+
+class ZKRebalancerListener:
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        layout: ZkLayout,
+        consumer_id: str,
+        subscription: Subscription,
+        fetcher: Any,
+        store: OffsetStore,
+        *,
+        listener: RebalanceListener | None = None,
+        on_failure: Callable[[ConsumerRebalanceFailedError], None] | None = None,
+    ) -> None:
+        self._config = config
+        self._layout = layout
+        self._group = config.group_id
+        self._consumer_id = consumer_id
+        self._subscription = subscription
+        self._fetcher = fetcher
+        self._store = store
+        self._listener = listener
+        self._on_failure = on_failure
+        self._lock = threading.RLock()  # the rebalance lock: one rebalance (or shutdown) at a time
+        self._wakeup = threading.Condition()
+        self._triggered = False
+        self._session_lost = False
+        self._shutdown = threading.Event()
+        self.registry: dict[TopicPartition, PartitionTopicInfo] = {}
+        self.generation = 0
+        self.state = STARTING
+        self.state_id = 0
+        self._state_before_suspend = STARTING
+        self.last_error: str | None = None
+        self._failed_rounds = 0
+        self._retry_at: float | None = None
+        self._next_self_check = time.monotonic() + config.self_check_interval_ms / 1000.0
+        self._warned_missing: set[str] = set()
+        self._thread = threading.Thread(
+            target=self._run, name=f"{consumer_id}_watcher_executor", daemon=True
+        )
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def _set_state(self, state: str) -> None:
+        if state != self.state:
+            log.info("consumer %s: %s -> %s", self._consumer_id, self.state, state)
+        self.state = state
+        self.state_id += 1
+
+    def snapshot(self) -> ConsumerState:
+        owned = {key: info.thread_id for key, info in self.registry.items()}
+        return ConsumerState(self.state, self.generation, owned, self.last_error)
+
+    # -- events (never block: they run on kazoo's threads) -----------------------------------------
+
+    def trigger(self, *_: Any) -> None:
+        with self._wakeup:
+            self._triggered = True
+            self._wakeup.notify()
+
+    def session_suspended(self) -> None:
+        if self.state not in (SUSPENDED, CLOSED):
+            self._state_before_suspend = self.state
+            self._set_state(SUSPENDED)
+
+    def session_resumed(self) -> None:
+        if self.state == SUSPENDED:
+            self._set_state(self._state_before_suspend)
+
+    def session_lost(self) -> None:
+        for info in list(self.registry.values()):  # at once: not one more message from the old ownership
+            info.revoke()
+        with self._wakeup:
+            self._session_lost = True
+            self._triggered = True
+            self._wakeup.notify()
+
+    # -- executor ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._shutdown.set()
+        self.trigger()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._shutdown.is_set():
+            with self._wakeup:
+                if not self._triggered:
+                    self._wakeup.wait(EXECUTOR_TICK_S)  # ticks to notice shutdown and timers
+                triggered, self._triggered = self._triggered, False
+                lost, self._session_lost = self._session_lost, False
+            if self._shutdown.is_set():
+                return
+            try:
+                if lost:
+                    self._handle_session_loss()
+                if triggered or self._retry_due() or self._self_check_fails():
+                    self.synced_rebalance()
+            except ConsumerRebalanceFailedError:
+                pass  # reported through on_failure; retried after a backoff
+            except Exception as e:  # the executor must survive anything
+                log.exception("consumer %s: rebalance executor error", self._consumer_id)
+                self.last_error = repr(e)
+                self.trigger_later(self._config.backoff_ms / 1000.0)
+
+    def trigger_later(self, delay_s: float) -> None:
+        self._retry_at = time.monotonic() + delay_s
+
+    def _retry_due(self) -> bool:
+        if self._retry_at is not None and time.monotonic() >= self._retry_at:
+            self._retry_at = None
+            return True
+        return False
+
+    # -- the rebalance -----------------------------------------------------------------------------
+
+    def synced_rebalance(self) -> None:
+        """Up to rebalance.max.retries attempts; raises ConsumerRebalanceFailedError after the last."""
+        with self._lock:
+            if self._shutdown.is_set():
+                return
+            if self.state != SUSPENDED:
+                self._set_state(REBALANCING)
+            error: BaseException | None = None
+            for attempt in range(self._config.rebalance_max_retries):
+                if self._shutdown.is_set():
+                    return
+                try:
+                    if self._attempt():
+                        self._succeeded()
+                        return
+                    error = None
+                except MetaqError as e:
+                    error = e
+                    log.info("consumer %s: rebalance attempt %d failed: %s", self._consumer_id, attempt + 1, e)
+                self._release_all(commit=False)
+                self._shutdown.wait(self._jittered(self._config.backoff_ms / 1000.0))
+            self._failed(error)
+
+    def _succeeded(self) -> None:
+        self._failed_rounds = 0
+        self.last_error = None
+        self._retry_at = None
+        self._next_self_check = time.monotonic() + self._config.self_check_interval_ms / 1000.0
+        self._set_state(STABLE)
+
+    def _failed(self, cause: BaseException | None) -> None:
+        self._failed_rounds += 1
+        error = ConsumerRebalanceFailedError(
+            f"{self._consumer_id} can't rebalance after {self._config.rebalance_max_retries} retries"
+            + (f": {cause}" if cause else " (partitions owned by others were not released)")
+        )
+        self.last_error = str(error)
+        self._set_state(FAILED)
+        delay = min(self._config.backoff_ms / 1000.0 * 2 ** self._failed_rounds, MAX_FAILED_BACKOFF_S)
+        self.trigger_later(self._jittered(delay))
+        log.error("%s; retrying in %.1fs", error, delay)
+        if self._on_failure is not None:
+            self._on_failure(error)
+        if self._listener is not None:
+            self._safe_hook(self._listener.rebalance_failed, error)
+        raise error
+
+    @staticmethod
+    def _jittered(seconds: float) -> float:
+        return seconds * random.uniform(0.8, 1.2)
+
+    def _attempt(self) -> bool:
+        if not self._layout.broker_ids(watch=None):
+            self._layout.broker_ids(watch=self.trigger)  # kafka-969: wait for a broker
+            log.info("consumer %s: no brokers registered; waiting", self._consumer_id)
+            return True
+        self._release_all(commit=self._config.auto_commit_enable)
+        topic_threads, topic_partitions = self._read_group()
+        assignment = assign(self._config.partition_assignment_strategy, topic_threads, topic_partitions)
+        mine = {tp: tid for tp, tid in assignment.items() if tid.startswith(self._consumer_id + "-")
+                and tid[len(self._consumer_id) + 1:].isdigit()}
+        if not self._claim_all(mine):
+            return False
+        try:
+            offsets = self._store.take_ownership(mine)
+        except MetaqError:
+            self._release_claims(mine)
+            raise
+        self._publish(mine, offsets)
+        if self._listener is not None:
+            global_view: dict[str, dict[int, str]] = {}
+            for (topic, partition), tid in assignment.items():
+                global_view.setdefault(topic, {})[partition] = tid
+            self._safe_hook(self._listener.assigned, self._consumer_id, global_view)
+        self._fetcher.start_connections(self.registry.values())
+        log.info("consumer %s owns %s (generation %d)", self._consumer_id, sorted(mine), self.generation)
+        return True
+
+    def _read_group(self) -> tuple[dict[str, list[str]], dict[str, list[int]]]:
+        """Every member's thread ids per topic I subscribe to, and those topics' partitions."""
+        watch = self.trigger
+        all_topics = self._layout.topics(watch=watch if self._needs_topic_watch() else None)
+        my_topics = self._subscription.topic_count().streams_per_topic(
+            all_topics, exclude_internal=self._config.exclude_internal_topics)
+        topic_threads: dict[str, list[str]] = {t: [] for t in my_topics}
+        for member, registration in self._registrations().items():
+            per_topic = registration.streams_per_topic(
+                all_topics, exclude_internal=self._config.exclude_internal_topics)
+            for topic, streams in per_topic.items():
+                if topic in topic_threads:
+                    topic_threads[topic].extend(make_thread_ids(member, streams))
+        topic_partitions: dict[str, list[int]] = {}
+        for topic in my_topics:
+            assignment = self._layout.topic_assignment(topic, watch=watch)
+            if assignment is None:
+                if topic not in self._warned_missing:
+                    log.warning("consumer %s: topic %s does not exist yet; waiting for it", self._consumer_id, topic)
+                    self._warned_missing.add(topic)
+                continue
+            topic_partitions[topic] = sorted(assignment.partitions)
+        return topic_threads, topic_partitions
+
+    def _needs_topic_watch(self) -> bool:
+        """Watch /brokers/topics children for wildcards, and while a static topic does not exist yet."""
+        return self._subscription.is_wildcard or bool(self._warned_missing) or self.generation == 0
+
+    def _registrations(self) -> dict[str, TopicCount]:
+        members: dict[str, TopicCount] = {}
+        for member in self._layout.consumer_ids(self._group, watch=self.trigger):
+            try:
+                registration = self._layout.consumer_registration(self._group, member)
+            except MalformedNodeError as e:
+                log.warning("ignoring member with a malformed registration: %s", e)
+                continue
+            if registration is not None:
+                members[member] = registration
+        if self._consumer_id not in members:
+            raise MetaqError(f"consumer {self._consumer_id} is not registered in group {self._group}")
+        return members
+
+    def _claim_all(self, mine: Mapping[TopicPartition, str]) -> bool:
+        claimed: list[TopicPartition] = []
+        for (topic, partition), tid in sorted(mine.items()):
+            if self._layout.claim_partition(self._group, topic, partition, tid):
+                claimed.append((topic, partition))
+                continue
+            owner = self._layout.owner(self._group, topic, partition)
+            log.info("consumer %s: %s-%d is still owned by %s; waiting for it to be released",
+                     self._consumer_id, topic, partition, owner)
+            self._release_claims({key: mine[key] for key in claimed})
+            return False
+        return True
+
+    def _release_claims(self, claims: Mapping[TopicPartition, str]) -> None:
+        for (topic, partition), tid in claims.items():
+            self._layout.release_partition(self._group, topic, partition, tid)
+
+    def _publish(self, mine: Mapping[TopicPartition, str], offsets: Mapping[TopicPartition, int | None]) -> None:
+        self.generation += 1
+        registry = {}
+        for (topic, partition), tid in mine.items():
+            offset = offsets.get((topic, partition))
+            start = -1 if offset is None else offset  # -1: resolved by the fetcher via auto.offset.reset
+            registry[(topic, partition)] = PartitionTopicInfo(
+                topic, partition, self._subscription.queue_for(topic, tid), start, start, self.generation, tid)
+        self.registry = registry
+
+    def _release_all(self, *, commit: bool) -> None:
+        """Stop fetching, drop queued chunks, optionally commit (still the owner), then release."""
+        self._fetcher.stop_connections()
+        owned = dict(self.registry)
+        for info in owned.values():
+            info.revoke()
+        self._subscription.clear_queues()
+        if commit and owned:
+            self.commit(owned.values(), include_revoked=True)
+        if self._listener is not None and owned:
+            grouped: dict[str, set[int]] = {}
+            for topic, partition in owned:
+                grouped.setdefault(topic, set()).add(partition)
+            self._safe_hook(self._listener.before_release, grouped)
+        for (topic, partition), info in owned.items():
+            try:
+                self._layout.release_partition(self._group, topic, partition, info.thread_id)
+            except MetaqError as e:  # it dies with the session anyway
+                log.warning("could not release %s-%d: %s", topic, partition, e)
+        self._store.release(owned)
+        self.registry = {}
+
+    # -- commits -----------------------------------------------------------------------------------
+
+    def commit(self, infos: Iterable[PartitionTopicInfo] | None = None, *, include_revoked: bool = False) -> None:
+        """Commit consumed offsets of owned partitions; partitions whose fence was lost are revoked."""
+        chosen = list(self.registry.values()) if infos is None else list(infos)
+        offsets = {info.key: info.get_consumed_offset() for info in chosen if include_revoked or not info.revoked}
+        result = self._store.commit(offsets)
+        if result.lost:
+            for key in result.lost:
+                info = self.registry.get(key)
+                if info is not None:
+                    info.revoke()
+            log.warning("consumer %s lost ownership of %s; rebalancing", self._consumer_id, sorted(result.lost))
+            self.trigger()
+
+    # -- session loss and self-check -----------------------------------------------------------------
+
+    def _handle_session_loss(self) -> None:
+        """The old session's ephemerals are gone: void ownership without committing, re-register."""
+        with self._lock:
+            log.warning("consumer %s: ZooKeeper session lost; ownership void, re-registering", self._consumer_id)
+            self._fetcher.stop_connections()
+            for info in self.registry.values():
+                info.revoke()
+            self._subscription.clear_queues()
+            self._store.release(list(self.registry))
+            self.registry = {}
+            try:
+                self._layout.register_consumer(self._group, self._consumer_id, self._subscription.topic_count())
+            except MetaqError:
+                with self._wakeup:  # not connected yet: handle the loss again on the next tick
+                    self._session_lost = True
+                self.trigger_later(self._config.backoff_ms / 1000.0)
+                raise
+
+    def _self_check_fails(self) -> bool:
+        """Periodically compare the owner nodes with what this member believes it owns."""
+        interval = self._config.self_check_interval_ms / 1000.0
+        if interval <= 0 or self.state not in (STABLE,) or time.monotonic() < self._next_self_check:
+            return False
+        self._next_self_check = time.monotonic() + interval
+        for (topic, partition), info in list(self.registry.items()):
+            if self._layout.owner(self._group, topic, partition) != info.thread_id:
+                log.warning("self-check: %s-%d is not owned by %s in ZooKeeper; rebalancing",
+                            topic, partition, info.thread_id)
+                return True
+        return False
+
+    # -- shutdown ----------------------------------------------------------------------------------
+
+    def shutdown(self, *, commit: bool) -> None:
+        """Under the rebalance lock: stop fetchers, final commit (if asked), release ownership."""
+        self._shutdown.set()
+        with self._lock:
+            try:
+                self._release_all(commit=commit)
+            except MetaqError as e:
+                log.warning("consumer %s: releasing at shutdown failed: %s", self._consumer_id, e)
+            self._set_state(CLOSED)
+        self.stop()
+
+    def _safe_hook(self, hook: Callable[..., Any], *args: Any) -> None:
+        try:
+            hook(*args)
+        except Exception:
+            log.exception("rebalance listener hook %s raised", getattr(hook, "__name__", hook))
