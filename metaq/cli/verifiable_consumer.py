@@ -99,7 +99,9 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     consumer = Consumer(config, rebalance_listener=ReportingListener(),
                         offset_store_factory=lambda layout, cfg: ReportingStore(default_offset_store(layout, cfg)))
-    emit("startup_complete", consumer_id=consumer.consumer_id)
+    session = consumer.zookeeper_session
+    emit("startup_complete", consumer_id=consumer.consumer_id,
+         session_id=session[0] if session else None, session_password=session[1].hex() if session else None)
     try:
         [stream] = consumer.create_message_streams({args.topic: 1})[args.topic]
         _consume(stream, stop, args.max_messages)

@@ -175,6 +175,11 @@ class ZookeeperConsumerConnector:
             return ConsumerState("CLOSED" if self._closed else "STARTING", 0)
         return self._rebalancer.snapshot()
 
+    @property
+    def zookeeper_session(self) -> tuple[int, bytes] | None:
+        """(session id, password) of the current ZooKeeper session, for fault-injection tools."""
+        return self._zk.client_id
+
     def _on_session_state(self, state: str) -> None:
         """kazoo's listener: must not block."""
         rebalancer = self._rebalancer
