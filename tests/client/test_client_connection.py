@@ -14,7 +14,7 @@ from kafka.protocol.producer import ProduceRequest
 from metaq.client import BrokerConnection
 from metaq.client.connection import _FrameReader, _PeerClosed, _WouldBlock
 from metaq.errors import BrokerConnectionError, ProtocolError, UnsupportedVersionError
-from metaq.producer.accumulator import BatchBuilder
+from metaq.protocol.builder import BatchBuilder
 from tests.client.client_fake_broker import CLOSE, FakeBroker, Received, response_frame
 
 pytestmark = pytest.mark.timeout(30)

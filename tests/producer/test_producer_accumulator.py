@@ -12,7 +12,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from metaq.errors import MessageSizeTooLargeError, MetaqError
-from metaq.producer.accumulator import BatchBuilder, RecordAccumulator, TopicPartition
+from metaq.producer.accumulator import RecordAccumulator, TopicPartition
+from metaq.protocol.builder import BatchBuilder
 
 TP = TopicPartition("t", 0)
 TS = 1700000000000
