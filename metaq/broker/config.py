@@ -35,7 +35,6 @@ INERT_KEYS = frozenset(
         "offsets.topic.replication.factor",
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
-        "group.initial.rebalance.delay.ms",
         "queued.max.requests",
         "zookeeper.set.acl",
     }
@@ -67,6 +66,15 @@ class BrokerConfig(Config):
     default_replication_factor: int = prop("default.replication.factor", 1, check=one_of(1))
     auto_create_topics_enable: bool = prop("auto.create.topics.enable", True)
     offsets_topic_num_partitions: int = prop("offsets.topic.num.partitions", 50, check=positive)
+    offsets_retention_minutes: int = prop("offsets.retention.minutes", 10080, check=positive)
+    offsets_retention_check_interval_ms: int = prop("offsets.retention.check.interval.ms", 600000, check=positive)
+    offset_metadata_max_bytes: int = prop("offset.metadata.max.bytes", 4096, check=non_negative)
+    offsets_commit_required_acks: int = prop("offsets.commit.required.acks", -1)
+    group_min_session_timeout_ms: int = prop("group.min.session.timeout.ms", 6000, check=positive)
+    group_max_session_timeout_ms: int = prop("group.max.session.timeout.ms", 1800000, check=positive)
+    # Kafka waits 3000 ms before a new group's first rebalance; metaq completes it as soon as the members
+    # that asked have joined, so the default is 0 (set it to batch up a herd of members starting together)
+    group_initial_rebalance_delay_ms: int = prop("group.initial.rebalance.delay.ms", 0, check=non_negative)
     message_max_bytes: int = prop("message.max.bytes", 1048588, check=positive)
     socket_request_max_bytes: int = prop("socket.request.max.bytes", 104857600, check=positive)
     socket_send_buffer_bytes: int = prop("socket.send.buffer.bytes", 102400)

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from metaq.broker.config import BrokerConfig
+from metaq.broker.coordinator.coordinator import GroupCoordinator
 from metaq.broker.log.manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.purgatory import AppendNotifier
+from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,8 @@ class BrokerContext:
     metadata: MetadataWatcher
     notifier: AppendNotifier
     auto_create: Callable[[str], Awaitable[None]]
+    layout: ZkLayout
+    coordinator: GroupCoordinator
 
     @property
     def broker_id(self) -> int:

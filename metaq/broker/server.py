@@ -19,6 +19,8 @@ from kazoo.client import KazooClient
 
 from metaq.broker.config import BrokerConfig
 from metaq.broker.context import BrokerContext
+from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
+from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.broker.handlers import HANDLERS
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import MetadataWatcher
@@ -73,7 +75,25 @@ class Broker:
         layout = ZkLayout(self._zk)
         self._layout = layout
         self.metadata = MetadataWatcher(layout)
-        context = BrokerContext(config, self.logs, self.metadata, AppendNotifier(), self._auto_create)
+        self.coordinator = GroupCoordinator(
+            CoordinatorConfig(
+                broker_id=config.broker_id,
+                offsets_topic_num_partitions=config.offsets_topic_num_partitions,
+                offsets_retention_ms=config.offsets_retention_minutes * 60000,
+                offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+                offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+                group_min_session_timeout_ms=config.group_min_session_timeout_ms,
+                group_max_session_timeout_ms=config.group_max_session_timeout_ms,
+                group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                flush_each_commit=config.log_flush_interval_messages <= 1,
+            ),
+            self.logs,
+            lambda: self.metadata.snapshot,
+            self._create_offsets_topic,
+            asyncio.to_thread,
+        )
+        context = BrokerContext(config, self.logs, self.metadata, AppendNotifier(), self._auto_create, layout,
+                                self.coordinator)
         host, port = config.listener
         self._server = BrokerServer(
             context,
@@ -100,6 +120,7 @@ class Broker:
         self._registration = BrokerRegistration(self._zk, layout, info, self.metadata.request_reload)
         await asyncio.to_thread(self._registration.register)
         await asyncio.to_thread(self.metadata.start)
+        self.coordinator.start()
         await self._server.start_serving()  # only now: a client that connects finds us registered
         self._tasks = [
             asyncio.create_task(self._every(config.log_flush_scheduler_interval_ms, self._flush_due)),
@@ -116,6 +137,8 @@ class Broker:
             task.cancel()
         if self._server is not None:
             await self._server.close()
+        if self._zk is not None:
+            await self.coordinator.stop()
         await asyncio.to_thread(self.logs.shutdown)
         if self._zk is not None:
             self.metadata.stop()
@@ -144,11 +167,18 @@ class Broker:
     async def _checkpoint(self) -> None:
         await asyncio.to_thread(self.logs.checkpoint_recovery_points)
 
-    async def _auto_create(self, topic: str) -> None:
-        """Create a topic on first use (auto.create.topics.enable), then wait for it to be visible."""
+    async def _create_offsets_topic(self, partitions: int) -> None:
+        """``__consumer_offsets`` on first use, spread over the live brokers (as Kafka does)."""
+        await self._create_and_wait(OFFSETS_TOPIC, partitions)
+
+    async def _create_and_wait(self, topic: str, partitions: int) -> None:
         try:
-            await asyncio.to_thread(create_topic, self._layout, topic, self.config.num_partitions)
+            await asyncio.to_thread(create_topic, self._layout, topic, partitions)
         except TopicExistsError:
             pass
         self.metadata.request_reload()
         await asyncio.to_thread(self.metadata.wait_for, lambda s: topic in s.topics, AUTO_CREATE_WAIT_S)
+
+    async def _auto_create(self, topic: str) -> None:
+        """Create a topic on first use (auto.create.topics.enable), then wait for it to be visible."""
+        await self._create_and_wait(topic, self.config.num_partitions)

@@ -11,12 +11,26 @@ from enum import IntEnum
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
 )
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     MetadataRequest,
     MetadataResponse,
 )
@@ -52,6 +66,14 @@ BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
     ApiKey.METADATA: (MetadataRequest, MetadataResponse, 0, 4),
     ApiKey.API_VERSIONS: (ApiVersionsRequest, ApiVersionsResponse, 0, 3),
     ApiKey.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse, 0, 1),
+    ApiKey.FIND_COORDINATOR: (FindCoordinatorRequest, FindCoordinatorResponse, 0, 2),
+    ApiKey.JOIN_GROUP: (JoinGroupRequest, JoinGroupResponse, 0, 5),
+    ApiKey.SYNC_GROUP: (SyncGroupRequest, SyncGroupResponse, 0, 3),
+    ApiKey.HEARTBEAT: (HeartbeatRequest, HeartbeatResponse, 0, 3),
+    ApiKey.LEAVE_GROUP: (LeaveGroupRequest, LeaveGroupResponse, 0, 1),
+    # from v0: the 0.8 consumer with offsets.storage=kafka sends v1, and v0 is served from ZooKeeper
+    ApiKey.OFFSET_COMMIT: (OffsetCommitRequest, OffsetCommitResponse, 0, 7),
+    ApiKey.OFFSET_FETCH: (OffsetFetchRequest, OffsetFetchResponse, 0, 5),
 }
 
 

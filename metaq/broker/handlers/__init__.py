@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from metaq.broker.handlers import api_versions, fetch, init_producer_id, list_offsets, metadata, produce
+from metaq.broker.handlers import (
+    api_versions,
+    fetch,
+    groups,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    offsets,
+    produce,
+)
 from metaq.protocol.apis import ApiKey
 
 HANDLERS = {
@@ -12,4 +21,11 @@ HANDLERS = {
     ApiKey.FETCH: fetch.handle,
     ApiKey.LIST_OFFSETS: list_offsets.handle,
     ApiKey.INIT_PRODUCER_ID: init_producer_id.handle,
+    ApiKey.FIND_COORDINATOR: groups.find_coordinator,
+    ApiKey.JOIN_GROUP: groups.join_group,
+    ApiKey.SYNC_GROUP: groups.sync_group,
+    ApiKey.HEARTBEAT: groups.heartbeat,
+    ApiKey.LEAVE_GROUP: groups.leave_group,
+    ApiKey.OFFSET_COMMIT: offsets.offset_commit,
+    ApiKey.OFFSET_FETCH: offsets.offset_fetch,
 }

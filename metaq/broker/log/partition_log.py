@@ -349,6 +349,20 @@ class PartitionLog:
         )
         return len(doomed)
 
+    def roll(self, reason: str) -> None:
+        """Start a new segment now (unless the active one is empty): a compacting writer starts its rewrite
+        in a fresh segment so that everything before it can later be deleted whole."""
+        self._check_open()
+        if self._segments[-1].size:
+            self._roll(reason)
+
+    def delete_segments_before(self, offset: int, now_ms: int) -> int:
+        """Delete the oldest segments whose records all lie below ``offset`` (superseded by a rewrite)."""
+        self._check_open()
+        ends = {id(seg): (self._bases[i + 1] if i + 1 < len(self._bases) else self.log_end_offset)
+                for i, seg in enumerate(self._segments)}
+        return self._delete_prefix(lambda segment: ends[id(segment)] <= offset, now_ms, "compaction")
+
     def _remove_expired_deletes(self, now_ms: int) -> None:
         """Really remove ``*.deleted`` segments whose delay passed (not while a flush holds them)."""
         keep: list[tuple[int, LogSegment]] = []

@@ -1,0 +1,440 @@
+"""GroupCoordinator: groups and offsets of every group whose ``partitionFor(group)`` this broker leads.
+
+Everything runs on the broker's event loop (no locks); replaying a partition's log runs on a worker
+thread while requests for its groups get COORDINATOR_LOAD_IN_PROGRESS. Rebalances complete as soon as
+every known member has rejoined (no fixed delay unless ``group.initial.rebalance.delay.ms`` asks for one
+for empty groups); members that do not rejoin within the rebalance timeout, or stop heartbeating for
+their session timeout, are removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from metaq.broker.coordinator import group as g
+from metaq.broker.coordinator.group import Group, JoinResult, Member
+from metaq.broker.coordinator.offsets import LOADED, LOADING, CommittedOffset, OffsetsPartition
+from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
+from metaq.broker.log.manager import LogManager
+from metaq.broker.metadata import ClusterSnapshot
+
+log = logging.getLogger(__name__)
+
+# Kafka error codes
+NONE = 0
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+OFFSET_METADATA_TOO_LARGE = 12
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+KAFKA_STORAGE_ERROR = 56
+MEMBER_ID_REQUIRED = 79
+FENCED_INSTANCE_ID = 82
+
+SESSION_CHECK_S = 0.1  # how often member sessions are checked
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    broker_id: int
+    offsets_topic_num_partitions: int = 50
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600000
+    offset_metadata_max_bytes: int = 4096
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
+    group_initial_rebalance_delay_ms: int = 0
+    flush_each_commit: bool = False
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        logs: LogManager,
+        snapshot: Callable[[], ClusterSnapshot],
+        create_offsets_topic: Callable[[int], Awaitable[None]],
+        in_thread: Callable[..., Awaitable[Any]],
+    ) -> None:
+        self._config = config
+        self._logs = logs
+        self._snapshot = snapshot
+        self._create_offsets_topic = create_offsets_topic
+        self._in_thread = in_thread
+        self._partitions: dict[int, OffsetsPartition] = {}
+        self._groups: dict[str, Group] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._session_loop(), name="coordinator-sessions"),
+                       asyncio.create_task(self._housekeeping_loop(), name="coordinator-housekeeping")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for group in self._groups.values():
+            self._fail_waiters(group, NOT_COORDINATOR)
+
+    # -- where a group lives -----------------------------------------------------------------------
+
+    def offsets_partitions(self, snapshot: ClusterSnapshot) -> int:
+        parts = snapshot.topics.get(OFFSETS_TOPIC)
+        return len(parts) if parts else self._config.offsets_topic_num_partitions
+
+    async def find_coordinator(self, key: str) -> tuple[int, int, str, int]:
+        """(error, node id, host, port) of the broker coordinating group ``key``."""
+        snapshot = self._snapshot()
+        if OFFSETS_TOPIC not in snapshot.topics:
+            await self._create_offsets_topic(self._config.offsets_topic_num_partitions)
+            snapshot = self._snapshot()
+            if OFFSETS_TOPIC not in snapshot.topics:
+                return COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        meta = snapshot.partition(OFFSETS_TOPIC, partition_for(key, self.offsets_partitions(snapshot)))
+        broker = snapshot.brokers.get(meta.leader) if meta else None
+        if broker is None:
+            return COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        return NONE, broker.id, broker.host, broker.port
+
+    def check(self, group_id: str) -> int:
+        """0 if this broker coordinates ``group_id`` and its offsets are loaded, else the error to answer."""
+        if not group_id:
+            return INVALID_GROUP_ID
+        snapshot = self._snapshot()
+        if OFFSETS_TOPIC not in snapshot.topics:
+            return COORDINATOR_NOT_AVAILABLE
+        index = partition_for(group_id, self.offsets_partitions(snapshot))
+        meta = snapshot.partition(OFFSETS_TOPIC, index)
+        if meta is None or meta.leader != self._config.broker_id:
+            return NOT_COORDINATOR
+        part = self._partitions.get(index)
+        if part is None:
+            part = self._partitions[index] = OffsetsPartition(self._logs.get_or_create(OFFSETS_TOPIC, index))
+            asyncio.get_running_loop().create_task(self._load(part))
+        if part.state == LOADING:
+            return COORDINATOR_LOAD_IN_PROGRESS
+        if part.state != LOADED:
+            del self._partitions[index]  # a failed load: try again on the next request
+            return COORDINATOR_NOT_AVAILABLE
+        return NONE
+
+    async def _load(self, part: OffsetsPartition) -> None:
+        await self._in_thread(part.load)
+
+    def _partition_of(self, group_id: str) -> OffsetsPartition:
+        return self._partitions[partition_for(group_id, self.offsets_partitions(self._snapshot()))]
+
+    def _group(self, group_id: str, *, create: bool) -> Group | None:
+        group = self._groups.get(group_id)
+        if group is None and create:
+            group = self._groups[group_id] = Group(group_id)
+        return group
+
+    # -- JoinGroup ---------------------------------------------------------------------------------
+
+    async def join_group(self, group_id: str, member_id: str, instance_id: str | None, client_id: str,
+                         client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
+                         protocol_type: str, protocols: list[tuple[str, bytes]], *,
+                         require_known_member_id: bool) -> JoinResult:
+        error = self.check(group_id)
+        if error:
+            return JoinResult(error, member_id=member_id)
+        if not (self._config.group_min_session_timeout_ms <= session_timeout_ms
+                <= self._config.group_max_session_timeout_ms):
+            return JoinResult(INVALID_SESSION_TIMEOUT, member_id=member_id)
+        group = self._group(group_id, create=True)
+        assert group is not None
+        if group.is_(g.DEAD):
+            return JoinResult(COORDINATOR_NOT_AVAILABLE, member_id=member_id)
+        if not group.supports(protocol_type, [name for name, _ in protocols]):
+            return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        spec = Member(member_id, instance_id, client_id, client_host, session_timeout_ms,
+                      rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms,
+                      protocol_type, protocols, last_heartbeat=_now())
+        if not member_id:
+            return await self._join_new(group, spec, require_known_member_id)
+        return await self._join_known(group, spec)
+
+    async def _join_new(self, group: Group, spec: Member, require_known_member_id: bool) -> JoinResult:
+        spec.member_id = f"{spec.client_id}-{uuid.uuid4()}"
+        if spec.group_instance_id and spec.group_instance_id in group.static_members:
+            return await self._rejoin_static(group, spec)
+        if require_known_member_id and not spec.group_instance_id:
+            group.pending_members.add(spec.member_id)  # KIP-394: the member must come back with this id
+            return JoinResult(MEMBER_ID_REQUIRED, member_id=spec.member_id)
+        group.add(spec)
+        return await self._wait_for_join(group, spec)
+
+    async def _join_known(self, group: Group, spec: Member) -> JoinResult:
+        if spec.member_id in group.pending_members:
+            group.add(spec)
+            return await self._wait_for_join(group, spec)
+        member = group.members.get(spec.member_id)
+        if member is None:
+            return JoinResult(UNKNOWN_MEMBER_ID, member_id=spec.member_id)
+        if spec.group_instance_id and group.static_members.get(spec.group_instance_id) != spec.member_id:
+            return JoinResult(FENCED_INSTANCE_ID, member_id=spec.member_id)
+        changed = member.protocols != spec.protocols
+        member.protocols = spec.protocols
+        member.session_timeout_ms = spec.session_timeout_ms
+        member.rebalance_timeout_ms = spec.rebalance_timeout_ms
+        member.last_heartbeat = _now()
+        if group.is_(g.STABLE) and not changed and member.member_id != group.leader_id:
+            return self._current_generation(group, member)  # a follower re-syncing: nothing changed
+        return await self._wait_for_join(group, member)
+
+    async def _rejoin_static(self, group: Group, spec: Member) -> JoinResult:
+        """A static member restarted: it replaces its old member id and keeps its assignment."""
+        old_id = group.static_members[spec.group_instance_id]  # type: ignore[index]
+        old = group.remove(old_id)
+        if old is not None:
+            spec.assignment = old.assignment
+            _fail_member(old, FENCED_INSTANCE_ID)
+        was_leader = group.leader_id is None or group.leader_id == old_id
+        group.add(spec)
+        if was_leader:
+            group.leader_id = spec.member_id
+        if group.is_(g.STABLE) and old is not None and old.protocols == spec.protocols and not was_leader:
+            return self._current_generation(group, spec)
+        return await self._wait_for_join(group, spec)
+
+    def _current_generation(self, group: Group, member: Member) -> JoinResult:
+        return JoinResult(NONE, group.generation_id, group.protocol_name, group.leader_id or "",
+                          member.member_id, [])
+
+    async def _wait_for_join(self, group: Group, member: Member) -> JoinResult:
+        waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        member.join_waiter = waiter
+        if not group.is_(g.PREPARING_REBALANCE):
+            self._prepare_rebalance(group, f"member {member.member_id} joined")
+        else:
+            self._maybe_complete_join(group)
+        return await waiter
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        was_empty = group.is_(g.EMPTY)
+        if group.is_(g.COMPLETING_REBALANCE):
+            self._fail_sync_waiters(group, REBALANCE_IN_PROGRESS)
+        log.info("group %s: preparing to rebalance (%s)", group.group_id, reason)
+        group.transition(g.PREPARING_REBALANCE)
+        delay_ms = self._config.group_initial_rebalance_delay_ms if was_empty else 0
+        timeout_ms = max(group.max_rebalance_timeout_ms(), delay_ms)
+        loop = asyncio.get_running_loop()
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+        group.join_timer = loop.call_later(timeout_ms / 1000.0, self._complete_join, group)
+        if delay_ms > 0:
+            group.join_timer.cancel()
+            group.join_timer = loop.call_later(delay_ms / 1000.0, self._complete_join, group)
+        else:
+            self._maybe_complete_join(group)
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if group.is_(g.PREPARING_REBALANCE) and group.all_rejoined():
+            asyncio.get_running_loop().call_soon(self._complete_join, group)
+
+    def _complete_join(self, group: Group) -> None:
+        if not group.is_(g.PREPARING_REBALANCE):
+            return
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+            group.join_timer = None
+        for member in [m for m in group.members.values() if m.join_waiter is None or m.join_waiter.done()]:
+            log.info("group %s: member %s did not rejoin in time; removed", group.group_id, member.member_id)
+            group.remove(member.member_id)
+        group.generation_id += 1
+        if not group.members:
+            group.protocol_name = None
+            group.transition(g.EMPTY)
+            return
+        group.protocol_name = group.select_protocol()
+        group.transition(g.COMPLETING_REBALANCE)
+        members = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name))
+                   for m in group.members.values()]
+        for member in group.members.values():
+            waiter, member.join_waiter = member.join_waiter, None
+            member.last_heartbeat = _now()
+            result = JoinResult(NONE, group.generation_id, group.protocol_name, group.leader_id or "",
+                                member.member_id, members if member.member_id == group.leader_id else [])
+            if waiter is not None and not waiter.done():
+                waiter.set_result(result)
+
+    # -- SyncGroup, Heartbeat, LeaveGroup ----------------------------------------------------------
+
+    def _member_error(self, group: Group | None, member_id: str, generation_id: int,
+                      instance_id: str | None = None) -> int:
+        if group is None or group.is_(g.DEAD) or member_id not in group.members:
+            return UNKNOWN_MEMBER_ID
+        if instance_id and group.static_members.get(instance_id) != member_id:
+            return FENCED_INSTANCE_ID
+        if generation_id != group.generation_id:
+            return ILLEGAL_GENERATION
+        return NONE
+
+    async def sync_group(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                         assignments: dict[str, bytes]) -> tuple[int, bytes]:
+        error = self.check(group_id)
+        if error:
+            return error, b""
+        group = self._group(group_id, create=False)
+        error = self._member_error(group, member_id, generation_id, instance_id)
+        if error:
+            return error, b""
+        assert group is not None
+        member = group.members[member_id]
+        member.last_heartbeat = _now()
+        if group.is_(g.PREPARING_REBALANCE):
+            return REBALANCE_IN_PROGRESS, b""
+        if group.is_(g.STABLE):
+            return NONE, member.assignment
+        waiter: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        member.sync_waiter = waiter
+        if member_id == group.leader_id:
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            group.transition(g.STABLE)
+            for m in group.members.values():
+                w, m.sync_waiter = m.sync_waiter, None
+                if w is not None and not w.done():
+                    w.set_result((NONE, m.assignment))
+        return await waiter
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
+        error = self.check(group_id)
+        if error:
+            return error
+        group = self._group(group_id, create=False)
+        error = self._member_error(group, member_id, generation_id, instance_id)
+        if error:
+            return error
+        assert group is not None
+        group.members[member_id].last_heartbeat = _now()
+        return REBALANCE_IN_PROGRESS if group.is_(g.PREPARING_REBALANCE) else NONE
+
+    def leave_group(self, group_id: str, member_id: str) -> int:
+        error = self.check(group_id)
+        if error:
+            return error
+        group = self._group(group_id, create=False)
+        if group is None or member_id not in group.members:
+            return UNKNOWN_MEMBER_ID
+        self._remove_member(group, member_id, "left the group")
+        return NONE
+
+    def _remove_member(self, group: Group, member_id: str, reason: str) -> None:
+        member = group.remove(member_id)
+        if member is None:
+            return
+        log.info("group %s: member %s %s", group.group_id, member_id, reason)
+        _fail_member(member, UNKNOWN_MEMBER_ID)
+        if group.is_(g.STABLE, g.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, f"member {member_id} {reason}")
+        elif group.is_(g.PREPARING_REBALANCE):
+            self._maybe_complete_join(group)
+
+    def _fail_sync_waiters(self, group: Group, error: int) -> None:
+        for member in group.members.values():
+            w, member.sync_waiter = member.sync_waiter, None
+            if w is not None and not w.done():
+                w.set_result((error, b""))
+
+    def _fail_waiters(self, group: Group, error: int) -> None:
+        for member in group.members.values():
+            _fail_member(member, error)
+
+    async def _session_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SESSION_CHECK_S)
+            now = _now()
+            for group in list(self._groups.values()):
+                for member in list(group.members.values()):
+                    waiting = member.join_waiter is not None and not member.join_waiter.done()
+                    if not waiting and now - member.last_heartbeat > member.session_timeout_ms / 1000.0:
+                        self._remove_member(group, member.member_id, "session timed out")
+
+    # -- offsets -----------------------------------------------------------------------------------
+
+    async def commit_offsets(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                             offsets: dict[tuple[str, int], tuple[int, str]], retention_ms: int = -1,
+                             ) -> dict[tuple[str, int], int]:
+        """Per topic-partition error codes. Appended to the log before the cache (and the answer)."""
+        error = self.check(group_id) or self._commit_error(group_id, generation_id, member_id, instance_id)
+        if error:
+            return {tp: error for tp in offsets}
+        now = int(time.time() * 1000)
+        expire = now + retention_ms if retention_ms > 0 else -1
+        errors = {tp: OFFSET_METADATA_TOO_LARGE for tp, (_, md) in offsets.items()
+                  if len((md or "").encode("utf-8")) > self._config.offset_metadata_max_bytes}
+        commits = {tp: CommittedOffset(off, md or "", now, expire) for tp, (off, md) in offsets.items()
+                   if tp not in errors}
+        part = self._partition_of(group_id)
+        try:
+            part.append_commits(group_id, commits)
+            if self._config.flush_each_commit:
+                await self._in_thread(part.log.flush)
+        except Exception as e:
+            log.error("group %s: appending offsets to %s-%d failed: %s", group_id, OFFSETS_TOPIC, part.partition, e)
+            return {tp: KAFKA_STORAGE_ERROR for tp in offsets}
+        return {tp: errors.get(tp, NONE) for tp in offsets}
+
+    def _commit_error(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
+        group = self._group(group_id, create=False)
+        if generation_id < 0 and (group is None or group.is_(g.EMPTY)):
+            return NONE  # a commit from outside the group protocol (simple or ZooKeeper-coordinated consumer)
+        error = self._member_error(group, member_id, generation_id, instance_id)
+        if error:
+            return error
+        assert group is not None
+        return REBALANCE_IN_PROGRESS if group.is_(g.COMPLETING_REBALANCE) else NONE
+
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+                      ) -> tuple[int, dict[tuple[str, int], CommittedOffset]]:
+        error = self.check(group_id)
+        if error:
+            return error, {}
+        return NONE, self._partition_of(group_id).fetch(group_id, partitions)
+
+    # -- housekeeping ------------------------------------------------------------------------------
+
+    async def _housekeeping_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(self._config.offsets_retention_check_interval_ms / 1000.0, 30.0))
+            now = int(time.time() * 1000)
+            active = {gid for gid, grp in self._groups.items() if grp.members}
+            for part in list(self._partitions.values()):
+                if part.state != LOADED:
+                    continue
+                try:
+                    part.expire(now, self._config.offsets_retention_ms, active)
+                    part.compact_if_needed(now)
+                except Exception:
+                    log.exception("offsets housekeeping of %s-%d failed", OFFSETS_TOPIC, part.partition)
+
+    def describe(self) -> dict[str, Any]:
+        return {gid: grp.summary() for gid, grp in self._groups.items()}
+
+
+def _fail_member(member: Member, error: int) -> None:
+    """Answer a member's pending JoinGroup and SyncGroup with ``error``."""
+    join, member.join_waiter = member.join_waiter, None
+    if join is not None and not join.done():
+        join.set_result(JoinResult(error, member_id=member.member_id))
+    sync, member.sync_waiter = member.sync_waiter, None
+    if sync is not None and not sync.done():
+        sync.set_result((error, b""))
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()

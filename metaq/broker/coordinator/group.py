@@ -1,0 +1,153 @@
+"""One consumer group's membership, as Kafka's GroupMetadata.
+
+States (only ``transition`` changes them; anything else is a bug and raises)::
+
+    Empty ---------------join---------------> PreparingRebalance
+    PreparingRebalance --all rejoined/timeout--> CompletingRebalance  (or Empty if nobody rejoined)
+    CompletingRebalance --leader's SyncGroup--> Stable
+    CompletingRebalance --member joins/leaves/dies--> PreparingRebalance
+    Stable --member joins/leaves/dies, leader rejoins, protocols change--> PreparingRebalance
+    any --offsets partition unloaded--> Dead (terminal)
+
+Members waiting in JoinGroup or SyncGroup hold an asyncio future that the coordinator resolves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+EMPTY = "Empty"
+PREPARING_REBALANCE = "PreparingRebalance"
+COMPLETING_REBALANCE = "CompletingRebalance"
+STABLE = "Stable"
+DEAD = "Dead"
+
+_ALLOWED = {
+    EMPTY: {PREPARING_REBALANCE, DEAD},
+    PREPARING_REBALANCE: {COMPLETING_REBALANCE, EMPTY, DEAD},
+    COMPLETING_REBALANCE: {PREPARING_REBALANCE, STABLE, DEAD},
+    STABLE: {PREPARING_REBALANCE, DEAD},
+    DEAD: set(),
+}
+
+
+@dataclass
+class JoinResult:
+    error_code: int
+    generation_id: int = -1
+    protocol_name: str | None = ""
+    leader: str = ""
+    member_id: str = ""
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    last_heartbeat: float = 0.0
+    assignment: bytes = b""
+    join_waiter: asyncio.Future[JoinResult] | None = None
+    sync_waiter: asyncio.Future[tuple[int, bytes]] | None = None
+
+    def metadata_for(self, protocol: str) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        return b""
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+
+class Group:
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.state = EMPTY
+        self.generation_id = 0
+        self.protocol_type: str | None = None
+        self.protocol_name: str | None = None
+        self.leader_id: str | None = None
+        self.members: dict[str, Member] = {}
+        self.static_members: dict[str, str] = {}  # group.instance.id -> member id
+        self.pending_members: set[str] = set()  # ids handed out with MEMBER_ID_REQUIRED
+        self.join_timer: asyncio.TimerHandle | None = None
+
+    def transition(self, state: str) -> None:
+        if state not in _ALLOWED[self.state]:
+            raise RuntimeError(f"group {self.group_id}: illegal transition {self.state} -> {state}")
+        log.info("group %s: %s -> %s (generation %d)", self.group_id, self.state, state, self.generation_id)
+        self.state = state
+
+    def is_(self, *states: str) -> bool:
+        return self.state in states
+
+    # -- members -----------------------------------------------------------------------------------
+
+    def add(self, member: Member) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        self.members[member.member_id] = member
+        self.pending_members.discard(member.member_id)
+        if member.group_instance_id:
+            self.static_members[member.group_instance_id] = member.member_id
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+
+    def remove(self, member_id: str) -> Member | None:
+        member = self.members.pop(member_id, None)
+        if member is None:
+            return None
+        if member.group_instance_id and self.static_members.get(member.group_instance_id) == member_id:
+            del self.static_members[member.group_instance_id]
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        return member
+
+    def supports(self, protocol_type: str, protocols: list[str]) -> bool:
+        """A joining member must speak the group's protocol type and share a protocol with every member."""
+        if not self.members:
+            return bool(protocol_type) and bool(protocols)
+        if protocol_type != self.protocol_type:
+            return False
+        common = set(protocols)
+        for member in self.members.values():
+            common &= set(member.protocol_names())
+        return bool(common)
+
+    def select_protocol(self) -> str:
+        """The protocol every member supports that gets the most votes (each member votes its first)."""
+        common: set[str] | None = None
+        for member in self.members.values():
+            names = set(member.protocol_names())
+            common = names if common is None else common & names
+        candidates = common or set()
+        votes: Counter[str] = Counter()
+        for member in self.members.values():
+            for name in member.protocol_names():
+                if name in candidates:
+                    votes[name] += 1
+                    break
+        return max(sorted(candidates), key=lambda name: votes[name])
+
+    def all_rejoined(self) -> bool:
+        return all(m.join_waiter is not None and not m.join_waiter.done() for m in self.members.values())
+
+    def max_rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def summary(self) -> dict[str, Any]:
+        return {"state": self.state, "generation": self.generation_id, "protocol": self.protocol_name,
+                "leader": self.leader_id, "members": sorted(self.members)}

@@ -1,0 +1,206 @@
+"""The committed offsets of the groups that map to one ``__consumer_offsets`` partition this broker leads.
+
+States (only ``_set_state`` changes them)::
+
+    LOADING --replay done--> LOADED        (requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS)
+    LOADING --replay failed--> FAILED      (COORDINATOR_NOT_AVAILABLE; a new instance retries)
+
+A commit is appended to the partition's log first and only then applied to the in-memory cache, so an
+acknowledged commit is on disk (and, with the broker's flush policy, fsynced). The log does not grow
+without bound: when enough records were appended since the last rewrite, the live offsets are written
+again at the head of a fresh segment and every older segment is deleted (snapshot compaction).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from metaq.broker.coordinator.schema import (
+    OFFSETS_TOPIC,
+    OffsetKey,
+    OffsetValue,
+    decode_key,
+    decode_offset_value,
+    encode_offset_key,
+    encode_offset_value,
+)
+from metaq.broker.log.partition_log import PartitionLog
+from metaq.errors import CorruptRecordError
+from metaq.protocol.builder import BatchBuilder
+from metaq.protocol.records import decode_records
+
+log = logging.getLogger(__name__)
+
+LOADING = "LOADING"
+LOADED = "LOADED"
+FAILED = "FAILED"
+
+REPLAY_READ_BYTES = 1 << 20
+COMPACT_MIN_RECORDS = 10000  # rewrite once this many records (and at least 2x the live offsets) were appended
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int = -1
+
+
+class OffsetsPartition:
+    def __init__(self, log_: PartitionLog) -> None:
+        self.log = log_
+        self.partition = log_.partition
+        self.state = LOADING
+        self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        self._appended_since_rewrite = 0
+        self._lock = threading.Lock()  # replay runs on a worker thread; everything else on the event loop
+
+    def _set_state(self, state: str) -> None:
+        log.info("%s-%d offsets: %s -> %s", OFFSETS_TOPIC, self.partition, self.state, state)
+        self.state = state
+
+    # -- loading -----------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Replay the log into the cache (blocking; run on a worker thread)."""
+        started = time.monotonic()
+        try:
+            offsets, count = self._replay()
+        except Exception:
+            log.exception("loading %s-%d failed", OFFSETS_TOPIC, self.partition)
+            self._set_state(FAILED)
+            return
+        with self._lock:
+            self.offsets = offsets
+            self._appended_since_rewrite = count
+        self._set_state(LOADED)
+        log.info("loaded %d offsets of %d groups from %s-%d in %.3fs", sum(map(len, offsets.values())),
+                 len(offsets), OFFSETS_TOPIC, self.partition, time.monotonic() - started)
+
+    def _replay(self) -> tuple[dict[str, dict[TopicPartition, CommittedOffset]], int]:
+        offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        position = self.log.log_start_offset
+        end = self.log.log_end_offset
+        count = 0
+        max_bytes = REPLAY_READ_BYTES
+        while position < end:
+            piece = self.log.read(position, max_bytes)
+            if piece is None:
+                break
+            result = decode_records(piece.read_bytes(), position)
+            if result.next_offset is None:
+                max_bytes *= 2  # a batch larger than the read: read more
+                continue
+            for _, _, key, value, _ in result.records:
+                count += 1
+                self._apply(offsets, key, value)
+            position = result.next_offset
+        return offsets, count
+
+    @staticmethod
+    def _apply(offsets: dict[str, dict[TopicPartition, CommittedOffset]], key: bytes | None,
+               value: bytes | None) -> None:
+        if key is None:
+            return
+        try:
+            decoded = decode_key(key)
+            if not isinstance(decoded, OffsetKey):
+                return  # group metadata records: metaq keeps group membership in memory only
+            tp = (decoded.topic, decoded.partition)
+            if value is None:
+                group = offsets.get(decoded.group)
+                if group is not None:
+                    group.pop(tp, None)
+                    if not group:
+                        del offsets[decoded.group]
+                return
+            v = decode_offset_value(value)
+        except CorruptRecordError as e:
+            log.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, e)
+            return
+        offsets.setdefault(decoded.group, {})[tp] = CommittedOffset(
+            v.offset, v.metadata, v.commit_timestamp, v.expire_timestamp)
+
+    # -- commits and fetches -----------------------------------------------------------------------
+
+    def append_commits(self, group: str, commits: dict[TopicPartition, CommittedOffset]) -> None:
+        """Append, then update the cache. Raises (and changes nothing in the cache) if the append fails."""
+        records = [(encode_offset_key(OffsetKey(group, t, p)), encode_offset_value(
+            OffsetValue(c.offset, c.metadata, c.commit_timestamp, c.expire_timestamp)))
+            for (t, p), c in commits.items()]
+        self._append(records)
+        with self._lock:
+            self.offsets.setdefault(group, {}).update(commits)
+
+    def _append(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        if not records:
+            return
+        now = int(time.time() * 1000)
+        builder = BatchBuilder(1 << 30)
+        for key, value in records:
+            builder.append(now, key, value)
+        self.log.append(builder.build())
+        self._appended_since_rewrite += len(records)
+
+    def fetch(self, group: str, partitions: list[TopicPartition] | None) -> dict[TopicPartition, CommittedOffset]:
+        with self._lock:
+            stored = dict(self.offsets.get(group, {}))
+        if partitions is None:
+            return stored
+        return {tp: stored[tp] for tp in partitions if tp in stored}
+
+    def groups(self) -> list[str]:
+        with self._lock:
+            return list(self.offsets)
+
+    # -- housekeeping ------------------------------------------------------------------------------
+
+    def expire(self, now_ms: int, retention_ms: int, active_groups: set[str]) -> int:
+        """Drop offsets older than ``retention_ms`` (or past their explicit expiry) of groups with no active
+        member, writing tombstones. Returns how many were removed."""
+        doomed: list[tuple[str, TopicPartition]] = []
+        with self._lock:
+            for group, entries in self.offsets.items():
+                if group in active_groups:
+                    continue
+                for tp, c in entries.items():
+                    expired = (0 <= c.expire_timestamp <= now_ms) or now_ms - c.commit_timestamp > retention_ms
+                    if expired:
+                        doomed.append((group, tp))
+        if not doomed:
+            return 0
+        self._append([(encode_offset_key(OffsetKey(g, t, p)), None) for g, (t, p) in doomed])
+        with self._lock:
+            for group, tp in doomed:
+                entries = self.offsets.get(group, {})
+                entries.pop(tp, None)
+                if not entries:
+                    self.offsets.pop(group, None)
+        log.info("expired %d offsets in %s-%d", len(doomed), OFFSETS_TOPIC, self.partition)
+        return len(doomed)
+
+    def compact_if_needed(self, now_ms: int) -> bool:
+        """Snapshot compaction: rewrite the live offsets in a fresh segment, delete everything older."""
+        with self._lock:
+            live = [(g, tp, c) for g, entries in self.offsets.items() for tp, c in entries.items()]
+        if self._appended_since_rewrite < max(COMPACT_MIN_RECORDS, 2 * len(live)):
+            return False
+        self.log.roll("offsets compaction")
+        start = self.log.log_end_offset
+        self._appended_since_rewrite = 0
+        for i in range(0, len(live), 1000):
+            chunk = live[i:i + 1000]
+            self._append([(encode_offset_key(OffsetKey(g, t, p)), encode_offset_value(
+                OffsetValue(c.offset, c.metadata, c.commit_timestamp, c.expire_timestamp)))
+                for g, (t, p), c in chunk])
+        self._appended_since_rewrite = len(live)
+        deleted = self.log.delete_segments_before(start, now_ms)
+        log.info("compacted %s-%d: %d live offsets rewritten at %d, %d old segments deleted",
+                 OFFSETS_TOPIC, self.partition, len(live), start, deleted)
+        return True

@@ -1,0 +1,71 @@
+"""FindCoordinator, JoinGroup, SyncGroup, Heartbeat and LeaveGroup: thin codecs around GroupCoordinator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer import (
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorResponse
+
+from metaq.broker.context import BrokerContext
+
+COORDINATOR_NOT_AVAILABLE = 15
+
+
+async def find_coordinator(ctx: BrokerContext, request: Any, version: int) -> Any:
+    if version >= 1 and request.key_type != 0:  # transaction coordinators: metaq has no transactions
+        return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE,
+                                                error_message="transactions are not supported", node_id=-1,
+                                                host="", port=-1)
+    error, node_id, host, port = await ctx.coordinator.find_coordinator(request.key)
+    return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=error, error_message=None,
+                                            node_id=node_id, host=host, port=port)
+
+
+async def join_group(ctx: BrokerContext, request: Any, version: int) -> Any:
+    result = await ctx.coordinator.join_group(
+        request.group_id,
+        request.member_id,
+        request.group_instance_id if version >= 5 else None,
+        request.header.client_id or "",
+        "",
+        request.session_timeout_ms,
+        request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms,
+        request.protocol_type,
+        [(p.name, bytes(p.metadata)) for p in request.protocols],
+        require_known_member_id=version >= 4,
+    )
+    Member = JoinGroupResponse.JoinGroupResponseMember
+    return JoinGroupResponse[version](
+        throttle_time_ms=0,
+        error_code=result.error_code,
+        generation_id=result.generation_id,
+        protocol_name=result.protocol_name or "",
+        leader=result.leader,
+        member_id=result.member_id,
+        members=[Member(member_id=m, group_instance_id=i, metadata=md) for m, i, md in result.members],
+    )
+
+
+async def sync_group(ctx: BrokerContext, request: Any, version: int) -> Any:
+    assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
+    error, assignment = await ctx.coordinator.sync_group(
+        request.group_id, request.generation_id, request.member_id,
+        request.group_instance_id if version >= 3 else None, assignments)
+    return SyncGroupResponse[version](throttle_time_ms=0, error_code=error, assignment=assignment)
+
+
+async def heartbeat(ctx: BrokerContext, request: Any, version: int) -> Any:
+    error = ctx.coordinator.heartbeat(request.group_id, request.generation_id, request.member_id,
+                                      request.group_instance_id if version >= 3 else None)
+    return HeartbeatResponse[version](throttle_time_ms=0, error_code=error)
+
+
+async def leave_group(ctx: BrokerContext, request: Any, version: int) -> Any:
+    error = ctx.coordinator.leave_group(request.group_id, request.member_id)
+    return LeaveGroupResponse[version](throttle_time_ms=0, error_code=error)

@@ -1,0 +1,87 @@
+"""OffsetCommit and OffsetFetch (the offsets channel).
+
+v1+ use ``__consumer_offsets`` through the GroupCoordinator. v0 makes the broker read and write the
+group's ZooKeeper offsets on the client's behalf, as Kafka 0.8.2 did.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchResponse
+
+from metaq.broker.context import UNKNOWN_SERVER_ERROR, BrokerContext
+from metaq.errors import MetaqError
+
+log = logging.getLogger(__name__)
+
+CommitTopic = OffsetCommitResponse.OffsetCommitResponseTopic
+CommitPartition = CommitTopic.OffsetCommitResponsePartition
+FetchTopic = OffsetFetchResponse.OffsetFetchResponseTopic
+FetchPartition = FetchTopic.OffsetFetchResponsePartition
+
+
+def _commit_response(version: int, topics: Any, errors: dict[tuple[str, int], int]) -> Any:
+    return OffsetCommitResponse[version](throttle_time_ms=0, topics=[
+        CommitTopic(name=t.name, partitions=[
+            CommitPartition(partition_index=p.partition_index, error_code=errors[(t.name, p.partition_index)])
+            for p in t.partitions])
+        for t in topics])
+
+
+async def offset_commit(ctx: BrokerContext, request: Any, version: int) -> Any:
+    offsets = {(t.name, p.partition_index): (p.committed_offset, p.committed_metadata)
+               for t in request.topics for p in t.partitions}
+    if version == 0:
+        errors = await _commit_to_zookeeper(ctx, request.group_id, offsets)
+        return _commit_response(version, request.topics, errors)
+    retention = request.retention_time_ms if 2 <= version <= 4 else -1
+    errors = await ctx.coordinator.commit_offsets(
+        request.group_id, request.generation_id_or_member_epoch, request.member_id,
+        request.group_instance_id if version >= 7 else None, offsets, retention)
+    return _commit_response(version, request.topics, errors)
+
+
+async def _commit_to_zookeeper(ctx: BrokerContext, group: str,
+                               offsets: dict[tuple[str, int], tuple[int, str]]) -> dict[tuple[str, int], int]:
+    errors = {}
+    for (topic, partition), (offset, _) in offsets.items():
+        try:
+            await ctx.in_thread(ctx.layout.write_offset, group, topic, partition, offset)
+            errors[(topic, partition)] = 0
+        except MetaqError as e:
+            log.warning("OffsetCommit v0 for group %s %s-%d failed: %s", group, topic, partition, e)
+            errors[(topic, partition)] = UNKNOWN_SERVER_ERROR
+    return errors
+
+
+async def offset_fetch(ctx: BrokerContext, request: Any, version: int) -> Any:
+    wanted = None if request.topics is None else [
+        (t.name, p) for t in request.topics for p in t.partition_indexes]
+    if version == 0:
+        found = await _fetch_from_zookeeper(ctx, request.group_id, wanted or [])
+        error = 0
+    else:
+        error, committed = ctx.coordinator.fetch_offsets(request.group_id, wanted)
+        found = {tp: (c.offset, c.metadata) for tp, c in committed.items()}
+    keys = wanted if wanted is not None else sorted(found)
+    by_topic: dict[str, list[Any]] = {}
+    for topic, partition in keys:
+        offset, metadata = found.get((topic, partition), (-1, ""))
+        by_topic.setdefault(topic, []).append(FetchPartition(
+            partition_index=partition, committed_offset=offset, metadata=metadata,
+            error_code=error if version < 2 else 0))
+    return OffsetFetchResponse[version](
+        throttle_time_ms=0, error_code=error,
+        topics=[FetchTopic(name=t, partitions=parts) for t, parts in by_topic.items()])
+
+
+async def _fetch_from_zookeeper(ctx: BrokerContext, group: str,
+                                wanted: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, str]]:
+    found = {}
+    for topic, partition in wanted:
+        offset = await ctx.in_thread(ctx.layout.read_offset, group, topic, partition)
+        if offset is not None and offset >= 0:
+            found[(topic, partition)] = (offset, "")
+    return found
