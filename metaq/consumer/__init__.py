@@ -2,12 +2,15 @@
 
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.connector import Consumer, ZookeeperConsumerConnector
+from metaq.consumer.listener import BatchMessageListener, MessageConsumer, MessageListener
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.rebalance import ConsumerRebalanceFailedError, ConsumerState
+from metaq.consumer.recover import RecoverStore
 from metaq.consumer.streams import ConsumerTimeoutError, KafkaStream
 from metaq.consumer.topic_filter import Blacklist, Whitelist
 
 __all__ = [
+    "BatchMessageListener",
     "Blacklist",
     "Consumer",
     "ConsumerConfig",
@@ -16,6 +19,9 @@ __all__ = [
     "ConsumerTimeoutError",
     "KafkaStream",
     "MessageAndMetadata",
+    "MessageConsumer",
+    "MessageListener",
+    "RecoverStore",
     "Whitelist",
     "ZookeeperConsumerConnector",
 ]

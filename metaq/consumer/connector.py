@@ -19,11 +19,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Self
 
 from kazoo.client import KazooState
+from kazoo.retry import KazooRetry
 
 from metaq.consumer.committer import AutoCommitter
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.fetcher import FetcherManager
 from metaq.consumer.ids import make_consumer_id, make_thread_ids
+from metaq.consumer.kafka_offsets import KafkaOffsetStore
 from metaq.consumer.offsets import OffsetStore, ZooKeeperOffsetStore
 from metaq.consumer.partition_info import ChunkQueue
 from metaq.consumer.rebalance import (
@@ -62,10 +64,20 @@ class _Subscription:
             stream.clear()
 
 
+def reconnect_policy(session_timeout_ms: int) -> KazooRetry:
+    """How often kazoo tries to reconnect after losing ZooKeeper: forever, with a delay capped well below
+    the session timeout. A ZooKeeper server that comes back (a restart, the end of a partition) keeps each
+    session for one more session timeout; kazoo's default backoff doubles up to an hour, so after an outage
+    of a few seconds a member would reconnect too late and lose a session (and its partitions) that the
+    server had kept for it, and after a long outage it would stay away about as long again."""
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.4,
+                      max_delay=min(1.0, session_timeout_ms / 4000.0))
+
+
 def default_offset_store(layout: ZkLayout, config: ConsumerConfig) -> OffsetStore:
-    """The store ``offsets.storage`` names."""
-    if config.offsets_storage != "zookeeper":
-        raise MetaqError(f"offsets.storage={config.offsets_storage!r} is not available yet; use 'zookeeper'")
+    """The store ``offsets.storage`` names (kafka: ZooKeeper-fenced, see metaq.consumer.kafka_offsets)."""
+    if config.offsets_storage == "kafka":
+        return KafkaOffsetStore(layout, config)
     return ZooKeeperOffsetStore(layout, config.group_id)
 
 
@@ -88,6 +100,7 @@ class ZookeeperConsumerConnector:
             self.config.zookeeper_connect,
             session_timeout_ms=self.config.zookeeper_session_timeout_ms,
             connection_timeout_ms=self.config.connection_timeout_ms,
+            connection_retry=reconnect_policy(self.config.zookeeper_session_timeout_ms),
         )
         self._layout = ZkLayout(self._zk)
         self._gate = DeliveryGate()
@@ -151,12 +164,18 @@ class ZookeeperConsumerConnector:
         )
         try:
             self._rebalancer.synced_rebalance()  # the first one on the caller's thread: failures raise here
-        finally:
-            self._rebalancer.start()
-            if self.config.auto_commit_enable and self._committer is None:
-                self._committer = AutoCommitter(self.commit_offsets, self.config.auto_commit_interval_ms,
-                                                name=f"{self.consumer_id}-autocommit")
-                self._committer.start()
+        except MetaqError:
+            # Leave no half-started member behind: release, leave the group, and let the caller try again.
+            self._rebalancer.shutdown(commit=False)
+            self._rebalancer = None
+            self._subscription = None
+            self._layout.unregister_consumer(self.config.group_id, self.consumer_id)
+            raise
+        self._rebalancer.start()
+        if self.config.auto_commit_enable and self._committer is None:
+            self._committer = AutoCommitter(self.commit_offsets, self.config.auto_commit_interval_ms,
+                                            name=f"{self.consumer_id}-autocommit")
+            self._committer.start()
 
     # -- offsets and state -------------------------------------------------------------------------
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import operator
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -83,11 +85,12 @@ Listener = MessageListener | BatchMessageListener
 
 
 class Stream(Protocol):
-    """What a dispatcher needs from a :class:`~metaq.consumer.streams.KafkaStream`."""
+    """What a dispatcher needs from a :class:`~metaq.consumer.streams.KafkaStream`: its chunk queue (where
+    ``None`` ends iteration) and ``iter_batches``."""
+
+    chunks: queue.Queue[Any]
 
     def iter_batches(self) -> Iterator[list[MessageAndMetadata]]: ...
-
-    def end(self) -> None: ...
 
 
 class Connector(Protocol):
@@ -128,8 +131,20 @@ def _size(message: MessageAndMetadata) -> int:
     return len(message.key or b"") + len(message.value or b"")
 
 
+_KEY = operator.attrgetter("key")
+_VALUE = operator.attrgetter("value")
+
+
+def _total_size(batch: list[MessageAndMetadata]) -> int:
+    """``sum(_size(m) for m in batch)`` without a Python-level loop (falsy keys and values count 0)."""
+    return sum(map(len, filter(None, map(_KEY, batch)))) + sum(map(len, filter(None, map(_VALUE, batch))))
+
+
 def split_by_size(batch: list[MessageAndMetadata], max_size: int) -> Iterator[list[MessageAndMetadata]]:
     """Consecutive parts of ``batch`` of at most ``max_size`` bytes each (at least one message per part)."""
+    if batch and _total_size(batch) <= max_size:  # the usual case, summed at C speed: one part
+        yield list(batch)
+        return
     part: list[MessageAndMetadata] = []
     size = 0
     for message in batch:
@@ -185,10 +200,16 @@ class _Delivery:
         if self.is_batch:
             for part in split_by_size(chunk, self.max_size):
                 self._deliver_batch(part)
-        else:
+        else:  # _deliver() inlined: the per-message path of a MessageListener
+            abandon = self._abandon
+            handle = self.handle_one
             for message in chunk:
-                self._check_abandon()
-                self._deliver(message)
+                if abandon.is_set():
+                    raise _Abandoned()
+                try:
+                    handle(message)
+                except Exception as e:
+                    self._retry_then_skip(message, e)
 
     def replay(self, message: MessageAndMetadata) -> None:
         """One attempt for a stored message, through the executor if the listener has one; raising = failed."""
@@ -208,9 +229,11 @@ class _Delivery:
     def _deliver(self, message: MessageAndMetadata) -> None:
         try:
             self.handle_one(message)  # the fast path: no retry machinery unless it fails
-            return
         except Exception as e:
-            first = e
+            self._retry_then_skip(message, e)
+
+    def _retry_then_skip(self, message: MessageAndMetadata, first: Exception) -> None:
+        """The first attempt failed with ``first``: the remaining attempts, then the recover store."""
         try:
             self._retry(partial(self.handle_one, message), first, _where(message))
         except Exception as e:
@@ -240,7 +263,7 @@ class _Delivery:
             self._deliver(message)
 
     def _call_batch(self, part: list[MessageAndMetadata]) -> None:
-        self.listener.receive_messages([self._decode(m) for m in part])
+        self.listener.receive_messages(list(part) if self._raw else [self._decode(m) for m in part])
 
     def _retry(self, attempt: Callable[[], None], first: Exception, what: str) -> None:
         """The remaining attempts under the retry policy; attempt 1 already failed with ``first``."""
@@ -305,6 +328,15 @@ class _Dispatcher:
         self._abandon = abandon
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
+    def wake(self) -> None:
+        """Unblock a dispatcher waiting for a chunk, keeping the queued chunks: clearing them while the
+        fetchers still run would let the stream move the consumed offset past unprocessed messages (it jumps
+        to the next chunk's fetch offset). The connector's shutdown clears the queues once fetchers stop."""
+        try:
+            self.stream.chunks.put_nowait(None)
+        except queue.Full:
+            pass  # then there are chunks to take: the dispatcher takes one, sees the stop flag and returns
+
     def _run(self) -> None:
         pause = ERROR_PAUSE_S
         while not self._stopping.is_set():
@@ -315,10 +347,14 @@ class _Dispatcher:
                 continue  # consumer.timeout.ms: just a tick
             except _Abandoned:
                 return
-            except MetaqError as e:  # e.g. a failed rebalance or an oversized message, reported by the stream
-                log.warning("%s: %s", self.thread.name, e)
-            except Exception:
-                log.exception("%s: unexpected error from the stream; continuing", self.thread.name)
+            except Exception as e:
+                if self._stopping.is_set():  # e.g. the stream re-queueing the wake-up sentinel into a full queue
+                    log.debug("%s: %r while stopping", self.thread.name, e)
+                    return
+                if isinstance(e, MetaqError):  # a failed rebalance or an oversized message, reported by the stream
+                    log.warning("%s: %s", self.thread.name, e)
+                else:
+                    log.exception("%s: unexpected error from the stream; continuing", self.thread.name)
             self._stopping.wait(pause)
             pause = min(pause * 2, MAX_ERROR_PAUSE_S)
 
@@ -327,7 +363,8 @@ class _Dispatcher:
         for chunk in self.stream.iter_batches():
             if self._stopping.is_set():
                 return  # this chunk stays unprocessed and unmarked: it is redelivered later
-            self._hand_over(chunk)
+            if chunk:
+                self._hand_over(chunk)
 
     def _hand_over(self, chunk: list[MessageAndMetadata]) -> None:
         """Process the chunk; an unexpected failure retries the same chunk rather than lose it."""
@@ -372,6 +409,9 @@ class MessageConsumer:
     :func:`default_retry_wait`); ``recover_initial_delay_s`` delays the first replay (MetaQ: 5 s);
     ``connector_factory`` builds the connector (tests pass a fake). Offsets are committed by the connector's
     auto-commit (``auto.commit.enable``), at rebalances and at shutdown; or call :meth:`commit_offsets`.
+
+    Keys and values are decoded per message here, not by the stream: an undecodable message then fails like
+    any other (retried, set aside raw) instead of taking its whole chunk down with it.
     """
 
     def __init__(
@@ -393,7 +433,7 @@ class MessageConsumer:
         self._key = get_deserializer(key_deserializer)
         self._value = get_deserializer(value_deserializer)
         self._streams_per_topic = streams_per_topic
-        self._retry_wait = retry_wait or default_retry_wait()
+        self._retry_wait = retry_wait if retry_wait is not None else default_retry_wait()
         self._recover_delay_s = recover_initial_delay_s
         self._connector_factory = connector_factory or _connect
         self._lock = threading.Lock()
@@ -415,7 +455,8 @@ class MessageConsumer:
         fetches at most ``fetch.message.max.bytes`` per partition, so a subscription cannot get more than
         that: a larger ``max_size`` would promise messages the fetchers refuse (they report
         MessageSizeTooLarge), hence a ConfigError. A smaller one bounds the bytes (keys + values) of each
-        batch handed to a :class:`BatchMessageListener`.
+        batch handed to a :class:`BatchMessageListener`. A listener with ``receive_messages`` is a batch
+        listener even if it also has ``receive_message``.
         """
         with self._lock:
             if self._phase != SUBSCRIBING:
@@ -522,7 +563,7 @@ class MessageConsumer:
 
     def _stop_dispatchers(self, deadline: float, timeout_s: float) -> None:
         for dispatcher in self._dispatchers:
-            dispatcher.stream.end()  # wakes a dispatcher waiting for a chunk
+            dispatcher.wake()
         half = time.monotonic() + timeout_s / 2
         others = [d for d in self._dispatchers if d.thread is not threading.current_thread()]  # called by a listener?
         for dispatcher in others:

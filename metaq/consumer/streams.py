@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from metaq.consumer.message import MessageAndMetadata
-from metaq.consumer.partition_info import ChunkQueue, FetchedChunk, Record
+from metaq.consumer.message import MessageAndMetadata, make_message
+from metaq.consumer.partition_info import ChunkQueue, FetchedChunk
 from metaq.consumer.serde import describe_position, deserialize, get_deserializer
-from metaq.errors import MetaqError
+from metaq.errors import DeserializationError, MetaqError
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +41,15 @@ class DeliveryGate:
     def __init__(self) -> None:
         self._open = threading.Event()
         self._open.set()
+        self.opened = True
+        """The Event's state as a plain attribute: what the streams check per message (no call, no lock)."""
 
     def open(self) -> None:
         self._open.set()
+        self.opened = True
 
     def close(self) -> None:
+        self.opened = False
         self._open.clear()
 
     def wait(self, timeout: float) -> bool:
@@ -98,6 +102,7 @@ class KafkaStream:
         self._seen_failure = self._failures.epoch
         self._key = key_deserializer
         self._value = value_deserializer
+        self._raw = key_deserializer is _identity and value_deserializer is _identity
         self._chunk: FetchedChunk | None = None
         self._pos = 0
         self._ended = False
@@ -107,31 +112,50 @@ class KafkaStream:
 
     def __next__(self) -> MessageAndMetadata:
         deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
+        gate = self._gate
         while True:
-            record = self._next_record(deadline)
-            if record is None:
-                raise StopIteration
             chunk = self._chunk
-            assert chunk is not None
-            info = chunk.info
-            offset, timestamp, key, value, headers = record
-            if not info.try_consume(offset + 1):
-                continue  # revoked just now: the rest of this chunk belongs to the next owner
-            return MessageAndMetadata(
-                info.topic, info.partition, offset, self._decode(self._key, key, info, offset, "key"),
-                self._decode(self._value, value, info, offset), timestamp, headers,
-            )
+            if chunk is not None:
+                # The hot loop: per record one unlocked skip test, one look at the gate's flag and one locked
+                # try_consume (atomic with revoke()); the position moves on only once a record is decided.
+                info = chunk.info
+                records = chunk.records
+                pos = self._pos
+                end = len(records)
+                while pos < end:
+                    offset, timestamp, key, value, headers = records[pos]
+                    if offset < info.consumed_offset:  # below what was handed out (re-checked under the lock)
+                        pos += 1
+                        continue
+                    if not gate.opened:
+                        self._pos = pos
+                        self._wait_gate(deadline)  # SUSPENDED: may time out; this record stays the next one
+                    if not info.try_consume(offset + 1):
+                        break  # revoked: the rest of this chunk belongs to the next owner
+                    self._pos = pos + 1
+                    if self._raw:
+                        return make_message(info.topic, info.partition, offset, key, value, timestamp, headers)
+                    return MessageAndMetadata(
+                        info.topic, info.partition, offset, self._decode(self._key, key, info, offset, "key"),
+                        self._decode(self._value, value, info, offset), timestamp, headers,
+                    )
+                self._chunk = None
+            chunk = self._take_chunk(deadline)
+            if chunk is None:
+                raise StopIteration
+            self._start_chunk(chunk)
 
     def iter_batches(self) -> Iterator[list[MessageAndMetadata]]:
         """Whole chunks at a time. A batch's offsets count as consumed only when the next batch is asked
-        for, i.e. after the caller has processed it (at-least-once for the batch in hand)."""
+        for, i.e. after the caller has processed it (at-least-once for the batch in hand). Honours
+        consumer.timeout.ms like iteration does."""
         while True:
-            batch = self._next_batch()
+            deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
+            batch = self._next_batch(deadline)
             if batch is None:
                 return
             yield batch
-            last = batch[-1]
-            self._chunk_info_mark(last)
+            self._chunk_info_mark(batch[-1])
 
     def clear(self) -> None:
         """Drop queued chunks (rebalance); the chunk being iterated is dropped via its revoked info."""
@@ -159,46 +183,48 @@ class KafkaStream:
             return data
         return deserialize(fn, data, describe_position(info.topic, info.partition, offset, part))
 
-    def _next_record(self, deadline: float | None) -> Record | None:
+    def _next_batch(self, deadline: float | None) -> list[MessageAndMetadata] | None:
+        """The rest of the current chunk (or the next one) as messages. A record that does not deserialize
+        ends the batch before it; asked for next, it is consumed and raised (DeserializationError naming
+        its position), so neither it nor its neighbours are silently lost."""
         while True:
             chunk = self._chunk
-            if chunk is not None and not chunk.info.revoked:
-                records = chunk.records
-                consumed = chunk.info.get_consumed_offset()
-                while self._pos < len(records):
-                    record = records[self._pos]
-                    self._pos += 1
-                    if record[0] >= consumed:
-                        self._wait_gate(deadline)
-                        if chunk.info.revoked:
-                            break
-                        return record
-            self._chunk = None
-            chunk = self._take_chunk(deadline)
-            if chunk is None:
-                return None
-            self._start_chunk(chunk)
-
-    def _next_batch(self) -> list[MessageAndMetadata] | None:
-        while True:
-            chunk = self._take_chunk(None)
-            if chunk is None:
-                return None
-            self._start_chunk(chunk)
+            if chunk is None or self._pos >= len(chunk.records) or chunk.info.revoked:
+                self._chunk = None
+                chunk = self._take_chunk(deadline)
+                if chunk is None:
+                    return None
+                self._start_chunk(chunk)
             info = chunk.info
-            consumed = info.get_consumed_offset()
-            self._wait_gate(None)
+            self._wait_gate(deadline)
             if info.revoked:
+                self._chunk = None
                 continue
-            topic, partition = info.topic, info.partition
-            batch = [
-                MessageAndMetadata(topic, partition, o, self._decode(self._key, k, info, o, "key"),
-                                   self._decode(self._value, v, info, o), ts, h)
-                for o, ts, k, v, h in chunk.records
-                if o >= consumed
-            ]
+            consumed = info.get_consumed_offset()
+            records = chunk.records
+            batch: list[MessageAndMetadata] = []
+            for i in range(self._pos, len(records)):
+                o, ts, k, v, h = records[i]
+                if o < consumed:
+                    continue
+                try:
+                    batch.append(self._message(info, o, ts, k, v, h))
+                except DeserializationError:
+                    if batch:
+                        self._pos = i
+                        return batch
+                    self._pos = i + 1
+                    info.mark_consumed(o + 1)
+                    raise
+            self._pos = len(records)
             if batch:
                 return batch
+
+    def _message(self, info: Any, o: int, ts: int, k: bytes | None, v: bytes | None, h: Any) -> MessageAndMetadata:
+        if self._raw:
+            return make_message(info.topic, info.partition, o, k, v, ts, h)
+        return MessageAndMetadata(info.topic, info.partition, o, self._decode(self._key, k, info, o, "key"),
+                                  self._decode(self._value, v, info, o), ts, h)
 
     def _chunk_info_mark(self, last: MessageAndMetadata) -> None:
         chunk = self._chunk
@@ -230,7 +256,10 @@ class KafkaStream:
                 continue
             if chunk is None:
                 self._ended = True
-                self.chunks.put_nowait(None)  # other iterators of this queue end too
+                try:
+                    self.chunks.put_nowait(None)  # other iterators of this queue end too
+                except queue.Full:
+                    pass  # refilled meanwhile: every iterator still ends at its own next take
                 return None
             if not chunk.info.revoked:
                 return chunk

@@ -1,0 +1,499 @@
+"""MessageConsumer's dispatch and retry-then-skip against in-memory fake streams (no ZooKeeper, no broker)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tenacity
+
+from metaq.consumer.config import ConsumerConfig
+from metaq.consumer.listener import MessageConsumer, split_by_size
+from metaq.consumer.message import MessageAndMetadata
+from metaq.consumer.rebalance import ConsumerState
+from metaq.consumer.streams import ConsumerTimeoutError
+from metaq.errors import ConfigError, MetaqError, StorageError
+
+TOPIC = "clicks"
+MAX_RETRIES = 3
+
+
+def msg(offset: int, value: bytes | None = None, partition: int = 0) -> MessageAndMetadata:
+    return MessageAndMetadata(TOPIC, partition, offset, None, value if value is not None else b"v%d" % offset, 0)
+
+
+def make_chunks(n: int, size: int, partition: int = 0) -> list[list[MessageAndMetadata]]:
+    return [[msg(o, partition=partition) for o in range(start, min(n, start + size))] for start in range(0, n, size)]
+
+
+class FakeStream:
+    """Like KafkaStream.iter_batches: a chunk counts as consumed when the next one is asked for."""
+
+    def __init__(self) -> None:
+        self.chunks: queue.Queue[Any] = queue.Queue()
+        self.consumed: dict[int, int] = {}
+        self.taken = 0
+
+    def feed(self, *items: Any) -> None:
+        for item in items:
+            self.chunks.put(item)
+
+    def iter_batches(self) -> Iterator[list[MessageAndMetadata]]:
+        while True:
+            item = self.chunks.get()
+            if item is None:
+                self.chunks.put(None)
+                return
+            if isinstance(item, BaseException):
+                raise item
+            self.taken += 1
+            yield item
+            self.consumed[item[-1].partition] = item[-1].offset + 1
+
+    def end(self) -> None:
+        self.chunks.put(None)
+
+
+class FakeConnector:
+    def __init__(self, streams: Mapping[str, list[FakeStream]]) -> None:
+        self.streams = streams
+        self.closed = False
+        self.commits = 0
+
+    def create_message_streams(self, topic_count: Mapping[str, int]) -> dict[str, list[FakeStream]]:
+        return {topic: self.streams[topic][:n] for topic, n in topic_count.items()}
+
+    def commit_offsets(self) -> None:
+        self.commits += 1
+
+    def shutdown(self) -> None:
+        self.closed = True
+        for streams in self.streams.values():
+            for s in streams:
+                s.end()
+
+    @property
+    def state(self) -> ConsumerState:
+        return ConsumerState("STABLE", 1)
+
+
+class Recorder:
+    """A listener that fails (always, or a number of times) on chosen offsets."""
+
+    executor = None
+
+    def __init__(self, fail_on: set[int] = frozenset(), fail_times: int | None = None) -> None:  # type: ignore[assignment]
+        self.fail_on = set(fail_on)
+        self.fail_times = fail_times
+        self.calls: dict[int, int] = {}
+        self.delivered: list[MessageAndMetadata] = []
+        self.threads: set[str] = set()
+        self.healthy = threading.Event()
+        self.lock = threading.Lock()
+
+    def receive_message(self, message: MessageAndMetadata) -> None:
+        with self.lock:
+            self.threads.add(threading.current_thread().name)
+            n = self.calls[message.offset] = self.calls.get(message.offset, 0) + 1
+            failing = message.offset in self.fail_on and not self.healthy.is_set()
+            if failing and (self.fail_times is None or n <= self.fail_times):
+                raise ValueError(f"cannot handle {message.offset}")
+            self.delivered.append(message)
+
+
+def config(tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    return {"group.id": "etl", "zookeeper.connect": "127.0.0.1:1", "metaq.max.fetch.retries": MAX_RETRIES,
+            "metaq.recover.dir": str(tmp_path / "recover"), "metaq.recover.interval.ms": 100, **extra}
+
+
+def make_consumer(tmp_path: Path, streams: Mapping[str, list[FakeStream]], **kwargs: Any) -> tuple[MessageConsumer,
+                                                                                                     FakeConnector]:
+    connector = FakeConnector(streams)
+    extra = kwargs.pop("config", {})
+    kwargs.setdefault("retry_wait", tenacity.wait_none())
+    kwargs.setdefault("recover_initial_delay_s", 3600.0)
+    consumer = MessageConsumer(config(tmp_path, **extra), connector_factory=lambda c, r: connector, **kwargs)
+    return consumer, connector
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def drained(stream: FakeStream, end: int, partition: int = 0) -> Callable[[], bool]:
+    """The dispatcher processed everything below ``end`` (and asked for the chunk after it)."""
+    return lambda: stream.consumed.get(partition, 0) >= end
+
+
+# -- retry-then-skip ---------------------------------------------------------------------------------
+
+
+def test_failing_messages_are_tried_n_plus_1_times_then_stored_and_skipped(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed(*make_chunks(50, 7))
+    consumer, connector = make_consumer(tmp_path, {TOPIC: [stream]})
+    listener = Recorder(fail_on={3, 17, 49})
+    with consumer:
+        consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
+        wait_for(drained(stream, 50))
+        stored = consumer.recover_store(TOPIC).list()
+        assert [e.offset for e in stored] == [3, 17, 49]
+        assert all(e.last_error == f"ValueError: cannot handle {e.offset}" for e in stored)
+        assert all(e.value == b"v%d" % e.offset for e in stored)  # raw bytes, ready for replay
+    assert {o: n for o, n in listener.calls.items() if n != 1} == {3: MAX_RETRIES + 1, 17: MAX_RETRIES + 1,
+                                                                   49: MAX_RETRIES + 1}
+    assert [m.offset for m in listener.delivered] == [o for o in range(50) if o not in (3, 17, 49)]
+    assert listener.threads == {f"metaq-dispatch-{TOPIC}-0"}
+    assert connector.closed
+
+
+def test_a_transient_failure_is_retried_and_delivered_in_order(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed(*make_chunks(10, 4), [msg(10)])
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
+    listener = Recorder(fail_on={2, 5}, fail_times=MAX_RETRIES)  # succeeds on the last allowed attempt
+    with consumer:
+        consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
+        wait_for(drained(stream, 8))
+        assert consumer.recover_store(TOPIC).list() == []
+    assert [m.offset for m in listener.delivered][:8] == list(range(8))
+    assert listener.calls[2] == listener.calls[5] == MAX_RETRIES + 1
+
+
+def test_zero_retries_means_one_attempt(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed([msg(0), msg(1)], [msg(2)])
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]}, config={"metaq.max.fetch.retries": 0})
+    listener = Recorder(fail_on={1})
+    with consumer:
+        consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
+        wait_for(drained(stream, 2))
+        assert [e.offset for e in consumer.recover_store(TOPIC).list()] == [1]
+    assert listener.calls[1] == 1
+
+
+def test_the_backoff_policy_object_is_used_between_attempts(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed([msg(0)], [msg(1)])
+    waits: list[int] = []
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        waits.append(state.attempt_number)
+        return 0.0
+
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]}, retry_wait=wait)
+    with consumer:
+        consumer.subscribe(TOPIC, 1 << 20, Recorder(fail_on={0})).complete_subscribe()
+        wait_for(drained(stream, 1))
+    assert waits[:MAX_RETRIES] == list(range(1, MAX_RETRIES + 1))  # (tenacity may also ask after the last)
+
+
+def test_a_chunk_is_marked_consumed_only_after_processing(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed([msg(0), msg(1)])
+    gate = threading.Event()
+    entered = threading.Event()
+
+    class Slow:
+        def receive_message(self, message: MessageAndMetadata) -> None:
+            entered.set()
+            gate.wait(10)
+
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
+    with consumer:
+        consumer.subscribe(TOPIC, 1 << 20, Slow()).complete_subscribe()
+        assert entered.wait(5)
+        time.sleep(0.1)
+        assert stream.consumed == {}  # in flight: a commit now would not cover it
+        gate.set()
+        wait_for(drained(stream, 2))
+
+
+def test_bad_input_from_the_deserializer_goes_to_the_store_raw(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed([msg(0, b'{"a": 1}'), msg(1, b"{not json"), msg(2, b'{"a": 3}')], [msg(3, b"{}")])
+    listener = Recorder()
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]}, value_deserializer="json")
+    with consumer:
+        consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
+        wait_for(drained(stream, 3))
+        [entry] = consumer.recover_store(TOPIC).list()
+    assert (entry.offset, entry.value) == (1, b"{not json")
+    assert entry.last_error.startswith("DeserializationError: cannot deserialize clicks-0 offset 1")
+    assert [m.value for m in listener.delivered[:2]] == [{"a": 1}, {"a": 3}]
+
+
+def test_the_partition_waits_while_the_store_cannot_be_written(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = FakeStream()
+    listener = Recorder(fail_on={0})
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
+    with consumer:
+        consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
+        store = consumer.recover_store(TOPIC)
+        real_append = store.append
+        failures = [OSError("disk full")] * 3
+        delivered_meanwhile: list[int] = []
+
+        def flaky_append(message: MessageAndMetadata, error: BaseException) -> str:
+            if failures:
+                delivered_meanwhile.append(len(listener.delivered))
+                raise failures.pop()
+            return real_append(message, error)
+
+        monkeypatch.setattr(store, "append", flaky_append)
+        stream.feed([msg(0), msg(1)], [msg(2)])
+        wait_for(drained(stream, 2))
+        assert failures == [] and delivered_meanwhile == [0, 0, 0]  # offset 1 waited for the store
+        assert [e.offset for e in store.list()] == [0]
+        assert [m.offset for m in listener.delivered][:1] == [1]
+
+
+# -- batch listeners ---------------------------------------------------------------------------------
+
+
+class BatchRecorder:
+    executor = None
+
+    def __init__(self, poison: set[int]) -> None:
+        self.poison = poison
+        self.calls: list[list[int]] = []
+        self.delivered: list[int] = []
+        self.healthy = threading.Event()
+
+    def receive_messages(self, batch: list[MessageAndMetadata]) -> None:
+        offsets = [m.offset for m in batch]
+        self.calls.append(offsets)
+        if not self.healthy.is_set() and self.poison & set(offsets):
+            raise ValueError(f"poison in {offsets}")
+        self.delivered.extend(offsets)
+
+
+def test_a_failing_batch_is_retried_then_split_into_single_messages(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed(list(map(msg, range(5))), list(map(msg, range(5, 8))), [msg(8)])
+    listener = BatchRecorder(poison={2})
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
+    with consumer:
+        consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
+        wait_for(drained(stream, 8))
+        assert [e.offset for e in consumer.recover_store(TOPIC).list()] == [2]
+    whole = [0, 1, 2, 3, 4]
+    assert listener.calls[:MAX_RETRIES + 1] == [whole] * (MAX_RETRIES + 1)
+    assert listener.calls[MAX_RETRIES + 1:MAX_RETRIES + 3 + MAX_RETRIES + 1] == \
+        [[0], [1]] + [[2]] * (MAX_RETRIES + 1)
+    assert listener.delivered[:7] == [0, 1, 3, 4, 5, 6, 7]
+
+
+def test_max_size_bounds_the_batches(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed([msg(i, b"x" * 100) for i in range(10)], [msg(10)])
+    listener = BatchRecorder(poison=set())
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
+    with consumer:
+        consumer.subscribe(TOPIC, 250, listener).complete_subscribe()
+        wait_for(drained(stream, 10))
+    assert listener.calls[:4] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_split_by_size_keeps_order_and_never_makes_empty_parts() -> None:
+    batch = [msg(i, b"x" * n) for i, n in enumerate([10, 300, 5, 5, 1000, 1])]
+    parts = list(split_by_size(batch, 100))
+    assert [[m.offset for m in p] for p in parts] == [[0], [1], [2, 3], [4], [5]]
+
+
+# -- executors, threads, replay ------------------------------------------------------------------------
+
+
+def test_an_executor_runs_each_chunk_and_order_is_kept(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed(*make_chunks(40, 6), [msg(40)])
+    with ThreadPoolExecutor(4, thread_name_prefix="app-pool") as pool:
+        listener = Recorder(fail_on={11})
+        listener.executor = pool  # type: ignore[assignment]
+        consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
+        with consumer:
+            consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
+            wait_for(drained(stream, 36))
+    assert [m.offset for m in listener.delivered][:35] == [o for o in range(36) if o != 11]
+    assert all(name.startswith("app-pool") for name in listener.threads)
+
+
+def test_streams_per_topic_gives_named_dispatch_threads(tmp_path: Path) -> None:
+    streams = [FakeStream(), FakeStream()]
+    streams[0].feed([msg(0)], [msg(1)])
+    streams[1].feed([msg(0, partition=1)], [msg(1, partition=1)])
+    listener = Recorder()
+    consumer, _ = make_consumer(tmp_path, {TOPIC: streams}, streams_per_topic=2)
+    with consumer:
+        consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
+        wait_for(lambda: drained(streams[0], 2, 0)() and drained(streams[1], 2, 1)())
+        names = {t.name for t in threading.enumerate()}
+        assert {"metaq-dispatch-clicks-0", "metaq-dispatch-clicks-1", "metaq-recover-clicks@etl"} <= names
+    assert {"metaq-dispatch-clicks-0", "metaq-dispatch-clicks-1"} <= listener.threads
+
+
+def test_the_recover_thread_redelivers_through_the_listener_once_it_recovers(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed(*make_chunks(20, 5), [msg(20)])
+    with ThreadPoolExecutor(2, thread_name_prefix="app-pool") as pool:
+        listener = Recorder(fail_on={4, 9})
+        listener.executor = pool  # type: ignore[assignment]
+        consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]}, recover_initial_delay_s=0.05)
+        with consumer:
+            consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
+            wait_for(drained(stream, 20))
+            store = consumer.recover_store(TOPIC)
+            wait_for(lambda: all(e.attempts >= 1 for e in store.list()) and len(store.list()) == 2)
+            listener.healthy.set()
+            wait_for(lambda: not store.list())
+    offsets = [m.offset for m in listener.delivered]
+    assert sorted(offsets[-2:]) == [4, 9] and offsets.count(4) == 1 and offsets.count(9) == 1
+    assert all(name.startswith("app-pool") for name in listener.threads)
+
+
+def test_a_batch_listener_gets_replays_as_batches_of_one(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed([msg(0), msg(1)], [msg(2)])
+    listener = BatchRecorder(poison={1})
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]}, recover_initial_delay_s=0.05)
+    with consumer:
+        consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
+        wait_for(lambda: len(consumer.recover_store(TOPIC).list()) == 1)
+        listener.healthy.set()
+        wait_for(lambda: not consumer.recover_store(TOPIC).list())
+    assert [1] in listener.calls and listener.delivered.count(1) == 1
+
+
+# -- the stream misbehaving, shutdown -----------------------------------------------------------------
+
+
+def test_stream_errors_and_timeouts_do_not_kill_the_dispatcher(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed(ConsumerTimeoutError("tick"), [msg(0)], MetaqError("rebalance failed"), [msg(1)],
+                RuntimeError("bug"), [msg(2)], [msg(3)])
+    listener = Recorder()
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
+    with consumer:
+        consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
+        wait_for(drained(stream, 3))
+    assert [m.offset for m in listener.delivered][:3] == [0, 1, 2]
+
+
+def test_shutdown_is_bounded_with_a_stuck_listener(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed([msg(0), msg(1)])
+    release = threading.Event()
+    entered = threading.Event()
+
+    class Stuck:
+        def receive_message(self, message: MessageAndMetadata) -> None:
+            entered.set()
+            release.wait(30)
+
+    consumer, connector = make_consumer(tmp_path, {TOPIC: [stream]})
+    consumer.subscribe(TOPIC, 1 << 20, Stuck()).complete_subscribe()
+    assert entered.wait(5)
+    started = time.monotonic()
+    consumer.shutdown(timeout_s=0.5)
+    assert time.monotonic() - started < 2.0
+    assert connector.closed and consumer.state.state == "STABLE"
+    release.set()
+    assert stream.consumed == {}  # the chunk in hand was abandoned, not marked
+
+
+def test_shutdown_finishes_the_chunk_in_hand_and_takes_no_other(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed([msg(0), msg(1)], [msg(2)])
+    entered = threading.Event()
+    release = threading.Event()
+    delivered: list[int] = []
+
+    class Slow:
+        def receive_message(self, message: MessageAndMetadata) -> None:
+            entered.set()
+            release.wait(10)
+            delivered.append(message.offset)
+
+    consumer, connector = make_consumer(tmp_path, {TOPIC: [stream]})
+    consumer.subscribe(TOPIC, 1 << 20, Slow()).complete_subscribe()
+    store = consumer.recover_store(TOPIC)
+    assert entered.wait(5)
+    threading.Timer(0.2, release.set).start()
+    consumer.shutdown()
+    assert delivered == [0, 1]
+    assert stream.consumed == {0: 2}  # the finished chunk counts; [2] was taken but neither processed nor marked
+    assert stream.taken == 2
+    consumer.shutdown()  # idempotent
+    assert connector.closed
+    with pytest.raises(StorageError, match="closed"):
+        store.list()
+
+
+# -- API rules --------------------------------------------------------------------------------------------
+
+
+def test_max_size_above_fetch_message_max_bytes_is_a_config_error(tmp_path: Path) -> None:
+    consumer, _ = make_consumer(tmp_path, {}, config={"fetch.message.max.bytes": 1000})
+    with pytest.raises(ConfigError, match="max_size=1001 exceeds fetch.message.max.bytes=1000"):
+        consumer.subscribe(TOPIC, 1001, Recorder())
+    with pytest.raises(ConfigError, match="max_size"):
+        consumer.subscribe(TOPIC, 0, Recorder())
+    consumer.subscribe(TOPIC, 1000, Recorder())
+
+
+def test_subscribe_rules(tmp_path: Path) -> None:
+    stream = FakeStream()
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream], "views": [FakeStream()]})
+    with pytest.raises(ConfigError, match="receive_message"):
+        consumer.subscribe(TOPIC, 100, object())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="topic name"):
+        consumer.subscribe("bad topic", 100, Recorder())
+    with pytest.raises(MetaqError, match="subscribe"):
+        consumer.complete_subscribe()
+    assert consumer.subscribe(TOPIC, 100, Recorder()).subscribe("views", 100, Recorder()) is consumer
+    with pytest.raises(ConfigError, match="already subscribed"):
+        consumer.subscribe(TOPIC, 100, Recorder())
+    with pytest.raises(MetaqError, match="no recover store"):
+        consumer.recover_store(TOPIC)
+    assert consumer.state.state == "STARTING"
+    with consumer:
+        consumer.complete_subscribe()
+        with pytest.raises(MetaqError, match="before complete_subscribe"):
+            consumer.subscribe("other", 100, Recorder())
+        with pytest.raises(MetaqError, match="already called"):
+            consumer.complete_subscribe()
+        consumer.commit_offsets()
+    assert consumer.state.state == "STABLE"
+
+
+def test_a_failed_start_shuts_everything_down(tmp_path: Path) -> None:
+    class Refusing(FakeConnector):
+        def create_message_streams(self, topic_count: Mapping[str, int]) -> dict[str, list[FakeStream]]:
+            raise MetaqError("rebalance failed")
+
+    connector = Refusing({})
+    consumer = MessageConsumer(config(tmp_path), connector_factory=lambda c, r: connector)
+    consumer.subscribe(TOPIC, 100, Recorder())
+    with pytest.raises(MetaqError, match="rebalance failed"):
+        consumer.complete_subscribe()
+    assert connector.closed
+    with pytest.raises(MetaqError, match="already called"):
+        consumer.complete_subscribe()
+
+
+def test_config_is_validated(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="metaq.max.fetch.retries"):
+        MessageConsumer(config(tmp_path, **{"metaq.max.fetch.retries": -1}))
+    with pytest.raises(ConfigError, match="streams_per_topic"):
+        MessageConsumer(ConsumerConfig.from_properties(config(tmp_path)), streams_per_topic=0)
