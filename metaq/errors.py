@@ -19,6 +19,9 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     ├── TopicError
     │   ├── UnknownTopicError
     │   └── TopicExistsError
+    ├── GroupError
+    │   ├── GroupNotFoundError       no /consumers/<group> in ZooKeeper
+    │   └── GroupActiveError         an ops change refused while the group has live members
     └── BrokerResponseError          an error code answered by a broker (see ``for_code``)
 """
 
@@ -104,6 +107,18 @@ class UnknownTopicError(TopicError):
 
 class TopicExistsError(TopicError):
     """The topic already exists."""
+
+
+class GroupError(MetaqError):
+    """A problem with a consumer group as a whole."""
+
+
+class GroupNotFoundError(GroupError):
+    """The group has no node in ZooKeeper (never existed, or was deleted)."""
+
+
+class GroupActiveError(GroupError):
+    """An offset change was refused because the group has live members, which would overwrite it."""
 
 
 class BrokerResponseError(MetaqError):

@@ -29,7 +29,7 @@ from zk_layout.formats import (
     parse_endpoint,
 )
 from zk_layout.paths import split_connect, validate_group, validate_topic
-from zk_layout.store import FencedOffset, ZkLayout, new_cluster_id
+from zk_layout.store import FencedOffset, OffsetNode, OwnerNode, ZkLayout, new_cluster_id, parse_offset_path
 
 __all__ = [
     "BLACK_LIST",
@@ -40,6 +40,8 @@ __all__ = [
     "ControllerInfo",
     "PartitionState",
     "FencedOffset",
+    "OffsetNode",
+    "OwnerNode",
     "TopicAssignment",
     "TopicConfig",
     "TopicCount",
@@ -53,6 +55,7 @@ __all__ = [
     "new_cluster_id",
     "normalize_topic_filter",
     "parse_endpoint",
+    "parse_offset_path",
     "paths",
     "split_connect",
     "validate_group",

@@ -41,6 +41,7 @@ from kazoo.exceptions import (
     ZookeeperStoppedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
 from metaq.errors import (
@@ -78,6 +79,47 @@ class FencedOffset:
 
     offset: int | None
     version: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetNode:
+    """An offset node as ops tools read it: the offset (None for the ``-1`` a fence writes before the first
+    commit) and the node's ctime and mtime, which Burrow and KafkaOffsetMonitor read as the first and last
+    commit times."""
+
+    offset: int | None
+    ctime_ms: int
+    mtime_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerNode:
+    """An owner node with what its stat tells: the session that holds it (0 for a persistent node, which
+    no session expiry will ever remove) and when it was claimed."""
+
+    thread_id: str
+    session_id: int
+    ctime_ms: int
+
+    @property
+    def ephemeral(self) -> bool:
+        return self.session_id != 0
+
+
+def parse_offset_path(path: str) -> tuple[str, str, int]:
+    """``/consumers/<g>/offsets/<t>/<p>`` -> (group, topic, partition), the inverse of
+    :func:`paths.offset_path`, for the lines of Kafka's ExportZkOffsets; ConfigError for anything else."""
+    parts = path.split("/")
+    prefix = paths.CONSUMERS.split("/")
+    if len(parts) != len(prefix) + 4 or parts[: len(prefix)] != prefix or parts[len(prefix) + 1] != "offsets":
+        raise ConfigError(f"{path!r} is not an offset node path (/consumers/<group>/offsets/<topic>/<partition>)")
+    group, _, topic, partition = parts[len(prefix):]
+    if not (partition.isascii() and partition.isdigit()):
+        raise ConfigError(f"{path!r}: partition {partition!r} is not a decimal number")
+    result = (group, topic, int(partition))
+    if paths.offset_path(*result) != path:  # validates the names and rejects e.g. a partition written "007"
+        raise ConfigError(f"{path!r} is not in the canonical form {paths.offset_path(*result)!r}")
+    return result
 
 _UNAVAILABLE = (
     ConnectionLoss,
@@ -327,6 +369,19 @@ class ZkLayout:
         versioned = self.partition_state_versioned(topic, partition, watch)
         return None if versioned is None else versioned[0]
 
+    def partition_states(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], PartitionState | None]:
+        """:meth:`partition_state` of each of ``partitions``, read with pipelined requests (one round trip)."""
+        nodes = {key: paths.partition_state_path(*key) for key in partitions}
+        result: dict[tuple[str, int], PartitionState | None] = {}
+        with self._translated("read", paths.BROKER_TOPICS):
+            reads = {key: self._client.get_async(path) for key, path in nodes.items()}
+            for key, request in reads.items():
+                if _failed_with(request, NoNodeError):
+                    result[key] = None
+                else:
+                    result[key] = PartitionState.decode(self.full_path(nodes[key]), request.get()[0])
+        return result
+
     def partition_state_versioned(
         self, topic: str, partition: int, watch: Watch | None = None
     ) -> tuple[PartitionState, int] | None:
@@ -402,6 +457,12 @@ class ZkLayout:
     def groups(self, watch: Watch | None = None) -> list[str]:
         return self._children(paths.CONSUMERS, watch)
 
+    def group_exists(self, group: str) -> bool:
+        """Whether ``/consumers/<g>`` exists (it outlives the members: its children are persistent)."""
+        path = paths.consumer_group_path(group)
+        with self._translated("read", path):
+            return self._client.exists(path) is not None
+
     def register_consumer(self, group: str, consumer_id: str, topic_count: TopicCount) -> None:
         """Register a consumer (ephemeral). Consumer ids are unique per process start, so a node with the same
         id can only be our own previous session's: it is waited out, as Kafka does."""
@@ -444,6 +505,41 @@ class ZkLayout:
                 result[(topic, partition)] = owner
         return result
 
+    def owner_node(self, group: str, topic: str, partition: int) -> OwnerNode | None:
+        path = paths.owner_path(group, topic, partition)
+        node = self._read(path)
+        if node is None:
+            return None
+        data, stat = node
+        return OwnerNode(decode_owner(self.full_path(path), data), stat.ephemeralOwner, stat.ctime)
+
+    def owner_nodes(self, group: str) -> dict[tuple[str, int], OwnerNode]:
+        """(topic, partition) -> owner node with its session; see :class:`OwnerNode`."""
+        result = {}
+        for topic, partition in self._topic_partitions(paths.owners_path(group), group, paths.topic_owners_path):
+            node = self.owner_node(group, topic, partition)
+            if node is not None:
+                result[(topic, partition)] = node
+        return result
+
+    def owners_of(self, group: str, partitions: Iterable[tuple[str, int]],
+                  watch: Watch | None = None) -> dict[tuple[str, int], str | None]:
+        """The owner thread id of each of ``partitions`` (None: no owner node), read with pipelined requests:
+        one round trip in all rather than one each. ``watch`` is set on the nodes that exist, so it fires
+        when one of them changes or is deleted (a rebalance waiting for an owner to release)."""
+        with self._translated("read", paths.owners_path(group)):
+            pending = [(key, paths.owner_path(group, *key)) for key in partitions]
+            requests = [(key, path, self._client.get_async(path, watch=watch)) for key, path in pending]
+            result: dict[tuple[str, int], str | None] = {}
+            for key, path, request in requests:
+                try:
+                    data, _stat = request.get()
+                except NoNodeError:
+                    result[key] = None
+                    continue
+                result[key] = decode_owner(self.full_path(path), data)
+        return result
+
     def claim_partition(self, group: str, topic: str, partition: int, thread_id: str) -> bool:
         """Create the ephemeral owner node. True if we own it now (also when this session already did),
         False if another consumer does; the caller retries after that owner releases it."""
@@ -456,6 +552,72 @@ class ZkLayout:
                 pass
         node = self._read(path)
         return node is not None and node[1].ephemeralOwner == self._session_id() and node[0] == encode_owner(thread_id)
+
+    def claim_partitions(self, group: str, claims: Mapping[tuple[str, int], str]) -> dict[tuple[str, int], str | None]:
+        """Create the ephemeral owner nodes of all ``claims`` ({(topic, partition): thread id}) in one
+        transaction, so either all or none: one round trip, and no half-made claim is ever visible. A node
+        this session already holds for the same thread id counts as claimed (as in :meth:`claim_partition`).
+        Returns {} on success, else the partitions in the way and their owners (None: gone meanwhile); then
+        nothing was created."""
+        pending = dict(claims)
+        owners: dict[tuple[str, int], str | None] = {}
+        for _ in range(3):
+            if not pending:
+                return {}
+            nodes = {key: paths.owner_path(group, *key) for key in pending}
+            with self._translated("claim", paths.owners_path(group)):
+                txn = self._client.transaction()
+                for key, path in nodes.items():
+                    txn.create(path, encode_owner(pending[key]), ephemeral=True)
+                results = txn.commit()
+                if not any(isinstance(r, Exception) for r in results):
+                    return {}
+                if any(isinstance(r, NoNodeError) for r in results):  # a topic's owners directory is missing
+                    for topic in {topic for topic, _ in pending}:
+                        self._client.ensure_path(paths.topic_owners_path(group, topic))
+                    continue
+                reads = {key: self._client.get_async(path) for key, path in nodes.items()}
+                session = self._session_id()
+                owners = {}
+                for key, request in reads.items():
+                    if _failed_with(request, NoNodeError):
+                        continue
+                    data, stat = request.get()
+                    if stat.ephemeralOwner == session and data == encode_owner(pending[key]):
+                        del pending[key]  # ours already (a create retried after its reply was lost)
+                    else:
+                        owners[key] = decode_owner(self.full_path(nodes[key]), data)
+            if owners:
+                return owners
+        return owners or {key: None for key in pending}
+
+    def release_partitions(self, group: str, claims: Mapping[tuple[str, int], str]) -> set[tuple[str, int]]:
+        """:meth:`release_partition` for each of ``claims`` ({(topic, partition): thread id}), pipelined: two
+        round trips in all. Returns the partitions whose owner node was deleted."""
+        released = set()
+        with self._translated("release", paths.owners_path(group)):
+            nodes = {key: paths.owner_path(group, *key) for key in claims}
+            reads = {key: self._client.get_async(path) for key, path in nodes.items()}
+            versions = {}
+            for key, request in reads.items():
+                if _failed_with(request, NoNodeError):
+                    continue
+                data, stat = request.get()
+                if data == encode_owner(claims[key]):
+                    versions[key] = stat.version
+            if not versions:
+                return released
+            txn = self._client.transaction()
+            for key, version in versions.items():
+                txn.delete(nodes[key], version=version)
+            if not any(isinstance(result, Exception) for result in txn.commit()):
+                return set(versions)
+            # one of them changed in between (the transaction deleted none): one by one
+            deletes = {key: self._client.delete_async(nodes[key], version=version) for key, version in versions.items()}
+            for key, request in deletes.items():
+                if not _failed_with(request, NoNodeError, BadVersionError):  # else: not ours to delete any more
+                    released.add(key)
+        return released
 
     def release_partition(self, group: str, topic: str, partition: int, thread_id: str | None = None) -> bool:
         """Delete the owner node (only if it names ``thread_id``, when given). True if a node was deleted."""
@@ -474,6 +636,24 @@ class ZkLayout:
         path = paths.offset_path(group, topic, partition)
         node = self._read(path)
         return None if node is None else decode_offset(self.full_path(path), node[0])
+
+    def offset_node(self, group: str, topic: str, partition: int) -> OffsetNode | None:
+        path = paths.offset_path(group, topic, partition)
+        node = self._read(path)
+        if node is None:
+            return None
+        data, stat = node
+        offset = decode_offset(self.full_path(path), data)
+        return OffsetNode(offset if offset >= 0 else None, stat.ctime, stat.mtime)
+
+    def offset_nodes(self, group: str) -> dict[tuple[str, int], OffsetNode]:
+        """(topic, partition) -> offset node with its commit times, fenced ``-1`` nodes included."""
+        result = {}
+        for topic, partition in self._topic_partitions(paths.offsets_path(group), group, paths.topic_offsets_path):
+            node = self.offset_node(group, topic, partition)
+            if node is not None:
+                result[(topic, partition)] = node
+        return result
 
     def write_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
         """Write the next offset to consume as plain decimal (creating parents), as Kafka 0.8 does."""
@@ -516,11 +696,35 @@ class ZkLayout:
         node is created holding ``-1``, which Kafka 0.8 readers treat as "no offset" just like a missing
         node. Returns the committed offset (None if none) and the version to commit against.
         """
-        result = {}
-        for topic, partition in partitions:
-            path = paths.offset_path(group, topic, partition)
-            result[(topic, partition)] = self._fence_one(path)
-        return result
+        nodes = {key: paths.offset_path(group, *key) for key in partitions}
+        fenced: dict[tuple[str, int], FencedOffset] = {}
+        with self._translated("fence offsets of", paths.offsets_path(group)):
+            # A few requests in all rather than two or three per partition: pipelined reads, the missing
+            # nodes created in one transaction, and every rewrite in one transaction. Whatever that does not
+            # settle (a node written in between, e.g. by the previous owner's last commit) is fenced again
+            # below, one at a time, exactly as before.
+            reads = {key: self._client.get_async(path) for key, path in nodes.items()}
+            missing = [key for key, request in reads.items() if _failed_with(request, NoNodeError)]
+            if missing:
+                for topic in sorted({topic for topic, _ in missing}):
+                    self._client.ensure_path(paths.topic_offsets_path(group, topic))
+                txn = self._client.transaction()
+                for key in missing:
+                    txn.create(nodes[key], NO_OFFSET)
+                txn.commit()  # if one exists by now, none is created: those are fenced one at a time
+                for key in missing:
+                    reads[key] = self._client.get_async(nodes[key])
+            current = {key: request.get() for key, request in reads.items() if not _failed_with(request, NoNodeError)}
+            if current:
+                txn = self._client.transaction()
+                for key, (data, stat) in current.items():
+                    txn.set_data(nodes[key], data, version=stat.version)
+                results = txn.commit()
+                if not any(isinstance(result, Exception) for result in results):
+                    for (key, (data, _)), result in zip(current.items(), results, strict=True):
+                        offset = decode_offset(self.full_path(nodes[key]), data)
+                        fenced[key] = FencedOffset(offset if offset >= 0 else None, result.version)
+        return {key: fenced[key] if key in fenced else self._fence_one(path) for key, path in nodes.items()}
 
     def _fence_one(self, path: str) -> FencedOffset:
         with self._translated("fence", path):
@@ -573,6 +777,15 @@ class ZkLayout:
                 lost.add(key)
                 del pending[key]
         return committed, lost
+
+
+def _failed_with(request: IAsyncResult, *errors: type[Exception]) -> bool:
+    """Wait for a pipelined request; True if it failed with one of ``errors`` (other errors are raised)."""
+    try:
+        request.get()
+    except errors:
+        return True
+    return False
 
 
 def _check_assignment(

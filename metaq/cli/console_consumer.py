@@ -1,57 +1,134 @@
-"""``metaq console-consumer --zookeeper Z --group G --topic T [--from-beginning]``: one value per line.
+"""``metaq console-consumer``: print a topic's messages, one value per line.
 
-Like Kafka's console consumer: a group member like any other (it registers, owns partitions and
-commits offsets). Without ``--group`` a fresh ``console-consumer-<n>`` group is used.
+    metaq console-consumer --zookeeper Z --topic T --group G [--from-beginning]    # a group member
+    metaq console-consumer --zookeeper Z --topic T --partition 2 --offset 1200     # one partition, no group
+
+Like Kafka's console consumer. With a group it is a member like any other (it registers, owns partitions
+and commits offsets); without ``--group`` a fresh ``console-consumer-<n>`` group is used. With
+``--partition`` it reads that partition from ``--offset`` (a number, ``earliest`` or ``latest``, the
+default) without any group: nothing is registered or committed. ``--json`` prints one JSON object per
+message (key and value decoded as UTF-8, invalid bytes replaced).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
+from collections.abc import Generator
+from typing import Any
 
+from metaq.admin import EARLIEST, LATEST, PartitionReader
+from metaq.cli.output import add_parser, connect_string, usage_error
+from metaq.config import load_properties
 from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
+from metaq.errors import ConfigError
+from metaq.zkclient import session
+from zk_layout import ZkLayout
+
+Printed = tuple[str, int, int, int, bytes | None, bytes | None]
+"""(topic, partition, offset, timestamp, key, value)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser("console-consumer", help="print a topic's messages, one value per line")
-    parser.add_argument("--zookeeper", required=True, help="host:port[/chroot]")
+    parser = add_parser(sub, "console-consumer", "print a topic's messages, one value per line")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--group", default=None)
     parser.add_argument("--from-beginning", action="store_true", help="start at the earliest offset "
-                        "when the group has no committed offset")
+                        "when the group has no committed offset (with --partition: --offset earliest)")
+    parser.add_argument("--partition", type=int, default=None, help="read only this partition, without a group")
+    parser.add_argument("--offset", default=None, metavar="N|earliest|latest",
+                        help="with --partition: where to start (default latest)")
+    parser.add_argument("--print-key", action="store_true", help="print key<TAB>value")
     parser.add_argument("--max-messages", type=int, default=-1)
     parser.add_argument("--timeout-ms", type=int, default=-1, help="exit after this long without a message")
-    parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                        help="consumer property (group mode), e.g. auto.commit.interval.ms=500")
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    props = {
-        "group.id": args.group or f"console-consumer-{random.randrange(100000)}",
-        "zookeeper.connect": args.zookeeper,
-        "auto.offset.reset": "smallest" if args.from_beginning else "largest",
-        "consumer.timeout.ms": args.timeout_ms,
-        "auto.commit.interval.ms": 1000,
-    }
-    for item in args.property:
-        key, _, value = item.partition("=")
-        props[key.strip()] = value.strip()
+    if args.partition is None and args.offset is not None:
+        usage_error(args, "--offset needs --partition")
+    if args.partition is not None and args.group is not None:
+        usage_error(args, "--partition reads without a group; do not combine it with --group")
+    if args.partition is not None and args.partition < 0:
+        usage_error(args, f"--partition {args.partition}: must be >= 0")
+    start = _start_offset(args) if args.partition is not None else LATEST
     count = 0
+    messages = _fixed_partition(args, start) if args.partition is not None else _group_member(args)
+    try:
+        for message in messages:
+            _print(message, args)
+            count += 1
+            if 0 <= args.max_messages <= count:
+                break
+    except BrokenPipeError:
+        pass
+    finally:
+        messages.close()  # leaves the group (committing what was printed) before the summary line
+        sys.stdout.flush()
+    print(f"Processed a total of {count} messages", file=sys.stderr)
+    return 0
+
+
+def _start_offset(args: argparse.Namespace) -> int:
+    text = args.offset or ("earliest" if args.from_beginning else "latest")
+    if text in ("earliest", "latest"):
+        return EARLIEST if text == "earliest" else LATEST
+    if not (text.isascii() and text.isdigit()):
+        usage_error(args, f"--offset {text!r}: a non-negative number, 'earliest' or 'latest'")
+    return int(text)
+
+
+def _fixed_partition(args: argparse.Namespace, start: int) -> Generator[Printed, None, None]:
+    connect, timeout_ms = connect_string(args)
+    idle = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
+    with session(connect, connection_timeout_ms=timeout_ms or 6000) as client:
+        with PartitionReader(ZkLayout(client), args.topic, args.partition, start) as reader:
+            for offset, timestamp, key, value, _headers in reader.records(idle_timeout_s=idle):
+                yield args.topic, args.partition, offset, timestamp, key, value
+
+
+def _group_member(args: argparse.Namespace) -> Generator[Printed, None, None]:
+    connect, timeout_ms = connect_string(args)
+    props: dict[str, Any] = load_properties(args.config) if args.config else {}
+    props.update({"zookeeper.connect": connect, "consumer.timeout.ms": args.timeout_ms})
+    props.setdefault("auto.commit.interval.ms", 1000)
+    props.setdefault("auto.offset.reset", "largest")
+    if args.group:
+        props["group.id"] = args.group
+    props.setdefault("group.id", f"console-consumer-{random.randrange(100000)}")
+    if args.from_beginning:
+        props["auto.offset.reset"] = "smallest"
+    if timeout_ms:
+        props["zookeeper.connection.timeout.ms"] = timeout_ms
+    for item in args.property:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ConfigError(f"--property {item!r}: expected KEY=VALUE")
+        props[key.strip()] = value.strip()
     with Consumer(ConsumerConfig.from_properties(props)) as consumer:
         [stream] = consumer.create_message_streams({args.topic: 1})[args.topic]
         try:
-            for message in stream:
-                value = message.value
-                sys.stdout.write((value or b"").decode("utf-8", "replace") + "\n")
-                count += 1
-                if 0 <= args.max_messages <= count:
-                    break
+            for m in stream:
+                yield m.topic, m.partition, m.offset, m.timestamp, m.key, m.value
         except ConsumerTimeoutError:
-            pass
-        except BrokenPipeError:
-            pass
-        finally:
-            sys.stdout.flush()
-    print(f"Processed a total of {count} messages", file=sys.stderr)
-    return 0
+            return
+
+
+def _print(message: Printed, args: argparse.Namespace) -> None:
+    topic, partition, offset, timestamp, key, value = message
+    if args.json:
+        line = json.dumps({"topic": topic, "partition": partition, "offset": offset, "timestamp": timestamp,
+                           "key": _text(key), "value": _text(value)})
+    elif args.print_key:
+        line = f"{_text(key) or ''}\t{_text(value) or ''}"
+    else:
+        line = _text(value) or ""
+    sys.stdout.write(line + "\n")
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", "replace")

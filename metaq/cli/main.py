@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from metaq.errors import MetaqError
 
 # Each module exposes ``register(subparsers)`` and sets ``func`` on the parsers it adds.
-COMMAND_MODULES = ("zookeeper", "broker", "topics", "demo", "console_consumer", "verifiable_consumer")
+COMMAND_MODULES = ("zookeeper", "broker", "topics", "groups", "owners", "offsets", "recover", "console_producer",
+                   "console_consumer", "demo", "verifiable_consumer")
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
@@ -34,19 +34,71 @@ def emit(name: str, **fields: Any) -> None:
         sys.stdout.flush()
 
 
+class ConsumedReport:
+    """records_consumed runs, batched, and written before any commit can cover them.
+
+    The stream counts a message as consumed when it hands it out (Kafka 0.8's iterator), and the
+    auto-commit and rebalance threads commit that position at any time. A member killed with runs
+    still batched here would have committed records it never reported, which the checker must count as
+    lost: so every commit first flushes this batch (as Kafka's VerifiableConsumer prints records_consumed
+    before it commits them). Only the instant between the stream handing a message out and ``add``
+    remains, the at-most-once window of the one in-flight message that 0.8's iterator documents."""
+
+    def __init__(self, every_s: float) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, int], list[int]] = {}
+        self._every_s = every_s
+        self._last = time.monotonic()
+
+    def add(self, topic: str, partition: int, offset: int) -> None:
+        with self._lock:
+            key = (topic, partition)
+            span = self._pending.get(key)
+            if span is not None and offset != span[1] + 1:  # a rewind or gap: report runs separately
+                self._flush()
+                span = None
+            if span is None:
+                span = self._pending[key] = [offset, offset, 0]
+            span[1] = offset
+            span[2] += 1
+
+    def tick(self, idle: bool) -> None:
+        """Flush when idle or when the batch is old enough."""
+        with self._lock:
+            if self._pending and (idle or time.monotonic() - self._last > self._every_s):
+                self._flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._last = time.monotonic()
+        if self._pending:
+            emit("records_consumed", partitions=[
+                {"topic": t, "partition": p, "minOffset": lo, "maxOffset": hi, "count": n}
+                for (t, p), (lo, hi, n) in sorted(self._pending.items())])
+            self._pending.clear()
+
+
 class ReportingStore:
     """Wraps the real offset store and reports every commit and its outcome."""
 
-    def __init__(self, inner: OffsetStore) -> None:
+    def __init__(self, inner: OffsetStore, before_commit: Callable[[], None] = lambda: None) -> None:
         self._inner = inner
+        self._before_commit = before_commit
 
     def take_ownership(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         return self._inner.take_ownership(partitions)
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> CommitResult:
+        # ``started``: a commit that straddles a pause (SIGSTOP) is reported after it, so checkers that
+        # ask "did this member commit after losing its session?" must look at when the commit began.
+        started = time.monotonic()
+        self._before_commit()
         result = self._inner.commit(offsets)
         if result.committed or result.lost:
-            emit("offsets_committed",
+            emit("offsets_committed", started=started,
                  offsets=[{"topic": t, "partition": p, "offset": offsets[(t, p)]} for t, p in result.committed],
                  lost=[{"topic": t, "partition": p} for t, p in sorted(result.lost)])
         return result
@@ -62,11 +114,19 @@ class ReportingStore:
 
 
 class ReportingListener:
+    """Reports ownership changes. Records consumed before a change are reported before it (as before a
+    commit), so that a checker can tell which assignment epoch every records_consumed belongs to."""
+
+    def __init__(self, report: ConsumedReport) -> None:
+        self._report = report
+
     def before_release(self, partitions: Mapping[str, set[int]]) -> None:
+        self._report.flush()
         emit("partitions_revoked", partitions=[{"topic": t, "partition": p} for t, ps in partitions.items()
                                                for p in sorted(ps)])
 
     def assigned(self, consumer_id: str, assignment: Mapping[str, Mapping[int, str]]) -> None:
+        self._report.flush()
         mine = [{"topic": t, "partition": p} for t, parts in assignment.items() for p, tid in parts.items()
                 if tid.rsplit("-", 1)[0] == consumer_id]
         emit("partitions_assigned", partitions=mine)
@@ -97,51 +157,36 @@ def _run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    consumer = Consumer(config, rebalance_listener=ReportingListener(),
-                        offset_store_factory=lambda layout, cfg: ReportingStore(default_offset_store(layout, cfg)))
+    report = ConsumedReport(args.report_every_ms / 1000.0)
+    consumer = Consumer(config, rebalance_listener=ReportingListener(report),
+                        offset_store_factory=lambda layout, cfg: ReportingStore(default_offset_store(layout, cfg),
+                                                                                report.flush))
     session = consumer.zookeeper_session
     emit("startup_complete", consumer_id=consumer.consumer_id,
          session_id=session[0] if session else None, session_password=session[1].hex() if session else None)
     try:
         [stream] = consumer.create_message_streams({args.topic: 1})[args.topic]
-        _consume(stream, stop, args.max_messages)
+        _consume(stream, stop, args.max_messages, report)
     finally:
         consumer.shutdown()
         emit("shutdown_complete")
     return 0
 
 
-def _consume(stream: Any, stop: threading.Event, max_messages: int) -> None:
-    pending: dict[tuple[str, int], list[int]] = {}
+def _consume(stream: Any, stop: threading.Event, max_messages: int, report: ConsumedReport) -> None:
     total = 0
-    last_report = time.monotonic()
     while not stop.is_set() and (max_messages < 0 or total < max_messages):
         try:
             message = next(stream)
         except ConsumerTimeoutError:
             message = None
+        except ConsumerRebalanceFailedError:
+            # Reported (rebalance_failed) by the listener; the consumer keeps retrying, so does this member.
+            message = None
         except StopIteration:
             break
         if message is not None:
             total += 1
-            key = (message.topic, message.partition)
-            span = pending.get(key)
-            if span is not None and message.offset != span[1] + 1:  # a rewind or gap: report runs separately
-                _report(pending)
-                span = None
-            if span is None:
-                span = pending[key] = [message.offset, message.offset, 0]
-            span[1] = message.offset
-            span[2] += 1
-        if pending and (message is None or time.monotonic() - last_report > 0.2):
-            _report(pending)
-            last_report = time.monotonic()
-    _report(pending)
-
-
-def _report(pending: dict[tuple[str, int], list[int]]) -> None:
-    if pending:
-        emit("records_consumed", partitions=[
-            {"topic": t, "partition": p, "minOffset": lo, "maxOffset": hi, "count": n}
-            for (t, p), (lo, hi, n) in sorted(pending.items())])
-        pending.clear()
+            report.add(message.topic, message.partition, message.offset)
+        report.tick(idle=message is None)
+    report.flush()

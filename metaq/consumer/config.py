@@ -4,6 +4,14 @@
     config = ConsumerConfig.from_file("consumer.properties")
 
 Unknown keys and invalid values raise ConfigError naming the key (with a close match if there is one).
+
+Offsets storage: ``offsets.storage=zookeeper`` (default) or ``kafka`` (``__consumer_offsets`` through the
+group's coordinator, see metaq.consumer.kafka_offsets). With ``kafka`` every commit is still written to
+ZooKeeper first, because the version-checked ZooKeeper write is what stops a member that lost a partition
+from committing it, and reads take ``max(zookeeper, kafka)``: ``dual.commit.enabled`` defaults to true and
+``dual.commit.enabled=false`` with ``offsets.storage=kafka`` is rejected (a ConfigError) rather than
+silently ignored. ``metaq.offsets.fetch.timeout.ms`` bounds how long claiming partitions waits for the
+coordinator (the rebalance attempt then fails and is retried).
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ class ConsumerConfig(Config):
     offsets_channel_backoff_ms: int = prop("offsets.channel.backoff.ms", 1000, check=positive)
     offsets_channel_socket_timeout_ms: int = prop("offsets.channel.socket.timeout.ms", 10000, check=positive)
     offsets_commit_max_retries: int = prop("offsets.commit.max.retries", 5, check=non_negative)
+    offsets_fetch_timeout_ms: int = prop("metaq.offsets.fetch.timeout.ms", 30000, check=positive)
     # MetaQ consumer knobs (retry-then-skip and the local recover store)
     max_fetch_retries: int = prop("metaq.max.fetch.retries", 5, check=non_negative)
     recover_dir: str | None = prop("metaq.recover.dir", None)
@@ -77,6 +86,12 @@ class ConsumerConfig(Config):
             raise ConfigError(
                 f"config 'socket.timeout.ms': {config.socket_timeout_ms} must be >= 'fetch.wait.max.ms' "
                 f"({config.fetch_wait_max_ms})"
+            )
+        if config.offsets_storage == "kafka" and config.dual_commit_enabled is False:
+            raise ConfigError(
+                "config 'dual.commit.enabled': false is not supported with offsets.storage=kafka; metaq always "
+                "commits to ZooKeeper too, because its version-checked write is what keeps a member that lost a "
+                "partition from committing it (remove the setting or set it to true)"
             )
         return config
 

@@ -1,0 +1,54 @@
+"""The ops API: inspect and repair consumer groups, owner nodes, offsets and topics.
+
+    from metaq.admin import Admin, ResetSpec
+
+    with Admin.connect("127.0.0.1:2181/kafka") as admin:
+        group = admin.describe_group("etl")                      # lag, owner, last commit per partition
+        print(group.total_lag, [p.status for p in group.problems()])
+        report = admin.owners("etl")                              # orphans flagged
+        plan = admin.plan_reset("etl", {"clicks": None}, ResetSpec.to_datetime("2024-05-01T12:00:00Z"))
+        admin.apply_plan(plan)                                    # refused while the group has live members
+
+The ``metaq groups|owners|offsets|topics`` commands are a thin layer over this package. Offsets are read
+from and written to ZooKeeper (``/consumers/<group>/offsets``), in the plain decimal form Kafka's tools and
+Burrow read.
+"""
+
+from __future__ import annotations
+
+from metaq.admin.client import Admin, resolve_connect
+from metaq.admin.groups import GroupDescription, GroupSummary, Member, PartitionLag
+from metaq.admin.log_offsets import EARLIEST, LATEST, BrokerLogOffsets, LogOffsets, Watermarks
+from metaq.admin.offsets import OffsetChange, OffsetPlan, ResetSpec, format_ms, parse_topic_selection
+from metaq.admin.owners import OwnerRow, OwnersReport
+from metaq.admin.reader import PartitionReader
+from metaq.admin.topics import PartitionDetail, TopicDetail, TopicSummary
+from metaq.admin.transfer import OffsetRecord, format_offsets, parse_offsets
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "Admin",
+    "BrokerLogOffsets",
+    "GroupDescription",
+    "GroupSummary",
+    "LogOffsets",
+    "Member",
+    "OffsetChange",
+    "OffsetPlan",
+    "OffsetRecord",
+    "OwnerRow",
+    "OwnersReport",
+    "PartitionDetail",
+    "PartitionLag",
+    "PartitionReader",
+    "ResetSpec",
+    "TopicDetail",
+    "TopicSummary",
+    "Watermarks",
+    "format_ms",
+    "format_offsets",
+    "parse_offsets",
+    "parse_topic_selection",
+    "resolve_connect",
+]

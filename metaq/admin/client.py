@@ -1,0 +1,124 @@
+"""The entry point of the ops API: one ZooKeeper session plus connections to partition leaders.
+
+    with Admin.connect("127.0.0.1:2181/kafka") as admin:          # or Admin.connect(config="consumer.properties")
+        for row in admin.describe_group("etl").partitions:
+            print(row.topic, row.partition, row.lag, row.owner, row.status)
+        plan = admin.plan_reset("etl", {"clicks": None}, ResetSpec.latest())
+        admin.apply_plan(plan)                                    # GroupActiveError while members are live
+
+Every method is a thin call into the module that holds the logic (:mod:`metaq.admin.groups`, ``owners``,
+``offsets``, ``transfer``, ``topics``), which scripts may also use directly with their own
+:class:`~zk_layout.ZkLayout`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+from metaq.admin.groups import DEFAULT_STALL_AFTER_MS, GroupDescription, GroupSummary, describe_group, list_groups
+from metaq.admin.log_offsets import BrokerLogOffsets, LogOffsets
+from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress, ResetSpec, apply_plan, plan_reset
+from metaq.admin.owners import OwnersReport, delete_orphans, owners_report
+from metaq.admin.topics import TopicDetail, TopicSummary, describe_topic, list_topics
+from metaq.admin.transfer import OffsetRecord, export_offsets, plan_import
+from metaq.config import load_properties
+from metaq.errors import ConfigError
+from metaq.zkclient import connect as zk_connect
+from zk_layout import ZkLayout
+
+DEFAULT_TIMEOUT_MS = 6000
+
+
+def resolve_connect(zookeeper: str | None = None, config: str | Path | None = None) -> tuple[str, int | None]:
+    """The connect string (``zookeeper`` wins over the file's ``zookeeper.connect``) and the file's
+    ``zookeeper.connection.timeout.ms``, if it sets one. ConfigError when neither names ZooKeeper."""
+    props = load_properties(config) if config is not None else {}
+    connect_string = zookeeper or props.get("zookeeper.connect")
+    if not connect_string:
+        where = f"config file {config} has no zookeeper.connect" if config is not None else "no ZooKeeper given"
+        raise ConfigError(f"{where}; use --zookeeper HOST:PORT[/chroot] or --config FILE")
+    raw_timeout = props.get("zookeeper.connection.timeout.ms")
+    try:
+        timeout = int(raw_timeout) if raw_timeout else None
+    except ValueError as e:
+        raise ConfigError(f"config 'zookeeper.connection.timeout.ms': {raw_timeout!r} is not a valid int") from e
+    return connect_string, timeout
+
+
+class Admin:
+    """See the module docstring. ``log_offsets`` is a seam for tests (an in-memory fake)."""
+
+    def __init__(self, layout: ZkLayout, log_offsets: LogOffsets | None = None, *,
+                 client: KazooClient | None = None) -> None:
+        self.layout = layout
+        self.log_offsets: LogOffsets = log_offsets if log_offsets is not None else BrokerLogOffsets(layout)
+        self._client = client  # closed by close() when we started it
+
+    @classmethod
+    def connect(cls, zookeeper: str | None = None, *, config: str | Path | None = None,
+                timeout_ms: int | None = None) -> Admin:
+        """Start a ZooKeeper session; ZooKeeperUnavailableError with the address when none can be made."""
+        connect_string, file_timeout = resolve_connect(zookeeper, config)
+        timeout = timeout_ms or file_timeout or DEFAULT_TIMEOUT_MS
+        client = zk_connect(connect_string, connection_timeout_ms=timeout, session_timeout_ms=max(timeout, 6000))
+        return cls(ZkLayout(client), client=client)
+
+    def close(self) -> None:
+        close = getattr(self.log_offsets, "close", None)
+        if close is not None:
+            close()
+        if self._client is not None:
+            with contextlib.suppress(Exception):  # best effort: the session ends with its timeout anyway
+                self._client.stop()
+                self._client.close()
+            self._client = None
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- groups and owners ----------------------------------------------------------------------------
+
+    def list_groups(self) -> list[GroupSummary]:
+        return list_groups(self.layout)
+
+    def describe_group(self, group: str, *, topics: Iterable[str] | None = None,
+                       stall_after_ms: int = DEFAULT_STALL_AFTER_MS) -> GroupDescription:
+        return describe_group(self.layout, self.log_offsets, group, topics=topics, stall_after_ms=stall_after_ms)
+
+    def owners(self, group: str) -> OwnersReport:
+        return owners_report(self.layout, group)
+
+    def delete_orphans(self, report: OwnersReport) -> list[tuple[str, int]]:
+        return delete_orphans(self.layout, report)
+
+    # -- offsets --------------------------------------------------------------------------------------
+
+    def plan_reset(self, group: str, selection: Mapping[str, list[int] | None], spec: ResetSpec, *,
+                   create_group: bool = False) -> OffsetPlan:
+        return plan_reset(self.layout, self.log_offsets, group, selection, spec, create_group=create_group)
+
+    def apply_plan(self, plan: OffsetPlan, *, force: bool = False,
+                   progress: Progress | None = None) -> list[OffsetChange]:
+        return apply_plan(self.layout, plan, force=force, progress=progress)
+
+    def export_offsets(self, groups: Iterable[str] | None = None,
+                       progress: Progress | None = None) -> list[OffsetRecord]:
+        return export_offsets(self.layout, groups, progress)
+
+    def plan_import(self, records: Iterable[OffsetRecord], progress: Progress | None = None) -> OffsetPlan:
+        return plan_import(self.layout, records, self.log_offsets, progress)
+
+    # -- topics ---------------------------------------------------------------------------------------
+
+    def list_topics(self) -> list[TopicSummary]:
+        return list_topics(self.layout)
+
+    def describe_topic(self, topic: str) -> TopicDetail:
+        return describe_topic(self.layout, self.log_offsets, topic)

@@ -1,0 +1,295 @@
+"""Consumer groups as an operator sees them: members, and per partition the committed offset, log end, lag,
+owner, last commit time and a status flag.
+
+    describe_group(layout, log_offsets, "etl")     # GroupDescription(group="etl", members=[...], partitions=[...])
+    list_groups(layout)                            # [GroupSummary("etl", members=2, topics=["clicks"])]
+
+The gathering functions read ZooKeeper (and ask the leaders for log offsets); :func:`build_description`
+is the pure part that decides lag and status, so that it can be tested without servers. Offsets come from
+ZooKeeper only (``offsets_storage="zookeeper"``); the offsets channel is not read yet.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
+from metaq.errors import ConfigError, GroupNotFoundError, UnknownTopicError
+from zk_layout import OffsetNode, TopicCount, ZkLayout
+from zk_layout.paths import consumer_group_path
+
+# Partition status flags, most serious first (a partition shows the first that applies).
+ORPHAN = "ORPHAN"  # the owner node names a consumer that is no longer registered
+NO_OWNER = "NO_OWNER"  # members subscribe to the topic, yet nobody owns the partition
+UNKNOWN_TOPIC = "UNKNOWN_TOPIC"  # offsets for a topic that no longer exists
+OUT_OF_RANGE = "OUT_OF_RANGE"  # the committed offset is outside [log start, log end]
+NO_LEADER = "NO_LEADER"  # the log offsets cannot be read now
+STALLED = "STALLED"  # lag > 0 and no commit for ``stall_after_ms``
+OK = "OK"
+
+DEFAULT_STALL_AFTER_MS = 10 * 60 * 1000
+_GENERATED_ID = re.compile(r"(?P<host>.+)-(?P<ms>[0-9]{10,})-(?P<hex>[0-9a-f]{1,8})")
+
+
+@dataclass(frozen=True)
+class Member:
+    """A registered (live) consumer: ``/consumers/<g>/ids/<consumer id>``."""
+
+    consumer_id: str
+    host: str | None
+    subscription: dict[str, int]
+    pattern: str
+    registered_ms: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"consumer_id": self.consumer_id, "host": self.host, "subscription": self.subscription,
+                "pattern": self.pattern, "registered_ms": self.registered_ms}
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """One row of ``groups describe``. ``offset`` is None when the group has not committed one."""
+
+    topic: str
+    partition: int
+    offset: int | None
+    log_start: int | None
+    log_end: int | None
+    owner: str | None
+    last_commit_ms: int | None
+    first_commit_ms: int | None
+    status: str
+
+    @property
+    def lag(self) -> int | None:
+        """``log end - offset``, as ConsumerOffsetChecker computes it; None when either is unknown."""
+        if self.offset is None or self.log_end is None:
+            return None
+        return self.log_end - self.offset
+
+    @property
+    def consumer_id(self) -> str | None:
+        """The owner thread id without its ``-<n>`` suffix (kafka-consumer-groups' CONSUMER-ID)."""
+        return None if self.owner is None else consumer_id_of_owner(self.owner)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "offset": self.offset,
+                "log_start_offset": self.log_start, "log_end_offset": self.log_end, "lag": self.lag,
+                "owner": self.owner, "consumer_id": self.consumer_id, "last_commit_ms": self.last_commit_ms,
+                "first_commit_ms": self.first_commit_ms, "status": self.status}
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group: str
+    members: list[Member]
+    partitions: list[PartitionLag]
+    offsets_storage: str = "zookeeper"
+
+    @property
+    def active(self) -> bool:
+        return bool(self.members)
+
+    @property
+    def total_lag(self) -> int:
+        return sum(p.lag for p in self.partitions if p.lag is not None and p.lag > 0)
+
+    def problems(self) -> list[PartitionLag]:
+        return [p for p in self.partitions if p.status != OK]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "active": self.active, "offsets_storage": self.offsets_storage,
+                "total_lag": self.total_lag, "members": [m.to_json() for m in self.members],
+                "partitions": [p.to_json() for p in self.partitions]}
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    group: str
+    members: int
+    topics: list[str] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.members > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "members": self.members, "active": self.active, "topics": self.topics}
+
+
+# -- pure helpers -------------------------------------------------------------------------------------
+
+
+def consumer_id_of_owner(owner: str) -> str:
+    """``etl_host-1700000000000-6b2a1f0c-0`` -> ``etl_host-1700000000000-6b2a1f0c``. Data without a numeric
+    ``-<n>`` suffix (MetaQ and pykafka write the bare consumer id) is returned as it is."""
+    consumer_id, dash, number = owner.rpartition("-")
+    if dash and consumer_id and number.isascii() and number.isdigit():
+        return consumer_id
+    return owner
+
+
+def owner_is_live(owner: str, live_ids: Iterable[str]) -> bool:
+    """Whether ``owner`` names a registered consumer, in Kafka's ``<id>-<n>`` form or as the bare id."""
+    live = set(live_ids)
+    return owner in live or consumer_id_of_owner(owner) in live
+
+
+def host_of(group: str, consumer_id: str) -> str | None:
+    """The host in a generated consumer id ``<group>_<host>-<ms>-<hex>``; None for a configured
+    ``consumer.id`` or another client's format."""
+    prefix = f"{group}_"
+    if not consumer_id.startswith(prefix):
+        return None
+    match = _GENERATED_ID.fullmatch(consumer_id[len(prefix):])
+    return match["host"] if match else None
+
+
+def member_of(group: str, consumer_id: str, registration: TopicCount) -> Member:
+    registered = registration.timestamp_ms if registration.timestamp_ms > 0 else None
+    return Member(consumer_id, host_of(group, consumer_id), dict(registration.subscription),
+                  registration.pattern, registered)
+
+
+def subscribed_topics(registrations: Mapping[str, TopicCount], all_topics: Iterable[str]) -> set[str]:
+    """Existing topics some live member consumes (wildcards expanded against ``all_topics``)."""
+    existing = list(all_topics)
+    topics: set[str] = set()
+    for registration in registrations.values():
+        topics.update(t for t in registration.streams_per_topic(existing) if t in existing)
+    return topics
+
+
+def partition_status(row: PartitionLag, *, live_ids: set[str], expected: bool, topic_exists: bool,
+                     watermarks: Watermarks | None, now_ms: int, stall_after_ms: int) -> str:
+    """The first flag that applies, most serious first; see the constants above."""
+    if row.owner is not None and not owner_is_live(row.owner, live_ids):
+        return ORPHAN
+    if row.owner is None and expected and live_ids:
+        return NO_OWNER
+    if not topic_exists:
+        return UNKNOWN_TOPIC
+    if watermarks is None or watermarks.start is None or watermarks.end is None:
+        return NO_LEADER
+    if row.offset is not None and not watermarks.start <= row.offset <= watermarks.end:
+        return OUT_OF_RANGE
+    lag = row.lag
+    if lag and lag > 0 and (row.last_commit_ms is None or now_ms - row.last_commit_ms > stall_after_ms):
+        return STALLED
+    return OK
+
+
+def build_description(
+    group: str,
+    registrations: Mapping[str, TopicCount],
+    partitions_by_topic: Mapping[str, list[int]],
+    offsets: Mapping[TopicPartition, OffsetNode],
+    owners: Mapping[TopicPartition, str],
+    watermarks: Mapping[TopicPartition, Watermarks],
+    *,
+    now_ms: int,
+    stall_after_ms: int = DEFAULT_STALL_AFTER_MS,
+    topics: Iterable[str] | None = None,
+) -> GroupDescription:
+    """Rows for every partition the group has an offset or owner for, or that a member subscribes to.
+
+    ``partitions_by_topic`` holds the *existing* topics (with their partitions); ``topics`` limits the rows.
+    """
+    live = set(registrations)
+    expected_topics = subscribed_topics(registrations, partitions_by_topic)
+    rows = []
+    for topic, partition in row_keys(registrations, partitions_by_topic, offsets, owners, topics):
+        node = offsets.get((topic, partition))
+        marks = watermarks.get((topic, partition))
+        row = PartitionLag(
+            topic, partition, None if node is None else node.offset,
+            None if marks is None else marks.start, None if marks is None else marks.end,
+            owners.get((topic, partition)), None if node is None else node.mtime_ms,
+            None if node is None else node.ctime_ms, OK)
+        status = partition_status(row, live_ids=live, expected=topic in expected_topics,
+                                  topic_exists=topic in partitions_by_topic, watermarks=marks, now_ms=now_ms,
+                                  stall_after_ms=stall_after_ms)
+        rows.append(replace(row, status=status))
+    members = [member_of(group, cid, reg) for cid, reg in sorted(registrations.items())]
+    return GroupDescription(group, members, rows)
+
+
+def row_keys(registrations: Mapping[str, TopicCount], partitions_by_topic: Mapping[str, list[int]],
+             offsets: Iterable[TopicPartition], owners: Iterable[TopicPartition],
+             topics: Iterable[str] | None = None) -> list[TopicPartition]:
+    """The partitions ``groups describe`` shows: those with an offset or an owner, and every partition of
+    a topic a member subscribes to (or of the ``topics`` asked for)."""
+    keys = set(offsets) | set(owners)
+    keys |= {(t, p) for t in subscribed_topics(registrations, partitions_by_topic) for p in partitions_by_topic[t]}
+    if topics is not None:
+        wanted = set(topics)
+        keys = {k for k in keys if k[0] in wanted} | {(t, p) for t in wanted for p in partitions_by_topic.get(t, [])}
+    return sorted(keys)
+
+
+# -- gathering ------------------------------------------------------------------------------------------
+
+
+def require_group(layout: ZkLayout, group: str) -> None:
+    if not layout.group_exists(group):
+        raise GroupNotFoundError(f"group {group!r} does not exist (no {layout.full_path(consumer_group_path(group))})")
+
+
+def topic_partitions(layout: ZkLayout, topics: Iterable[str] | None = None) -> dict[str, list[int]]:
+    """topic -> partitions of the existing topics (all of them, or those in ``topics`` that exist)."""
+    result = {}
+    for topic in layout.topics() if topics is None else sorted(set(topics)):
+        assignment = layout.topic_assignment(topic)
+        if assignment is not None:
+            result[topic] = assignment.partition_ids
+    return result
+
+
+def check_topics_known(topics: Iterable[str], partitions_by_topic: Mapping[str, list[int]],
+                       group_keys: Iterable[TopicPartition]) -> None:
+    """UnknownTopicError for a topic that neither exists nor has offsets or owners in the group."""
+    known = set(partitions_by_topic) | {t for t, _ in group_keys}
+    missing = sorted(set(topics) - known)
+    if missing:
+        raise UnknownTopicError(f"topic {missing[0]!r} does not exist")
+
+
+def describe_group(
+    layout: ZkLayout,
+    log_offsets: LogOffsets,
+    group: str,
+    *,
+    topics: Iterable[str] | None = None,
+    stall_after_ms: int = DEFAULT_STALL_AFTER_MS,
+    now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+) -> GroupDescription:
+    """Read the group from ZooKeeper and the log offsets from the leaders; GroupNotFoundError if it is absent."""
+    require_group(layout, group)
+    registrations = layout.consumer_registrations(group)
+    offsets = layout.offset_nodes(group)
+    owners = layout.owners(group)
+    partitions_by_topic = topic_partitions(layout)
+    if topics is not None:
+        check_topics_known(topics, partitions_by_topic, [*offsets, *owners])
+    keys = row_keys(registrations, partitions_by_topic, offsets, owners, topics)
+    marks = log_offsets.watermarks(k for k in keys if k[0] in partitions_by_topic)
+    return build_description(group, registrations, partitions_by_topic, offsets, owners, marks,
+                             now_ms=now_ms(), stall_after_ms=stall_after_ms, topics=topics)
+
+
+def list_groups(layout: ZkLayout) -> list[GroupSummary]:
+    """Every group under ``/consumers``, with or without live members."""
+    summaries = []
+    for group in layout.groups():
+        try:
+            members = layout.consumer_ids(group)
+        except ConfigError:  # a name that is not a valid group id (another tool's node): list it, bare
+            summaries.append(GroupSummary(group, 0, []))
+            continue
+        topics = {t for t, _ in layout.offset_nodes(group)} | {t for t, _ in layout.owners(group)}
+        summaries.append(GroupSummary(group, len(members), sorted(topics)))
+    return summaries

@@ -1,0 +1,262 @@
+"""Changing a group's committed offsets: a plan first (the dry run), then :func:`apply_plan`.
+
+    plan = plan_reset(layout, log_offsets, "etl", {"clicks": None}, ResetSpec.to_datetime("2024-05-01T12:00Z"))
+    for change in plan.changes:
+        print(change.topic, change.partition, change.current, "->", change.new, change.note)
+    apply_plan(layout, plan)                 # GroupActiveError while the group has live members
+    apply_plan(layout, plan, force=True)     # members lose the partitions' commit fences and rebalance
+
+New offsets are clamped to ``[log start, log end]`` with a note, so a reset never leaves the group
+out of range. Applying refuses while the group has live members (checked again at apply time), because a
+member would go on from its own position and overwrite the change; Kafka's tools demand the same
+("stop the group first"). Imports (:mod:`metaq.admin.transfer`) build the same kind of plan.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from metaq.admin.groups import topic_partitions
+from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
+from metaq.errors import ConfigError, GroupActiveError, GroupNotFoundError, MetaqError, UnknownTopicError
+from zk_layout import ZkLayout, validate_topic
+
+EARLIEST = "earliest"
+LATEST = "latest"
+TO_OFFSET = "offset"
+TO_DATETIME = "datetime"
+SHIFT_BY = "shift"
+
+Progress = Callable[[int], None]
+"""Called with the number of items just done (a progress bar's ``update``)."""
+
+
+@dataclass(frozen=True)
+class ResetSpec:
+    """Where to move offsets; ``value`` is the offset, the time in epoch ms, or the shift::
+
+    ResetSpec.earliest(); ResetSpec.latest(); ResetSpec.to_offset(1200)
+    ResetSpec.to_datetime("2024-05-01T12:00:00Z"); ResetSpec.shift_by(-100)
+    """
+
+    mode: str
+    value: int | None = None
+
+    @classmethod
+    def earliest(cls) -> ResetSpec:
+        return cls(EARLIEST)
+
+    @classmethod
+    def latest(cls) -> ResetSpec:
+        return cls(LATEST)
+
+    @classmethod
+    def to_offset(cls, offset: int) -> ResetSpec:
+        if offset < 0:
+            raise ConfigError(f"--to-offset {offset}: an offset must be >= 0")
+        return cls(TO_OFFSET, offset)
+
+    @classmethod
+    def to_datetime(cls, when: str | dt.datetime) -> ResetSpec:
+        return cls(TO_DATETIME, parse_datetime(when))
+
+    @classmethod
+    def shift_by(cls, delta: int) -> ResetSpec:
+        return cls(SHIFT_BY, delta)
+
+    def describe(self) -> str:
+        if self.mode == TO_DATETIME:
+            return f"reset to {format_ms(self.value)}"
+        if self.mode == SHIFT_BY:
+            return f"shift by {self.value:+d}"
+        return f"reset to {self.mode if self.value is None else f'offset {self.value}'}"
+
+
+@dataclass(frozen=True)
+class OffsetChange:
+    """One partition of a plan. ``new`` is None when the partition is left as it is (``note`` says why)."""
+
+    group: str
+    topic: str
+    partition: int
+    current: int | None
+    new: int | None
+    log_start: int | None = None
+    log_end: int | None = None
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "topic": self.topic, "partition": self.partition, "current": self.current,
+                "new": self.new, "log_start_offset": self.log_start, "log_end_offset": self.log_end,
+                "note": self.note}
+
+
+@dataclass(frozen=True)
+class OffsetPlan:
+    """What an offset change would write, and the live members found when it was planned."""
+
+    action: str
+    changes: list[OffsetChange]
+    live_members: dict[str, list[str]]
+
+    @property
+    def writes(self) -> list[OffsetChange]:
+        return [c for c in self.changes if c.new is not None]
+
+    @property
+    def groups(self) -> list[str]:
+        return sorted({c.group for c in self.changes})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "live_members": self.live_members,
+                "changes": [c.to_json() for c in self.changes]}
+
+
+# -- pure parts -------------------------------------------------------------------------------------
+
+
+def parse_datetime(when: str | dt.datetime) -> int:
+    """ISO 8601 to epoch ms. Without a UTC offset the time is local, as Kafka's ``--to-datetime`` reads it."""
+    if isinstance(when, str):
+        try:
+            when = dt.datetime.fromisoformat(when.strip())
+        except ValueError as e:
+            raise ConfigError(f"--to-datetime {when!r}: not an ISO 8601 time such as 2024-05-01T12:00:00Z") from e
+    if when.tzinfo is None:
+        when = when.astimezone()  # the local zone
+    return int(when.timestamp() * 1000)
+
+
+def format_ms(ms: int | None) -> str:
+    """Epoch ms as ISO 8601 UTC with milliseconds, or ``-``."""
+    if ms is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_topic_selection(text: str) -> tuple[str, list[int] | None]:
+    """``clicks`` -> (``clicks``, None: every partition); ``clicks:0,2`` -> (``clicks``, [0, 2])."""
+    topic, colon, rest = text.partition(":")
+    validate_topic(topic)
+    if not colon:
+        return topic, None
+    try:
+        partitions = sorted({int(p) for p in rest.split(",") if p.strip()})
+    except ValueError as e:
+        raise ConfigError(f"--topic {text!r}: partitions must be numbers, e.g. {topic}:0,1") from e
+    if not partitions or partitions[0] < 0:
+        raise ConfigError(f"--topic {text!r}: give partitions as {topic}:0,1")
+    return topic, partitions
+
+
+def target_offset(spec: ResetSpec, current: int | None, marks: Watermarks,
+                  by_time: int | None = None) -> tuple[int | None, str]:
+    """The new offset for one partition and a note; clamped to ``[log start, log end]``."""
+    assert marks.start is not None and marks.end is not None
+    if spec.mode == EARLIEST:
+        wanted = marks.start
+    elif spec.mode == LATEST:
+        wanted = marks.end
+    elif spec.mode == TO_OFFSET:
+        wanted = int(spec.value or 0)
+    elif spec.mode == TO_DATETIME:
+        wanted = marks.end if by_time is None else by_time
+    elif spec.mode == SHIFT_BY:
+        if current is None:
+            return None, "no committed offset to shift; left unchanged"
+        wanted = current + int(spec.value or 0)
+    else:
+        raise ConfigError(f"unknown reset mode {spec.mode!r}")
+    if wanted < marks.start:
+        return marks.start, f"clamped to log start {marks.start} (asked for {wanted})"
+    if wanted > marks.end:
+        return marks.end, f"clamped to log end {marks.end} (asked for {wanted})"
+    return wanted, ""
+
+
+# -- reset ------------------------------------------------------------------------------------------------
+
+
+def plan_reset(
+    layout: ZkLayout,
+    log_offsets: LogOffsets,
+    group: str,
+    selection: Mapping[str, list[int] | None],
+    spec: ResetSpec,
+    *,
+    create_group: bool = False,
+) -> OffsetPlan:
+    """The dry run of a reset of ``selection`` (topic -> partitions, None for all). Nothing is written.
+
+    A group that does not exist raises GroupNotFoundError unless ``create_group`` (to start a new group at
+    a chosen position, e.g. latest)."""
+    if not create_group and not layout.group_exists(group):
+        raise GroupNotFoundError(f"group {group!r} does not exist; to prepare offsets for a new group, "
+                                 "use --create-group (create_group=True)")
+    keys = _selected_partitions(layout, selection)
+    marks = log_offsets.watermarks(keys)
+    unknown = {k: m for k, m in marks.items() if not m.known}
+    if unknown:
+        (topic, partition), first = sorted(unknown.items())[0]
+        raise MetaqError(f"cannot reset: the log offsets of {topic}-{partition} are unknown ({first.error})"
+                         + (f" and of {len(unknown) - 1} more partitions" if len(unknown) > 1 else ""))
+    by_time = log_offsets.offsets_for_time(keys, int(spec.value or 0)) if spec.mode == TO_DATETIME else {}
+    changes = []
+    for topic, partition in keys:
+        current = layout.read_offset(group, topic, partition)
+        current = current if current is not None and current >= 0 else None
+        m = marks[(topic, partition)]
+        new, note = target_offset(spec, current, m, by_time.get((topic, partition)))
+        changes.append(OffsetChange(group, topic, partition, current, new, m.start, m.end, note))
+    return OffsetPlan(spec.describe(), changes, {group: layout.consumer_ids(group)})
+
+
+def _selected_partitions(layout: ZkLayout, selection: Mapping[str, list[int] | None]) -> list[TopicPartition]:
+    if not selection:
+        raise ConfigError("give at least one --topic")
+    existing = topic_partitions(layout, selection)
+    keys = []
+    for topic, wanted in selection.items():
+        if topic not in existing:
+            raise UnknownTopicError(f"topic {topic!r} does not exist")
+        missing = sorted(set(wanted or []) - set(existing[topic]))
+        if missing:
+            raise ConfigError(f"topic {topic!r} has partitions 0..{len(existing[topic]) - 1}; "
+                              f"{missing[0]} does not exist")
+        keys += [(topic, p) for p in (existing[topic] if wanted is None else wanted)]
+    return sorted(keys)
+
+
+# -- applying ---------------------------------------------------------------------------------------------
+
+
+def live_members(layout: ZkLayout, groups: Iterable[str]) -> dict[str, list[str]]:
+    """group -> registered consumer ids, for the groups that have any."""
+    found = {g: layout.consumer_ids(g) for g in groups}
+    return {g: ids for g, ids in found.items() if ids}
+
+
+def apply_plan(layout: ZkLayout, plan: OffsetPlan, *, force: bool = False,
+               progress: Progress | None = None) -> list[OffsetChange]:
+    """Write the plan's new offsets; returns what was written.
+
+    Refuses (GroupActiveError) while a group in the plan has live members, unless ``force``: then the
+    members' next commits fail their fence and they rebalance onto the new offsets.
+    """
+    active = live_members(layout, plan.groups)
+    if active and not force:
+        group, ids = sorted(active.items())[0]
+        raise GroupActiveError(
+            f"group {group!r} has {len(ids)} live member{'s' if len(ids) > 1 else ''} ({', '.join(ids[:3])}"
+            f"{', ...' if len(ids) > 3 else ''}); stop them first, or use --force to write anyway")
+    written = []
+    for change in plan.writes:
+        assert change.new is not None
+        layout.write_offset(change.group, change.topic, change.partition, change.new)
+        written.append(change)
+        if progress is not None:
+            progress(1)
+    return written

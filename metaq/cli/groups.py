@@ -1,0 +1,73 @@
+"""``metaq groups list`` and ``metaq groups describe GROUP``: members, and per partition the committed offset,
+log end offset, lag, owner, last commit time (the offset node's mtime) and a status flag.
+
+The columns follow ``kafka-consumer-groups --zookeeper --describe`` (CURRENT-OFFSET, LOG-END-OFFSET, LAG)
+and ConsumerOffsetChecker (OWNER is the raw owner thread id), with LAST-COMMIT and STATUS added.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from metaq.admin import GroupDescription, GroupSummary, Member
+from metaq.admin.groups import DEFAULT_STALL_AFTER_MS
+from metaq.cli.output import add_parser, emit, open_admin, table, when
+
+PARTITION_HEADERS = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER", "LAST-COMMIT",
+                     "STATUS"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("groups", help="list and describe consumer groups (lag, owners, commit times)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = add_parser(actions, "list", "list every group under /consumers, with or without live members")
+    listing.set_defaults(func=_list)
+    describe = add_parser(actions, "describe", "per-partition offset, log end, lag, owner and last commit")
+    describe.add_argument("group")
+    describe.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
+    describe.add_argument("--stalled-after-s", type=float, default=DEFAULT_STALL_AFTER_MS / 1000, metavar="S",
+                          help="flag STALLED when lag > 0 and no commit for this long (default 600)")
+    describe.set_defaults(func=_describe)
+
+
+def _list(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        summaries = admin.list_groups()
+    emit(args, {"groups": [s.to_json() for s in summaries]}, lambda: render_list(summaries))
+    return 0
+
+
+def _describe(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        description = admin.describe_group(args.group, topics=args.topic,
+                                           stall_after_ms=int(args.stalled_after_s * 1000))
+    emit(args, description.to_json(), lambda: render_description(description))
+    return 0
+
+
+def render_list(summaries: list[GroupSummary]) -> str:
+    if not summaries:
+        return "No consumer groups."
+    return table(["GROUP", "MEMBERS", "STATE", "TOPICS"],
+                 [(s.group, s.members, "active" if s.active else "empty", ",".join(s.topics) or None)
+                  for s in summaries])
+
+
+def render_description(d: GroupDescription) -> str:
+    members = f"{len(d.members)} live member{'' if len(d.members) == 1 else 's'}" if d.members else "no live members"
+    parts = [f"Group {d.group}: {members}, offsets in {d.offsets_storage}, total lag {d.total_lag}"]
+    if d.members:
+        parts.append(table(["CONSUMER-ID", "HOST", "SUBSCRIPTION", "REGISTERED"],
+                           [(m.consumer_id, m.host, _subscription(m), when(m.registered_ms)) for m in d.members]))
+    if d.partitions:
+        parts.append(table(PARTITION_HEADERS, [
+            (p.topic, p.partition, p.offset, p.log_end, p.lag, p.owner, when(p.last_commit_ms), p.status)
+            for p in d.partitions]))
+    else:
+        parts.append("No committed offsets, owners or subscribed topics.")
+    return "\n\n".join(parts)
+
+
+def _subscription(member: Member) -> str:
+    items = ",".join(f"{topic}:{streams}" for topic, streams in member.subscription.items())
+    return items if member.pattern == "static" else f"{member.pattern} {items}"

@@ -1,0 +1,166 @@
+"""``metaq offsets reset|export|import``: change, back up and restore a group's committed offsets.
+
+    metaq offsets reset etl --topic clicks --to-datetime 2024-05-01T12:00:00Z          # dry run: the plan
+    metaq offsets reset etl --topic clicks:0,1 --shift-by -100 --execute                # apply it
+    metaq offsets export --group etl > etl.offsets                                      # Kafka's path:value lines
+    metaq offsets import etl.offsets --execute
+
+Resets and imports are dry runs unless ``--execute``, and are refused while a target group has live
+members unless ``--force``. New offsets of a reset are clamped to [log start, log end] with a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from metaq.admin import Admin, OffsetChange, OffsetPlan, ResetSpec, format_offsets, parse_offsets, parse_topic_selection
+from metaq.admin.transfer import FORMATS, JSON, LINES
+from metaq.cli.output import ProgressBar, add_parser, int_arg, note, open_admin, print_json, table, usage_error
+from metaq.errors import ConfigError
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("offsets", help="reset, export and import committed offsets")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _register_reset(actions)
+    export = add_parser(actions, "export", "write committed offsets (all groups, or --group) to stdout or a file")
+    export.add_argument("--group", action="append", default=None, help="only this group (repeatable)")
+    export.add_argument("--format", choices=FORMATS, default=None,
+                        help="lines: Kafka ExportZkOffsets' path:value (default); json (also --json)")
+    export.add_argument("--output", "-o", default="-", metavar="FILE", help="file to write (default stdout)")
+    export.set_defaults(func=_export)
+    imp = add_parser(actions, "import", "write offsets from an export file (a dry run unless --execute)")
+    imp.add_argument("file", metavar="FILE", help="an export in either format, or - for stdin")
+    imp.add_argument("--format", choices=FORMATS, default=None, help="default: recognised from the content")
+    _add_apply_options(imp)
+    imp.set_defaults(func=_import)
+
+
+def _register_reset(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    reset = add_parser(actions, "reset", "move a group's offsets (a dry run unless --execute)")
+    reset.add_argument("group")
+    reset.add_argument("--topic", action="append", required=True, metavar="TOPIC[:P,P]",
+                       help="topic, optionally with partitions (repeatable)")
+    mode = reset.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    mode.add_argument("--to-latest", action="store_true", help="the log end offset")
+    mode.add_argument("--to-offset", type=int_arg, metavar="N")
+    mode.add_argument("--to-datetime", metavar="ISO8601",
+                      help="the first offset at or after this time (local time without a UTC offset)")
+    mode.add_argument("--shift-by", type=int_arg, metavar="N", help="move the committed offset by N (may be < 0)")
+    reset.add_argument("--create-group", action="store_true",
+                       help="allow a group that does not exist yet (to start a new group at a chosen offset)")
+    _add_apply_options(reset)
+    reset.set_defaults(func=_reset)
+
+
+def _add_apply_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--execute", action="store_true", help="write the offsets (default: only show the plan)")
+    parser.add_argument("--force", action="store_true", help="write even while the group has live members")
+
+
+# -- reset ----------------------------------------------------------------------------------------------
+
+
+def reset_spec(args: argparse.Namespace) -> ResetSpec:
+    if args.to_earliest:
+        return ResetSpec.earliest()
+    if args.to_latest:
+        return ResetSpec.latest()
+    if args.to_offset is not None:
+        return ResetSpec.to_offset(args.to_offset)
+    if args.to_datetime is not None:
+        return ResetSpec.to_datetime(args.to_datetime)
+    return ResetSpec.shift_by(args.shift_by)
+
+
+def _reset(args: argparse.Namespace) -> int:
+    selection: dict[str, list[int] | None] = {}
+    for text in args.topic:
+        topic, partitions = parse_topic_selection(text)
+        previous = selection.get(topic, [])
+        selection[topic] = None if partitions is None or previous is None else sorted({*previous, *partitions})
+    spec = reset_spec(args)
+    with open_admin(args) as admin:
+        plan = admin.plan_reset(args.group, selection, spec, create_group=args.create_group)
+        return _finish(admin, plan, args)
+
+
+# -- import / export ------------------------------------------------------------------------------------
+
+
+def _export(args: argparse.Namespace) -> int:
+    fmt = args.format or (JSON if args.json else LINES)
+    if args.json and args.format == LINES:
+        usage_error(args, "--json and --format lines contradict each other")
+    with open_admin(args) as admin:
+        total = None if args.group is None else len(args.group)
+        with ProgressBar("exporting groups", total or len(admin.layout.groups())) as bar:
+            records = admin.export_offsets(args.group, progress=bar.update)
+    text = format_offsets(records, fmt)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        _write_file(Path(args.output), text)
+    groups = len({r.group for r in records})
+    note(f"Exported {len(records)} offsets of {groups} group(s)" + ("" if args.output == "-" else f" to {args.output}"))
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    text, source = _read_input(args.file)
+    records = parse_offsets(text, source, args.format)
+    with open_admin(args) as admin:
+        with ProgressBar("reading current offsets", len(records)) as bar:
+            plan = admin.plan_import(records, progress=bar.update)
+        return _finish(admin, plan, args)
+
+
+def _read_input(name: str) -> tuple[str, str]:
+    if name == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        return Path(name).read_text(encoding="utf-8"), name
+    except OSError as e:
+        raise ConfigError(f"cannot read {name}: {e.strerror or e}") from e
+
+
+def _write_file(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot write {path}: {e.strerror or e}") from e
+
+
+# -- plans ------------------------------------------------------------------------------------------------
+
+
+def _finish(admin: Admin, plan: OffsetPlan, args: argparse.Namespace) -> int:
+    """Show the plan; with --execute apply it (GroupActiveError, exit 1, when refused)."""
+    written: list[OffsetChange] = []
+    if args.execute:
+        with ProgressBar("writing offsets", len(plan.writes)) as bar:
+            written = admin.apply_plan(plan, force=args.force, progress=bar.update)
+    if args.json:
+        print_json({"executed": bool(args.execute), "written": len(written), **plan.to_json()})
+        return 0
+    print(render_plan(plan, executed=bool(args.execute)))
+    if args.execute:
+        print(f"\nWrote {len(written)} offset(s).")
+        return 0
+    live = {g: ids for g, ids in plan.live_members.items() if ids}
+    if live and not args.force:
+        note(f"\nNote: group(s) {', '.join(sorted(live))} have live members; --execute will be refused "
+             "unless you stop them or add --force.")
+    note("\nDry run: nothing was written. Add --execute to apply.")
+    return 0
+
+
+def render_plan(plan: OffsetPlan, *, executed: bool) -> str:
+    title = f"{'Applied' if executed else 'Plan'}: {plan.action} for group(s) {', '.join(plan.groups)}"
+    rows = [(c.group, c.topic, c.partition, c.current, c.new, c.log_start, c.log_end, c.note or None)
+            for c in plan.changes]
+    headers = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET", "LOG-START", "LOG-END", "NOTE"]
+    return f"{title}\n\n{table(headers, rows)}"

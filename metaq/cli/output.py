@@ -1,0 +1,178 @@
+"""What every ops command shares: the connection options, tables or ``--json``, and a progress bar.
+
+    parser = actions.add_parser("describe", parents=[common_options()])
+    ...
+    with open_admin(args) as admin:
+        emit(args, description.to_json(), lambda: table(["TOPIC", "LAG"], rows))
+
+Tables are for people (``-`` for an unknown value); ``--json`` prints one JSON document on stdout for
+scripts. Notes and progress go to stderr, so stdout stays parseable either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TextIO
+
+from metaq.admin import Admin, format_ms
+from metaq.admin.client import resolve_connect
+
+Row = Sequence[object]
+
+
+def common_options(*, json_output: bool = True) -> argparse.ArgumentParser:
+    """A parent parser with ``--zookeeper``, ``--config``, ``--zookeeper-timeout-ms`` and ``--json``."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="ZooKeeper connect string")
+    parent.add_argument("--config", metavar="FILE",
+                        help="a properties file with zookeeper.connect (e.g. the consumer's)")
+    parent.add_argument("--zookeeper-timeout-ms", type=int, default=None, metavar="MS",
+                        help="give up connecting to ZooKeeper after this long (default 6000)")
+    if json_output:
+        parent.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
+    return parent
+
+
+def add_parser(actions: argparse._SubParsersAction, name: str, help_text: str,  # type: ignore[type-arg]
+               *, json_output: bool = True) -> argparse.ArgumentParser:
+    """A sub-command with the common options; it remembers itself so that usage errors can exit 2."""
+    parser: argparse.ArgumentParser = actions.add_parser(name, help=help_text, description=help_text,
+                                                         parents=[common_options(json_output=json_output)])
+    parser.set_defaults(_parser=parser)
+    return parser
+
+
+def usage_error(args: argparse.Namespace, message: str) -> None:
+    """Exit 2 with ``message`` and the sub-command's usage, as argparse does for its own errors."""
+    parser: argparse.ArgumentParser = args._parser
+    parser.error(message)
+
+
+def connect_string(args: argparse.Namespace) -> tuple[str, int | None]:
+    """``--zookeeper`` or the config file's ``zookeeper.connect`` (exit 2 when neither is given)."""
+    if not args.zookeeper and not args.config:
+        usage_error(args, "one of --zookeeper or --config is required")
+    quiet_libraries()
+    connect, file_timeout = resolve_connect(args.zookeeper, args.config)
+    return connect, args.zookeeper_timeout_ms or file_timeout
+
+
+def open_admin(args: argparse.Namespace) -> Admin:
+    connect, timeout_ms = connect_string(args)
+    return Admin.connect(connect, timeout_ms=timeout_ms)
+
+
+def quiet_libraries() -> None:
+    """kazoo logs every failed connection attempt as a warning; the command's own error says it once."""
+    if logging.getLogger().getEffectiveLevel() > logging.INFO:
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+
+
+# -- rendering ------------------------------------------------------------------------------------------
+
+
+def cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Iterable[Row]) -> str:
+    """Left-aligned columns two spaces apart; the last column is not padded."""
+    text_rows = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in text_rows)]) for i, h in enumerate(headers)]
+    lines = []
+    for row in [list(headers), *text_rows]:
+        padded = [v.ljust(w) for v, w in zip(row[:-1], widths[:-1], strict=True)] + [row[-1]]
+        lines.append("  ".join(padded).rstrip())
+    return "\n".join(lines)
+
+
+def print_json(document: Any, out: TextIO | None = None) -> None:
+    stream = out or sys.stdout
+    stream.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+
+
+def emit(args: argparse.Namespace, document: Any, render: Callable[[], str]) -> None:
+    """``document`` as JSON with ``--json``, else the table ``render`` builds."""
+    if getattr(args, "json", False):
+        print_json(document)
+    else:
+        print(render())
+
+
+def note(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def when(ms: int | None) -> str:
+    """A commit or claim time for a table: ISO 8601 UTC to the second."""
+    return "-" if ms is None else format_ms(ms)[:19] + "Z"
+
+
+def int_arg(text: str) -> int:
+    """An argparse type for integers that may be negative (``--shift-by -100``)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+
+
+# -- progress ---------------------------------------------------------------------------------------------
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr: ``importing [#######.......] 450/1000``.
+
+    Shown only on a terminal (unless ``enabled``), and redrawn at most every ``interval_s``, so that it
+    costs nothing in scripts and little in loops. ``total`` None shows a plain counter."""
+
+    WIDTH = 30
+
+    def __init__(self, label: str, total: int | None = None, *, stream: TextIO | None = None,
+                 enabled: bool | None = None, interval_s: float = 0.1) -> None:
+        self.label = label
+        self.total = total
+        self.done = 0
+        self._stream = stream or sys.stderr
+        self._enabled = self._stream.isatty() if enabled is None else enabled
+        self._interval_s = interval_s
+        self._last_draw = 0.0
+        self._drawn = False
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self._enabled and (now - self._last_draw >= self._interval_s or self.done == self.total):
+            self._last_draw = now
+            self._draw()
+
+    def render(self) -> str:
+        if not self.total:
+            return f"{self.label} {self.done}"
+        filled = min(self.WIDTH, self.WIDTH * self.done // self.total)
+        return f"{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {self.done}/{self.total}"
+
+    def close(self) -> None:
+        if self._enabled and self._drawn:
+            self._draw()
+            self._stream.write("\n")
+            self._stream.flush()
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _draw(self) -> None:
+        self._stream.write("\r" + self.render())
+        self._stream.flush()
+        self._drawn = True

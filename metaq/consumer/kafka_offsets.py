@@ -1,0 +1,329 @@
+"""``offsets.storage=kafka``: offsets in ``__consumer_offsets`` over the offsets channel, fenced in ZooKeeper.
+
+    store = KafkaOffsetStore(layout, config)           # what default_offset_store picks for storage=kafka
+    store.take_ownership([("clicks", 0)])              # {("clicks", 0): 42}: max(zookeeper, kafka)
+    store.commit({("clicks", 0): 57})                  # ZooKeeper (version-checked) first, then Kafka
+
+The offsets channel is Kafka 0.8's ``channelToOffsetManager``: a coordinator lookup (FindCoordinator) sent
+to a randomly chosen live broker from ``/brokers/ids``, then a connection to the coordinator it names. On
+NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or a connection error the channel
+is dropped and the next attempt looks the coordinator up again. Attempts follow tenacity policies: commits
+wait ``offsets.channel.backoff.ms`` and give up after ``offsets.commit.max.retries`` retries; fetches
+wait the same and give up at a deadline (``metaq.offsets.fetch.timeout.ms``), so a rebalance is never
+blocked for ever by an unreachable coordinator (it fails the attempt and the rebalancer retries).
+
+Fencing. The broker cannot know which member of a ZooKeeper-coordinated group owns a partition (the
+group has no protocol members, so every commit carries generation -1 and no member id), so the broker
+alone cannot stop a member that lost a partition from committing it. The ZooKeeper fence therefore
+stays: ``take_ownership`` fences the offset nodes (bumps their versions, as ZooKeeperOffsetStore does)
+and only then reads Kafka, returning ``max(zookeeper, kafka)``; ``commit`` first does the version-checked
+ZooKeeper write and sends over the offsets channel only the partitions that passed it. A zombie can thus
+only send to Kafka an offset it had already written to ZooKeeper under its fence, i.e. one the new owner
+saw (or something older) when it fenced and read ``max(zk, kafka)``; so the position the group resumes
+from never moves backwards. (A zombie's request delayed in flight can still make the *Kafka copy alone*
+step back below the new owner's last commit until that owner's next commit; ZooKeeper holds the newer
+value, and every reader in metaq takes the max.) Consequently ZooKeeper is always written:
+``dual.commit.enabled=false`` is rejected by ConsumerConfig.
+
+Migration keeps the group's place both ways: zookeeper -> kafka reads ``max`` (Kafka is empty at first)
+and the first commit of each owned partition writes both stores, even if nothing was consumed; kafka ->
+zookeeper finds ZooKeeper up to date because every commit under storage=kafka wrote it.
+
+A Kafka write that still fails after its retries does not fail the commit: ZooKeeper already holds the
+offset (and that is what fences and what ``max`` reads), so it is logged and the partition is re-sent at
+the next commit (see :meth:`KafkaOffsetStore.unsynced`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+import tenacity
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
+from kafka.protocol.metadata import FindCoordinatorRequest
+
+from metaq.client.connection import BrokerConnection
+from metaq.client.versions import ApiKey
+from metaq.consumer.config import ConsumerConfig
+from metaq.consumer.offsets import CommitResult, TopicPartition
+from metaq.errors import BrokerConnectionError, MetaqError, ProtocolError, UnsupportedVersionError, for_code
+from zk_layout import ZkLayout
+
+log = logging.getLogger(__name__)
+
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+_LOOK_AGAIN = frozenset({COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
+_NAMES = {COORDINATOR_LOAD_IN_PROGRESS: "COORDINATOR_LOAD_IN_PROGRESS",
+          COORDINATOR_NOT_AVAILABLE: "COORDINATOR_NOT_AVAILABLE", NOT_COORDINATOR: "NOT_COORDINATOR"}
+COMMIT_VERSION = 2  # generation -1 / member "" / retention -1: a commit from outside the group protocol
+
+T = TypeVar("T")
+
+
+class CoordinatorError(MetaqError):
+    """The coordinator moved, is loading or is unavailable: drop the channel and look it up again."""
+
+    retriable = True
+
+    def __init__(self, code: int, context: str) -> None:
+        super().__init__(f"{_NAMES.get(code, for_code(code).message)} ({code}) {context}")
+        self.code = code
+
+
+def _retriable(error: BaseException) -> bool:
+    """Connection and coordinator errors, and a frame that did not decode (the channel is rebuilt)."""
+    return isinstance(error, ProtocolError) or (isinstance(error, MetaqError) and error.retriable)
+
+
+def _check(code: int, context: str) -> None:
+    if code in _LOOK_AGAIN:
+        raise CoordinatorError(code, context)
+    if code:
+        cls = for_code(code)
+        raise cls(f"{cls.message} ({code}) {context}")
+
+
+class OffsetsChannel:
+    """A blocking connection to one group's coordinator, (re)established on demand.
+
+    Not thread-safe: the store serialises its use. :meth:`close` may be called from any thread and
+    interrupts a blocked request.
+    """
+
+    def __init__(self, layout: ZkLayout, group: str, *, client_id: str, socket_timeout_ms: int) -> None:
+        self._layout = layout
+        self._group = group
+        self._client_id = client_id
+        self._timeout_ms = socket_timeout_ms
+        self._conn: BrokerConnection | None = None
+        self.coordinator: tuple[int, str, int] | None = None  # (node id, host, port) once found
+        self.lookups = 0
+
+    def connection(self) -> BrokerConnection:
+        """The coordinator's connection: one coordinator lookup at a random live broker when there is none."""
+        conn = self._conn
+        if conn is not None and conn.is_connected:
+            return conn
+        self._conn = self._lookup()
+        return self._conn
+
+    def _connect(self, host: str, port: int) -> BrokerConnection:
+        conn = BrokerConnection(host, port, client_id=self._client_id, request_timeout_ms=self._timeout_ms,
+                                connect_timeout_ms=self._timeout_ms)
+        conn.connect()
+        return conn
+
+    def _any_broker(self) -> BrokerConnection:
+        """channelToAnyBroker: the live brokers in random order, the first that accepts a connection."""
+        brokers = [b for b in self._layout.brokers().values() if b.host and b.port > 0]
+        random.shuffle(brokers)
+        errors = []
+        for broker in brokers:
+            try:
+                return self._connect(broker.host, broker.port)  # type: ignore[arg-type]
+            except BrokerConnectionError as e:
+                errors.append(str(e))
+        raise BrokerConnectionError(f"no live broker accepts a connection for the coordinator lookup of group "
+                                    f"{self._group} ({len(brokers)} registered): {'; '.join(errors) or 'none'}")
+
+    def _lookup(self) -> BrokerConnection:
+        self.lookups += 1
+        query = self._any_broker()
+        try:
+            response = query.send(FindCoordinatorRequest, {"key": self._group, "key_type": 0})
+            _check(response.error_code, f"from the coordinator lookup of group {self._group} at {query.address}")
+            if response.node_id < 0 or not response.host or response.port <= 0:
+                raise CoordinatorError(COORDINATOR_NOT_AVAILABLE, f"for group {self._group}: no coordinator named")
+            self.coordinator = (response.node_id, response.host, response.port)
+            if (response.host, response.port) == (query.host, query.port):
+                conn, query = query, None  # the random broker is the coordinator: keep its connection
+            else:
+                conn = self._connect(response.host, response.port)
+        finally:
+            if query is not None:
+                query.close()
+        log.info("group %s: offsets channel to coordinator %d at %s", self._group, response.node_id, conn.address)
+        return conn
+
+    def send(self, request_class: Any, request: Any) -> Any:
+        """One request over the channel; any failure drops the channel (the next call looks up again)."""
+        conn = self.connection()
+        try:
+            return conn.send(request_class, request)
+        except (BrokerConnectionError, ProtocolError):
+            self.drop()
+            raise
+
+    def api_version(self, api_key: int) -> int:
+        return self.connection().api_version(api_key)
+
+    def drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    close = drop
+
+
+class KafkaOffsetStore:
+    """OffsetStore for ``offsets.storage=kafka``; see the module docstring for the fencing argument."""
+
+    def __init__(self, layout: ZkLayout, config: ConsumerConfig) -> None:
+        self._layout = layout
+        self._group = config.group_id
+        self._lock = threading.Lock()  # commits come from the committer and rebalance threads
+        self._closing = threading.Event()
+        self._channel = OffsetsChannel(layout, config.group_id, client_id=config.effective_client_id,
+                                       socket_timeout_ms=config.offsets_channel_socket_timeout_ms)
+        self._versions: dict[TopicPartition, int] = {}  # ZooKeeper fence versions of owned partitions
+        self._zk_last: dict[TopicPartition, int | None] = {}
+        self._kafka_last: dict[TopicPartition, int | None] = {}
+        backoff = tenacity.wait_fixed(config.offsets_channel_backoff_ms / 1000.0)
+        common: dict[str, Any] = dict(wait=backoff, retry=tenacity.retry_if_exception(_retriable), reraise=True,
+                                      sleep=self._sleep, before_sleep=self._before_retry)
+        self._commit_policy = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(config.offsets_commit_max_retries + 1)
+            | tenacity.stop_when_event_set(self._closing), **common)
+        self._fetch_policy = tenacity.Retrying(
+            stop=tenacity.stop_after_delay(config.offsets_fetch_timeout_ms / 1000.0)
+            | tenacity.stop_when_event_set(self._closing), **common)
+
+    def _sleep(self, seconds: float) -> None:
+        self._closing.wait(seconds)  # close() cuts a backoff short
+
+    def _before_retry(self, state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, CoordinatorError | BrokerConnectionError | ProtocolError):
+            self._channel.drop()
+        log.info("group %s: offsets channel attempt %d failed (%s); retrying in %.2fs", self._group,
+                 state.attempt_number, error, state.upcoming_sleep)
+
+    def _run(self, policy: tenacity.Retrying, attempt: Callable[[], T]) -> T:
+        if self._closing.is_set():
+            raise MetaqError(f"group {self._group}: the offset store is closed")
+        return policy(attempt)
+
+    # -- OffsetStore -------------------------------------------------------------------------------
+
+    def take_ownership(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """Fence in ZooKeeper, then read Kafka: ``max(zookeeper, kafka)`` per partition."""
+        wanted = list(partitions)
+        with self._lock:
+            fenced = self._layout.fence_offsets(self._group, wanted)
+            kafka = self._run(self._fetch_policy, lambda: self._fetch(wanted)) if wanted else {}
+            result: dict[TopicPartition, int | None] = {}
+            for key, fence in fenced.items():
+                self._versions[key] = fence.version
+                self._zk_last[key] = fence.offset
+                self._kafka_last[key] = kafka.get(key)
+                candidates = [o for o in (fence.offset, kafka.get(key)) if o is not None]
+                result[key] = max(candidates) if candidates else None
+            return result
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> CommitResult:
+        """Version-checked ZooKeeper write, then the partitions that passed it over the offsets channel."""
+        with self._lock:
+            changed = {key: (offset, self._versions[key]) for key, offset in offsets.items()
+                       if key in self._versions and offset >= 0
+                       and (self._zk_last.get(key) != offset or self._kafka_last.get(key) != offset)}  # KAFKA-987
+            if not changed:
+                return CommitResult()
+            versions, lost = self._layout.commit_fenced_offsets(self._group, changed)
+            for key, version in versions.items():
+                self._versions[key] = version
+                self._zk_last[key] = changed[key][0]
+            for key in lost:
+                self._forget(key)
+                log.warning("group %s: %s-%d is fenced by a newer owner; its offset is not committed",
+                            self._group, *key)
+            passed = {key: changed[key][0] for key in versions}
+            if passed:
+                try:
+                    self._run(self._commit_policy, lambda: self._commit_kafka(passed))
+                except MetaqError as e:
+                    log.warning("group %s: offsets of %d partitions are committed in ZooKeeper but not yet in "
+                                "Kafka (re-sent at the next commit): %s", self._group, len(passed), e)
+                else:
+                    self._kafka_last.update(passed)
+            return CommitResult(dict(versions), set(lost))
+
+    def release(self, partitions: Iterable[TopicPartition]) -> None:
+        with self._lock:
+            for key in partitions:
+                self._forget(key)
+
+    def owned(self) -> set[TopicPartition]:
+        with self._lock:
+            return set(self._versions)
+
+    def close(self) -> None:
+        self._closing.set()
+        self._channel.close()  # interrupts a request blocked on the socket
+        with self._lock:
+            self._versions.clear()
+            self._zk_last.clear()
+            self._kafka_last.clear()
+            self._channel.close()  # again: a commit that held the lock may have reconnected meanwhile
+
+    def unsynced(self) -> dict[TopicPartition, int]:
+        """Owned partitions whose Kafka copy lags the offset last committed to ZooKeeper."""
+        with self._lock:
+            return {key: zk for key, zk in self._zk_last.items()
+                    if zk is not None and key in self._versions and self._kafka_last.get(key) != zk}
+
+    @property
+    def channel(self) -> OffsetsChannel:
+        return self._channel
+
+    def _forget(self, key: TopicPartition) -> None:
+        self._versions.pop(key, None)
+        self._zk_last.pop(key, None)
+        self._kafka_last.pop(key, None)
+
+    # -- the wire ----------------------------------------------------------------------------------
+
+    def _commit_kafka(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """One OffsetCommit v2; a partition error other than a coordinator error is not retried."""
+        low, high = self._channel.connection().broker_versions.get(ApiKey.OFFSET_COMMIT, (0, -1))
+        if not low <= COMMIT_VERSION <= high:
+            raise UnsupportedVersionError(f"the coordinator of group {self._group} does not speak OffsetCommit "
+                                          f"v{COMMIT_VERSION} (it offers v{low}..{high})")
+        request = OffsetCommitRequest[COMMIT_VERSION](
+            group_id=self._group, generation_id_or_member_epoch=-1, member_id="", retention_time_ms=-1,
+            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
+                OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                    partition_index=p, committed_offset=o, committed_metadata="")
+                for (t, p), o in sorted(offsets.items()) if t == topic])
+                for topic in sorted({t for t, _ in offsets})])
+        response = self._channel.send(OffsetCommitRequest, request)
+        codes = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
+        missing = set(offsets) - set(codes)
+        if missing:
+            raise ProtocolError(f"OffsetCommit response for group {self._group} lacks {sorted(missing)}")
+        for code in sorted(set(codes.values()), key=lambda c: c not in _LOOK_AGAIN):  # coordinator errors first
+            bad = sorted(k for k, c in codes.items() if c == code)
+            _check(code, f"committing offsets of group {self._group} for {bad[:5]}")
+
+    def _fetch(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """One OffsetFetch (v1..5); partitions without a committed offset are left out."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        response = self._channel.send(OffsetFetchRequest, {
+            "group_id": self._group,
+            "topics": [{"name": t, "partition_indexes": sorted(ps)} for t, ps in sorted(by_topic.items())]})
+        context = f"fetching offsets of group {self._group}"
+        _check(getattr(response, "error_code", 0) or 0, context)  # v2+: group-level errors
+        found: dict[TopicPartition, int] = {}
+        for topic in response.topics:
+            for part in topic.partitions:
+                _check(part.error_code, f"{context} ({topic.name}-{part.partition_index})")
+                if part.committed_offset >= 0:
+                    found[(topic.name, part.partition_index)] = part.committed_offset
+        return found

@@ -1,0 +1,75 @@
+"""The CLI's shared rendering (tables, progress bar) and its usage errors (exit 2, before any connection)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from metaq.admin.groups import GroupDescription, Member, PartitionLag
+from metaq.cli.groups import render_description
+from metaq.cli.main import main
+from metaq.cli.output import ProgressBar, table
+
+
+def test_table_aligns_columns_and_shows_unknown_as_dash() -> None:
+    text = table(["TOPIC", "LAG", "OWNER"], [("clicks", 5, None), ("a-much-longer-topic", None, True)])
+    assert text.splitlines() == [
+        "TOPIC                LAG  OWNER",
+        "clicks               5    -",
+        "a-much-longer-topic  -    yes",
+    ]
+
+
+def test_progress_bar_draws_only_when_enabled() -> None:
+    out = io.StringIO()
+    with ProgressBar("importing", 4, stream=out, enabled=True, interval_s=0) as bar:
+        bar.update(2)
+        assert bar.render() == "importing [" + "#" * 15 + "." * 15 + "] 2/4"
+        bar.update(2)
+    assert out.getvalue().endswith("] 4/4\n") and "\r" in out.getvalue()
+    quiet = io.StringIO()  # not a terminal: nothing is drawn by default
+    with ProgressBar("importing", 4, stream=quiet) as bar:
+        bar.update(4)
+    assert quiet.getvalue() == ""
+    assert ProgressBar("producing", None).render() == "producing 0"
+
+
+def test_describe_rendering() -> None:
+    d = GroupDescription("etl", [Member("etl_h-1700000000000-ab", "h", {"clicks": 2}, "static", 1700000000000)],
+                         [PartitionLag("clicks", 0, 90, 0, 100, "etl_h-1700000000000-ab-0", 1700000000000,
+                                       1690000000000, "OK")])
+    text = render_description(d)
+    assert text.startswith("Group etl: 1 live member, offsets in zookeeper, total lag 10")
+    assert "clicks:2" in text and "2023-11-14T22:13:20Z" in text
+    header, row = text.splitlines()[-2:]
+    assert header.split() == ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER",
+                              "LAST-COMMIT", "STATUS"]
+    assert row.split() == ["clicks", "0", "90", "100", "10", "etl_h-1700000000000-ab-0", "2023-11-14T22:13:20Z", "OK"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["groups", "describe", "g"],  # neither --zookeeper nor --config
+    ["offsets", "reset", "g", "--topic", "t", "--zookeeper", "h:1"],  # no reset mode
+    ["offsets", "reset", "g", "--topic", "t", "--to-earliest", "--to-latest", "--zookeeper", "h:1"],
+    ["offsets", "reset", "g", "--topic", "t", "--shift-by", "x", "--zookeeper", "h:1"],
+    ["console-consumer", "--zookeeper", "h:1", "--topic", "t", "--offset", "5"],  # --offset needs --partition
+    ["console-consumer", "--zookeeper", "h:1", "--topic", "t", "--partition", "0", "--group", "g"],
+    ["console-consumer", "--zookeeper", "h:1", "--topic", "t", "--partition", "0", "--offset", "first"],
+    ["recover", "drop", "--topic", "t", "--group", "g"],  # neither --all nor --id
+    ["owners"],
+    ["nonsense"],
+])
+def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_missing_config_file_is_an_error_not_usage(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    assert main(["groups", "list", "--config", str(tmp_path / "missing.properties")]) == 1
+    assert "cannot read config file" in capsys.readouterr().err
+    (tmp_path / "c.properties").write_text("group.id=etl\n")
+    assert main(["groups", "list", "--config", str(tmp_path / "c.properties")]) == 1
+    assert "has no zookeeper.connect" in capsys.readouterr().err
