@@ -1,32 +1,48 @@
-"""Broker throughput: produce and fetch with confluent-kafka, kcat and metaq's Producer on one broker.
+"""metaq benchmarks, one entry point: broker throughput, consumer throughput, rebalance and commit latency.
 
-    python -m bench [--messages 300000] [--sizes 100,1024]
+    python -m bench            # the full run (about 5-10 minutes)
+    python -m bench --quick    # a sanity run (under 3 minutes): fewer messages and repetitions
+    python -m bench --only consumer,commit
 
-Each row: one client doing one job against the same broker process in the same run. Columns: msgs/s,
-MB/s (values only) and the broker's CPU seconds per million messages (user+system of the broker
-process during that job, scaled).
+Everything runs against one embedded ZooKeeper (tickTime 200 ms) and one broker process, in one run, and
+ends with one set of tables:
+
+1. broker: produce and fetch throughput of confluent-kafka, kcat and metaq.Producer (100-byte and 1 KiB
+   values): msgs/s, MB/s and the broker's CPU seconds per million messages (user+system of the broker
+   process during that job, scaled);
+2. consumer: one consumer process per client on the same pre-produced data (bench/consumer.py), with the
+   ratios the targets are stated in;
+3. rebalance: 4 consumer processes x 64 partitions, clean leave/join and SIGKILL (bench/rebalance.py);
+4. commit: ZooKeeperOffsetStore.commit of 1,000 partitions (bench/rebalance.py).
+
+``ZOOKEEPER_CONNECT=host:port`` uses an existing ZooKeeper instead of the embedded one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import confluent_kafka
 import psutil
+from kazoo.client import KazooClient
 
+from bench import consumer as bench_consumer
+from bench import rebalance as bench_rebalance
+from bench.consumer import print_table
+from bench.rebalance import bench_zookeeper
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.testing.broker import topic_leaders, wait_until
 from metaq.zkclient import connect
-from metaq.zkserver import ZooKeeperServer
 from zk_layout import ZkLayout
 
 KCAT = shutil.which("kcat")
@@ -116,31 +132,58 @@ def metaq_produce(zk: str, topic: str, value: bytes, n: int) -> None:
         producer.flush()
 
 
-def run(messages: int, sizes: list[int]) -> list[Row]:
+def run_broker(env: Environment, messages: int, sizes: list[int]) -> list[Row]:
+    """Section 1: produce and fetch throughput on the shared broker."""
+    bench = Bench(env.broker, env.layout)
+    print("  client | job | value bytes | messages | msgs/s | MB/s | broker CPU s / 1M msgs", flush=True)
+    for size in sizes:
+        n = messages if size <= 100 else max(messages // 4, 1000)
+        value = b"x" * size
+        lines = env.work_dir / f"values-{size}.txt"
+        lines.write_bytes((b"y" * size + b"\n") * n)
+        t = bench.topic()
+        bench.measure("confluent-kafka", "produce", size, n, confluent_produce, env.bootstrap, t, value, n)
+        bench.measure("confluent-kafka", "fetch", size, n, confluent_consume, env.bootstrap, t, n)
+        if KCAT:
+            t = bench.topic()
+            bench.measure("kcat", "produce", size, n, kcat_produce, env.bootstrap, t, value, n, lines)
+            bench.measure("kcat", "fetch", size, n, kcat_consume, env.bootstrap, t, n)
+        t = bench.topic()
+        bench.measure("metaq.Producer", "produce", size, n, metaq_produce, env.zk, t, value, n)
+        lines.unlink()
+    return bench.rows
+
+
+def broker_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    header = ["client", "job", "value B", "messages", "msgs/s", "MB/s", "broker CPU s/1M"]
+    return header, [r.cells() for r in rows]
+
+
+@dataclass
+class Environment:
+    """One embedded ZooKeeper, one broker process and a ZooKeeper client, shared by every section."""
+
+    zk: str
+    client: KazooClient
+    layout: ZkLayout
+    broker: BrokerProcess
+    work_dir: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+
+@contextlib.contextmanager
+def environment() -> Iterator[Environment]:
     work = Path(tempfile.mkdtemp(prefix="metaq-bench-"))
     external = os.environ.get("ZOOKEEPER_CONNECT")
-    zk_server = None if external else ZooKeeperServer(data_dir=work / "zk", force_sync=False).start()
+    zk_server = None if external else bench_zookeeper(work / "zk").start()
     zk = f"{external or zk_server.connect_string}/metaq-bench-{os.getpid()}"  # type: ignore[union-attr]
     client = connect(zk)
     broker = BrokerProcess(zk, 0, work, log_level="WARNING").start()
     try:
-        bench = Bench(broker, ZkLayout(client))
-        print("  client | job | value bytes | messages | msgs/s | MB/s | broker CPU s / 1M msgs", flush=True)
-        for size in sizes:
-            n = messages if size <= 100 else max(messages // 4, 1000)
-            value = b"x" * size
-            lines = work / f"values-{size}.txt"
-            lines.write_bytes((b"y" * size + b"\n") * n)
-            t = bench.topic()
-            bench.measure("confluent-kafka", "produce", size, n, confluent_produce, broker.bootstrap, t, value, n)
-            bench.measure("confluent-kafka", "fetch", size, n, confluent_consume, broker.bootstrap, t, n)
-            if KCAT:
-                t = bench.topic()
-                bench.measure("kcat", "produce", size, n, kcat_produce, broker.bootstrap, t, value, n, lines)
-                bench.measure("kcat", "fetch", size, n, kcat_consume, broker.bootstrap, t, n)
-            t = bench.topic()
-            bench.measure("metaq.Producer", "produce", size, n, metaq_produce, zk, t, value, n)
-        return bench.rows
+        yield Environment(zk, client, ZkLayout(client), broker, work)
     finally:
         broker.stop()
         client.stop()
@@ -150,24 +193,74 @@ def run(messages: int, sizes: list[int]) -> list[Row]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def print_table(rows: list[Row]) -> None:
-    header = ["client", "job", "value B", "messages", "msgs/s", "MB/s", "broker CPU s/1M"]
-    table = [header] + [r.cells() for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    for i, r in enumerate(table):
-        print("  ".join(c.rjust(w) if j > 1 else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True))))
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
+@dataclass(frozen=True)
+class Plan:
+    """How much one run does: the full run's amounts, or --quick's."""
+
+    broker_messages: int
+    sizes: list[int]
+    consumer_messages: int
+    consumer_partitions: int
+    consumer_repeat: int
+    rebalance_reps: int
+    kill_reps: int
+    session_timeout_ms: int
+    commit_reps: int
+
+
+FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 2, 5, 3, 6000, 20)
+QUICK = Plan(50_000, [100], 200_000, 4, 1, 2, 1, 3000, 5)
+SECTIONS = ("broker", "consumer", "rebalance", "commit")
+Table = tuple[list[str], list[list[str]]]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=300000, help="messages per 100-byte run (1 KiB: a quarter)")
-    parser.add_argument("--sizes", default="100,1024", help="value sizes in bytes, comma separated")
+    parser.add_argument("--quick", action="store_true", help="a sanity run: fewer messages and repetitions")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
+    parser.add_argument("--messages", type=int, default=None, help="broker section: messages per 100-byte run")
+    parser.add_argument("--sizes", default=None, help="broker section: value sizes in bytes, comma separated")
+    parser.add_argument("--consumer-messages", type=int, default=None, help="consumer section: messages")
+    parser.add_argument("--repeat", type=int, default=None, help="consumer section: runs per client (best)")
     args = parser.parse_args()
-    rows = run(args.messages, [int(s) for s in args.sizes.split(",")])
-    print()
-    print_table(rows)
+    plan = QUICK if args.quick else FULL
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    if only - set(SECTIONS):
+        parser.error(f"--only: unknown sections {sorted(only - set(SECTIONS))}; choose from {SECTIONS}")
+    sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else plan.sizes
+    tables: list[tuple[str, Table]] = []
+    started = time.monotonic()
+    with environment() as env:
+        if "broker" in only:
+            print("== 1. broker: produce and fetch throughput", flush=True)
+            rows = run_broker(env, args.messages or plan.broker_messages, sizes)
+            tables.append(("1. Broker throughput (one client at a time, same broker)", broker_table(rows)))
+        if "consumer" in only:
+            print("== 2. consumer throughput", flush=True)
+            results = bench_consumer.run(env, args.consumer_messages or plan.consumer_messages,
+                                         plan.consumer_partitions, args.repeat or plan.consumer_repeat)
+            tables.append((f"2. Consumer throughput (one process each, 100-byte values, {plan.consumer_partitions} "
+                           "partitions, best of the runs)", bench_consumer.table(results)))
+            tables.append(("   Ratios (targets: issue 3, section 11)", bench_consumer.ratio_table(results)))
+        if "rebalance" in only:
+            print("== 3. rebalance latency", flush=True)
+            changes = bench_rebalance.measure_rebalance(
+                env.zk, env.client, env.bootstrap, env.layout, env.work_dir, reps=plan.rebalance_reps,
+                kill_reps=plan.kill_reps, session_timeout_ms=plan.session_timeout_ms,
+                report=lambda line: print(line, flush=True))
+            tables.append((f"3. Rebalance latency (zookeeper.session.timeout.ms={plan.session_timeout_ms}; "
+                           "otherwise Kafka 0.8 defaults)",
+                           bench_rebalance.rebalance_table(changes, plan.session_timeout_ms)))
+        if "commit" in only:
+            print("== 4. offset commit latency", flush=True)
+            fence, times = bench_rebalance.measure_commit(env.client, reps=plan.commit_reps,
+                                                          report=lambda line: print(line, flush=True))
+            tables.append(("4. Offset commit over ZooKeeper", bench_rebalance.commit_table(1000, fence, times)))
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\n{'=' * 100}\nmetaq bench{' --quick' if args.quick else ''}: {time.monotonic() - started:.0f} s on "
+          f"{os.cpu_count()} CPUs (load average at the end: {load})")
+    for title, (header, rows) in tables:
+        print_table(header, rows, title)
 
 
 if __name__ == "__main__":

@@ -746,6 +746,16 @@ class ZkLayout:
                 offset = decode_offset(self.full_path(path), data)
                 return FencedOffset(offset if offset >= 0 else None, new.version)
 
+    def read_fenced_offset(self, group: str, topic: str, partition: int) -> FencedOffset | None:
+        """The committed offset (None for none or the ``-1`` of a fence) and the node's version, or None if
+        the node does not exist: to tell whether a fenced commit whose reply was lost was applied."""
+        path = paths.offset_path(group, topic, partition)
+        node = self._read(path)
+        if node is None:
+            return None
+        offset = decode_offset(self.full_path(path), node[0])
+        return FencedOffset(offset if offset >= 0 else None, node[1].version)
+
     def commit_fenced_offsets(
         self, group: str, offsets: Mapping[tuple[str, int], tuple[int, int]]
     ) -> tuple[dict[tuple[str, int], int], set[tuple[str, int]]]:

@@ -43,7 +43,7 @@ from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 
 from metaq.client.connection import BrokerConnection
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.leader_finder import Leader, LeaderFinder, TopicPartition, find_leader
+from metaq.consumer.leader_finder import Leader, LeaderFinder, TopicPartition, find_leader, find_leaders
 from metaq.consumer.partition_info import PartitionTopicInfo, Record
 from metaq.errors import (
     BrokerConnectionError,
@@ -458,11 +458,17 @@ class FetcherManager:
                 raise MetaqError(f"fetcher manager of {self.consumer_id} is closed")
             self._running = True
         no_leader: list[PartitionTopicInfo] = []
+        infos = [info for info in infos if not info.revoked]
+        try:
+            leaders = find_leaders(self._layout, [info.key for info in infos])  # pipelined, for all at once
+        except MetaqError:
+            leaders = {}  # then one at a time, so that each partition reports its own error
         for info in infos:
             if info.revoked:
                 continue
             try:
-                leader = find_leader(self._layout, info.topic, info.partition)
+                leader = leaders[info.key] if info.key in leaders else find_leader(self._layout, info.topic,
+                                                                                   info.partition)
             except MetaqError as e:
                 log.warning("cannot read the leader of %s-%d from ZooKeeper: %s", info.topic, info.partition, e)
                 self.record_error(info.key, e)

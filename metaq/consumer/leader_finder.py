@@ -53,6 +53,26 @@ def find_leader(layout: ZkLayout, topic: str, partition: int) -> Leader | None:
     return Leader(state.leader, broker.host, broker.port)
 
 
+def find_leaders(layout: ZkLayout, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Leader | None]:
+    """:func:`find_leader` of many partitions at once: the state nodes are read with pipelined requests and
+    each leader's registration once (a rebalance starts fetching a member's partitions this way)."""
+    states = layout.partition_states(partitions)
+    leaders: dict[int, Leader | None] = {}
+    result: dict[TopicPartition, Leader | None] = {}
+    for key, state in states.items():
+        if state is None or state.leader < 0:
+            result[key] = None
+            continue
+        if state.leader not in leaders:
+            broker = layout.broker(state.leader)
+            if broker is None or broker.host is None or broker.port <= 0:
+                leaders[state.leader] = None
+            else:
+                leaders[state.leader] = Leader(state.leader, broker.host, broker.port)
+        result[key] = leaders[state.leader]
+    return result
+
+
 class LeaderFinder(threading.Thread):
     """The thread that retries leader look-ups; see the module docstring.
 

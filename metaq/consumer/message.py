@@ -21,3 +21,30 @@ class MessageAndMetadata:
     @property
     def next_offset(self) -> int:
         return self.offset + 1
+
+
+@dataclass(slots=True)
+class _Unfrozen:
+    """MessageAndMetadata's twin without the frozen ``__setattr__`` (same fields, same slot layout)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: Any
+    value: Any
+    timestamp: int
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def make_message(topic: str, partition: int, offset: int, key: Any, value: Any, timestamp: int,
+                 headers: tuple[tuple[str, bytes | None], ...] = ()) -> MessageAndMetadata:
+    """The same object as ``MessageAndMetadata(...)``, built in about a third of the time (the hot path of
+    the streams): a frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, the
+    unfrozen twin's with plain slot stores, and CPython allows relabelling an instance between two classes
+    with identical slot layouts. The result is a genuine, frozen MessageAndMetadata."""
+    message: Any = _Unfrozen(topic, partition, offset, key, value, timestamp, headers)
+    message.__class__ = MessageAndMetadata
+    return message  # type: ignore[no-any-return]
+
+
+__all__ = ["MessageAndMetadata", "make_message"]

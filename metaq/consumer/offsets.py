@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from metaq.errors import ZooKeeperUnavailableError
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ class ZooKeeperOffsetStore:
         self._lock = threading.Lock()  # commits come from the committer and rebalance threads
         self._versions: dict[TopicPartition, int] = {}
         self._last: dict[TopicPartition, int | None] = {}
+        # Commits whose reply was lost: partition -> (version written against, offsets tried against it).
+        self._unconfirmed: dict[TopicPartition, tuple[int, set[int]]] = {}
 
     def take_ownership(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         fenced = self._layout.fence_offsets(self._group, list(partitions))
@@ -58,10 +61,12 @@ class ZooKeeperOffsetStore:
             for key, fence in fenced.items():
                 self._versions[key] = fence.version
                 self._last[key] = fence.offset
+                self._unconfirmed.pop(key, None)
         return {key: fence.offset for key, fence in fenced.items()}
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> CommitResult:
         with self._lock:
+            self._confirm_unknown_outcomes()
             changed = {
                 key: (offset, self._versions[key])
                 for key, offset in offsets.items()
@@ -69,22 +74,50 @@ class ZooKeeperOffsetStore:
             }
             if not changed:
                 return CommitResult()
-            versions, lost = self._layout.commit_fenced_offsets(self._group, changed)
+            try:
+                versions, lost = self._layout.commit_fenced_offsets(self._group, changed)
+            except ZooKeeperUnavailableError:
+                # The connection dropped with the transaction in flight: it may have been applied, and then
+                # the node is one version past the one we hold. Remember what we tried, so that the next
+                # commit tells our own write from a newer owner's fence (not "fenced" by ourselves).
+                for key, (offset, version) in changed.items():
+                    base, tried = self._unconfirmed.get(key, (version, set()))
+                    self._unconfirmed[key] = (version, (tried | {offset}) if base == version else {offset})
+                raise
             for key, version in versions.items():
                 self._versions[key] = version
                 self._last[key] = changed[key][0]
             for key in lost:
                 self._versions.pop(key, None)
                 self._last.pop(key, None)
+                self._unconfirmed.pop(key, None)
                 log.warning("group %s: %s-%d is fenced by a newer owner; its offset is not committed",
                             self._group, *key)
             return CommitResult(dict(versions), set(lost))
+
+    def _confirm_unknown_outcomes(self) -> None:
+        """Resolve commits whose reply was lost. If a partition's node is exactly one version past the one we
+        wrote against and holds an offset we tried, our write was applied: adopt its version. Anything else
+        (not applied, or fenced by a new owner since) keeps the old version, and a fence then shows as lost.
+        Raises ZooKeeperUnavailableError while still disconnected (nothing can be committed then anyway)."""
+        for key, (version, tried) in list(self._unconfirmed.items()):
+            if self._versions.get(key) != version:
+                del self._unconfirmed[key]
+                continue
+            node = self._layout.read_fenced_offset(self._group, *key)
+            del self._unconfirmed[key]
+            if node is not None and node.version == version + 1 and node.offset in tried:
+                self._versions[key] = node.version
+                self._last[key] = node.offset
+                log.info("group %s: the commit of %s-%d at offset %d whose reply was lost had been applied",
+                         self._group, key[0], key[1], node.offset)
 
     def release(self, partitions: Iterable[TopicPartition]) -> None:
         with self._lock:
             for key in partitions:
                 self._versions.pop(key, None)
                 self._last.pop(key, None)
+                self._unconfirmed.pop(key, None)
 
     def owned(self) -> set[TopicPartition]:
         with self._lock:
@@ -94,3 +127,4 @@ class ZooKeeperOffsetStore:
         with self._lock:
             self._versions.clear()
             self._last.clear()
+            self._unconfirmed.clear()

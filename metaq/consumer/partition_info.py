@@ -22,7 +22,7 @@ from metaq.errors import MetaqError
 # A decoded record: (offset, timestamp, key, value, headers)
 Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
 
-ENQUEUE_POLL_S = 0.1  # how often a blocked enqueue re-checks for revocation
+ENQUEUE_POLL_S = 0.02  # how often a blocked enqueue re-checks for revocation and stop (bounds stop_connections)
 
 
 class ChunkQueue(queue.Queue["FetchedChunk | None"]):
@@ -50,6 +50,7 @@ class PartitionTopicInfo:
     thread_id: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _revoked: threading.Event = field(default_factory=threading.Event, repr=False)
+    _is_revoked: bool = field(default=False, repr=False)  # the Event's state, read by try_consume without a call
 
     @property
     def key(self) -> tuple[str, int]:
@@ -65,6 +66,7 @@ class PartitionTopicInfo:
         Taken under the lock so that a commit made after ``revoke()`` sees every offset handed out
         (see :meth:`try_consume`): a clean rebalance then causes no duplicates."""
         with self._lock:
+            self._is_revoked = True
             self._revoked.set()
 
     def enqueue(self, fetch_offset: int, records: list[Record], stop: threading.Event | None = None) -> bool:
@@ -124,7 +126,7 @@ class PartitionTopicInfo:
     def try_consume(self, next_offset: int) -> bool:
         """Hand out the message before ``next_offset`` unless ownership ended; atomic with revoke()."""
         with self._lock:
-            if self._revoked.is_set():
+            if self._is_revoked:
                 return False
             if next_offset > self.consumed_offset:
                 self.consumed_offset = next_offset

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kazoo.protocol.states import EventType, WatchedEvent
+
 from metaq.consumer.assignors import assign
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.ids import make_thread_ids
@@ -113,6 +115,8 @@ class ZKRebalancerListener:
         self._wakeup = threading.Condition()
         self._triggered = False
         self._session_lost = False
+        self._rearm = False  # kazoo dropped our watches with the connection: re-arm them once connected
+        self._commit_lock = threading.Lock()  # one commit at a time: offsets read and written together
         self._shutdown = threading.Event()
         self.registry: dict[TopicPartition, PartitionTopicInfo] = {}
         self.generation = 0
@@ -124,6 +128,7 @@ class ZKRebalancerListener:
         self._retry_at: float | None = None
         self._next_self_check = time.monotonic() + config.self_check_interval_ms / 1000.0
         self._warned_missing: set[str] = set()
+        self._conflicts: dict[TopicPartition, str] | None = None  # owner nodes in the way of the last claims
         self._thread = threading.Thread(
             target=self._run, name=f"{consumer_id}_watcher_executor", daemon=True
         )
@@ -147,6 +152,20 @@ class ZKRebalancerListener:
             self._triggered = True
             self._wakeup.notify()
 
+    def _on_watch(self, event: WatchedEvent | None = None) -> None:
+        """The callback of every ZooKeeper watch we set.
+
+        When the connection drops (SUSPENDED, and on LOST) kazoo fires *every* watch with a ``NONE``
+        event and forgets them all; it does not re-register them on reconnect. That is no change in
+        the group, so it must not cost a rebalance (a connection blip or a short ZooKeeper restart
+        keeps the session and the ownership); instead the executor re-arms the watches once connected
+        and rebalances only if the group changed meanwhile (see :meth:`_recheck`)."""
+        if event is not None and event.type == EventType.NONE:
+            with self._wakeup:
+                self._rearm = True
+            return
+        self.trigger()
+
     def session_suspended(self) -> None:
         if self.state not in (SUSPENDED, CLOSED):
             self._state_before_suspend = self.state
@@ -155,6 +174,8 @@ class ZKRebalancerListener:
     def session_resumed(self) -> None:
         if self.state == SUSPENDED:
             self._set_state(self._state_before_suspend)
+        with self._wakeup:  # re-arm the watches the disconnection dropped, now rather than at the next tick
+            self._wakeup.notify()
 
     def session_lost(self) -> None:
         for info in list(self.registry.values()):  # at once: not one more message from the old ownership
@@ -182,15 +203,22 @@ class ZKRebalancerListener:
                     self._wakeup.wait(EXECUTOR_TICK_S)  # ticks to notice shutdown and timers
                 triggered, self._triggered = self._triggered, False
                 lost, self._session_lost = self._session_lost, False
+                rearm = self._rearm and not lost and self.state != SUSPENDED  # re-arm once connected
+                if rearm:
+                    self._rearm = False
             if self._shutdown.is_set():
                 return
             try:
                 if lost:
                     self._handle_session_loss()
-                if triggered or self._retry_due() or self._self_check_fails():
+                if triggered or self._retry_due() or (rearm and self._recheck()) or self._self_check_fails():
                     self.synced_rebalance()
             except ConsumerRebalanceFailedError:
                 pass  # reported through on_failure; retried after a backoff
+            except MetaqError as e:  # ZooKeeper not back yet (e.g. re-registering right after LOST): expected
+                log.info("consumer %s: %s; retrying", self._consumer_id, e)
+                self.last_error = str(e)
+                self.trigger_later(self._config.backoff_ms / 1000.0)
             except Exception as e:  # the executor must survive anything
                 log.exception("consumer %s: rebalance executor error", self._consumer_id)
                 self.last_error = repr(e)
@@ -219,6 +247,13 @@ class ZKRebalancerListener:
                 if self._shutdown.is_set():
                     return
                 try:
+                    # A session lost while this rebalance runs (it may be what triggered it) is handled
+                    # before the next attempt: until we re-register, every attempt would fail with "not
+                    # registered" and the round would end in a spurious FAILED.
+                    with self._wakeup:
+                        lost, self._session_lost = self._session_lost, False
+                    if lost:
+                        self._handle_session_loss()
                     if self._attempt():
                         self._succeeded()
                         return
@@ -227,7 +262,7 @@ class ZKRebalancerListener:
                     error = e
                     log.info("consumer %s: rebalance attempt %d failed: %s", self._consumer_id, attempt + 1, e)
                 self._release_all(commit=False)
-                self._shutdown.wait(self._jittered(self._config.backoff_ms / 1000.0))
+                self._backoff(self._jittered(self._config.backoff_ms / 1000.0))
             self._failed(error)
 
     def _succeeded(self) -> None:
@@ -260,14 +295,11 @@ class ZKRebalancerListener:
 
     def _attempt(self) -> bool:
         if not self._layout.broker_ids(watch=None):
-            self._layout.broker_ids(watch=self.trigger)  # kafka-969: wait for a broker
+            self._layout.broker_ids(watch=self._on_watch)  # kafka-969: wait for a broker
             log.info("consumer %s: no brokers registered; waiting", self._consumer_id)
             return True
         self._release_all(commit=self._config.auto_commit_enable)
-        topic_threads, topic_partitions = self._read_group()
-        assignment = assign(self._config.partition_assignment_strategy, topic_threads, topic_partitions)
-        mine = {tp: tid for tp, tid in assignment.items() if tid.startswith(self._consumer_id + "-")
-                and tid[len(self._consumer_id) + 1:].isdigit()}
+        assignment, mine = self._assignment()
         if not self._claim_all(mine):
             return False
         try:
@@ -285,9 +317,19 @@ class ZKRebalancerListener:
         log.info("consumer %s owns %s (generation %d)", self._consumer_id, sorted(mine), self.generation)
         return True
 
+    def _assignment(self) -> tuple[dict[TopicPartition, str], dict[TopicPartition, str]]:
+        """The group's assignment as computed from ZooKeeper now (watches re-armed), and my part of it."""
+        with self._wakeup:
+            self._rearm = False  # reading the group sets every watch again
+        topic_threads, topic_partitions = self._read_group()
+        assignment = assign(self._config.partition_assignment_strategy, topic_threads, topic_partitions)
+        mine = {tp: tid for tp, tid in assignment.items() if tid.startswith(self._consumer_id + "-")
+                and tid[len(self._consumer_id) + 1:].isdigit()}
+        return assignment, mine
+
     def _read_group(self) -> tuple[dict[str, list[str]], dict[str, list[int]]]:
         """Every member's thread ids per topic I subscribe to, and those topics' partitions."""
-        watch = self.trigger
+        watch = self._on_watch
         all_topics = self._layout.topics(watch=watch if self._needs_topic_watch() else None)
         my_topics = self._subscription.topic_count().streams_per_topic(
             all_topics, exclude_internal=self._config.exclude_internal_topics)
@@ -315,7 +357,7 @@ class ZKRebalancerListener:
 
     def _registrations(self) -> dict[str, TopicCount]:
         members: dict[str, TopicCount] = {}
-        for member in self._layout.consumer_ids(self._group, watch=self.trigger):
+        for member in self._layout.consumer_ids(self._group, watch=self._on_watch):
             try:
                 registration = self._layout.consumer_registration(self._group, member)
             except MalformedNodeError as e:
@@ -328,21 +370,51 @@ class ZKRebalancerListener:
         return members
 
     def _claim_all(self, mine: Mapping[TopicPartition, str]) -> bool:
-        claimed: list[TopicPartition] = []
-        for (topic, partition), tid in sorted(mine.items()):
-            if self._layout.claim_partition(self._group, topic, partition, tid):
-                claimed.append((topic, partition))
-                continue
-            owner = self._layout.owner(self._group, topic, partition)
-            log.info("consumer %s: %s-%d is still owned by %s; waiting for it to be released",
-                     self._consumer_id, topic, partition, owner)
-            self._release_claims({key: mine[key] for key in claimed})
-            return False
-        return True
+        """Create every owner node of ``mine`` or none (one ZooKeeper transaction). On a conflict, the
+        partitions still held by others are remembered for :meth:`_backoff` to wait on."""
+        in_the_way = self._layout.claim_partitions(self._group, mine)
+        if not in_the_way:
+            return True
+        self._conflicts = {key: owner for key, owner in in_the_way.items() if owner is not None}
+        (topic, partition), owner = min(in_the_way.items())
+        log.info("consumer %s: %s-%d is still owned by %s (%d of my %d partitions are taken); waiting for them "
+                 "to be released", self._consumer_id, topic, partition, owner, len(in_the_way), len(mine))
+        return False
+
+    def _backoff(self, seconds: float) -> None:
+        """The pause between attempts: rebalance.backoff.ms, as in Kafka 0.8, except after a claim conflict,
+        when it ends as soon as every owner node that was in the way has been released (watched, not polled).
+
+        Their owners delete them at the start of their own rebalance, usually milliseconds after ours
+        started; sleeping the whole backoff for that is what makes 0.8 rebalances take seconds. The wait
+        stays bounded by the backoff, so a member that keeps a partition (its view of the group differs
+        from ours) is waited out exactly as before, and the next attempt re-reads the group."""
+        conflicts, self._conflicts = self._conflicts, None
+        deadline = time.monotonic() + seconds
+        if conflicts is None:  # the attempt failed for another reason
+            self._shutdown.wait(seconds)
+            return
+        changed = threading.Event()
+
+        def watch(_event: Any) -> None:
+            changed.set()
+
+        while conflicts and not self._shutdown.is_set():
+            changed.clear()  # before reading: a release between the read and the wait still wakes us
+            try:
+                owners = self._layout.owners_of(self._group, conflicts, watch=watch)
+            except MetaqError as e:
+                log.info("consumer %s: cannot watch the owner nodes in the way: %s", self._consumer_id, e)
+                self._shutdown.wait(max(0.0, deadline - time.monotonic()))
+                return
+            conflicts = {key: owner for key, owner in conflicts.items() if owners.get(key) == owner}
+            remaining = deadline - time.monotonic()
+            if not conflicts or remaining <= 0:
+                return
+            changed.wait(min(remaining, EXECUTOR_TICK_S))  # ticks to notice shutdown
 
     def _release_claims(self, claims: Mapping[TopicPartition, str]) -> None:
-        for (topic, partition), tid in claims.items():
-            self._layout.release_partition(self._group, topic, partition, tid)
+        self._layout.release_partitions(self._group, claims)
 
     def _publish(self, mine: Mapping[TopicPartition, str], offsets: Mapping[TopicPartition, int | None]) -> None:
         self.generation += 1
@@ -368,11 +440,11 @@ class ZKRebalancerListener:
             for topic, partition in owned:
                 grouped.setdefault(topic, set()).add(partition)
             self._safe_hook(self._listener.before_release, grouped)
-        for (topic, partition), info in owned.items():
-            try:
-                self._layout.release_partition(self._group, topic, partition, info.thread_id)
-            except MetaqError as e:  # it dies with the session anyway
-                log.warning("could not release %s-%d: %s", topic, partition, e)
+        if owned:
+            try:  # pipelined: two ZooKeeper round trips for all of them
+                self._layout.release_partitions(self._group, {key: info.thread_id for key, info in owned.items()})
+            except MetaqError as e:  # they die with the session anyway
+                log.warning("could not release %s: %s", sorted(owned), e)
         self._store.release(owned)
         self.registry = {}
 
@@ -380,6 +452,13 @@ class ZKRebalancerListener:
 
     def commit(self, infos: Iterable[PartitionTopicInfo] | None = None, *, include_revoked: bool = False) -> None:
         """Commit consumed offsets of owned partitions; partitions whose fence was lost are revoked."""
+        # The auto-commit thread and the rebalance thread both commit. Reading the offsets and writing them
+        # must be one step: otherwise offsets read by one thread before the other's newer commit could be
+        # written after it, with a still valid version, moving the committed offset backwards.
+        with self._commit_lock:
+            self._commit(infos, include_revoked)
+
+    def _commit(self, infos: Iterable[PartitionTopicInfo] | None, include_revoked: bool) -> None:
         chosen = list(self.registry.values()) if infos is None else list(infos)
         offsets = {info.key: info.get_consumed_offset() for info in chosen if include_revoked or not info.revoked}
         result = self._store.commit(offsets)
@@ -410,6 +489,34 @@ class ZKRebalancerListener:
                     self._session_lost = True
                 self.trigger_later(self._config.backoff_ms / 1000.0)
                 raise
+
+    def _recheck(self) -> bool:
+        """After the connection came back in the same session: re-arm the watches kazoo dropped and tell
+        whether a rebalance is needed, i.e. whether the group changed while we could not watch it (a
+        member came or went, partitions were added) or our owner nodes are not what we believe."""
+        with self._lock:
+            if self.state != STABLE:
+                return True  # FAILED: the rebalance it needs re-arms everything
+            try:
+                if not self._layout.broker_ids():
+                    return True
+                _, mine = self._assignment()
+                current = {key: info.thread_id for key, info in self.registry.items()}
+                changed = mine != current or any(self._layout.owner(self._group, topic, partition) != tid
+                                                 for (topic, partition), tid in mine.items())
+            except MetaqError as e:
+                log.info("consumer %s: re-arming watches after reconnecting failed (retrying): %s",
+                         self._consumer_id, e)
+                with self._wakeup:
+                    self._rearm = True
+                return False
+            if changed:
+                log.info("consumer %s: the group changed while disconnected from ZooKeeper; rebalancing",
+                         self._consumer_id)
+            else:
+                log.info("consumer %s: reconnected to ZooKeeper; ownership unchanged, watches re-armed",
+                         self._consumer_id)
+            return changed
 
     def _self_check_fails(self) -> bool:
         """Periodically compare the owner nodes with what this member believes it owns."""

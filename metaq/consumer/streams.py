@@ -202,6 +202,14 @@ class KafkaStream:
                 continue
             consumed = info.get_consumed_offset()
             records = chunk.records
+            if self._raw:  # nothing can fail to deserialize: one comprehension (the batch listeners' hot path)
+                topic, partition, make = info.topic, info.partition, make_message
+                rest = records if self._pos == 0 else records[self._pos:]
+                self._pos = len(records)
+                raw = [make(topic, partition, o, k, v, ts, h) for o, ts, k, v, h in rest if o >= consumed]
+                if raw:
+                    return raw
+                continue
             batch: list[MessageAndMetadata] = []
             for i in range(self._pos, len(records)):
                 o, ts, k, v, h = records[i]

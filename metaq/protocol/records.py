@@ -12,7 +12,7 @@ is not installed) raises :class:`CorruptRecordError` naming the batch position a
 exception type escapes.
 
 Speed: records are decoded by one loop per batch with the varint reads inlined (one table lookup for the
-1-byte varints that dominate, arithmetic for 2-byte ones, a function call only beyond that), so a 100-byte
+1- and 2-byte varints that dominate, a function call only beyond that), so a 100-byte
 record costs well under 2 microseconds. See ``bench/decode.py``.
 """
 
@@ -52,6 +52,10 @@ length check fails and the record is reported as corrupt (no extra test on the f
 _LENGTH1 = tuple(v if v >= 0 else _BAD_LENGTH for v in _ZIGZAG1)
 """Value of a 1-byte length varint by its byte, -1 (null, byte 1) handled before the lookup."""
 _NO_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
+_ZIGZAG2 = tuple((r >> 1) ^ -(r & 1) for r in range(1 << 14))
+"""Value of a 2-byte zigzag varint, by ``(second byte << 7) | (first byte & 0x7F)``."""
+_LENGTH2 = tuple(v if v >= 0 else _BAD_LENGTH for v in _ZIGZAG2)
+"""Value of a 2-byte length varint, negative lengths mapped to _BAD_LENGTH (-1 is never 2 bytes long)."""
 
 
 class DecodeResult(NamedTuple):
@@ -152,11 +156,14 @@ def _read_records(data: bytes, pos: int, stop: int, count: int, base_offset: int
                   out: list[Record]) -> None:
     """The hot loop: decode ``count`` records from ``data[pos:stop]`` into ``out``.
 
-    Each varint is read inline: one byte (< 0x80) by table lookup, two bytes by arithmetic, longer ones by
-    :func:`_read_varint`. Length fields use a table that maps negative lengths other than -1 to a huge value,
-    so a bad length shows up in the per-record end check instead of costing a test of its own."""
+    Each varint is read inline: one byte (< 0x80) by table lookup, two bytes by a lookup in a 16384-entry
+    table (timestamp deltas of 64 ms or more, 100-byte values), longer ones by :func:`_read_varint`. Length
+    fields use tables that map negative lengths other than -1 to a huge value, so a bad length shows up in
+    the per-record end check instead of costing a test of its own."""
     zigzag = _ZIGZAG1
+    zigzag2 = _ZIGZAG2
     length1 = _LENGTH1
+    length2 = _LENGTH2
     append = out.append
     no_headers = _NO_HEADERS
     read_varint = _read_varint
@@ -169,8 +176,7 @@ def _read_records(data: bytes, pos: int, stop: int, count: int, base_offset: int
         else:
             b1 = data[pos + 1]
             if b1 < 0x80:
-                raw = (b1 << 7) | (b & 0x7F)
-                record_end = pos + 2 + (_BAD_LENGTH if raw & 1 else raw >> 1)
+                record_end = pos + 2 + length2[(b1 << 7) | (b & 0x7F)]
                 pos += 3
             else:
                 n, pos = read_varint(data, pos)
@@ -179,10 +185,16 @@ def _read_records(data: bytes, pos: int, stop: int, count: int, base_offset: int
         # timestamp delta
         b = data[pos]
         if b < 0x80:
-            ts_delta = zigzag[b]
+            timestamp = base_ts + zigzag[b]
             pos += 1
         else:
-            ts_delta, pos = read_varint(data, pos)
+            b1 = data[pos + 1]
+            if b1 < 0x80:
+                timestamp = base_ts + zigzag2[(b1 << 7) | (b & 0x7F)]
+                pos += 2
+            else:
+                n, pos = read_varint(data, pos)
+                timestamp = base_ts + n
         # offset delta
         b = data[pos]
         if b < 0x80:
@@ -191,8 +203,7 @@ def _read_records(data: bytes, pos: int, stop: int, count: int, base_offset: int
         else:
             b1 = data[pos + 1]
             if b1 < 0x80:
-                raw = (b1 << 7) | (b & 0x7F)
-                offset = base_offset + ((raw >> 1) ^ -(raw & 1))
+                offset = base_offset + zigzag2[(b1 << 7) | (b & 0x7F)]
                 pos += 2
             else:
                 n, pos = read_varint(data, pos)
@@ -227,8 +238,7 @@ def _read_records(data: bytes, pos: int, stop: int, count: int, base_offset: int
         else:
             b1 = data[pos + 1]
             if b1 < 0x80:
-                raw = (b1 << 7) | (b & 0x7F)
-                n = _BAD_LENGTH if raw & 1 else raw >> 1
+                n = length2[(b1 << 7) | (b & 0x7F)]
                 pos += 2
             else:
                 n, pos = read_varint(data, pos)
@@ -245,7 +255,7 @@ def _read_records(data: bytes, pos: int, stop: int, count: int, base_offset: int
         if pos != record_end:
             raise CorruptRecordError(
                 f"record at offset {offset}: its fields end at byte {pos}, its length says {record_end}")
-        append((offset, base_ts + ts_delta, key, value, headers))
+        append((offset, timestamp, key, value, headers))
     if pos != stop:
         raise CorruptRecordError(f"{count} records end at byte {pos} of {stop}: the record count is wrong")
 

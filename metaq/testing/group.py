@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from metaq.childproc import die_with_parent, stop_process
+from metaq.errors import MetaqError
 from zk_layout import ZkLayout
 
 Event = dict[str, Any]
@@ -66,6 +68,21 @@ class ConsumerProcess:
             if e["name"] == "startup_complete":
                 return str(e["consumer_id"])
         return None
+
+    def session(self) -> tuple[int, bytes] | None:
+        """The ZooKeeper (session id, password) the member reported at start-up (for a real expiry)."""
+        for e in self.events():
+            if e["name"] == "startup_complete" and e.get("session_id") is not None:
+                return int(e["session_id"]), bytes.fromhex(e["session_password"])
+        return None
+
+    def wait_started(self, timeout: float = 30) -> str:
+        """Wait for startup_complete; returns the consumer id."""
+        wait_for(lambda: self.consumer_id() is not None or not self.alive, timeout, f"{self.name} to start")
+        consumer_id = self.consumer_id()
+        if consumer_id is None:
+            raise AssertionError(f"{self.name} exited with {self.proc.returncode} before starting; see {self.log_path}")
+        return consumer_id
 
     def stop(self, timeout: float = 30) -> int | None:
         if self.paused:
@@ -118,7 +135,10 @@ class GroupHarness:
         deadline = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < deadline:
-            last = ownership_problem(layout, self.group, self.topic, partitions, members)
+            try:
+                last = ownership_problem(layout, self.group, self.topic, partitions, members)
+            except MetaqError as e:  # ZooKeeper restarting: not stable yet
+                last = f"cannot read the group: {e}"
             if isinstance(last, dict):
                 return last
             time.sleep(0.1)
@@ -227,21 +247,44 @@ def check_delivery(events: Iterable[Event], acked: Iterable[tuple[int, int]],
 
 
 def _uncommitted_windows(events: list[Event], failed: set[str]) -> dict[int, list[tuple[int, int]]]:
-    """Per partition, offsets a failed member consumed after its last successful commit."""
+    """Per partition, offsets a failed member consumed and did not commit: per assignment epoch (an epoch
+    ends at the member's next partitions_assigned event), ``[last commit in the epoch, highest consumed]``,
+    or everything it consumed in the epoch if it committed nothing then. A member that lost its session
+    and came back (a zombie, an expired session) thus leaves one window per epoch it failed in."""
     windows: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for member in failed:
-        last_commit: dict[int, int] = {}
-        highest: dict[int, int] = {}
+        epoch = _Epoch()
         for e in (e for e in events if e["member"] == member):
-            if e["name"] == "offsets_committed":
+            if e["name"] == "partitions_assigned":
+                epoch.close(windows)
+            elif e["name"] == "offsets_committed":
                 for o in e["offsets"]:
-                    last_commit[o["partition"]] = o["offset"]
+                    epoch.commit[o["partition"]] = o["offset"]
             elif e["name"] == "records_consumed":
                 for part in e["partitions"]:
-                    highest[part["partition"]] = max(highest.get(part["partition"], -1), part["maxOffset"])
-        for p, hi in highest.items():
-            windows[p].append((last_commit.get(p, 0), hi))
+                    p = part["partition"]
+                    epoch.low[p] = min(epoch.low.get(p, part["minOffset"]), part["minOffset"])
+                    epoch.high[p] = max(epoch.high.get(p, -1), part["maxOffset"])
+        epoch.close(windows)
     return windows
+
+
+@dataclass
+class _Epoch:
+    """What one member consumed and committed per partition within one assignment epoch."""
+
+    low: dict[int, int] = field(default_factory=dict)
+    high: dict[int, int] = field(default_factory=dict)
+    commit: dict[int, int] = field(default_factory=dict)
+
+    def close(self, windows: dict[int, list[tuple[int, int]]]) -> None:
+        for p, hi in self.high.items():
+            lo = self.commit.get(p, self.low[p])
+            if lo <= hi:
+                windows[p].append((lo, hi))
+        self.low.clear()
+        self.high.clear()
+        self.commit.clear()
 
 
 def _backwards_commits(events: list[Event]) -> list[str]:
@@ -266,3 +309,178 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_consuming(harness: GroupHarness, partitions: Iterable[int], since: float, timeout: float) -> None:
+    """Wait until the group reported records of every one of ``partitions`` after ``since`` (monotonic)."""
+    wanted = set(partitions)
+
+    def fresh() -> set[int]:
+        return {part["partition"] for e in harness.events() if e["name"] == "records_consumed" and e["time"] > since
+                for part in e["partitions"]}
+
+    wait_for(lambda: wanted <= fresh(), timeout, f"the group to consume partitions {sorted(wanted - fresh())}")
+
+
+def wait_drained(harness: GroupHarness, acked: Iterable[tuple[int, int]], timeout: float) -> DeliveryReport:
+    """Wait until every acknowledged message was consumed at least once; returns the last report."""
+    acked = list(acked)
+    report = check_delivery(harness.events(), acked)
+    deadline = time.monotonic() + timeout
+    while report.missing and time.monotonic() < deadline:
+        time.sleep(0.25)
+        report = check_delivery(harness.events(), acked)
+    return report
+
+
+class OffsetMonitor(threading.Thread):
+    """Polls a group's committed offsets in ZooKeeper and records every one that moves backwards (I5),
+    independently of what the members report. ZooKeeper errors (a restart) are counted and skipped."""
+
+    def __init__(self, layout: ZkLayout, group: str, interval: float = 0.05) -> None:
+        super().__init__(name=f"offset-monitor-{group}", daemon=True)
+        self._layout = layout
+        self._group = group
+        self._interval = interval
+        self._stop_event = threading.Event()
+        self.last: dict[tuple[str, int], int] = {}
+        self.backwards: list[str] = []
+        self.polls = 0
+        self.errors = 0
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self._interval):
+            self.poll()
+
+    def poll(self) -> None:
+        try:
+            offsets = self._layout.offsets(self._group)
+        except MetaqError:
+            self.errors += 1
+            return
+        self.polls += 1
+        for key, offset in offsets.items():
+            prev = self.last.get(key)
+            if prev is not None and offset < prev:
+                self.backwards.append(f"{key[0]}-{key[1]}: committed offset went from {prev} to {offset}")
+            if prev is None or offset > prev:
+                self.last[key] = offset
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(10)
+        self.poll()  # one last look after everything settled
+
+
+def log_end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """partition -> log end offset, as the broker answers ListOffsets(latest)."""
+    from kafka.protocol.consumer import ListOffsetsRequest
+
+    from metaq.client.connection import BrokerConnection
+
+    host, port = bootstrap.rsplit(":", 1)
+    conn = BrokerConnection(host, int(port), client_id="metaq-test")
+    try:
+        conn.connect()
+        response = conn.send(ListOffsetsRequest, {
+            "replica_id": -1, "isolation_level": 0,
+            "topics": [{"name": topic, "partitions": [{"partition_index": p, "timestamp": -1}
+                                                      for p in range(partitions)]}]})
+    finally:
+        conn.close()
+    result = {}
+    for t in response.topics:
+        for part in t.partitions:
+            if part.error_code:
+                raise AssertionError(f"ListOffsets {topic}-{part.partition_index}: error {part.error_code}")
+            result[part.partition_index] = part.offset
+    return result
+
+
+class GatedProxy:
+    """A loopback TCP proxy in front of a server, with a gate.
+
+    Open, it forwards bytes both ways; closed, it drops the connections it forwards and accepts then at once
+    closes new ones, so clients see a dead server and retry. Tests put it in front of a ZooKeeper they
+    restart and open it only once the server serves: ZooKeeper 3.9 binds its port before it loads its
+    database, and a connection accepted in between can hang unanswered (an NPE on close) for a client's
+    whole handshake timeout, i.e. its session timeout, which would make the test's outcome a coin toss.
+    """
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self._target = (target_host, target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.port: int = self._listener.getsockname()[1]
+        self._open = threading.Event()
+        self._open.set()
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._pairs: set[tuple[socket.socket, socket.socket]] = set()
+        self._thread = threading.Thread(target=self._accept_loop, name=f"proxy-{self.port}", daemon=True)
+        self._thread.start()
+
+    def open(self) -> None:
+        self._open.set()
+
+    def close(self) -> None:
+        """Refuse new connections and drop the forwarded ones."""
+        self._open.clear()
+        with self._lock:
+            pairs, self._pairs = self._pairs, set()
+        for pair in pairs:
+            for sock in pair:
+                _close_socket(sock)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.close()
+        self._thread.join(5)
+        self._listener.close()
+
+    def _accept_loop(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not self._open.is_set():
+                _close_socket(client)
+                continue
+            try:
+                upstream = socket.create_connection(self._target, timeout=2)
+            except OSError:
+                _close_socket(client)
+                continue
+            for sock in (client, upstream):
+                sock.settimeout(None)
+            pair = (client, upstream)
+            with self._lock:
+                self._pairs.add(pair)
+            for src, dst in (pair, pair[::-1]):
+                threading.Thread(target=self._pump, args=(src, dst, pair), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, pair: tuple[socket.socket, socket.socket]) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._pairs.discard(pair)
+            for sock in pair:
+                _close_socket(sock)
+
+
+def _close_socket(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
