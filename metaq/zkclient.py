@@ -23,6 +23,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooException, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from metaq.errors import ConfigError, ZooKeeperError, ZooKeeperUnavailableError
 from zk_layout.paths import split_connect
@@ -30,6 +31,16 @@ from zk_layout.paths import split_connect
 log = logging.getLogger(__name__)
 
 __all__ = ["connect", "session"]
+
+
+def reconnect_policy(session_timeout_ms: int) -> KazooRetry:
+    """How often kazoo tries to reconnect after losing ZooKeeper: forever, with a delay capped well below
+    the session timeout. A ZooKeeper server that comes back (a restart, the end of a partition) keeps each
+    session for one more session timeout; kazoo's default backoff doubles up to an hour, so after an outage
+    of a few seconds a client would reconnect too late and lose a session (its registration, its
+    partitions) that the server had kept for it, and after a long outage stay away about as long again."""
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.4,
+                      max_delay=min(1.0, session_timeout_ms / 4000.0))
 
 
 def connect(
@@ -47,6 +58,7 @@ def connect(
     ``kazoo_options`` go to :class:`KazooClient` (``connection_retry``, ``auth_data``, ...).
     """
     hosts, chroot = split_connect(connect_string)
+    kazoo_options.setdefault("connection_retry", reconnect_policy(session_timeout_ms))
     try:
         client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0, read_only=read_only, **kazoo_options)
     except (ValueError, KazooException) as e:

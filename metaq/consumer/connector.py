@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, Self
 
 from kazoo.client import KazooState
-from kazoo.retry import KazooRetry
 
 from metaq.consumer.committer import AutoCommitter
 from metaq.consumer.config import ConsumerConfig
@@ -64,16 +63,6 @@ class _Subscription:
             stream.clear()
 
 
-def reconnect_policy(session_timeout_ms: int) -> KazooRetry:
-    """How often kazoo tries to reconnect after losing ZooKeeper: forever, with a delay capped well below
-    the session timeout. A ZooKeeper server that comes back (a restart, the end of a partition) keeps each
-    session for one more session timeout; kazoo's default backoff doubles up to an hour, so after an outage
-    of a few seconds a member would reconnect too late and lose a session (and its partitions) that the
-    server had kept for it, and after a long outage it would stay away about as long again."""
-    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.4,
-                      max_delay=min(1.0, session_timeout_ms / 4000.0))
-
-
 def default_offset_store(layout: ZkLayout, config: ConsumerConfig) -> OffsetStore:
     """The store ``offsets.storage`` names (kafka: ZooKeeper-fenced, see metaq.consumer.kafka_offsets)."""
     if config.offsets_storage == "kafka":
@@ -100,7 +89,6 @@ class ZookeeperConsumerConnector:
             self.config.zookeeper_connect,
             session_timeout_ms=self.config.zookeeper_session_timeout_ms,
             connection_timeout_ms=self.config.connection_timeout_ms,
-            connection_retry=reconnect_policy(self.config.zookeeper_session_timeout_ms),
         )
         self._layout = ZkLayout(self._zk)
         self._gate = DeliveryGate()
