@@ -1,7 +1,7 @@
 """metaq benchmarks, one entry point: broker throughput, consumer throughput, rebalance and commit latency.
 
-    python -m bench            # the full run (about 5-10 minutes)
-    python -m bench --quick    # a sanity run (under 3 minutes): fewer messages and repetitions
+    python -m bench            # the full run (about 3 minutes on 2 CPUs)
+    python -m bench --quick    # a sanity run (under a minute): fewer messages and repetitions
     python -m bench --only consumer,commit
 
 Everything runs against one embedded ZooKeeper (tickTime 200 ms) and one broker process, in one run, and
@@ -208,8 +208,8 @@ class Plan:
     commit_reps: int
 
 
-FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 2, 5, 3, 6000, 20)
-QUICK = Plan(50_000, [100], 200_000, 4, 1, 2, 1, 3000, 5)
+FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20)
+QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5)
 SECTIONS = ("broker", "consumer", "rebalance", "commit")
 Table = tuple[list[str], list[list[str]]]
 

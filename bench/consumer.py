@@ -1,0 +1,426 @@
+"""Consumer throughput: metaq's stream iterator and listeners against kafka-python and confluent-kafka.
+
+    python -m bench.consumer [--messages 1000000] [--partitions 4]     # standalone (own ZooKeeper and broker)
+
+Every client reads the same pre-produced topic (100-byte values, null keys, spread evenly over a few
+partitions) from the same broker, each in a fresh process of its own (``python -m bench.consumer worker
+KIND ...``), which prints one JSON line with what it measured. The rate counts the messages delivered
+after the first delivery, over the time from the first delivery to the last: connection set-up, group
+registration and the first fetch are left out for every client alike. Each loop reads every value (its
+length is summed and checked). ``cpu`` is the consumer process's CPU time (all threads) in that interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from metaq.childproc import die_with_parent
+
+VALUE_SIZE = 100
+WORKER_TIMEOUT_S = 300.0
+
+
+# -- what a worker measures ----------------------------------------------------------------------------------
+
+
+class Meter:
+    """Counts deliveries; the clock starts at the first one and stops when ``target`` messages are in."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.count = 0
+        self.nbytes = 0
+        self.first_count = 0
+        self.t_first = 0.0
+        self.t_last = 0.0
+        self.cpu_first = 0.0
+        self.cpu_last = 0.0
+        self.done = threading.Event()
+
+    def add(self, n: int, nbytes: int) -> bool:
+        """Record ``n`` messages delivered now; True once the target is reached."""
+        if self.count == 0:
+            self.t_first = time.perf_counter()
+            self.cpu_first = time.process_time()
+            self.first_count = n
+        self.count += n
+        self.nbytes += nbytes
+        if self.count >= self.target and not self.done.is_set():
+            self.t_last = time.perf_counter()
+            self.cpu_last = time.process_time()
+            self.done.set()
+        return self.count >= self.target
+
+    def result(self) -> dict[str, Any]:
+        if self.nbytes != self.count * VALUE_SIZE:
+            raise AssertionError(f"read {self.nbytes} value bytes in {self.count} messages, "
+                                 f"expected {VALUE_SIZE} each")
+        return {"messages": self.count, "timed": self.count - self.first_count,
+                "seconds": self.t_last - self.t_first, "cpu": self.cpu_last - self.cpu_first}
+
+
+@dataclass
+class WorkerArgs:
+    zk: str
+    bootstrap: str
+    topic: str
+    partitions: int
+    messages: int
+    work_dir: Path
+
+
+def metaq_properties(args: WorkerArgs, group: str) -> dict[str, Any]:
+    return {"group.id": group, "zookeeper.connect": args.zk, "auto.offset.reset": "smallest",
+            "metaq.recover.dir": str(args.work_dir / "recover")}
+
+
+def run_metaq_stream(args: WorkerArgs) -> Meter:
+    """metaq's 0.8 stream iterator: one stream, every partition, ``for message in stream``."""
+    from metaq.consumer import Consumer
+
+    meter = Meter(args.messages)
+    with Consumer(metaq_properties(args, f"bench-stream-{os.getpid()}")) as consumer:
+        [stream] = consumer.create_message_streams({args.topic: 1})[args.topic]
+        add = meter.add
+        for message in stream:
+            if add(1, len(message.value)):
+                break
+    return meter
+
+
+class _CountingListener:
+    """A MetaQ MessageListener that only counts."""
+
+    executor = None
+
+    def __init__(self, meter: Meter) -> None:
+        self._add = meter.add
+
+    def receive_message(self, message: Any) -> None:
+        self._add(1, len(message.value))
+
+
+class _CountingBatchListener:
+    """A MetaQ batch-delivery listener that only counts."""
+
+    executor = None
+
+    def __init__(self, meter: Meter) -> None:
+        self._add = meter.add
+
+    def receive_messages(self, batch: list[Any]) -> None:
+        self._add(len(batch), sum(len(m.value) for m in batch))
+
+
+def _run_metaq_listener(args: WorkerArgs, listener_class: Callable[[Meter], Any], name: str) -> Meter:
+    from metaq.consumer.listener import MessageConsumer
+
+    meter = Meter(args.messages)
+    consumer = MessageConsumer(metaq_properties(args, f"bench-{name}-{os.getpid()}"))
+    consumer.subscribe(args.topic, 1 << 20, listener_class(meter)).complete_subscribe()
+    try:
+        if not meter.done.wait(WORKER_TIMEOUT_S):
+            raise TimeoutError(f"{name}: {meter.count} of {meter.target} messages in {WORKER_TIMEOUT_S}s")
+    finally:
+        consumer.shutdown()
+    return meter
+
+
+def run_metaq_listener(args: WorkerArgs) -> Meter:
+    """MetaQ's MessageListener: ``receive_message`` per message on the dispatch thread."""
+    return _run_metaq_listener(args, _CountingListener, "listener")
+
+
+def run_metaq_batch_listener(args: WorkerArgs) -> Meter:
+    """MetaQ's batch-delivery listener: ``receive_messages`` per fetched chunk (max_size 1 MiB)."""
+    return _run_metaq_listener(args, _CountingBatchListener, "batch-listener")
+
+
+def run_kafka_python(args: WorkerArgs) -> Meter:
+    """kafka-python's KafkaConsumer, assigned every partition, iterated."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    meter = Meter(args.messages)
+    consumer = KafkaConsumer(bootstrap_servers=args.bootstrap, group_id=None, enable_auto_commit=False,
+                             auto_offset_reset="earliest", consumer_timeout_ms=int(WORKER_TIMEOUT_S * 1000))
+    consumer.assign([TopicPartition(args.topic, p) for p in range(args.partitions)])
+    add = meter.add
+    for message in consumer:
+        if add(1, len(message.value)):
+            break
+    consumer.close()
+    return meter
+
+
+def _confluent(args: WorkerArgs) -> Any:
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": args.bootstrap, "group.id": f"bench-confluent-{os.getpid()}",
+        "enable.auto.commit": False, "fetch.queue.backoff.ms": 10})
+    consumer.assign([confluent_kafka.TopicPartition(args.topic, p, confluent_kafka.OFFSET_BEGINNING)
+                     for p in range(args.partitions)])
+    return consumer
+
+
+def run_confluent_poll(args: WorkerArgs) -> Meter:
+    """confluent-kafka's Consumer in assign mode, ``poll()`` one message at a time."""
+    meter = Meter(args.messages)
+    consumer = _confluent(args)
+    add = meter.add
+    deadline = time.monotonic() + WORKER_TIMEOUT_S
+    while time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is None:
+            continue
+        if message.error() is not None:
+            raise RuntimeError(str(message.error()))
+        if add(1, len(message.value())):
+            break
+    consumer.close()
+    return meter
+
+
+def run_confluent_consume(args: WorkerArgs) -> Meter:
+    """confluent-kafka's Consumer in assign mode, ``consume(10000)`` batches."""
+    meter = Meter(args.messages)
+    consumer = _confluent(args)
+    add = meter.add
+    deadline = time.monotonic() + WORKER_TIMEOUT_S
+    while time.monotonic() < deadline:
+        batch = consumer.consume(10000, 1.0)
+        if not batch:
+            continue
+        nbytes = 0
+        for message in batch:
+            if message.error() is not None:
+                raise RuntimeError(str(message.error()))
+            nbytes += len(message.value())
+        if add(len(batch), nbytes):
+            break
+    consumer.close()
+    return meter
+
+
+@dataclass(frozen=True)
+class Client:
+    key: str
+    label: str
+    run: Callable[[WorkerArgs], Meter]
+
+
+CLIENTS = [
+    Client("metaq-stream", "metaq stream iterator", run_metaq_stream),
+    Client("metaq-listener", "metaq listener (per message)", run_metaq_listener),
+    Client("metaq-batch-listener", "metaq listener (batches)", run_metaq_batch_listener),
+    Client("kafka-python", "kafka-python KafkaConsumer (iterating)", run_kafka_python),
+    Client("confluent-poll", "confluent-kafka poll()", run_confluent_poll),
+    Client("confluent-consume", "confluent-kafka consume(10000)", run_confluent_consume),
+]
+BY_KEY = {c.key: c for c in CLIENTS}
+
+RATIOS = [
+    # (numerator, denominator, target)
+    ("metaq-stream", "kafka-python", 2.0),
+    ("metaq-stream", "confluent-poll", 0.5),
+    ("metaq-batch-listener", "confluent-consume", 0.5),
+    ("metaq-listener", "kafka-python", None),
+    ("metaq-listener", "confluent-poll", None),
+]
+
+
+# -- the parent: data, workers, table ------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    client: Client
+    messages: int
+    rates: list[float]
+    cpus: list[float]  # CPU seconds per 1M messages
+
+    @property
+    def rate(self) -> float:
+        """The best of the repetitions (noise on a shared machine only ever slows a run down)."""
+        return max(self.rates)
+
+    @property
+    def cpu_per_m(self) -> float:
+        return min(self.cpus)
+
+
+def produce(bootstrap: str, topic: str, partitions: int, messages: int) -> None:
+    """``messages`` 100-byte values, round-robin over the partitions, with confluent-kafka."""
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1000000,
+                                         "queue.buffering.max.messages": 2000000, "acks": 1})
+    value = b"v" * VALUE_SIZE
+    for i in range(messages):
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(120) != 0:
+        raise RuntimeError("produce did not complete")
+
+
+def run_worker(kind: str, args: WorkerArgs) -> dict[str, Any]:
+    """One client in a fresh process; returns its JSON report."""
+    cmd = [sys.executable, "-m", "bench.consumer", "worker", kind, "--zk", args.zk, "--bootstrap", args.bootstrap,
+           "--topic", args.topic, "--partitions", str(args.partitions), "--messages", str(args.messages),
+           "--work-dir", str(args.work_dir)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S + 60,
+                          preexec_fn=die_with_parent, cwd=Path(__file__).resolve().parent.parent)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"worker {kind} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return dict(json.loads(lines[-1]))
+
+
+def measure(args: WorkerArgs, repeat: int = 1, clients: list[str] | None = None,
+            report: Callable[[str], None] = print) -> list[Result]:
+    """Each client ``repeat`` times over the topic in ``args`` (already produced), in rounds (every client once
+    per round), so that a change in the machine's load affects every client alike."""
+    chosen = [c for c in CLIENTS if clients is None or c.key in clients]
+    results = {c.key: Result(c, args.messages, [], []) for c in chosen}
+    for _ in range(repeat):
+        for client in chosen:
+            out = run_worker(client.key, args)
+            result = results[client.key]
+            result.rates.append(out["timed"] / out["seconds"])
+            result.cpus.append(out["cpu"] / out["timed"] * 1e6)
+            report(f"  {client.label}: {result.rates[-1]:,.0f} msgs/s, {result.cpus[-1]:.2f} CPU s/1M msgs")
+    return list(results.values())
+
+
+def table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+    header = ["consumer (1 process)", "messages", "msgs/s", "CPU s/1M msgs"]
+    rows = [[r.client.label, f"{r.messages:,}", f"{r.rate:,.0f}", f"{r.cpu_per_m:.2f}"] for r in results]
+    return header, rows
+
+
+def ratio_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+    by_key = {r.client.key: r for r in results}
+    header = ["ratio", "value", "target", "met"]
+    rows = []
+    for num, den, target in RATIOS:
+        if num not in by_key or den not in by_key:
+            continue
+        value = by_key[num].rate / by_key[den].rate
+        met = "-" if target is None else ("yes" if value >= target else "NO")
+        rows.append([f"{BY_KEY[num].label} / {BY_KEY[den].label}", f"{value:.2f}x",
+                     "-" if target is None else f">= {target}x", met])
+    return header, rows
+
+
+def print_table(header: list[str], rows: list[list[str]], title: str | None = None) -> None:
+    """Left-aligned first column, right-aligned numbers."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    if title:
+        print(f"\n{title}")
+    for i, row in enumerate([header, *rows]):
+        print("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths,
+                                                                                            strict=True))))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def prepare(bootstrap: str, layout: Any, topic: str, partitions: int, messages: int) -> float:
+    """Create and fill the topic; returns the seconds the produce took."""
+    from metaq.broker.topics import create_topic
+    from metaq.testing.broker import topic_leaders, wait_until
+
+    create_topic(layout, topic, partitions)
+    wait_until(lambda: len(topic_leaders(bootstrap, topic)) == partitions, 20, f"topic {topic}")
+    t0 = time.perf_counter()
+    produce(bootstrap, topic, partitions, messages)
+    return time.perf_counter() - t0
+
+
+@dataclass
+class Environment:
+    zk: str
+    bootstrap: str
+    layout: Any
+    work_dir: Path
+
+
+@contextlib.contextmanager
+def standalone() -> Iterator[Environment]:
+    """An embedded ZooKeeper and one broker process, for running this module on its own."""
+    import shutil
+
+    from bench.rebalance import bench_zookeeper
+    from metaq.broker.process import BrokerProcess
+    from metaq.zkclient import connect
+    from zk_layout import ZkLayout
+
+    work = Path(tempfile.mkdtemp(prefix="metaq-bench-"))
+    zk_server = bench_zookeeper(work / "zk").start()
+    zk = f"{zk_server.connect_string}/metaq-bench-{os.getpid()}"
+    client = connect(zk)
+    broker = BrokerProcess(zk, 0, work, log_level="WARNING").start()
+    try:
+        yield Environment(zk, broker.bootstrap, ZkLayout(client), work)
+    finally:
+        broker.stop()
+        client.stop()
+        client.close()
+        zk_server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(env: Environment, messages: int, partitions: int, repeat: int = 1,
+        clients: list[str] | None = None) -> list[Result]:
+    topic = "bench-consume"
+    seconds = prepare(env.bootstrap, env.layout, topic, partitions, messages)
+    print(f"  produced {messages:,} x {VALUE_SIZE} B on {partitions} partitions in {seconds:.1f}s", flush=True)
+    args = WorkerArgs(env.zk, env.bootstrap, topic, partitions, messages, env.work_dir)
+    return measure(args, repeat, clients, report=lambda line: print(line, flush=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command")
+    worker = sub.add_parser("worker", help="(internal) run one client and print its JSON report")
+    worker.add_argument("kind", choices=list(BY_KEY))
+    worker.add_argument("--zk", required=True)
+    worker.add_argument("--bootstrap", required=True)
+    worker.add_argument("--topic", required=True)
+    worker.add_argument("--partitions", type=int, required=True)
+    worker.add_argument("--messages", type=int, required=True)
+    worker.add_argument("--work-dir", type=Path, required=True)
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--clients", default=None, help="comma-separated subset of " + ",".join(BY_KEY))
+    args = parser.parse_args()
+    if args.command == "worker":
+        wargs = WorkerArgs(args.zk, args.bootstrap, args.topic, args.partitions, args.messages, args.work_dir)
+        meter = BY_KEY[args.kind].run(wargs)
+        print(json.dumps(meter.result()), flush=True)
+        os._exit(0)  # do not wait for the clients' background threads
+    clients = args.clients.split(",") if args.clients else None
+    with standalone() as env:
+        results = run(env, args.messages, args.partitions, args.repeat, clients)
+        print_table(*table(results), title="Consumer throughput")
+        print_table(*ratio_table(results), title="Ratios")
+
+
+if __name__ == "__main__":
+    main()
