@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test unit lint bench clean
+.PHONY: install demo test unit lint bench spark-examples clean
 
 install: $(STAMP)
 
@@ -22,7 +22,7 @@ demo: install
 	$(VENV)/bin/metaq demo
 
 test: install
-	$(VENV)/bin/ruff check metaq zk_layout tests integration_tests bench examples
+	$(VENV)/bin/ruff check metaq zk_layout pyspark_metaq tests integration_tests bench examples
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 unit: install
@@ -33,6 +33,12 @@ lint: install
 
 bench: install
 	$(VENV)/bin/python -m bench
+
+spark-examples: install
+	for job in batch streaming; do \
+	    PATH=$(CURDIR)/$(VENV)/bin:$$PATH SPARK_LOCAL_IP=127.0.0.1 spark-submit --master 'local[2]' \
+	        --conf spark.ui.enabled=false --conf spark.log.level=WARN examples/spark_$${job}_job.py || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -13,7 +13,9 @@ ends with one set of tables:
 2. consumer: one consumer process per client on the same pre-produced data (bench/consumer.py), with the
    ratios the targets are stated in;
 3. rebalance: 4 consumer processes x 64 partitions, clean leave/join and SIGKILL (bench/rebalance.py);
-4. commit: ZooKeeperOffsetStore.commit of 1,000 partitions (bench/rebalance.py).
+4. commit: ZooKeeperOffsetStore.commit of 1,000 partitions (bench/rebalance.py);
+5. offsets: commit latency through the offsets channel vs ZooKeeper, 3-member group stabilisation (bench/offsets.py);
+6. spark: batch read of 1M 100-byte messages from 12 partitions and micro-batches, local[2] (bench/spark.py).
 
 ``ZOOKEEPER_CONNECT=host:port`` uses an existing ZooKeeper instead of the embedded one.
 """
@@ -210,7 +212,7 @@ class Plan:
 
 FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20)
 QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5)
-SECTIONS = ("broker", "consumer", "rebalance", "commit")
+SECTIONS = ("broker", "consumer", "rebalance", "commit", "offsets", "spark")
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -256,11 +258,27 @@ def main() -> None:
             fence, times = bench_rebalance.measure_commit(env.client, reps=plan.commit_reps,
                                                           report=lambda line: print(line, flush=True))
             tables.append(("4. Offset commit over ZooKeeper", bench_rebalance.commit_table(1000, fence, times)))
+    # The last two sections bring their own ZooKeeper, broker (and SparkSession) and print their own tables.
+    late: list[Callable[[], None]] = []
+    if "offsets" in only:
+        print("== 5. offsets channel vs ZooKeeper storage; standard-client group stabilisation", flush=True)
+        from bench import offsets as bench_offsets
+
+        offset_rows = bench_offsets.run(*((60, 10, 3) if args.quick else ()))
+        late.append(lambda: bench_offsets.print_table(offset_rows))
+    if "spark" in only:
+        print("== 6. Spark batch read and micro-batches (local[2])", flush=True)
+        from bench import spark as bench_spark
+
+        spark_rows = bench_spark.run(*((200_000, 12, 1) if args.quick else ()))
+        late.append(lambda: bench_spark.print_table(spark_rows))
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\n{'=' * 100}\nmetaq bench{' --quick' if args.quick else ''}: {time.monotonic() - started:.0f} s on "
           f"{os.cpu_count()} CPUs (load average at the end: {load})")
     for title, (header, rows) in tables:
         print_table(header, rows, title)
+    for printer in late:
+        printer()
 
 
 if __name__ == "__main__":

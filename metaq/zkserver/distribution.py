@@ -78,17 +78,21 @@ def find_java(environ: Mapping[str, str] | None = None) -> tuple[str | None, str
 
 
 def pyspark_jars_dir() -> Path | None:
-    """The ``jars`` directory of an installed pyspark, found without importing pyspark (which is slow)."""
+    """The ``jars`` directory of an installed pyspark, found without importing pyspark (which is slow).
+
+    Under spark-submit pyspark is imported from ``pyspark.zip``, which holds no jars; Spark's own
+    ``$SPARK_HOME/jars`` has the same ZooKeeper jars then."""
     try:
         spec = importlib.util.find_spec("pyspark")
     except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
+        spec = None
+    for location in (spec.submodule_search_locations or []) if spec else []:
         jars = Path(location) / "jars"
         if jars.is_dir():
             return jars
+    spark_home = os.environ.get("SPARK_HOME")
+    if spark_home and (Path(spark_home) / "jars").is_dir():
+        return Path(spark_home) / "jars"
     return None
 
 

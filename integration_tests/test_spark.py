@@ -1,0 +1,296 @@
+"""The metaq Spark data source against a real ZooKeeper, a real broker and Spark local[2].
+
+One SparkSession serves the whole module (starting one takes ~15 s); each test has its own ZooKeeper
+chroot, broker and topics. Data is produced with confluent-kafka, as a foreign client would.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration_tests.peers import Msg, confluent_produce
+from metaq.testing.broker import topic_leaders, wait_until
+from zk_layout import PartitionState, TopicAssignment, ZkLayout, paths
+
+pyspark = pytest.importorskip("pyspark")
+
+import metaq.spark  # noqa: E402  (after the skip: needs pyspark)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import metaq from this venv
+    session = (SparkSession.builder.master("local[2]").appName("metaq-spark-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    metaq.spark.register(session)
+    yield session
+    session.stop()
+
+
+def produce(bootstrap: str, topic: str, partition: int, count: int, tag: str = "") -> list[Msg]:
+    now = int(time.time() * 1000)
+    items = [(f"k{i % 5}".encode(), f"{tag}{topic}-{partition}-{i}".encode(), now + i) for i in range(count)]
+    return confluent_produce(bootstrap, topic, partition, items)
+
+
+def read_rows(df: Any) -> list[Msg]:
+    rows = df.selectExpr("partition", "offset", "unix_millis(timestamp) AS ts", "key", "value").collect()
+    return sorted(Msg(r.partition, r.offset, r.ts, bytes(r.key) if r.key is not None else None,
+                      bytes(r.value) if r.value is not None else None) for r in rows)
+
+
+def add_partition(layout: ZkLayout, topic: str) -> int:
+    """What an admin tool does to grow a topic: a leader for the new partition, then the new assignment."""
+    assignment = layout.topic_assignment(topic)
+    assert assignment is not None
+    partition = len(assignment.partitions)
+    layout.set_partition_state(topic, partition, PartitionState(leader=0, leader_epoch=0, isr=(0,),
+                                                                controller_epoch=1))
+    grown = TopicAssignment({**assignment.partitions, partition: (0,)})
+    layout.client.set(paths.topic_path(topic), grown.encode())
+    return partition
+
+
+def run_until(query: Any, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """processAllAvailable until ``predicate`` holds: new partitions show up within metadata.max.age.ms."""
+    deadline = time.monotonic() + timeout
+    while True:
+        query.processAllAvailable()
+        if predicate():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.3)
+
+
+# -- batch ---------------------------------------------------------------------------------------------------
+
+
+def test_batch_read_equals_produced_data(spark, broker, make_topic, zk_connect) -> None:
+    make_topic("orders", 3)
+    produced = sorted(m for p in range(3) for m in produce(broker.bootstrap, "orders", p, 40 + 10 * p))
+    options = {"zookeeper.connect": zk_connect, "subscribe": "orders"}
+
+    df = spark.read.format("metaq").options(**options).load()
+    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp"]
+    assert df.rdd.getNumPartitions() == 2  # register(): as many tasks as local[2] has cores
+    assert read_rows(df) == produced
+    assert {r.topic for r in df.select("topic").distinct().collect()} == {"orders"}
+
+    split = spark.read.format("metaq").options(**options, minPartitions="8").load()
+    assert split.rdd.getNumPartitions() >= 8
+    assert read_rows(split) == produced
+    one_each = spark.read.format("metaq").options(**options, maxPartitions="100").load()
+    assert one_each.rdd.getNumPartitions() == 3
+    assert read_rows(one_each) == produced
+
+    ending = '{"orders": {"0": 10, "2": 5}}'
+    part = spark.read.format("metaq").options(**options, startingOffsets='{"orders": {"0": 3}}',
+                                               endingOffsets=ending).load()
+    wanted = [m for m in produced if (m.partition == 0 and 3 <= m.offset < 10) or m.partition == 1
+              or (m.partition == 2 and m.offset < 5)]
+    assert read_rows(part) == wanted
+
+
+def test_batch_job_reads_from_group_offsets_and_commits(spark, broker, make_topic, zk_connect, zk_layout) -> None:
+    make_topic("ledger", 2)
+    for p in range(2):
+        produce(broker.bootstrap, "ledger", p, 30)
+    zk_layout.write_offset("ledger-job", "ledger", 0, 12)
+    options = {"zookeeper.connect": zk_connect, "subscribe": "ledger", "group.id": "ledger-job"}
+
+    bounds = metaq.spark.snapshot_offsets(options)
+    assert bounds.starting == {("ledger", 0): 12, ("ledger", 1): 0}  # no offset yet: earliest (batch default)
+    assert bounds.ending == {("ledger", 0): 30, ("ledger", 1): 30}
+    df = spark.read.format("metaq").options(**{**options, **bounds.read_options()}).load()
+    rows = read_rows(df)
+    assert len(rows) == bounds.rows == 48 and min(r.offset for r in rows if r.partition == 0) == 12
+
+    assert metaq.spark.commit_offsets(options, bounds.ending) == bounds.ending
+    assert zk_layout.offsets("ledger-job") == bounds.ending
+    assert metaq.spark.commit_offsets(options, {("ledger", 0): 5}) == {}  # never backwards
+    assert zk_layout.read_offset("ledger-job", "ledger", 0) == 30
+    assert spark.read.format("metaq").options(**options).load().count() == 0  # committed: nothing new
+
+
+# -- streaming -----------------------------------------------------------------------------------------------
+
+
+def test_stream_commits_zookeeper_offsets_over_several_batches(spark, broker, make_topic, zk_connect,
+                                                               zk_layout) -> None:
+    make_topic("clicks", 2)
+    for p in range(2):
+        produce(broker.bootstrap, "clicks", p, 150)
+    zk_layout.write_offset("clicks-etl", "clicks", 1, 50)  # the group already read part of partition 1
+    options = {"zookeeper.connect": zk_connect, "subscribe": "clicks", "group.id": "clicks-etl",
+               "auto.offset.reset": "earliest", "maxOffsetsPerTrigger": "60"}
+    query = (spark.readStream.format("metaq").options(**options).load()
+             .writeStream.format("memory").queryName("clicks_seen").start())
+    try:
+        query.processAllAvailable()
+        batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        assert len(batches) >= 4 and max(batches) <= 60 and sum(batches) == 250
+        wait_until(lambda: zk_layout.offsets("clicks-etl") == {("clicks", 0): 150, ("clicks", 1): 150}, 15,
+                   "the last batch's offsets in ZooKeeper")
+        produce(broker.bootstrap, "clicks", 0, 20, tag="late-")
+        query.processAllAvailable()
+        wait_until(lambda: zk_layout.read_offset("clicks-etl", "clicks", 0) == 170, 15, "offsets to follow")
+    finally:
+        query.stop()
+    seen = spark.sql("SELECT partition, offset FROM clicks_seen").collect()
+    assert len(seen) == len({(r.partition, r.offset) for r in seen}) == 270
+    assert min(r.offset for r in seen if r.partition == 1) == 50
+    assert zk_layout.consumer_ids("clicks-etl") == [] and zk_layout.owners("clicks-etl") == {}
+
+
+def test_graceful_stop_commits_the_last_batch(spark, broker, make_topic, zk_connect, zk_layout) -> None:
+    make_topic("slow", 1)
+    produce(broker.bootstrap, "slow", 0, 25)
+    options = {"zookeeper.connect": zk_connect, "subscribe": "slow", "group.id": "slow-job",
+               "startingOffsets": "earliest"}
+    query = (spark.readStream.format("metaq").options(**options).load()
+             .writeStream.format("memory").queryName("slow_seen").trigger(processingTime="1 hour").start())
+    wait_until(lambda: bool(query.lastProgress and query.lastProgress["numInputRows"]), 60, "the first batch")
+    assert zk_layout.read_offset("slow-job", "slow", 0) == 0  # the start; Spark has not polled the source since
+    assert metaq.spark.stop_query(query, options) == {("slow", 0): 25}
+    assert zk_layout.read_offset("slow-job", "slow", 0) == 25
+
+
+def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, broker, make_topic, zk_connect, zk_layout,
+                                                              tmp_path: Path) -> None:
+    make_topic("events", 2)
+    produced = [m for p in range(2) for m in produce(broker.bootstrap, "events", p, 150)]
+    options = {"zookeeper.connect": zk_connect, "subscribe": "events", "group.id": "events-sink",
+               "startingOffsets": "earliest", "maxOffsetsPerTrigger": "50"}
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def start(trigger: dict[str, Any]) -> Any:
+        return (spark.readStream.format("metaq").options(**options).load()
+                .selectExpr("partition", "offset", "value").writeStream.format("parquet")
+                .option("path", str(out)).option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())
+
+    first = start({"processingTime": "1 second"})
+    wait_until(lambda: first.lastProgress is not None and first.lastProgress["batchId"] >= 1
+               and first.lastProgress["numInputRows"] > 0, 60, "two batches")
+    first.stop()  # mid-stream: more is waiting in the topic
+    done = spark.read.parquet(str(out)).count()
+    assert 0 < done < 300
+    produced += [m for p in range(2) for m in produce(broker.bootstrap, "events", p, 40, tag="after-")]
+
+    second = start({"availableNow": True})
+    assert second.awaitTermination(120)
+    rows = spark.read.parquet(str(out)).collect()
+    assert len(rows) == len({(r.partition, r.offset) for r in rows}) == len(produced) == 380
+    assert sorted((r.partition, r.offset, bytes(r.value)) for r in rows) == sorted(
+        (m.partition, m.offset, m.value) for m in produced)
+    assert zk_layout.offsets("events-sink") == {("events", 0): 190, ("events", 1): 190}
+
+
+def test_partitions_and_topics_added_mid_stream_are_read(spark, broker, make_topic, zk_connect, zk_layout) -> None:
+    make_topic("logs.web", 1)
+    produce(broker.bootstrap, "logs.web", 0, 20)
+    options = {"zookeeper.connect": zk_connect, "subscribePattern": r"logs\..*", "group.id": "logs-all",
+               "startingOffsets": "earliest", "metadata.max.age.ms": "200"}
+    query = (spark.readStream.format("metaq").options(**options).load()
+             .writeStream.format("memory").queryName("logs_seen").start())
+    try:
+        query.processAllAvailable()
+        new = add_partition(zk_layout, "logs.web")
+        wait_until(lambda: len(topic_leaders(broker.bootstrap, "logs.web")) == 2, 10, "the broker to see it")
+        make_topic("logs.api", 1)
+        produce(broker.bootstrap, "logs.web", new, 15)
+        produce(broker.bootstrap, "logs.api", 0, 10)
+        count = lambda: spark.sql("SELECT count(*) AS n FROM logs_seen").collect()[0].n  # noqa: E731
+        run_until(query, lambda: count() == 45, 60, "the new partition and topic")
+    finally:
+        query.stop()
+    seen = spark.sql("SELECT topic, partition, count(*) AS n FROM logs_seen GROUP BY topic, partition").collect()
+    assert sorted((r.topic, r.partition, r.n) for r in seen) == [("logs.api", 0, 10), ("logs.web", 0, 20),
+                                                                  ("logs.web", 1, 15)]
+    wait_until(lambda: zk_layout.offsets("logs-all") == {("logs.api", 0): 10, ("logs.web", 0): 20,
+                                                         ("logs.web", 1): 15}, 15, "offsets of new partitions")
+
+
+# -- writing ---------------------------------------------------------------------------------------------------
+
+
+def test_writer_round_trips_batch_and_stream(spark, broker, make_topic, zk_connect, tmp_path: Path) -> None:
+    for name, partitions in (("people", 2), ("people.mp", 1), ("people.copy", 1)):
+        make_topic(name, partitions)
+    people = spark.createDataFrame([(f"user{i}", i, f"name-{i}") for i in range(40)], "user STRING, n INT, name STRING")
+    zk = {"zookeeper.connect": zk_connect}
+
+    (people.selectExpr("user AS key", "struct(n, name) AS value")
+     .write.format("metaq").options(**zk, topic="people", valueFormat="json").mode("append").save())
+    back = (spark.read.format("metaq").options(**zk, subscribe="people", valueFormat="json",
+                                              valueSchema="n INT, name STRING").load())
+    assert sorted((bytes(r.key).decode(), r.value.n, r.value.name) for r in back.collect()) == sorted(
+        (f"user{i}", i, f"name-{i}") for i in range(40))
+
+    (people.selectExpr("'people.mp' AS topic", "0 AS partition", "CAST(user AS BINARY) AS key", "struct(n) AS value")
+     .write.format("metaq").options(**zk, valueFormat="msgpack").mode("append").save())
+    packed = (spark.read.format("metaq").options(**zk, subscribe="people.mp", valueFormat="msgpack")
+              .schema("key BINARY, value STRUCT<n: INT>, offset BIGINT"))
+    assert sorted(r.value.n for r in packed.load().collect()) == list(range(40))
+
+    copy = (spark.readStream.format("metaq").options(**zk, subscribe="people", startingOffsets="earliest").load()
+            .select("key", "value").writeStream.format("metaq").options(**zk, topic="people.copy")
+            .option("checkpointLocation", str(tmp_path / "copy-checkpoint")).start())
+    copy.processAllAvailable()
+    copy.stop()
+    copied = spark.read.format("metaq").options(**zk, subscribe="people.copy").load()
+    original = spark.read.format("metaq").options(**zk, subscribe="people").load()
+    assert sorted((bytes(r.key), bytes(r.value)) for r in copied.collect()) == sorted(
+        (bytes(r.key), bytes(r.value)) for r in original.collect())
+
+
+# -- bad input -------------------------------------------------------------------------------------------------
+
+
+def test_bad_options_fail_at_planning_naming_the_option(spark, zk_connect) -> None:
+    read = spark.read.format("metaq")
+    with pytest.raises(Exception, match="zookeeper.connect"):
+        read.option("subscribe", "t").load()
+    with pytest.raises(Exception, match="startingOffsets"):
+        read.options(**{"zookeeper.connect": zk_connect, "subscribe": "t", "startingOffsets": "yesterday"}).load()
+    with pytest.raises(Exception, match="maxOffsetsPerTrigger"):
+        read.options(**{"zookeeper.connect": zk_connect, "subscribe": "t", "maxOffsetsPerTriger": "9"}).load()
+    stream = (spark.readStream.format("metaq").options(**{"zookeeper.connect": zk_connect, "subscribe": "t",
+                                                          "endingOffsets": "latest"}).load()
+              .writeStream.format("memory").queryName("never").start())
+    with pytest.raises(Exception, match="endingOffsets"):
+        stream.awaitTermination(60)
+    frame = spark.createDataFrame([("a",)], "text STRING")
+    with pytest.raises(Exception, match="'value' column"):
+        frame.write.format("metaq").options(**{"zookeeper.connect": zk_connect, "topic": "t"}).mode("append").save()
+
+
+def test_unknown_topic_unreachable_zookeeper_and_malformed_offset(spark, broker, make_topic, zk_connect,
+                                                                  zk_layout) -> None:
+    read = spark.read.format("metaq")
+    with pytest.raises(Exception, match=r"UnknownTopicError: topic 'nope' \(option 'subscribe'\) does not exist"):
+        read.options(**{"zookeeper.connect": zk_connect, "subscribe": "nope"}).load().collect()
+    with pytest.raises(Exception, match=r"ZooKeeperUnavailableError.*zookeeper.connect"):
+        read.options(**{"zookeeper.connect": "127.0.0.1:9/none", "subscribe": "t",
+                        "zookeeper.connection.timeout.ms": "1000"}).load().collect()
+    make_topic("bills", 1)
+    zk_layout.client.create(paths.offset_path("bills-job", "bills", 0), b"not-a-number", makepath=True)
+    bad = zk_layout.full_path(paths.offset_path("bills-job", "bills", 0))
+    with pytest.raises(Exception, match=f"MalformedNodeError: malformed node {bad}"):
+        read.options(**{"zookeeper.connect": zk_connect, "subscribe": "bills", "group.id": "bills-job"}).load().count()

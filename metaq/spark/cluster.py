@@ -1,0 +1,301 @@
+"""The cluster as the Spark driver sees it: topics and leaders from ZooKeeper, log offsets from the leaders.
+
+    cluster = Cluster.for_read(options)              # ZooKeeper is opened on first use
+    parts = cluster.partitions(cluster.topics(options.subscription))
+    cluster.log_offsets(parts, LATEST)               # {("clicks", 0): 120, ...} by ListOffsets
+    cluster.commit("etl", {("clicks", 0): 120})      # never moves a group's offset backwards
+    cluster.close()
+
+ZooKeeper is read through :class:`zk_layout.ZkLayout` only. Topics, partitions and leaders are cached for
+``metadata.max.age.ms`` because a streaming query asks for the latest offsets up to a hundred times a second
+while idle; a failed ListOffsets drops the cache at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kafka.protocol.consumer import ListOffsetsRequest
+
+from metaq.client.connection import BrokerConnection
+from metaq.errors import (
+    BrokerConnectionError,
+    MalformedNodeError,
+    MetaqError,
+    UnknownTopicError,
+    ZooKeeperUnavailableError,
+    for_code,
+)
+from metaq.spark.offsets import Offsets, TopicPartition
+from metaq.spark.options import ReadOptions, Subscription
+from metaq.zkclient import connect
+from zk_layout import ZkLayout
+
+log = logging.getLogger(__name__)
+
+_LIST_OFFSETS_ATTEMPTS = 5
+_RETRY_BACKOFF_S = 0.2  # doubled per attempt: a leader moves or a broker restarts within a few seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """Where a partition is read from: the leader broker's id and PLAINTEXT address."""
+
+    broker_id: int
+    host: str
+    port: int
+
+
+@dataclass
+class _Topology:
+    """One reading of the subscribed part of ZooKeeper."""
+
+    read_at: float
+    topics: list[str]
+    partitions: dict[str, list[int]] = field(default_factory=dict)
+    leaders: dict[TopicPartition, Leader | None] = field(default_factory=dict)
+
+
+class Cluster:
+    """Topics, leaders and offsets; see the module docstring. Not thread-safe: one per reader."""
+
+    def __init__(self, zookeeper_connect: str, *, client_id: str = "metaq-spark", request_timeout_ms: int = 30000,
+                 session_timeout_ms: int = 10000, connection_timeout_ms: int = 10000,
+                 metadata_max_age_ms: int = 1000) -> None:
+        self.zookeeper_connect = zookeeper_connect
+        self._client_id = client_id
+        self._request_timeout_ms = request_timeout_ms
+        self._session_timeout_ms = session_timeout_ms
+        self._connection_timeout_ms = connection_timeout_ms
+        self._max_age_s = metadata_max_age_ms / 1000.0
+        self._zk = None
+        self._layout: ZkLayout | None = None
+        self._topology: _Topology | None = None
+        self._subscription: Subscription | None = None
+        self._connections: dict[tuple[str, int], BrokerConnection] = {}
+        self._committed: dict[tuple[str, TopicPartition], int] = {}
+
+    @classmethod
+    def for_read(cls, options: ReadOptions) -> Cluster:
+        return cls(options.zookeeper_connect, client_id=options.client_id,
+                   request_timeout_ms=options.request_timeout_ms, session_timeout_ms=options.zk_session_timeout_ms,
+                   connection_timeout_ms=options.zk_connection_timeout_ms,
+                   metadata_max_age_ms=options.metadata_max_age_ms)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- ZooKeeper -----------------------------------------------------------------------------------
+
+    @property
+    def layout(self) -> ZkLayout:
+        """The ZooKeeper layout, connecting on first use (so that creating a reader stays cheap)."""
+        if self._layout is None:
+            try:
+                self._zk = connect(self.zookeeper_connect, session_timeout_ms=self._session_timeout_ms,
+                                   connection_timeout_ms=self._connection_timeout_ms)
+            except ZooKeeperUnavailableError as e:
+                raise ZooKeeperUnavailableError(f"metaq: {e} (option 'zookeeper.connect' is "
+                                                f"{self.zookeeper_connect!r})") from e
+            self._layout = ZkLayout(self._zk)
+        return self._layout
+
+    def topics(self, subscription: Subscription, *, strict: bool = True) -> list[str]:
+        """The subscribed topics that exist. ``strict``: a named topic that does not exist is an error."""
+        topology = self._read_topology(subscription)
+        if strict and subscription.pattern is None:
+            missing = [t for t in subscription.topics if t not in topology.topics]
+            if missing:
+                raise UnknownTopicError(
+                    f"topic {', '.join(map(repr, missing))} (option 'subscribe') does not exist in ZooKeeper at "
+                    f"{self.zookeeper_connect}")
+        return list(topology.topics)
+
+    def partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
+        topology = self._require_topology()
+        return [(t, p) for t in topics for p in topology.partitions.get(t, [])]
+
+    def leader(self, key: TopicPartition) -> Leader | None:
+        return self._require_topology().leaders.get(key)
+
+    def invalidate(self) -> None:
+        """Forget topics and leaders: the next call reads ZooKeeper again."""
+        if self._topology is not None:
+            self._topology.read_at = float("-inf")
+
+    def _require_topology(self) -> _Topology:
+        if self._topology is None:
+            raise MetaqError("metaq: topics() must be called before partitions or leaders are asked for")
+        return self._topology
+
+    def _read_topology(self, subscription: Subscription) -> _Topology:
+        cached = self._topology
+        if cached is not None and self._subscription == subscription and \
+                time.monotonic() - cached.read_at < self._max_age_s:
+            return cached
+        try:
+            self._topology = self._load_topology(subscription)
+        except ZooKeeperUnavailableError as e:
+            if cached is None or self._subscription != subscription:
+                raise
+            log.warning("metaq: ZooKeeper unavailable, using topics and leaders read %.0f s ago: %s",
+                        time.monotonic() - cached.read_at, e)
+            return cached
+        self._subscription = subscription
+        return self._topology
+
+    def _load_topology(self, subscription: Subscription) -> _Topology:
+        layout = self.layout
+        topology = _Topology(time.monotonic(), subscription.select(layout.topics()))
+        brokers: dict[int, Leader | None] = {}
+        for topic in topology.topics:
+            assignment = layout.topic_assignment(topic)
+            if assignment is None:  # deleted between listing and reading
+                continue
+            topology.partitions[topic] = sorted(assignment.partitions)
+            for partition in topology.partitions[topic]:
+                topology.leaders[(topic, partition)] = self._find_leader(layout, topic, partition, brokers)
+        topology.topics = [t for t in topology.topics if t in topology.partitions]
+        return topology
+
+    @staticmethod
+    def _find_leader(layout: ZkLayout, topic: str, partition: int, brokers: dict[int, Leader | None]) -> Leader | None:
+        state = layout.partition_state(topic, partition)
+        if state is None or state.leader < 0:
+            return None
+        if state.leader not in brokers:
+            info = layout.broker(state.leader)
+            ok = info is not None and info.host is not None and info.port > 0
+            brokers[state.leader] = Leader(state.leader, info.host, info.port) if ok else None  # type: ignore[union-attr,arg-type]
+        return brokers[state.leader]
+
+    # -- offsets in the logs -------------------------------------------------------------------------
+
+    def log_offsets(self, keys: Iterable[TopicPartition], which: int) -> Offsets:
+        """Earliest (-2) or latest (-1) offset of each partition, from its leader. Partitions without a
+        reachable leader after a few attempts raise :class:`MetaqError` naming them."""
+        pending = sorted(set(keys))
+        result: Offsets = {}
+        for attempt in range(_LIST_OFFSETS_ATTEMPTS):
+            failures = self._list_offsets_once(pending, which, result)
+            pending = sorted(failures)
+            if not pending:
+                return result
+            log.info("metaq: ListOffsets failed for %s (attempt %d): %s", pending, attempt + 1,
+                     "; ".join(sorted(set(failures.values()))))
+            self.invalidate()
+            if self._subscription is not None:
+                self._read_topology(self._subscription)
+            time.sleep(_RETRY_BACKOFF_S * 2 ** attempt)
+        raise MetaqError(f"metaq: cannot list offsets of {', '.join(f'{t}-{p}' for t, p in pending)}: "
+                         f"{'; '.join(sorted(set(failures.values())))}")
+
+    def _list_offsets_once(self, keys: list[TopicPartition], which: int, out: Offsets) -> dict[TopicPartition, str]:
+        """One ListOffsets per leader; returns the partitions that failed, with why."""
+        failures: dict[TopicPartition, str] = {}
+        by_leader: dict[Leader, list[TopicPartition]] = {}
+        for key in keys:
+            leader = self.leader(key) if self._topology is not None else None
+            if leader is None:
+                failures[key] = "no leader"
+            else:
+                by_leader.setdefault(leader, []).append(key)
+        for leader, group in by_leader.items():
+            try:
+                response = self._connection(leader).send(ListOffsetsRequest, _list_offsets_fields(group, which))
+            except BrokerConnectionError as e:
+                self._drop_connection(leader)
+                failures.update({key: str(e) for key in group})
+                continue
+            for topic in response.topics:
+                for part in topic.partitions:
+                    key = (topic.name, part.partition_index)
+                    if part.error_code:
+                        failures[key] = f"{for_code(part.error_code).message} from broker {leader.broker_id}"
+                    else:
+                        out[key] = part.offset
+        return failures
+
+    def _connection(self, leader: Leader) -> BrokerConnection:
+        address = (leader.host, leader.port)
+        conn = self._connections.get(address)
+        if conn is None:
+            conn = BrokerConnection(leader.host, leader.port, client_id=self._client_id,
+                                    request_timeout_ms=self._request_timeout_ms)
+            self._connections[address] = conn
+        conn.connect()
+        return conn
+
+    def _drop_connection(self, leader: Leader) -> None:
+        conn = self._connections.pop((leader.host, leader.port), None)
+        if conn is not None:
+            conn.close()
+
+    # -- the group's offsets in ZooKeeper ----------------------------------------------------------------
+
+    def committed(self, group: str, keys: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets (None: none; Kafka 0.8 also writes -1 for none). A node that does
+        not parse raises :class:`MalformedNodeError` naming its path."""
+        result: dict[TopicPartition, int | None] = {}
+        for topic, partition in keys:
+            offset = self.layout.read_offset(group, topic, partition)
+            result[(topic, partition)] = offset if offset is not None and offset >= 0 else None
+        return result
+
+    def commit(self, group: str, offsets: Mapping[TopicPartition, int]) -> Offsets:
+        """Write each offset to the group's ZooKeeper node unless the node already holds as much or more.
+        Unchanged offsets are not rewritten (Kafka 0.8 does the same, KAFKA-987). Returns what was written."""
+        written: Offsets = {}
+        for key in sorted(offsets):
+            offset = offsets[key]
+            if offset < 0 or self._committed.get((group, key)) == offset:
+                continue
+            current = self._current(group, key)
+            if current is not None and current >= offset:
+                self._committed[(group, key)] = offset
+                continue
+            self.layout.write_offset(group, key[0], key[1], offset)
+            self._committed[(group, key)] = offset
+            written[key] = offset
+        if written:
+            log.info("metaq: committed offsets of group %s: %s", group, _describe(written))
+        return written
+
+    def _current(self, group: str, key: TopicPartition) -> int | None:
+        try:
+            offset = self.layout.read_offset(group, key[0], key[1])
+        except MalformedNodeError as e:
+            log.warning("metaq: overwriting a committed offset that does not parse: %s", e)
+            return None
+        return offset if offset is not None and offset >= 0 else None
+
+    def close(self) -> None:
+        """Close broker connections and the ZooKeeper session; safe to call more than once."""
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
+        client, self._zk, self._layout = self._zk, None, None
+        if client is not None:
+            with contextlib.suppress(Exception):  # best effort: the session expires on its own anyway
+                client.stop()
+                client.close()
+
+
+def _list_offsets_fields(keys: list[TopicPartition], which: int) -> dict[str, object]:
+    topics: dict[str, list[dict[str, int]]] = {}
+    for topic, partition in keys:
+        topics.setdefault(topic, []).append({"partition_index": partition, "timestamp": which})
+    return {"replica_id": -1, "isolation_level": 0,
+            "topics": [{"name": t, "partitions": parts} for t, parts in topics.items()]}
+
+
+def _describe(offsets: Mapping[TopicPartition, int]) -> str:
+    return ", ".join(f"{t}-{p}={o}" for (t, p), o in sorted(offsets.items()))
+

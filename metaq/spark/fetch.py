@@ -1,0 +1,255 @@
+"""Reading one planned offset range from its partition's leader, on an executor.
+
+    for records in read_range(offset_range, settings):     # lists of (offset, timestamp, key, value, headers)
+        ...
+
+Exactly the offsets ``[start, end)`` are returned, so a retried task returns the same rows. Broker
+connections are kept per Python worker (Spark reuses workers across tasks) and the next Fetch is sent
+before the current answer is decoded, so the broker's disk read overlaps our decoding. A leader that
+refuses is looked up again in ZooKeeper; offsets that retention already deleted follow ``failOnDataLoss``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.consumer import FetchRequest
+
+from metaq.client.connection import BrokerConnection, InFlightRequest
+from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, ZooKeeperError, for_code
+from metaq.protocol.records import decode_records
+from metaq.spark.offsets import DataLossError
+from metaq.spark.planning import OffsetRange
+from metaq.zkclient import session
+from zk_layout import ZkLayout
+
+log = logging.getLogger(__name__)
+
+_ATTEMPTS = 8
+_BACKOFF_S = 0.1  # doubled per attempt up to _MAX_BACKOFF_S: a restarting broker is back within seconds
+_MAX_BACKOFF_S = 2.0
+_MAX_WAIT_MS = 500  # planned offsets are below the high watermark, so the broker answers at once anyway
+_BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
+_LAST_DELTA = struct.Struct(">i")
+_LAST_DELTA_POS = 23
+_LOG_OVERHEAD = 12
+_MIN_HEADER = 61
+
+Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+"""(offset, timestamp ms, key, value, headers), as :func:`decode_records` returns them."""
+
+_connections: dict[tuple[str, int], BrokerConnection] = {}
+"""Per Python worker: a worker runs one task at a time and is reused for the next one."""
+
+
+@dataclass(frozen=True)
+class FetchSettings:
+    zookeeper_connect: str
+    client_id: str = "metaq-spark"
+    fetch_max_bytes: int = 4 * 1024 * 1024
+    request_timeout_ms: int = 30000
+    fail_on_data_loss: bool = True
+    zk_session_timeout_ms: int = 10000
+    zk_connection_timeout_ms: int = 10000
+
+
+def read_range(offset_range: OffsetRange, settings: FetchSettings) -> Iterator[list[Record]]:
+    """The records of ``offset_range``, in offset order, in chunks of one Fetch each."""
+    return _RangeReader(offset_range, settings).records()
+
+
+class _RangeReader:
+    def __init__(self, offset_range: OffsetRange, settings: FetchSettings) -> None:
+        self.range = offset_range
+        self.settings = settings
+        self.max_bytes = settings.fetch_max_bytes
+        self.address: tuple[str, int] | None = (
+            (offset_range.leader_host, offset_range.leader_port) if offset_range.leader_host else None)
+        self.failures = 0
+
+    def records(self) -> Iterator[list[Record]]:
+        r = self.range
+        pos = r.start
+        pending: tuple[int, InFlightRequest] | None = None
+        while pos < r.end:
+            part, pending = self._answer(pos, pending)
+            if part is None:
+                continue
+            if part.error_code:
+                pos = self._on_error(pos, part)
+                continue
+            data = part.records or b""
+            hint = _next_offset_hint(data)
+            if hint is not None and hint < r.end:
+                pending = self._send_next(hint)
+            result = decode_records(data, pos)
+            if result.next_offset is None:
+                pos = self._on_empty(pos, part, result.first_batch_size)
+                continue
+            self.failures = 0
+            chunk = result.records
+            if chunk and chunk[-1][0] >= r.end:
+                del chunk[bisect.bisect_left(chunk, r.end, key=_offset_of):]
+            if chunk:
+                yield chunk
+            pos = result.next_offset
+        if pending is not None:
+            _discard(pending[1])
+
+    # -- requests -------------------------------------------------------------------------------------------
+
+    def _answer(self, pos: int, pending: tuple[int, InFlightRequest] | None) -> tuple[Any, None]:
+        """The partition's part of the Fetch answer for ``pos`` (the pipelined one if it asked for ``pos``),
+        or None after a connection failure (then the leader is looked up again)."""
+        try:
+            if pending is not None and pending[0] == pos:
+                handle = pending[1]
+            else:
+                if pending is not None:
+                    _discard(pending[1])
+                handle = self._connection().send_async(FetchRequest, self._fields(pos))
+            response = handle.result()
+        except (BrokerConnectionError, ZooKeeperError, _NoLeader) as e:
+            self._retry(f"cannot fetch from {self._where()}: {e}")
+            return None, None
+        for topic in response.responses:
+            for part in topic.partitions:
+                if topic.topic == self.range.topic and part.partition_index == self.range.partition:
+                    return part, None
+        raise MetaqError(f"metaq: the Fetch answer from {self._where()} lacks {self.range.describe()}")
+
+    def _send_next(self, pos: int) -> tuple[int, InFlightRequest] | None:
+        try:
+            return pos, self._connection().send_async(FetchRequest, self._fields(pos))
+        except BrokerConnectionError:
+            return None  # the next _answer() sends again and handles the failure
+
+    def _fields(self, pos: int) -> dict[str, Any]:
+        r = self.range
+        return {"replica_id": -1, "max_wait_ms": _MAX_WAIT_MS, "min_bytes": 1, "max_bytes": self.max_bytes,
+                "isolation_level": 0,
+                "topics": [{"topic": r.topic, "partitions": [
+                    {"partition": r.partition, "fetch_offset": pos, "partition_max_bytes": self.max_bytes}]}]}
+
+    def _connection(self) -> BrokerConnection:
+        if self.address is None:
+            self.address = self._find_leader()
+        conn = _connections.get(self.address)
+        if conn is None:
+            s = self.settings
+            conn = BrokerConnection(*self.address, client_id=s.client_id, request_timeout_ms=s.request_timeout_ms,
+                                    max_response_bytes=max(104857600, 2 * self.max_bytes))
+            _connections[self.address] = conn
+        conn.connect()
+        return conn
+
+    def _find_leader(self) -> tuple[str, int]:
+        """Ask ZooKeeper who leads the partition now (rare: only after the planned leader refused)."""
+        r, s = self.range, self.settings
+        with session(s.zookeeper_connect, session_timeout_ms=s.zk_session_timeout_ms,
+                     connection_timeout_ms=s.zk_connection_timeout_ms) as client:
+            layout = ZkLayout(client)
+            state = layout.partition_state(r.topic, r.partition)
+            broker = layout.broker(state.leader) if state is not None and state.leader >= 0 else None
+        if broker is None or broker.host is None or broker.port <= 0:
+            raise _NoLeader(f"{r.topic}-{r.partition} has no live leader in ZooKeeper")
+        return broker.host, broker.port
+
+    def _where(self) -> str:
+        return f"{self.address[0]}:{self.address[1]}" if self.address else "the leader"
+
+    # -- what an answer can say ---------------------------------------------------------------------------------
+
+    def _on_error(self, pos: int, part: Any) -> int:
+        error = for_code(part.error_code)
+        if error is OffsetOutOfRangeError:
+            return self._out_of_range(pos, part.log_start_offset, part.high_watermark)
+        if error.retriable or error.invalid_metadata:
+            self._retry(f"{error.message} from {self._where()} for {self.range.describe()}")
+            return pos
+        raise error(f"{error.message} ({error.code}) from {self._where()} reading {self.range.describe()} at {pos}")
+
+    def _out_of_range(self, pos: int, log_start: int, log_end: int) -> int:
+        """Where to go on when ``pos`` is no longer (or not yet) in the log."""
+        r = self.range
+        if pos < log_start:
+            if not r.from_earliest:
+                self._data_lost(pos, min(log_start, r.end), "retention deleted them")
+            return min(log_start, r.end)
+        self._data_lost(pos, r.end, f"the log ends at {log_end} (truncated or recreated)")
+        return r.end
+
+    def _on_empty(self, pos: int, part: Any, first_batch_size: int | None) -> int:
+        """No complete batch in the answer: a batch larger than the fetch size, or nothing there."""
+        if first_batch_size is not None and first_batch_size > self.max_bytes:
+            log.info("metaq: a batch of %d bytes at %s offset %d; fetching with that size",
+                     first_batch_size, self.range.describe(), pos)
+            self.max_bytes = first_batch_size
+            return pos
+        if pos >= part.high_watermark:
+            return self._out_of_range(pos, part.log_start_offset, part.high_watermark)
+        self._retry(f"an empty answer below the high watermark {part.high_watermark} at offset {pos}")
+        return pos
+
+    def _data_lost(self, first: int, end: int, why: str) -> None:
+        r = self.range
+        message = f"offsets [{first}, {end}) of {r.topic}-{r.partition} cannot be read: {why}"
+        if self.settings.fail_on_data_loss:
+            raise DataLossError(f"metaq: {message}. Set option failOnDataLoss=false to skip them")
+        log.warning("metaq: %s; skipping them (failOnDataLoss=false)", message)
+
+    def _retry(self, reason: str) -> None:
+        """Back off, forget the leader (it is looked up again) and give up after a few attempts."""
+        self.failures += 1
+        if self.address is not None:
+            conn = _connections.pop(self.address, None)
+            if conn is not None:
+                conn.close()
+        self.address = None
+        if self.failures >= _ATTEMPTS:
+            raise MetaqError(f"metaq: giving up on {self.range.describe()} after {self.failures} attempts: {reason}")
+        log.info("metaq: %s; retrying (attempt %d)", reason, self.failures)
+        time.sleep(min(_BACKOFF_S * 2 ** (self.failures - 1), _MAX_BACKOFF_S))
+
+
+class _NoLeader(MetaqError):
+    """ZooKeeper names no live leader right now; counted as a failed attempt."""
+
+
+def _offset_of(record: Record) -> int:
+    return record[0]
+
+
+def _next_offset_hint(data: bytes) -> int | None:
+    """The offset after the last complete batch, read from batch headers only (no decoding), so that the
+    next Fetch can be on the wire while this answer is decoded. None if there is no complete batch."""
+    pos, end, hint = 0, len(data), None
+    while end - pos >= _MIN_HEADER:
+        base, length = _BATCH_HEAD.unpack_from(data, pos)
+        size = length + _LOG_OVERHEAD
+        if length <= 0 or pos + size > end:
+            break
+        hint = base + _LAST_DELTA.unpack_from(data, pos + _LAST_DELTA_POS)[0] + 1
+        pos += size
+    return hint
+
+
+def _discard(handle: InFlightRequest) -> None:
+    """Wait out a pipelined request nobody needs, so the connection stays in step."""
+    try:
+        handle.result()
+    except MetaqError:
+        pass
+
+
+def close_connections() -> None:
+    """Close this worker's broker connections (tests, and workers that are being retired)."""
+    for conn in _connections.values():
+        conn.close()
+    _connections.clear()

@@ -1,0 +1,7 @@
+"""Automatic registration of the ``metaq`` Spark data source: PySpark looks for top-level ``pyspark_*``
+modules that define ``DefaultSource`` (spark-datasource.md). ``metaq.spark.register(spark)`` does the
+same explicitly."""
+
+from metaq.spark.source import MetaqDataSource as DefaultSource
+
+__all__ = ["DefaultSource"]
