@@ -15,14 +15,15 @@ blocked for ever by an unreachable coordinator (it fails the attempt and the reb
 Fencing. The broker cannot know which member of a ZooKeeper-coordinated group owns a partition (the
 group has no protocol members, so every commit carries generation -1 and no member id), so the broker
 alone cannot stop a member that lost a partition from committing it. The ZooKeeper fence therefore
-stays: ``take_ownership`` fences the offset nodes (bumps their versions, as ZooKeeperOffsetStore does)
-and only then reads Kafka, returning ``max(zookeeper, kafka)``; ``commit`` first does the version-checked
-ZooKeeper write and sends over the offsets channel only the partitions that passed it. A zombie can thus
-only send to Kafka an offset it had already written to ZooKeeper under its fence, i.e. one the new owner
-saw (or something older) when it fenced and read ``max(zk, kafka)``; so the position the group resumes
-from never moves backwards. (A zombie's request delayed in flight can still make the *Kafka copy alone*
-step back below the new owner's last commit until that owner's next commit; ZooKeeper holds the newer
-value, and every reader in metaq takes the max.) Consequently ZooKeeper is always written:
+stays (the ZooKeeper half *is* a ZooKeeperOffsetStore): ``take_ownership`` fences the offset nodes
+(bumps their versions) and only then reads Kafka, returning ``max(zookeeper, kafka)``; ``commit`` first
+does the version-checked ZooKeeper write and sends over the offsets channel only the partitions that
+passed it (plus, for an unchanged offset whose Kafka copy lags, one that ZooKeeper still holds as is).
+A zombie can thus only send to Kafka an offset that was in ZooKeeper under its fence, i.e. one the new
+owner saw (or something older) when it fenced and read ``max(zk, kafka)``; so the position the group
+resumes from never moves backwards. (A zombie's request delayed in flight can still make the *Kafka copy
+alone* step back below the new owner's last commit until that owner's next commit; ZooKeeper holds the
+newer value, and every reader in metaq takes the max.) Consequently ZooKeeper is always written:
 ``dual.commit.enabled=false`` is rejected by ConsumerConfig.
 
 Migration keeps the group's place both ways: zookeeper -> kafka reads ``max`` (Kafka is empty at first)
@@ -49,7 +50,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 from metaq.client.connection import BrokerConnection
 from metaq.client.versions import ApiKey
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.offsets import CommitResult, TopicPartition
+from metaq.consumer.offsets import CommitResult, TopicPartition, ZooKeeperOffsetStore
 from metaq.errors import BrokerConnectionError, MetaqError, ProtocolError, UnsupportedVersionError, for_code
 from zk_layout import ZkLayout
 
@@ -172,18 +173,22 @@ class OffsetsChannel:
 
 
 class KafkaOffsetStore:
-    """OffsetStore for ``offsets.storage=kafka``; see the module docstring for the fencing argument."""
+    """OffsetStore for ``offsets.storage=kafka``; see the module docstring for the fencing argument.
+
+    The ZooKeeper half is a ZooKeeperOffsetStore (the fence, version-checked commits, unchanged offsets
+    skipped, commits whose reply was lost resolved); this class adds the Kafka copy on top of it.
+    """
 
     def __init__(self, layout: ZkLayout, config: ConsumerConfig) -> None:
         self._layout = layout
         self._group = config.group_id
         self._lock = threading.Lock()  # commits come from the committer and rebalance threads
         self._closing = threading.Event()
+        self._zk = ZooKeeperOffsetStore(layout, config.group_id)
         self._channel = OffsetsChannel(layout, config.group_id, client_id=config.effective_client_id,
                                        socket_timeout_ms=config.offsets_channel_socket_timeout_ms)
-        self._versions: dict[TopicPartition, int] = {}  # ZooKeeper fence versions of owned partitions
-        self._zk_last: dict[TopicPartition, int | None] = {}
-        self._kafka_last: dict[TopicPartition, int | None] = {}
+        self._zk_last: dict[TopicPartition, int | None] = {}  # in ZooKeeper under our fence, as far as we know
+        self._kafka_last: dict[TopicPartition, int | None] = {}  # in Kafka, as far as we know
         backoff = tenacity.wait_fixed(config.offsets_channel_backoff_ms / 1000.0)
         common: dict[str, Any] = dict(wait=backoff, retry=tenacity.retry_if_exception(_retriable), reraise=True,
                                       sleep=self._sleep, before_sleep=self._before_retry)
@@ -215,34 +220,40 @@ class KafkaOffsetStore:
         """Fence in ZooKeeper, then read Kafka: ``max(zookeeper, kafka)`` per partition."""
         wanted = list(partitions)
         with self._lock:
-            fenced = self._layout.fence_offsets(self._group, wanted)
-            kafka = self._run(self._fetch_policy, lambda: self._fetch(wanted)) if wanted else {}
+            zk = self._zk.take_ownership(wanted)
+            try:
+                kafka = self._run(self._fetch_policy, lambda: self._fetch(wanted)) if wanted else {}
+            except MetaqError:
+                self._zk.release(wanted)  # the rebalance attempt fails and claims (and fences) again
+                raise
             result: dict[TopicPartition, int | None] = {}
-            for key, fence in fenced.items():
-                self._versions[key] = fence.version
-                self._zk_last[key] = fence.offset
+            for key, zk_offset in zk.items():
+                self._zk_last[key] = zk_offset
                 self._kafka_last[key] = kafka.get(key)
-                candidates = [o for o in (fence.offset, kafka.get(key)) if o is not None]
+                candidates = [o for o in (zk_offset, kafka.get(key)) if o is not None]
                 result[key] = max(candidates) if candidates else None
             return result
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> CommitResult:
-        """Version-checked ZooKeeper write, then the partitions that passed it over the offsets channel."""
+        """The version-checked ZooKeeper commit, then the partitions that passed it over the offsets channel.
+
+        Also sent: owned partitions whose offset did not change (so ZooKeeper was not rewritten) but whose
+        Kafka copy lags (just migrated, or an earlier Kafka write failed), if ZooKeeper still holds exactly
+        that offset, i.e. nobody committed past it since.
+        """
         with self._lock:
-            changed = {key: (offset, self._versions[key]) for key, offset in offsets.items()
-                       if key in self._versions and offset >= 0
-                       and (self._zk_last.get(key) != offset or self._kafka_last.get(key) != offset)}  # KAFKA-987
-            if not changed:
-                return CommitResult()
-            versions, lost = self._layout.commit_fenced_offsets(self._group, changed)
-            for key, version in versions.items():
-                self._versions[key] = version
-                self._zk_last[key] = changed[key][0]
-            for key in lost:
+            result = self._zk.commit(offsets)
+            for key in result.lost:
                 self._forget(key)
-                log.warning("group %s: %s-%d is fenced by a newer owner; its offset is not committed",
-                            self._group, *key)
-            passed = {key: changed[key][0] for key in versions}
+            passed = {key: offsets[key] for key in result.committed}
+            self._zk_last.update(passed)
+            owned = self._zk.owned()
+            for key, offset in offsets.items():
+                if (key in owned and key not in passed and offset >= 0 and self._zk_last.get(key) == offset
+                        and self._kafka_last.get(key) != offset):
+                    node = self._layout.read_fenced_offset(self._group, *key)
+                    if node is not None and node.offset == offset:
+                        passed[key] = offset
             if passed:
                 try:
                     self._run(self._commit_policy, lambda: self._commit_kafka(passed))
@@ -251,38 +262,39 @@ class KafkaOffsetStore:
                                 "Kafka (re-sent at the next commit): %s", self._group, len(passed), e)
                 else:
                     self._kafka_last.update(passed)
-            return CommitResult(dict(versions), set(lost))
+            return result
 
     def release(self, partitions: Iterable[TopicPartition]) -> None:
         with self._lock:
-            for key in partitions:
+            keys = list(partitions)
+            self._zk.release(keys)
+            for key in keys:
                 self._forget(key)
 
     def owned(self) -> set[TopicPartition]:
-        with self._lock:
-            return set(self._versions)
+        return self._zk.owned()
 
     def close(self) -> None:
         self._closing.set()
         self._channel.close()  # interrupts a request blocked on the socket
         with self._lock:
-            self._versions.clear()
+            self._zk.close()
             self._zk_last.clear()
             self._kafka_last.clear()
             self._channel.close()  # again: a commit that held the lock may have reconnected meanwhile
 
     def unsynced(self) -> dict[TopicPartition, int]:
         """Owned partitions whose Kafka copy lags the offset last committed to ZooKeeper."""
+        owned = self._zk.owned()
         with self._lock:
             return {key: zk for key, zk in self._zk_last.items()
-                    if zk is not None and key in self._versions and self._kafka_last.get(key) != zk}
+                    if zk is not None and key in owned and self._kafka_last.get(key) != zk}
 
     @property
     def channel(self) -> OffsetsChannel:
         return self._channel
 
     def _forget(self, key: TopicPartition) -> None:
-        self._versions.pop(key, None)
         self._zk_last.pop(key, None)
         self._kafka_last.pop(key, None)
 

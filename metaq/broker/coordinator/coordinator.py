@@ -219,6 +219,8 @@ class GroupCoordinator:
         member.join_waiter = waiter
         if not group.is_(g.PREPARING_REBALANCE):
             self._prepare_rebalance(group, f"member {member.member_id} joined")
+        elif group.initial_delay_until is not None:
+            self._extend_initial_delay(group)
         else:
             self._maybe_complete_join(group)
         return await waiter
@@ -237,17 +239,32 @@ class GroupCoordinator:
         group.join_timer = loop.call_later(timeout_ms / 1000.0, self._complete_join, group)
         if delay_ms > 0:
             group.join_timer.cancel()
+            group.initial_delay_until = loop.time() + timeout_ms / 1000.0
             group.join_timer = loop.call_later(delay_ms / 1000.0, self._complete_join, group)
         else:
             self._maybe_complete_join(group)
 
+    def _extend_initial_delay(self, group: Group) -> None:
+        """A member joined during the initial delay: wait one more delay for others (as Kafka's
+        InitialDelayedJoin does), but not past the rebalance timeout."""
+        assert group.initial_delay_until is not None
+        loop = asyncio.get_running_loop()
+        delay_s = self._config.group_initial_rebalance_delay_ms / 1000.0
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+        fire_at = min(loop.time() + delay_s, group.initial_delay_until)
+        group.join_timer = loop.call_at(fire_at, self._complete_join, group)
+
     def _maybe_complete_join(self, group: Group) -> None:
+        if group.initial_delay_until is not None:
+            return  # the initial delay batches the first joins: only its timer completes the join
         if group.is_(g.PREPARING_REBALANCE) and group.all_rejoined():
             asyncio.get_running_loop().call_soon(self._complete_join, group)
 
     def _complete_join(self, group: Group) -> None:
         if not group.is_(g.PREPARING_REBALANCE):
             return
+        group.initial_delay_until = None
         if group.join_timer is not None:
             group.join_timer.cancel()
             group.join_timer = None

@@ -84,6 +84,9 @@ class Group:
         self.static_members: dict[str, str] = {}  # group.instance.id -> member id
         self.pending_members: set[str] = set()  # ids handed out with MEMBER_ID_REQUIRED
         self.join_timer: asyncio.TimerHandle | None = None
+        # loop time until which the initial rebalance delay of an empty group may be extended, None when it is
+        # not running; while it runs only its timer completes the join (group.initial.rebalance.delay.ms)
+        self.initial_delay_until: float | None = None
 
     def transition(self, state: str) -> None:
         if state not in _ALLOWED[self.state]:
