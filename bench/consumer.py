@@ -285,7 +285,7 @@ def run_worker(kind: str, args: WorkerArgs) -> dict[str, Any]:
            "--topic", args.topic, "--partitions", str(args.partitions), "--messages", str(args.messages),
            "--work-dir", str(args.work_dir)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S + 60,
-                          preexec_fn=die_with_parent, cwd=Path(__file__).resolve().parent.parent)
+                          preexec_fn=die_with_parent(), cwd=Path(__file__).resolve().parent.parent)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"worker {kind} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")

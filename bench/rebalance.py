@@ -138,7 +138,7 @@ class Member:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.rebalance", "worker", "--zk", zk, "--group", group,
              "--session-timeout-ms", str(session_timeout_ms)],
-            stdout=subprocess.PIPE, stderr=self._log, preexec_fn=die_with_parent,
+            stdout=subprocess.PIPE, stderr=self._log, preexec_fn=die_with_parent(),
             cwd=Path(__file__).resolve().parent.parent)
         self._reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
         self._reader.start()

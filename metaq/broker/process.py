@@ -79,7 +79,7 @@ class BrokerProcess:
                  "--config", str(self.config_path)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
+                preexec_fn=die_with_parent(),
             )
         self._wait_ready(timeout)
         return self

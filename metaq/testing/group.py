@@ -43,7 +43,7 @@ class ConsumerProcess:
         for key, value in {**harness.properties, **properties}.items():
             args += ["--property", f"{key}={value}"]
         with open(self.events_path, "ab") as out, open(self.log_path, "ab") as err:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=err, preexec_fn=die_with_parent)
+            self.proc = subprocess.Popen(args, stdout=out, stderr=err, preexec_fn=die_with_parent())
         self.paused = False
 
     @property

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import logging
 import os
 import queue
@@ -27,7 +26,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -37,6 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, ClassVar, Self
 
+from metaq.childproc import die_with_parent
 from metaq.errors import ZooKeeperServerError
 from metaq.zkserver.distribution import ZooKeeperDistribution, find_distribution
 
@@ -72,7 +71,6 @@ _LOGBACK_XML = """\
 </configuration>
 """
 
-_PR_SET_PDEATHSIG = 1
 _BIND_FAILURE_MARKERS = ("Address already in use", "BindException")
 _POLL_INTERVAL_S = 0.05
 
@@ -132,31 +130,6 @@ def _tail(path: Path, lines: int) -> str:
     except OSError:
         return ""
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
-
-
-def _pdeathsig_preexec() -> Callable[[], None] | None:
-    """A preexec_fn that makes the kernel SIGKILL the child when its parent dies (Linux only).
-
-    Everything (libc lookup, our pid) is resolved here, in the parent, so that the child between fork and exec
-    does nothing but two system calls."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        log.warning("prctl not available: a ZooKeeper child may outlive a killed parent")
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    parent = os.getpid()
-    sigkill = int(signal.SIGKILL)
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
 
 
 class _Spawner:
@@ -366,7 +339,7 @@ class ZooKeeperServer:
                         stdout=log_file,
                         stderr=subprocess.STDOUT,
                         start_new_session=True,  # a terminal Ctrl-C goes to us only; we stop the child
-                        preexec_fn=_pdeathsig_preexec(),
+                        preexec_fn=die_with_parent(),
                         cwd=str(self._ensure_work_dir()),
                     )
                 )
