@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 import pytest
 
 from metaq.broker.process import free_port
@@ -195,6 +196,73 @@ def test_reset_refuses_live_members_and_applies_without_them(broker, make_topic,
     ok("offsets", "reset", "fresh", "--topic", "events", "--to-latest", "--execute", "--create-group",
        "--zookeeper", zk_connect)
     assert zk_layout.offsets("fresh") == {("events", 0): 51, ("events", 1): 51}
+
+
+# -- offsets in __consumer_offsets ------------------------------------------------------------------------
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's offsets in Kafka as a standard client sees them."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        found = consumer.committed([confluent_kafka.TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in found}
+    finally:
+        consumer.close()
+
+
+def test_kafka_stored_offsets_are_described_and_reset(broker, make_topic, zk_connect: str,
+                                                      zk_layout: ZkLayout, tmp_path: Path) -> None:
+    make_topic("ko", partitions=2)
+    produce(zk_connect, "ko", {0: 20, 1: 20})
+    committer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "stdg",
+                                          "enable.auto.commit": False})
+    try:  # a standard client's group: offsets only in Kafka, no subscription (no protocol members)
+        committer.commit(offsets=[confluent_kafka.TopicPartition("ko", 0, 15),
+                                  confluent_kafka.TopicPartition("ko", 1, 12)], asynchronous=False)
+    finally:
+        committer.close()
+    z = ["--zookeeper", zk_connect]
+
+    described = ok_json("groups", "describe", "stdg", *z)
+    assert not zk_layout.group_exists("stdg") and described["offsets_storage"] == "kafka"
+    assert [(r["partition"], r["offset"], r["lag"], r["offset_source"], r["status"]) for r in
+            described["partitions"]] == [(0, 15, 5, "kafka", "OK"), (1, 12, 8, "kafka", "OK")]
+    zk_layout.write_offset("stdg", "ko", 1, 18)  # ahead of Kafka: max(zookeeper, kafka) is what metaq resumes from
+    mixed = ok_json("groups", "describe", "stdg", *z)
+    assert [(r["offset"], r["offset_source"]) for r in mixed["partitions"]] == [(15, "kafka"), (18, "zookeeper")]
+    assert mixed["offsets_storage"] == "zookeeper+kafka"
+    table = ok("groups", "describe", "stdg", *z)
+    assert "SOURCE" in table and " kafka " in table
+
+    reset = ok_json("offsets", "reset", "stdg", "--topic", "ko", "--to-earliest", "--execute", *z)
+    assert [(c["current"], c["new"]) for c in reset["changes"]] == [(15, 0), (18, 0)]
+    assert reset["kafka_groups"] == ["stdg"] and reset["written"] == 2
+    assert _committed(broker.bootstrap, "stdg", "ko", 2) == {0: 0, 1: 0}
+    assert zk_layout.offsets("stdg") == {("ko", 0): 0, ("ko", 1): 0}
+    after = ok_json("groups", "describe", "stdg", *z)
+    assert [(r["offset"], r["offset_source"]) for r in after["partitions"]] == [(0, "both"), (0, "both")]
+
+    export = tmp_path / "stdg.offsets"
+    export.write_text("/consumers/stdg/offsets/ko/0:7\n")
+    assert "also committed to __consumer_offsets for stdg" in ok("offsets", "import", str(export), "--execute", *z)
+    assert _committed(broker.bootstrap, "stdg", "ko", 2) == {0: 7, 1: 0}
+    assert zk_layout.offset_nodes("stdg")[("ko", 0)].offset == 7
+
+    # a live protocol member: the coordinator refuses commits from outside the group, and so does the reset
+    member = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "stdg",
+                                       "enable.auto.commit": False, "session.timeout.ms": 6000})
+    try:
+        member.subscribe(["ko"])
+        deadline = time.monotonic() + 30
+        while not member.assignment() and time.monotonic() < deadline:
+            member.poll(0.2)
+        assert member.assignment(), "the confluent-kafka member was never assigned partitions"
+        refused = fails(1, "offsets", "reset", "stdg", "--topic", "ko", "--to-latest", "--execute", "--force", *z)
+        assert "group 'stdg' has live members in the Kafka group protocol" in refused
+    finally:
+        member.close()
+    assert zk_layout.offsets("stdg") == {("ko", 0): 7, ("ko", 1): 0}  # nothing written
 
 
 # -- export / import ---------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@
 
 The ``metaq groups|owners|offsets|topics`` commands are a thin layer over this package. Offsets are read
 from and written to ZooKeeper (``/consumers/<group>/offsets``), in the plain decimal form Kafka's tools and
-Burrow read.
+Burrow read; groups' offsets in ``__consumer_offsets`` (``offsets.storage=kafka``, standard clients) are
+read over the offsets channel too, and resets and imports commit there as well when a group has any.
 """
 
 from __future__ import annotations

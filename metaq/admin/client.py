@@ -20,6 +20,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from metaq.admin.groups import DEFAULT_STALL_AFTER_MS, GroupDescription, GroupSummary, describe_group, list_groups
+from metaq.admin.kafka_offsets import GroupOffsetsStore, KafkaGroupOffsets
 from metaq.admin.log_offsets import BrokerLogOffsets, LogOffsets
 from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress, ResetSpec, apply_plan, plan_reset
 from metaq.admin.owners import OwnersReport, delete_orphans, owners_report
@@ -50,12 +51,14 @@ def resolve_connect(zookeeper: str | None = None, config: str | Path | None = No
 
 
 class Admin:
-    """See the module docstring. ``log_offsets`` is a seam for tests (an in-memory fake)."""
+    """See the module docstring. ``log_offsets`` and ``kafka`` (the groups' offsets in
+    ``__consumer_offsets``) are seams for tests (in-memory fakes)."""
 
     def __init__(self, layout: ZkLayout, log_offsets: LogOffsets | None = None, *,
-                 client: KazooClient | None = None) -> None:
+                 client: KazooClient | None = None, kafka: GroupOffsetsStore | None = None) -> None:
         self.layout = layout
         self.log_offsets: LogOffsets = log_offsets if log_offsets is not None else BrokerLogOffsets(layout)
+        self.kafka: GroupOffsetsStore = kafka if kafka is not None else KafkaGroupOffsets(layout)
         self._client = client  # closed by close() when we started it
 
     @classmethod
@@ -90,7 +93,8 @@ class Admin:
 
     def describe_group(self, group: str, *, topics: Iterable[str] | None = None,
                        stall_after_ms: int = DEFAULT_STALL_AFTER_MS) -> GroupDescription:
-        return describe_group(self.layout, self.log_offsets, group, topics=topics, stall_after_ms=stall_after_ms)
+        return describe_group(self.layout, self.log_offsets, group, topics=topics, stall_after_ms=stall_after_ms,
+                              kafka=self.kafka)
 
     def owners(self, group: str) -> OwnersReport:
         return owners_report(self.layout, group)
@@ -102,18 +106,21 @@ class Admin:
 
     def plan_reset(self, group: str, selection: Mapping[str, list[int] | None], spec: ResetSpec, *,
                    create_group: bool = False) -> OffsetPlan:
-        return plan_reset(self.layout, self.log_offsets, group, selection, spec, create_group=create_group)
+        return plan_reset(self.layout, self.log_offsets, group, selection, spec, create_group=create_group,
+                          kafka=self.kafka)
 
-    def apply_plan(self, plan: OffsetPlan, *, force: bool = False,
-                   progress: Progress | None = None) -> list[OffsetChange]:
-        return apply_plan(self.layout, plan, force=force, progress=progress)
+    def apply_plan(self, plan: OffsetPlan, *, force: bool = False, progress: Progress | None = None,
+                   kafka_groups: list[str] | None = None) -> list[OffsetChange]:
+        """Also commits to ``__consumer_offsets`` for groups that have offsets there (listed in ``kafka_groups``)."""
+        return apply_plan(self.layout, plan, force=force, progress=progress, kafka=self.kafka,
+                          kafka_groups=kafka_groups)
 
     def export_offsets(self, groups: Iterable[str] | None = None,
                        progress: Progress | None = None) -> list[OffsetRecord]:
         return export_offsets(self.layout, groups, progress)
 
     def plan_import(self, records: Iterable[OffsetRecord], progress: Progress | None = None) -> OffsetPlan:
-        return plan_import(self.layout, records, self.log_offsets, progress)
+        return plan_import(self.layout, records, self.log_offsets, progress, kafka=self.kafka)
 
     # -- topics ---------------------------------------------------------------------------------------
 

@@ -6,7 +6,9 @@ owner, last commit time and a status flag.
 
 The gathering functions read ZooKeeper (and ask the leaders for log offsets); :func:`build_description`
 is the pure part that decides lag and status, so that it can be tested without servers. Offsets come from
-ZooKeeper only (``offsets_storage="zookeeper"``); the offsets channel is not read yet.
+ZooKeeper and, given a :class:`~metaq.admin.kafka_offsets.GroupOffsetsStore`, from ``__consumer_offsets``
+over the offsets channel; a partition's offset is ``max(zookeeper, kafka)``, what a metaq consumer with
+``offsets.storage=kafka`` resumes from, and its ``source`` says which store(s) hold it.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from metaq.admin.kafka_offsets import GroupOffsetsStore
 from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
-from metaq.errors import ConfigError, GroupNotFoundError, UnknownTopicError
+from metaq.errors import ConfigError, GroupNotFoundError, MetaqError, UnknownTopicError
 from zk_layout import OffsetNode, TopicCount, ZkLayout
 from zk_layout.paths import consumer_group_path
 
@@ -30,6 +33,11 @@ OUT_OF_RANGE = "OUT_OF_RANGE"  # the committed offset is outside [log start, log
 NO_LEADER = "NO_LEADER"  # the log offsets cannot be read now
 STALLED = "STALLED"  # lag > 0 and no commit for ``stall_after_ms``
 OK = "OK"
+
+# Where a partition's offset came from.
+ZOOKEEPER = "zookeeper"
+KAFKA = "kafka"
+BOTH = "both"
 
 DEFAULT_STALL_AFTER_MS = 10 * 60 * 1000
 _GENERATED_ID = re.compile(r"(?P<host>.+)-(?P<ms>[0-9]{10,})-(?P<hex>[0-9a-f]{1,8})")
@@ -63,6 +71,7 @@ class PartitionLag:
     last_commit_ms: int | None
     first_commit_ms: int | None
     status: str
+    source: str | None = None  # zookeeper | kafka | both (which stores hold ``offset``); None without one
 
     @property
     def lag(self) -> int | None:
@@ -80,7 +89,7 @@ class PartitionLag:
         return {"topic": self.topic, "partition": self.partition, "offset": self.offset,
                 "log_start_offset": self.log_start, "log_end_offset": self.log_end, "lag": self.lag,
                 "owner": self.owner, "consumer_id": self.consumer_id, "last_commit_ms": self.last_commit_ms,
-                "first_commit_ms": self.first_commit_ms, "status": self.status}
+                "first_commit_ms": self.first_commit_ms, "status": self.status, "offset_source": self.source}
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,7 @@ class GroupDescription:
     members: list[Member]
     partitions: list[PartitionLag]
     offsets_storage: str = "zookeeper"
+    kafka_note: str | None = None  # why the offsets in __consumer_offsets were not read, if they were not
 
     @property
     def active(self) -> bool:
@@ -103,7 +113,8 @@ class GroupDescription:
 
     def to_json(self) -> dict[str, Any]:
         return {"group": self.group, "active": self.active, "offsets_storage": self.offsets_storage,
-                "total_lag": self.total_lag, "members": [m.to_json() for m in self.members],
+                "kafka_offsets_note": self.kafka_note, "total_lag": self.total_lag,
+                "members": [m.to_json() for m in self.members],
                 "partitions": [p.to_json() for p in self.partitions]}
 
 
@@ -178,6 +189,8 @@ def partition_status(row: PartitionLag, *, live_ids: set[str], expected: bool, t
     if row.offset is not None and not watermarks.start <= row.offset <= watermarks.end:
         return OUT_OF_RANGE
     lag = row.lag
+    if row.last_commit_ms is None and row.source == KAFKA:
+        return OK  # Kafka gives no commit time: no evidence of a stall
     if lag and lag > 0 and (row.last_commit_ms is None or now_ms - row.last_commit_ms > stall_after_ms):
         return STALLED
     return OK
@@ -194,28 +207,48 @@ def build_description(
     now_ms: int,
     stall_after_ms: int = DEFAULT_STALL_AFTER_MS,
     topics: Iterable[str] | None = None,
+    kafka_offsets: Mapping[TopicPartition, int] | None = None,
+    kafka_note: str | None = None,
 ) -> GroupDescription:
-    """Rows for every partition the group has an offset or owner for, or that a member subscribes to.
+    """Rows for every partition the group has an offset (in ZooKeeper or ``kafka_offsets``) or owner for,
+    or that a member subscribes to.
 
     ``partitions_by_topic`` holds the *existing* topics (with their partitions); ``topics`` limits the rows.
     """
+    kafka = dict(kafka_offsets or {})
     live = set(registrations)
     expected_topics = subscribed_topics(registrations, partitions_by_topic)
     rows = []
-    for topic, partition in row_keys(registrations, partitions_by_topic, offsets, owners, topics):
+    for topic, partition in row_keys(registrations, partitions_by_topic, [*offsets, *kafka], owners, topics):
         node = offsets.get((topic, partition))
         marks = watermarks.get((topic, partition))
+        offset, source = merged_offset(None if node is None else node.offset, kafka.get((topic, partition)))
         row = PartitionLag(
-            topic, partition, None if node is None else node.offset,
+            topic, partition, offset,
             None if marks is None else marks.start, None if marks is None else marks.end,
             owners.get((topic, partition)), None if node is None else node.mtime_ms,
-            None if node is None else node.ctime_ms, OK)
+            None if node is None else node.ctime_ms, OK, source)
         status = partition_status(row, live_ids=live, expected=topic in expected_topics,
                                   topic_exists=topic in partitions_by_topic, watermarks=marks, now_ms=now_ms,
                                   stall_after_ms=stall_after_ms)
         rows.append(replace(row, status=status))
     members = [member_of(group, cid, reg) for cid, reg in sorted(registrations.items())]
-    return GroupDescription(group, members, rows)
+    sources = {r.source for r in rows if r.source is not None}
+    storage = KAFKA if sources == {KAFKA} else "zookeeper+kafka" if sources - {ZOOKEEPER} else ZOOKEEPER
+    return GroupDescription(group, members, rows, storage, kafka_note)
+
+
+def merged_offset(zookeeper: int | None, kafka: int | None) -> tuple[int | None, str | None]:
+    """``max(zookeeper, kafka)`` (a fence's -1 counts as none) and where it came from: zookeeper, kafka,
+    both (equal), or None when neither has one."""
+    zk = zookeeper if zookeeper is not None and zookeeper >= 0 else None
+    if zk is None and kafka is None:
+        return None, None
+    if kafka is None or (zk is not None and zk > kafka):
+        return zk, ZOOKEEPER
+    if zk is None or kafka > zk:
+        return kafka, KAFKA
+    return zk, BOTH
 
 
 def row_keys(registrations: Mapping[str, TopicCount], partitions_by_topic: Mapping[str, list[int]],
@@ -266,19 +299,39 @@ def describe_group(
     topics: Iterable[str] | None = None,
     stall_after_ms: int = DEFAULT_STALL_AFTER_MS,
     now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    kafka: GroupOffsetsStore | None = None,
 ) -> GroupDescription:
-    """Read the group from ZooKeeper and the log offsets from the leaders; GroupNotFoundError if it is absent."""
-    require_group(layout, group)
-    registrations = layout.consumer_registrations(group)
-    offsets = layout.offset_nodes(group)
-    owners = layout.owners(group)
+    """Read the group from ZooKeeper (and with ``kafka`` its offsets in ``__consumer_offsets``) and the log
+    offsets from the leaders; GroupNotFoundError if neither store knows the group.
+
+    An unreachable coordinator does not fail the description: the Kafka offsets are left out, with a note."""
+    kafka_offsets, kafka_note = read_kafka_offsets(kafka, group)
+    if not kafka_offsets:
+        require_group(layout, group)
+    exists = layout.group_exists(group)
+    registrations = layout.consumer_registrations(group) if exists else {}
+    offsets = layout.offset_nodes(group) if exists else {}
+    owners = layout.owners(group) if exists else {}
     partitions_by_topic = topic_partitions(layout)
     if topics is not None:
-        check_topics_known(topics, partitions_by_topic, [*offsets, *owners])
-    keys = row_keys(registrations, partitions_by_topic, offsets, owners, topics)
+        check_topics_known(topics, partitions_by_topic, [*offsets, *owners, *kafka_offsets])
+    keys = row_keys(registrations, partitions_by_topic, [*offsets, *kafka_offsets], owners, topics)
     marks = log_offsets.watermarks(k for k in keys if k[0] in partitions_by_topic)
     return build_description(group, registrations, partitions_by_topic, offsets, owners, marks,
-                             now_ms=now_ms(), stall_after_ms=stall_after_ms, topics=topics)
+                             now_ms=now_ms(), stall_after_ms=stall_after_ms, topics=topics,
+                             kafka_offsets=kafka_offsets, kafka_note=kafka_note)
+
+
+def read_kafka_offsets(kafka: GroupOffsetsStore | None, group: str) -> tuple[dict[TopicPartition, int], str | None]:
+    """The group's offsets in ``__consumer_offsets`` and None, or ({}, why they could not be read)."""
+    if kafka is None:
+        return {}, None
+    if not kafka.available():
+        return {}, "no __consumer_offsets topic: no offsets are stored in Kafka"
+    try:
+        return kafka.fetch(group), None
+    except MetaqError as e:  # KafkaOffsetsUnavailable, or the coordinator refused
+        return {}, f"offsets stored in Kafka were not read: {e}"
 
 
 def list_groups(layout: ZkLayout) -> list[GroupSummary]:

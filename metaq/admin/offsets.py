@@ -10,6 +10,12 @@ New offsets are clamped to ``[log start, log end]`` with a note, so a reset neve
 out of range. Applying refuses while the group has live members (checked again at apply time), because a
 member would go on from its own position and overwrite the change; Kafka's tools demand the same
 ("stop the group first"). Imports (:mod:`metaq.admin.transfer`) build the same kind of plan.
+
+Given a :class:`~metaq.admin.kafka_offsets.GroupOffsetsStore`, a group's current offset is
+``max(zookeeper, kafka)`` (what its consumers resume from), and a group that has offsets in
+``__consumer_offsets`` gets the new offsets committed there too, before ZooKeeper, so that a rewind is not
+undone by that max. The coordinator refuses such a commit while a standard client group has live
+protocol members; that refusal fails the apply (GroupActiveError) and nothing is written to ZooKeeper.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from metaq.admin.groups import topic_partitions
+from metaq.admin.groups import merged_offset, topic_partitions
+from metaq.admin.kafka_offsets import LIVE_GROUP_ERRORS, GroupOffsetsStore, error_name
 from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
 from metaq.errors import ConfigError, GroupActiveError, GroupNotFoundError, MetaqError, UnknownTopicError
 from zk_layout import ZkLayout, validate_topic
@@ -188,12 +195,14 @@ def plan_reset(
     spec: ResetSpec,
     *,
     create_group: bool = False,
+    kafka: GroupOffsetsStore | None = None,
 ) -> OffsetPlan:
     """The dry run of a reset of ``selection`` (topic -> partitions, None for all). Nothing is written.
 
-    A group that does not exist raises GroupNotFoundError unless ``create_group`` (to start a new group at
-    a chosen position, e.g. latest)."""
-    if not create_group and not layout.group_exists(group):
+    A group that does not exist (in ZooKeeper, nor in ``kafka``) raises GroupNotFoundError unless
+    ``create_group`` (to start a new group at a chosen position, e.g. latest)."""
+    in_kafka = kafka_offsets_of(kafka, [group])[group]
+    if not create_group and not in_kafka and not layout.group_exists(group):
         raise GroupNotFoundError(f"group {group!r} does not exist; to prepare offsets for a new group, "
                                  "use --create-group (create_group=True)")
     keys = _selected_partitions(layout, selection)
@@ -206,8 +215,7 @@ def plan_reset(
     by_time = log_offsets.offsets_for_time(keys, int(spec.value or 0)) if spec.mode == TO_DATETIME else {}
     changes = []
     for topic, partition in keys:
-        current = layout.read_offset(group, topic, partition)
-        current = current if current is not None and current >= 0 else None
+        current, _ = merged_offset(layout.read_offset(group, topic, partition), in_kafka.get((topic, partition)))
         m = marks[(topic, partition)]
         new, note = target_offset(spec, current, m, by_time.get((topic, partition)))
         changes.append(OffsetChange(group, topic, partition, current, new, m.start, m.end, note))
@@ -239,12 +247,24 @@ def live_members(layout: ZkLayout, groups: Iterable[str]) -> dict[str, list[str]
     return {g: ids for g, ids in found.items() if ids}
 
 
-def apply_plan(layout: ZkLayout, plan: OffsetPlan, *, force: bool = False,
-               progress: Progress | None = None) -> list[OffsetChange]:
+def kafka_offsets_of(kafka: GroupOffsetsStore | None, groups: Iterable[str]) -> dict[str, dict[TopicPartition, int]]:
+    """group -> its offsets in ``__consumer_offsets`` (empty without ``kafka`` or that topic). An unreachable
+    coordinator raises: a plan that ignored the Kafka offsets could be undone by them."""
+    groups = list(groups)
+    if kafka is None or not kafka.available():
+        return {g: {} for g in groups}
+    return {g: kafka.fetch(g) for g in groups}
+
+
+def apply_plan(layout: ZkLayout, plan: OffsetPlan, *, force: bool = False, progress: Progress | None = None,
+               kafka: GroupOffsetsStore | None = None, kafka_groups: list[str] | None = None) -> list[OffsetChange]:
     """Write the plan's new offsets; returns what was written.
 
     Refuses (GroupActiveError) while a group in the plan has live members, unless ``force``: then the
-    members' next commits fail their fence and they rebalance onto the new offsets.
+    members' next commits fail their fence and they rebalance onto the new offsets. With ``kafka``, the
+    writes of each group that has offsets in ``__consumer_offsets`` are committed there first (the groups
+    are appended to ``kafka_groups``); a partition the coordinator refuses fails the apply before that
+    group's ZooKeeper writes.
     """
     active = live_members(layout, plan.groups)
     if active and not force:
@@ -252,11 +272,35 @@ def apply_plan(layout: ZkLayout, plan: OffsetPlan, *, force: bool = False,
         raise GroupActiveError(
             f"group {group!r} has {len(ids)} live member{'s' if len(ids) > 1 else ''} ({', '.join(ids[:3])}"
             f"{', ...' if len(ids) > 3 else ''}); stop them first, or use --force to write anyway")
+    in_kafka = kafka_offsets_of(kafka, plan.groups)
     written = []
-    for change in plan.writes:
-        assert change.new is not None
-        layout.write_offset(change.group, change.topic, change.partition, change.new)
-        written.append(change)
-        if progress is not None:
-            progress(1)
+    for group in plan.groups:
+        writes = [c for c in plan.writes if c.group == group]
+        if kafka is not None and in_kafka[group] and writes:
+            _commit_to_kafka(kafka, group, {(c.topic, c.partition): c.new for c in writes if c.new is not None})
+            if kafka_groups is not None:
+                kafka_groups.append(group)
+        for change in writes:
+            assert change.new is not None
+            layout.write_offset(change.group, change.topic, change.partition, change.new)
+            written.append(change)
+            if progress is not None:
+                progress(1)
     return written
+
+
+def _commit_to_kafka(kafka: GroupOffsetsStore, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+    """Commit over the offsets channel; GroupActiveError / MetaqError naming the partitions refused."""
+    codes = kafka.commit(group, offsets)
+    failed = {key: code for key, code in sorted(codes.items()) if code}
+    if not failed:
+        return
+    listed = ", ".join(f"{t}-{p}: {error_name(code)}" for (t, p), code in list(failed.items())[:5])
+    more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+    if set(failed.values()) <= LIVE_GROUP_ERRORS:
+        raise GroupActiveError(
+            f"group {group!r} has live members in the Kafka group protocol: its coordinator refused the new "
+            f"offsets ({listed}{more}); stop its consumers first (--force cannot override this). "
+            "Nothing was written for this group")
+    raise MetaqError(f"the coordinator of group {group!r} refused the new offsets of {len(failed)} partition(s) "
+                     f"({listed}{more}); nothing was written for this group")

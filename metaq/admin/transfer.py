@@ -20,9 +20,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from metaq.admin.groups import require_group
+from metaq.admin.groups import merged_offset, require_group
+from metaq.admin.kafka_offsets import GroupOffsetsStore
 from metaq.admin.log_offsets import LogOffsets, Watermarks
-from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress
+from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress, kafka_offsets_of
 from metaq.errors import ConfigError, MetaqError
 from zk_layout import ZkLayout, parse_offset_path, paths, validate_group, validate_topic
 
@@ -163,22 +164,22 @@ def export_offsets(layout: ZkLayout, groups: Iterable[str] | None = None,
 
 
 def plan_import(layout: ZkLayout, records: Iterable[OffsetRecord], log_offsets: LogOffsets | None = None,
-                progress: Progress | None = None) -> OffsetPlan:
-    """The dry run of writing ``records``: each with the offset it replaces. With ``log_offsets``, offsets
-    outside the partition's log get a note (they are written as given: an import restores, it does not
-    correct). Topics that do not exist get a note too."""
+                progress: Progress | None = None, kafka: GroupOffsetsStore | None = None) -> OffsetPlan:
+    """The dry run of writing ``records``: each with the offset it replaces (``max(zookeeper, kafka)`` with
+    ``kafka``). With ``log_offsets``, offsets outside the partition's log get a note (they are written as
+    given: an import restores, it does not correct). Topics that do not exist get a note too."""
     records = list(records)
     if not records:
         raise MetaqError("nothing to import: the input holds no offsets")
+    in_kafka = kafka_offsets_of(kafka, sorted({r.group for r in records}))
     existing = set(layout.topics())
     marks: dict[tuple[str, int], Watermarks] = {}
     if log_offsets is not None:
         marks = log_offsets.watermarks({(r.topic, r.partition) for r in records if r.topic in existing})
     changes = []
     for r in records:
-        current = layout.read_offset(r.group, r.topic, r.partition)
-        if current is not None and current < 0:
-            current = None  # a fence's -1
+        current, _ = merged_offset(layout.read_offset(r.group, r.topic, r.partition),  # a fence's -1 is none
+                                   in_kafka[r.group].get((r.topic, r.partition)))
         m = marks.get((r.topic, r.partition))
         start, end = (m.start, m.end) if m is not None else (None, None)
         changes.append(OffsetChange(r.group, r.topic, r.partition, current, r.offset, start, end,

@@ -2,7 +2,9 @@
 log end offset, lag, owner, last commit time (the offset node's mtime) and a status flag.
 
 The columns follow ``kafka-consumer-groups --zookeeper --describe`` (CURRENT-OFFSET, LOG-END-OFFSET, LAG)
-and ConsumerOffsetChecker (OWNER is the raw owner thread id), with LAST-COMMIT and STATUS added.
+and ConsumerOffsetChecker (OWNER is the raw owner thread id), with LAST-COMMIT, SOURCE and STATUS added.
+CURRENT-OFFSET is ``max(zookeeper, kafka)`` as metaq consumers resume from it; SOURCE says which store holds
+it (zookeeper, kafka or both). When the offsets in ``__consumer_offsets`` cannot be read, a note says so.
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ import argparse
 
 from metaq.admin import GroupDescription, GroupSummary, Member
 from metaq.admin.groups import DEFAULT_STALL_AFTER_MS
-from metaq.cli.output import add_parser, emit, open_admin, table, when
+from metaq.cli.output import add_parser, emit, note, open_admin, table, when
 
 PARTITION_HEADERS = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER", "LAST-COMMIT",
-                     "STATUS"]
+                     "SOURCE", "STATUS"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -41,6 +43,8 @@ def _describe(args: argparse.Namespace) -> int:
     with open_admin(args) as admin:
         description = admin.describe_group(args.group, topics=args.topic,
                                            stall_after_ms=int(args.stalled_after_s * 1000))
+    if description.kafka_note and not args.json:
+        note(f"Note: {description.kafka_note}")
     emit(args, description.to_json(), lambda: render_description(description))
     return 0
 
@@ -61,7 +65,7 @@ def render_description(d: GroupDescription) -> str:
                            [(m.consumer_id, m.host, _subscription(m), when(m.registered_ms)) for m in d.members]))
     if d.partitions:
         parts.append(table(PARTITION_HEADERS, [
-            (p.topic, p.partition, p.offset, p.log_end, p.lag, p.owner, when(p.last_commit_ms), p.status)
+            (p.topic, p.partition, p.offset, p.log_end, p.lag, p.owner, when(p.last_commit_ms), p.source, p.status)
             for p in d.partitions]))
     else:
         parts.append("No committed offsets, owners or subscribed topics.")

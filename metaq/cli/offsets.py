@@ -7,6 +7,8 @@
 
 Resets and imports are dry runs unless ``--execute``, and are refused while a target group has live
 members unless ``--force``. New offsets of a reset are clamped to [log start, log end] with a note.
+A group with offsets in ``__consumer_offsets`` gets the new offsets committed there too (so that a rewind
+sticks); the coordinator's refusal while a standard-client group has live members fails the command.
 """
 
 from __future__ import annotations
@@ -140,15 +142,18 @@ def _write_file(path: Path, text: str) -> None:
 def _finish(admin: Admin, plan: OffsetPlan, args: argparse.Namespace) -> int:
     """Show the plan; with --execute apply it (GroupActiveError, exit 1, when refused)."""
     written: list[OffsetChange] = []
+    kafka_groups: list[str] = []
     if args.execute:
         with ProgressBar("writing offsets", len(plan.writes)) as bar:
-            written = admin.apply_plan(plan, force=args.force, progress=bar.update)
+            written = admin.apply_plan(plan, force=args.force, progress=bar.update, kafka_groups=kafka_groups)
     if args.json:
-        print_json({"executed": bool(args.execute), "written": len(written), **plan.to_json()})
+        print_json({"executed": bool(args.execute), "written": len(written), "kafka_groups": kafka_groups,
+                    **plan.to_json()})
         return 0
     print(render_plan(plan, executed=bool(args.execute)))
     if args.execute:
-        print(f"\nWrote {len(written)} offset(s).")
+        also = f" (also committed to __consumer_offsets for {', '.join(kafka_groups)})" if kafka_groups else ""
+        print(f"\nWrote {len(written)} offset(s){also}.")
         return 0
     live = {g: ids for g, ids in plan.live_members.items() if ids}
     if live and not args.force:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from metaq.admin.kafka_offsets import KafkaOffsetsUnavailable
 from metaq.admin.log_offsets import TopicPartition, Watermarks
 from metaq.errors import MetaqError
 from zk_layout import OffsetNode, OwnerNode, PartitionState, TopicAssignment, TopicCount, validate_group
@@ -116,3 +117,29 @@ class FakeLogOffsets:
                 raise MetaqError(f"cannot reach the leader of {key}")
             result[key] = self.by_time.get(key, self.marks[key].end)  # type: ignore[assignment]
         return result
+
+
+@dataclass
+class FakeKafkaOffsets:
+    """Groups' offsets in ``__consumer_offsets``; ``refuse`` answers every commit of a group with that code."""
+
+    offsets: dict[str, dict[TopicPartition, int]] = field(default_factory=dict)
+    topic_exists: bool = True
+    down: bool = False
+    refuse: dict[str, int] = field(default_factory=dict)
+    commits: list[tuple[str, dict[TopicPartition, int]]] = field(default_factory=list)
+
+    def available(self) -> bool:
+        return self.topic_exists
+
+    def fetch(self, group: str) -> dict[TopicPartition, int]:
+        if self.down:
+            raise KafkaOffsetsUnavailable(f"the coordinator of group {group!r} is unavailable: down")
+        return dict(self.offsets.get(group, {}))
+
+    def commit(self, group: str, offsets: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        self.commits.append((group, dict(offsets)))
+        code = self.refuse.get(group, 0)
+        if not code:
+            self.offsets.setdefault(group, {}).update(offsets)
+        return {key: code for key in offsets}

@@ -38,14 +38,15 @@ def test_progress_bar_draws_only_when_enabled() -> None:
 def test_describe_rendering() -> None:
     d = GroupDescription("etl", [Member("etl_h-1700000000000-ab", "h", {"clicks": 2}, "static", 1700000000000)],
                          [PartitionLag("clicks", 0, 90, 0, 100, "etl_h-1700000000000-ab-0", 1700000000000,
-                                       1690000000000, "OK")])
+                                       1690000000000, "OK", "zookeeper")])
     text = render_description(d)
     assert text.startswith("Group etl: 1 live member, offsets in zookeeper, total lag 10")
     assert "clicks:2" in text and "2023-11-14T22:13:20Z" in text
     header, row = text.splitlines()[-2:]
     assert header.split() == ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER",
-                              "LAST-COMMIT", "STATUS"]
-    assert row.split() == ["clicks", "0", "90", "100", "10", "etl_h-1700000000000-ab-0", "2023-11-14T22:13:20Z", "OK"]
+                              "LAST-COMMIT", "SOURCE", "STATUS"]
+    assert row.split() == ["clicks", "0", "90", "100", "10", "etl_h-1700000000000-ab-0", "2023-11-14T22:13:20Z",
+                           "zookeeper", "OK"]
 
 
 @pytest.mark.parametrize("argv", [

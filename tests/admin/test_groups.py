@@ -16,10 +16,11 @@ from metaq.admin.groups import (
     describe_group,
     host_of,
     list_groups,
+    merged_offset,
     owner_is_live,
 )
 from metaq.errors import GroupNotFoundError, UnknownTopicError
-from tests.admin.fakes import NOW_MS, FakeLayout, FakeLogOffsets
+from tests.admin.fakes import NOW_MS, FakeKafkaOffsets, FakeLayout, FakeLogOffsets
 
 A = "etl_host1-1700000000000-6b2a1f0c"
 B = "etl_host2-1700000000001-0f00ba11"
@@ -145,3 +146,53 @@ def test_owner_liveness_accepts_bare_ids() -> None:
     ("etl_configured", None), ("other_host-1700000000000-ab12", None)])
 def test_host_of(consumer_id: str, host: str | None) -> None:
     assert host_of("etl", consumer_id) == host
+
+
+# -- offsets in __consumer_offsets --------------------------------------------------------------------
+
+
+def test_offsets_in_kafka_are_merged_with_their_source() -> None:
+    layout, logs = _cluster()
+    rows = {r.partition: r for r in _describe(layout, logs).partitions}
+    kafka = FakeKafkaOffsets({"etl": {("clicks", 0): rows[0].offset + 5 if rows[0].offset is not None else 5,
+                                      ("clicks", 2): 1}})
+    merged = _describe(layout, logs, kafka=kafka)
+    by_partition = {r.partition: r for r in merged.partitions}
+    for p, row in by_partition.items():
+        zk, in_kafka = rows[p].offset, kafka.offsets["etl"].get(("clicks", p))
+        expected = max(o for o in (zk, in_kafka, -1) if o is not None)
+        assert row.offset == (None if expected < 0 else expected)
+        assert row.source == (None if zk is None and in_kafka is None else "kafka" if zk is None or (
+            in_kafka is not None and in_kafka > zk) else "zookeeper" if in_kafka is None or zk > in_kafka else "both")
+        assert row.to_json()["offset_source"] == row.source
+    assert merged.kafka_note is None
+
+
+def test_merged_offset() -> None:
+    assert merged_offset(None, None) == (None, None)
+    assert merged_offset(-1, None) == (None, None)  # a fence
+    assert merged_offset(5, None) == (5, "zookeeper")
+    assert merged_offset(-1, 3) == (3, "kafka")
+    assert merged_offset(5, 7) == (7, "kafka")
+    assert merged_offset(9, 7) == (9, "zookeeper")
+    assert merged_offset(7, 7) == (7, "both")
+
+
+def test_a_group_only_in_kafka_is_described() -> None:
+    layout, logs = _cluster()
+    kafka = FakeKafkaOffsets({"std": {("clicks", 1): 40}})
+    d = _describe(layout, logs, "std", kafka=kafka)
+    assert [(r.partition, r.offset, r.lag, r.source, r.status) for r in d.partitions] == [(1, 40, 61, "kafka", OK)]
+    assert d.offsets_storage == "kafka" and not d.members
+    with pytest.raises(GroupNotFoundError):
+        _describe(layout, logs, "nope", kafka=kafka)
+
+
+def test_an_unreachable_coordinator_leaves_kafka_out_with_a_note() -> None:
+    layout, logs = _cluster()
+    plain = _describe(layout, logs)
+    down = _describe(layout, logs, kafka=FakeKafkaOffsets(down=True))
+    assert down.partitions == plain.partitions and "unavailable" in (down.kafka_note or "")
+    absent = _describe(layout, logs, kafka=FakeKafkaOffsets(topic_exists=False))
+    assert absent.partitions == plain.partitions and "no __consumer_offsets" in (absent.kafka_note or "")
+    assert absent.offsets_storage == "zookeeper"

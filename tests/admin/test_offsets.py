@@ -17,7 +17,7 @@ from metaq.admin.offsets import (
     target_offset,
 )
 from metaq.errors import ConfigError, GroupActiveError, GroupNotFoundError, MetaqError, UnknownTopicError
-from tests.admin.fakes import FakeLayout, FakeLogOffsets
+from tests.admin.fakes import FakeKafkaOffsets, FakeLayout, FakeLogOffsets
 
 MARKS = Watermarks(100, 500, 0)
 
@@ -123,3 +123,47 @@ def test_plan_errors() -> None:
     del logs.marks[("clicks", 2)]
     with pytest.raises(MetaqError, match="log offsets of clicks-2 are unknown \\(no leader\\)"):
         plan_reset(layout, logs, "etl", {"clicks": None}, ResetSpec.earliest())  # type: ignore[arg-type]
+
+
+# -- offsets in __consumer_offsets --------------------------------------------------------------------
+
+
+def test_a_group_with_kafka_offsets_is_reset_there_first() -> None:
+    layout, logs = _cluster()
+    kafka = FakeKafkaOffsets({"etl": {("clicks", 0): 70, ("clicks", 2): 30}})
+    plan = plan_reset(layout, logs, "etl", {"clicks": None}, ResetSpec.shift_by(-5),  # type: ignore[arg-type]
+                      kafka=kafka)
+    assert [(c.partition, c.current, c.new) for c in plan.changes] == [(0, 70, 65), (1, None, None), (2, 30, 25)]
+    groups: list[str] = []
+    apply_plan(layout, plan, kafka=kafka, kafka_groups=groups)  # type: ignore[arg-type]
+    assert kafka.commits == [("etl", {("clicks", 0): 65, ("clicks", 2): 25})] and groups == ["etl"]
+    assert layout.writes == [("etl", "clicks", 0, 65), ("etl", "clicks", 2, 25)]
+
+    only_kafka = plan_reset(layout, logs, "std", {"clicks": [0]}, ResetSpec.earliest(),  # type: ignore[arg-type]
+                            kafka=FakeKafkaOffsets({"std": {("clicks", 0): 90}}))
+    assert [(c.current, c.new) for c in only_kafka.changes] == [(90, 10)]  # no --create-group needed
+
+
+def test_a_group_without_kafka_offsets_is_written_to_zookeeper_only() -> None:
+    layout, logs = _cluster()
+    kafka = FakeKafkaOffsets({"other": {("clicks", 0): 1}})
+    plan = plan_reset(layout, logs, "etl", {"clicks": [0]}, ResetSpec.latest(), kafka=kafka)  # type: ignore[arg-type]
+    groups: list[str] = []
+    apply_plan(layout, plan, kafka=kafka, kafka_groups=groups)  # type: ignore[arg-type]
+    assert kafka.commits == [] and groups == [] and layout.writes == [("etl", "clicks", 0, 100)]
+    with pytest.raises(MetaqError, match="unavailable"):
+        apply_plan(layout, plan, kafka=FakeKafkaOffsets(down=True))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("code", "error", "message"), [
+    (25, GroupActiveError, "group 'etl' has live members in the Kafka group protocol.*UNKNOWN_MEMBER_ID"),
+    (22, GroupActiveError, "group 'etl' has live members.*ILLEGAL_GENERATION"),
+    (58, MetaqError, "coordinator of group 'etl' refused the new offsets of 1 partition"),
+])
+def test_a_refused_kafka_commit_fails_before_zookeeper(code: int, error: type[Exception], message: str) -> None:
+    layout, logs = _cluster()
+    kafka = FakeKafkaOffsets({"etl": {("clicks", 0): 70}}, refuse={"etl": code})
+    plan = plan_reset(layout, logs, "etl", {"clicks": [0]}, ResetSpec.earliest(), kafka=kafka)  # type: ignore[arg-type]
+    with pytest.raises(error, match=message):
+        apply_plan(layout, plan, force=True, kafka=kafka)  # type: ignore[arg-type]
+    assert layout.writes == []

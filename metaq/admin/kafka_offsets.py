@@ -1,0 +1,140 @@
+"""A group's offsets in ``__consumer_offsets``, read and written by the ops tools over the offsets channel.
+
+    kafka = KafkaGroupOffsets(layout)
+    kafka.fetch("etl")                                  # {("clicks", 0): 42}: every offset the group has there
+    kafka.commit("etl", {("clicks", 0): 0})             # {("clicks", 0): 0}: error code per partition
+
+Consumers with ``offsets.storage=kafka`` (:mod:`metaq.consumer.kafka_offsets`) resume from
+``max(zookeeper, kafka)`` and standard clients (a ``group.id`` without ZooKeeper) keep offsets only
+there, so ``groups describe`` reads them and resets/imports write them too. The channel itself (the
+coordinator lookup at a random live broker from ZooKeeper) is the consumer's :class:`OffsetsChannel`;
+this adds short, bounded retries and the two requests an operator needs: OffsetFetch with ``topics=None``
+(all of the group's offsets) and OffsetCommit v2 from outside the group protocol (generation -1, no member).
+
+Nothing here creates ``__consumer_offsets``: when the topic does not exist (the coordinator lookup would
+create it), there is nothing to read and :meth:`KafkaGroupOffsets.available` is False.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol, TypeVar
+
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
+
+from metaq.admin.log_offsets import TopicPartition
+from metaq.client.versions import ApiKey
+from metaq.consumer.kafka_offsets import _LOOK_AGAIN, COMMIT_VERSION, CoordinatorError, OffsetsChannel, _check
+from metaq.errors import BrokerConnectionError, MetaqError, ProtocolError, for_code
+from zk_layout import ZkLayout
+
+OFFSETS_TOPIC = "__consumer_offsets"
+ILLEGAL_GENERATION = 22
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
+FENCED_INSTANCE_ID = 82
+LIVE_GROUP_ERRORS = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID})
+"""What the coordinator answers a commit from outside the protocol while the group has protocol members."""
+
+T = TypeVar("T")
+
+
+class KafkaOffsetsUnavailable(MetaqError):
+    """The group's coordinator could not be reached (or would not answer) within the deadline."""
+
+
+class GroupOffsetsStore(Protocol):
+    """What the admin functions need; :class:`KafkaGroupOffsets` or a test fake."""
+
+    def available(self) -> bool: ...
+
+    def fetch(self, group: str) -> dict[TopicPartition, int]: ...
+
+    def commit(self, group: str, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]: ...
+
+
+_LIVE_GROUP_NAMES = {ILLEGAL_GENERATION: "ILLEGAL_GENERATION", UNKNOWN_MEMBER_ID: "UNKNOWN_MEMBER_ID",
+                     REBALANCE_IN_PROGRESS: "REBALANCE_IN_PROGRESS", FENCED_INSTANCE_ID: "FENCED_INSTANCE_ID"}
+
+
+def error_name(code: int) -> str:
+    return f"{_LIVE_GROUP_NAMES.get(code) or for_code(code).message} ({code})"
+
+
+class KafkaGroupOffsets:
+    """Blocking reads and writes of groups' Kafka-stored offsets; each call opens and closes its channel."""
+
+    def __init__(self, layout: ZkLayout, *, timeout_ms: int = 5000, backoff_ms: int = 200,
+                 client_id: str = "metaq-admin") -> None:
+        self._layout = layout
+        self._timeout_ms = timeout_ms
+        self._backoff_ms = backoff_ms
+        self._client_id = client_id
+
+    def available(self) -> bool:
+        """Whether ``__consumer_offsets`` exists (without it no group has Kafka-stored offsets)."""
+        return self._layout.topic_assignment(OFFSETS_TOPIC) is not None
+
+    def fetch(self, group: str) -> dict[TopicPartition, int]:
+        """Every committed offset of ``group`` (none when ``__consumer_offsets`` does not exist)."""
+        if not self.available():
+            return {}
+        return self._run(group, lambda channel: self._fetch(channel, group))
+
+    def commit(self, group: str, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """One OffsetCommit v2 (generation -1, member ""); the error code of each partition (0: committed)."""
+        if not offsets:
+            return {}
+        return self._run(group, lambda channel: self._commit(channel, group, offsets))
+
+    def _run(self, group: str, attempt: Callable[[OffsetsChannel], T]) -> T:
+        """Retry coordinator and connection errors until the deadline; KafkaOffsetsUnavailable after it."""
+        channel = OffsetsChannel(self._layout, group, client_id=self._client_id, socket_timeout_ms=self._timeout_ms)
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        try:
+            while True:
+                try:
+                    return attempt(channel)
+                except (CoordinatorError, BrokerConnectionError, ProtocolError) as e:
+                    channel.drop()
+                    if time.monotonic() + self._backoff_ms / 1000 > deadline:
+                        raise KafkaOffsetsUnavailable(
+                            f"the coordinator of group {group!r} is unavailable: {e}") from e
+                    time.sleep(self._backoff_ms / 1000)
+        finally:
+            channel.close()
+
+    @staticmethod
+    def _fetch(channel: OffsetsChannel, group: str) -> dict[TopicPartition, int]:
+        if channel.api_version(ApiKey.OFFSET_FETCH) < 2:
+            raise MetaqError(f"the coordinator of group {group!r} does not speak OffsetFetch v2 (all offsets)")
+        response = channel.send(OffsetFetchRequest, {"group_id": group, "topics": None})
+        context = f"fetching the Kafka offsets of group {group!r}"
+        _check(response.error_code, context)
+        found: dict[TopicPartition, int] = {}
+        for topic in response.topics:
+            for part in topic.partitions:
+                _check(part.error_code, f"{context} ({topic.name}-{part.partition_index})")
+                if part.committed_offset >= 0:
+                    found[(topic.name, part.partition_index)] = part.committed_offset
+        return found
+
+    @staticmethod
+    def _commit(channel: OffsetsChannel, group: str,
+                offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        request = OffsetCommitRequest[COMMIT_VERSION](
+            group_id=group, generation_id_or_member_epoch=-1, member_id="", retention_time_ms=-1,
+            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
+                OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                    partition_index=p, committed_offset=o, committed_metadata="")
+                for (t, p), o in sorted(offsets.items()) if t == topic])
+                for topic in sorted({t for t, _ in offsets})])
+        response = channel.send(OffsetCommitRequest, request)
+        codes = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
+        missing = set(offsets) - set(codes)
+        if missing:
+            raise ProtocolError(f"OffsetCommit response for group {group!r} lacks {sorted(missing)}")
+        for code in set(codes.values()) & _LOOK_AGAIN:  # the coordinator moved or is loading: look up again
+            raise CoordinatorError(code, f"committing the offsets of group {group!r}")
+        return codes
