@@ -10,20 +10,11 @@ sides speak (as librdkafka and kafka-python do)::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import IntEnum
 
 from metaq.errors import UnsupportedVersionError
+from metaq.protocol.apis import ApiKey, api_name
 
-
-class ApiKey(IntEnum):
-    PRODUCE = 0
-    FETCH = 1
-    LIST_OFFSETS = 2
-    METADATA = 3
-    OFFSET_COMMIT = 8
-    OFFSET_FETCH = 9
-    FIND_COORDINATOR = 10
-    API_VERSIONS = 18
+__all__ = ["API_VERSIONS_PROBE", "CLIENT_VERSIONS", "ApiKey", "api_name", "pick_version"]
 
 
 CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
@@ -40,13 +31,6 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
 
 API_VERSIONS_PROBE = 3
 """The ApiVersions version sent first; a broker that does not speak it answers error 35 and we retry with 0."""
-
-
-def api_name(api_key: int) -> str:
-    try:
-        return ApiKey(api_key).name
-    except ValueError:
-        return f"API{api_key}"
 
 
 def pick_version(api_key: int, broker_versions: Mapping[int, tuple[int, int]]) -> int:
