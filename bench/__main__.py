@@ -23,28 +23,24 @@ ends with one set of tables:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import subprocess
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import confluent_kafka
 import psutil
-from kazoo.client import KazooClient
 
 from bench import consumer as bench_consumer
 from bench import rebalance as bench_rebalance
 from bench.consumer import print_table
-from bench.rebalance import bench_zookeeper
+from bench.environment import Environment, environment
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.testing.broker import topic_leaders, wait_until
-from metaq.zkclient import connect
 from zk_layout import ZkLayout
 
 KCAT = shutil.which("kcat")
@@ -159,40 +155,6 @@ def run_broker(env: Environment, messages: int, sizes: list[int]) -> list[Row]:
 def broker_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     header = ["client", "job", "value B", "messages", "msgs/s", "MB/s", "broker CPU s/1M"]
     return header, [r.cells() for r in rows]
-
-
-@dataclass
-class Environment:
-    """One embedded ZooKeeper, one broker process and a ZooKeeper client, shared by every section."""
-
-    zk: str
-    client: KazooClient
-    layout: ZkLayout
-    broker: BrokerProcess
-    work_dir: Path
-
-    @property
-    def bootstrap(self) -> str:
-        return self.broker.bootstrap
-
-
-@contextlib.contextmanager
-def environment() -> Iterator[Environment]:
-    work = Path(tempfile.mkdtemp(prefix="metaq-bench-"))
-    external = os.environ.get("ZOOKEEPER_CONNECT")
-    zk_server = None if external else bench_zookeeper(work / "zk").start()
-    zk = f"{external or zk_server.connect_string}/metaq-bench-{os.getpid()}"  # type: ignore[union-attr]
-    client = connect(zk)
-    broker = BrokerProcess(zk, 0, work, log_level="WARNING").start()
-    try:
-        yield Environment(zk, client, ZkLayout(client), broker, work)
-    finally:
-        broker.stop()
-        client.stop()
-        client.close()
-        if zk_server:
-            zk_server.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 @dataclass(frozen=True)

@@ -13,19 +13,18 @@ length is summed and checked). ``cpu`` is the consumer process's CPU time (all t
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.environment import Environment, environment
 from metaq.childproc import die_with_parent
 
 VALUE_SIZE = 100
@@ -352,39 +351,6 @@ def prepare(bootstrap: str, layout: Any, topic: str, partitions: int, messages: 
     return time.perf_counter() - t0
 
 
-@dataclass
-class Environment:
-    zk: str
-    bootstrap: str
-    layout: Any
-    work_dir: Path
-
-
-@contextlib.contextmanager
-def standalone() -> Iterator[Environment]:
-    """An embedded ZooKeeper and one broker process, for running this module on its own."""
-    import shutil
-
-    from bench.rebalance import bench_zookeeper
-    from metaq.broker.process import BrokerProcess
-    from metaq.zkclient import connect
-    from zk_layout import ZkLayout
-
-    work = Path(tempfile.mkdtemp(prefix="metaq-bench-"))
-    zk_server = bench_zookeeper(work / "zk").start()
-    zk = f"{zk_server.connect_string}/metaq-bench-{os.getpid()}"
-    client = connect(zk)
-    broker = BrokerProcess(zk, 0, work, log_level="WARNING").start()
-    try:
-        yield Environment(zk, broker.bootstrap, ZkLayout(client), work)
-    finally:
-        broker.stop()
-        client.stop()
-        client.close()
-        zk_server.stop()
-        shutil.rmtree(work, ignore_errors=True)
-
-
 def run(env: Environment, messages: int, partitions: int, repeat: int = 1,
         clients: list[str] | None = None) -> list[Result]:
     topic = "bench-consume"
@@ -416,7 +382,7 @@ def main() -> None:
         print(json.dumps(meter.result()), flush=True)
         os._exit(0)  # do not wait for the clients' background threads
     clients = args.clients.split(",") if args.clients else None
-    with standalone() as env:
+    with environment() as env:
         results = run(env, args.messages, args.partitions, args.repeat, clients)
         print_table(*table(results), title="Consumer throughput")
         print_table(*ratio_table(results), title="Ratios")

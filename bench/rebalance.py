@@ -22,7 +22,6 @@ after fencing them as a rebalance does (``take_ownership``), several times; also
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
@@ -30,10 +29,9 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -441,30 +439,6 @@ def bench_zookeeper(data_dir: Path) -> ZooKeeperServer:
     return BenchZooKeeper(data_dir=data_dir, force_sync=False, tick_time_ms=200)
 
 
-@contextlib.contextmanager
-def standalone() -> Iterator[tuple[str, Any, str, Any, Path]]:
-    """(zk connect, kazoo client, broker bootstrap, layout, work dir) on an embedded ZooKeeper and broker."""
-    import shutil
-
-    from metaq.broker.process import BrokerProcess
-    from metaq.zkclient import connect
-    from zk_layout import ZkLayout
-
-    work = Path(tempfile.mkdtemp(prefix="metaq-bench-"))
-    zk_server = bench_zookeeper(work / "zk").start()
-    zk = f"{zk_server.connect_string}/metaq-bench-{os.getpid()}"
-    client = connect(zk)
-    broker = BrokerProcess(zk, 0, work, log_level="WARNING").start()
-    try:
-        yield zk, client, broker.bootstrap, ZkLayout(client), work
-    finally:
-        broker.stop()
-        client.stop()
-        client.close()
-        zk_server.stop()
-        shutil.rmtree(work, ignore_errors=True)
-
-
 def print_table(header: list[str], rows: list[list[str]], title: str | None = None) -> None:
     from bench.consumer import print_table as show
 
@@ -484,12 +458,15 @@ def main() -> None:
         worker(args.zk, args.group, args.session_timeout_ms)
         return
     reps, kill_reps, session_ms = (2, 1, 3000) if args.quick else (5, 3, 6000)
-    with standalone() as (zk, client, bootstrap, layout, work):
+    from bench.environment import environment
+
+    with environment() as env:
         print("Commit latency", flush=True)
-        fence, times = measure_commit(client, reps=5 if args.quick else 20)
+        fence, times = measure_commit(env.client, reps=5 if args.quick else 20)
         print("Rebalance latency", flush=True)
-        changes = measure_rebalance(zk, client, bootstrap, layout, work, reps=reps, kill_reps=kill_reps,
-                                    session_timeout_ms=session_ms, report=lambda s: print(s, flush=True))
+        changes = measure_rebalance(env.zk, env.client, env.bootstrap, env.layout, env.work_dir, reps=reps,
+                                    kill_reps=kill_reps, session_timeout_ms=session_ms,
+                                    report=lambda s: print(s, flush=True))
     print_table(*rebalance_table(changes, session_ms), title="Rebalance latency")
     print_table(*commit_table(1000, fence, times), title="Offset commit")
 
