@@ -57,7 +57,6 @@ class MetadataWatcher:
         self._dirty = threading.Event()
         self._stopped = threading.Event()
         self._reloaded = threading.Condition()
-        self._generation = 0
         self.snapshot = ClusterSnapshot()
         self._thread = threading.Thread(target=self._run, name="metaq-broker-metadata", daemon=True)
 
@@ -114,7 +113,6 @@ class MetadataWatcher:
         snapshot = ClusterSnapshot(brokers=brokers, topics=topics, cluster_id=self._layout.cluster_id())
         with self._reloaded:
             self.snapshot = snapshot
-            self._generation += 1
             self._reloaded.notify_all()
         if self._on_change is not None:
             self._on_change(snapshot)
