@@ -25,7 +25,14 @@ from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 
 from metaq.admin.log_offsets import TopicPartition
 from metaq.client.versions import ApiKey
-from metaq.consumer.kafka_offsets import _LOOK_AGAIN, COMMIT_VERSION, CoordinatorError, OffsetsChannel, _check
+from metaq.consumer.kafka_offsets import (
+    _LOOK_AGAIN,
+    CoordinatorError,
+    OffsetsChannel,
+    commit_codes,
+    commit_request,
+    fetched_offsets,
+)
 from metaq.errors import BrokerConnectionError, MetaqError, ProtocolError, for_code
 from zk_layout import ZkLayout
 
@@ -110,31 +117,13 @@ class KafkaGroupOffsets:
         if channel.api_version(ApiKey.OFFSET_FETCH) < 2:
             raise MetaqError(f"the coordinator of group {group!r} does not speak OffsetFetch v2 (all offsets)")
         response = channel.send(OffsetFetchRequest, {"group_id": group, "topics": None})
-        context = f"fetching the Kafka offsets of group {group!r}"
-        _check(response.error_code, context)
-        found: dict[TopicPartition, int] = {}
-        for topic in response.topics:
-            for part in topic.partitions:
-                _check(part.error_code, f"{context} ({topic.name}-{part.partition_index})")
-                if part.committed_offset >= 0:
-                    found[(topic.name, part.partition_index)] = part.committed_offset
-        return found
+        return fetched_offsets(response, f"fetching the Kafka offsets of group {group!r}")
 
     @staticmethod
     def _commit(channel: OffsetsChannel, group: str,
                 offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
-        request = OffsetCommitRequest[COMMIT_VERSION](
-            group_id=group, generation_id_or_member_epoch=-1, member_id="", retention_time_ms=-1,
-            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
-                OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
-                    partition_index=p, committed_offset=o, committed_metadata="")
-                for (t, p), o in sorted(offsets.items()) if t == topic])
-                for topic in sorted({t for t, _ in offsets})])
-        response = channel.send(OffsetCommitRequest, request)
-        codes = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
-        missing = set(offsets) - set(codes)
-        if missing:
-            raise ProtocolError(f"OffsetCommit response for group {group!r} lacks {sorted(missing)}")
+        response = channel.send(OffsetCommitRequest, commit_request(group, offsets))
+        codes = commit_codes(response, group, offsets)
         for code in set(codes.values()) & _LOOK_AGAIN:  # the coordinator moved or is loading: look up again
             raise CoordinatorError(code, f"committing the offsets of group {group!r}")
         return codes

@@ -90,6 +90,39 @@ def _check(code: int, context: str) -> None:
         raise cls(f"{cls.message} ({code}) {context}")
 
 
+def commit_request(group: str, offsets: Mapping[TopicPartition, int]) -> Any:
+    """An OffsetCommit v2 from outside the group protocol (generation -1, no member, no retention)."""
+    return OffsetCommitRequest[COMMIT_VERSION](
+        group_id=group, generation_id_or_member_epoch=-1, member_id="", retention_time_ms=-1,
+        topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
+            OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                partition_index=p, committed_offset=o, committed_metadata="")
+            for (t, p), o in sorted(offsets.items()) if t == topic])
+            for topic in sorted({t for t, _ in offsets})])
+
+
+def commit_codes(response: Any, group: str, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """Error code per partition of an OffsetCommit answer; every partition sent must be answered."""
+    codes = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
+    missing = set(offsets) - set(codes)
+    if missing:
+        raise ProtocolError(f"OffsetCommit response for group {group} lacks {sorted(missing)}")
+    return codes
+
+
+def fetched_offsets(response: Any, context: str) -> dict[TopicPartition, int]:
+    """Committed offsets of an OffsetFetch answer (group-level and partition errors raised; partitions
+    without an offset left out)."""
+    _check(getattr(response, "error_code", 0) or 0, context)  # v2+: group-level errors
+    found: dict[TopicPartition, int] = {}
+    for topic in response.topics:
+        for part in topic.partitions:
+            _check(part.error_code, f"{context} ({topic.name}-{part.partition_index})")
+            if part.committed_offset >= 0:
+                found[(topic.name, part.partition_index)] = part.committed_offset
+    return found
+
+
 class OffsetsChannel:
     """A blocking connection to one group's coordinator, (re)established on demand.
 
@@ -306,18 +339,8 @@ class KafkaOffsetStore:
         if not low <= COMMIT_VERSION <= high:
             raise UnsupportedVersionError(f"the coordinator of group {self._group} does not speak OffsetCommit "
                                           f"v{COMMIT_VERSION} (it offers v{low}..{high})")
-        request = OffsetCommitRequest[COMMIT_VERSION](
-            group_id=self._group, generation_id_or_member_epoch=-1, member_id="", retention_time_ms=-1,
-            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
-                OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
-                    partition_index=p, committed_offset=o, committed_metadata="")
-                for (t, p), o in sorted(offsets.items()) if t == topic])
-                for topic in sorted({t for t, _ in offsets})])
-        response = self._channel.send(OffsetCommitRequest, request)
-        codes = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
-        missing = set(offsets) - set(codes)
-        if missing:
-            raise ProtocolError(f"OffsetCommit response for group {self._group} lacks {sorted(missing)}")
+        response = self._channel.send(OffsetCommitRequest, commit_request(self._group, offsets))
+        codes = commit_codes(response, self._group, offsets)
         for code in sorted(set(codes.values()), key=lambda c: c not in _LOOK_AGAIN):  # coordinator errors first
             bad = sorted(k for k, c in codes.items() if c == code)
             _check(code, f"committing offsets of group {self._group} for {bad[:5]}")
@@ -330,12 +353,4 @@ class KafkaOffsetStore:
         response = self._channel.send(OffsetFetchRequest, {
             "group_id": self._group,
             "topics": [{"name": t, "partition_indexes": sorted(ps)} for t, ps in sorted(by_topic.items())]})
-        context = f"fetching offsets of group {self._group}"
-        _check(getattr(response, "error_code", 0) or 0, context)  # v2+: group-level errors
-        found: dict[TopicPartition, int] = {}
-        for topic in response.topics:
-            for part in topic.partitions:
-                _check(part.error_code, f"{context} ({topic.name}-{part.partition_index})")
-                if part.committed_offset >= 0:
-                    found[(topic.name, part.partition_index)] = part.committed_offset
-        return found
+        return fetched_offsets(response, f"fetching offsets of group {self._group}")
