@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
 
@@ -52,7 +53,7 @@ class Broker:
         self._stop = asyncio.Event()
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.request_stop)
+                loop.add_signal_handler(sig, self._on_signal, sig)
         await self._start()
         try:
             await self._stop.wait()
@@ -62,6 +63,15 @@ class Broker:
     def request_stop(self) -> None:
         if self._stop is not None:
             self._stop.set()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        """The first SIGTERM/SIGINT stops cleanly (flush, clean-shutdown marker, deregister); a second one
+        exits at once, as metaq.signals does for every other metaq process."""
+        if self._stop is not None and self._stop.is_set():
+            log.warning("second %s: exiting at once", sig.name)
+            os._exit(128 + sig)
+        log.info("%s received: stopping cleanly (send it again to exit at once)", sig.name)
+        self.request_stop()
 
     async def _start(self) -> None:
         config = self.config

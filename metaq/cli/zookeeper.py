@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import threading
 from pathlib import Path
-from types import FrameType
 
+from metaq.signals import TerminationHandler
 from metaq.zkserver import ZooKeeperServer
 
 log = logging.getLogger(__name__)
@@ -34,12 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def _start(args: argparse.Namespace) -> int:
     stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("received %s: stopping ZooKeeper", signal.Signals(signum).name)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    handler = TerminationHandler(stop.set).install()  # a second signal exits at once (the JVM dies with us)
     server = ZooKeeperServer(args.port, args.data_dir, tick_time_ms=args.tick_time)
     try:
         server.start(timeout=args.start_timeout)
@@ -51,5 +45,4 @@ def _start(args: argparse.Namespace) -> int:
         return 0
     finally:
         server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        handler.restore()

@@ -47,6 +47,7 @@ from metaq.consumer.recover import RecoverManager, RecoverStore, default_dir, de
 from metaq.consumer.serde import DeserializerSpec, bytes_deserializer, get_deserializer
 from metaq.consumer.streams import ConsumerTimeoutError
 from metaq.errors import ConfigError, DeserializationError, MetaqError
+from metaq.signals import TerminationHandler
 from zk_layout import validate_topic
 
 log = logging.getLogger(__name__)
@@ -445,6 +446,7 @@ class MessageConsumer:
         self._managers: list[RecoverManager] = []
         self._stopping = threading.Event()
         self._abandon = threading.Event()
+        self._closed = threading.Event()
 
     # -- subscribing -------------------------------------------------------------------------------
 
@@ -541,13 +543,26 @@ class MessageConsumer:
 
     # -- shutdown ----------------------------------------------------------------------------------
 
+    def stop_on_signals(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> TerminationHandler:
+        """SIGTERM or SIGINT runs :meth:`shutdown` (listeners finish the chunk in hand, what was processed
+        is committed, partitions are released, the group is left) on a thread of its own; a second signal
+        exits at once. Call from the main thread, then block in :meth:`wait`."""
+        return TerminationHandler(lambda: self.shutdown(timeout_s)).install()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the consumer is shut down (True) or ``timeout`` seconds passed (False)."""
+        return self._closed.wait(timeout)
+
     def shutdown(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
         """Bounded and orderly: the dispatchers finish the chunk in hand (abandoned unmarked after half the
         timeout), the recover threads stop, then the connector commits, releases and leaves the group."""
         with self._lock:
-            if self._phase == CLOSED:
-                return
+            already = self._phase == CLOSED
             self._phase = CLOSED
+        if already:  # e.g. the with-block ending while a signal's shutdown runs: wait for that one
+            if threading.current_thread() not in {d.thread for d in self._dispatchers}:
+                self._closed.wait(timeout_s)
+            return
         deadline = time.monotonic() + timeout_s
         self._stopping.set()
         self._stop_dispatchers(deadline, timeout_s)
@@ -560,6 +575,7 @@ class MessageConsumer:
                 log.exception("consumer %s: connector shutdown failed", self.config.group_id)
         for store in self._stores.values():
             store.close()
+        self._closed.set()
 
     def _stop_dispatchers(self, deadline: float, timeout_s: float) -> None:
         for dispatcher in self._dispatchers:
