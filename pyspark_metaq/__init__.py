@@ -1,5 +1,5 @@
 """Automatic registration of the ``metaq`` Spark data source: PySpark looks for top-level ``pyspark_*``
-modules that define ``DefaultSource`` (spark-datasource.md). ``metaq.spark.register(spark)`` does the
+modules that define ``DefaultSource`` (PySpark's data source discovery). ``metaq.spark.register(spark)`` does the
 same explicitly."""
 
 from metaq.spark.source import MetaqDataSource as DefaultSource

@@ -10,7 +10,7 @@
         consumer.subscribe("clicks", 1024 * 1024, Printer()).complete_subscribe()
         ...                                   # messages arrive on "metaq-dispatch-clicks-0"
 
-Delivery (consumer-semantics.md §9.5, §10 rows 7 and 9): one dispatch thread per stream takes whole chunks
+Delivery (docs/delivery-guarantees.md §3 and §6 rows 7 and 9): one dispatch thread per stream takes whole chunks
 with ``KafkaStream.iter_batches()``; a chunk's offsets count as consumed only after it was processed, so the
 commits cover processed messages only (at-least-once: after a crash or a rebalance, duplicates are possible,
 losses are not). A message whose handling raises is retried ``metaq.max.fetch.retries`` times with a short

@@ -1,6 +1,6 @@
 """The Kafka APIs metaq's broker speaks, their codec classes, and the version ranges it advertises.
 
-The ranges follow kafka-wire.md §1: contiguous, non-flexible (except ApiVersions v3), chosen so that
+The ranges follow docs/wire-protocol.md §1: contiguous, non-flexible (except ApiVersions v3), chosen so that
 librdkafka 2.0.2 (kcat), confluent-kafka 2.16 and kafka-python 3.0.12 all pick record batch v2.
 """
 
