@@ -158,3 +158,20 @@ def test_message_consumer_stop_on_signals_commits_what_listeners_processed(
     _assert_prefixes(first + second, zk_layout.offsets("lg"))
     assert not set(first) & set(second)
     assert set(first + second) <= set(acked)
+
+
+def test_console_consumer_without_a_group_removes_the_group_it_generated(
+        broker, make_topic, zk_connect: str, zk_layout: ZkLayout, tmp_path: Path) -> None:
+    make_topic("sig", partitions=2)
+    producer = SteadyProducer(zk_connect, "sig", rate=500)
+    producer.start()
+    wait_until(lambda: len(producer.acked) >= 300, 60, "300 acknowledged messages")
+    acked = producer.finish()
+    out, err = tmp_path / "out.jsonl", tmp_path / "err.txt"
+    proc = _spawn([sys.executable, "-m", "metaq", "console-consumer", "--zookeeper", zk_connect, "--topic", "sig",
+                   "--from-beginning", "--json", "--timeout-ms", "3000"], out, err)
+    wait_until(lambda: any(g.startswith("console-consumer-") for g in zk_layout.groups()), 60,
+               "the generated group to appear")
+    assert proc.wait(60) == 0, err.read_text()
+    assert set(_positions(_lines(out))) == set(acked) and acked
+    assert [g for g in zk_layout.groups() if g.startswith("console-consumer-")] == []

@@ -463,6 +463,17 @@ class ZkLayout:
         with self._translated("read", path):
             return self._client.exists(path) is not None
 
+    def delete_group(self, group: str) -> bool:
+        """Remove ``/consumers/<g>`` and everything under it (what Kafka 0.8's console consumer did with the
+        group it generated); False if it was not there."""
+        path = paths.consumer_group_path(group)
+        with self._translated("delete", path):
+            try:
+                self._client.delete(path, recursive=True)
+                return True
+            except NoNodeError:
+                return False
+
     def register_consumer(self, group: str, consumer_id: str, topic_count: TopicCount) -> None:
         """Register a consumer (ephemeral). Consumer ids are unique per process start, so a node with the same
         id can only be our own previous session's: it is waited out, as Kafka does."""

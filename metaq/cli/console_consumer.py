@@ -28,7 +28,7 @@ from metaq.admin import EARLIEST, LATEST, PartitionReader
 from metaq.cli.output import add_parser, connect_string, usage_error
 from metaq.config import load_properties
 from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
-from metaq.errors import ConfigError
+from metaq.errors import ConfigError, MetaqError
 from metaq.signals import TerminationHandler
 from metaq.zkclient import session
 from zk_layout import ZkLayout
@@ -132,7 +132,6 @@ def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Pri
     props.setdefault("auto.offset.reset", "largest")
     if args.group:
         props["group.id"] = args.group
-    props.setdefault("group.id", f"console-consumer-{random.randrange(100000)}")
     if args.from_beginning:
         props["auto.offset.reset"] = "smallest"
     if timeout_ms:
@@ -142,14 +141,30 @@ def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Pri
         if not eq:
             raise ConfigError(f"--property {item!r}: expected KEY=VALUE")
         props[key.strip()] = value.strip()
-    with Consumer(ConsumerConfig.from_properties(props)) as consumer:
-        [stream] = consumer.create_message_streams({args.topic: 1})[args.topic]
-        stop.on_request(consumer.stop_streams)
-        try:
-            for m in stream:
-                yield m.topic, m.partition, m.offset, m.timestamp, m.key, m.value
-        except ConsumerTimeoutError:
-            return
+    generated = "group.id" not in props
+    props.setdefault("group.id", f"console-consumer-{random.randrange(100000)}")
+    try:
+        with Consumer(ConsumerConfig.from_properties(props)) as consumer:
+            [stream] = consumer.create_message_streams({args.topic: 1})[args.topic]
+            stop.on_request(consumer.stop_streams)
+            try:
+                for m in stream:
+                    yield m.topic, m.partition, m.offset, m.timestamp, m.key, m.value
+            except ConsumerTimeoutError:
+                return
+    finally:
+        if generated:
+            _delete_generated_group(connect, props["group.id"], timeout_ms)
+
+
+def _delete_generated_group(connect: str, group: str, timeout_ms: int | None) -> None:
+    """A group nobody named is nobody's to resume: remove it on exit, as Kafka 0.8's console consumer did,
+    so that ``metaq groups list`` does not fill up with console-consumer-NNNNN."""
+    try:
+        with session(connect, connection_timeout_ms=timeout_ms or 6000) as client:
+            ZkLayout(client).delete_group(group)
+    except MetaqError as e:
+        print(f"metaq console-consumer: could not delete the generated group {group}: {e}", file=sys.stderr)
 
 
 def _print(message: Printed, args: argparse.Namespace) -> None:
