@@ -27,6 +27,7 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 
@@ -132,7 +133,8 @@ class BrokerResponseError(MetaqError):
 _BY_CODE: dict[int, type[BrokerResponseError]] = {}
 
 
-def _broker_error(code: int, message: str, *, retriable: bool = False, invalid_metadata: bool = False):
+def _broker_error(code: int, message: str, *, retriable: bool = False, invalid_metadata: bool = False,
+                  ) -> Callable[[type[BrokerResponseError]], type[BrokerResponseError]]:
     def register(cls: type[BrokerResponseError]) -> type[BrokerResponseError]:
         cls.code = code
         cls.message = message

@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
-from metaq.config import Config, ConfigError, non_negative, one_of, positive, prop
+from metaq.config import Config, non_negative, one_of, positive, prop
+from metaq.errors import ConfigError
 from zk_layout import validate_group
 
 

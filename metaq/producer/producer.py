@@ -14,11 +14,12 @@ from typing import Any
 
 from metaq.client.connection import BrokerConnection
 from metaq.errors import MetaqError
-from metaq.producer.accumulator import Header, RecordAccumulator, RecordMetadata, TopicPartition
+from metaq.producer.accumulator import RecordAccumulator, RecordMetadata, TopicPartition
 from metaq.producer.config import ProducerConfig
 from metaq.producer.metadata import ClusterMetadata, TopicInfo
 from metaq.producer.partitioner import make_partitioner
 from metaq.producer.sender import Sender
+from metaq.protocol.builder import Header
 
 log = logging.getLogger(__name__)
 

@@ -262,9 +262,9 @@ class Sender(threading.Thread):
             handle = node.conn.send_async(ProduceRequest, fields, expect_response=acks != 0)
         except (BrokerConnectionError, ProtocolError, BrokerResponseError) as e:
             # nothing more was sent on this connection, but earlier requests failed with it
-            node = self._nodes.get(leader.broker_id)
-            if node is not None:
-                self._node_failed(node, e)
+            failed = self._nodes.get(leader.broker_id)
+            if failed is not None:
+                self._node_failed(failed, e)
             for batch in batches:
                 self._retry_or_fail(batch, e)
             return

@@ -109,13 +109,17 @@ def test_pause_and_resume() -> None:
     assert pid is not None and not alive(pid)
 
 
-def test_start_failure_reports_the_log_tail() -> None:
+def test_a_taken_port_is_one_clear_error_with_the_log_tail_as_its_cause() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        server = ZooKeeperServer(port=taken.getsockname()[1], **FAST)
-        with pytest.raises(ZooKeeperServerError, match="(?s)exited during start-up.*Address already in use"):
+        port = taken.getsockname()[1]
+        server = ZooKeeperServer(port=port, **FAST)
+        with pytest.raises(ZooKeeperServerError, match=f"^port {port} on 127.0.0.1 is already in use") as e:
             server.start(timeout=30)
+        assert "\n" not in str(e.value)
+        assert e.value.__cause__ is not None
+        assert "Address already in use" in str(e.value.__cause__)  # the start-up failure, with the log tail
         assert not server.running
         server.stop()
 
