@@ -87,16 +87,23 @@ def test_short_write_is_cut_back_and_next_append_follows_last_good_batch(tmp_pat
     log.close()
 
 
-def test_failed_cut_is_retried_before_the_next_write(tmp_path: Path, disk: FullDisk) -> None:
-    log = open_log(tmp_path, recover=False)
-    fill(log, 20)
+def torn_append(tmp_path: Path, disk: FullDisk, batches: int, **config: int) -> tuple[PartitionLog, Path, int, int]:
+    """A log whose last append hit a full disk and could not even be cut back: ``(log, active .log file,
+    its good size, log end offset)``; the disk has room again, truncation still fails."""
+    log = open_log(tmp_path, recover=False, **config)
+    fill(log, batches)
     path = active_log_file(log)
     good_size, end = path.stat().st_size, log.log_end_offset
     disk.free, disk.truncate_fails = 300, True
     with pytest.raises(StorageError):
         log.append(big_batch("lost"))
-    assert path.stat().st_size == good_size + 300  # could not be cut yet
     disk.free = None
+    return log, path, good_size, end
+
+
+def test_failed_cut_is_retried_before_the_next_write(tmp_path: Path, disk: FullDisk) -> None:
+    log, path, good_size, end = torn_append(tmp_path, disk, 20)
+    assert path.stat().st_size == good_size + 300  # could not be cut yet
     with pytest.raises(StorageError, match="cannot truncate"):  # still cannot cut: write nothing after it
         log.append(make_batch([b"refused"]))
     assert path.stat().st_size == good_size + 300 and log.log_end_offset == end
@@ -108,14 +115,8 @@ def test_failed_cut_is_retried_before_the_next_write(tmp_path: Path, disk: FullD
 
 
 def test_roll_cuts_a_failed_append_left_in_the_old_segment(tmp_path: Path, disk: FullDisk) -> None:
-    log = open_log(tmp_path, recover=False, segment_bytes=3000)
-    fill(log, 10)
-    path = active_log_file(log)
-    good_size, end = path.stat().st_size, log.log_end_offset
-    disk.free, disk.truncate_fails = 300, True
-    with pytest.raises(StorageError):
-        log.append(big_batch("lost"))
-    disk.free, disk.truncate_fails = None, False
+    log, path, good_size, end = torn_append(tmp_path, disk, 10, segment_bytes=3000)
+    disk.truncate_fails = False
     large = make_batch(make_values(12, 150, tag="roll"))
     assert good_size + len(large) > 3000  # so this append rolls
     assert log.append(large).base_offset == end
