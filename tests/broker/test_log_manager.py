@@ -208,3 +208,14 @@ def test_run_retention_and_delete_log(tmp_path: Path) -> None:
 def test_no_dirs_refused() -> None:
     with pytest.raises(StorageError):
         LogManager([], LogConfig())
+
+
+def test_log_dir_lock_refuses_a_second_manager(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = new_manager([b])
+    with pytest.raises(StorageError, match=f"log directory {b} is in use by another process"):
+        new_manager([a, b])
+    third = new_manager([a])  # the failed load released the lock it had taken on a
+    third.shutdown()
+    first.shutdown()
+    new_manager([a, b]).shutdown()
