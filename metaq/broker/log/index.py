@@ -260,7 +260,7 @@ class TimeIndex(_IndexFile):
         self._relative = array("i")
 
 
-def _check_increasing(values: array, what: str, *, strict: bool = True) -> str | None:
+def _check_increasing(values: array[int], what: str, *, strict: bool = True) -> str | None:
     """None if ``values`` increase (strictly unless ``strict`` is False), else a description of the first
     violation."""
     for i in range(1, len(values)):

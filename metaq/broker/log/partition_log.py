@@ -364,7 +364,7 @@ class PartitionLog:
     def _remove_expired_deletes(self, now_ms: int) -> None:
         """Really remove ``*.deleted`` segments whose delay passed (not while a flush holds them)."""
         keep: list[tuple[int, LogSegment]] = []
-        expired: list[LogSegment] = []
+        expired: list[tuple[int, LogSegment]] = []
         with self._lock:
             for due, segment in self._pending_deletes:
                 (expired if due <= now_ms and not segment.pinned else keep).append((due, segment))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import io
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -353,7 +353,7 @@ class LogSegment:
         failure here is logged, not raised (the append's own error is the one to report); the segment then
         stays torn and is cut before its next write."""
         self._torn = True
-        undo = (
+        undo: tuple[Callable[[], None], ...] = (
             lambda: self.index.truncate_to(index_entries),
             lambda: self.time_index.truncate_to(time_entries),
             self.trim_tail,
