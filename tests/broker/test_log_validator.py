@@ -5,6 +5,7 @@ refused or decode cleanly."""
 from __future__ import annotations
 
 import gzip
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def _validate(data: bytes, limit: int = 1 << 26) -> None:
 
 
 @pytest.fixture
-def plog(tmp_path: Path) -> PartitionLog:
+def plog(tmp_path: Path) -> Iterator[PartitionLog]:
     log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(), recover=False)
     yield log
     log.close()
