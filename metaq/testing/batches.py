@@ -88,13 +88,21 @@ def _records(batch: bytes) -> bytes:
     return batch[BATCH_HEADER_SIZE:]
 
 
-_SNAPPY_CODE = CORRUPT_MESSAGE if kafka.codec.has_snappy() else UNSUPPORTED_COMPRESSION_TYPE
+def _garbage_code(installed: Callable[[], bool]) -> int:
+    """Garbage under a codec is corrupt if its library can tell, else the codec is unsupported here."""
+    return CORRUPT_MESSAGE if installed() else UNSUPPORTED_COMPRESSION_TYPE
+
 
 INVALID_BATCHES: dict[str, Callable[[], tuple[bytes, int]]] = {
     "garbage-gzip": lambda: (_with_records(b"\x1f\x8b\x08\x00garbage" * 5, attributes=1), CORRUPT_MESSAGE),
     "truncated-gzip": lambda: (_with_records(kafka.codec.gzip_encode(_records(good_batch()))[:-6], attributes=1),
                                CORRUPT_MESSAGE),
-    "garbage-snappy": lambda: (_with_records(b"\x82SNAPPY\x00garbage" * 5, attributes=2), _SNAPPY_CODE),
+    "garbage-snappy": lambda: (_with_records(b"\x82SNAPPY\x00garbage" * 5, attributes=2),
+                               _garbage_code(kafka.codec.has_snappy)),
+    "garbage-lz4": lambda: (_with_records(b"\x04\x22\x4d\x18garbage" * 5, attributes=3),
+                            _garbage_code(kafka.codec.has_lz4)),
+    "garbage-zstd": lambda: (_with_records(b"\x28\xb5\x2f\xfdgarbage" * 5, attributes=4),
+                             _garbage_code(kafka.codec.has_zstd)),
     "codec-7": lambda: (_changed(attributes=7), UNSUPPORTED_COMPRESSION_TYPE),
     "garbage-records": lambda: (_with_records(b"\xff" * 40), INVALID_RECORD),
     "count-too-high": lambda: (_changed(record_count=4, last_offset_delta=3), INVALID_RECORD),
