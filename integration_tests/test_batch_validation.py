@@ -226,6 +226,7 @@ def test_fuzz_nothing_invalid_is_acknowledged(shared: Shared) -> None:
 
     fuzz()
     assert codes - {0}, "the fuzz never produced an invalid batch"
+    assert acked, "the fuzz never produced a valid batch"
     total = sum(n for _, n in acked)
     assert log_end_offsets(bootstrap, topic, 1) == {0: total}
     # healthy clients read every acknowledged record, and what was produced after the fuzz
