@@ -31,6 +31,7 @@ from metaq.broker.log.segment import (
     LogSegment,
     segment_file_name,
 )
+from metaq.broker.log.validator import decompressed_limit, validate_records
 from metaq.errors import MessageSizeTooLargeError, OffsetOutOfRangeError, StorageError
 from metaq.protocol.batches import BatchHeader, Buffer, assign_offsets, validate_batches
 
@@ -127,12 +128,14 @@ class PartitionLog:
     def append(self, records: Buffer, *, now_ms: int | None = None) -> AppendResult:
         """Validate the batches of a produce request, assign offsets and write them to the active segment.
 
-        Nothing of an invalid request is written: CorruptRecordError / UnsupportedMessageFormatError from
-        validation, MessageSizeTooLargeError for a batch above ``max_message_bytes`` (or a request larger
-        than a segment)."""
+        Nothing of an invalid request is written: CorruptRecordError or one of its subclasses
+        (UnsupportedMessageFormatError, UnsupportedCompressionError, InvalidRecordError: see
+        :mod:`metaq.broker.log.validator`), MessageSizeTooLargeError for a batch above ``max_message_bytes``
+        (or a request larger than a segment, or a compressed batch that expands too much)."""
         self._check_open()
         headers = validate_batches(records)
         self._check_sizes(headers, len(records))
+        validate_records(records, headers, decompressed_limit(self.config.max_message_bytes))
         now = _now_ms() if now_ms is None else now_ms
         data = bytearray(records)
         first_offset = self.log_end_offset
