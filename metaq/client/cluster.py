@@ -92,13 +92,14 @@ class TopicInfo:
 
 @dataclass(frozen=True, slots=True)
 class ListedOffset:
-    """One partition's answer to ListOffsets: the offset, or why there is none (``error``, and the broker's
-    ``error_code`` when it answered with one)."""
+    """One partition's answer to ListOffsets: the offset, or why there is none (``error``; the broker's
+    ``error_code`` when it answered with one; ``no_leader`` when no broker was asked)."""
 
     offset: int | None
     broker_id: int | None
     error: str | None = None
     error_code: int = 0
+    no_leader: bool = False
 
 
 class Layout(Protocol):
@@ -348,7 +349,7 @@ class ClusterClient:
                 groups.setdefault(leader, []).append(key)
             else:
                 for result in results:
-                    result[key] = ListedOffset(None, leader.broker_id, leader.reason)
+                    result[key] = ListedOffset(None, leader.broker_id, leader.reason, no_leader=True)
         with self._io_lock:
             for leader, group in groups.items():
                 self._ask(leader, group, timestamps, results)
