@@ -62,7 +62,7 @@ class BrokerLogOffsets:
     def __init__(self, layout: ZkLayout, *, client_id: str = "metaq-admin", request_timeout_ms: int = 10000) -> None:
         settings = ConnectionSettings(client_id=client_id, request_timeout_ms=request_timeout_ms,
                                       connect_timeout_ms=request_timeout_ms)
-        self._client = ClusterClient(layout, settings)
+        self._client = ClusterClient(layout, settings, metadata_max_age_ms=0)  # every call reads ZooKeeper
 
     def watermarks(self, keys: Iterable[TopicPartition]) -> dict[TopicPartition, Watermarks]:
         """Start and end offsets of every partition in ``keys``; one pipelined pair of requests per leader."""

@@ -139,7 +139,7 @@ class PartitionReader:
             settings = ConnectionSettings(client_id=self._client_id,
                                           max_response_bytes=max(104857600, 2 * self._max_bytes))
             client = ClusterClient(self._layout, settings)
-            leader = client.leader(self.topic, self.partition)
+            leader = client.leader(self.topic, self.partition, fresh=True)
             if leader is None:
                 raise _Retry("no live leader in ZooKeeper")
             self._conn = client.open_connection(leader)

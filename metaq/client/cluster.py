@@ -2,16 +2,17 @@
 and ListOffsets batched per leader. The consumer, the producer, the ops tools and the Spark source all use it::
 
     client = ClusterClient.from_zookeeper("127.0.0.1:2181/metaq", ConnectionSettings(client_id="etl"))
-    client.leaders([("clicks", 0), ("clicks", 1)])   # read now: {("clicks", 0): Leader("10.0.0.5", 9092, 0), ...}
-    client.topic("clicks")                           # cached: TopicInfo(partitions=(0, 1, 2), available=...)
+    client.topic("clicks")                           # TopicInfo(partitions=(0, 1, 2), available=(0, 1, 2))
+    client.leaders([("clicks", 0), ("clicks", 1)])   # {("clicks", 0): Leader("10.0.0.5", 9092, 0), ...}
     client.list_offsets([("clicks", 0)], LATEST)     # {("clicks", 0): ListedOffset(offset=120, broker_id=0)}
     client.close()
 
 Leaders come from the Kafka 0.8 layout the brokers maintain (``/brokers/topics/<t>/partitions/<p>/state`` for
 the leader, ``/brokers/ids/<id>`` for its PLAINTEXT address), read through :class:`zk_layout.ZkLayout`, as
-Kafka 0.8's own tools do. :meth:`ClusterClient.leaders` always reads ZooKeeper (the consumer's leader finder
-retries it); :meth:`ClusterClient.topic` is cached for ``metadata.max.age.ms`` and dropped for a topic whose
-request failed with NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION or a lost connection.
+Kafka 0.8's own tools do. Topics are cached for ``metadata.max.age.ms`` (:meth:`ClusterClient.topic`), and a
+topic is read again after a request for it failed with NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION or
+a lost connection; ``leaders(keys, fresh=True)`` reads just those partitions' state nodes now, pipelined (the
+consumer's fetcher manager and leader finder, which retry until a leader appears).
 
 Connections: the client keeps one connection per broker for its own requests (ListOffsets, :meth:`request`),
 opened on first use and serialised by a lock, so the client may be shared between threads. A caller with its
@@ -178,12 +179,17 @@ class ClusterClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- leaders, read now ---------------------------------------------------------------------------
+    # -- leaders -------------------------------------------------------------------------------------
 
-    def leaders(self, keys: Iterable[TopicPartition]) -> dict[TopicPartition, Leader | NoLeader]:
-        """Each partition's leader as ZooKeeper names it now: the state nodes are read with pipelined
-        requests and each leader's registration once. Raises the ZooKeeper errors of ZkLayout."""
-        states = self.layout.partition_states(sorted(set(keys)))
+    def leaders(self, keys: Iterable[TopicPartition], *,
+                fresh: bool = False) -> dict[TopicPartition, Leader | NoLeader]:
+        """Each partition's leader, from the topic cache, or (``fresh``) as ZooKeeper names it now: then the
+        state nodes are read with pipelined requests and each leader's registration once. Raises the
+        ZooKeeper errors of ZkLayout."""
+        wanted = sorted(set(keys))
+        if not fresh:
+            return self._cached_leaders(wanted)
+        states = self.layout.partition_states(wanted)
         brokers: dict[int, Leader | NoLeader] = {}
         result: dict[TopicPartition, Leader | NoLeader] = {}
         for key, state in states.items():
@@ -195,10 +201,23 @@ class ClusterClient:
             result[key] = brokers[state.leader]
         return result
 
-    def leader(self, topic: str, partition: int) -> Leader | None:
-        """The partition's leader as ZooKeeper names it now, or None if it has no live one."""
-        found = self.leaders([(topic, partition)])[(topic, partition)]
+    def leader(self, topic: str, partition: int, *, fresh: bool = False) -> Leader | None:
+        """The partition's leader (see :meth:`leaders`), or None if it has no live one."""
+        found = self.leaders([(topic, partition)], fresh=fresh)[(topic, partition)]
         return found if isinstance(found, Leader) else None
+
+    def _cached_leaders(self, keys: list[TopicPartition]) -> dict[TopicPartition, Leader | NoLeader]:
+        infos: dict[str, TopicInfo | None] = {}
+        result: dict[TopicPartition, Leader | NoLeader] = {}
+        for topic, partition in keys:
+            if topic not in infos:
+                try:
+                    infos[topic] = self.topic(topic)
+                except UnknownTopicError:
+                    infos[topic] = None
+            info = infos[topic]
+            result[(topic, partition)] = NoLeader("no leader") if info is None else info.leader(partition)
+        return result
 
     @staticmethod
     def _broker(broker_id: int, info: Any) -> Leader | NoLeader:
@@ -332,7 +351,7 @@ class ClusterClient:
                      ) -> dict[TopicPartition, ListedOffset]:
         """Each partition's offset at ``timestamp`` (EARLIEST, LATEST, or the first offset at or after a time
         in ms; -1 when there is none), asked of its leader: one request per leader. Never raises for a
-        partition: a failure is its ``error``. ``leaders``: use these instead of reading ZooKeeper."""
+        partition: a failure is its ``error``. ``leaders``: use these instead of :meth:`leaders`."""
         return self.list_offsets_at(keys, [timestamp], leaders=leaders)[0]
 
     def list_offsets_at(self, keys: Iterable[TopicPartition], timestamps: Sequence[int], *,

@@ -463,14 +463,14 @@ class FetcherManager:
         no_leader: list[PartitionTopicInfo] = []
         infos = [info for info in infos if not info.revoked]
         try:
-            leaders = self._client.leaders(info.key for info in infos)  # pipelined, for all at once
+            leaders = self._client.leaders((info.key for info in infos), fresh=True)  # pipelined
         except MetaqError:
             leaders = {}  # then one at a time, so that each partition reports its own error
         for info in infos:
             if info.revoked:
                 continue
             try:
-                found = leaders[info.key] if info.key in leaders else self._client.leader(*info.key)
+                found = leaders[info.key] if info.key in leaders else self._client.leader(*info.key, fresh=True)
                 leader = found if isinstance(found, Leader) else None
             except MetaqError as e:
                 log.warning("cannot read the leader of %s-%d from ZooKeeper: %s", info.topic, info.partition, e)

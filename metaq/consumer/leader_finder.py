@@ -93,7 +93,7 @@ class LeaderFinder(threading.Thread):
                 self._forget(info)
                 continue
             try:
-                leader = self._client.leader(info.topic, info.partition)
+                leader = self._client.leader(info.topic, info.partition, fresh=True)
             except MetaqError as e:
                 log.warning("%s: cannot read the leader of %s-%d from ZooKeeper: %s", self.name, info.topic,
                             info.partition, e)

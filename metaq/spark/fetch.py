@@ -157,7 +157,7 @@ class _RangeReader:
         r, s = self.range, self.settings
         with session(s.zookeeper_connect, session_timeout_ms=s.zk_session_timeout_ms,
                      connection_timeout_ms=s.zk_connection_timeout_ms) as client:
-            leader = ClusterClient(ZkLayout(client)).leader(r.topic, r.partition)
+            leader = ClusterClient(ZkLayout(client)).leader(r.topic, r.partition, fresh=True)
         if leader is None:
             raise _NoLeader(f"{r.topic}-{r.partition} has no live leader in ZooKeeper")
         return leader.host, leader.port
