@@ -9,11 +9,12 @@ from typing import Any
 
 import confluent_kafka
 import pytest
+from kafka.protocol.metadata import MetadataRequest
 
 from metaq.client import cluster as cluster_module
 from metaq.client.cluster import EARLIEST, LATEST, ClusterClient, Leader, NoLeader
 from metaq.client.settings import ConnectionSettings
-from metaq.errors import ConfigError
+from metaq.errors import BrokerConnectionError, ConfigError
 from metaq.testing.broker import BrokerCluster
 from zk_layout import BrokerInfo, PartitionState, ZkLayout
 
@@ -188,3 +189,20 @@ def test_connection_settings_are_checked_and_keep_security_across_limits() -> No
     assert changed.security_protocol == base.security_protocol
     conn = changed.new_connection("127.0.0.1", 1)
     assert (conn.client_id, conn.request_timeout, conn.max_response_bytes, conn.is_connected) == ("b", 1.0, 5, False)
+
+
+def test_requests_share_one_connection_per_broker_and_reconnect(broker, make_topic, client) -> None:
+    topic = make_topic("cc-request", partitions=2)
+    leader = client.leader_for(topic, 0)
+    fields = {"topics": [{"name": topic}], "allow_auto_topic_creation": False}
+    answer = client.request(leader, MetadataRequest, fields)
+    assert [t.name for t in answer.topics] == [topic]
+    conn = client._connection(leader)
+    client.list_offsets([(topic, 0), (topic, 1)], LATEST)
+    assert client._connection(leader) is conn and conn.is_connected  # the same connection for every request
+    broker.stop()
+    with pytest.raises(BrokerConnectionError):
+        client.request(leader, MetadataRequest, fields)
+    broker.start()
+    answer = client.request(client.leader(topic, 0, fresh=True), MetadataRequest, fields)
+    assert [p.error_code for t in answer.topics for p in t.partitions] == [0, 0]
