@@ -170,7 +170,7 @@ class GroupWatch:
 
     def _rate_base(self, sample: Sample) -> Sample | None:
         """The oldest earlier sample within the rate window (the previous one if all are older)."""
-        while len(self._history) > 1 and sample.taken_s - self._history[1].taken_s >= self.rate_window_s:
+        while len(self._history) > 1 and sample.taken_s - self._history[0].taken_s > self.rate_window_s:
             self._history.popleft()
         return self._history[0] if self._history else None
 

@@ -202,9 +202,11 @@ def render(view: TopView, *, interval: float | None, height: int | None = None) 
     if members is not None:
         parts.append(members)
     room = None
-    if height is not None:
-        used = 3 + (0 if view.members is None else len(view.members) + 2) + min(len(view.log), LOG_LINES) + 2
-        room = max(3, height - used - 4)
+    if height is not None:  # the lines around the partition rows: header, members, titles, log
+        header = 2 + len(view.notes) + (1 if view.error else 0)
+        used = header + (0 if view.members is None else max(1, len(view.members)) + 2) + 2 \
+            + 1 + min(len(view.log), LOG_LINES)
+        room = max(3, height - used)
     parts += [_partitions(view, room), log]
     return Group(*parts)
 
