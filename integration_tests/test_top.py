@@ -194,11 +194,22 @@ def test_top_once_and_a_protocol_group(broker, make_topic, zk_connect: str, zk_l
     assert [(p["partition"], p["offset"], p["lag"], p["offset_source"]) for p in document["partitions"]] == [
         (0, 15, 5, "kafka"), (1, 12, 8, "kafka")]
 
-    # live, in a terminal: the same, and Ctrl-C ends it without a traceback
-    pane = Pane(top_command("stdg", zk_connect))
+    # live, in a terminal: the same; r refreshes at once (the interval is a minute), Ctrl-C ends it
+    pane = Pane([*top_command("stdg", zk_connect)[:-2], "--interval", "60"])
     try:
         screen = pane.wait(lambda s: "members unknown (no DescribeGroups)" in s and "total lag 13" in s,
                            "the protocol group")
+        assert row(screen, "ko", 0)[-2:] == ["-", "OK"]  # no commit time in Kafka, and no move seen yet
+        committer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "stdg",
+                                              "enable.auto.commit": False})
+        try:
+            committer.commit(offsets=[confluent_kafka.TopicPartition("ko", 0, 20)], asynchronous=False)
+        finally:
+            committer.close()
+        pane.keys("r")
+        screen = pane.wait(lambda s: "total lag 8" in s, "the new commit after r")
+        cells = row(screen, "ko", 0)
+        assert cells[3:6] == ["20", "20", "0"] and re.fullmatch(r"~\d+s", cells[-2]), screen
         pane.keys("C-c")
         screen = pane.wait(lambda s: "top exited" in s, "top to quit on Ctrl-C")
         assert "top exited 0" in screen and "Traceback" not in screen and "KeyboardInterrupt" not in screen

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import select
 import signal
@@ -45,6 +46,8 @@ from metaq.admin.watch import (
 )
 from metaq.cli.output import add_parser, open_admin, print_json
 from metaq.errors import MetaqError
+
+log = logging.getLogger(__name__)
 
 BAR_WIDTH = 20
 LOG_LINES = 8
@@ -118,6 +121,11 @@ class _Refresher(threading.Thread):
                 result: Sample | str = _sample(self._source, self._group)
             except MetaqError as e:
                 result = str(e)
+            except Exception as e:  # a bug, or the session closed under us on quit: on screen, not a traceback
+                if self._stopped.is_set():
+                    return
+                log.debug("refresh failed", exc_info=True)
+                result = f"unexpected {type(e).__name__}: {e}"
             with self._lock:
                 self._result = result
 
