@@ -105,6 +105,9 @@ def consume_all(consumer: Consumer, stream: Any, expected: int) -> None:
 def test_top_in_a_terminal_shows_lag_members_rebalances_and_orphans(broker, make_topic, zk_connect: str,
                                                                      zk_layout: ZkLayout, tmp_path: Path) -> None:
     make_topic("t", partitions=3)
+    missing = metaq("top", "g", "--once", "--zookeeper", zk_connect)
+    path = zk_layout.full_path("/consumers/g")
+    assert missing.returncode == 1 and missing.stderr == f"metaq top: error: group 'g' does not exist (no {path})\n"
     member = Consumer({"group.id": "g", "zookeeper.connect": zk_connect, "auto.commit.enable": False,
                        "auto.offset.reset": "smallest", "consumer.timeout.ms": 5000,
                        "zookeeper.session.timeout.ms": 3000, "rebalance.backoff.ms": 300})
@@ -158,6 +161,7 @@ def test_top_in_a_terminal_shows_lag_members_rebalances_and_orphans(broker, make
         pane.keys("q")
         screen = pane.wait(lambda s: "top exited" in s, "top to quit on q")
         assert "top exited 0" in screen and "Traceback" not in screen
+        assert zk_layout.topic_assignment("__consumer_offsets") is None  # top asked no coordinator (creates it)
     finally:
         if pane is not None:
             pane.close()

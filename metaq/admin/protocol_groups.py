@@ -19,6 +19,7 @@ from typing import Any
 from kafka.protocol.admin import DescribeGroupsRequest
 from kafka.protocol.consumer import ConsumerProtocolAssignment
 
+from metaq.admin.kafka_offsets import OFFSETS_TOPIC
 from metaq.admin.log_offsets import TopicPartition
 from metaq.client.connection import build_request
 from metaq.consumer.kafka_offsets import CoordinatorError, OffsetsChannel
@@ -100,7 +101,10 @@ class ProtocolGroupReader:
         self._client_id = client_id
 
     def describe(self, group: str) -> ProtocolGroup:
-        """Never raises for an unreachable or older coordinator: the result's note says what is unknown."""
+        """Never raises for an unreachable or older coordinator: the result's note says what is unknown.
+        Without ``__consumer_offsets`` no group has used a coordinator, and asking would create the topic."""
+        if self._layout.topic_assignment(OFFSETS_TOPIC) is None:
+            return ProtocolGroup.unknown(f"unknown (no {OFFSETS_TOPIC} topic: no group has used a coordinator)")
         channel = OffsetsChannel(self._layout, group, client_id=self._client_id, socket_timeout_ms=self._timeout_ms)
         try:
             conn = channel.connection()

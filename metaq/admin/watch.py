@@ -22,16 +22,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from metaq.admin.groups import ORPHAN, GroupDescription, PartitionLag, consumer_id_of_owner
+from metaq.admin.groups import KAFKA, ORPHAN, GroupDescription, PartitionLag, consumer_id_of_owner
 from metaq.admin.log_offsets import TopicPartition
 from metaq.admin.protocol_groups import ProtocolGroup, ProtocolGroupReader
+from metaq.errors import GroupNotFoundError
 
 if TYPE_CHECKING:
     from metaq.admin.client import Admin
 
 ZOOKEEPER_GROUP = "zookeeper"
 PROTOCOL_GROUP = "protocol"
-MAX_MOVES_SHOWN = 4
+MAX_PARTITIONS_SHOWN = 8
 NO_OFFSETS_TOPIC = "no __consumer_offsets topic"  # read_kafka_offsets' note when nothing is stored in Kafka: not news
 
 
@@ -270,20 +271,17 @@ def owner_moves(before: Claims, after: Claims) -> list[Move]:
 
 
 def moves_text(moves: list[Move], label: Callable[[str | None], str]) -> str:
-    """``t/2 a -> b, t/3 - -> b; t/0,t/1 re-claimed by a``: moves first (at most MAX_MOVES_SHOWN), then the
-    partitions that the same member claimed again (a rebalance that kept them where they were)."""
-    moved = [f"{t}/{p} {label(a)} -> {label(b)}" for (t, p), a, b in moves if a is None or b is None
-             or label(a) != label(b)]
-    kept: dict[str, list[str]] = {}
+    """``t/2,t/3 a -> b; t/0,t/1 re-claimed by a``: the partitions of each (old owner, new owner) pair, at most
+    MAX_PARTITIONS_SHOWN of them; "re-claimed" when a rebalance gave them back to the member that had them."""
+    pairs: dict[tuple[str, str], list[str]] = {}
     for (t, p), a, b in moves:
-        if a is not None and b is not None and label(a) == label(b):
-            kept.setdefault(label(b), []).append(f"{t}/{p}")
-    parts = moved[:MAX_MOVES_SHOWN]
-    if len(moved) > MAX_MOVES_SHOWN:
-        parts[-1] += f" (+{len(moved) - MAX_MOVES_SHOWN} more)"
-    text = ", ".join(parts)
-    claimed = "; ".join(f"{','.join(keys)} re-claimed by {owner}" for owner, keys in kept.items())
-    return "; ".join(t for t in (text, claimed) if t)
+        pairs.setdefault((label(a), label(b)), []).append(f"{t}/{p}")
+    parts = []
+    for (old, new), keys in pairs.items():
+        shown = ",".join(keys[:MAX_PARTITIONS_SHOWN]) + (
+            f" (+{len(keys) - MAX_PARTITIONS_SHOWN} more)" if len(keys) > MAX_PARTITIONS_SHOWN else "")
+        parts.append(f"{shown} re-claimed by {new}" if old == new and old != "-" else f"{shown} {old} -> {new}")
+    return "; ".join(parts)
 
 
 def orphan_text(group: str, p: PartitionLag) -> str:
@@ -338,8 +336,15 @@ class AdminGroupSource:
 
 
 def sample_group(source: GroupSource, group: str, *, taken_s: float, now_ms: int) -> Sample:
-    """One refresh; GroupNotFoundError when neither ZooKeeper nor ``__consumer_offsets`` knows the group."""
-    description = source.describe(group)
+    """One refresh; GroupNotFoundError when neither ZooKeeper, ``__consumer_offsets`` nor the coordinator's
+    DescribeGroups (a protocol group that has not committed yet) knows the group."""
+    try:
+        description = source.describe(group)
+    except GroupNotFoundError:
+        protocol = source.protocol_group(group)
+        if not protocol.members:  # unknown (no DescribeGroups), or the coordinator does not know it either
+            raise
+        return Sample(taken_s, now_ms, GroupDescription(group, [], [], KAFKA), protocol=protocol)
     if source.group_exists(group):
         return Sample(taken_s, now_ms, description, source.claims(group))
     return Sample(taken_s, now_ms, description, protocol=source.protocol_group(group))

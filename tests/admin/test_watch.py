@@ -25,7 +25,7 @@ from metaq.admin.protocol_groups import (
 from metaq.admin.watch import GroupWatch, Sample, moves_text, sample_group, short_id, to_json
 from metaq.cli.top import render
 from metaq.client.connection import build_request
-from metaq.errors import BrokerResponseError
+from metaq.errors import BrokerResponseError, GroupNotFoundError
 
 T0 = 1_700_000_000_000
 A = "g_host-1700000000000-aaaaaaaa"
@@ -97,8 +97,8 @@ def test_joins_moves_reclaims_leaves_and_orphans_are_logged() -> None:
     joined = watch.update(zk_sample(1, [lag(0, 1, 1, f"{A}-0"), lag(1, 1, 1, f"{B}-0")], [A, B],
                                     {0: T0 + 900, 1: T0 + 900}))
     assert texts(joined)[-2:] == [f"joined: {short_id('g', B)}",
-                                  "rebalance: t/1 host-1700000000000-aaaaaaaa -> host-1700000000001-bbbbbbbb; "
-                                  "t/0 re-claimed by host-1700000000000-aaaaaaaa"]
+                                  "rebalance: t/0 re-claimed by host-1700000000000-aaaaaaaa; "
+                                  "t/1 host-1700000000000-aaaaaaaa -> host-1700000000001-bbbbbbbb"]
     assert joined.log[-2].time_ms == T0  # when it registered
     quiet = watch.update(zk_sample(2, [lag(0, 1, 1, f"{A}-0"), lag(1, 1, 1, f"{B}-0")], [A, B],
                                    {0: T0 + 900, 1: T0 + 900}))
@@ -111,10 +111,11 @@ def test_joins_moves_reclaims_leaves_and_orphans_are_logged() -> None:
     assert [r.lag.status for r in orphaned.orphans] == [ORPHAN] and orphaned.members[0].owns == (("t", 0),)
 
 
-def test_moves_text_shows_a_few_moves_then_a_count() -> None:
-    moves = [(("t", p), "a", "b") for p in range(6)] + [(("t", 9), None, "a"), (("t", 8), "a", "a")]
-    assert moves_text(moves, lambda o: o or "-") == ("t/0 a -> b, t/1 a -> b, t/2 a -> b, t/3 a -> b (+3 more); "
-                                                     "t/8 re-claimed by a")
+def test_moves_text_groups_partitions_by_old_and_new_owner() -> None:
+    moves = [(("t", p), "a", "b") for p in range(10)] + [(("t", 11), None, "a"), (("t", 12), "a", "a"),
+                                                         (("t", 13), "b", None)]
+    assert moves_text(moves, lambda o: o or "-") == ("t/0,t/1,t/2,t/3,t/4,t/5,t/6,t/7 (+2 more) a -> b; t/11 - -> a; "
+                                                     "t/12 re-claimed by a; t/13 b -> -")
 
 
 def test_a_failed_refresh_keeps_the_last_view_and_logs_once() -> None:
@@ -148,7 +149,7 @@ def test_protocol_group_members_are_unknown_without_describe_groups_and_light_up
     known = watch.update(protocol_sample(1, ProtocolGroup("Stable", members)))
     assert [(m.member_id, m.owns) for m in known.members] == [("rdkafka-1", (("t", 0),)), ("rdkafka-2", (("t", 1),))]
     assert [r.owner for r in known.partitions] == ["rdkafka-1", "rdkafka-2"]
-    assert texts(known)[-2:] == ["members known: 2", "rebalance: t/0 - -> rdkafka-1, t/1 - -> rdkafka-2"]
+    assert texts(known)[-2:] == ["members known: 2", "rebalance: t/0 - -> rdkafka-1; t/1 - -> rdkafka-2"]
 
 
 def test_sample_group_asks_the_coordinator_only_for_groups_without_a_zookeeper_node() -> None:
@@ -170,6 +171,25 @@ def test_sample_group_asks_the_coordinator_only_for_groups_without_a_zookeeper_n
         def protocol_group(self, group: str) -> ProtocolGroup:
             asked.append(group)
             return ProtocolGroup.unknown(NO_DESCRIBE_GROUPS)
+
+    class Missing(Source):
+        def __init__(self, members: tuple[ProtocolMember, ...] | None) -> None:
+            super().__init__(False)
+            self.members = members
+
+        def describe(self, group: str) -> GroupDescription:
+            raise GroupNotFoundError(f"group {group!r} does not exist")
+
+        def protocol_group(self, group: str) -> ProtocolGroup:
+            return ProtocolGroup("Dead" if self.members == () else None, self.members)
+
+    for members in (None, ()):  # no DescribeGroups, or the coordinator does not know the group either
+        with pytest.raises(GroupNotFoundError):
+            sample_group(Missing(members), "g", taken_s=0, now_ms=T0)
+    joining = (ProtocolMember("m-1", "c", "/h", (("t", 0),)),)  # a protocol group that has not committed yet
+    uncommitted = sample_group(Missing(joining), "g", taken_s=0, now_ms=T0)
+    assert (uncommitted.kind, uncommitted.owners(), uncommitted.description.partitions) == (
+        "protocol", {("t", 0): "m-1"}, [])
 
     zk = sample_group(Source(True), "g", taken_s=0, now_ms=T0)
     assert (zk.kind, zk.claims, asked) == ("zookeeper", {("t", 0): T0}, [])
@@ -230,7 +250,10 @@ def test_the_reader_asks_the_coordinator_when_it_offers_describe_groups(monkeypa
             self.closed = True
 
     monkeypatch.setattr(protocol_groups, "OffsetsChannel", Channel)
-    reader = ProtocolGroupReader(SimpleNamespace())  # type: ignore[arg-type]
+    topics: dict[str, Any] = {}
+    reader = ProtocolGroupReader(SimpleNamespace(topic_assignment=topics.get))  # type: ignore[arg-type]
+    assert reader.describe("stdg").note == "unknown (no __consumer_offsets topic: no group has used a coordinator)"
+    topics["__consumer_offsets"] = object()
     assert reader.describe("stdg") == ProtocolGroup.unknown(NO_DESCRIBE_GROUPS) and sent == []
     Channel.versions = {15: (0, 5)}
     described = reader.describe("stdg")
