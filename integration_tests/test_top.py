@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka
+import psutil
 import pytest
 
 from metaq.broker.process import free_port
@@ -40,7 +41,9 @@ class Pane:
 
     def __init__(self, command: list[str], *, width: int = 220, height: int = 60) -> None:
         self.socket = f"metaq-top-test-{uuid.uuid4().hex[:8]}"
-        shell = f"{shlex.join(command)}; echo \"top exited $?\"; sleep 600"
+        # after top: its exit code, and whether it gave the terminal back (line editing and echo on again)
+        modes = "stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon -e echo -e -echo | tr '\\n' ' '"
+        shell = f"{shlex.join(command)}; echo \"top exited $?\"; echo \"tty: $({modes})\"; sleep 600"
         self._tmux("new-session", "-d", "-s", "top", "-x", str(width), "-y", str(height), shell)
 
     def _tmux(self, *args: str) -> str:
@@ -50,6 +53,10 @@ class Pane:
 
     def screen(self) -> str:
         return self._tmux("capture-pane", "-p", "-t", "top")
+
+    def pid(self) -> int:
+        """The pane's shell, whose child is the command."""
+        return int(self._tmux("display-message", "-p", "-t", "top", "#{pane_pid}"))
 
     def keys(self, *keys: str) -> None:
         self._tmux("send-keys", "-t", "top", *keys)
@@ -160,7 +167,7 @@ def test_top_in_a_terminal_shows_lag_members_rebalances_and_orphans(broker, make
 
         pane.keys("q")
         screen = pane.wait(lambda s: "top exited" in s, "top to quit on q")
-        assert "top exited 0" in screen and "Traceback" not in screen
+        assert "top exited 0" in screen and "tty: icanon echo" in screen and "Traceback" not in screen
         assert zk_layout.topic_assignment("__consumer_offsets") is None  # top asked no coordinator (creates it)
     finally:
         if pane is not None:
@@ -216,7 +223,19 @@ def test_top_once_and_a_protocol_group(broker, make_topic, zk_connect: str, zk_l
         assert cells[3:6] == ["20", "20", "0"] and re.fullmatch(r"~\d+s", cells[-2]), screen
         pane.keys("C-c")
         screen = pane.wait(lambda s: "top exited" in s, "top to quit on Ctrl-C")
-        assert "top exited 0" in screen and "Traceback" not in screen and "KeyboardInterrupt" not in screen
+        assert "top exited 0" in screen and "tty: icanon echo" in screen
+        assert "Traceback" not in screen and "KeyboardInterrupt" not in screen
+    finally:
+        pane.close()
+
+    # SIGTERM (kill, systemd) ends it the same way
+    pane = Pane(top_command("stdg", zk_connect))
+    try:
+        pane.wait(lambda s: "total lag 8" in s, "the protocol group again")
+        [top] = [p for p in psutil.Process(pane.pid()).children() if "top" in p.cmdline()]
+        top.terminate()
+        screen = pane.wait(lambda s: "top exited" in s, "top to quit on SIGTERM")
+        assert "top exited 0" in screen and "tty: icanon echo" in screen and "Traceback" not in screen
     finally:
         pane.close()
 
