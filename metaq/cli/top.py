@@ -163,7 +163,8 @@ def _live(source: AdminGroupSource, watch: GroupWatch, view: TopView, interval: 
                 elif isinstance(result, str):
                     view = watch.failed(result, int(time.time() * 1000)) or view
                 if result is not None or time.monotonic() - drawn_at >= 1.0:  # ages move every second
-                    live.update(render(view, interval=interval, height=console.size.height), refresh=True)
+                    live.update(render(view, interval=interval, height=console.size.height,
+                                       now_ms=int(time.time() * 1000)), refresh=True)
                     drawn_at = time.monotonic()
     except KeyboardInterrupt:
         return 0
@@ -202,8 +203,10 @@ def _keyboard() -> Iterator[Any]:
 # -- rendering ----------------------------------------------------------------------------------------------
 
 
-def render(view: TopView, *, interval: float | None, height: int | None = None) -> RenderableType:
-    """One frame: header, members, partitions (cut to ``height`` if given) and the rebalance log."""
+def render(view: TopView, *, interval: float | None, height: int | None = None,
+           now_ms: int | None = None) -> RenderableType:
+    """One frame: header, members, partitions (cut to ``height`` if given) and the rebalance log; commit ages
+    are moved on to ``now_ms`` (between refreshes the frame is redrawn every second)."""
     members = _members(view)
     log = _log(view)
     parts: list[RenderableType] = [_header(view, interval)]
@@ -215,7 +218,8 @@ def render(view: TopView, *, interval: float | None, height: int | None = None) 
         used = header + (0 if view.members is None else max(1, len(view.members)) + 2) + 2 \
             + 1 + min(len(view.log), LOG_LINES)
         room = max(3, height - used)
-    parts += [_partitions(view, room), log]
+    elapsed_ms = 0 if now_ms is None else max(0, now_ms - view.sampled_ms)
+    parts += [_partitions(view, room, elapsed_ms), log]
     return Group(*parts)
 
 
@@ -260,7 +264,7 @@ def _owns(partitions: tuple[tuple[str, int], ...]) -> str:
     return " ".join(f"{topic}:{','.join(ps)}" for topic, ps in by_topic.items())
 
 
-def _partitions(view: TopView, room: int | None) -> Table:
+def _partitions(view: TopView, room: int | None, elapsed_ms: int) -> Table:
     table = Table(title="Partitions", title_justify="left", box=None, header_style="bold")
     for header, justify in (("TOPIC", "left"), ("PART", "right"), ("OWNER", "left"), ("COMMITTED", "right"),
                             ("LOG-END", "right"), ("LAG", "right"), ("", "left"), ("RATE/S", "right"),
@@ -272,7 +276,7 @@ def _partitions(view: TopView, room: int | None) -> Table:
         owner = "-" if r.owner is None else short_id(view.group, r.owner)
         status = Text(r.lag.status, style="" if r.lag.status == OK else "bold red")
         table.add_row(r.lag.topic, str(r.lag.partition), owner, _cell(r.lag.offset), _cell(r.lag.log_end),
-                      _cell(r.lag.lag), _bar(r.lag.lag, biggest), _rate(r.rate), _age(r), status)
+                      _cell(r.lag.lag), _bar(r.lag.lag, biggest), _rate(r.rate), _age(r, elapsed_ms), status)
     if len(rows) < len(view.partitions):
         table.add_row(f"… {len(view.partitions) - len(rows)} more (enlarge the terminal)")
     if not view.partitions:
@@ -306,11 +310,11 @@ def _rate(rate: float | None) -> str:
     return f"{rate:.0f}" if rate >= 100 else f"{rate:.1f}"
 
 
-def _age(row: PartitionRow) -> str:
+def _age(row: PartitionRow, elapsed_ms: int = 0) -> str:
     """How long ago the offset was committed (``~``: since top saw it move, for Kafka-stored offsets)."""
     if row.commit_age_ms is None:
         return "-"
-    seconds = row.commit_age_ms // 1000
+    seconds = (row.commit_age_ms + elapsed_ms) // 1000
     if seconds < 60:
         text = f"{seconds}s"
     elif seconds < 3600:

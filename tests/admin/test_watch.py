@@ -265,9 +265,9 @@ def test_the_reader_asks_the_coordinator_when_it_offers_describe_groups(monkeypa
 # -- the frame -------------------------------------------------------------------------------------------------
 
 
-def frame(view: Any, height: int | None = None) -> str:
+def frame(view: Any, height: int | None = None, now_ms: int | None = None) -> str:
     console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
-    console.print(render(view, interval=2.0, height=height))
+    console.print(render(view, interval=2.0, height=height, now_ms=now_ms))
     return console.export_text()
 
 
@@ -285,6 +285,8 @@ def test_the_frame_shows_members_rows_bars_ages_and_the_log() -> None:
                                       str(20 * (p + 1) - 12)] for p in range(3)]
     assert [len(r[6]) for r in rows] == [3, 12, 20]  # bars scaled to the largest lag
     assert [r[7:] for r in rows] == [["1.0", "1m07s", "OK"]] * 3
+    redrawn = frame(view, now_ms=view.sampled_ms + 3500)  # between refreshes the ages move on
+    assert [line.split()[8] for line in redrawn.splitlines() if line.split()[:1] == ["t"]] == ["1m10s"] * 3
     assert "watching g (zookeeper group): 1 member, 3 partition(s)" in text
 
 
