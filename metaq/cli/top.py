@@ -205,29 +205,31 @@ def _keyboard() -> Iterator[Any]:
 
 def render(view: TopView, *, interval: float | None, height: int | None = None,
            now_ms: int | None = None) -> RenderableType:
-    """One frame: header, members, partitions (cut to ``height`` if given) and the rebalance log; commit ages
-    are moved on to ``now_ms`` (between refreshes the frame is redrawn every second)."""
+    """One frame: header, members, partitions and the rebalance log; commit ages are moved on to ``now_ms``
+    (between refreshes the frame is redrawn every second). With a ``height`` (a live screen) the frame fits
+    it: the partition rows come first, the log gets the lines left (at least LOG_LINES, one line an entry)."""
+    parts: list[RenderableType] = [_header(view, interval, wrap=height is None)]
     members = _members(view)
-    log = _log(view)
-    parts: list[RenderableType] = [_header(view, interval)]
     if members is not None:
         parts.append(members)
-    room = None
-    if height is not None:  # the lines around the partition rows: header, members, titles, log
-        header = 2 + len(view.notes) + (1 if view.error else 0)
-        used = header + (0 if view.members is None else max(1, len(view.members)) + 2) + 2 \
-            + 1 + min(len(view.log), LOG_LINES)
-        room = max(3, height - used)
+    room, log_lines = None, LOG_LINES
+    if height is not None:
+        fixed = 2 + len(view.notes) + (1 if view.error else 0)  # the header
+        fixed += 0 if view.members is None else max(1, len(view.members)) + 2  # members: title, header, rows
+        fixed += 2 + 1  # the partitions' title and header, the log's title
+        available = height - fixed
+        log_lines = min(len(view.log), max(LOG_LINES, available - max(1, len(view.partitions))))
+        room = max(3, available - log_lines)
     elapsed_ms = 0 if now_ms is None else max(0, now_ms - view.sampled_ms)
-    parts += [_partitions(view, room, elapsed_ms), log]
+    parts += [_partitions(view, room, elapsed_ms), _log(view, log_lines, wrap=height is None)]
     return Group(*parts)
 
 
-def _header(view: TopView, interval: float | None) -> Text:
+def _header(view: TopView, interval: float | None, *, wrap: bool) -> Text:
     kind = "ZooKeeper group" if view.kind == "zookeeper" else "protocol group (broker coordinator)"
     when = format_ms(view.sampled_ms)[11:19]
     keys = f"every {interval:g}s · q quit · r refresh" if interval is not None else "one frame (--once)"
-    text = Text()
+    text = Text(no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
     text.append(f"metaq top · {view.group}", style="bold")
     text.append(f" · {kind} · {when} UTC · {keys}\n")
     if view.members is None:
@@ -284,11 +286,11 @@ def _partitions(view: TopView, room: int | None, elapsed_ms: int) -> Table:
     return table
 
 
-def _log(view: TopView) -> Table:
+def _log(view: TopView, lines: int, *, wrap: bool) -> Table:
     table = Table(title="Rebalance log", title_justify="left", box=None, show_header=False)
     table.add_column("TIME", no_wrap=True)
-    table.add_column("EVENT")
-    for entry in view.log[-LOG_LINES:]:
+    table.add_column("EVENT", no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
+    for entry in view.log[-lines:] if lines > 0 else []:
         table.add_row(format_ms(entry.time_ms)[11:19], entry.text)
     return table
 

@@ -291,13 +291,22 @@ def test_the_frame_shows_members_rows_bars_ages_and_the_log() -> None:
 
 
 
-def test_partition_rows_are_cut_to_the_terminal_height() -> None:
-    view = GroupWatch("g").update(zk_sample(0, [lag(p, 1, 2, f"{A}-0") for p in range(20)], [A]))
-    # 2 header lines, 3 for the member, 2 for the partition title and header, 2 for the log: 6 rows fit in 15
-    text = frame(view, height=15)
-    assert len(text.rstrip("\n").splitlines()) == 15
-    assert [line.split()[1] for line in text.splitlines() if line.split()[:1] == ["t"]] == ["0", "1", "2", "3", "4"]
-    assert "… 15 more (enlarge the terminal)" in text
+def test_a_live_frame_fits_the_terminal_height() -> None:
+    watch = GroupWatch("g")
+    view = watch.update(zk_sample(0, [lag(p, 1, 2, f"{A}-0") for p in range(20)], [A]))
+    for i in range(12):
+        view = watch.failed(f"error {i} " + "x" * 200, T0 + i) or view
+    # 2+1 header lines (one for the error), 3 for the member, 2 for the partition title and header, 1 for the
+    # log's title: in 24 lines, 8 log entries (each one line) and 7 partition lines (6 rows and "… more")
+    text = frame(view, height=24)
+    lines = text.rstrip("\n").splitlines()
+    assert len(lines) == 24
+    assert [line.split()[1] for line in lines if line.split()[:1] == ["t"]] == ["0", "1", "2", "3", "4", "5"]
+    assert "… 14 more (enlarge the terminal)" in text and lines[-1].split()[1:4] == ["refresh", "failed:", "error"]
+    assert lines[-1].split()[4] == "11" and lines[-1].rstrip().endswith("…")
+    # with room to spare, the log shows all 13 entries
+    tall = frame(view, height=60).rstrip("\n").splitlines()
+    assert len(tall) == 2 + 1 + 3 + 2 + 20 + 1 + 13 and "watching g" in "\n".join(tall)
 
 
 def test_the_frame_of_a_protocol_group_says_members_are_unknown() -> None:
