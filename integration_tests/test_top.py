@@ -166,7 +166,7 @@ def test_top_in_a_terminal_shows_lag_members_rebalances_and_orphans(broker, make
         assert f"orphan: t/1 owned by {joiner_id[2:]}-0, which is not a live member" in screen
 
         pane.keys("q")
-        screen = pane.wait(lambda s: "top exited" in s, "top to quit on q")
+        screen = pane.wait(lambda s: "tty:" in s, "top to quit on q")
         assert "top exited 0" in screen and "tty: icanon echo" in screen and "Traceback" not in screen
         assert zk_layout.topic_assignment("__consumer_offsets") is None  # top asked no coordinator (creates it)
     finally:
@@ -222,7 +222,7 @@ def test_top_once_and_a_protocol_group(broker, make_topic, zk_connect: str, zk_l
         cells = row(screen, "ko", 0)
         assert cells[3:6] == ["20", "20", "0"] and re.fullmatch(r"~\d+s", cells[-2]), screen
         pane.keys("C-c")
-        screen = pane.wait(lambda s: "top exited" in s, "top to quit on Ctrl-C")
+        screen = pane.wait(lambda s: "tty:" in s, "top to quit on Ctrl-C")
         assert "top exited 0" in screen and "tty: icanon echo" in screen
         assert "Traceback" not in screen and "KeyboardInterrupt" not in screen
     finally:
@@ -234,7 +234,7 @@ def test_top_once_and_a_protocol_group(broker, make_topic, zk_connect: str, zk_l
         pane.wait(lambda s: "total lag 8" in s, "the protocol group again")
         [top] = [p for p in psutil.Process(pane.pid()).children() if "top" in p.cmdline()]
         top.terminate()
-        screen = pane.wait(lambda s: "top exited" in s, "top to quit on SIGTERM")
+        screen = pane.wait(lambda s: "tty:" in s, "top to quit on SIGTERM")
         assert "top exited 0" in screen and "tty: icanon echo" in screen and "Traceback" not in screen
     finally:
         pane.close()
