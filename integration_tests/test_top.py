@@ -250,3 +250,5 @@ def test_top_once_and_a_protocol_group(broker, make_topic, zk_connect: str, zk_l
     assert not_a_terminal.returncode == 2 and "use --once" in not_a_terminal.stderr
     bad_interval = metaq("top", "stdg", "--interval", "0", "--zookeeper", zk_connect)
     assert bad_interval.returncode == 2 and "--interval must be between" in bad_interval.stderr
+    live_json = metaq("top", "stdg", "--json", "--zookeeper", zk_connect)
+    assert live_json.returncode == 2 and "--json needs --once" in live_json.stderr
