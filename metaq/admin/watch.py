@@ -139,9 +139,13 @@ class GroupWatch:
         self._track_moves(previous, sample)
         base = self._rate_base(sample)
         self._history.append(sample)
-        rows = [self._row(p, sample, base) for p in sample.description.partitions]
-        members = sample.members()
         owners = sample.owners()
+        before = {} if base is None else {(q.topic, q.partition): q.offset for q in base.description.partitions}
+        seconds = 0.0 if base is None else sample.taken_s - base.taken_s
+        rows = [self._row(p, sample, owners.get((p.topic, p.partition)),
+                          _rate(before.get((p.topic, p.partition)), p.offset, seconds))
+                for p in sample.description.partitions]
+        members = sample.members()
         self._last = TopView(
             group=self.group, kind=sample.kind, sampled_ms=sample.now_ms,
             members=None if members is None else member_rows(members, owners),
@@ -175,13 +179,8 @@ class GroupWatch:
             self._history.popleft()
         return self._history[0] if self._history else None
 
-    def _row(self, p: PartitionLag, sample: Sample, base: Sample | None) -> PartitionRow:
+    def _row(self, p: PartitionLag, sample: Sample, owner: str | None, rate: float | None) -> PartitionRow:
         key = (p.topic, p.partition)
-        owner = sample.owners().get(key)
-        rate = None
-        if base is not None:
-            then = {(q.topic, q.partition): q.offset for q in base.description.partitions}.get(key)
-            rate = _rate(then, p.offset, sample.taken_s - base.taken_s)
         if p.last_commit_ms is not None:
             return PartitionRow(p, owner, rate, max(0, sample.now_ms - p.last_commit_ms))
         moved = self._moved_ms.get(key)
