@@ -1,9 +1,9 @@
 """A group watched over time, for ``metaq top``: consumption rates between refreshes, how long ago each
 partition's offset last moved, and a rebalance log built from owner and member changes.
 
-    watch = GroupWatch("etl")
-    view = watch.update(sample_group(admin, "etl", protocol_reader))    # every refresh
-    view.partitions[0].rate, view.log[-1].text                           # 120.5 msg/s, "rebalance: clicks/0 a -> b"
+    watch, source = GroupWatch("etl"), AdminGroupSource(admin)
+    view = watch.update(sample_group(source, "etl", taken_s=time.monotonic(), now_ms=epoch_ms))  # every refresh
+    view.partitions[0].rate, view.log[-1].text       # 120.5 (messages/s), "rebalance: clicks/0 a -> b"
 
 :func:`sample_group` reads one :class:`Sample` (ZooKeeper, the leaders' log offsets, ``__consumer_offsets``
 and, for a group that exists only in the broker's coordinator, DescribeGroups); :class:`GroupWatch` is pure
