@@ -12,6 +12,8 @@ install: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	@if [ "$$(id -u)" = "0" ] && ! command -v kcat >/dev/null 2>&1; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; fi
+	@if [ "$$(id -u)" = "0" ] && ! command -v tmux >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux; fi
 	@command -v java >/dev/null 2>&1 || { echo "java not found: install a JDK (Java 17)" >&2; exit 1; }
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
