@@ -136,7 +136,9 @@ class BrokerServer:
                 start_serving=False,
             )
         except OSError as e:  # in use, not a local address, or a name that does not resolve
-            reason = e.strerror or str(e)
+            # asyncio rewords bind errors ("error while attempting to bind on address ..."): say it plainly
+            plain = e.errno and e.errno > 0 and not isinstance(e, socket.gaierror)
+            reason = os.strerror(e.errno) if plain else (e.strerror or str(e))
             raise ConfigError(f"config 'listeners': cannot listen on {self._host}:{self._port}: {reason}") from e
 
     async def start_serving(self, context: Any) -> None:
