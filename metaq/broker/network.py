@@ -167,8 +167,8 @@ class BrokerServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        self._tune_socket(writer)
         try:
+            self._tune_socket(writer)
             await self._serve_requests(conn)
         except ProtocolError as e:
             log.warning("closing connection from %s: %s", conn, e)
