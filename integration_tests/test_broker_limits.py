@@ -200,6 +200,36 @@ def test_fetch_of_several_partitions_honours_max_bytes(broker: BrokerProcess, ma
         assert sizes[0] > 10_000 and sizes[1:] == [0, 0], sizes
 
 
+def test_a_slow_reader_of_a_large_answer_holds_little_broker_memory(broker: BrokerProcess, make_topic) -> None:
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+    from metaq.testing.broker import request
+
+    partitions = 500
+    make_topic("wide", partitions=partitions)
+    batch = _batch(30, 1000)  # ~30 KB: each partition's slice is read into memory, not sent with sendfile
+    pd = ProduceRequest.TopicProduceData.PartitionProduceData
+    req = ProduceRequest[3](transactional_id=None, acks=-1, timeout_ms=30000, topic_data=[
+        ProduceRequest.TopicProduceData(name="wide", partition_data=[pd(index=p, records=batch)
+                                                                     for p in range(partitions)])])
+    resp = request(broker.bootstrap, req, ProduceResponse, 3, timeout=60)
+    assert {p.error_code for t in resp.responses for p in t.partition_responses} == {0}
+    assert broker.pid is not None
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.settimeout(30)
+    host, port = broker.bootstrap.rsplit(":", 1)
+    slow.connect((host, int(port)))
+    with slow, RssSampler(broker.pid) as rss:
+        slow.sendall(_framed(_fetch_request("wide", list(range(partitions)), max_bytes=MAX_INT32,
+                                            partition_max_bytes=MAX_INT32)))
+        _kcat_round_trip(broker.bootstrap, "wide")  # meanwhile the broker serves others
+        time.sleep(2)  # the slow reader reads nothing for a while: the broker must not buffer the ~15 MB answer
+        frame = _recv_frame(slow)
+    assert len(frame) > partitions * len(batch)
+    assert rss.growth_mb < 8, f"broker RSS grew {rss.growth_mb:.0f} MB"
+
+
 # --- B: connections ----------------------------------------------------------------------------------
 
 def test_connections_over_the_per_ip_limit_are_refused_and_idle_ones_closed(broker_cluster, make_topic,
