@@ -84,7 +84,8 @@ class BrokerConfig(Config):
     socket_send_buffer_bytes: int = prop("socket.send.buffer.bytes", 102400)
     socket_receive_buffer_bytes: int = prop("socket.receive.buffer.bytes", 102400)
     # metaq's own key (Kafka has none): a client that sent a frame's size must send its body within this
-    # time, so a slow or stalled sender cannot pin a connection and a partial frame forever
+    # time, so a slow or stalled sender cannot pin a connection and a partial frame forever (30 s: a Kafka
+    # client gives up on a request after request.timeout.ms, 30 s by default, anyway)
     socket_request_body_timeout_ms: int = prop("socket.request.body.timeout.ms", 30000, check=positive)
     queued_max_request_bytes: int = prop("queued.max.request.bytes", -1, check=_unbounded_or_positive)
     max_connections: int = prop("max.connections", 2147483647, check=positive)
