@@ -239,7 +239,7 @@ class BrokerServer:
             async with asyncio.timeout(limits.idle_timeout_ms / 1000.0):
                 head = await conn.reader.readexactly(4)
         except TimeoutError:
-            log.info("closing connection from %s: idle for %d ms (connections.max.idle.ms)",
+            log.debug("closing connection from %s: idle for %d ms (connections.max.idle.ms)",
                      conn, limits.idle_timeout_ms)
             return None
         except asyncio.IncompleteReadError as e:
