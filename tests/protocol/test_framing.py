@@ -53,3 +53,17 @@ def test_client_id_running_past_the_frame_is_refused() -> None:
     wire = _wire(MetadataRequest[1](topics=None), client_id="a-long-client-id")
     with pytest.raises(ProtocolError, match="past"):
         decode_request(MetadataRequest, wire[:14], 1)
+
+
+def _served() -> list[tuple[object, int]]:
+    from metaq.protocol.apis import BROKER_APIS
+
+    return [(entry[0], v) for entry in BROKER_APIS.values() for v in range(entry[2], entry[3] + 1)]
+
+
+@pytest.mark.parametrize(("cls", "version"), _served())
+def test_every_served_request_version_decodes_as_kafka_python_does(cls, version: int) -> None:
+    wire = _wire(cls[version]())  # type: ignore[index]
+    ours = decode_request(cls, wire, version)
+    theirs = cls.decode(wire, version=version, header=True)  # type: ignore[attr-defined]
+    assert ours == theirs and ours.header == theirs.header
