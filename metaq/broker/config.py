@@ -51,6 +51,10 @@ def _listener(value: str) -> str | None:
     return None
 
 
+def _unbounded_or_positive(value: int) -> str | None:
+    return None if value == -1 or value > 0 else "must be -1 (unbounded) or > 0"
+
+
 @dataclass(frozen=True)
 class BrokerConfig(Config):
     broker_id: int = prop("broker.id", 0, check=non_negative)
@@ -79,6 +83,16 @@ class BrokerConfig(Config):
     socket_request_max_bytes: int = prop("socket.request.max.bytes", 104857600, check=positive)
     socket_send_buffer_bytes: int = prop("socket.send.buffer.bytes", 102400)
     socket_receive_buffer_bytes: int = prop("socket.receive.buffer.bytes", 102400)
+    # metaq's own key (Kafka has none): a client that sent a frame's size must send its body within this
+    # time, so a slow or stalled sender cannot pin a connection and a partial frame forever (30 s: a Kafka
+    # client gives up on a request after request.timeout.ms, 30 s by default, anyway)
+    socket_request_body_timeout_ms: int = prop("socket.request.body.timeout.ms", 30000, check=positive)
+    queued_max_request_bytes: int = prop("queued.max.request.bytes", -1, check=_unbounded_or_positive)
+    max_connections: int = prop("max.connections", 2147483647, check=positive)
+    max_connections_per_ip: int = prop("max.connections.per.ip", 2147483647, check=positive)
+    connections_max_idle_ms: int = prop("connections.max.idle.ms", 600000, check=positive)
+    fetch_max_bytes: int = prop("fetch.max.bytes", 52428800, check=positive)
+    replica_fetch_response_max_bytes: int = prop("replica.fetch.response.max.bytes", 10485760, check=positive)
     log_segment_bytes: int = prop("log.segment.bytes", 1073741824, check=positive)
     log_roll_hours: int = prop("log.roll.hours", 168, check=positive)
     log_roll_ms: int | None = prop("log.roll.ms", None)

@@ -25,7 +25,7 @@ from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.broker.handlers import HANDLERS
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import MetadataWatcher
-from metaq.broker.network import BrokerServer
+from metaq.broker.network import BrokerServer, ConnectionLimits
 from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.registration import BrokerRegistration
 from metaq.broker.topics import create_topic
@@ -75,6 +75,25 @@ class Broker:
 
     async def _start(self) -> None:
         config = self.config
+        host, port = config.listener
+        # the listener first: a port in use or a host that is not ours fails before anything else starts
+        self._server = BrokerServer(
+            HANDLERS,
+            host=host,
+            port=port,
+            limits=ConnectionLimits(
+                max_request_bytes=config.socket_request_max_bytes,
+                request_body_timeout_ms=config.socket_request_body_timeout_ms,
+                idle_timeout_ms=config.connections_max_idle_ms,
+                max_connections=config.max_connections,
+                max_connections_per_ip=config.max_connections_per_ip,
+                queued_max_request_bytes=config.queued_max_request_bytes,
+            ),
+            send_buffer_bytes=config.socket_send_buffer_bytes,
+            receive_buffer_bytes=config.socket_receive_buffer_bytes,
+        )
+        await self._server.bind()
+        self.port = self._server.port
         await asyncio.to_thread(self.logs.load)
         self._zk = await asyncio.to_thread(
             zk_connect,
@@ -104,18 +123,6 @@ class Broker:
         )
         context = BrokerContext(config, self.logs, self.metadata, AppendNotifier(), self._auto_create, layout,
                                 self.coordinator)
-        host, port = config.listener
-        self._server = BrokerServer(
-            context,
-            HANDLERS,
-            host=host,
-            port=port,
-            max_request_bytes=config.socket_request_max_bytes,
-            send_buffer_bytes=config.socket_send_buffer_bytes,
-            receive_buffer_bytes=config.socket_receive_buffer_bytes,
-        )
-        await self._server.bind()
-        self.port = self._server.port
         adv_host, adv_port = config.advertised
         if not config.advertised_listeners:
             adv_port = self.port  # listeners may say port 0: advertise the port actually bound
@@ -131,7 +138,7 @@ class Broker:
         await asyncio.to_thread(self._registration.register)
         await asyncio.to_thread(self.metadata.start)
         self.coordinator.start()
-        await self._server.start_serving()  # only now: a client that connects finds us registered
+        await self._server.start_serving(context)  # only now: a client that connects finds us registered
         self._tasks = [
             asyncio.create_task(self._every(config.log_flush_scheduler_interval_ms, self._flush_due)),
             asyncio.create_task(self._every(config.log_retention_check_interval_ms, self._retention)),
