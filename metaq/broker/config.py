@@ -110,6 +110,9 @@ class BrokerConfig(Config):
     log_flush_offset_checkpoint_interval_ms: int = prop(
         "log.flush.offset.checkpoint.interval.ms", 60000, check=positive
     )
+    metrics_port: int | None = prop("metrics.port", None, check=non_negative,
+                                    doc="serve Prometheus metrics on this port (0: any free port; unset: off)")
+    metrics_host: str = prop("metrics.host", "0.0.0.0", doc="address the metrics endpoint listens on")
 
     @classmethod
     def from_properties(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> Self:
