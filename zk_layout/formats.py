@@ -474,8 +474,8 @@ def compile_topic_filter(regex: str) -> Any:
         return re2.compile(regex, _RE2_OPTIONS)
     except re2.error as e:
         reason = e.args[0].decode("utf-8", "replace") if e.args and isinstance(e.args[0], bytes) else str(e)
-        raise ConfigError(f"topic filter {regex!r} is not supported: {reason} (topic filters are matched "
-                          "with RE2: no backreferences, lookaround or possessive quantifiers)") from e
+        raise ConfigError(f"topic filter {regex!r} is not a valid regex: {reason} (topic filters are matched "
+                          "with RE2, which has no backreferences, lookaround or possessive quantifiers)") from e
 
 
 @dataclass(frozen=True)

@@ -105,8 +105,12 @@ class MetadataWatcher:
         for topic in self._layout.topics(watch=watch):
             try:
                 parts = self._topic(topic, skipped)
-            except (MalformedNodeError, ConfigError) as e:  # ConfigError: a child name that is no topic name
-                skipped[self._layout.full_path(f"{paths.BROKER_TOPICS}/{topic}")] = str(e)
+            except MalformedNodeError as e:
+                skipped[e.path] = str(e)
+                continue
+            except ConfigError as e:  # a child whose name is no topic name
+                path = self._layout.full_path(f"{paths.BROKER_TOPICS}/{topic}")
+                skipped[path] = f"{path}: {e}"
                 continue
             if parts is not None:
                 topics[topic] = parts

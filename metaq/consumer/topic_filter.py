@@ -53,7 +53,7 @@ class TopicFilter(ABC):
         try:
             self._compiled = compile_topic_filter(self.regex)
         except ConfigError as e:
-            raise ConfigError(f"topic filter {regex!r} (normalised {self.regex!r}) is not a valid regex: {e}") from e
+            raise ConfigError(f"{e}{f' (given as {regex!r})' if regex != self.regex else ''}") from e
 
     def matches(self, topic: str) -> bool:
         """Whole-string match, as Java's ``String.matches``."""
