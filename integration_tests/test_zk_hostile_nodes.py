@@ -31,8 +31,9 @@ BAD_BROKER = json.dumps({"version": 5, "host": "127.0.0.1", "port": 1,
                          "endpoints": ["PLAINTEXT://127.0.0.1:1"]}).encode()
 
 
-def metaq(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "metaq", *args], capture_output=True, text=True, timeout=timeout)
+def metaq(*args: str, timeout: float = 90, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "metaq", *args], capture_output=True, text=True, timeout=timeout,
+                          input=stdin)
 
 
 # -- broker: nodes it cannot serve ----------------------------------------------------------------------
@@ -162,6 +163,12 @@ def test_offsets_export_fails_naming_a_negative_offset_node(zk: KazooClient, zk_
     assert done.returncode == 1, done.stdout
     node = zk_layout.full_path(paths.offset_path("g", "t", 1))
     assert f"malformed node {node}: negative offset -5" in done.stderr and "Traceback" not in done.stderr
+
+    # an import (or a reset) is how an operator repairs it: it must not fail on the node it replaces
+    repaired = metaq("offsets", "import", "-", "--zookeeper", zk_connect, "--execute", "--json",
+                     stdin="/consumers/g/offsets/t/1:3\n")
+    assert repaired.returncode == 0, repaired.stderr
+    assert zk_layout.read_offset("g", "t", 1) == 3
 
 
 def test_describe_and_owners_flag_a_persistent_member_and_survive_a_catastrophic_regex(
