@@ -19,7 +19,9 @@ from kazoo.client import KazooClient
 from integration_tests import peers
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
+from metaq.consumer import Consumer
 from metaq.errors import MetaqError
+from metaq.producer import Producer
 from metaq.testing.broker import BrokerCluster, topic_leaders, wait_until
 from metaq.zkclient import connect
 from metaq.zkserver import ZooKeeperServer
@@ -192,3 +194,23 @@ def test_describe_and_owners_flag_a_persistent_member_and_survive_a_catastrophic
     assert owners.returncode == 0, owners.stderr
     assert "registered by persistent nodes, no live consumers: g_fake" in owners.stdout
     assert _json(metaq("owners", "g", "--zookeeper", zk_connect, "--json"))["persistent_members"] == ["g_fake"]
+
+
+# -- consumer -------------------------------------------------------------------------------------------
+
+
+def test_consumer_reads_everything_despite_a_persistent_fake_member(broker, make_topic, zk: KazooClient,
+                                                                     zk_connect: str) -> None:
+    """The fake (sorting first, asking for 100,000 streams) used to be assigned every partition, so the real
+    member read nothing and ended without an error."""
+    make_topic("t", partitions=2)
+    zk.create(paths.consumer_id_path("g", "a-fake"), TopicCount({"t": 100000}).encode(), makepath=True)
+    with Producer({"zookeeper.connect": zk_connect, "linger.ms": 2}) as producer:
+        for future in [producer.send("t", b"m%d" % i, partition=i % 2) for i in range(10)]:
+            future.result(30)
+    consumer = Consumer({"group.id": "g", "zookeeper.connect": zk_connect, "auto.offset.reset": "smallest",
+                         "consumer.timeout.ms": 15000, "zookeeper.session.timeout.ms": 3000})
+    with consumer:
+        [stream] = consumer.create_message_streams({"t": 1})["t"]
+        got = sorted(next(stream).value for _ in range(10))
+    assert got == sorted(b"m%d" % i for i in range(10))
