@@ -6,42 +6,18 @@ hours, which no in-process timeout can interrupt.)"""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
 
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offsets import ZooKeeperOffsetStore
-from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
+from tests.consumer.test_rebalance_conflict import _Fetcher, _Subscription
 from zk_layout import WHITE_LIST, BrokerInfo, PartitionState, TopicCount, ZkLayout, paths
 
 STATE = PartitionState(leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)
-
-
-class _Subscription:
-    is_wildcard = False
-
-    def topic_count(self) -> TopicCount:
-        return TopicCount(subscription={"t": 1})
-
-    def queue_for(self, topic: str, thread_id: str) -> ChunkQueue:
-        return ChunkQueue(2)
-
-    def clear_queues(self) -> None:
-        pass
-
-
-class _Fetcher:
-    def __init__(self) -> None:
-        self.started: list[tuple[str, int]] = []
-
-    def start_connections(self, infos: Iterable[PartitionTopicInfo]) -> None:
-        self.started = sorted(info.key for info in infos)
-
-    def stop_connections(self) -> None:
-        pass
 
 
 def _group(layout: ZkLayout, partitions: int = 3) -> tuple[ZKRebalancerListener, _Fetcher]:
