@@ -160,7 +160,8 @@ class ZkLayout:
     """Typed access to the Kafka 0.8 ZooKeeper layout; see the module docstring.
 
     ``stale_node_wait_s`` bounds how long :meth:`register_broker` and :meth:`register_consumer` wait for an
-    ephemeral node left by our own previous session to expire before giving up. Thread-safe as kazoo is.
+    ephemeral node held by another session (after a kill -9, the previous run's) to expire before giving up
+    (a broker passes a longer wait: its session timeout plus a margin). Thread-safe as kazoo is.
     """
 
     def __init__(self, client: KazooClient, *, stale_node_wait_s: float = 10.0) -> None:
