@@ -170,7 +170,7 @@ def test_groups_list_reports_a_malformed_group_and_lists_the_others(zk: KazooCli
     assert node in groups["bad"]["error"]
 
 
-def test_offsets_export_fails_naming_a_negative_offset_node(zk: KazooClient, zk_layout: ZkLayout,
+def test_export_and_describe_fail_naming_a_negative_offset_node(zk: KazooClient, zk_layout: ZkLayout,
                                                             zk_connect: str) -> None:
     zk_layout.write_offset("g", "t", 0, 5)
     zk.create(paths.offset_path("g", "t", 1), b"-5", makepath=True)
@@ -178,6 +178,8 @@ def test_offsets_export_fails_naming_a_negative_offset_node(zk: KazooClient, zk_
     assert done.returncode == 1, done.stdout
     node = zk_layout.full_path(paths.offset_path("g", "t", 1))
     assert f"malformed node {node}: negative offset -5" in done.stderr and "Traceback" not in done.stderr
+    described = metaq("groups", "describe", "g", "--zookeeper", zk_connect)
+    assert described.returncode == 1 and f"malformed node {node}: negative offset -5" in described.stderr
 
     # an import (or a reset) is how an operator repairs it: it must not fail on the node it replaces
     repaired = metaq("offsets", "import", "-", "--zookeeper", zk_connect, "--execute", "--json",
