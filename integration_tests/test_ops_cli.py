@@ -135,7 +135,7 @@ def test_describe_shows_lag_owners_and_members_of_a_live_group(broker, make_topi
                              owners[("clicks", p)]]
         assert cells[-1] == "OK"
     assert [g for g in listed["groups"] if g["group"] == "etl"] == [
-        {"group": "etl", "members": 2, "active": True, "topics": ["clicks"]}]
+        {"group": "etl", "members": 2, "active": True, "topics": ["clicks"], "error": None}]
 
     # the members left: the group is still listed and described, without owners
     after = ok_json("groups", "list", "--zookeeper", zk_connect)

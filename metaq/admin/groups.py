@@ -21,7 +21,7 @@ from typing import Any
 
 from metaq.admin.kafka_offsets import GroupOffsetsStore
 from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
-from metaq.errors import ConfigError, GroupNotFoundError, MetaqError, UnknownTopicError
+from metaq.errors import ConfigError, GroupNotFoundError, MalformedNodeError, MetaqError, UnknownTopicError
 from zk_layout import OffsetNode, TopicCount, ZkLayout
 from zk_layout.paths import consumer_group_path
 
@@ -45,17 +45,20 @@ _GENERATED_ID = re.compile(r"(?P<host>.+)-(?P<ms>[0-9]{10,})-(?P<hex>[0-9a-f]{1,
 
 @dataclass(frozen=True)
 class Member:
-    """A registered (live) consumer: ``/consumers/<g>/ids/<consumer id>``."""
+    """A registered consumer: ``/consumers/<g>/ids/<consumer id>``. ``ephemeral`` is False for a persistent
+    node, which is no live consumer (a fake or left-over one): metaq consumers leave it out of the
+    assignment, Kafka 0.8 consumers give it partitions nobody reads; ``groups describe`` flags it."""
 
     consumer_id: str
     host: str | None
     subscription: dict[str, int]
     pattern: str
     registered_ms: int | None
+    ephemeral: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {"consumer_id": self.consumer_id, "host": self.host, "subscription": self.subscription,
-                "pattern": self.pattern, "registered_ms": self.registered_ms}
+                "pattern": self.pattern, "registered_ms": self.registered_ms, "ephemeral": self.ephemeral}
 
 
 @dataclass(frozen=True)
@@ -120,16 +123,21 @@ class GroupDescription:
 
 @dataclass(frozen=True)
 class GroupSummary:
+    """One line of ``groups list``. ``error`` says why the group could not be read whole (a malformed node,
+    named), so that one bad group does not hide the others."""
+
     group: str
     members: int
     topics: list[str] = field(default_factory=list)
+    error: str | None = None
 
     @property
     def active(self) -> bool:
         return self.members > 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"group": self.group, "members": self.members, "active": self.active, "topics": self.topics}
+        return {"group": self.group, "members": self.members, "active": self.active, "topics": self.topics,
+                "error": self.error}
 
 
 # -- pure helpers -------------------------------------------------------------------------------------
@@ -160,10 +168,10 @@ def host_of(group: str, consumer_id: str) -> str | None:
     return match["host"] if match else None
 
 
-def member_of(group: str, consumer_id: str, registration: TopicCount) -> Member:
+def member_of(group: str, consumer_id: str, registration: TopicCount, ephemeral: bool = True) -> Member:
     registered = registration.timestamp_ms if registration.timestamp_ms > 0 else None
     return Member(consumer_id, host_of(group, consumer_id), dict(registration.subscription),
-                  registration.pattern, registered)
+                  registration.pattern, registered, ephemeral)
 
 
 def subscribed_topics(registrations: Mapping[str, TopicCount], all_topics: Iterable[str]) -> set[str]:
@@ -209,11 +217,13 @@ def build_description(
     topics: Iterable[str] | None = None,
     kafka_offsets: Mapping[TopicPartition, int] | None = None,
     kafka_note: str | None = None,
+    persistent_members: Iterable[str] = (),
 ) -> GroupDescription:
     """Rows for every partition the group has an offset (in ZooKeeper or ``kafka_offsets``) or owner for,
     or that a member subscribes to.
 
-    ``partitions_by_topic`` holds the *existing* topics (with their partitions); ``topics`` limits the rows.
+    ``partitions_by_topic`` holds the *existing* topics (with their partitions); ``topics`` limits the rows;
+    ``persistent_members`` are the members registered by persistent nodes (flagged, see :class:`Member`).
     """
     kafka = dict(kafka_offsets or {})
     live = set(registrations)
@@ -232,7 +242,8 @@ def build_description(
                                   topic_exists=topic in partitions_by_topic, watermarks=marks, now_ms=now_ms,
                                   stall_after_ms=stall_after_ms)
         rows.append(replace(row, status=status))
-    members = [member_of(group, cid, reg) for cid, reg in sorted(registrations.items())]
+    persistent = set(persistent_members)
+    members = [member_of(group, cid, reg, cid not in persistent) for cid, reg in sorted(registrations.items())]
     sources = {r.source for r in rows if r.source is not None}
     storage = KAFKA if sources == {KAFKA} else "zookeeper+kafka" if sources - {ZOOKEEPER} else ZOOKEEPER
     return GroupDescription(group, members, rows, storage, kafka_note)
@@ -309,7 +320,8 @@ def describe_group(
     if not kafka_offsets:
         require_group(layout, group)
     exists = layout.group_exists(group)
-    registrations = layout.consumer_registrations(group) if exists else {}
+    nodes = layout.consumer_nodes(group) if exists else {}
+    registrations = {cid: node.registration for cid, node in nodes.items()}
     offsets = layout.offset_nodes(group) if exists else {}
     owners = layout.owners(group) if exists else {}
     partitions_by_topic = topic_partitions(layout)
@@ -319,7 +331,8 @@ def describe_group(
     marks = log_offsets.watermarks(k for k in keys if k[0] in partitions_by_topic)
     return build_description(group, registrations, partitions_by_topic, offsets, owners, marks,
                              now_ms=now_ms(), stall_after_ms=stall_after_ms, topics=topics,
-                             kafka_offsets=kafka_offsets, kafka_note=kafka_note)
+                             kafka_offsets=kafka_offsets, kafka_note=kafka_note,
+                             persistent_members=[cid for cid, node in nodes.items() if not node.ephemeral])
 
 
 def read_kafka_offsets(kafka: GroupOffsetsStore | None, group: str) -> tuple[dict[TopicPartition, int], str | None]:
@@ -335,7 +348,8 @@ def read_kafka_offsets(kafka: GroupOffsetsStore | None, group: str) -> tuple[dic
 
 
 def list_groups(layout: ZkLayout) -> list[GroupSummary]:
-    """Every group under ``/consumers``, with or without live members."""
+    """Every group under ``/consumers``, with or without live members. A group with a malformed node is
+    listed with its ``error`` (naming the node) rather than failing the whole listing."""
     summaries = []
     for group in layout.groups():
         try:
@@ -343,6 +357,10 @@ def list_groups(layout: ZkLayout) -> list[GroupSummary]:
         except ConfigError:  # a name that is not a valid group id (another tool's node): list it, bare
             summaries.append(GroupSummary(group, 0, []))
             continue
-        topics = {t for t, _ in layout.offset_nodes(group)} | {t for t, _ in layout.owners(group)}
+        try:
+            topics = {t for t, _ in layout.offset_nodes(group)} | {t for t, _ in layout.owners(group)}
+        except MalformedNodeError as e:
+            summaries.append(GroupSummary(group, len(members), [], str(e)))
+            continue
         summaries.append(GroupSummary(group, len(members), sorted(topics)))
     return summaries

@@ -139,7 +139,8 @@ class Broker:
             timestamp_ms=int(time.time() * 1000),
             rack=config.broker_rack,
         )
-        self._registration = BrokerRegistration(self._zk, layout, info, self.metadata.request_reload)
+        self._registration = BrokerRegistration(self._zk, layout, info, self.metadata.request_reload,
+                                                session_timeout_ms=config.session_timeout_ms)
         await asyncio.to_thread(self._registration.register)
         await asyncio.to_thread(self.metadata.start)
         self.coordinator.start()

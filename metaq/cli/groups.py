@@ -33,10 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _list(args: argparse.Namespace) -> int:
+    """Every group is listed; one that could not be read (a malformed node) shows STATE ``malformed``, its
+    error goes to stderr, and the exit code is 1 (an error, per the ops tools' 0/1/2 convention)."""
     with open_admin(args) as admin:
         summaries = admin.list_groups()
     emit(args, {"groups": [s.to_json() for s in summaries]}, lambda: render_list(summaries))
-    return 0
+    failed = [s for s in summaries if s.error is not None]
+    for summary in failed:
+        note(f"metaq groups: error: group {summary.group}: {summary.error}")
+    return 1 if failed else 0
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -45,6 +50,11 @@ def _describe(args: argparse.Namespace) -> int:
                                            stall_after_ms=int(args.stalled_after_s * 1000))
     if description.kafka_note and not args.json:
         note(f"Note: {description.kafka_note}")
+    for member in description.members:
+        if not member.ephemeral and not args.json:
+            note(f"Warning: member {member.consumer_id} is registered by a persistent node: it is no live "
+                 "consumer. metaq consumers ignore it; Kafka 0.8 consumers assign it partitions nobody reads. "
+                 "Delete the node.")
     emit(args, description.to_json(), lambda: render_description(description))
     return 0
 
@@ -53,16 +63,22 @@ def render_list(summaries: list[GroupSummary]) -> str:
     if not summaries:
         return "No consumer groups."
     return table(["GROUP", "MEMBERS", "STATE", "TOPICS"],
-                 [(s.group, s.members, "active" if s.active else "empty", ",".join(s.topics) or None)
-                  for s in summaries])
+                 [(s.group, s.members, _state(s), ",".join(s.topics) or None) for s in summaries])
+
+
+def _state(summary: GroupSummary) -> str:
+    if summary.error is not None:
+        return "malformed"
+    return "active" if summary.active else "empty"
 
 
 def render_description(d: GroupDescription) -> str:
     members = f"{len(d.members)} live member{'' if len(d.members) == 1 else 's'}" if d.members else "no live members"
     parts = [f"Group {d.group}: {members}, offsets in {d.offsets_storage}, total lag {d.total_lag}"]
     if d.members:
-        parts.append(table(["CONSUMER-ID", "HOST", "SUBSCRIPTION", "REGISTERED"],
-                           [(m.consumer_id, m.host, _subscription(m), when(m.registered_ms)) for m in d.members]))
+        parts.append(table(["CONSUMER-ID", "HOST", "SUBSCRIPTION", "REGISTERED", "NODE"],
+                           [(m.consumer_id, m.host, _subscription(m), when(m.registered_ms),
+                             "ephemeral" if m.ephemeral else "PERSISTENT") for m in d.members]))
     if d.partitions:
         parts.append(table(PARTITION_HEADERS, [
             (p.topic, p.partition, p.offset, p.log_end, p.lag, p.owner, when(p.last_commit_ms), p.source, p.status)
