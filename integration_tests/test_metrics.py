@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import confluent_kafka
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from metaq.broker.context import INVALID_RECORD
 from metaq.broker.process import free_port
-from metaq.testing.broker import BrokerCluster, wait_until
+from metaq.testing.batches import INVALID_BATCHES
+from metaq.testing.broker import BrokerCluster, request, wait_until
 from metaq.testing.prometheus import PrometheusServer
 
 
@@ -23,8 +26,11 @@ def test_prometheus_scrapes_broker_traffic_logs_and_errors(broker_cluster: Broke
     for i in range(500):
         producer.produce("m", b"x" * 100, partition=i % 2)
     assert producer.flush(30) == 0
-    producer.produce("__consumer_offsets", b"forged", partition=0)  # refused: an internal topic
-    producer.flush(30)
+    invalid, code = INVALID_BATCHES["control-flag"]()
+    answer = request(broker.bootstrap, ProduceRequest[7](transactional_id=None, acks=1, timeout_ms=10000, topic_data=[
+        ProduceRequest.TopicProduceData(name="m", partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=invalid)])]), ProduceResponse, 7)
+    assert answer.responses[0].partition_responses[0].error_code == code == INVALID_RECORD
     consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "m-readers",
                                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.assign([confluent_kafka.TopicPartition("m", p, 0) for p in range(2)])
@@ -44,6 +50,6 @@ def test_prometheus_scrapes_broker_traffic_logs_and_errors(broker_cluster: Broke
         assert _value(prom, 'sum(metaq_broker_bytes_out_total{topic="m"})') >= 500 * 100
         assert _value(prom, 'sum(metaq_broker_requests_total{api="PRODUCE"})') >= 1
         assert _value(prom, 'sum(metaq_broker_request_duration_seconds_count{api="FETCH"})') >= 1
-        assert _value(prom, 'metaq_broker_request_errors_total{api="PRODUCE",error="INVALID_TOPIC_EXCEPTION"}') >= 1
+        assert _value(prom, 'metaq_broker_request_errors_total{api="PRODUCE",error="INVALID_RECORD"}') == 1
         assert _value(prom, "metaq_broker_active_controller") == 1
         assert _value(prom, "metaq_broker_offline_partitions") == 0
