@@ -14,6 +14,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from metaq.broker.context import CLIENT_HOST
 from metaq.broker.handlers.api_versions import unsupported_version_response
 from metaq.broker.handlers.fetch import FetchReply
 from metaq.errors import ProtocolError
@@ -97,6 +98,7 @@ class BrokerServer:
         self._connections.add(task)
         self._tune_socket(writer)
         conn = ClientConnection(reader, writer)
+        CLIENT_HOST.set("/" + conn.peer.rpartition(":")[0])  # this task's context: the connection's requests
         try:
             while True:
                 frame = await self._read_frame(conn)
