@@ -6,6 +6,10 @@ a broker restart and in the log itself; and transactional producers refused at o
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,8 +23,10 @@ from kafka import errors as kerrors
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
+from integration_tests.peers import KCAT
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, decode_key, partition_for
 from metaq.testing.broker import request, wait_until
+from zk_layout import ZkLayout
 
 BROKER = {"group.min.session.timeout.ms": 1000, "offsets.topic.num.partitions": 4}
 PARTITIONS = 3
@@ -187,6 +193,52 @@ def test_kafka_python_admin_and_offset_delete(admin_broker, make_topic, live_mem
     admin_broker.stop()
     admin_broker.start()
     assert _committed(bootstrap, "kp", [(subscribed, 0), (other, 0)]) == {}
+
+
+# ---- metaq groups list / describe ---------------------------------------------------------------------------
+
+
+def _metaq_json(*args: str) -> Any:
+    result = subprocess.run([sys.executable, "-m", "metaq", *args, "--json"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_metaq_groups_lists_and_describes_protocol_groups(admin_broker, make_topic, zk_connect: str,
+                                                          zk_layout: ZkLayout, tmp_path) -> None:
+    """A kcat -G group (protocol), a ZooKeeper group, and a ZooKeeper group that also commits to Kafka (both)."""
+    topic = make_topic("adm-cli", partitions=PARTITIONS)
+    bootstrap = admin_broker.bootstrap
+    zk_layout.write_offset("zkg", topic, 0, 3)
+    zk_layout.write_offset("mixed", topic, 0, 4)
+    _commit(bootstrap, "mixed", {(topic, 1): 2})
+    z = ["--zookeeper", zk_connect]
+    with open(tmp_path / "kcat.err", "wb") as err:
+        kcat = subprocess.Popen([KCAT, "-b", bootstrap, "-G", "kcatg", topic, "-q", "-X", "session.timeout.ms=6000",
+                                 "-X", "heartbeat.interval.ms=500"], stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        def kcat_group() -> dict[str, Any] | None:
+            groups = {g["group"]: g for g in _metaq_json("groups", "list", *z)["groups"]}
+            found = groups.get("kcatg")
+            return found if found and found["state"] == "Stable" and found["members"] == 1 else None
+
+        wait_until(lambda: kcat_group() is not None, 30, "kcat's group listed as Stable with one member")
+        groups = {g["group"]: g for g in _metaq_json("groups", "list", *z)["groups"]}
+        assert (groups["kcatg"]["kind"], groups["kcatg"]["topics"]) == ("protocol", [topic])
+        assert (groups["zkg"]["kind"], groups["zkg"]["state"]) == ("zookeeper", None)
+        assert (groups["mixed"]["kind"], groups["mixed"]["state"]) == ("both", None)
+
+        described = _metaq_json("groups", "describe", "kcatg", *z)
+        assert described["active"] and described["protocol"]["state"] == "Stable"
+        [member] = described["protocol"]["members"]
+        assert member["client_id"] == "rdkafka" and member["host"] == "/127.0.0.1"
+        assert sorted(p for _, p in member["assignment"]) == list(range(PARTITIONS))
+        assert {(r["partition"], r["owner"], r["status"]) for r in described["partitions"]} == {
+            (p, member["member_id"], "OK") for p in range(PARTITIONS)}
+    finally:
+        kcat.send_signal(signal.SIGINT)
+        kcat.wait(20)
 
 
 # ---- transactions: refused, and every client fails at once ----------------------------------------------
