@@ -20,6 +20,15 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 from kafka import errors as kerrors
+from kafka.protocol.admin import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
@@ -30,6 +39,8 @@ from zk_layout import ZkLayout
 
 BROKER = {"group.min.session.timeout.ms": 1000, "offsets.topic.num.partitions": 4}
 PARTITIONS = 3
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_COORDINATOR = 16
 NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
@@ -193,6 +204,51 @@ def test_kafka_python_admin_and_offset_delete(admin_broker, make_topic, live_mem
     admin_broker.stop()
     admin_broker.start()
     assert _committed(bootstrap, "kp", [(subscribed, 0), (other, 0)]) == {}
+
+
+def test_every_version_on_two_brokers(broker_cluster, make_topic) -> None:
+    """Raw requests at every advertised version; each broker lists and describes only the groups it coordinates,
+    and an AdminClient (which asks every broker) lists them all."""
+    b0, b1 = broker_cluster.add(0, **BROKER), broker_cluster.add(1, **BROKER)
+    topic = make_topic("adm-raw", partitions=1)
+
+    def coordinator(group: str) -> int:
+        resp = request(b0.bootstrap, FindCoordinatorRequest[1](key=group, key_type=0), FindCoordinatorResponse, 1)
+        return resp.node_id if resp.error_code == 0 else -1
+
+    wait_until(lambda: coordinator("probe") >= 0, 15, "the offsets topic")
+    names = [f"g{i}" for i in range(40)]
+    on0, on1 = (next(g for g in names if coordinator(g) == b) for b in (0, 1))
+    nobody = next(g for g in names if coordinator(g) == 0 and g != on0)
+    for group in (on0, on1):
+        _commit(b0.bootstrap, group, {(topic, 0): 1})
+
+    for v in range(6):
+        listed = {g.group_id: g for g in request(b0.bootstrap, ListGroupsRequest[v](), ListGroupsResponse, v).groups}
+        assert on0 in listed and on1 not in listed and listed[on0].protocol_type == ""
+        assert v < 4 or listed[on0].group_state == "Empty"
+        assert on1 in {g.group_id for g in request(b1.bootstrap, ListGroupsRequest[v](), ListGroupsResponse, v).groups}
+    for v in range(7):
+        resp = request(b0.bootstrap, DescribeGroupsRequest[v](groups=[on0, on1, nobody]), DescribeGroupsResponse, v)
+        got = {g.group_id: (g.error_code, g.group_state) for g in resp.groups}
+        assert got[on0] == (0, "Empty") and got[on1][0] == NOT_COORDINATOR
+        assert got[nobody] == ((GROUP_ID_NOT_FOUND, "Dead") if v >= 6 else (0, "Dead"))
+    for v in range(3):
+        resp = request(b0.bootstrap, DeleteGroupsRequest[v](groups_names=[nobody, on1]), DeleteGroupsResponse, v)
+        assert {r.group_id: r.error_code for r in resp.results} == {nobody: GROUP_ID_NOT_FOUND, on1: NOT_COORDINATOR}
+    admin = AdminClient({"bootstrap.servers": b1.bootstrap})
+    assert {on0, on1} <= set(_listed(admin))
+    with pytest.deprecated_call():  # the legacy call: ListGroups + DescribeGroups at every broker
+        legacy = {g.id: g for g in admin.list_groups(timeout=30)}
+    assert legacy[on1].state == "Empty" and legacy[on1].broker.id == 1
+    Topic = OffsetDeleteRequest.OffsetDeleteRequestTopic
+    resp = request(b0.bootstrap, OffsetDeleteRequest[0](group_id=on0, topics=[
+        Topic(name=t, partitions=[Topic.OffsetDeleteRequestPartition(partition_index=0)]) for t in (topic, "gone")]),
+        OffsetDeleteResponse, 0)
+    assert resp.error_code == 0
+    assert {t.name: t.partitions[0].error_code for t in resp.topics} == {topic: 0, "gone": UNKNOWN_TOPIC_OR_PARTITION}
+    assert _committed(b0.bootstrap, on0, [(topic, 0)]) == {}
+    assert on0 not in {g.group_id for g in request(b0.bootstrap, ListGroupsRequest[0](), ListGroupsResponse, 0).groups}
 
 
 # ---- metaq groups list / describe ---------------------------------------------------------------------------
