@@ -33,17 +33,15 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from integration_tests.peers import KCAT
+from metaq.broker.context import UNKNOWN_TOPIC_OR_PARTITION
+from metaq.broker.coordinator.coordinator import GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NOT_COORDINATOR
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, decode_key, partition_for
+from metaq.broker.handlers.groups import TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 from metaq.testing.broker import request, wait_until
 from zk_layout import ZkLayout
 
 BROKER = {"group.min.session.timeout.ms": 1000, "offsets.topic.num.partitions": 4}
 PARTITIONS = 3
-UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_COORDINATOR = 16
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 @pytest.fixture
