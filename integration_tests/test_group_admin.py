@@ -252,11 +252,14 @@ def test_every_version_on_two_brokers(broker_cluster, make_topic) -> None:
 # ---- metaq groups list / describe ---------------------------------------------------------------------------
 
 
-def _metaq_json(*args: str) -> Any:
-    result = subprocess.run([sys.executable, "-m", "metaq", *args, "--json"], capture_output=True, text=True,
-                            timeout=60)
+def _metaq(*args: str) -> str:
+    result = subprocess.run([sys.executable, "-m", "metaq", *args], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
-    return json.loads(result.stdout)
+    return result.stdout
+
+
+def _metaq_json(*args: str) -> Any:
+    return json.loads(_metaq(*args, "--json"))
 
 
 def test_metaq_groups_lists_and_describes_protocol_groups(admin_broker, make_topic, zk_connect: str,
@@ -290,6 +293,14 @@ def test_metaq_groups_lists_and_describes_protocol_groups(admin_broker, make_top
         assert sorted(p for _, p in member["assignment"]) == list(range(PARTITIONS))
         assert {(r["partition"], r["owner"], r["status"]) for r in described["partitions"]} == {
             (p, member["member_id"], "OK") for p in range(PARTITIONS)}
+
+        table = _metaq("groups", "list", *z).splitlines()
+        assert table[0].split() == ["GROUP", "KIND", "MEMBERS", "STATE", "TOPICS"]
+        assert [line.split() for line in table if line.startswith("kcatg")] == [
+            ["kcatg", "protocol", "1", "Stable", topic]]
+        text = _metaq("groups", "describe", "kcatg", *z)
+        assert text.startswith("Group kcatg: 1 live member,")
+        assert "Coordinator (broker 0): state Stable, protocol consumer/" in text and member["member_id"] in text
     finally:
         kcat.send_signal(signal.SIGINT)
         kcat.wait(20)
