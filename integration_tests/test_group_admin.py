@@ -249,6 +249,25 @@ def test_every_version_on_two_brokers(broker_cluster, make_topic) -> None:
     assert on0 not in {g.group_id for g in request(b0.bootstrap, ListGroupsRequest[0](), ListGroupsResponse, 0).groups}
 
 
+def test_aiokafka_admin_lists_and_describes(admin_broker, make_topic, live_members) -> None:
+    aiokafka_admin = pytest.importorskip("aiokafka.admin")
+    topic = make_topic("adm-aio", partitions=PARTITIONS)
+    live_members(admin_broker.bootstrap, "aio", topic)
+
+    async def ask() -> tuple[list[Any], list[Any]]:
+        admin = aiokafka_admin.AIOKafkaAdminClient(bootstrap_servers=admin_broker.bootstrap)
+        await admin.start()
+        try:
+            return await admin.list_consumer_groups(), await admin.describe_consumer_groups(["aio"])
+        finally:
+            await admin.close()
+
+    listed, [described] = asyncio.run(ask())
+    assert ("aio", "consumer") in listed
+    [group] = described.groups
+    assert (group[0], group[1], group[2], len(group[5])) == (0, "aio", "Stable", 1)  # error, id, state, members
+
+
 # ---- metaq groups list / describe ---------------------------------------------------------------------------
 
 
