@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -37,6 +38,10 @@ KAFKA_STORAGE_ERROR = 56
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
 UNKNOWN_SERVER_ERROR = -1
+
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
+"""The address of the client whose request is being handled, as Kafka shows it ("/127.0.0.1"); set by the
+network layer for each connection's task (DescribeGroups reports it per member)."""
 
 
 @dataclass

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from metaq.broker.context import CLIENT_HOST
 from metaq.broker.handlers.api_versions import unsupported_version_response
 from metaq.broker.handlers.fetch import FetchReply
 from metaq.errors import ConfigError, ProtocolError
@@ -168,6 +169,7 @@ class BrokerServer:
         assert task is not None
         self._connections.add(task)
         self._context.metrics.connection_opened()
+        CLIENT_HOST.set("/" + conn.host)  # this task's context: the connection's requests (DescribeGroups)
         try:
             self._tune_socket(writer)
             await self._serve_requests(conn)
