@@ -10,10 +10,11 @@ from typing import Any
 
 from metaq.config import Config, non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
+from metaq.protocol.compression import CODECS
 
 ACKS_ALL = -1
 PARTITIONERS = ("default", "round_robin", "random")
-COMPRESSION_TYPES = ("none", "gzip")
+COMPRESSION_TYPES = tuple(CODECS)  # none, gzip, snappy, lz4, zstd
 
 
 def _acks(value: Any) -> str | None:
