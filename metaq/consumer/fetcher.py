@@ -346,10 +346,12 @@ class FetchRequestRunner(threading.Thread):
         try:
             result = decode_records(data, fetch_offset)
         except CorruptRecordError as e:
-            log.error("%s: corrupt data for %s-%d fetched at offset %d: %s; retrying after a backoff",
-                      self.name, info.topic, info.partition, fetch_offset, e)
-            self._owner.record_error(info.key, e)
-            self._pause([info.key])
+            # Fetching again returns the same bytes: stop this partition and hand the error to its stream,
+            # rather than retrying forever (a batch the broker validated only fails here if it broke on disk).
+            error = CorruptRecordError(
+                f"{info.topic}-{info.partition}: the data fetched at offset {fetch_offset} from broker "
+                f"{self.broker_id} cannot be decoded: {e}")
+            self._stop_partition(info, error)
             return
         size = result.first_batch_size
         if size is not None and size > self._config.fetch_message_max_bytes:
@@ -369,6 +371,10 @@ class FetchRequestRunner(threading.Thread):
         error = MessageSizeTooLargeError(
             f"{info.topic}-{info.partition}: the record batch at offset {fetch_offset} is {size} bytes, larger "
             f"than fetch.message.max.bytes ({limit}); set fetch.message.max.bytes to at least {size} to consume it")
+        self._stop_partition(info, error)
+
+    def _stop_partition(self, info: PartitionTopicInfo, error: MetaqError) -> None:
+        """No longer fetch this partition; its stream raises ``error`` once it has the records before it."""
         log.error("%s: %s; no longer fetching this partition", self.name, error)
         self._owner.record_error(info.key, error)
         self._remove(info)
