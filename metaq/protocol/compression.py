@@ -10,9 +10,10 @@ Kafka's framing of each codec inside a record batch v2 (attributes bits 0-2):
   blocks);
 * 4 zstd: one or more zstd frames.
 
-Compression bombs: :func:`decompress` takes a ``limit``; gzip stops as soon as the output passes it, the others
-decompress whole and are checked after (cramjam has no bounded decompressor), which the broker's 32x ratio
-bound on ``message.max.bytes`` keeps affordable (see metaq/broker/log/validator.py).
+Compression bombs: :func:`decompress` takes a ``limit`` and never holds much more than that in memory: gzip
+streams through zlib with an output bound, lz4 and zstd decompress into a buffer of a guessed size (16x the
+payload, enough for real data) and only on overflow into one of ``limit + 1`` bytes, snappy checks each
+block's declared length before decompressing it (see metaq/broker/log/validator.py for the limit).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)  # version 1, compatib
 _XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size
 _BLOCK_LENGTH = struct.Struct(">i")
 _GZIP_LEVEL = 6  # zlib's default, as Kafka's Java client and librdkafka use
+_FIRST_GUESS_RATIO = 16
+_FIRST_GUESS_EXTRA = 64 * 1024
+_BUFFER_FULL = "failed to write whole buffer"  # cramjam's error when the output buffer is too small
 
 
 def codec_name(codec: int) -> str:
@@ -69,7 +73,7 @@ def decompress(codec: int, payload: bytes, limit: int | None = None) -> bytes:
     if not codec:
         return bytes(payload)
     try:
-        body = _gunzip(payload, limit) if codec == 1 else _DECOMPRESSORS[codec](payload)
+        body = _DECOMPRESSORS[codec](payload, limit)
     except (CorruptRecordError, MessageSizeTooLargeError):
         raise
     except Exception as e:  # cramjam raises its DecompressionError, zlib its error, struct its error
@@ -111,9 +115,10 @@ def _snappy(data: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _unsnappy(payload: bytes) -> bytes:
+def _unsnappy(payload: bytes, limit: int | None) -> bytes:
     data = bytes(payload)
     if not data.startswith(_XERIAL_MAGIC) or len(data) < len(_XERIAL_HEADER):
+        _check_snappy_block(data, 0, limit)
         return bytes(cramjam.snappy.decompress_raw(data))
     out = bytearray()
     pos = len(_XERIAL_HEADER)  # version and compat are ignored, as snappy-java and kafka-python do
@@ -124,9 +129,39 @@ def _unsnappy(payload: bytes) -> bytes:
         pos += _BLOCK_LENGTH.size
         if size < 0 or pos + size > len(data):
             raise CorruptRecordError(f"snappy block of {size} bytes at byte {pos} runs past the payload")
-        out += cramjam.snappy.decompress_raw(data[pos:pos + size])
+        block = data[pos:pos + size]
+        _check_snappy_block(block, len(out), limit)
+        out += cramjam.snappy.decompress_raw(block)
         pos += size
     return bytes(out)
+
+
+def _check_snappy_block(block: bytes, before: int, limit: int | None) -> None:
+    """A raw snappy block starts with its decompressed length: refuse it before it is decompressed."""
+    if limit is not None and before + cramjam.snappy.decompress_raw_len(block) > limit:
+        raise MessageSizeTooLargeError(f"snappy payload decompresses to more than {limit} bytes")
+
+
+def _bounded(decompress_into: Callable[[bytes, bytearray], int], name: str) -> Callable[[bytes, int | None], bytes]:
+    """A decompressor that writes into a fixed buffer, so a bomb costs at most ``limit + 1`` bytes."""
+    plain = getattr(cramjam, name).decompress
+
+    def run(payload: bytes, limit: int | None) -> bytes:
+        if limit is None:
+            return bytes(plain(payload))
+        guess = _FIRST_GUESS_RATIO * len(payload) + _FIRST_GUESS_EXTRA
+        for size in ((guess, limit + 1) if guess <= limit else (limit + 1,)):
+            out = bytearray(size)
+            try:
+                written = decompress_into(payload, out)
+            except cramjam.DecompressionError as e:
+                if _BUFFER_FULL not in str(e):
+                    raise
+                continue
+            return bytes(memoryview(out)[:written])
+        raise MessageSizeTooLargeError(f"{name} payload decompresses to more than {limit} bytes")
+
+    return run
 
 
 def _lz4(data: bytes) -> bytes:
@@ -140,8 +175,9 @@ def _zstd(data: bytes) -> bytes:
 
 
 _COMPRESSORS: dict[int, Callable[[bytes], bytes]] = {1: _gzip, 2: _snappy, 3: _lz4, 4: _zstd}
-_DECOMPRESSORS: dict[int, Callable[[bytes], bytes]] = {
+_DECOMPRESSORS: dict[int, Callable[[bytes, int | None], bytes]] = {
+    1: _gunzip,
     2: _unsnappy,
-    3: lambda payload: bytes(cramjam.lz4.decompress(payload)),
-    4: lambda payload: bytes(cramjam.zstd.decompress(payload)),
+    3: _bounded(cramjam.lz4.decompress_into, "lz4"),
+    4: _bounded(cramjam.zstd.decompress_into, "zstd"),
 }

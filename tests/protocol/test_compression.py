@@ -67,9 +67,18 @@ def test_garbage_is_a_corrupt_record_error_naming_the_codec(name: str) -> None:
         decompress(CODECS[name], packed[:len(packed) // 2])
 
 
-def test_unknown_codec_and_limit() -> None:
+def test_unknown_codec() -> None:
     with pytest.raises(UnsupportedCompressionError, match="unknown compression codec 6"):
         decompress(6, b"x")
-    for name in ("gzip", "zstd"):
-        with pytest.raises(MessageSizeTooLargeError, match=name):
-            decompress(CODECS[name], compress(CODECS[name], DATA), limit=1000)
+
+
+@pytest.mark.parametrize("name", ["gzip", "snappy", "lz4", "zstd"])
+def test_limit_is_exact_and_holds_for_bombs(name: str) -> None:
+    codec = CODECS[name]
+    assert decompress(codec, compress(codec, DATA), limit=len(DATA)) == DATA
+    with pytest.raises(MessageSizeTooLargeError, match=name):
+        decompress(codec, compress(codec, DATA), limit=len(DATA) - 1)
+    zeros = bytes(4 << 20)  # compresses far better than 16x: the second, limit-sized buffer is used
+    assert decompress(codec, compress(codec, zeros), limit=len(zeros)) == zeros
+    with pytest.raises(MessageSizeTooLargeError, match=name):
+        decompress(codec, compress(codec, zeros), limit=1 << 20)
