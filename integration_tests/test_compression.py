@@ -5,6 +5,8 @@ compressed batches are read by kcat and confluent-kafka; a batch nobody can deco
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import confluent_kafka
@@ -106,6 +108,11 @@ def test_metaq_producer_batches_are_read_by_kcat_and_confluent(broker, make_topi
     assert [(m.offset, m.key, m.value) for m in by_kcat] == [(i, b"k%d" % i, v) for i, v in enumerate(values)]
     by_confluent = peers.confluent_consume(broker.bootstrap, topic, 0, confluent_kafka.OFFSET_BEGINNING, N)
     assert [(m.offset, m.value) for m in by_confluent] == list(enumerate(values))
+    console = subprocess.run([sys.executable, "-m", "metaq", "console-consumer", "--topic", topic, "--partition", "0",
+                              "--offset", "earliest", "--zookeeper", zk_connect, "--timeout-ms", "3000"],
+                             capture_output=True, text=True, timeout=60)
+    assert console.returncode == 0, console.stderr
+    assert console.stdout.splitlines() == [v.decode() for v in values]
 
 
 def test_an_undecodable_batch_stops_its_partition_with_an_error(broker_cluster, make_topic, zk_connect) -> None:
