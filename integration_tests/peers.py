@@ -26,10 +26,12 @@ class Msg:
 # ---- producers -------------------------------------------------------------------------------------
 
 
-def kcat_produce(bootstrap: str, topic: str, partition: int, pairs: list[tuple[str, str]]) -> None:
+def kcat_produce(bootstrap: str, topic: str, partition: int, pairs: list[tuple[str, str]], **conf: str) -> None:
+    """``conf``: librdkafka properties, dots as underscores (compression_codec="lz4")."""
     data = "".join(f"{k}:{v}\n" for k, v in pairs)
+    extra = [arg for k, v in conf.items() for arg in ("-X", f"{k.replace('_', '.')}={v}")]
     subprocess.run([KCAT, "-b", bootstrap, "-P", "-t", topic, "-p", str(partition), "-K", ":",
-                    "-X", "linger.ms=5"], input=data.encode(), check=True, timeout=60)
+                    "-X", "linger.ms=5", *extra], input=data.encode(), check=True, timeout=60)
 
 
 def confluent_produce(bootstrap: str, topic: str, partition: int, items: list[tuple[bytes, bytes, int]],
@@ -53,8 +55,8 @@ def confluent_produce(bootstrap: str, topic: str, partition: int, items: list[tu
 
 
 def kafka_python_produce(bootstrap: str, topic: str, partition: int,
-                         items: list[tuple[bytes, bytes, int]]) -> list[Msg]:
-    producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+                         items: list[tuple[bytes, bytes, int]], **conf: object) -> list[Msg]:
+    producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, **{"linger_ms": 5, **conf})
     futures = [producer.send(topic, value=v, key=k, partition=partition, timestamp_ms=ts) for k, v, ts in items]
     producer.flush(30)
     acked = []

@@ -108,6 +108,17 @@ def test_batch_read_equals_produced_data(spark, broker, make_topic, zk_connect) 
     assert read_rows(part) == wanted
 
 
+def test_batch_read_decodes_every_codec(spark, broker, make_topic, zk_connect) -> None:
+    codecs = ["gzip", "snappy", "lz4", "zstd"]
+    make_topic("compressed", len(codecs))
+    now = int(time.time() * 1000)
+    produced = sorted(m for p, codec in enumerate(codecs) for m in confluent_produce(
+        broker.bootstrap, "compressed", p, [(b"k", b"%s-%d-" % (codec.encode(), i) + b"x" * 100, now + i)
+                                            for i in range(30)], **{"compression.type": codec}))
+    df = spark.read.format("metaq").options(**{"zookeeper.connect": zk_connect, "subscribe": "compressed"}).load()
+    assert read_rows(df) == produced
+
+
 def test_batch_job_reads_from_group_offsets_and_commits(spark, broker, make_topic, zk_connect, zk_layout) -> None:
     make_topic("ledger", 2)
     for p in range(2):

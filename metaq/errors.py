@@ -13,7 +13,7 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     ├── ProtocolError                a frame that cannot be decoded or is not allowed (names the frame)
     ├── CorruptRecordError           a record batch failed its size, magic or CRC check
     │   ├── UnsupportedMessageFormatError  magic 0/1 message sets
-    │   ├── UnsupportedCompressionError    a codec id that is unknown or whose library is not installed
+    │   ├── UnsupportedCompressionError    a codec id that is unknown
     │   └── InvalidRecordError             a batch with a valid CRC whose records or flags are invalid
     ├── BrokerConnectionError        a broker unreachable or the connection broke (retriable)
     ├── StorageError                 the log on disk cannot be read or written
@@ -87,7 +87,7 @@ class UnsupportedMessageFormatError(CorruptRecordError):
 
 
 class UnsupportedCompressionError(CorruptRecordError):
-    """A batch compressed with a codec id that is unknown, or whose library is not installed here."""
+    """A batch compressed with a codec id that is unknown (every known codec is installed: cramjam)."""
 
 
 class InvalidRecordError(CorruptRecordError):

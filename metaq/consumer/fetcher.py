@@ -56,7 +56,8 @@ from metaq.errors import (
     for_code,
 )
 from metaq.hashing import java_string_hash
-from metaq.protocol.records import decode_records
+from metaq.protocol.batches import LOG_OVERHEAD
+from metaq.protocol.records import DecodeResult, decode_records
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
@@ -346,11 +347,17 @@ class FetchRequestRunner(threading.Thread):
         try:
             result = decode_records(data, fetch_offset)
         except CorruptRecordError as e:
-            log.error("%s: corrupt data for %s-%d fetched at offset %d: %s; retrying after a backoff",
-                      self.name, info.topic, info.partition, fetch_offset, e)
-            self._owner.record_error(info.key, e)
-            self._pause([info.key])
-            return
+            # Fetching again returns the same bytes: deliver the batches before the bad one, then stop this
+            # partition and hand the error to its stream rather than retrying forever (a batch the broker
+            # validated only fails here if it broke on disk).
+            prefix = _decodable_prefix(data, fetch_offset)
+            if prefix is None:
+                error = CorruptRecordError(
+                    f"{info.topic}-{info.partition}: the data fetched at offset {fetch_offset} from broker "
+                    f"{self.broker_id} cannot be decoded: {e}")
+                self._stop_partition(info, error)
+                return
+            result = prefix  # the next fetch starts at the bad batch and stops the partition
         size = result.first_batch_size
         if size is not None and size > self._config.fetch_message_max_bytes:
             self._too_large(info, fetch_offset, size)
@@ -369,6 +376,10 @@ class FetchRequestRunner(threading.Thread):
         error = MessageSizeTooLargeError(
             f"{info.topic}-{info.partition}: the record batch at offset {fetch_offset} is {size} bytes, larger "
             f"than fetch.message.max.bytes ({limit}); set fetch.message.max.bytes to at least {size} to consume it")
+        self._stop_partition(info, error)
+
+    def _stop_partition(self, info: PartitionTopicInfo, error: MetaqError) -> None:
+        """No longer fetch this partition; its stream raises ``error`` once it has the records before it."""
         log.error("%s: %s; no longer fetching this partition", self.name, error)
         self._owner.record_error(info.key, error)
         self._remove(info)
@@ -429,6 +440,26 @@ class FetchRequestRunner(threading.Thread):
 
     def _offer_error(self, info: PartitionTopicInfo, error: MetaqError) -> None:
         info.enqueue_error(error, stop=self._stopped)
+
+
+def _decodable_prefix(data: bytes, fetch_offset: int) -> DecodeResult | None:
+    """The complete batches of ``data`` before the first that does not decode, if they hold offsets at or
+    past ``fetch_offset`` (only called once decoding all of ``data`` failed)."""
+    view = memoryview(data)
+    pos = 0
+    while len(view) - pos >= LOG_OVERHEAD:
+        size = int.from_bytes(view[pos + 8:pos + 12], "big", signed=True) + LOG_OVERHEAD
+        if size <= LOG_OVERHEAD or pos + size > len(view):
+            break
+        try:
+            decode_records(view[pos:pos + size], fetch_offset)
+        except CorruptRecordError:
+            break
+        pos += size
+    if not pos:
+        return None
+    result = decode_records(view[:pos], fetch_offset)
+    return result if result.next_offset is not None and result.next_offset > fetch_offset else None
 
 
 class FetcherManager:

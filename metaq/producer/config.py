@@ -10,10 +10,11 @@ from typing import Any
 
 from metaq.config import Config, non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
+from metaq.protocol.compression import CODECS
 
 ACKS_ALL = -1
 PARTITIONERS = ("default", "round_robin", "random")
-COMPRESSION_TYPES = ("none", "gzip")
+COMPRESSION_TYPES = tuple(CODECS)  # none, gzip, snappy, lz4, zstd
 
 
 def _acks(value: Any) -> str | None:
@@ -47,7 +48,9 @@ class ProducerConfig(Config):
     connect_timeout_ms: int = prop("socket.connection.setup.timeout.ms", 10000, check=positive)
     partitioner: str = prop("partitioner", "default", check=one_of(*PARTITIONERS),
                             doc="default: murmur2 of the key (as Kafka's Java client), round robin for null keys")
-    compression_type: str = prop("compression.type", "none", check=one_of(*COMPRESSION_TYPES))
+    compression_type: str = prop("compression.type", "none", check=one_of(*COMPRESSION_TYPES),
+                                 doc="none, gzip, snappy, lz4 or zstd (cramjam); a batch that does not shrink "
+                                     "is sent uncompressed")
     zookeeper_session_timeout_ms: int = prop("zookeeper.session.timeout.ms", 6000, check=positive)
     zookeeper_connection_timeout_ms: int = prop("zookeeper.connection.timeout.ms", 6000, check=positive)
     metadata_max_age_ms: int = prop("metadata.max.age.ms", 300000, check=positive,

@@ -74,10 +74,12 @@ class ApiKey(IntEnum):
 
 # api key -> (request class, response class, min version, max version) served by the broker
 BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
-    ApiKey.PRODUCE: (ProduceRequest, ProduceResponse, 3, 7),
+    # from v0 although only record batch v2 (Produce v3+) is stored: librdkafka enables gzip/snappy/lz4 only
+    # when the range starts at 0 (KAFKA-18659); v0..2 requests are answered UNSUPPORTED_FOR_MESSAGE_FORMAT
+    ApiKey.PRODUCE: (ProduceRequest, ProduceResponse, 0, 7),
     ApiKey.FETCH: (FetchRequest, FetchResponse, 4, 11),
-    ApiKey.LIST_OFFSETS: (ListOffsetsRequest, ListOffsetsResponse, 0, 2),
-    ApiKey.METADATA: (MetadataRequest, MetadataResponse, 0, 4),
+    ApiKey.LIST_OFFSETS: (ListOffsetsRequest, ListOffsetsResponse, 0, 5),
+    ApiKey.METADATA: (MetadataRequest, MetadataResponse, 0, 8),  # v9+ is flexible
     ApiKey.API_VERSIONS: (ApiVersionsRequest, ApiVersionsResponse, 0, 3),
     ApiKey.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse, 0, 1),
     ApiKey.FIND_COORDINATOR: (FindCoordinatorRequest, FindCoordinatorResponse, 0, 2),

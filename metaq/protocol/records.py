@@ -22,16 +22,15 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-import kafka.codec
 from crc32c import crc32c
 
 from metaq.errors import (
     CorruptRecordError,
     InvalidRecordError,
-    UnsupportedCompressionError,
     UnsupportedMessageFormatError,
 )
 from metaq.protocol.batches import BATCH_HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH
+from metaq.protocol.compression import codec_name, decompress
 
 if TYPE_CHECKING:  # a runtime import would load metaq.consumer, whose fetcher imports this module
     from metaq.consumer.partition_info import Record
@@ -408,35 +407,15 @@ def _read_headers(data: bytes, pos: int) -> tuple[tuple[tuple[str, bytes | None]
     return tuple(headers), pos
 
 
-_CODECS: dict[int, tuple[str, Callable[[], bool], Callable[[bytes], bytes], str]] = {
-    1: ("gzip", kafka.codec.has_gzip, kafka.codec.gzip_decode, "zlib"),
-    2: ("snappy", kafka.codec.has_snappy, kafka.codec.snappy_decode, "python-snappy (or cramjam)"),
-    3: ("lz4", kafka.codec.has_lz4, kafka.codec.lz4_decode, "lz4"),
-    4: ("zstd", kafka.codec.has_zstd, kafka.codec.zstd_decode, "zstandard"),
-}
-"""codec id -> (name, is the library installed, kafka-python's decompressor, the library to install)."""
-
-
 def codec_decoder(codec: int) -> tuple[str, Callable[[bytes], bytes]]:
-    """(name, kafka-python's decompressor) for a codec id, or UnsupportedCompressionError (a
-    CorruptRecordError) saying that the id is unknown or which library is missing."""
-    entry = _CODECS.get(codec)
-    if entry is None:
-        raise UnsupportedCompressionError(f"unknown compression codec {codec}")
-    name, available, decode, library = entry
-    if not available():
-        raise UnsupportedCompressionError(f"{name}-compressed batch, but the {library} library is not installed")
-    return name, decode
+    """(name, decompressor) for a codec id (every codec decompresses through cramjam, see
+    metaq/protocol/compression.py), or UnsupportedCompressionError (a CorruptRecordError) for an unknown id."""
+    name = codec_name(codec)
+    return name, lambda payload: decompress(codec, payload)
 
 
 def _decompress(codec: int, payload: bytes, pos: int, base_offset: int) -> bytes:
     try:
-        _, decode = codec_decoder(codec)
+        return decompress(codec, payload)
     except CorruptRecordError as e:
-        raise CorruptRecordError(f"batch at byte {pos} (base offset {base_offset}): {e}") from None
-    try:
-        return bytes(decode(payload))
-    except Exception as e:  # each codec library raises its own error types for bad input
-        raise CorruptRecordError(
-            f"batch at byte {pos} (base offset {base_offset}): cannot decompress ({type(e).__name__}: {e})"
-        ) from e
+        raise type(e)(f"batch at byte {pos} (base offset {base_offset}): cannot decompress: {e}") from e

@@ -55,11 +55,24 @@ def test_non_monotonic_timestamps(tmp_path: Path) -> None:
     log.close()
 
 
-def test_compressed_batches(tmp_path: Path) -> None:
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])  # gzip, snappy, lz4, zstd: the exact record, not the batch start
+def test_compressed_batches(tmp_path: Path, codec: int) -> None:
     log = open_log(tmp_path, index_interval_bytes=100)
-    records = append_all(log, [[500, 100, 300, 700, 200] * 10, [50, 900, 800]], compression=1)  # gzip
+    records = append_all(log, [[500, 100, 300, 700, 200] * 10, [50, 900, 800]], compression=codec)
     for target in (0, 100, 101, 450, 700, 701, 850, 900, 901):
         assert log.offset_for_timestamp(target) == expected(records, target), target
+    assert log.max_timestamp_offset() == (51, 900)
+    log.close()
+
+
+def test_max_timestamp_offset_is_the_first_record_with_the_largest_timestamp(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=1500, index_interval_bytes=150)
+    assert log.max_timestamp_offset() is None
+    rng = random.Random(5)
+    records = append_all(log, [[rng.randint(0, 900) for _ in range(3)] for _ in range(60)], compression=3)
+    assert log.segment_count() > 2
+    largest = max(ts for _, ts in records)
+    assert log.max_timestamp_offset() == next((o, ts) for o, ts in records if ts == largest)
     log.close()
 
 

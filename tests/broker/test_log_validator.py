@@ -24,6 +24,7 @@ from metaq.errors import (
     UnsupportedCompressionError,
 )
 from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header, validate_batches
+from metaq.protocol.compression import CODECS, compress
 from metaq.protocol.records import decode_records
 from metaq.testing.batches import INVALID_BATCHES, good_batch, recrc, set_field
 
@@ -61,11 +62,11 @@ def test_each_invalid_kind_is_refused_and_nothing_is_written(plog: PartitionLog,
     assert plog.append(good_batch(3)).base_offset == 2
 
 
-@pytest.mark.parametrize("compression", ["none", "gzip"])
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_what_producers_send_is_accepted(plog: PartitionLog, compression: str) -> None:
     plog.append(good_batch(50, value=b"v" * 300, compression=compression, headers=[("h", b"1"), ("ü", None)]))
     # kafka-python's builder: idempotent producer fields, null keys and values, negative timestamp deltas
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=1 if compression == "gzip" else 0,
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=CODECS[compression],
                                         is_transactional=False, producer_id=42, producer_epoch=0,
                                         base_sequence=0, batch_size=1 << 30)
     for i in range(200):
@@ -77,10 +78,11 @@ def test_what_producers_send_is_accepted(plog: PartitionLog, compression: str) -
     assert plog.log_end_offset == 252
 
 
-def test_gzip_bomb_is_refused_without_inflating_it_all() -> None:
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_bomb_is_refused_without_inflating_it_all(codec: str) -> None:
     records = good_batch(1, value=b"\0" * 100_000)[BATCH_HEADER_SIZE:]
-    batch = bytearray(good_batch(1, value=b"\0" * 100_000)[:BATCH_HEADER_SIZE]) + gzip.compress(records)
-    batch = recrc(set_field(batch, "attributes", 1))
+    batch = bytearray(good_batch(1, value=b"\0" * 100_000)[:BATCH_HEADER_SIZE]) + compress(CODECS[codec], records)
+    batch = recrc(set_field(batch, "attributes", CODECS[codec]))
     _validate(batch)
     with pytest.raises(MessageSizeTooLargeError, match="more than 50000 bytes"):
         _validate(batch, limit=50_000)

@@ -1,4 +1,9 @@
-"""ListOffsets v0..2: earliest (-2), latest (-1), or the first offset at or after a timestamp."""
+"""ListOffsets v0..5: earliest (-2), latest (-1), the record with the largest timestamp (-3, KIP-734), or
+the first record at or after a timestamp, found exactly even inside a compressed batch.
+
+v4 adds leader epochs (answered -1, unknown, as in Metadata: see metaq/broker/handlers/metadata.py).
+-3 is served at every version although Kafka takes it from v7 (flexible, not served here): confluent-kafka's
+``OffsetSpec.max_timestamp()`` sends it at the highest version the broker has."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ log = logging.getLogger(__name__)
 
 LATEST = -1
 EARLIEST = -2
+MAX_TIMESTAMP = -3
 
 TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
 PartitionResponse = TopicResponse.ListOffsetsPartitionResponse
@@ -28,7 +34,7 @@ def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int) -> t
         return 0, -1, plog.log_end_offset
     if timestamp == EARLIEST:
         return 0, -1, plog.log_start_offset
-    found = plog.offset_for_timestamp(timestamp)
+    found = plog.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
     if found is None:
         return 0, -1, -1
     offset, ts = found

@@ -1,4 +1,8 @@
-"""Produce v3..7: validate and append record batches to the partitions this broker leads.
+"""Produce v0..7: validate and append record batches to the partitions this broker leads.
+
+Only record batch v2 is stored, which Produce v3+ carries. v0..2 are advertised anyway, because librdkafka
+enables gzip, snappy and lz4 only when the Produce range starts at v0 (KAFKA-18659); such a request, which
+carries a magic 0 or 1 message set, gets UNSUPPORTED_FOR_MESSAGE_FORMAT for every partition.
 
 A batch is acknowledged only after it is written to the segment file (and fsynced first when the flush
 policy says so). ``acks=0`` requests get no response at all, as in Kafka. Every batch is validated inside
@@ -41,6 +45,7 @@ log = logging.getLogger(__name__)
 
 TopicResponse = ProduceResponse.TopicProduceResponse
 PartitionResponse = TopicResponse.PartitionProduceResponse
+_FIRST_BATCH_V2_VERSION = 3
 
 
 def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tuple[int, int, PartitionLog | None]:
@@ -90,6 +95,10 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
         for pdata in topic_data.partition_data:
             if acks not in (-1, 0, 1):
                 error, base, plog = INVALID_REQUIRED_ACKS, -1, None
+            elif version < _FIRST_BATCH_V2_VERSION:
+                log.warning("produce v%d to %s-%d rejected: only record batch v2 (Produce v3+) is supported",
+                            version, topic_data.name, pdata.index)
+                error, base, plog = UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, None
             else:
                 try:
                     error, base, plog = _append(ctx, topic_data.name, pdata.index, pdata.records)

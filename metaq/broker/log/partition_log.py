@@ -291,6 +291,13 @@ class PartitionLog:
             raise StorageError(f"cannot search {self.topic}-{self.partition} by timestamp: {e}") from e
         return None
 
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with the largest timestamp in the log (ListOffsets
+        ``-3``, KIP-734), or None for an empty log: the exact record, even inside a compressed batch."""
+        self._check_open()
+        largest = max((segment.max_timestamp for segment in list(self._segments)), default=-1)
+        return None if largest < 0 else self.offset_for_timestamp(largest)
+
     # ---------------------------------------------------------------------------------------- retention
 
     def delete_old_segments(self, now_ms: int) -> int:

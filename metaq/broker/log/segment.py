@@ -36,6 +36,7 @@ from metaq.protocol.batches import (
     read_header,
     total_size_at,
 )
+from metaq.protocol.records import decode_records
 
 __all__ = ["FetchSlice", "LogSegment", "segment_file_name"]
 
@@ -450,18 +451,13 @@ class LogSegment:
         return None
 
     def _first_record_at_or_after(self, position: int, header: BatchHeader, timestamp: int) -> tuple[int, int] | None:
-        """Decode this one batch (possibly compressed) to find the exact record."""
-        # Imported here: the only place the broker decodes records, and kafka-python is slow to import.
-        from kafka.errors import KafkaError
-        from kafka.record.default_records import DefaultRecordBatch
-
+        """Decode this one batch (decompressed if it is) to find the exact record, not the batch's first."""
         data = os.pread(self.file.fileno(), header.size, position)
         try:
-            for record in DefaultRecordBatch(data):
-                if record.timestamp >= timestamp:
-                    return record.offset, record.timestamp
-        except (KafkaError, ValueError, IndexError) as e:
-            # Cannot decode (e.g. codec not installed): the batch start is a safe, slightly early answer.
+            records = decode_records(data).records
+        except CorruptRecordError as e:
+            # Stored batches were validated on append; only damage on disk gets here. The batch start is a
+            # safe, slightly early answer.
             logger.warning(
                 "Cannot decode batch at byte %d of %s (%s); answering its base offset",
                 position,
@@ -469,6 +465,9 @@ class LogSegment:
                 e,
             )
             return header.base_offset, header.max_timestamp
+        for offset, record_ts, *_ in records:
+            if record_ts >= timestamp:
+                return offset, record_ts
         return None
 
     def largest_timestamp(self) -> int:

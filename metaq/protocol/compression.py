@@ -1,0 +1,183 @@
+"""The four record batch codecs (gzip, snappy, lz4, zstd), all through one binding: cramjam.
+
+Kafka's framing of each codec inside a record batch v2 (attributes bits 0-2):
+
+* 1 gzip: one or more gzip members (RFC 1952);
+* 2 snappy: the xerial "snappy-java" block stream that Kafka's Java client and librdkafka write (a 16-byte
+  header ``\\x82SNAPPY\\0`` + version + compat, then big-endian length-prefixed raw snappy blocks of at most
+  32 KiB input each); a payload without that header is one raw snappy block, which librdkafka also accepts;
+* 3 lz4: the LZ4 *frame* format with independent blocks (Kafka's KafkaLZ4BlockInputStream refuses linked
+  blocks);
+* 4 zstd: one or more zstd frames.
+
+Compression bombs: :func:`decompress` takes a ``limit`` and never holds much more than that in memory: gzip
+streams through zlib with an output bound, lz4 and zstd decompress into a buffer of a guessed size (16x the
+payload, enough for real data) and only on overflow into one of ``limit + 1`` bytes, snappy checks each
+block's declared length before decompressing it (see metaq/broker/log/validator.py for the limit).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable
+
+import cramjam
+
+from metaq.errors import CorruptRecordError, MessageSizeTooLargeError, UnsupportedCompressionError
+
+__all__ = ["CODECS", "codec_id", "codec_name", "compress", "decompress"]
+
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+"""Kafka's ``compression.type`` names and the codec ids a batch's attributes carry."""
+_NAMES = {v: k for k, v in CODECS.items()}
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)  # version 1, compatible with 1 (as snappy-java)
+_XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size
+_BLOCK_LENGTH = struct.Struct(">i")
+_GZIP_LEVEL = 6  # zlib's default, as Kafka's Java client and librdkafka use
+_FIRST_GUESS_RATIO = 16
+_FIRST_GUESS_EXTRA = 64 * 1024
+_BUFFER_FULL = "failed to write whole buffer"  # cramjam's error when the output buffer is too small
+
+
+def codec_name(codec: int) -> str:
+    """The codec's ``compression.type`` name; UnsupportedCompressionError for an unknown id."""
+    try:
+        return _NAMES[codec]
+    except KeyError:
+        raise UnsupportedCompressionError(f"unknown compression codec {codec}") from None
+
+
+def codec_id(name: str) -> int:
+    """The codec id for a ``compression.type`` name; UnsupportedCompressionError naming the choices."""
+    try:
+        return CODECS[name]
+    except KeyError:
+        raise UnsupportedCompressionError(
+            f"unknown compression.type {name!r}: one of {', '.join(CODECS)}") from None
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """``data`` compressed as Kafka frames codec ``codec`` inside a batch (module doc)."""
+    return _COMPRESSORS[codec](data) if codec else bytes(data)
+
+
+def decompress(codec: int, payload: bytes, limit: int | None = None) -> bytes:
+    """The records of a batch payload compressed with ``codec``.
+
+    Raises UnsupportedCompressionError for an unknown codec, CorruptRecordError (naming the codec) for a
+    payload that does not decompress, and MessageSizeTooLargeError if the output exceeds ``limit``."""
+    name = codec_name(codec)
+    if not codec:
+        return bytes(payload)
+    try:
+        body = _DECOMPRESSORS[codec](payload, limit)
+    except (CorruptRecordError, MessageSizeTooLargeError):
+        raise
+    except Exception as e:  # cramjam raises its DecompressionError, zlib its error, struct its error
+        raise CorruptRecordError(f"{name} payload does not decompress ({type(e).__name__}: {e})") from e
+    if limit is not None and len(body) > limit:
+        raise MessageSizeTooLargeError(f"{name} payload decompresses to more than {limit} bytes")
+    return body
+
+
+def _gzip(data: bytes) -> bytes:
+    return bytes(cramjam.gzip.compress(data, level=_GZIP_LEVEL))
+
+
+def _gunzip(payload: bytes, limit: int | None) -> bytes:
+    """Every gzip member of ``payload``, stopping as soon as the output exceeds ``limit`` (zlib streams
+    with an output bound; cramjam's gzip does not)."""
+    bound = (limit + 1) if limit is not None else 0
+    out = bytearray()
+    rest = payload
+    while rest:
+        stream = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out += stream.decompress(rest, bound - len(out) if bound else 0)
+        if bound and len(out) >= bound:
+            raise MessageSizeTooLargeError(f"gzip payload decompresses to more than {limit} bytes")
+        if not stream.eof:
+            raise CorruptRecordError("gzip payload is truncated")
+        rest = stream.unused_data
+    return bytes(out)
+
+
+def _snappy(data: bytes) -> bytes:
+    """The xerial block stream (module doc): what Kafka's Java producer writes and every client reads."""
+    view = memoryview(data)
+    parts = [_XERIAL_HEADER]
+    for start in range(0, len(view), _XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(view[start:start + _XERIAL_BLOCK]))
+        parts.append(_BLOCK_LENGTH.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _unsnappy(payload: bytes, limit: int | None) -> bytes:
+    data = bytes(payload)
+    if not data.startswith(_XERIAL_MAGIC) or len(data) < len(_XERIAL_HEADER):
+        _check_snappy_block(data, 0, limit)
+        return bytes(cramjam.snappy.decompress_raw(data))
+    out = bytearray()
+    pos = len(_XERIAL_HEADER)  # version and compat are ignored, as snappy-java and kafka-python do
+    while pos < len(data):
+        if pos + _BLOCK_LENGTH.size > len(data):
+            raise CorruptRecordError(f"snappy block length at byte {pos} is cut off")
+        (size,) = _BLOCK_LENGTH.unpack_from(data, pos)
+        pos += _BLOCK_LENGTH.size
+        if size < 0 or pos + size > len(data):
+            raise CorruptRecordError(f"snappy block of {size} bytes at byte {pos} runs past the payload")
+        block = data[pos:pos + size]
+        _check_snappy_block(block, len(out), limit)
+        out += cramjam.snappy.decompress_raw(block)
+        pos += size
+    return bytes(out)
+
+
+def _check_snappy_block(block: bytes, before: int, limit: int | None) -> None:
+    """A raw snappy block starts with its decompressed length: refuse it before it is decompressed."""
+    if limit is not None and before + cramjam.snappy.decompress_raw_len(block) > limit:
+        raise MessageSizeTooLargeError(f"snappy payload decompresses to more than {limit} bytes")
+
+
+def _bounded(decompress_into: Callable[[bytes, bytearray], int], name: str) -> Callable[[bytes, int | None], bytes]:
+    """A decompressor that writes into a fixed buffer, so a bomb costs at most ``limit + 1`` bytes."""
+    plain = getattr(cramjam, name).decompress
+
+    def run(payload: bytes, limit: int | None) -> bytes:
+        if limit is None:
+            return bytes(plain(payload))
+        guess = _FIRST_GUESS_RATIO * len(payload) + _FIRST_GUESS_EXTRA
+        for size in ((guess, limit + 1) if guess <= limit else (limit + 1,)):
+            out = bytearray(size)
+            try:
+                written = decompress_into(payload, out)
+            except cramjam.DecompressionError as e:
+                if _BUFFER_FULL not in str(e):
+                    raise
+                continue
+            return bytes(memoryview(out)[:written])
+        raise MessageSizeTooLargeError(f"{name} payload decompresses to more than {limit} bytes")
+
+    return run
+
+
+def _lz4(data: bytes) -> bytes:
+    compressor = cramjam.lz4.Compressor(block_linked=False)  # independent blocks (module doc)
+    compressor.compress(data)
+    return bytes(compressor.finish())
+
+
+def _zstd(data: bytes) -> bytes:
+    return bytes(cramjam.zstd.compress(data))
+
+
+_COMPRESSORS: dict[int, Callable[[bytes], bytes]] = {1: _gzip, 2: _snappy, 3: _lz4, 4: _zstd}
+_DECOMPRESSORS: dict[int, Callable[[bytes, int | None], bytes]] = {
+    1: _gunzip,
+    2: _unsnappy,
+    3: _bounded(cramjam.lz4.decompress_into, "lz4"),
+    4: _bounded(cramjam.zstd.decompress_into, "zstd"),
+}

@@ -1,0 +1,84 @@
+"""Every codec through cramjam: round trips, and payloads written by the codec libraries Kafka clients use."""
+
+from __future__ import annotations
+
+import struct
+
+import kafka.codec
+import lz4.frame
+import pytest
+import zstandard
+
+from metaq.errors import CorruptRecordError, MessageSizeTooLargeError, UnsupportedCompressionError
+from metaq.protocol.builder import BatchBuilder
+from metaq.protocol.compression import CODECS, compress, decompress
+from metaq.protocol.records import decode_records
+
+DATA = b"".join(b"record %d with some repeated text " % i for i in range(5000))  # > one 32 KiB snappy block
+
+
+@pytest.mark.parametrize("name", ["gzip", "snappy", "lz4", "zstd"])
+def test_round_trip_and_smaller(name: str) -> None:
+    packed = compress(CODECS[name], DATA)
+    assert len(packed) < len(DATA) // 3
+    assert decompress(CODECS[name], packed) == DATA
+
+
+@pytest.mark.parametrize("name", ["gzip", "snappy", "lz4", "zstd"])
+def test_batch_builder_compresses_and_decode_records_reads_it(name: str) -> None:
+    builder = BatchBuilder(1 << 20, name)
+    for i in range(100):
+        assert builder.append(1000 + i, b"k%d" % i, b"value %d " % i * 10)
+    batch = builder.build()
+    assert struct.unpack_from(">h", batch, 21)[0] & 7 == CODECS[name]
+    records = decode_records(batch).records
+    assert [(r[0], r[1], r[2]) for r in records] == [(i, 1000 + i, b"k%d" % i) for i in range(100)]
+
+
+def test_snappy_is_xerial_framed_as_kafka_writes_it() -> None:
+    packed = compress(CODECS["snappy"], DATA)
+    assert packed.startswith(b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01")
+    assert kafka.codec.snappy_decode(packed) == DATA  # python-snappy's reader agrees
+
+
+def test_reads_xerial_and_raw_snappy_from_python_snappy() -> None:
+    assert decompress(CODECS["snappy"], kafka.codec.snappy_encode(DATA)) == DATA
+    assert decompress(CODECS["snappy"], kafka.codec.snappy_encode(DATA, xerial_compatible=False)) == DATA
+
+
+def test_lz4_is_a_frame_with_independent_blocks() -> None:
+    packed = compress(CODECS["lz4"], DATA)
+    assert packed[:4] == b"\x04\x22\x4d\x18" and packed[4] & 0x20  # frame magic, block independence flag
+    assert lz4.frame.decompress(packed) == DATA
+    assert decompress(CODECS["lz4"], lz4.frame.compress(DATA, block_linked=False)) == DATA
+
+
+def test_zstd_from_zstandard_with_and_without_content_size() -> None:
+    assert zstandard.ZstdDecompressor().decompress(compress(CODECS["zstd"], DATA)) == DATA
+    streamed = zstandard.ZstdCompressor(write_content_size=False).compressobj()
+    payload = streamed.compress(DATA) + streamed.flush()
+    assert decompress(CODECS["zstd"], payload) == DATA
+
+
+@pytest.mark.parametrize("name", ["gzip", "snappy", "lz4", "zstd"])
+def test_garbage_is_a_corrupt_record_error_naming_the_codec(name: str) -> None:
+    packed = compress(CODECS[name], DATA)
+    with pytest.raises(CorruptRecordError, match=name):
+        decompress(CODECS[name], packed[:len(packed) // 2])
+
+
+def test_unknown_codec() -> None:
+    with pytest.raises(UnsupportedCompressionError, match="unknown compression codec 6"):
+        decompress(6, b"x")
+
+
+@pytest.mark.parametrize("name", ["gzip", "snappy", "lz4", "zstd"])
+def test_limit_is_exact_and_holds_for_bombs(name: str) -> None:
+    codec = CODECS[name]
+    assert decompress(codec, compress(codec, DATA), limit=len(DATA)) == DATA
+    with pytest.raises(MessageSizeTooLargeError, match=name):
+        decompress(codec, compress(codec, DATA), limit=len(DATA) - 1)
+    zeros = bytes(4 << 20)  # compresses far better than 16x: the second, limit-sized buffer is used
+    assert decompress(codec, compress(codec, zeros), limit=len(zeros)) == zeros
+    with pytest.raises(MessageSizeTooLargeError, match=name):
+        decompress(codec, compress(codec, zeros), limit=1 << 20)
