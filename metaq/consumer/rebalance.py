@@ -9,7 +9,7 @@ States of the member (only ``_set_state`` changes them)::
     STABLE --watch fired--> REBALANCING --ok--> STABLE
                                         --retries used up--> FAILED (reported; retried with backoff)
     any --ZooKeeper SUSPENDED--> SUSPENDED --CONNECTED (same session)--> previous state
-    any --session LOST--> REBALANCING (ownership void; re-register first)
+    any --session LOST--> LOST (ownership void, owns nothing) --re-registered--> REBALANCING --ok--> STABLE
     any --shutdown--> CLOSED (terminal)
 
 One attempt: stop fetchers and clear queues; commit while still the owner (if auto-commit); call the
@@ -45,6 +45,7 @@ REBALANCING = "REBALANCING"
 STABLE = "STABLE"
 FAILED = "FAILED"
 SUSPENDED = "SUSPENDED"
+LOST = "LOST"
 CLOSED = "CLOSED"
 
 EXECUTOR_TICK_S = 1.0  # the executor wakes at least this often to check shutdown and self-check timers
@@ -178,12 +179,16 @@ class ZKRebalancerListener:
             self._wakeup.notify()
 
     def session_lost(self) -> None:
-        for info in list(self.registry.values()):  # at once: not one more message from the old ownership
-            info.revoke()
-        with self._wakeup:
+        with self._wakeup:  # with _publish: no registry of the old session is published after this
+            for info in list(self.registry.values()):  # at once: not one more message from the old ownership
+                info.revoke()
             self._session_lost = True
             self._triggered = True
             self._wakeup.notify()
+        if self.state != CLOSED:  # owning nothing until the rebalance that follows: say so (not STABLE)
+            self._state_before_suspend = LOST
+            if self.state != SUSPENDED:
+                self._set_state(LOST)
 
     # -- executor ----------------------------------------------------------------------------------
 
@@ -210,8 +215,8 @@ class ZKRebalancerListener:
                 return
             try:
                 if lost:
-                    self._handle_session_loss()
-                if triggered or self._retry_due() or (rearm and self._recheck()) or self._self_check_fails():
+                    self._handle_session_loss()  # raises while ZooKeeper is not back: retried on a backoff
+                if lost or triggered or self._retry_due() or (rearm and self._recheck()) or self._self_check_fails():
                     self.synced_rebalance()
             except ConsumerRebalanceFailedError:
                 pass  # reported through on_failure; retried after a backoff
@@ -254,7 +259,7 @@ class ZKRebalancerListener:
                         lost, self._session_lost = self._session_lost, False
                     if lost:
                         self._handle_session_loss()
-                    if self._attempt():
+                    if self._attempt() and not self._lost_meanwhile():
                         self._succeeded()
                         return
                     error = None
@@ -264,6 +269,11 @@ class ZKRebalancerListener:
                 self._release_all(commit=False)
                 self._backoff(self._jittered(self._config.backoff_ms / 1000.0))
             self._failed(error)
+
+    def _lost_meanwhile(self) -> bool:
+        """The session was lost during the attempt: what it took is void, the next attempt starts over."""
+        with self._wakeup:
+            return self._session_lost
 
     def _succeeded(self) -> None:
         self._failed_rounds = 0
@@ -307,7 +317,11 @@ class ZKRebalancerListener:
         except MetaqError:
             self._release_claims(mine)
             raise
-        self._publish(mine, offsets)
+        with self._wakeup:
+            if self._session_lost:  # the claims died with the session: start over on the new one
+                log.info("consumer %s: session lost while claiming; not taking %s", self._consumer_id, sorted(mine))
+                return False
+            self._publish(mine, offsets)
         if self._listener is not None:
             global_view: dict[str, dict[int, str]] = {}
             for (topic, partition), tid in assignment.items():

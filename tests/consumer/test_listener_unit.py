@@ -16,8 +16,9 @@ import tenacity
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.listener import MessageConsumer, split_by_size
 from metaq.consumer.message import MessageAndMetadata
+from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.rebalance import ConsumerState
-from metaq.consumer.streams import ConsumerTimeoutError
+from metaq.consumer.streams import BatchInHand, ConsumerTimeoutError, DeliveryGate
 from metaq.errors import ConfigError, MetaqError, StorageError
 
 TOPIC = "clicks"
@@ -33,12 +34,24 @@ def make_chunks(n: int, size: int, partition: int = 0) -> list[list[MessageAndMe
 
 
 class FakeStream:
-    """Like KafkaStream.iter_batches: a chunk counts as consumed when the next one is asked for."""
+    """Like KafkaStream.iter_batches: each message counts as consumed when the listener finished it (through
+    ``in_hand``), and a chunk at the latest when the next one is asked for."""
 
     def __init__(self) -> None:
         self.chunks: queue.Queue[Any] = queue.Queue()
-        self.consumed: dict[int, int] = {}
+        self.infos: dict[int, PartitionTopicInfo] = {}
+        self.gate = DeliveryGate()
         self.taken = 0
+        self._last: list[MessageAndMetadata] = []
+
+    @property
+    def consumed(self) -> dict[int, int]:
+        return {p: info.get_consumed_offset() for p, info in self.infos.items() if info.get_consumed_offset() > 0}
+
+    def info(self, partition: int) -> PartitionTopicInfo:
+        if partition not in self.infos:
+            self.infos[partition] = PartitionTopicInfo(TOPIC, partition, ChunkQueue(), 0, 0, 1)
+        return self.infos[partition]
 
     def feed(self, *items: Any) -> None:
         for item in items:
@@ -53,8 +66,14 @@ class FakeStream:
             if isinstance(item, BaseException):
                 raise item
             self.taken += 1
+            self._last = item
             yield item
-            self.consumed[item[-1].partition] = item[-1].offset + 1
+            info = self.info(item[-1].partition)
+            if not info.revoked:
+                info.mark_consumed(item[-1].offset + 1)
+
+    def in_hand(self) -> BatchInHand:
+        return BatchInHand(self.info(self._last[-1].partition), self.gate)
 
     def end(self) -> None:
         self.chunks.put(None)
@@ -409,7 +428,8 @@ def test_shutdown_is_bounded_with_a_stuck_listener(tmp_path: Path) -> None:
     assert time.monotonic() - started < 2.0
     assert connector.closed and consumer.state.state == "STABLE"
     release.set()
-    assert stream.consumed == {}  # the chunk in hand was abandoned, not marked
+    time.sleep(0.1)
+    assert stream.consumed.get(0, 0) <= 1  # the chunk in hand was abandoned: message 1 neither processed nor marked
 
 
 def test_shutdown_finishes_the_chunk_in_hand_and_takes_no_other(tmp_path: Path) -> None:
