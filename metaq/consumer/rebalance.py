@@ -143,7 +143,7 @@ class ZKRebalancerListener:
         self.state_id += 1
 
     def snapshot(self) -> ConsumerState:
-        owned = {key: info.thread_id for key, info in self.registry.items()}
+        owned = {key: info.thread_id for key, info in self.registry.items() if not info.is_revoked}
         return ConsumerState(self.state, self.generation, owned, self.last_error)
 
     # -- events (never block: they run on kazoo's threads) -----------------------------------------
@@ -187,8 +187,7 @@ class ZKRebalancerListener:
             self._wakeup.notify()
         if self.state != CLOSED:  # owning nothing until the rebalance that follows: say so (not STABLE)
             self._state_before_suspend = LOST
-            if self.state != SUSPENDED:
-                self._set_state(LOST)
+            self._set_state(LOST)
 
     # -- executor ----------------------------------------------------------------------------------
 
