@@ -249,9 +249,9 @@ class ZookeeperConsumerConnector:
             log.info("consumer %s: unregister failed (the session close removes it): %s", self.consumer_id, e)
         self._store.close()
         self._zk.remove_listener(self._on_session_state)
+        self._zk.stop()  # first: a renewal in flight then fails at once instead of holding up the lease's stop
         if self._lease is not None:
             self._lease.stop()
-        self._zk.stop()
         self._zk.close()
 
     def __enter__(self) -> Self:
