@@ -185,6 +185,7 @@ class _Delivery:
         max_retries: int,
         wait: wait_base,
         abandon: threading.Event,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.topic = sub.topic
         self.listener = sub.listener
@@ -199,6 +200,7 @@ class _Delivery:
         self._retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(max_retries + 1), wait=wait,
                                            retry=tenacity.retry_if_exception_type(Exception), reraise=True)
         self._abandon = abandon
+        self._stopping = stopping or abandon  # ends a wait for the delivery gate
 
     # -- what the dispatcher and the recover thread call --------------------------------------------
 
@@ -208,8 +210,8 @@ class _Delivery:
         abandon = self._abandon
         if self.is_batch:
             for part in split_by_size(chunk, self.max_size):
-                if not hand.may_go_on(abandon):
-                    self._check_abandon()
+                if not hand.may_go_on(self._stopping):
+                    self._stop_early(hand)
                     return
                 self._deliver_batch(part)
                 hand.finished(part[-1].offset + 1)
@@ -220,14 +222,21 @@ class _Delivery:
                 if abandon.is_set():
                     raise _Abandoned()
                 # one clock read and two attribute loads: gated (SUSPENDED, lease lapsed) or revoked?
-                if (now() >= gate.deadline or info.is_revoked) and not hand.may_go_on(abandon):
-                    self._check_abandon()
-                    return  # revoked: the rest of the chunk belongs to the next owner
+                if (now() >= gate.deadline or info.is_revoked) and not hand.may_go_on(self._stopping):
+                    self._stop_early(hand)
+                    return
                 try:
                     handle(message)
                 except Exception as e:
                     self._retry_then_skip(message, e)
                 info.processed_offset = message.offset + 1  # hand.finished() inlined
+
+    @staticmethod
+    def _stop_early(hand: BatchInHand) -> None:
+        """The rest of the chunk is not delivered: revoked, it belongs to the next owner (return); otherwise the
+        consumer is stopping while delivery is held, and the rest must stay unmarked for later (raise)."""
+        if not hand.info.is_revoked:
+            raise _Abandoned()
 
     def replay(self, message: MessageAndMetadata) -> None:
         """One attempt for a stored message, through the executor if the listener has one; raising = failed."""
@@ -534,7 +543,8 @@ class MessageConsumer:
 
     def _delivery(self, sub: _Subscription) -> _Delivery:
         return _Delivery(sub, self._stores[sub.topic], key=self._key, value=self._value,
-                         max_retries=self.config.max_fetch_retries, wait=self._retry_wait, abandon=self._abandon)
+                         max_retries=self.config.max_fetch_retries, wait=self._retry_wait, abandon=self._abandon,
+                         stopping=self._stopping)
 
     # -- running -----------------------------------------------------------------------------------
 
