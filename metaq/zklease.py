@@ -138,8 +138,8 @@ class SessionLease:
                 until = sent + length
                 late = time.monotonic() - self.renewed_until
                 if late > 0 and self.renewed_until != -math.inf:
-                    log.info("%s: the session lease had run out for %.3fs (no timely reply from ZooKeeper); "
-                             "delivery was held meanwhile", self._thread.name, late)
+                    log.info("the session lease had run out for %.3fs (no timely reply from ZooKeeper); "
+                             "delivery was held meanwhile", late)
                 self.renewed_until = until
                 self.renewals += 1
                 self._on_renewed(until)
