@@ -317,10 +317,14 @@ class ZKRebalancerListener:
             self._release_claims(mine)
             raise
         with self._wakeup:
-            if self._session_lost:  # the claims died with the session: start over on the new one
-                log.info("consumer %s: session lost while claiming; not taking %s", self._consumer_id, sorted(mine))
-                return False
-            self._publish(mine, offsets)
+            lost = self._session_lost
+            if not lost:
+                self._publish(mine, offsets)
+        if lost:  # the session ended while claiming: start over on the new one (claims made on it are undone)
+            log.info("consumer %s: session lost while claiming; not taking %s", self._consumer_id, sorted(mine))
+            self._store.release(mine)
+            self._release_claims(mine)
+            return False
         if self._listener is not None:
             global_view: dict[str, dict[int, str]] = {}
             for (topic, partition), tid in assignment.items():
@@ -502,6 +506,8 @@ class ZKRebalancerListener:
                     self._session_lost = True
                 self.trigger_later(self._config.backoff_ms / 1000.0)
                 raise
+            if self.state == LOST:
+                self._set_state(REBALANCING)  # registered again: the rebalance that follows is under way
 
     def _recheck(self) -> bool:
         """After the connection came back in the same session: re-arm the watches kazoo dropped and tell
