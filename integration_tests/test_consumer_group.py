@@ -253,8 +253,10 @@ def test_paused_member_past_session_timeout_commits_nothing_it_lost(scenario: Sc
     paused_at = time.monotonic()
     zombie.pause()
     try:
-        s.stable(2)  # its session expired on the server; the two others own everything
-        assert zombie_id not in s.layout.consumer_ids(GROUP)
+        wait_for(lambda: zombie_id not in s.layout.consumer_ids(GROUP), SESSION_S + 5,
+                 f"{zombie.name}'s session to expire")
+        expired_by = time.monotonic()  # the server expired the session before this (its ephemeral node is gone)
+        s.stable(2)  # the two others own everything
         wait_consuming(s.group, lost, time.monotonic(), CONSUMING_TIMEOUT_S)
         time.sleep(max(0.0, paused_at + 2.5 * SESSION_S - time.monotonic()))  # the fault: stay paused
     finally:
@@ -281,15 +283,20 @@ def test_paused_member_past_session_timeout_commits_nothing_it_lost(scenario: Sc
     assert "session lost" in zombie.log_path.read_text(), "the zombie never noticed its expired session"
     fenced = sorted({part["partition"] for e in _member_events(zombie, "offsets_committed")
                      if e["started"] >= resumed_at for part in e["lost"]})
-    # Until kazoo reports the expiry, the zombie cannot know: what it fetched in that instant is delivered
-    # (recorded and counted here, duplicates inside its window). Once it knows, not one more record.
-    late = [(e["time"] - resumed_at, part["count"]) for e in zombie.events()
-            if e["name"] == "records_consumed" and e["time"] > resumed_at for part in e["partitions"]
-            if part["partition"] in lost and e["time"] < reassigned.get(part["partition"], float("inf"))]
-    assert all(after < SESSION_S for after, _ in late), f"the zombie kept delivering lost partitions: {late}"
-    late_count = sum(count for _, count in late)
-    print(f"zombie: lost {sorted(lost)}, reassigned {sorted(reassigned)}, fenced commits refused for {fenced}, "
-          f"{late_count} records delivered after SIGCONT before reassignment; {report.duplicates} duplicates")
+    # The session lease: resumed after its session expired, the zombie delivers not one record (of any
+    # partition) until a rebalance on its new session assigns it partitions again, although its fetchers bring
+    # back everything produced during the pause before kazoo notices the expiry.
+    states = [(e["state"], e["time"]) for e in zombie.events() if e["name"] == "session_state"]
+    lost_at = min((t for state, t in states if state == "LOST" and t > resumed_at), default=None)
+    assert lost_at is not None, f"the zombie never reported its lost session: {states}"
+    late = [(part["partition"], part["minOffset"], part["count"], round(part["firstTime"] - resumed_at, 3))
+            for e in zombie.events() if e["name"] == "records_consumed" for part in e["partitions"]
+            if part["lastTime"] > expired_by and part["firstTime"] < reassigned.get(part["partition"], float("inf"))]
+    assert not late, (f"the zombie delivered records after its session expired (partition, offset, count, seconds "
+                      f"after SIGCONT): {late}")
+    print(f"zombie: lost {sorted(lost)}, session expired before +{expired_by - paused_at:.2f}s, LOST seen "
+          f"{lost_at - resumed_at:.3f}s after SIGCONT, reassigned {sorted(reassigned)}, fenced commits refused for "
+          f"{fenced}, 0 records delivered after the expiry; {report.duplicates} duplicates")
 
 
 # -- 4. real server-side session expiry -------------------------------------------------------------

@@ -26,6 +26,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from metaq.errors import ConfigError, ZooKeeperError, ZooKeeperUnavailableError
+from metaq.zklease import track_negotiated_timeout
 from zk_layout.paths import split_connect
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ def connect(
         client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0, read_only=read_only, **kazoo_options)
     except (ValueError, KazooException) as e:
         raise ConfigError(f"config 'zookeeper.connect': {connect_string!r}: {e}") from e
+    track_negotiated_timeout(client)  # for session leases (metaq.zklease)
     try:
         client.start(timeout=connection_timeout_ms / 1000.0)
     except KazooTimeoutError as e:  # start() has already stopped and closed the client

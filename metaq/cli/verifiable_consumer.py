@@ -4,8 +4,9 @@ Like Kafka's VerifiableConsumer: tests and the demo run several of these as sepa
 check the events offline (no loss, bounded duplicates, exclusive ownership, commit safety). Every event
 carries ``time`` from ``time.monotonic()``, comparable across processes on one machine.
 
-Events: startup_complete, partitions_assigned, partitions_revoked, records_consumed, offsets_committed,
-rebalance_failed, session_state, shutdown_complete.
+Events: startup_complete, partitions_assigned, partitions_revoked, records_consumed (runs of consecutive
+offsets per partition, with the times of their first and last delivery), offsets_committed, rebalance_failed,
+session_state (SUSPENDED, LOST, CONNECTED), shutdown_complete.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from metaq.consumer.rebalance import ConsumerRebalanceFailedError
 from metaq.signals import TerminationHandler
 
 _print_lock = threading.Lock()
+RUN_GAP_S = 0.5  # a pause in delivery longer than this starts a new records_consumed run
 
 
 def emit(name: str, **fields: Any) -> None:
@@ -46,21 +48,25 @@ class ConsumedReport:
 
     def __init__(self, every_s: float) -> None:
         self._lock = threading.Lock()
-        self._pending: dict[tuple[str, int], list[int]] = {}
+        self._pending: dict[tuple[str, int], list[Any]] = {}  # [min offset, max offset, count, first, last time]
         self._every_s = every_s
         self._last = time.monotonic()
 
     def add(self, topic: str, partition: int, offset: int) -> None:
+        now = time.monotonic()
         with self._lock:
             key = (topic, partition)
             span = self._pending.get(key)
-            if span is not None and offset != span[1] + 1:  # a rewind or gap: report runs separately
+            # A rewind or gap, or a pause in delivery (a SIGSTOP): report runs separately, so that each run's
+            # firstTime..lastTime says when its records were delivered.
+            if span is not None and (offset != span[1] + 1 or now - span[4] > RUN_GAP_S):
                 self._flush()
                 span = None
             if span is None:
-                span = self._pending[key] = [offset, offset, 0]
+                span = self._pending[key] = [offset, offset, 0, now, now]
             span[1] = offset
             span[2] += 1
+            span[4] = now
 
     def tick(self, idle: bool) -> None:
         """Flush when idle or when the batch is old enough."""
@@ -76,8 +82,8 @@ class ConsumedReport:
         self._last = time.monotonic()
         if self._pending:
             emit("records_consumed", partitions=[
-                {"topic": t, "partition": p, "minOffset": lo, "maxOffset": hi, "count": n}
-                for (t, p), (lo, hi, n) in sorted(self._pending.items())])
+                {"topic": t, "partition": p, "minOffset": lo, "maxOffset": hi, "count": n, "firstTime": first,
+                 "lastTime": last} for (t, p), (lo, hi, n, first, last) in sorted(self._pending.items())])
             self._pending.clear()
 
 
@@ -160,6 +166,7 @@ def _run(args: argparse.Namespace) -> int:
     consumer = Consumer(config, rebalance_listener=ReportingListener(report),
                         offset_store_factory=lambda layout, cfg: ReportingStore(default_offset_store(layout, cfg),
                                                                                 report.flush))
+    consumer.add_session_listener(lambda state: emit("session_state", state=state))
     session = consumer.zookeeper_session
     emit("startup_complete", consumer_id=consumer.consumer_id,
          session_id=session[0] if session else None, session_password=session[1].hex() if session else None)

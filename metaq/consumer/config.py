@@ -36,6 +36,12 @@ def _valid_chars(value: str) -> str | None:
 _OFFSET_RESET_ALIASES = {"earliest": "smallest", "latest": "largest"}
 
 
+def _lease_fraction(value: float) -> str | None:
+    if not 0.0 <= value < 1.0:
+        return "must be >= 0 and < 1 (a fraction of the session timeout; 0 turns the lease off)"
+    return None
+
+
 @dataclass(frozen=True)
 class ConsumerConfig(Config):
     # Kafka 0.8 ZookeeperConsumerConnector (ConsumerConfig.scala, ZKConfig)
@@ -80,6 +86,9 @@ class ConsumerConfig(Config):
     recover_max_attempts: int = prop("metaq.recover.max.attempts", 20, check=positive)
     # how often each member re-checks that ZooKeeper's owner nodes match the assignment (0 = never)
     self_check_interval_ms: int = prop("metaq.self.check.interval.ms", 30000, check=non_negative)
+    # delivery only while the session is proven alive: for this fraction of the negotiated session timeout
+    # after the last answered ZooKeeper request was sent (metaq.zklease; 0 = off, SUSPENDED only)
+    session_lease_fraction: float = prop("metaq.session.lease.fraction", 2 / 3, check=_lease_fraction)
 
     def __post_init__(self) -> None:
         """The newer clients' names (what the Spark source and librdkafka use) mean 0.8's smallest/largest."""

@@ -8,7 +8,10 @@
     consumer.create_message_streams_by_filter(Whitelist("logs\\..*"), 2)   # wildcard subscription
 
 Session handling: on SUSPENDED nothing is delivered and nothing is committed; on LOST every partition is
-given up at once (the owner nodes died with the session), the member re-registers and rebalances.
+given up at once (the owner nodes died with the session), the member re-registers and rebalances. Besides,
+records are delivered only while the session is proven alive (``metaq.session.lease.fraction``, see
+metaq.zklease): a process paused past its session timeout delivers nothing when it resumes, before kazoo
+even notices that the session expired.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from metaq.consumer.topic_filter import TopicFilter
 from metaq.errors import MetaqError
 from metaq.signals import TerminationHandler
 from metaq.zkclient import connect
+from metaq.zklease import SessionLease
 from zk_layout import TopicCount, ZkLayout
 
 log = logging.getLogger(__name__)
@@ -92,7 +96,14 @@ class ZookeeperConsumerConnector:
             connection_timeout_ms=self.config.connection_timeout_ms,
         )
         self._layout = ZkLayout(self._zk)
-        self._gate = DeliveryGate()
+        fraction = self.config.session_lease_fraction
+        self._gate = DeliveryGate(leased=fraction > 0)
+        self._lease: SessionLease | None = None
+        if fraction > 0:
+            self._lease = SessionLease(
+                self._zk, requested_timeout_ms=self.config.zookeeper_session_timeout_ms, fraction=fraction,
+                on_renewed=self._gate.extend, on_void=self._gate.lapse, name=f"{self.consumer_id}-session-lease")
+        self._session_listeners: list[Callable[[str], None]] = []
         self._failures = FailureSignal()
         self._fetcher = FetcherManager(self.config, self._layout, consumer_id=self.consumer_id)
         factory = offset_store_factory or default_offset_store
@@ -103,6 +114,8 @@ class ZookeeperConsumerConnector:
         self._shutdown_lock = threading.Lock()
         self._closed = False
         self._zk.add_listener(self._on_session_state)
+        if self._lease is not None:
+            self._lease.start()
 
     # -- subscribing -------------------------------------------------------------------------------
 
@@ -172,7 +185,7 @@ class ZookeeperConsumerConnector:
         """Commit the consumed offsets of owned partitions (skipped while ZooKeeper is suspended)."""
         if self._rebalancer is None:
             return
-        if not self._gate.is_open:
+        if not self._gate.connected:
             log.info("consumer %s: ZooKeeper suspended; commit skipped", self.consumer_id)
             return
         self._rebalancer.commit()
@@ -187,6 +200,11 @@ class ZookeeperConsumerConnector:
     def zookeeper_session(self) -> tuple[int, bytes] | None:
         """(session id, password) of the current ZooKeeper session, for fault-injection tools."""
         return self._zk.client_id
+
+    def add_session_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener("SUSPENDED" | "LOST" | "CONNECTED")`` after the consumer handled that change of its
+        ZooKeeper session (on kazoo's thread: it must not block). For monitoring and fault-injection tests."""
+        self._session_listeners.append(listener)
 
     def _on_session_state(self, state: str) -> None:
         """kazoo's listener: must not block."""
@@ -203,6 +221,11 @@ class ZookeeperConsumerConnector:
             if rebalancer:
                 rebalancer.session_resumed()
             self._gate.open()
+        for listener in list(self._session_listeners):
+            try:
+                listener(str(state))
+            except Exception:
+                log.exception("consumer %s: session listener failed", self.consumer_id)
 
     # -- shutdown ----------------------------------------------------------------------------------
 
@@ -229,7 +252,7 @@ class ZookeeperConsumerConnector:
         if self._committer is not None:
             self._committer.stop()
         if self._rebalancer is not None:
-            self._rebalancer.shutdown(commit=self.config.auto_commit_enable and self._gate.is_open)
+            self._rebalancer.shutdown(commit=self.config.auto_commit_enable and self._gate.connected)
         self._fetcher.close()
         if self._subscription is not None:
             for stream in self._subscription.streams:
@@ -240,7 +263,9 @@ class ZookeeperConsumerConnector:
             log.info("consumer %s: unregister failed (the session close removes it): %s", self.consumer_id, e)
         self._store.close()
         self._zk.remove_listener(self._on_session_state)
-        self._zk.stop()
+        self._zk.stop()  # first: a renewal in flight then fails at once instead of holding up the lease's stop
+        if self._lease is not None:
+            self._lease.stop()
         self._zk.close()
 
     def __enter__(self) -> Self:

@@ -11,13 +11,18 @@
         ...                                   # messages arrive on "metaq-dispatch-clicks-0"
 
 Delivery (docs/delivery-guarantees.md §3 and §6 rows 7 and 9): one dispatch thread per stream takes whole chunks
-with ``KafkaStream.iter_batches()``; a chunk's offsets count as consumed only after it was processed, so the
-commits cover processed messages only (at-least-once: after a crash or a rebalance, duplicates are possible,
-losses are not). A message whose handling raises is retried ``metaq.max.fetch.retries`` times with a short
-backoff, then written (fsynced) to the topic's :class:`~metaq.consumer.recover.RecoverStore` and skipped, so
-its partition moves on. A :class:`~metaq.consumer.recover.RecoverManager` thread per topic redelivers the
-stored messages through the same listener (and executor) every ``metaq.recover.interval.ms``, until they
-succeed or reach ``metaq.recover.max.attempts``.
+with ``KafkaStream.iter_batches()``; a message's offset counts as consumed only once the listener finished
+it (per message, per part for batch listeners), so the commits cover processed messages only (at-least-once:
+after a crash, duplicates are possible, losses are not), and the commit a rebalance makes before releasing
+a partition covers everything finished until then. Between two messages (two parts) the dispatcher checks
+that it may still deliver: it waits while ZooKeeper is SUSPENDED or the session lease lapsed, and drops the
+rest of the chunk once its partition was revoked.
+
+A message whose handling raises is retried ``metaq.max.fetch.retries`` times with a short backoff, then written
+(fsynced) to the topic's :class:`~metaq.consumer.recover.RecoverStore` and skipped, so its partition moves on.
+A :class:`~metaq.consumer.recover.RecoverManager` thread per topic redelivers the stored messages through the
+same listener (and executor) every ``metaq.recover.interval.ms``, until they succeed or reach
+``metaq.recover.max.attempts``.
 
 Listeners are called from the dispatch threads (or their executor) and from the recover thread, possibly at
 the same time: they must be thread-safe. They never hold up a rebalance, which only stops the fetchers.
@@ -45,7 +50,7 @@ from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.rebalance import ConsumerState, RebalanceListener
 from metaq.consumer.recover import RecoverManager, RecoverStore, default_dir, describe_error
 from metaq.consumer.serde import DeserializerSpec, bytes_deserializer, get_deserializer
-from metaq.consumer.streams import ConsumerTimeoutError
+from metaq.consumer.streams import BatchInHand, ConsumerTimeoutError
 from metaq.errors import ConfigError, DeserializationError, MetaqError
 from metaq.signals import TerminationHandler
 from zk_layout import validate_topic
@@ -87,11 +92,13 @@ Listener = MessageListener | BatchMessageListener
 
 class Stream(Protocol):
     """What a dispatcher needs from a :class:`~metaq.consumer.streams.KafkaStream`: its chunk queue (where
-    ``None`` ends iteration) and ``iter_batches``."""
+    ``None`` ends iteration), ``iter_batches`` and ``in_hand`` (the batch yielded last)."""
 
     chunks: queue.Queue[Any]
 
     def iter_batches(self) -> Iterator[list[MessageAndMetadata]]: ...
+
+    def in_hand(self) -> BatchInHand: ...
 
 
 class Connector(Protocol):
@@ -179,6 +186,7 @@ class _Delivery:
         max_retries: int,
         wait: wait_base,
         abandon: threading.Event,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.topic = sub.topic
         self.listener = sub.listener
@@ -193,24 +201,43 @@ class _Delivery:
         self._retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(max_retries + 1), wait=wait,
                                            retry=tenacity.retry_if_exception_type(Exception), reraise=True)
         self._abandon = abandon
+        self._stopping = stopping or abandon  # ends a wait for the delivery gate
 
     # -- what the dispatcher and the recover thread call --------------------------------------------
 
-    def run_chunk(self, chunk: list[MessageAndMetadata]) -> None:
-        """Deliver a chunk with retry-then-skip; returns once every message was handled or set aside."""
+    def run_chunk(self, chunk: list[MessageAndMetadata], hand: BatchInHand) -> None:
+        """Deliver a chunk with retry-then-skip; returns once every message was handled or set aside, or
+        early once the chunk's partition was revoked. Each finished message (part) is recorded in ``hand``."""
+        abandon = self._abandon
         if self.is_batch:
             for part in split_by_size(chunk, self.max_size):
+                if not hand.may_go_on(self._stopping):
+                    self._stop_early(hand)
+                    return
                 self._deliver_batch(part)
+                hand.finished(part[-1].offset + 1)
         else:  # _deliver() inlined: the per-message path of a MessageListener
-            abandon = self._abandon
             handle = self.handle_one
+            info, gate, now = hand.info, hand.gate, time.monotonic
             for message in chunk:
                 if abandon.is_set():
                     raise _Abandoned()
+                # one clock read and two attribute loads: gated (SUSPENDED, lease lapsed) or revoked?
+                if (now() >= gate.deadline or info.is_revoked) and not hand.may_go_on(self._stopping):
+                    self._stop_early(hand)
+                    return
                 try:
                     handle(message)
                 except Exception as e:
                     self._retry_then_skip(message, e)
+                info.processed_offset = message.offset + 1  # hand.finished() inlined
+
+    @staticmethod
+    def _stop_early(hand: BatchInHand) -> None:
+        """The rest of the chunk is not delivered: revoked, it belongs to the next owner (return); otherwise the
+        consumer is stopping while delivery is held, and the rest must stay unmarked for later (raise)."""
+        if not hand.info.is_revoked:
+            raise _Abandoned()
 
     def replay(self, message: MessageAndMetadata) -> None:
         """One attempt for a stored message, through the executor if the listener has one; raising = failed."""
@@ -360,19 +387,19 @@ class _Dispatcher:
             pause = min(pause * 2, MAX_ERROR_PAUSE_S)
 
     def _consume(self) -> None:
-        """Until the stream ends. Asking for the next chunk is what marks the previous one consumed."""
+        """Until the stream ends. Each finished message is marked consumed as it finishes (see run_chunk)."""
         for chunk in self.stream.iter_batches():
             if self._stopping.is_set():
                 return  # this chunk stays unprocessed and unmarked: it is redelivered later
             if chunk:
-                self._hand_over(chunk)
+                self._hand_over(chunk, self.stream.in_hand())
 
-    def _hand_over(self, chunk: list[MessageAndMetadata]) -> None:
+    def _hand_over(self, chunk: list[MessageAndMetadata], hand: BatchInHand) -> None:
         """Process the chunk; an unexpected failure retries the same chunk rather than lose it."""
         pause = ERROR_PAUSE_S
         while True:
             try:
-                self._process(chunk)
+                self._process(chunk, hand)
                 return
             except _Abandoned:
                 raise
@@ -383,12 +410,12 @@ class _Dispatcher:
                 raise _Abandoned()
             pause = min(pause * 2, MAX_ERROR_PAUSE_S)
 
-    def _process(self, chunk: list[MessageAndMetadata]) -> None:
+    def _process(self, chunk: list[MessageAndMetadata], hand: BatchInHand) -> None:
         executor = self._delivery.executor
         if executor is None:
-            self._delivery.run_chunk(chunk)
+            self._delivery.run_chunk(chunk, hand)
             return
-        future = executor.submit(self._delivery.run_chunk, chunk)
+        future = executor.submit(self._delivery.run_chunk, chunk, hand)
         started = time.monotonic()
         # wait for it before taking the next chunk (order, at-least-once); wake up only to report a stuck listener
         while not concurrent.futures.wait([future], timeout=STUCK_LOG_S).done:
@@ -518,7 +545,8 @@ class MessageConsumer:
 
     def _delivery(self, sub: _Subscription) -> _Delivery:
         return _Delivery(sub, self._stores[sub.topic], key=self._key, value=self._value,
-                         max_retries=self.config.max_fetch_retries, wait=self._retry_wait, abandon=self._abandon)
+                         max_retries=self.config.max_fetch_retries, wait=self._retry_wait, abandon=self._abandon,
+                         stopping=self._stopping)
 
     # -- running -----------------------------------------------------------------------------------
 

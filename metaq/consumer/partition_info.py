@@ -50,7 +50,12 @@ class PartitionTopicInfo:
     thread_id: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _revoked: threading.Event = field(default_factory=threading.Event, repr=False)
-    _is_revoked: bool = field(default=False, repr=False)  # the Event's state, read by try_consume without a call
+    is_revoked: bool = field(default=False, repr=False)
+    """The Event's state as a plain attribute, for per-message checks without a call (written by revoke() only)."""
+    processed_offset: int = field(default=-1, repr=False)
+    """Next offset after the last message a listener finished; written without a lock by the one dispatcher of
+    the partition's chunk (one store per message), counted in :meth:`get_consumed_offset`, so that a commit
+    made at revocation covers every message finished before it (not only whole chunks)."""
 
     @property
     def key(self) -> tuple[str, int]:
@@ -66,7 +71,7 @@ class PartitionTopicInfo:
         Taken under the lock so that a commit made after ``revoke()`` sees every offset handed out
         (see :meth:`try_consume`): a clean rebalance then causes no duplicates."""
         with self._lock:
-            self._is_revoked = True
+            self.is_revoked = True
             self._revoked.set()
 
     def enqueue(self, fetch_offset: int, records: list[Record], stop: threading.Event | None = None) -> bool:
@@ -114,6 +119,7 @@ class PartitionTopicInfo:
         with self._lock:
             self.fetched_offset = offset
             self.consumed_offset = offset
+            self.processed_offset = -1
 
     def get_fetch_offset(self) -> int:
         with self._lock:
@@ -121,12 +127,12 @@ class PartitionTopicInfo:
 
     def get_consumed_offset(self) -> int:
         with self._lock:
-            return self.consumed_offset
+            return max(self.consumed_offset, self.processed_offset)
 
     def try_consume(self, next_offset: int) -> bool:
         """Hand out the message before ``next_offset`` unless ownership ended; atomic with revoke()."""
         with self._lock:
-            if self._is_revoked:
+            if self.is_revoked:
                 return False
             if next_offset > self.consumed_offset:
                 self.consumed_offset = next_offset

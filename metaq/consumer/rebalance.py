@@ -9,7 +9,7 @@ States of the member (only ``_set_state`` changes them)::
     STABLE --watch fired--> REBALANCING --ok--> STABLE
                                         --retries used up--> FAILED (reported; retried with backoff)
     any --ZooKeeper SUSPENDED--> SUSPENDED --CONNECTED (same session)--> previous state
-    any --session LOST--> REBALANCING (ownership void; re-register first)
+    any --session LOST--> LOST (ownership void, owns nothing) --re-registered--> REBALANCING --ok--> STABLE
     any --shutdown--> CLOSED (terminal)
 
 One attempt: stop fetchers and clear queues; commit while still the owner (if auto-commit); call the
@@ -45,6 +45,7 @@ REBALANCING = "REBALANCING"
 STABLE = "STABLE"
 FAILED = "FAILED"
 SUSPENDED = "SUSPENDED"
+LOST = "LOST"
 CLOSED = "CLOSED"
 
 EXECUTOR_TICK_S = 1.0  # the executor wakes at least this often to check shutdown and self-check timers
@@ -143,7 +144,7 @@ class ZKRebalancerListener:
         self.state_id += 1
 
     def snapshot(self) -> ConsumerState:
-        owned = {key: info.thread_id for key, info in self.registry.items()}
+        owned = {key: info.thread_id for key, info in self.registry.items() if not info.is_revoked}
         return ConsumerState(self.state, self.generation, owned, self.last_error)
 
     # -- events (never block: they run on kazoo's threads) -----------------------------------------
@@ -179,12 +180,15 @@ class ZKRebalancerListener:
             self._wakeup.notify()
 
     def session_lost(self) -> None:
-        for info in list(self.registry.values()):  # at once: not one more message from the old ownership
-            info.revoke()
-        with self._wakeup:
+        with self._wakeup:  # with _publish: no registry of the old session is published after this
+            for info in list(self.registry.values()):  # at once: not one more message from the old ownership
+                info.revoke()
             self._session_lost = True
             self._triggered = True
             self._wakeup.notify()
+        if self.state != CLOSED:  # owning nothing until the rebalance that follows: say so (not STABLE)
+            self._state_before_suspend = LOST
+            self._set_state(LOST)
 
     # -- executor ----------------------------------------------------------------------------------
 
@@ -211,8 +215,8 @@ class ZKRebalancerListener:
                 return
             try:
                 if lost:
-                    self._handle_session_loss()
-                if triggered or self._retry_due() or (rearm and self._recheck()) or self._self_check_fails():
+                    self._handle_session_loss()  # raises while ZooKeeper is not back: retried on a backoff
+                if lost or triggered or self._retry_due() or (rearm and self._recheck()) or self._self_check_fails():
                     self.synced_rebalance()
             except ConsumerRebalanceFailedError:
                 pass  # reported through on_failure; retried after a backoff
@@ -255,7 +259,7 @@ class ZKRebalancerListener:
                         lost, self._session_lost = self._session_lost, False
                     if lost:
                         self._handle_session_loss()
-                    if self._attempt():
+                    if self._attempt() and not self._lost_meanwhile():
                         self._succeeded()
                         return
                     error = None
@@ -265,6 +269,11 @@ class ZKRebalancerListener:
                 self._release_all(commit=False)
                 self._backoff(self._jittered(self._config.backoff_ms / 1000.0))
             self._failed(error)
+
+    def _lost_meanwhile(self) -> bool:
+        """The session was lost during the attempt: what it took is void, the next attempt starts over."""
+        with self._wakeup:
+            return self._session_lost
 
     def _succeeded(self) -> None:
         self._failed_rounds = 0
@@ -308,7 +317,15 @@ class ZKRebalancerListener:
         except MetaqError:
             self._release_claims(mine)
             raise
-        self._publish(mine, offsets)
+        with self._wakeup:
+            lost = self._session_lost
+            if not lost:
+                self._publish(mine, offsets)
+        if lost:  # the session ended while claiming: start over on the new one (claims made on it are undone)
+            log.info("consumer %s: session lost while claiming; not taking %s", self._consumer_id, sorted(mine))
+            self._store.release(mine)
+            self._release_claims(mine)
+            return False
         if self._listener is not None:
             global_view: dict[str, dict[int, str]] = {}
             for (topic, partition), tid in assignment.items():
@@ -507,6 +524,8 @@ class ZKRebalancerListener:
                     self._session_lost = True
                 self.trigger_later(self._config.backoff_ms / 1000.0)
                 raise
+            if self.state == LOST:
+                self._set_state(REBALANCING)  # registered again: the rebalance that follows is under way
 
     def _recheck(self) -> bool:
         """After the connection came back in the same session: re-arm the watches kazoo dropped and tell

@@ -6,13 +6,16 @@
 Semantics (docs/delivery-guarantees.md §1): records below the partition's consumed offset are skipped (a
 fetched batch may start before the requested offset); the consumed offset becomes ``offset + 1`` when a
 message is handed out, so the next commit covers it. Chunks of partitions whose ownership ended are
-dropped. While the ZooKeeper connection is SUSPENDED nothing is delivered. With ``consumer.timeout.ms``
+dropped. While the ZooKeeper connection is SUSPENDED, or the session is not proven alive (the session lease,
+see :class:`DeliveryGate`), nothing is delivered: checked before every record the iterator returns, and
+before every batch ``iter_batches`` yields. With ``consumer.timeout.ms``
 >= 0 a wait longer than that raises :class:`ConsumerTimeoutError`, and the stream stays usable.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -20,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from metaq.consumer.message import MessageAndMetadata, make_message
-from metaq.consumer.partition_info import ChunkQueue, FetchedChunk
+from metaq.consumer.partition_info import ChunkQueue, FetchedChunk, PartitionTopicInfo
 from metaq.consumer.serde import describe_position, deserialize, get_deserializer
 from metaq.errors import DeserializationError, MetaqError
 
@@ -36,28 +39,91 @@ class ConsumerTimeoutError(MetaqError):
 
 
 class DeliveryGate:
-    """Open while messages may be delivered; closed while ZooKeeper is SUSPENDED (ownership uncertain)."""
+    """Whether messages may be handed to the application now, as one deadline on the monotonic clock.
 
-    def __init__(self) -> None:
-        self._open = threading.Event()
-        self._open.set()
-        self.opened = True
-        """The Event's state as a plain attribute: what the streams check per message (no call, no lock)."""
+    Two conditions make it: the ZooKeeper connection is up (:meth:`close` on SUSPENDED and LOST, :meth:`open`
+    on CONNECTED), and, for a gate made with ``leased=True``, the session is proven alive until a point in
+    time (:meth:`extend`, from :class:`metaq.zklease.SessionLease`). A process paused past its session
+    timeout resumes believing it is connected: only the lease, whose deadline passed during the pause, stops
+    it from delivering records that other members own by then. Every delivery compares ``time.monotonic()``
+    with :attr:`deadline` (a float read without a lock or a call); the writers, rare, take a lock.
+    """
+
+    def __init__(self, *, leased: bool = False) -> None:
+        self._cond = threading.Condition()
+        self._connected = True
+        self._lease_until = -math.inf if leased else math.inf
+        self.deadline = self._lease_until
+        """Monotonic time until which delivery is allowed (``-inf``: closed; ``inf``: open without a lease)."""
 
     def open(self) -> None:
-        self._open.set()
-        self.opened = True
+        with self._cond:
+            self._connected = True
+            self._update()
 
     def close(self) -> None:
-        self.opened = False
-        self._open.clear()
+        with self._cond:
+            self._connected = False
+            self._update()
+
+    def extend(self, until: float) -> None:
+        """The session is proven alive until ``until`` (monotonic); never shortens an earlier proof."""
+        with self._cond:
+            if until > self._lease_until:
+                self._lease_until = until
+                self._update()
+
+    def lapse(self) -> None:
+        """The lease is void (the session was lost): closed until a new proof."""
+        with self._cond:
+            if self._lease_until != math.inf:
+                self._lease_until = -math.inf
+                self._update()
+
+    def _update(self) -> None:
+        self.deadline = self._lease_until if self._connected else -math.inf
+        self._cond.notify_all()
 
     def wait(self, timeout: float) -> bool:
-        return self._open.wait(timeout)
+        """Wait up to ``timeout`` seconds for the gate to be open; True if it is."""
+        with self._cond:
+            return self._cond.wait_for(lambda: time.monotonic() < self.deadline, timeout)
 
     @property
     def is_open(self) -> bool:
-        return self._open.is_set()
+        return time.monotonic() < self.deadline
+
+    @property
+    def connected(self) -> bool:
+        """The connection is up (commits are possible), whatever the lease says."""
+        return self._connected
+
+
+class BatchInHand:
+    """The batch :meth:`KafkaStream.iter_batches` yielded last, for a caller that hands its messages out one by
+    one (the listener dispatch). Between two messages, :meth:`may_go_on` holds delivery while the gate is
+    closed and says False once the partition was revoked (the rest belongs to its next owner);
+    :meth:`finished` records what was processed, so that the commit a revocation makes covers it."""
+
+    __slots__ = ("gate", "info")
+
+    def __init__(self, info: PartitionTopicInfo, gate: DeliveryGate) -> None:
+        self.info = info
+        self.gate = gate
+
+    def may_go_on(self, stop: threading.Event | None = None) -> bool:
+        """Wait while delivery is gated; False if the partition is revoked or ``stop`` is set meanwhile."""
+        info, gate = self.info, self.gate
+        while not info.is_revoked:
+            if time.monotonic() < gate.deadline or gate.wait(WAIT_SLICE_S):
+                return not info.is_revoked
+            if stop is not None and stop.is_set():
+                return False
+        return False
+
+    def finished(self, next_offset: int) -> None:
+        """Every message of the batch below ``next_offset`` was processed."""
+        self.info.processed_offset = next_offset
 
 
 class FailureSignal:
@@ -113,11 +179,13 @@ class KafkaStream:
     def __next__(self) -> MessageAndMetadata:
         deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
         gate = self._gate
+        now = time.monotonic
         while True:
             chunk = self._chunk
             if chunk is not None:
-                # The hot loop: per record one unlocked skip test, one look at the gate's flag and one locked
-                # try_consume (atomic with revoke()); the position moves on only once a record is decided.
+                # The hot loop: per record one unlocked skip test, one clock read against the gate's deadline
+                # (SUSPENDED, session lease) and one locked try_consume (atomic with revoke()); the position
+                # moves on only once a record is decided.
                 info = chunk.info
                 records = chunk.records
                 pos = self._pos
@@ -127,9 +195,9 @@ class KafkaStream:
                     if offset < info.consumed_offset:  # below what was handed out (re-checked under the lock)
                         pos += 1
                         continue
-                    if not gate.opened:
+                    if now() >= gate.deadline:
                         self._pos = pos
-                        self._wait_gate(deadline)  # SUSPENDED: may time out; this record stays the next one
+                        self._wait_gate(deadline)  # gated: may time out; this record stays the next one
                     if not info.try_consume(offset + 1):
                         break  # revoked: the rest of this chunk belongs to the next owner
                     self._pos = pos + 1
@@ -156,6 +224,13 @@ class KafkaStream:
                 return
             yield batch
             self._chunk_info_mark(batch[-1])
+
+    def in_hand(self) -> BatchInHand:
+        """The batch :meth:`iter_batches` yielded last (valid until the next one is asked for)."""
+        chunk = self._chunk
+        if chunk is None:
+            raise MetaqError("in_hand(): no batch was yielded by iter_batches()")
+        return BatchInHand(chunk.info, self._gate)
 
     def clear(self) -> None:
         """Drop queued chunks (rebalance); the chunk being iterated is dropped via its revoked info."""
@@ -273,9 +348,10 @@ class KafkaStream:
                 return chunk
 
     def _wait_gate(self, deadline: float | None) -> None:
-        while not self._gate.wait(WAIT_SLICE_S):  # SUSPENDED: hold delivery until the session is back
+        while not self._gate.wait(WAIT_SLICE_S):  # hold delivery until the session is back (or proven alive)
             if deadline is not None and time.monotonic() >= deadline:
-                raise ConsumerTimeoutError("no message within consumer.timeout.ms (ZooKeeper suspended)")
+                raise ConsumerTimeoutError("no message within consumer.timeout.ms (ZooKeeper suspended or "
+                                           "session not proven alive)")
 
     def _raise_new_failure(self) -> None:
         epoch, error = self._failures.check(self._seen_failure)

@@ -288,11 +288,13 @@ class _Epoch:
 
 
 def _backwards_commits(events: list[Event]) -> list[str]:
+    """Commits in the order they began: a successful (fenced) commit took effect between its start and its
+    report, before the next owner's fence, so a member paused (SIGSTOP) in the middle of a commit reports it
+    late but it still precedes every commit of the partition's next owner."""
     last: dict[int, tuple[int, str]] = {}
     problems = []
-    for e in events:
-        if e["name"] != "offsets_committed":
-            continue
+    commits = sorted((e for e in events if e["name"] == "offsets_committed"), key=lambda e: e.get("started", e["time"]))
+    for e in commits:
         for o in e["offsets"]:
             prev = last.get(o["partition"])
             if prev is not None and o["offset"] < prev[0]:

@@ -16,8 +16,9 @@ import tenacity
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.listener import MessageConsumer, split_by_size
 from metaq.consumer.message import MessageAndMetadata
+from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.rebalance import ConsumerState
-from metaq.consumer.streams import ConsumerTimeoutError
+from metaq.consumer.streams import BatchInHand, ConsumerTimeoutError, DeliveryGate
 from metaq.errors import ConfigError, MetaqError, StorageError
 
 TOPIC = "clicks"
@@ -33,12 +34,24 @@ def make_chunks(n: int, size: int, partition: int = 0) -> list[list[MessageAndMe
 
 
 class FakeStream:
-    """Like KafkaStream.iter_batches: a chunk counts as consumed when the next one is asked for."""
+    """Like KafkaStream.iter_batches: each message counts as consumed when the listener finished it (through
+    ``in_hand``), and a chunk at the latest when the next one is asked for."""
 
     def __init__(self) -> None:
         self.chunks: queue.Queue[Any] = queue.Queue()
-        self.consumed: dict[int, int] = {}
+        self.infos: dict[int, PartitionTopicInfo] = {}
+        self.gate = DeliveryGate()
         self.taken = 0
+        self._last: list[MessageAndMetadata] = []
+
+    @property
+    def consumed(self) -> dict[int, int]:
+        return {p: info.get_consumed_offset() for p, info in self.infos.items() if info.get_consumed_offset() > 0}
+
+    def info(self, partition: int) -> PartitionTopicInfo:
+        if partition not in self.infos:
+            self.infos[partition] = PartitionTopicInfo(TOPIC, partition, ChunkQueue(), 0, 0, 1)
+        return self.infos[partition]
 
     def feed(self, *items: Any) -> None:
         for item in items:
@@ -53,8 +66,14 @@ class FakeStream:
             if isinstance(item, BaseException):
                 raise item
             self.taken += 1
+            self._last = item
             yield item
-            self.consumed[item[-1].partition] = item[-1].offset + 1
+            info = self.info(item[-1].partition)
+            if not info.revoked:
+                info.mark_consumed(item[-1].offset + 1)
+
+    def in_hand(self) -> BatchInHand:
+        return BatchInHand(self.info(self._last[-1].partition), self.gate)
 
     def end(self) -> None:
         self.chunks.put(None)
@@ -409,7 +428,8 @@ def test_shutdown_is_bounded_with_a_stuck_listener(tmp_path: Path) -> None:
     assert time.monotonic() - started < 2.0
     assert connector.closed and consumer.state.state == "STABLE"
     release.set()
-    assert stream.consumed == {}  # the chunk in hand was abandoned, not marked
+    time.sleep(0.1)
+    assert stream.consumed.get(0, 0) <= 1  # the chunk in hand was abandoned: message 1 neither processed nor marked
 
 
 def test_shutdown_finishes_the_chunk_in_hand_and_takes_no_other(tmp_path: Path) -> None:
@@ -497,3 +517,83 @@ def test_config_is_validated(tmp_path: Path) -> None:
         MessageConsumer(config(tmp_path, **{"metaq.max.fetch.retries": -1}))
     with pytest.raises(ConfigError, match="streams_per_topic"):
         MessageConsumer(ConsumerConfig.from_properties(config(tmp_path)), streams_per_topic=0)
+
+
+# -- the delivery gate and revocation between messages (issue 16) ------------------------------------
+
+
+class GateClosingListener:
+    """Closes the stream's delivery gate (as SUSPENDED or a lapsed lease would) while handling offset 1."""
+
+    executor = None
+
+    def __init__(self, stream: FakeStream, batch: bool = False) -> None:
+        self.stream = stream
+        self.delivered: list[int] = []
+        if batch:
+            self.receive_messages = self._batch
+
+    def receive_message(self, message: MessageAndMetadata) -> None:
+        self.delivered.append(message.offset)
+        if message.offset == 1:
+            self.stream.gate.close()
+
+    def _batch(self, batch: list[MessageAndMetadata]) -> None:
+        for message in batch:
+            self.receive_message(message)
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["per-message", "batch"])
+def test_nothing_more_of_a_chunk_is_delivered_while_the_gate_is_closed(tmp_path: Path, batch: bool) -> None:
+    stream = FakeStream()
+    stream.feed([msg(o) for o in range(6)])
+    listener = GateClosingListener(stream, batch)
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
+    # batch listeners: parts of 2 messages (10 bytes each: "v0".."v5" are 2 bytes, so max_size 4)
+    with consumer:
+        consumer.subscribe(TOPIC, 4 if batch else 1 << 20, listener).complete_subscribe()
+        wait_for(lambda: len(listener.delivered) >= 2)
+        time.sleep(0.3)
+        assert listener.delivered == [0, 1]  # held between messages (parts), not at the next chunk
+        assert stream.consumed == {0: 2}  # what was finished counts
+        stream.gate.open()
+        wait_for(drained(stream, 6))
+    assert listener.delivered == list(range(6))
+
+
+def test_the_rest_of_a_revoked_chunk_is_not_delivered(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed([msg(o) for o in range(6)], [msg(6)])
+    delivered: list[int] = []
+
+    class Revoking:
+        executor = None
+
+        def receive_message(self, message: MessageAndMetadata) -> None:
+            delivered.append(message.offset)
+            if message.offset == 2:
+                info = stream.info(0)
+                info.revoke()  # a rebalance while the listener works: it commits what was finished
+                assert info.get_consumed_offset() == 2
+
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
+    with consumer:
+        consumer.subscribe(TOPIC, 1 << 20, Revoking()).complete_subscribe()
+        wait_for(lambda: stream.taken == 2)
+        time.sleep(0.1)
+    assert delivered[:3] == [0, 1, 2] and 3 not in delivered  # the in-flight one finished, then no more
+    assert stream.info(0).get_consumed_offset() == 3
+
+
+def test_shutdown_while_delivery_is_held_leaves_the_rest_unmarked(tmp_path: Path) -> None:
+    stream = FakeStream()
+    stream.feed([msg(o) for o in range(6)])
+    listener = GateClosingListener(stream)
+    consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
+    consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
+    wait_for(lambda: len(listener.delivered) >= 2)
+    started = time.monotonic()
+    consumer.shutdown(timeout_s=20)
+    assert time.monotonic() - started < 10  # not held until the abandon deadline (half the timeout)
+    assert listener.delivered == [0, 1]
+    assert stream.consumed == {0: 2}  # offsets 2..5 neither delivered nor marked: redelivered later
