@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 import kafka.codec
 import pytest
@@ -13,6 +14,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from metaq.errors import CorruptRecordError, UnsupportedMessageFormatError
 from metaq.protocol.records import decode_records
+from metaq.testing.batches import RECORD_READERS, record_reader
 
 _BASE_OFFSET = struct.Struct(">q")
 _CRC = struct.Struct(">I")
@@ -21,6 +23,13 @@ _COUNT = struct.Struct(">i")
 TS = 1_700_000_000_000
 
 Item = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+
+
+@pytest.fixture(autouse=True, scope="module", params=RECORD_READERS)
+def _reader(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test here runs with the compiled record reader and with the pure-Python fallback."""
+    with record_reader(request.param):
+        yield
 
 
 def build(base_offset: int, items: list[Item], *, compression: int = 0) -> bytearray:
