@@ -167,7 +167,7 @@ def _decode_batch(data: bytes, pos: int, size: int, min_offset: int, check_crcs:
     except _CompiledCorruptError as e:
         del out[first:]
         raise CorruptRecordError(f"batch at byte {pos} (base offset {base_offset}): malformed record "
-                                 f"({e}; the record count says {count})") from None
+                                 f"({_reader_error(e)}; the record count says {count})") from None
     except (IndexError, ValueError, OverflowError, MemoryError) as e:  # bytes ran out, bad UTF-8, absurd sizes
         del out[first:]
         raise CorruptRecordError(
@@ -353,9 +353,17 @@ def check_batch(data: bytes, pos: int, size: int, count: int, body: bytes | None
     except InvalidRecordError:
         raise
     except (_CompiledCorruptError, ValueError, OverflowError, MemoryError) as e:  # bad UTF-8, absurd sizes
-        raise InvalidRecordError(
-            f"record {expected - base_offset}: malformed ({type(e).__name__}: {e})") from None
+        index = expected - base_offset
+        where = f"record {index}" if index < count else f"after the {count} records the record count says"
+        raise InvalidRecordError(f"{where}: malformed ({_reader_error(e)})") from None
     return max_timestamp - batch.first_timestamp
+
+
+def _reader_error(e: Exception) -> str:
+    """What the compiled reader said, without aiokafka's "[Error 2] CorruptRecordException:" prefix."""
+    if isinstance(e, _CompiledCorruptError) and e.args:
+        return str(e.args[0])
+    return f"{type(e).__name__}: {e}"
 
 
 def check_records(data: bytes, pos: int, stop: int, count: int) -> int:
