@@ -17,6 +17,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
@@ -65,29 +66,27 @@ def metaq_decode(chunks: list[bytes]) -> int:
     return sum(len(decode_records(chunk).records) for chunk in chunks)
 
 
-def aiokafka_fields(chunks: list[bytes]) -> int:
-    """aiokafka's compiled reader alone: every field read, no tuples built (the upper bound)."""
-    from aiokafka.record._crecords.memory_records import MemoryRecords as CompiledMemoryRecords
-
+def memory_records_decode(memory_records: Callable[[bytes], Any], chunks: list[bytes]) -> int:
+    """Every field of every record read through a MemoryRecords class (no tuples built)."""
     n = 0
     for chunk in chunks:
-        batches = CompiledMemoryRecords(chunk)
+        batches = memory_records(chunk)
         while batches.has_next():
             for record in batches.next_batch():
                 record.offset, record.timestamp, record.key, record.value, record.headers  # noqa: B018
                 n += 1
     return n
+
+
+def aiokafka_fields(chunks: list[bytes]) -> int:
+    """aiokafka's compiled reader alone: the upper bound of decode_records with it."""
+    from aiokafka.record._crecords.memory_records import MemoryRecords as CompiledMemoryRecords
+
+    return memory_records_decode(CompiledMemoryRecords, chunks)
 
 
 def kafka_python_decode(chunks: list[bytes]) -> int:
-    n = 0
-    for chunk in chunks:
-        batches = MemoryRecords(chunk)
-        while batches.has_next():
-            for record in batches.next_batch():
-                record.offset, record.timestamp, record.key, record.value, record.headers  # noqa: B018
-                n += 1
-    return n
+    return memory_records_decode(MemoryRecords, chunks)
 
 
 def metaq_validate(chunks: list[bytes]) -> int:
