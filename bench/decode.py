@@ -1,6 +1,6 @@
 """Record batch decoding and validation speed, on the same bytes: metaq's decoder with aiokafka's compiled
 reader and with the pure-Python fallback, aiokafka's reader alone, kafka-python's MemoryRecords, and the
-broker's validation walk (metaq.protocol.records.check_batch) with either reader.
+broker's validation walk (metaq.protocol.records.check_records) with either reader.
 
     python -m bench.decode [--records 200000] [--sizes 100,1024]
 
@@ -23,8 +23,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from metaq.protocol import records as records_module
-from metaq.protocol.batches import iter_valid_batches
-from metaq.protocol.records import check_batch, decode_records
+from metaq.protocol.batches import BATCH_HEADER_SIZE, iter_valid_batches
+from metaq.protocol.records import check_records, decode_records
 
 _BASE_OFFSET = struct.Struct(">q")
 BATCH_BYTES = 16384
@@ -94,7 +94,7 @@ def metaq_validate(chunks: list[bytes]) -> int:
     n = 0
     for chunk in chunks:
         for pos, header in iter_valid_batches(chunk):
-            check_batch(chunk, pos, header.size, header.record_count)
+            check_records(chunk, pos + BATCH_HEADER_SIZE, pos + header.size, header.record_count)
             n += header.record_count
     return n
 
@@ -140,7 +140,7 @@ def run(records: int = 200_000, sizes: tuple[int, ...] = (100, 1024)) -> list[tu
                      records_per_second(kafka_python_decode, chunks, count)))
         for name in readers:
             with reader(name):
-                rows.append((f"broker validation check_batch ({name}), {size} B values",
+                rows.append((f"broker validation check_records ({name}), {size} B values",
                              records_per_second(metaq_validate, chunks, count)))
     return rows
 

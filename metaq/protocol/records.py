@@ -41,6 +41,9 @@ from metaq.errors import (
 )
 from metaq.protocol.batches import BATCH_HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH
 
+if TYPE_CHECKING:  # a runtime import would load metaq.consumer, whose fetcher imports this module
+    from metaq.consumer.partition_info import Record
+
 try:  # the compiled record reader (see the module doc); the pure-Python loop below where it is missing
     from aiokafka.errors import CorruptRecordException as _CompiledCorruptError
     from aiokafka.record._crecords.default_records import DefaultRecordBatch as _CompiledBatch
@@ -48,10 +51,7 @@ except ImportError:  # pragma: no cover - every platform with an aiokafka wheel 
     _CompiledBatch = None
     _CompiledCorruptError = CorruptRecordError
 
-if TYPE_CHECKING:  # a runtime import would load metaq.consumer, whose fetcher imports this module
-    from metaq.consumer.partition_info import Record
-
-__all__ = ["COMPILED", "DecodeResult", "check_batch", "check_records", "codec_decoder", "decode_records"]
+__all__ = ["COMPILED", "DecodeResult", "check_records", "codec_decoder", "decode_records"]
 
 COMPILED = _CompiledBatch is not None
 """Whether batches are read by aiokafka's compiled reader (else by the pure-Python loop)."""
@@ -60,7 +60,6 @@ COMPILED = _CompiledBatch is not None
 # maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _LENGTH = struct.Struct(">i")
-_BASE_OFFSET = struct.Struct(">q")
 _MAGIC_POS = 16
 _CRC_START = 21
 _COMPRESSION_MASK = 0x07
@@ -68,7 +67,6 @@ _LOG_APPEND_TIME = 0x08
 _CONTROL = 0x20
 _MAX_VARINT_BYTES = 10  # a varlong; Kafka's varints (5 bytes) are a subset
 _ATTRIBUTES_LOW_BYTE = 22  # attributes is a big-endian int16 at 21; its codec bits are in this byte
-_INT64_MAX = (1 << 63) - 1
 _SLACK = 32
 """Readable bytes the compiled reader needs after a batch (see :func:`_compiled_batch`)."""
 _PADDING = bytes(_SLACK)
@@ -325,40 +323,6 @@ def _read_records(data: bytes, pos: int, stop: int, count: int, base_offset: int
         raise CorruptRecordError(f"{count} records end at byte {pos} of {stop}: the record count is wrong")
 
 
-def check_batch(data: bytes, pos: int, size: int, count: int, body: bytes | None = None) -> int:
-    """Walk the ``count`` records of the batch at ``data[pos:pos + size]`` (or ``body``, its decompressed
-    records) as a broker must before appending them; returns the largest timestamp delta.
-
-    The compiled reader checks each record's fields against its length, the records against the batch's end
-    and the header keys' UTF-8; this adds the offset deltas 0..n-1. Raises InvalidRecordError naming the
-    record. Without the compiled reader, or for a base offset so large that the reader's int64 offsets
-    would wrap (a client's base offset is not used, so any value is legal), :func:`check_records` walks."""
-    (base_offset,) = _BASE_OFFSET.unpack_from(data, pos)
-    if _CompiledBatch is None or base_offset > _INT64_MAX - count:
-        if body is None:
-            return check_records(data, pos + BATCH_HEADER_SIZE, pos + size, count)
-        return check_records(body, 0, len(body), count)
-    batch = _compiled_batch(data, pos, size, body)
-    expected = base_offset
-    max_timestamp = -(1 << 63)
-    try:
-        for record in batch:
-            if record.offset != expected:
-                raise InvalidRecordError(f"record {expected - base_offset}: offset delta "
-                                         f"{record.offset - base_offset}, expected {expected - base_offset}")
-            timestamp = record.timestamp
-            if timestamp > max_timestamp:
-                max_timestamp = timestamp
-            expected += 1
-    except InvalidRecordError:
-        raise
-    except (_CompiledCorruptError, ValueError, OverflowError, MemoryError) as e:  # bad UTF-8, absurd sizes
-        index = expected - base_offset
-        where = f"record {index}" if index < count else f"after the {count} records the record count says"
-        raise InvalidRecordError(f"{where}: malformed ({_reader_error(e)})") from None
-    return max_timestamp - batch.first_timestamp
-
-
 def _reader_error(e: Exception) -> str:
     """What the compiled reader said, without aiokafka's "[Error 2] CorruptRecordException:" prefix."""
     if isinstance(e, _CompiledCorruptError) and e.args:
@@ -367,15 +331,44 @@ def _reader_error(e: Exception) -> str:
 
 
 def check_records(data: bytes, pos: int, stop: int, count: int) -> int:
-    """Walk the ``count`` records of one batch in ``data[pos:stop]`` without copying keys or values, as a
-    broker must before appending them: each record must be well formed (its fields end where its length
-    says, null or non-negative key and value lengths, UTF-8 header keys), the i-th record's offset delta must
-    be i, and the records must fill ``data[pos:stop]`` exactly. Returns the largest timestamp delta.
+    """Walk the ``count`` records of one batch in ``data[pos:stop]``, as a broker must before appending
+    them: each record must be well formed (its fields end where its length says, UTF-8 header keys), the
+    i-th record's offset delta must be i, and the records must fill ``data[pos:stop]`` exactly. Returns the
+    largest timestamp delta. Raises InvalidRecordError naming the record.
 
-    Raises InvalidRecordError naming the record. The layout is read as :func:`_read_records` reads it, so
-    every batch this walk accepts also decodes; it costs about as much (about 1 us a record), being the
-    same loop without the copies but with the checks. ``pos`` only grows, so a record running past ``stop``
-    is caught by the final check without a bound test per record."""
+    The compiled reader reads the records behind a header of our own (base offset and timestamp 0, so it
+    yields the deltas), on a copy: about 0.2 us a 100-byte record, against 0.7 us for
+    :func:`_check_records_python`, which every batch it accepts also decodes in."""
+    if _CompiledBatch is None or count < 1:
+        return _check_records_python(data, pos, stop, count)
+    header = _HEADER.pack(0, 0, -1, 2, 0, 0, count - 1, 0, 0, -1, -1, -1, count)
+    buf = b"".join((header, memoryview(data)[pos:stop], _PADDING))  # padded: see _compiled_batch
+    i = 0
+    max_delta = -(1 << 63)
+    try:
+        for record in _CompiledBatch(memoryview(buf)[:len(buf) - _SLACK]):
+            if record.offset != i:
+                raise InvalidRecordError(f"record {i}: offset delta {record.offset}, expected {i}")
+            delta = record.timestamp
+            if delta > max_delta:
+                max_delta = delta
+            i += 1
+    except InvalidRecordError:
+        raise
+    except (_CompiledCorruptError, ValueError, OverflowError, MemoryError) as e:  # bad UTF-8, absurd sizes
+        where = f"record {i}" if i < count else f"after the {count} records the record count says"
+        raise InvalidRecordError(f"{where}: malformed ({_reader_error(e)})") from None
+    return max_delta
+
+
+def _check_records_python(data: bytes, pos: int, stop: int, count: int) -> int:
+    """:func:`check_records` in pure Python, without copying keys or values; also refuses key and value
+    lengths below -1 (see the module doc).
+
+    The layout is read as :func:`_read_records` reads it, so every batch this walk accepts also decodes; it
+    costs about as much (about 1 us a record), being the same loop without the copies but with the checks.
+    ``pos`` only grows, so a record running past ``stop`` is caught by the final check without a bound
+    test per record."""
     zigzag = _ZIGZAG1
     zigzag2 = _ZIGZAG2
     read_varint = _read_varint

@@ -10,35 +10,17 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import kafka.codec
-import pytest
 from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from metaq.broker.context import CORRUPT_MESSAGE, INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE
-from metaq.protocol import records
 from metaq.protocol.batches import BATCH_HEADER_SIZE
 from metaq.protocol.builder import BatchBuilder
 
-__all__ = ["INVALID_BATCHES", "RECORD_READERS", "good_batch", "record_reader", "recrc", "set_field"]
-
-RECORD_READERS = ["compiled", "pure-python"]
-"""The two ways metaq.protocol.records reads records, for tests that must pass with either."""
-
-
-@contextmanager
-def record_reader(name: str) -> Iterator[None]:
-    """Make metaq.protocol.records use the reader ``name`` (one of RECORD_READERS) inside the block;
-    skips the test if that reader is not installed here."""
-    if name == "compiled" and not records.COMPILED:
-        pytest.skip("aiokafka's compiled record reader is not installed")
-    with pytest.MonkeyPatch.context() as patch:
-        if name == "pure-python":
-            patch.setattr(records, "_CompiledBatch", None)
-        yield
+__all__ = ["INVALID_BATCHES", "good_batch", "recrc", "set_field"]
 
 _FIELDS = {  # name -> (byte position, struct format) in the 61-byte header
     "attributes": (21, ">h"), "last_offset_delta": (23, ">i"), "base_timestamp": (27, ">q"),

@@ -25,27 +25,14 @@ from metaq.errors import (
 )
 from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header, validate_batches
 from metaq.protocol.records import decode_records
-from metaq.testing.batches import (
-    INVALID_BATCHES,
-    RECORD_READERS,
-    good_batch,
-    record_reader,
-    recrc,
-    set_field,
-)
+from metaq.testing.batches import INVALID_BATCHES, good_batch, recrc, set_field
+from metaq.testing.readers import each_record_reader  # noqa: F401 (autouse: each test runs with both readers)
 
 _ERROR_FOR_CODE = {
     CORRUPT_MESSAGE: CorruptRecordError,
     INVALID_RECORD: InvalidRecordError,
     UNSUPPORTED_COMPRESSION_TYPE: UnsupportedCompressionError,
 }
-
-
-@pytest.fixture(autouse=True, scope="module", params=RECORD_READERS)
-def _reader(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test here runs with the compiled record reader and with the pure-Python fallback."""
-    with record_reader(request.param):
-        yield
 
 
 def _validate(data: bytes, limit: int = 1 << 26) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 
 import kafka.codec
 import pytest
@@ -15,7 +14,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from metaq.errors import CorruptRecordError, UnsupportedMessageFormatError
 from metaq.protocol import records
 from metaq.protocol.records import decode_records
-from metaq.testing.batches import RECORD_READERS, record_reader
+from metaq.testing.readers import each_record_reader  # noqa: F401 (autouse: each test runs with both readers)
 
 _BASE_OFFSET = struct.Struct(">q")
 _CRC = struct.Struct(">I")
@@ -24,13 +23,6 @@ _COUNT = struct.Struct(">i")
 TS = 1_700_000_000_000
 
 Item = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
-
-
-@pytest.fixture(autouse=True, scope="module", params=RECORD_READERS)
-def _reader(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test here runs with the compiled record reader and with the pure-Python fallback."""
-    with record_reader(request.param):
-        yield
 
 
 def build(base_offset: int, items: list[Item], *, compression: int = 0) -> bytearray:
@@ -158,7 +150,7 @@ def test_key_length_below_minus_one_is_null_compiled_and_corrupt_in_pure_python(
     assert data[65] == 0x01  # length, attributes, timestamp delta, offset delta: one byte each; then the key
     data[65] = 0x09  # -5
     recrc(data)
-    if records._CompiledBatch is not None:  # the reader this run uses (see _reader)
+    if records._CompiledBatch is not None:  # the reader this run uses (metaq.testing.readers)
         assert decode_records(bytes(data)).records == [(0, TS, None, b"v", ())]
     else:
         with pytest.raises(CorruptRecordError, match="base offset 0"):
