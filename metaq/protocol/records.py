@@ -1,4 +1,4 @@
-"""A fast pure-Python decoder of record batch v2 (magic 2) bytes, as a Fetch response carries them.
+"""A fast decoder of record batch v2 (magic 2) bytes, as a Fetch response carries them.
 
     result = decode_records(partition.records, min_offset=fetch_offset)
     result.records        # [(offset, timestamp, key, value, headers), ...] at or above min_offset
@@ -12,16 +12,18 @@ is not installed) raises :class:`CorruptRecordError` naming the batch position a
 exception type escapes.
 
 Speed: the records of a batch are read by aiokafka's compiled (Cython) v2 reader, ``DefaultRecordBatch``
-from ``aiokafka.record._crecords``, which bounds-checks every field: about 0.4 us a 100-byte record with the
-tuples built, against 0.8-1 us for the pure-Python loop below (``python -m bench.decode``). aiokafka ships
+from ``aiokafka.record._crecords``, which bounds-checks every field: about 0.35 us a 100-byte record with
+the tuples built, against 0.8 us for the pure-Python loop below (``python -m bench.decode``). aiokafka ships
 that reader as wheels for CPython 3.10-3.14 on manylinux x86_64/aarch64, macOS and Windows, but not for
 musllinux (Alpine), where its sdist may install without the extension; there, and on any interpreter where
 the import fails, the pure-Python loop (varint reads inlined, one table lookup for the 1- and 2-byte
 varints that dominate) does the same work. :data:`COMPILED` says which one runs.
 
-The two agree on every well-formed batch and refuse the same malformed ones with one difference, Kafka's
-own: a key or value length below -1 reads as null in aiokafka (as in Kafka's ``DefaultRecord``), as corrupt
-in the pure-Python loop (as in librdkafka).
+The two agree on every well-formed batch and refuse the same malformed ones but for two differences: a key
+or value length below -1 reads as null in aiokafka (as in Kafka's ``DefaultRecord``), as corrupt in the
+pure-Python loop (as in librdkafka); and aiokafka reads a record's attributes byte (unused: every client
+writes 0) as a varint, so one of 0x80 or more shifts the fields after it, which then nearly always fail
+the record's length check.
 """
 
 from __future__ import annotations
