@@ -27,6 +27,7 @@ from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header, validate_batc
 from metaq.protocol.compression import CODECS, compress
 from metaq.protocol.records import decode_records
 from metaq.testing.batches import INVALID_BATCHES, good_batch, recrc, set_field
+from metaq.testing.readers import each_record_reader  # noqa: F401 (autouse: each test runs with both readers)
 
 _ERROR_FOR_CODE = {
     CORRUPT_MESSAGE: CorruptRecordError,

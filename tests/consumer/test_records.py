@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from metaq.errors import CorruptRecordError, UnsupportedMessageFormatError
+from metaq.protocol import records
 from metaq.protocol.records import decode_records
+from metaq.testing.readers import each_record_reader  # noqa: F401 (autouse: each test runs with both readers)
 
 _BASE_OFFSET = struct.Struct(">q")
 _CRC = struct.Struct(">I")
@@ -139,6 +141,19 @@ def test_control_batch_is_skipped_but_advances_next_offset() -> None:
 def test_log_append_time_uses_the_batch_max_timestamp() -> None:
     batch = with_attributes(build(0, [(0, TS, None, b"a", []), (1, TS + 50, None, b"b", [])]), 0x08)
     assert [r[1] for r in decode_records(batch).records] == [TS + 50, TS + 50]
+
+
+def test_key_length_below_minus_one_is_null_compiled_and_corrupt_in_pure_python() -> None:
+    """The one difference between the readers (see metaq/protocol/records.py): Kafka's rule, librdkafka's."""
+    data = build(0, [(0, TS, None, b"v", [])])
+    assert data[65] == 0x01  # length, attributes, timestamp delta, offset delta: one byte each; then the key
+    data[65] = 0x09  # -5
+    recrc(data)
+    if records._CompiledBatch is not None:  # the reader this run uses (metaq.testing.readers)
+        assert decode_records(bytes(data)).records == [(0, TS, None, b"v", ())]
+    else:
+        with pytest.raises(CorruptRecordError, match="base offset 0"):
+            decode_records(bytes(data))
 
 
 # -- errors ----------------------------------------------------------------------------------------

@@ -12,6 +12,11 @@ and then stall every consumer of the partition. So, as Kafka's broker does, ever
   offset deltas 0..n-1, filling the batch exactly;
 * ``maxTimestamp`` equal to the largest record timestamp (the time index and retention trust it).
 
+The walk runs on aiokafka's compiled record reader where it is installed (about 0.2 us a 100-byte record,
+0.7 us in pure Python: ``python -m bench.decode``). Like Kafka's broker, it reads a key or value length
+below -1 as null, which librdkafka would refuse to read; no client writes one, and refusing them as the
+pure-Python walk does would cost that walk's time on every batch.
+
 Errors: InvalidRecordError (INVALID_RECORD), UnsupportedCompressionError (UNSUPPORTED_COMPRESSION_TYPE),
 CorruptRecordError for a payload that does not decompress (CORRUPT_MESSAGE), MessageSizeTooLargeError for
 a payload that decompresses to more than :func:`decompressed_limit` (a compression bomb).
