@@ -79,6 +79,9 @@ class ConsumerConfig(Config):
     offsets_channel_socket_timeout_ms: int = prop("offsets.channel.socket.timeout.ms", 10000, check=positive)
     offsets_commit_max_retries: int = prop("offsets.commit.max.retries", 5, check=non_negative)
     offsets_fetch_timeout_ms: int = prop("metaq.offsets.fetch.timeout.ms", 30000, check=positive)
+    metrics_port: int | None = prop("metrics.port", None, check=non_negative,
+                                    doc="serve Prometheus metrics on this port (0: any free port; unset: off)")
+    metrics_host: str = prop("metrics.host", "0.0.0.0", doc="address the metrics endpoint listens on")
     # MetaQ consumer knobs (retry-then-skip and the local recover store)
     max_fetch_retries: int = prop("metaq.max.fetch.retries", 5, check=non_negative)
     recover_dir: str | None = prop("metaq.recover.dir", None)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Self
 
 from kazoo.client import KazooState
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from metaq.consumer.committer import AutoCommitter
 from metaq.consumer.config import ConsumerConfig
@@ -40,6 +41,8 @@ from metaq.consumer.serde import get_deserializer
 from metaq.consumer.streams import DeliveryGate, FailureSignal, KafkaStream
 from metaq.consumer.topic_filter import TopicFilter
 from metaq.errors import MetaqError
+from metaq.metrics import serve_metrics
+from metaq.metrics.consumer import ConsumerMetrics, PartitionPosition
 from metaq.signals import TerminationHandler
 from metaq.zkclient import connect
 from metaq.zklease import SessionLease
@@ -84,12 +87,20 @@ class ZookeeperConsumerConnector:
         key_deserializer: Any = "bytes",
         value_deserializer: Any = "bytes",
         offset_store_factory: Callable[[ZkLayout, ConsumerConfig], OffsetStore] | None = None,
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config if isinstance(config, ConsumerConfig) else ConsumerConfig.from_properties(config)
         self._listener = rebalance_listener
         self._key = get_deserializer(key_deserializer)
         self._value = get_deserializer(value_deserializer)
         self.consumer_id = make_consumer_id(self.config.group_id, self.config.consumer_id)
+        registry = metrics_registry if metrics_registry is not None else REGISTRY
+        self.metrics = ConsumerMetrics(self.config.group_id, self.consumer_id, registry)
+        """This member's Prometheus metrics (metaq.metrics.consumer), in ``metrics_registry`` or the default."""
+        self.metrics.report_positions(self._positions)
+        self._rebalancer: ZKRebalancerListener | None = None
+        port = self.config.metrics_port
+        self._metrics_server = serve_metrics(port, self.config.metrics_host, registry) if port is not None else None
         self._zk = connect(
             self.config.zookeeper_connect,
             session_timeout_ms=self.config.zookeeper_session_timeout_ms,
@@ -105,10 +116,9 @@ class ZookeeperConsumerConnector:
                 on_renewed=self._gate.extend, on_void=self._gate.lapse, name=f"{self.consumer_id}-session-lease")
         self._session_listeners: list[Callable[[str], None]] = []
         self._failures = FailureSignal()
-        self._fetcher = FetcherManager(self.config, self._layout, consumer_id=self.consumer_id)
+        self._fetcher = FetcherManager(self.config, self._layout, consumer_id=self.consumer_id, metrics=self.metrics)
         factory = offset_store_factory or default_offset_store
         self._store = factory(self._layout, self.config)
-        self._rebalancer: ZKRebalancerListener | None = None
         self._subscription: _Subscription | None = None
         self._committer: AutoCommitter | None = None
         self._shutdown_lock = threading.Lock()
@@ -162,7 +172,7 @@ class ZookeeperConsumerConnector:
         self._layout.register_consumer(self.config.group_id, self.consumer_id, sub.topic_count())
         self._rebalancer = ZKRebalancerListener(
             self.config, self._layout, self.consumer_id, sub, self._fetcher, self._store,
-            listener=self._listener, on_failure=self._failures.fail,
+            listener=self._listener, on_failure=self._failures.fail, metrics=self.metrics,
         )
         try:
             self._rebalancer.synced_rebalance()  # the first one on the caller's thread: failures raise here
@@ -267,6 +277,17 @@ class ZookeeperConsumerConnector:
         if self._lease is not None:
             self._lease.stop()
         self._zk.close()
+        self.metrics.close()
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+
+    def _positions(self) -> list[PartitionPosition]:
+        """What lag and owned partitions are computed from when Prometheus scrapes (metaq.metrics.consumer)."""
+        rebalancer = self._rebalancer
+        if rebalancer is None:
+            return []
+        return [PartitionPosition(info.topic, info.partition, info.get_consumed_offset(), info.log_end_offset)
+                for info in list(rebalancer.registry.values()) if not info.is_revoked]
 
     def __enter__(self) -> Self:
         return self

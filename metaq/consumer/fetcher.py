@@ -56,6 +56,7 @@ from metaq.errors import (
     for_code,
 )
 from metaq.hashing import java_string_hash
+from metaq.metrics.consumer import ConsumerMetrics
 from metaq.protocol.batches import LOG_OVERHEAD
 from metaq.protocol.records import DecodeResult, decode_records
 from zk_layout import ZkLayout
@@ -138,10 +139,12 @@ class FetchRequestRunner(threading.Thread):
     """One fetcher thread: Fetch requests to one broker for a changing set of partitions (module docstring)."""
 
     def __init__(self, owner: _Owner, config: ConsumerConfig, leader: Leader, fetcher: int, *,
-                 consumer_id: str, settings: ConnectionSettings | None = None) -> None:
+                 consumer_id: str, settings: ConnectionSettings | None = None,
+                 metrics: ConsumerMetrics | None = None) -> None:
         super().__init__(name=f"{consumer_id}-fetcher-{fetcher}-broker-{leader.broker_id}", daemon=True)
         self._owner = owner
         self._config = config
+        self._metrics = metrics
         self._settings = settings if settings is not None else connection_settings(config)
         self.broker_id = leader.broker_id
         self.fetcher_id = fetcher
@@ -217,8 +220,12 @@ class FetchRequestRunner(threading.Thread):
                     return
             offsets, response = self._fetch(conn, infos)
             self._failures = 0
+            if self._metrics is not None:
+                self._metrics.fetch_request(self.broker_id)
             self._handle_response(conn, offsets, response)
         except (BrokerConnectionError, ProtocolError) as e:
+            if self._metrics is not None:
+                self._metrics.fetch_error(type(e).__name__)
             self._connection_failed(e)
 
     def _fetchable(self) -> list[PartitionTopicInfo]:
@@ -309,8 +316,10 @@ class FetchRequestRunner(threading.Thread):
                     out_of_range.append(info)
                 elif part.error_code:
                     self._partition_error(info, fetch_offset, part.error_code)
-                elif part.records:
-                    self._deliver(info, fetch_offset, part.records)
+                else:
+                    info.log_end_offset = part.high_watermark
+                    if part.records:
+                        self._deliver(info, fetch_offset, part.records)
                 if self._stopped.is_set():
                     return
         if out_of_range:
@@ -363,6 +372,8 @@ class FetchRequestRunner(threading.Thread):
             self._too_large(info, fetch_offset, size)
             return
         if result.records:
+            if self._metrics is not None:
+                self._metrics.fetched(info.topic, len(result.records), len(data))
             accepted = self._offer(info, fetch_offset, result.records)
             if accepted:
                 self._owner.clear_error(info.key)
@@ -389,6 +400,8 @@ class FetchRequestRunner(threading.Thread):
         cls = for_code(code)
         error = cls(f"{cls.message} ({code}) for {info.topic}-{info.partition} at offset {fetch_offset} "
                     f"from broker {self.broker_id}")
+        if self._metrics is not None:
+            self._metrics.fetch_error(cls.message or f"ERROR_{code}")
         self._owner.record_error(info.key, error)
         if code in _LEADER_ERRORS or cls.invalid_metadata:
             log.info("%s: %s; looking for the leader again", self.name, error)
@@ -469,8 +482,9 @@ class FetcherManager:
     """
 
     def __init__(self, config: ConsumerConfig, layout: ZkLayout, *, consumer_id: str,
-                 client: ClusterClient | None = None) -> None:
+                 client: ClusterClient | None = None, metrics: ConsumerMetrics | None = None) -> None:
         self._config = config
+        self._metrics = metrics
         self._owns_client = client is None
         self._client = client if client is not None else ClusterClient(layout, connection_settings(config))
         self._settings = self._client.settings
@@ -577,7 +591,7 @@ class FetcherManager:
             runner = self._runners.get((leader.broker_id, fid))
             if runner is None:
                 runner = FetchRequestRunner(self, self._config, leader, fid, consumer_id=self.consumer_id,
-                                            settings=self._settings)
+                                            settings=self._settings, metrics=self._metrics)
                 self._runners[(leader.broker_id, fid)] = runner
                 runner.start()
             else:

@@ -42,6 +42,7 @@ from functools import partial
 from typing import Any, Protocol, Self
 
 import tenacity
+from prometheus_client import CollectorRegistry
 from tenacity.wait import wait_base
 
 from metaq.consumer.config import ConsumerConfig
@@ -52,6 +53,7 @@ from metaq.consumer.recover import RecoverManager, RecoverStore, default_dir, de
 from metaq.consumer.serde import DeserializerSpec, bytes_deserializer, get_deserializer
 from metaq.consumer.streams import BatchInHand, ConsumerTimeoutError
 from metaq.errors import ConfigError, DeserializationError, MetaqError
+from metaq.metrics.consumer import ConsumerMetrics
 from metaq.signals import TerminationHandler
 from zk_layout import validate_topic
 
@@ -123,8 +125,10 @@ def default_retry_wait() -> wait_base:
     return tenacity.wait_exponential_jitter(multiplier=0.01, max=0.5, jitter=0.01)
 
 
-def _connect(config: ConsumerConfig, rebalance_listener: RebalanceListener | None) -> Connector:
-    return ZookeeperConsumerConnector(config, rebalance_listener=rebalance_listener)
+def _connect(config: ConsumerConfig, rebalance_listener: RebalanceListener | None,
+             metrics_registry: CollectorRegistry | None = None) -> Connector:
+    return ZookeeperConsumerConnector(config, rebalance_listener=rebalance_listener,
+                                      metrics_registry=metrics_registry)
 
 
 class _Abandoned(Exception):
@@ -453,6 +457,7 @@ class MessageConsumer:
         retry_wait: wait_base | None = None,
         recover_initial_delay_s: float = 5.0,
         connector_factory: ConnectorFactory | None = None,
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config if isinstance(config, ConsumerConfig) else ConsumerConfig.from_properties(config)
         if not isinstance(streams_per_topic, int) or streams_per_topic < 1:
@@ -463,7 +468,7 @@ class MessageConsumer:
         self._streams_per_topic = streams_per_topic
         self._retry_wait = retry_wait if retry_wait is not None else default_retry_wait()
         self._recover_delay_s = recover_initial_delay_s
-        self._connector_factory = connector_factory or _connect
+        self._connector_factory = connector_factory or partial(_connect, metrics_registry=metrics_registry)
         self._lock = threading.Lock()
         self._phase = SUBSCRIBING
         self._subscriptions: dict[str, _Subscription] = {}
@@ -534,14 +539,39 @@ class MessageConsumer:
                 self._dispatchers.append(_Dispatcher(f"metaq-dispatch-{topic}-{n}", stream, delivery,
                                                      self._stopping, self._abandon))
             self._managers.append(RecoverManager(
-                delivery.store, delivery.replay, interval_ms=self.config.recover_interval_ms,
+                delivery.store, self._counted_replay(topic, delivery), interval_ms=self.config.recover_interval_ms,
                 max_attempts=self.config.recover_max_attempts, initial_delay_s=self._recover_delay_s))
+        self._report_recover_sizes()
         for dispatcher in self._dispatchers:
             dispatcher.thread.start()
         for manager in self._managers:
             manager.start()
         log.info("consumer %s: listening on %s (%d dispatch threads)", self.config.group_id,
                  ", ".join(self._subscriptions), len(self._dispatchers))
+
+    def _metrics(self) -> ConsumerMetrics | None:
+        return getattr(self._connector, "metrics", None)  # a test's fake connector has none
+
+    def _counted_replay(self, topic: str, delivery: _Delivery) -> Callable[[MessageAndMetadata], None]:
+        """The recover thread's handler, counting outcomes (metaq_consumer_recover_replays_total)."""
+        metrics = self._metrics()
+        if metrics is None:
+            return delivery.replay
+
+        def replay(message: MessageAndMetadata) -> None:
+            try:
+                delivery.replay(message)
+            except BaseException:
+                metrics.replayed(topic, ok=False)
+                raise
+            metrics.replayed(topic, ok=True)
+        return replay
+
+    def _report_recover_sizes(self) -> None:
+        metrics = self._metrics()
+        if metrics is not None:
+            stores = dict(self._stores)
+            metrics.report_recover_sizes(lambda: [(topic, len(store.list())) for topic, store in stores.items()])
 
     def _delivery(self, sub: _Subscription) -> _Delivery:
         return _Delivery(sub, self._stores[sub.topic], key=self._key, value=self._value,

@@ -52,6 +52,8 @@ class PartitionTopicInfo:
     _revoked: threading.Event = field(default_factory=threading.Event, repr=False)
     is_revoked: bool = field(default=False, repr=False)
     """The Event's state as a plain attribute, for per-message checks without a call (written by revoke() only)."""
+    log_end_offset: int | None = field(default=None, repr=False)
+    """The partition's high watermark in the last fetch answer (metrics: lag); written by its fetcher only."""
     processed_offset: int = field(default=-1, repr=False)
     """Next offset after the last message a listener finished; written without a lock by the one dispatcher of
     the partition's chunk (one store per message), counted in :meth:`get_consumed_offset`, so that a commit

@@ -36,6 +36,7 @@ from metaq.consumer.ids import make_thread_ids
 from metaq.consumer.offsets import OffsetStore, TopicPartition
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.errors import MalformedNodeError, MetaqError
+from metaq.metrics.consumer import ConsumerMetrics
 from zk_layout import TopicCount, ZkLayout, paths
 
 log = logging.getLogger(__name__)
@@ -102,8 +103,10 @@ class ZKRebalancerListener:
         *,
         listener: RebalanceListener | None = None,
         on_failure: Callable[[ConsumerRebalanceFailedError], None] | None = None,
+        metrics: ConsumerMetrics | None = None,
     ) -> None:
         self._config = config
+        self._metrics = metrics
         self._layout = layout
         self._group = config.group_id
         self._consumer_id = consumer_id
@@ -247,6 +250,7 @@ class ZKRebalancerListener:
                 return
             if self.state != SUSPENDED:
                 self._set_state(REBALANCING)
+            started = time.monotonic()
             error: BaseException | None = None
             for attempt in range(self._config.rebalance_max_retries):
                 if self._shutdown.is_set():
@@ -261,6 +265,7 @@ class ZKRebalancerListener:
                         self._handle_session_loss()
                     if self._attempt() and not self._lost_meanwhile():
                         self._succeeded()
+                        self._count_rebalance(started, ok=True)
                         return
                     error = None
                 except MetaqError as e:
@@ -268,7 +273,12 @@ class ZKRebalancerListener:
                     log.info("consumer %s: rebalance attempt %d failed: %s", self._consumer_id, attempt + 1, e)
                 self._release_all(commit=False)
                 self._backoff(self._jittered(self._config.backoff_ms / 1000.0))
+            self._count_rebalance(started, ok=False)
             self._failed(error)
+
+    def _count_rebalance(self, started: float, *, ok: bool) -> None:
+        if self._metrics is not None:
+            self._metrics.rebalanced(time.monotonic() - started, ok)
 
     def _lost_meanwhile(self) -> bool:
         """The session was lost during the attempt: what it took is void, the next attempt starts over."""
@@ -496,7 +506,15 @@ class ZKRebalancerListener:
     def _commit(self, infos: Iterable[PartitionTopicInfo] | None, include_revoked: bool) -> None:
         chosen = list(self.registry.values()) if infos is None else list(infos)
         offsets = {info.key: info.get_consumed_offset() for info in chosen if include_revoked or not info.revoked}
-        result = self._store.commit(offsets)
+        started = time.monotonic()
+        try:
+            result = self._store.commit(offsets)
+        except MetaqError:
+            if self._metrics is not None:
+                self._metrics.committed(time.monotonic() - started, ok=False)
+            raise
+        if self._metrics is not None:
+            self._metrics.committed(time.monotonic() - started, ok=True, fenced=len(result.lost))
         if result.lost:
             for key in result.lost:
                 info = self.registry.get(key)

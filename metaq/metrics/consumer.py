@@ -49,7 +49,7 @@ class _Families:
         r = registry
         self.messages = Counter("metaq_consumer_messages", "Messages fetched for the streams", [*MEMBER, "topic"],
                                 registry=r)
-        self.bytes = Counter("metaq_consumer_bytes", "Bytes of keys and values fetched for the streams",
+        self.bytes = Counter("metaq_consumer_bytes", "Record-batch bytes fetched for the streams",
                              [*MEMBER, "topic"], registry=r)
         self.fetches = Counter("metaq_consumer_fetch_requests", "Fetch requests sent", [*MEMBER, "broker"],
                                registry=r)
