@@ -26,14 +26,16 @@ demo: install
 	$(VENV)/bin/metaq demo
 
 test: install
-	$(VENV)/bin/ruff check metaq zk_layout pyspark_metaq tests integration_tests bench examples
+	$(VENV)/bin/ruff check metaq zk_layout pyspark_metaq tests integration_tests bench examples tools
+	$(VENV)/bin/python tools/typecheck.py
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 unit: install
 	$(VENV)/bin/python -m pytest -q tests
 
 lint: install
-	$(VENV)/bin/ruff check metaq zk_layout tests integration_tests bench examples
+	$(VENV)/bin/ruff check metaq zk_layout pyspark_metaq tests integration_tests bench examples tools
+	$(VENV)/bin/python tools/typecheck.py
 
 bench: install
 	$(VENV)/bin/python -m bench

@@ -12,6 +12,7 @@ versions and of MetaQ, and strict about everything else: each takes the node's p
 
 from __future__ import annotations
 
+import builtins
 import functools
 import json
 import re
@@ -20,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn, Self
 
-import re2  # type: ignore[import-untyped]
+import re2
 
 from metaq.errors import ConfigError, MalformedNodeError
 from zk_layout.paths import INT32_MAX
@@ -114,7 +115,7 @@ class _Fields:
             return value  # type: ignore[no-any-return]
         return _as_int(self.node, value, f"{self.where}{key!r}", minimum, maximum)
 
-    def int32(self, key: str, default: Any = _REQUIRED, *, minimum: int = -1) -> int:
+    def int32(self, key: builtins.str, default: Any = _REQUIRED, *, minimum: builtins.int = -1) -> builtins.int:
         """A value sent to Kafka clients as int32 (leader, epoch): ``minimum``..2^31-1."""
         return self.int(key, default, minimum=minimum, maximum=INT32_MAX)
 
@@ -128,7 +129,7 @@ class _Fields:
             self.node.fail(f"{self.where}{key!r} must be a string, got {value!r:.40}")
         return value
 
-    def timestamp(self, key: str = "timestamp") -> int:
+    def timestamp(self, key: builtins.str = "timestamp") -> builtins.int:
         """Kafka writes timestamps as strings of epoch milliseconds; accept numbers too. Missing: -1."""
         value = self.value(key, None)
         if value is None:
@@ -137,7 +138,7 @@ class _Fields:
             return _parse_int_text(self.node, value, f"{self.where}{key!r}")
         return _as_int(self.node, value, f"{self.where}{key!r}", None)
 
-    def object(self, key: str, default: Any = _REQUIRED) -> Any:
+    def object(self, key: builtins.str, default: Any = _REQUIRED) -> Any:
         value = self.value(key, default)
         if value is default and default is not _REQUIRED:
             return value
@@ -145,7 +146,7 @@ class _Fields:
             self.node.fail(f"{self.where}{key!r} must be a JSON object, got {value!r:.40}")
         return value
 
-    def broker_ids(self, key: str) -> tuple[int, ...]:
+    def broker_ids(self, key: builtins.str) -> tuple[builtins.int, ...]:
         """A list of broker ids (an ISR): each 0..2^31-1."""
         return _broker_id_tuple(self.node, self.value(key, _REQUIRED), f"{self.where}{key!r}")
 
@@ -608,9 +609,9 @@ def decode_offset(path: str, raw: bytes | None) -> int:
         if offset < NO_OFFSET_VALUE:
             node.fail(f"negative offset {offset} (only {NO_OFFSET_VALUE}, \"no offset yet\", may be negative)")
         return offset
-    msg_id, _, offset = text.rpartition("-")
+    msg_id, _, offset_text = text.rpartition("-")
     _parse_int_text(node, msg_id, "the msgId of msgId-offset")
-    return _parse_int_text(node, offset, "the offset of msgId-offset", signed=False)
+    return _parse_int_text(node, offset_text, "the offset of msgId-offset", signed=False)
 
 
 def encode_controller_epoch(epoch: int) -> bytes:

@@ -660,7 +660,7 @@ class ZkLayout:
     def release_partitions(self, group: str, claims: Mapping[tuple[str, int], str]) -> set[tuple[str, int]]:
         """:meth:`release_partition` for each of ``claims`` ({(topic, partition): thread id}), pipelined: two
         round trips in all. Returns the partitions whose owner node was deleted."""
-        released = set()
+        released: set[tuple[str, int]] = set()
         with self._translated("release", paths.owners_path(group)):
             nodes = {key: paths.owner_path(group, *key) for key in claims}
             reads = {key: self._client.get_async(path) for key, path in nodes.items()}

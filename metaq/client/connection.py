@@ -334,7 +334,8 @@ class BrokerConnection:
     @staticmethod
     def _encode(request: ApiMessage, version: int) -> bytes | bytearray:
         try:
-            return request.encode(header=True, framed=True)
+            encoded: bytes | bytearray = request.encode(header=True, framed=True)
+            return encoded
         except Exception as e:  # the codec raises a variety of errors for bad field values
             raise ProtocolError(f"cannot encode {api_name(request.API_KEY)} v{version}: {e!r}") from e
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from metaq.client.connection import BrokerConnection
 from metaq.errors import ConfigError
@@ -54,8 +55,8 @@ class ConnectionSettings:
                     connect_timeout_ms: int | None = None,
                     max_response_bytes: int | None = None) -> ConnectionSettings:
         """A copy with other per-connection limits and the same security options."""
-        changes = {"client_id": client_id, "request_timeout_ms": request_timeout_ms,
-                   "connect_timeout_ms": connect_timeout_ms, "max_response_bytes": max_response_bytes}
+        changes: dict[str, Any] = {"client_id": client_id, "request_timeout_ms": request_timeout_ms,
+                                   "connect_timeout_ms": connect_timeout_ms, "max_response_bytes": max_response_bytes}
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def new_connection(self, host: str, port: int) -> BrokerConnection:

@@ -129,7 +129,8 @@ def total_size_at(buf: Buffer, pos: int = 0) -> int | None:
     Recovery uses it to tell "the batch continues beyond this chunk" from "the batch is garbage"."""
     if len(buf) - pos < LOG_OVERHEAD:
         return None
-    return _LENGTH.unpack_from(buf, pos + _LENGTH_POS)[0] + LOG_OVERHEAD
+    length: int = _LENGTH.unpack_from(buf, pos + _LENGTH_POS)[0]
+    return length + LOG_OVERHEAD
 
 
 def _check_batch(buf: Buffer, pos: int, end: int) -> BatchHeader:

@@ -287,13 +287,18 @@ class _Epoch:
         self.commit.clear()
 
 
+def _commit_started(event: Event) -> float:
+    started = event.get("started")
+    return float(started if started is not None else event["time"])
+
+
 def _backwards_commits(events: list[Event]) -> list[str]:
     """Commits in the order they began: a successful (fenced) commit took effect between its start and its
     report, before the next owner's fence, so a member paused (SIGSTOP) in the middle of a commit reports it
     late but it still precedes every commit of the partition's next owner."""
     last: dict[int, tuple[int, str]] = {}
     problems = []
-    commits = sorted((e for e in events if e["name"] == "offsets_committed"), key=lambda e: e.get("started", e["time"]))
+    commits = sorted((e for e in events if e["name"] == "offsets_committed"), key=_commit_started)
     for e in commits:
         for o in e["offsets"]:
             prev = last.get(o["partition"])

@@ -180,10 +180,11 @@ class Group:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
 
     def describe(self) -> GroupSummary:
-        stable = self.is_(STABLE) and self.protocol_name is not None
-        protocol = self.protocol_name if stable else ""
+        protocol = self.protocol_name if self.is_(STABLE) else None
+        stable = protocol is not None
         members = [MemberSummary(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                 m.metadata_for(protocol) if stable else b"", m.assignment if stable else b"")
+                                 m.metadata_for(protocol) if protocol is not None else b"",
+                                 m.assignment if stable else b"")
                    for m in self.members.values()]
         return GroupSummary(self.group_id, self.state, self.protocol_type or "", protocol or "", members)
 
