@@ -369,11 +369,10 @@ def describe_group(
 
 
 def read_kafka_offsets(kafka: GroupOffsetsStore | None, group: str) -> tuple[dict[TopicPartition, int], str | None]:
-    """The group's offsets in ``__consumer_offsets`` and None, or ({}, why they could not be read)."""
-    if kafka is None:
+    """The group's offsets in ``__consumer_offsets`` and None, or ({}, why they could not be read). No
+    ``__consumer_offsets`` topic is not worth a note: nothing was ever stored in Kafka, so nothing is missing."""
+    if kafka is None or not kafka.available():
         return {}, None
-    if not kafka.available():
-        return {}, "no __consumer_offsets topic: no offsets are stored in Kafka"
     try:
         return kafka.fetch(group), None
     except MetaqError as e:  # KafkaOffsetsUnavailable, or the coordinator refused

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 ZOOKEEPER_GROUP = "zookeeper"
 PROTOCOL_GROUP = "protocol"
 MAX_PARTITIONS_SHOWN = 8
-NO_OFFSETS_TOPIC = "no __consumer_offsets topic"  # read_kafka_offsets' note when nothing is stored in Kafka: not news
 
 
 @dataclass(frozen=True)
@@ -152,7 +151,7 @@ class GroupWatch:
             member_note=None if sample.protocol is None else sample.protocol.note,
             partitions=rows, log=list(self._log),
             consume_rate=_total_rate(base, sample, "offset"), produce_rate=_total_rate(base, sample, "log_end"),
-            notes=[n for n in [sample.description.kafka_note] if n and not n.startswith(NO_OFFSETS_TOPIC)])
+            notes=[n for n in [sample.description.kafka_note] if n])
         return self._last
 
     def failed(self, error: str, now_ms: int) -> TopView | None:
