@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -61,3 +62,27 @@ def test_duplicate_key_names_the_key_and_lines(tmp_path: Path) -> None:
     path = tmp_path / "server.properties"
     path.write_text("broker.id=0\nzookeeper.connect=h:2181\n# again\nbroker.id=1\n")
     _assert_one_line_error(_start(path), f"{path}:4", "'broker.id'", "line 1")
+
+
+def test_the_example_config_starts_prints_one_line_and_stops_cleanly(zk_connect: str, tmp_path: Path) -> None:
+    """examples/server.properties works as shipped (only where it points is overridden), the broker says where
+    it serves in one line on stdout, and SIGTERM ends it with exit 0."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "server.properties"
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "metaq", "broker", "start", "--config", str(example),
+         "--override", f"zookeeper.connect={zk_connect}", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+         "--override", f"log.dirs={tmp_path / 'logs'}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line == (f"metaq broker 0 serving PLAINTEXT://127.0.0.1:{port} (ZooKeeper {zk_connect}; "
+                        f"logs in {tmp_path / 'logs'})")
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

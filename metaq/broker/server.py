@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 
 from kazoo.client import KazooClient
 
@@ -41,8 +42,10 @@ AUTO_CREATE_WAIT_S = 5.0
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, on_started: Callable[[str], None] | None = None) -> None:
+        """``on_started`` gets one line saying where the broker serves, once it does (the CLI prints it)."""
         self.config = config
+        self._on_started = on_started
         self.logs = LogManager(config.data_dirs, config.log_config())
         self._stop: asyncio.Event | None = None
         self._zk: KazooClient | None = None
@@ -152,7 +155,11 @@ class Broker:
                 self._every(config.log_flush_offset_checkpoint_interval_ms, self._checkpoint)
             ),
         ]
-        log.info("broker %d started on %s:%d", config.broker_id, adv_host, self.port)
+        line = (f"metaq broker {config.broker_id} serving PLAINTEXT://{adv_host}:{self.port} "
+                f"(ZooKeeper {config.zookeeper_connect}; logs in {', '.join(map(str, config.data_dirs))})")
+        log.info("%s", line)
+        if self._on_started is not None:
+            self._on_started(line)
 
     def _start_metrics(self) -> None:
         """Partition and cluster gauges are read at scrape time; the endpoint only if metrics.port is set."""

@@ -37,5 +37,5 @@ def _start(args: argparse.Namespace) -> int:
     values = load_properties(args.config)
     values.update(_parse_overrides(args.override))
     config = BrokerConfig.from_properties(values)
-    asyncio.run(Broker(config).run())
+    asyncio.run(Broker(config, on_started=lambda line: print(line, flush=True)).run())
     return 0
