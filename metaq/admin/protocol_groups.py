@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import DescribeGroupsRequest
-from kafka.protocol.consumer import ConsumerProtocolAssignment
 
+from metaq.admin.broker_groups import decode_assignment
 from metaq.admin.kafka_offsets import OFFSETS_TOPIC
 from metaq.admin.log_offsets import TopicPartition
 from metaq.client.connection import build_request
@@ -54,18 +54,6 @@ class ProtocolGroup:
     @classmethod
     def unknown(cls, note: str) -> ProtocolGroup:
         return cls(None, None, note)
-
-
-def decode_assignment(data: bytes | None) -> tuple[TopicPartition, ...]:
-    """A ``consumer`` protocol MemberAssignment as (topic, partition) pairs; () when empty or undecodable."""
-    if not data:
-        return ()
-    try:
-        assignment = ConsumerProtocolAssignment.decode(bytes(data))
-        return tuple(sorted((tp.topic, tp.partition) for tp in assignment.partitions()))
-    except Exception as e:  # another protocol's bytes: show the member without an assignment
-        log.debug("undecodable member assignment %r: %r", bytes(data)[:32], e)
-        return ()
 
 
 def group_from_response(response: Any, group: str) -> ProtocolGroup:
