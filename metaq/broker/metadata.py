@@ -95,7 +95,10 @@ class MetadataWatcher:
         watch = self.request_reload
         brokers = self._layout.brokers(watch=watch)
         topics: dict[str, dict[int, PartitionMeta]] = {}
+        deleting = set(self._layout.topics_marked_for_deletion(watch=watch))
         for topic in self._layout.topics(watch=watch):
+            if topic in deleting:
+                continue  # being deleted (/admin/delete_topics): clients must stop using it everywhere at once
             assignment = self._layout.topic_assignment(topic, watch=watch)
             if assignment is None:
                 continue

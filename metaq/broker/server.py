@@ -28,6 +28,7 @@ from metaq.broker.metadata import MetadataWatcher
 from metaq.broker.network import BrokerServer, ConnectionLimits
 from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.registration import BrokerRegistration
+from metaq.broker.topic_admin import TopicAdmin
 from metaq.broker.topics import create_topic
 from metaq.errors import TopicExistsError
 from metaq.zkclient import connect as zk_connect
@@ -47,6 +48,7 @@ class Broker:
         self._server: BrokerServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.port: int | None = None
+        self.topic_admin: TopicAdmin | None = None
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
@@ -137,6 +139,8 @@ class Broker:
         self._registration = BrokerRegistration(self._zk, layout, info, self.metadata.request_reload)
         await asyncio.to_thread(self._registration.register)
         await asyncio.to_thread(self.metadata.start)
+        self.topic_admin = TopicAdmin(config.broker_id, layout, self.logs, self.metadata, config.log_config())
+        await self.topic_admin.start()  # topic configs applied before the first request is served
         self.coordinator.start()
         await self._server.start_serving(context)  # only now: a client that connects finds us registered
         self._tasks = [
@@ -155,6 +159,8 @@ class Broker:
         if self._server is not None:
             await self._server.close()
         if self._zk is not None:
+            if self.topic_admin is not None:
+                await self.topic_admin.stop()
             await self.coordinator.stop()
         await asyncio.to_thread(self.logs.shutdown)
         if self._zk is not None:

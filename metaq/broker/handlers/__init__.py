@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from metaq.broker.handlers import (
     api_versions,
+    configs,
+    delete_records,
+    describe_cluster,
     fetch,
     groups,
     init_producer_id,
@@ -11,6 +14,7 @@ from metaq.broker.handlers import (
     metadata,
     offsets,
     produce,
+    topic_admin,
 )
 from metaq.protocol.apis import ApiKey
 
@@ -28,4 +32,12 @@ HANDLERS = {
     ApiKey.LEAVE_GROUP: groups.leave_group,
     ApiKey.OFFSET_COMMIT: offsets.offset_commit,
     ApiKey.OFFSET_FETCH: offsets.offset_fetch,
+    ApiKey.CREATE_TOPICS: topic_admin.create_topics,
+    ApiKey.DELETE_TOPICS: topic_admin.delete_topics,
+    ApiKey.CREATE_PARTITIONS: topic_admin.create_partitions,
+    ApiKey.DELETE_RECORDS: delete_records.handle,
+    ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
+    ApiKey.ALTER_CONFIGS: configs.alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
+    ApiKey.DESCRIBE_CLUSTER: describe_cluster.handle,
 }
