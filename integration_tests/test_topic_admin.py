@@ -22,7 +22,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from integration_tests import peers
 from metaq.testing.broker import BrokerProcess, request, topic_leaders, wait_until
-from zk_layout import ZkLayout, paths
+from zk_layout import ZkLayout
 
 TIMEOUT = 30.0
 
