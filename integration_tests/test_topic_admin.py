@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import confluent_kafka
+import kafka
+import kafka.errors
 import pytest
 from confluent_kafka.admin import (
     AdminClient,
@@ -18,6 +20,7 @@ from confluent_kafka.admin import (
     NewPartitions,
     NewTopic,
 )
+from kafka.admin import ConfigResource as ConfigResourceKP
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from integration_tests import peers
@@ -222,3 +225,51 @@ def test_describe_cluster(broker_cluster) -> None:
     assert sorted(node.id for node in cluster.nodes) == [0, 1]
     assert cluster.controller.id == 0
     assert cluster.cluster_id
+
+
+def test_kafka_python_admin_client(broker_cluster, zk_layout: ZkLayout) -> None:
+    b0 = broker_cluster.add(0, **{"auto.create.topics.enable": "false"})
+    b1 = broker_cluster.add(1, **{"auto.create.topics.enable": "false"})
+    admin = kafka.KafkaAdminClient(bootstrap_servers=b0.bootstrap)
+    try:
+        admin.create_topics({"kp": {"num_partitions": 2, "replication_factor": 1,
+                                    "configs": {"retention.bytes": "5000000"}}}, timeout_ms=10000)
+        assert _node(zk_layout, "/config/topics/kp") == {"version": 1, "config": {"retention.bytes": "5000000"}}
+        assert sorted(_node(zk_layout, "/brokers/topics/kp")["partitions"]) == ["0", "1"]
+        with pytest.raises(kafka.errors.TopicAlreadyExistsError):
+            admin.create_topics({"kp": {"num_partitions": 1, "replication_factor": 1}})
+
+        described = admin.describe_configs([ConfigResourceKP("TOPIC", "kp")])["topic"]["kp"]  # the overrides
+        assert {k: (v["value"], v["config_source"]) for k, v in described.items()} == {
+            "retention.bytes": ("5000000", "DYNAMIC_TOPIC_CONFIG")}
+        admin.alter_configs([ConfigResourceKP("TOPIC", "kp", {"segment.bytes": "4000"})])
+        assert _node(zk_layout, "/config/topics/kp") == {
+            "version": 1, "config": {"retention.bytes": "5000000", "segment.bytes": "4000"}}
+
+        admin.create_partitions({"kp": 3}, timeout_ms=10000)
+        assert sorted(_node(zk_layout, "/brokers/topics/kp")["partitions"]) == ["0", "1", "2"]
+
+        by_id = {0: b0, 1: b1}
+        wait_until(lambda: len(topic_leaders(b0.bootstrap, "kp")) == 3, TIMEOUT, "3 partitions")
+        leader = by_id[topic_leaders(b0.bootstrap, "kp")[0]]
+        _produce(leader.bootstrap, "kp", 0, 10)
+        deleted = admin.delete_records({kafka.TopicPartition("kp", 0): 4})
+        assert deleted[kafka.TopicPartition("kp", 0)]["low_watermark"] == 4
+        consumer = kafka.KafkaConsumer(bootstrap_servers=b0.bootstrap)
+        try:
+            assert consumer.beginning_offsets([kafka.TopicPartition("kp", 0)]) == {kafka.TopicPartition("kp", 0): 4}
+        finally:
+            consumer.close()
+
+        cluster = admin.describe_cluster()
+        assert [b["broker_id"] for b in cluster["brokers"]] == [0, 1]
+        assert cluster["controller_id"] == 0
+        assert cluster["cluster_id"] == zk_layout.cluster_id()
+
+        admin.delete_topics(["kp"], timeout_ms=20000)
+        for path in ("/brokers/topics/kp", "/config/topics/kp", "/admin/delete_topics/kp"):
+            assert zk_layout.client.exists(path) is None, path
+        for b in (b0, b1):
+            wait_until(lambda b=b: not _log_dirs(b, "kp"), TIMEOUT, f"kp's logs gone from broker {b.broker_id}")
+    finally:
+        admin.close()

@@ -11,7 +11,6 @@ from metaq.broker.context import BrokerContext
 
 BROKERS_ENDPOINT = 1
 UNSUPPORTED_ENDPOINT_TYPE = 119
-NO_AUTHORIZED_OPERATIONS = -(2**31)  # "not requested"; metaq has no ACLs
 
 Broker = DescribeClusterResponse.DescribeClusterBroker
 
@@ -30,4 +29,4 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     return DescribeClusterResponse[version](
         throttle_time_ms=0, error_code=0, error_message=None, cluster_id=snapshot.cluster_id or "",
         controller_id=snapshot.controller_id, brokers=brokers,
-        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS, **fields)
+        **fields)
