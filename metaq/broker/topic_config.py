@@ -101,7 +101,7 @@ def broker_property(name: str) -> str | None:
     field = TOPIC_CONFIG_KEYS[name].field
     if field is None:
         return "log.cleanup.policy" if name == "cleanup.policy" else name
-    return next(f.metadata["key"] for f in dataclasses.fields(LogConfig) if f.name == field)
+    return next(str(f.metadata["key"]) for f in dataclasses.fields(LogConfig) if f.name == field)
 
 
 def config_properties(config: Config) -> dict[str, str | None]:

@@ -76,7 +76,7 @@ async def _describe_topic(ctx: BrokerContext, name: str, keys: list[str] | None,
         if keys is not None and key.name not in keys:
             continue
         default = default_value(base, key.name)
-        chain = [(broker_property(key.name) or key.name, default, DEFAULT_CONFIG)]
+        chain: list[tuple[str, str | None, int]] = [(broker_property(key.name) or key.name, default, DEFAULT_CONFIG)]
         if key.name in overrides:
             value, source = overrides[key.name], DYNAMIC_TOPIC_CONFIG
             chain.insert(0, (key.name, value, DYNAMIC_TOPIC_CONFIG))
