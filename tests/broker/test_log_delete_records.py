@@ -1,5 +1,6 @@
 """DeleteRecords on a partition log: the log start offset moves inside a segment, stays there through
-retention and a restart (log-start-offset-checkpoint), and reads below it are out of range."""
+retention and a restart (log-start-offset-checkpoint), and reads below it are out of range. Also topic
+config overrides applied to a LogManager's logs."""
 
 from __future__ import annotations
 
@@ -88,6 +89,12 @@ def test_topic_config_applies_to_existing_and_new_logs(tmp_path: Path) -> None:
     assert log.segment_count() == segments + 1  # the active segment rolls at the new size
     assert manager.get_or_create("t", 1).config == small
     assert manager.get_or_create("u", 0).config == CONFIG
+    manager.set_topic_config("t", LogConfig(segment_delete_delay_ms=0))
+    log.flush()
+    log.append(make_batch(make_values(1, 10)))
+    assert log not in manager.flush_due(0)
+    manager.set_topic_config("t", LogConfig(segment_delete_delay_ms=0, flush_interval_messages=1))
+    assert log in manager.flush_due(0)  # the topic's flush.messages, not the broker's
     manager.set_topic_config("t", CONFIG)  # back to the broker's config
     assert manager.config_for("t") == CONFIG and log.config == CONFIG
     assert manager.delete_topic("t") == [0, 1]

@@ -161,6 +161,8 @@ class LogManager:
         """Remove every local log of ``topic`` (and its config); return the partitions removed."""
         removed = [p for p in self.topic_partitions(topic) if self.delete_log(topic, p)]
         self._topic_configs.pop(topic, None)
+        if removed:
+            self.checkpoint_log_start_offsets()  # a topic re-created later must not inherit its starts
         return removed
 
     # ----------------------------------------------------------------------------------------- access
@@ -202,9 +204,9 @@ class LogManager:
     def flush_due(self, now_ms: int) -> list[PartitionLog]:
         """Logs that should be flushed now: too many unflushed messages, unflushed data older than
         ``flush_interval_ms``, or a rolled segment not flushed yet (Kafka flushes segments when they roll)."""
-        config = self.config
         due: list[PartitionLog] = []
         for log in self._logs.values():
+            config = log.config  # the topic's flush.messages may override the broker's
             oldest = log.oldest_unflushed_ms()
             if (
                 log.unflushed_messages() >= config.flush_interval_messages
