@@ -17,8 +17,8 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from metaq.broker.context import UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION, BrokerContext
-from metaq.broker.handlers.topic_admin import INVALID_CONFIG, INVALID_REQUEST, AdminError
+from metaq.broker.context import UNKNOWN_TOPIC_OR_PARTITION, BrokerContext
+from metaq.broker.handlers.topic_admin import INVALID_CONFIG, INVALID_REQUEST, AdminError, attempt
 from metaq.broker.topic_config import (
     LIST_KEYS,
     TOPIC_CONFIG_KEYS,
@@ -27,7 +27,7 @@ from metaq.broker.topic_config import (
     default_value,
     validate_topic_config,
 )
-from metaq.errors import ConfigError, MetaqError
+from metaq.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -101,28 +101,26 @@ def _describe_broker(ctx: BrokerContext, name: str, keys: list[str] | None, vers
     return entries
 
 
+async def _describe(ctx: BrokerContext, resource: Any, keys: list[str] | None, version: int,
+                    synonyms: bool) -> list[Any]:
+    if resource.resource_type == TOPIC:
+        return await _describe_topic(ctx, resource.resource_name, keys, version, synonyms)
+    if resource.resource_type == BROKER:
+        return _describe_broker(ctx, resource.resource_name, keys, version, synonyms)
+    raise AdminError(INVALID_REQUEST, f"metaq describes topic and broker configs, not resource type"
+                                      f" {resource.resource_type}")
+
+
 async def describe_configs(ctx: BrokerContext, request: Any, version: int) -> Any:
     Result = DescribeConfigsResponse.DescribeConfigsResult
     synonyms = bool(version >= 1 and request.include_synonyms)
     results = []
     for resource in request.resources:
         keys = list(resource.configuration_keys) if resource.configuration_keys is not None else None
-        code, message, configs = 0, None, []
-        try:
-            if resource.resource_type == TOPIC:
-                configs = await _describe_topic(ctx, resource.resource_name, keys, version, synonyms)
-            elif resource.resource_type == BROKER:
-                configs = _describe_broker(ctx, resource.resource_name, keys, version, synonyms)
-            else:
-                raise AdminError(INVALID_REQUEST, f"metaq describes topic and broker configs, not resource type"
-                                                  f" {resource.resource_type}")
-        except AdminError as e:
-            code, message = e.code, str(e)
-        except MetaqError as e:
-            log.warning("DescribeConfigs %s failed: %s", resource.resource_name, e)
-            code, message = UNKNOWN_SERVER_ERROR, str(e)
+        code, message, configs = await attempt(f"DescribeConfigs {resource.resource_name}",
+                                               _describe(ctx, resource, keys, version, synonyms))
         results.append(Result(error_code=code, error_message=message, resource_type=resource.resource_type,
-                              resource_name=resource.resource_name, configs=configs))
+                              resource_name=resource.resource_name, configs=configs or []))
     return DescribeConfigsResponse[version](throttle_time_ms=0, results=results)
 
 
@@ -184,14 +182,8 @@ async def _alter_all(ctx: BrokerContext, request: Any, result_cls: type,
                      change_of: Callable[[Any], Callable[[dict[str, str]], dict[str, str]]]) -> list[Any]:
     results = []
     for resource in request.resources:
-        code, message = 0, None
-        try:
-            await _alter(ctx, resource, bool(request.validate_only), change_of(resource))
-        except AdminError as e:
-            code, message = e.code, str(e)
-        except MetaqError as e:
-            log.warning("altering the configs of %s failed: %s", resource.resource_name, e)
-            code, message = UNKNOWN_SERVER_ERROR, str(e)
+        code, message, _ = await attempt(f"altering the configs of {resource.resource_name}",
+                                         _alter(ctx, resource, bool(request.validate_only), change_of(resource)))
         results.append(result_cls(error_code=code, error_message=message, resource_type=resource.resource_type,
                                   resource_name=resource.resource_name))
     return results

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from kafka.protocol.admin import (
     CreatePartitionsResponse,
@@ -41,12 +41,27 @@ DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_CONFIG = 5
 
 
+T = TypeVar("T")
+
+
 class AdminError(MetaqError):
     """A topic-level refusal: the Kafka error code and the message sent back."""
 
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+async def attempt(what: str, work: Awaitable[T]) -> tuple[int, str | None, T | None]:
+    """One resource's part of an admin request: ``(0, None, result)``, or the error code and message to answer
+    with (a refusal, or a ZooKeeper/storage failure logged here); never an exception that closes the connection."""
+    try:
+        return 0, None, await work
+    except AdminError as e:
+        return e.code, str(e), None
+    except MetaqError as e:
+        log.warning("%s failed: %s", what, e)
+        return UNKNOWN_SERVER_ERROR, str(e), None
 
 
 async def _wait_until(ctx: BrokerContext, check: Callable[[], bool], timeout_ms: int) -> bool:
@@ -128,31 +143,32 @@ async def _create_one(
     return partitions, config
 
 
+async def _refuse(code: int, message: str) -> Any:
+    raise AdminError(code, message)
+
+
 async def create_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
     Result = CreateTopicsResponse.CreatableTopicResult
     validate_only = bool(version >= 1 and request.validate_only)
     names = [t.name for t in request.topics]
     results = []
     for topic in request.topics:
-        fields: dict[str, Any] = {"name": topic.name, "error_code": 0, "error_message": None}
-        try:
-            if names.count(topic.name) > 1:
-                raise AdminError(INVALID_REQUEST, f"Create topics request from client contains a duplicate topic"
-                                                  f" {topic.name}")
-            partitions, config = await _create_one(ctx, topic, validate_only, request.timeout_ms)
-            if version >= 5:
-                base = ctx.config.log_config()
-                fields.update(num_partitions=partitions, replication_factor=1, configs=[
-                    Result.CreatableTopicConfigs(
-                        name=name, value=config.get(name, default_value(base, name)), read_only=False,
-                        config_source=DYNAMIC_TOPIC_CONFIG if name in config else DEFAULT_CONFIG,
-                        is_sensitive=False)
-                    for name in TOPIC_CONFIG_KEYS])
-        except AdminError as e:
-            fields.update(error_code=e.code, error_message=str(e))
-        except MetaqError as e:
-            log.warning("CreateTopics %s failed: %s", topic.name, e)
-            fields.update(error_code=UNKNOWN_SERVER_ERROR, error_message=str(e))
+        if names.count(topic.name) > 1:
+            work = _refuse(INVALID_REQUEST, f"Create topics request from client contains a duplicate topic"
+                                            f" {topic.name}")
+        else:
+            work = _create_one(ctx, topic, validate_only, request.timeout_ms)
+        code, message, created = await attempt(f"CreateTopics {topic.name}", work)
+        fields: dict[str, Any] = {"name": topic.name, "error_code": code, "error_message": message}
+        if created is not None and version >= 5:
+            partitions, config = created
+            base = ctx.config.log_config()
+            fields.update(num_partitions=partitions, replication_factor=1, configs=[
+                Result.CreatableTopicConfigs(
+                    name=name, value=config.get(name, default_value(base, name)), read_only=False,
+                    config_source=DYNAMIC_TOPIC_CONFIG if name in config else DEFAULT_CONFIG,
+                    is_sensitive=False)
+                for name in TOPIC_CONFIG_KEYS])
         if version < 1:
             fields.pop("error_message")
         results.append(Result(**fields))
@@ -189,18 +205,12 @@ async def delete_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
         wanted = [(name, None) for name in request.topic_names]
     results = []
     for name, topic_id in wanted:
-        fields: dict[str, Any] = {"name": name, "error_code": 0}
-        try:
-            if name is None:
-                raise AdminError(UNKNOWN_TOPIC_ID, "metaq deletes topics by name only")
-            await _delete_one(ctx, name, request.timeout_ms)
-        except AdminError as e:
-            fields.update(error_code=e.code, error_message=str(e))
-        except MetaqError as e:
-            log.warning("DeleteTopics %s failed: %s", name, e)
-            fields.update(error_code=UNKNOWN_SERVER_ERROR, error_message=str(e))
-        if version < 5:
-            fields.pop("error_message", None)
+        work = (_refuse(UNKNOWN_TOPIC_ID, "metaq deletes topics by name only") if name is None
+                else _delete_one(ctx, name, request.timeout_ms))
+        code, message, _ = await attempt(f"DeleteTopics {name}", work)
+        fields: dict[str, Any] = {"name": name, "error_code": code}
+        if version >= 5:
+            fields["error_message"] = message
         if version >= 6 and topic_id is not None:
             fields["topic_id"] = topic_id
         results.append(Result(**fields))
@@ -243,13 +253,7 @@ async def create_partitions(ctx: BrokerContext, request: Any, version: int) -> A
     Result = CreatePartitionsResponse.CreatePartitionsTopicResult
     results = []
     for topic in request.topics:
-        code, message = 0, None
-        try:
-            await _add_one(ctx, topic, bool(request.validate_only), request.timeout_ms)
-        except AdminError as e:
-            code, message = e.code, str(e)
-        except MetaqError as e:
-            log.warning("CreatePartitions %s failed: %s", topic.name, e)
-            code, message = UNKNOWN_SERVER_ERROR, str(e)
+        code, message, _ = await attempt(f"CreatePartitions {topic.name}",
+                                         _add_one(ctx, topic, bool(request.validate_only), request.timeout_ms))
         results.append(Result(name=topic.name, error_code=code, error_message=message))
     return CreatePartitionsResponse[version](throttle_time_ms=0, results=results)
