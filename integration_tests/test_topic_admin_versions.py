@@ -119,3 +119,57 @@ def test_every_version_of_the_topic_admin_apis(broker, zk_layout: ZkLayout) -> N
         assert (result.name, result.error_code) == (name, 0), (v, result)
         assert zk_layout.client.exists(f"/brokers/topics/{name}") is None
         assert zk_layout.client.exists(f"/config/topics/{name}") is None
+
+
+def test_refusals_name_what_is_wrong_and_change_nothing(broker, zk_layout: ZkLayout) -> None:
+    bootstrap = broker.bootstrap
+
+    def create(*topics: CreateTopicsRequest.CreatableTopic) -> list[tuple[int, str | None]]:
+        req = CreateTopicsRequest[7](topics=list(topics), timeout_ms=5000, validate_only=False)
+        return [(t.error_code, t.error_message) for t in request(bootstrap, req, CreateTopicsResponse, 7).topics]
+
+    def topic(name: str, partitions: int = 1, factor: int = 1, **extra: object) -> CreateTopicsRequest.CreatableTopic:
+        return CreateTopicsRequest.CreatableTopic(name=name, num_partitions=partitions, replication_factor=factor,
+                                                  **{"assignments": [], "configs": [], **extra})
+
+    Assignment = CreateTopicsRequest.CreatableTopic.CreatableReplicaAssignment
+    Config = CreateTopicsRequest.CreatableTopic.CreatableTopicConfig
+    code, message = create(topic("bad/name"))[0]
+    assert code == 17 and message is not None and "'bad/name'" in message  # INVALID_TOPIC_EXCEPTION
+    assert create(topic("dup"), topic("dup"))[0][0] == 42  # INVALID_REQUEST
+    assert create(topic("zero", partitions=0))[0][0] == 37  # INVALID_PARTITIONS
+    code, message = create(topic("manual", partitions=-1, factor=-1,
+                                 assignments=[Assignment(partition_index=0, broker_ids=[7])]))[0]
+    assert code == 39 and message is not None and "broker 7 is not a live broker" in message
+    code, message = create(topic("conf", configs=[Config(name="retention.hours", value="1")]))[0]
+    assert code == 40 and message is not None and "retention.hours" in message  # INVALID_CONFIG
+    for name in ("dup", "zero", "manual", "conf"):
+        assert zk_layout.client.exists(f"/brokers/topics/{name}") is None
+
+    # an explicit single-replica assignment is accepted
+    assert create(topic("manual", partitions=-1, factor=-1,
+                        assignments=[Assignment(partition_index=0, broker_ids=[0])]))[0][0] == 0
+    wait_until(lambda: topic_leaders(bootstrap, "manual") == {0: 0}, 30, "manual visible")
+
+    req = CreatePartitionsRequest[3](topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+        name="manual", count=2, assignments=[
+            CreatePartitionsRequest.CreatePartitionsTopic.CreatePartitionsAssignment(broker_ids=[0, 1])])],
+        timeout_ms=5000, validate_only=False)
+    [result] = request(bootstrap, req, CreatePartitionsResponse, 3).results
+    assert result.error_code == 39 and "do not replicate" in result.error_message  # INVALID_REPLICA_ASSIGNMENT
+
+    Resource = AlterConfigsRequest.AlterConfigsResource
+    req = AlterConfigsRequest[2](resources=[Resource(resource_type=4, resource_name="0", configs=[
+        Resource.AlterableConfig(name="log.retention.ms", value="1")])], validate_only=False)
+    [result] = request(bootstrap, req, AlterConfigsResponse, 2).responses
+    assert result.error_code == 42 and "read-only" in result.error_message
+
+    req = DescribeConfigsRequest[4](resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=TOPIC, resource_name="nope", configuration_keys=None)], include_synonyms=False)
+    [result] = request(bootstrap, req, DescribeConfigsResponse, 4).results
+    assert result.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+    req = DeleteTopicsRequest[4](topic_names=["__consumer_offsets", "nope", "bad/name"], timeout_ms=1000)
+    assert [r.error_code for r in request(bootstrap, req, DeleteTopicsResponse, 4).responses] == [42, 3, 17]
+    req = DeleteTopicsRequest[6](topics=[DeleteTopicsRequest.DeleteTopicState(name=None)], timeout_ms=1000)
+    assert [r.error_code for r in request(bootstrap, req, DeleteTopicsResponse, 6).responses] == [100]

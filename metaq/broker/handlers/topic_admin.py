@@ -75,6 +75,13 @@ async def _wait_until(ctx: BrokerContext, check: Callable[[], bool], timeout_ms:
         await asyncio.sleep(0.05)
 
 
+def _check_name(topic: str) -> None:
+    try:
+        validate_topic(topic)
+    except ConfigError as e:
+        raise AdminError(INVALID_TOPIC_EXCEPTION, str(e)) from e
+
+
 def _check_replicas(ctx: BrokerContext, replicas: list[int], where: str) -> None:
     live = ctx.snapshot.brokers
     if len(replicas) != 1:
@@ -89,10 +96,6 @@ def _check_replicas(ctx: BrokerContext, replicas: list[int], where: str) -> None
 
 def _plan_topic(ctx: BrokerContext, topic: Any) -> tuple[int, dict[int, list[int]] | None, dict[str, str]]:
     """(partitions, explicit assignment or None, config overrides) of one CreatableTopic, or AdminError."""
-    try:
-        validate_topic(topic.name)
-    except ConfigError as e:
-        raise AdminError(INVALID_TOPIC_EXCEPTION, str(e)) from e
     assignment = None
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
@@ -128,6 +131,7 @@ def _plan_topic(ctx: BrokerContext, topic: Any) -> tuple[int, dict[int, list[int
 async def _create_one(
     ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int
 ) -> tuple[int, dict[str, str]]:
+    _check_name(topic.name)
     if topic.name in ctx.snapshot.topics or await ctx.in_thread(ctx.layout.topic_assignment, topic.name):
         raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
     partitions, assignment, config = _plan_topic(ctx, topic)
@@ -181,6 +185,7 @@ async def create_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
 async def _delete_one(ctx: BrokerContext, topic: str, timeout_ms: int) -> None:
     if topic == OFFSETS_TOPIC:
         raise AdminError(INVALID_REQUEST, f"{OFFSETS_TOPIC} is internal: it holds the groups' committed offsets")
+    _check_name(topic)
     if await ctx.in_thread(ctx.layout.topic_assignment, topic) is None:
         raise AdminError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
     await ctx.in_thread(ctx.layout.mark_topic_for_deletion, topic)
