@@ -274,3 +274,19 @@ def test_kafka_python_admin_client(broker_cluster, zk_layout: ZkLayout) -> None:
             wait_until(lambda b=b: not _log_dirs(b, "kp"), TIMEOUT, f"kp's logs gone from broker {b.broker_id}")
     finally:
         admin.close()
+
+
+def test_a_config_changed_while_a_broker_was_down_applies_at_its_start(broker, make_topic,
+                                                                        zk_layout: ZkLayout) -> None:
+    topic = make_topic("offline")
+    _produce(broker.bootstrap, topic, 0, 1)
+    broker.stop()
+    zk_layout.set_topic_config(topic, {"segment.bytes": "1500"})
+    broker.start()
+    log_dir = broker.data_dir / "logs-0" / f"{topic}-0"
+
+    def rolled() -> bool:
+        _produce(broker.bootstrap, topic, 0, 3, size=200)
+        return len(list(log_dir.glob("*.log"))) >= 2
+
+    wait_until(rolled, TIMEOUT, "a roll at the segment.bytes set while the broker was down")
