@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from metaq.broker.log.config import LogConfig
 from metaq.config import Config, ConfigError, non_negative, one_of, positive, prop
+from zk_layout.paths import INT32_MAX
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,11 @@ INERT_KEYS = frozenset(
 )
 
 
+def _broker_id(value: int) -> str | None:
+    """Clients read broker ids as int32: a larger id would make every Metadata response unencodable."""
+    return None if 0 <= value <= INT32_MAX else f"must be in 0..{INT32_MAX}"
+
+
 def _listener(value: str) -> str | None:
     try:
         parts = urlsplit(value)
@@ -57,7 +63,7 @@ def _unbounded_or_positive(value: int) -> str | None:
 
 @dataclass(frozen=True)
 class BrokerConfig(Config):
-    broker_id: int = prop("broker.id", 0, check=non_negative)
+    broker_id: int = prop("broker.id", 0, check=_broker_id)
     listeners: str = prop("listeners", "PLAINTEXT://127.0.0.1:9092", check=_listener)
     advertised_listeners: str | None = prop("advertised.listeners", None, check=_listener)
     broker_rack: str | None = prop("broker.rack", None)
@@ -110,6 +116,9 @@ class BrokerConfig(Config):
     log_flush_offset_checkpoint_interval_ms: int = prop(
         "log.flush.offset.checkpoint.interval.ms", 60000, check=positive
     )
+    metrics_port: int | None = prop("metrics.port", None, check=non_negative,
+                                    doc="serve Prometheus metrics on this port (0: any free port; unset: off)")
+    metrics_host: str = prop("metrics.host", "0.0.0.0", doc="address the metrics endpoint listens on")
 
     @classmethod
     def from_properties(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> Self:

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from metaq.broker.context import CLIENT_HOST
 from metaq.broker.handlers.api_versions import unsupported_version_response
 from metaq.broker.handlers.fetch import FetchReply
 from metaq.errors import ConfigError, ProtocolError
@@ -167,11 +168,14 @@ class BrokerServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self._context.metrics.connection_opened()
+        CLIENT_HOST.set("/" + conn.host)  # this task's context: the connection's requests (DescribeGroups)
         try:
             self._tune_socket(writer)
             await self._serve_requests(conn)
         except ProtocolError as e:
             log.warning("closing connection from %s: %s", conn, e)
+            self._context.metrics.error("NONE", "PROTOCOL")
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the client went away; nothing to answer
         except asyncio.CancelledError:
@@ -179,6 +183,7 @@ class BrokerServer:
         except Exception:
             log.exception("closing connection from %s after an unexpected error", conn)
         finally:
+            self._context.metrics.connection_closed()
             self._connections.discard(task)
             self._per_ip[conn.host] -= 1
             if self._per_ip[conn.host] <= 0:
@@ -305,13 +310,13 @@ class BrokerServer:
             await self._send_response(conn, unsupported_version_response(), correlation_id)
             return
         conn.client_id = request.header.client_id
+        started = time.monotonic()
         reply = await self._handlers[ApiKey(api_key)](self._context, request, version)
-        if reply is None:
-            return
         if isinstance(reply, FetchReply):
             await self._send_fetch(conn, reply, correlation_id)
-        else:
+        elif reply is not None:
             await self._send_response(conn, reply, correlation_id)
+        self._context.metrics.request(api_name(api_key), time.monotonic() - started)
 
     async def _send_response(self, conn: ClientConnection, response: Any, correlation_id: int) -> None:
         response.with_header(correlation_id=correlation_id)

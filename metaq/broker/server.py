@@ -31,6 +31,8 @@ from metaq.broker.registration import BrokerRegistration
 from metaq.broker.topic_admin import TopicAdmin
 from metaq.broker.topics import create_topic
 from metaq.errors import TopicExistsError
+from metaq.metrics import MetricsServer, serve_metrics
+from metaq.metrics.broker import BrokerMetrics, ClusterState, LogState
 from metaq.zkclient import connect as zk_connect
 from zk_layout import BrokerInfo, ZkLayout
 
@@ -48,6 +50,8 @@ class Broker:
         self._server: BrokerServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.port: int | None = None
+        self.metrics = BrokerMetrics()
+        self._metrics_server: MetricsServer | None = None
         self.topic_admin: TopicAdmin | None = None
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
@@ -124,7 +128,8 @@ class Broker:
             asyncio.to_thread,
         )
         context = BrokerContext(config, self.logs, self.metadata, AppendNotifier(), self._auto_create, layout,
-                                self.coordinator)
+                                self.coordinator, self.metrics)
+        self._start_metrics()
         adv_host, adv_port = config.advertised
         if not config.advertised_listeners:
             adv_port = self.port  # listeners may say port 0: advertise the port actually bound
@@ -136,7 +141,8 @@ class Broker:
             timestamp_ms=int(time.time() * 1000),
             rack=config.broker_rack,
         )
-        self._registration = BrokerRegistration(self._zk, layout, info, self.metadata.request_reload)
+        self._registration = BrokerRegistration(self._zk, layout, info, self.metadata.request_reload,
+                                                session_timeout_ms=config.session_timeout_ms)
         await asyncio.to_thread(self._registration.register)
         await asyncio.to_thread(self.metadata.start)
         self.topic_admin = TopicAdmin(config.broker_id, layout, self.logs, self.metadata, config.log_config())
@@ -152,8 +158,37 @@ class Broker:
         ]
         log.info("broker %d started on %s:%d", config.broker_id, adv_host, self.port)
 
+    def _start_metrics(self) -> None:
+        """Partition and cluster gauges are read at scrape time; the endpoint only if metrics.port is set."""
+        self.metrics.report_logs(self._log_states)
+        self.metrics.report_cluster(self._cluster_state)
+        if self.config.metrics_port is not None:
+            self._metrics_server = serve_metrics(self.config.metrics_port, self.config.metrics_host)
+
+    def _log_states(self) -> list[LogState]:
+        return [LogState(plog.topic, plog.partition, plog.size_bytes(), plog.segment_count(), plog.log_end_offset)
+                for plog in self.logs.logs()]
+
+    def _cluster_state(self) -> ClusterState:
+        snapshot = self.metadata.snapshot
+        offline = sum(1 for parts in snapshot.topics.values() for meta in parts.values()
+                      if meta.leader not in snapshot.brokers)
+        led = [meta for parts in snapshot.topics.values() for meta in parts.values()
+               if meta.leader == self.config.broker_id]
+        groups = self.coordinator.describe()
+        return ClusterState(
+            under_replicated=sum(1 for meta in led if len(meta.isr) < len(meta.replicas)),
+            offline=offline,
+            active_controller=snapshot.controller_id == self.config.broker_id,
+            groups=len(groups),
+            members=sum(len(g["members"]) for g in groups.values()),
+        )
+
     async def _shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.broker_id)
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+        self.metrics.close()
         for task in self._tasks:
             task.cancel()
         if self._server is not None:

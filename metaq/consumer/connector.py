@@ -68,7 +68,7 @@ def default_offset_store(layout: ZkLayout, config: ConsumerConfig) -> OffsetStor
     """The store ``offsets.storage`` names (kafka: ZooKeeper-fenced, see metaq.consumer.kafka_offsets)."""
     if config.offsets_storage == "kafka":
         return KafkaOffsetStore(layout, config)
-    return ZooKeeperOffsetStore(layout, config.group_id)
+    return ZooKeeperOffsetStore(layout, config.group_id, auto_offset_reset=config.auto_offset_reset)
 
 
 class ZookeeperConsumerConnector:

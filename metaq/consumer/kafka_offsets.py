@@ -215,7 +215,7 @@ class KafkaOffsetStore:
         self._group = config.group_id
         self._lock = threading.Lock()  # commits come from the committer and rebalance threads
         self._closing = threading.Event()
-        self._zk = ZooKeeperOffsetStore(layout, config.group_id)
+        self._zk = ZooKeeperOffsetStore(layout, config.group_id, auto_offset_reset=config.auto_offset_reset)
         self._channel = OffsetsChannel(layout, config.group_id, client_id=config.effective_client_id,
                                        socket_timeout_ms=config.offsets_channel_socket_timeout_ms)
         self._zk_last: dict[TopicPartition, int | None] = {}  # in ZooKeeper under our fence, as far as we know

@@ -190,6 +190,26 @@ class OffsetsPartition:
         with self._lock:
             return list(self.offsets)
 
+    def delete_offsets(self, group: str, partitions: list[TopicPartition] | None = None) -> list[TopicPartition]:
+        """Tombstone the offsets of ``group`` (only ``partitions``, when given) so that the deletion survives a
+        restart (DeleteGroups, OffsetDelete). Raises, changing nothing in the cache, if the append fails.
+        Returns the partitions that had an offset."""
+        with self._lock:
+            stored = self.offsets.get(group, {})
+            doomed = sorted(stored) if partitions is None else sorted(tp for tp in set(partitions) if tp in stored)
+        self._tombstone([(group, tp) for tp in doomed])
+        return doomed
+
+    def _tombstone(self, doomed: list[tuple[str, TopicPartition]]) -> None:
+        """Append tombstones, then drop the offsets from the cache."""
+        self._append([(encode_offset_key(OffsetKey(g, t, p)), None) for g, (t, p) in doomed])
+        with self._lock:
+            for group, tp in doomed:
+                entries = self.offsets.get(group, {})
+                entries.pop(tp, None)
+                if not entries:
+                    self.offsets.pop(group, None)
+
     # -- housekeeping ------------------------------------------------------------------------------
 
     def expire(self, now_ms: int, retention_ms: int, active_groups: set[str]) -> int:
@@ -206,13 +226,7 @@ class OffsetsPartition:
                         doomed.append((group, tp))
         if not doomed:
             return 0
-        self._append([(encode_offset_key(OffsetKey(g, t, p)), None) for g, (t, p) in doomed])
-        with self._lock:
-            for group, tp in doomed:
-                entries = self.offsets.get(group, {})
-                entries.pop(tp, None)
-                if not entries:
-                    self.offsets.pop(group, None)
+        self._tombstone(doomed)
         log.info("expired %d offsets in %s-%d", len(doomed), OFFSETS_TOPIC, self.partition)
         return len(doomed)
 

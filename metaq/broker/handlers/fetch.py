@@ -89,6 +89,19 @@ def _collect(
     return topics, total, errors
 
 
+def _count(ctx: BrokerContext, topics: list[TopicPart]) -> None:
+    """Metrics of the answer actually sent (not of the long-poll rounds before it)."""
+    for topic in topics:
+        size = 0
+        for part in topic.partitions:
+            if part.error_code:
+                ctx.count_error("FETCH", part.error_code)
+            elif part.records is not None and not isinstance(part.records, bytes):
+                size += part.records.size
+        if size:
+            ctx.metrics.served(topic.topic, size)
+
+
 async def handle(ctx: BrokerContext, request: Any, version: int) -> FetchReply:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000.0
@@ -99,5 +112,6 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> FetchReply:
         topics, total, errors = _collect(ctx, wanted, budget)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
+            _count(ctx, topics)
             return FetchReply(version, topics)
         await ctx.notifier.wait_any(keys, remaining)

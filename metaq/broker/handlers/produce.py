@@ -64,6 +64,7 @@ def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tup
         log.error("produce to %s-%d failed to write: %s", topic, partition, e)
         return KAFKA_STORAGE_ERROR, -1, plog
     ctx.notifier.notify((topic, partition))
+    ctx.metrics.appended(topic, result.record_count, len(records))
     return 0, result.base_offset, plog
 
 
@@ -95,6 +96,8 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
                 except Exception:  # one bad partition must not take the connection down
                     log.exception("unexpected error appending to %s-%d", topic_data.name, pdata.index)
                     error, base, plog = UNKNOWN_SERVER_ERROR, -1, None
+            if error:
+                ctx.count_error("PRODUCE", error)
             if plog is not None and not error and plog.unflushed_messages() >= ctx.config.log_flush_interval_messages:
                 to_flush[id(plog)] = plog
             parts.append((pdata.index, error, base, plog.log_start_offset if plog else -1))
