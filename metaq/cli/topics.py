@@ -10,13 +10,12 @@
 from __future__ import annotations
 
 import argparse
-import time
 
 from metaq.admin import TopicDetail
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, validate_topic_config
 from metaq.broker.topics import create_topic
 from metaq.cli.output import ProgressBar, add_parser, emit, open_admin, table, usage_error
-from metaq.errors import UnknownTopicError, ZooKeeperError
+from metaq.errors import ZooKeeperError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -53,11 +52,11 @@ def _key_values(args: argparse.Namespace, items: list[str], option: str) -> dict
         if not sep or not key:
             usage_error(args, f"{option} {item!r}: expected KEY=VALUE")
         pairs[key.strip()] = value
-    return validate_topic_config(pairs)
+    return pairs
 
 
 def _create(args: argparse.Namespace) -> int:
-    config = _key_values(args, args.topic_config, "--topic-config")
+    config = validate_topic_config(_key_values(args, args.topic_config, "--topic-config"))
     with open_admin(args) as admin:
         assignment = create_topic(admin.layout, args.topic, args.partitions,
                                   replication_factor=args.replication_factor, config=config)
@@ -105,23 +104,13 @@ def render(details: list[TopicDetail]) -> str:
 
 def _delete(args: argparse.Namespace) -> int:
     with open_admin(args) as admin:
-        layout = admin.layout
-        for topic in args.topic:
-            if layout.topic_assignment(topic) is None:
-                raise UnknownTopicError(f"topic {topic!r} does not exist")
-        for topic in args.topic:
-            layout.mark_topic_for_deletion(topic)
-        deadline = time.monotonic() + args.wait_s
-        pending = list(args.topic)
-        while pending and time.monotonic() < deadline:
-            time.sleep(0.1)
-            marked = set(layout.topics_marked_for_deletion())
-            pending = [t for t in pending if t in marked or layout.topic_assignment(t) is not None]
+        pending = admin.delete_topics(args.topic, wait_s=args.wait_s)
     if pending and args.wait_s > 0:
         raise ZooKeeperError(f"topics {', '.join(pending)} are marked for deletion, but the brokers hosting their"
                              f" partitions did not finish within {args.wait_s:g} s (is one of them down?)")
-    emit(args, {"deleted": [t for t in args.topic if t not in pending], "marked": pending},
-         lambda: "\n".join([f"Deleted topic {t}" for t in args.topic if t not in pending]
+    deleted = [t for t in args.topic if t not in pending]
+    emit(args, {"deleted": deleted, "marked": pending},
+         lambda: "\n".join([f"Deleted topic {t}" for t in deleted]
                            + [f"Topic {t} is marked for deletion" for t in pending]))
     return 0
 
@@ -130,17 +119,8 @@ def _alter_config(args: argparse.Namespace) -> int:
     if not args.set and not args.delete:
         usage_error(args, "nothing to change: give --set KEY=VALUE or --delete KEY")
     updates = _key_values(args, args.set, "--set")
-    unknown = [k for k in args.delete if k not in TOPIC_CONFIG_KEYS]
-    if unknown:
-        usage_error(args, f"--delete {unknown[0]}: unknown topic config (known: {', '.join(TOPIC_CONFIG_KEYS)})")
     with open_admin(args) as admin:
-        layout = admin.layout
-        if layout.topic_assignment(args.topic) is None:
-            raise UnknownTopicError(f"topic {args.topic!r} does not exist")
-        stored = layout.topic_config(args.topic)
-        config = {k: v for k, v in (stored.config if stored else {}).items() if k not in args.delete}
-        config.update(updates)
-        layout.set_topic_config(args.topic, config)
+        config = admin.alter_topic_config(args.topic, updates, args.delete)
     emit(args, {"topic": args.topic, "config": config},
          lambda: f"Topic {args.topic}: config {','.join(f'{k}={v}' for k, v in sorted(config.items())) or '-'}")
     return 0
