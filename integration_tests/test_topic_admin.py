@@ -5,6 +5,7 @@ IncrementalAlterConfigs, DeleteRecords, DescribeCluster)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import confluent_kafka
@@ -290,3 +291,25 @@ def test_a_config_changed_while_a_broker_was_down_applies_at_its_start(broker, m
         return len(list(log_dir.glob("*.log"))) >= 2
 
     wait_until(rolled, TIMEOUT, "a roll at the segment.bytes set while the broker was down")
+
+
+def test_retention_bytes_set_live_trims_the_log(broker_cluster) -> None:
+    broker = broker_cluster.add(0, **{"log.retention.check.interval.ms": "200", "log.segment.delete.delay.ms": "0"})
+    admin = _admin(broker.bootstrap)
+    _result(admin.create_topics([NewTopic("trimmed", 1, 1, config={"segment.bytes": "1500"})],
+                                operation_timeout=10), "trimmed")
+    now_ms = int(time.time() * 1000)
+    for i in range(10):
+        peers.confluent_produce(broker.bootstrap, "trimmed", 0, [(b"k", b"x" * 400, now_ms + i)] * 3)
+    log_dir = broker.data_dir / "logs-0" / "trimmed-0"
+    assert len(list(log_dir.glob("*.log"))) >= 8
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "trimmed", incremental_configs=[
+        ConfigEntry("retention.bytes", "3000", incremental_operation=AlterConfigOpType.SET)])
+    _result(admin.incremental_alter_configs([resource]), resource)
+    wait_until(lambda: len(list(log_dir.glob("*.log"))) <= 3, TIMEOUT, "retention by the new retention.bytes")
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "wm"})
+    try:
+        low, high = consumer.get_watermark_offsets(confluent_kafka.TopicPartition("trimmed", 0), timeout=10)
+    finally:
+        consumer.close()
+    assert 0 < low < high == 30

@@ -109,7 +109,7 @@ class Broker:
         )
         layout = ZkLayout(self._zk)
         self._layout = layout
-        self.metadata = MetadataWatcher(layout)
+        self.metadata = MetadataWatcher(layout, on_change=self._on_metadata_change)
         self.coordinator = GroupCoordinator(
             CoordinatorConfig(
                 broker_id=config.broker_id,
@@ -183,6 +183,11 @@ class Broker:
             groups=len(groups),
             members=sum(len(g["members"]) for g in groups.values()),
         )
+
+    def _on_metadata_change(self, _: object) -> None:
+        """Watcher thread: a new topic's config (written with it, without a notification) is applied at once."""
+        if self.topic_admin is not None:
+            self.topic_admin.kick()
 
     async def _shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.broker_id)
