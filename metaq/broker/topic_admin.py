@@ -96,20 +96,25 @@ class TopicAdmin:
 
     async def _apply_config_changes(self) -> None:
         names = await asyncio.to_thread(self._layout.config_changes, self.kick)
+        fresh = [name for name in names if _sequence(name) > self._last_change]
+        for name in fresh:
+            self._last_change = _sequence(name)
+            change = await asyncio.to_thread(self._layout.config_change, name)
+            topic = change[0].topic if change is not None else None
+            if topic is not None:
+                await self.apply_topic_config(topic)
+        if fresh:
+            await asyncio.to_thread(self._purge, names)
+
+    def _purge(self, names: list[str]) -> None:
+        """Delete notifications older than CHANGE_EXPIRATION_MS, oldest first (as Kafka does after processing);
+        the first young one ends the scan, since later ones are younger still."""
         now = int(time.time() * 1000)
         for name in names:
-            seq = _sequence(name)
-            change = await asyncio.to_thread(self._layout.config_change, name)
-            if change is None:
-                continue
-            notification, created_ms = change
-            if seq > self._last_change:
-                self._last_change = seq
-                topic = notification.topic
-                if topic is not None:
-                    await self.apply_topic_config(topic)
-            if now - created_ms > CHANGE_EXPIRATION_MS:
-                await asyncio.to_thread(self._layout.delete_config_change, name)
+            change = self._layout.config_change(name)
+            if change is not None and now - change[1] <= CHANGE_EXPIRATION_MS:
+                return
+            self._layout.delete_config_change(name)
 
     async def _apply_new_topic_configs(self) -> None:
         """Topics created since the last run (their config was written with them, without a notification)."""
