@@ -182,6 +182,8 @@ def test_a_deletion_waits_for_a_stopped_broker(broker_cluster, zk_layout: ZkLayo
     wait_until(lambda: not _log_dirs(b0, "later"), TIMEOUT, "the running broker's logs of 'later' gone")
     assert _log_dirs(b1, "later")
     assert topic_leaders(b0.bootstrap, "later") == {}  # hidden while it is being deleted
+    fs = admin.create_topics([NewTopic("later", 1, 1)])
+    assert _error_code(fs, "later") == confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS  # not until it is gone
     b1.start()
     wait_until(lambda: zk_layout.client.exists("/admin/delete_topics/later") is None, TIMEOUT, "deletion done")
     assert zk_layout.client.exists("/brokers/topics/later") is None

@@ -132,6 +132,8 @@ async def _create_one(
     ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int
 ) -> tuple[int, dict[str, str]]:
     _check_name(topic.name)
+    if topic.name in await ctx.in_thread(ctx.layout.topics_marked_for_deletion):
+        raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' is marked for deletion.")
     if topic.name in ctx.snapshot.topics or await ctx.in_thread(ctx.layout.topic_assignment, topic.name):
         raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
     partitions, assignment, config = _plan_topic(ctx, topic)
