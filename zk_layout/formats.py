@@ -449,6 +449,30 @@ class TopicConfig:
         return cls(config=dict(config), version=fields.int("version", 1))
 
 
+@dataclass(frozen=True)
+class ConfigChange:
+    """``/config/changes/config_change_<seq>``: announces that ``/config/<entity_path>`` changed (Kafka's
+    version 2 notification, e.g. ``{"version":2,"entity_path":"topics/clicks"}``)."""
+
+    entity_path: str
+    version: int = 2
+
+    def encode(self) -> bytes:
+        return _dumps({"version": self.version, "entity_path": self.entity_path})
+
+    @classmethod
+    def decode(cls, path: str, raw: bytes | None) -> Self:
+        node = _Node(path, raw)
+        fields = _Fields(node, node.json_object())
+        return cls(entity_path=fields.str("entity_path"), version=fields.int("version", 2))
+
+    @property
+    def topic(self) -> str | None:
+        """The topic whose config changed, or None for another entity type."""
+        kind, _, name = self.entity_path.partition("/")
+        return name if kind == "topics" and name else None
+
+
 # -- consumers -------------------------------------------------------------------------------------
 
 

@@ -122,6 +122,13 @@ def partition_state_path(topic: str, partition: int) -> str:
     return f"{partition_path(topic, partition)}/state"
 
 
+def delete_topic_marker_path(topic: str) -> str:
+    return f"{ADMIN_DELETE_TOPICS}/{validate_topic(topic)}"
+
+
+CONFIG_CHANGE_PREFIX = "config_change_"
+
+
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{validate_topic(topic)}"
 

@@ -56,6 +56,7 @@ from zk_layout import paths
 from zk_layout.formats import (
     BrokerInfo,
     ClusterId,
+    ConfigChange,
     ControllerInfo,
     PartitionState,
     TopicAssignment,
@@ -494,6 +495,98 @@ class ZkLayout:
         if isinstance(failure, NodeExistsError) and self._read(paths.topic_path(topic)) is not None:
             raise TopicExistsError(f"topic {topic!r} already exists") from failure
         raise ZooKeeperError(f"creating topic {topic!r} failed: {failure!r}") from failure
+
+    # -- topic admin: partitions, configs, deletion ------------------------------------------------
+
+    def add_partitions(
+        self, topic: str, assignment: Mapping[int, Sequence[int]], states: Mapping[int, PartitionState]
+    ) -> None:
+        """Extend a topic to ``assignment`` (old partitions unchanged) in ONE transaction, conditional on
+        ``/brokers/topics/<t>`` not having changed since it was read (else :class:`StaleVersionError`)."""
+        _check_assignment(topic, assignment, states)
+        topic_path = paths.topic_path(topic)
+        node = self._read(topic_path)
+        if node is None:
+            raise ZooKeeperError(f"{self.full_path(topic_path)} does not exist")
+        old = TopicAssignment.decode(self.full_path(topic_path), node[0])
+        with self._translated("write", topic_path):
+            tx = self._client.transaction()
+            new = TopicAssignment({p: tuple(r) for p, r in assignment.items()}, version=old.version,
+                                  topic_id=old.topic_id)
+            tx.set_data(topic_path, new.encode(), version=node[1].version)
+            for partition in sorted(set(assignment) - set(old.partitions)):
+                tx.create(paths.partition_path(topic, partition), b"")
+                tx.create(paths.partition_state_path(topic, partition), states[partition].encode())
+            results = tx.commit()
+        failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+        if isinstance(failure, BadVersionError):
+            raise StaleVersionError(f"{self.full_path(topic_path)} changed while partitions were added") from failure
+        if failure is not None:
+            raise ZooKeeperError(f"adding partitions to topic {topic!r} failed: {failure!r}") from failure
+
+    def set_topic_config(self, topic: str, config: Mapping[str, str]) -> None:
+        """Write ``/config/topics/<t>`` and announce it with a sequential ``/config/changes`` node, in one
+        transaction (as Kafka's ``AdminZkClient.changeTopicConfig``), so brokers apply it without a restart."""
+        self._ensure(paths.CONFIG_CHANGES)
+        self._ensure(paths.CONFIG_TOPICS)
+        config_path = paths.topic_config_path(topic)
+        existing = self._read(config_path)
+        with self._translated("write", config_path):
+            tx = self._client.transaction()
+            data = TopicConfig(dict(config)).encode()
+            if existing is None:
+                tx.create(config_path, data)
+            else:
+                tx.set_data(config_path, data, version=existing[1].version)
+            tx.create(f"{paths.CONFIG_CHANGES}/{paths.CONFIG_CHANGE_PREFIX}",
+                      ConfigChange(f"topics/{topic}").encode(), sequence=True)
+            results = tx.commit()
+        failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+        if isinstance(failure, BadVersionError | NodeExistsError):
+            raise StaleVersionError(f"{self.full_path(config_path)} changed while it was written") from failure
+        if failure is not None:
+            raise ZooKeeperError(f"writing the config of topic {topic!r} failed: {failure!r}") from failure
+
+    def config_changes(self, watch: Watch | None = None) -> list[str]:
+        """Names of the ``/config/changes`` notifications, oldest first."""
+        return self._children(paths.CONFIG_CHANGES, watch)
+
+    def config_change(self, name: str) -> tuple[ConfigChange, int] | None:
+        """A notification and its creation time (ms), or None if it was purged meanwhile."""
+        path = f"{paths.CONFIG_CHANGES}/{name}"
+        node = self._read(path)
+        return None if node is None else (ConfigChange.decode(self.full_path(path), node[0]), node[1].ctime)
+
+    def delete_config_change(self, name: str) -> bool:
+        return self._delete(f"{paths.CONFIG_CHANGES}/{name}")
+
+    def mark_topic_for_deletion(self, topic: str) -> None:
+        """Kafka's ``/admin/delete_topics/<t>`` request; the brokers hosting the topic do the rest."""
+        self._ensure(paths.ADMIN_DELETE_TOPICS)
+        with self._translated("create", paths.delete_topic_marker_path(topic)):
+            try:
+                self._client.create(paths.delete_topic_marker_path(topic), b"")
+            except NodeExistsError:
+                pass  # already being deleted
+
+    def topics_marked_for_deletion(self, watch: Watch | None = None) -> list[str]:
+        return self._children(paths.ADMIN_DELETE_TOPICS, watch)
+
+    def delete_partition_nodes(self, topic: str, partitions: Iterable[int]) -> None:
+        """Remove ``/brokers/topics/<t>/partitions/<p>`` (with its state) of a topic being deleted."""
+        for partition in partitions:
+            path = paths.partition_path(topic, partition)
+            with self._translated("delete", path):
+                self._client.delete(path, recursive=True)
+
+    def remaining_partition_nodes(self, topic: str) -> list[int]:
+        return [int(p) for p in self._children(paths.partitions_path(topic)) if p.isdigit()]
+
+    def finish_topic_deletion(self, topic: str) -> None:
+        """Remove the topic's remaining nodes, its config and finally its deletion marker."""
+        for path in (paths.topic_path(topic), paths.topic_config_path(topic), paths.delete_topic_marker_path(topic)):
+            with self._translated("delete", path):
+                self._client.delete(path, recursive=True)
 
     # -- consumers ---------------------------------------------------------------------------------
 

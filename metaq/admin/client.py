@@ -32,7 +32,14 @@ from metaq.admin.kafka_offsets import GroupOffsetsStore, KafkaGroupOffsets
 from metaq.admin.log_offsets import BrokerLogOffsets, LogOffsets
 from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress, ResetSpec, apply_plan, plan_reset
 from metaq.admin.owners import OwnersReport, delete_orphans, owners_report
-from metaq.admin.topics import TopicDetail, TopicSummary, describe_topic, list_topics
+from metaq.admin.topics import (
+    TopicDetail,
+    TopicSummary,
+    alter_topic_config,
+    delete_topics,
+    describe_topic,
+    list_topics,
+)
 from metaq.admin.transfer import OffsetRecord, export_offsets, plan_import
 from metaq.config import load_properties
 from metaq.errors import ConfigError
@@ -143,3 +150,10 @@ class Admin:
 
     def describe_topic(self, topic: str) -> TopicDetail:
         return describe_topic(self.layout, self.log_offsets, topic)
+
+    def delete_topics(self, topics: Iterable[str], *, wait_s: float = 0.0) -> list[str]:
+        return delete_topics(self.layout, topics, wait_s=wait_s)
+
+    def alter_topic_config(self, topic: str, updates: Mapping[str, str],
+                           removals: Iterable[str] = ()) -> dict[str, str]:
+        return alter_topic_config(self.layout, topic, updates, removals)

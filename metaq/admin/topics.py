@@ -2,16 +2,20 @@
 
     list_topics(layout)                               # [TopicSummary("clicks", partitions=3)]
     describe_topic(layout, log_offsets, "clicks")     # TopicDetail("clicks", [PartitionDetail(0, leader=0, ...)])
+    delete_topics(layout, ["clicks"], wait_s=30)      # [] once every hosting broker removed its logs
+    alter_topic_config(layout, "clicks", {"retention.ms": "3600000"}, ["segment.bytes"])
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from metaq.admin.log_offsets import LogOffsets
-from metaq.errors import UnknownTopicError
+from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, validate_topic_config
+from metaq.errors import ConfigError, UnknownTopicError
 from zk_layout import ZkLayout, validate_topic
 
 
@@ -86,3 +90,42 @@ def describe_topic(layout: ZkLayout, log_offsets: LogOffsets, topic: str,
             progress(1)
     config = layout.topic_config(topic)
     return TopicDetail(topic, details, dict(config.config) if config is not None else {})
+
+
+def _require(layout: ZkLayout, topic: str) -> None:
+    if layout.topic_assignment(topic) is None:
+        raise UnknownTopicError(f"topic {topic!r} does not exist")
+
+
+def delete_topics(layout: ZkLayout, topics: Iterable[str], *, wait_s: float = 0.0) -> list[str]:
+    """Mark ``topics`` for deletion (``/admin/delete_topics``); the brokers hosting their partitions delete
+    them. Waits up to ``wait_s`` and returns the topics still pending (a hosting broker may be down)."""
+    names = list(topics)
+    for topic in names:
+        _require(layout, topic)
+    for topic in names:
+        layout.mark_topic_for_deletion(topic)
+    deadline = time.monotonic() + wait_s
+    pending = names
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.1)
+        marked = set(layout.topics_marked_for_deletion())
+        pending = [t for t in pending if t in marked or layout.topic_assignment(t) is not None]
+    return pending
+
+
+def alter_topic_config(layout: ZkLayout, topic: str, updates: Mapping[str, str],
+                       removals: Iterable[str] = ()) -> dict[str, str]:
+    """Set ``updates`` and remove ``removals`` from a topic's overrides (validated; ConfigError names the
+    key); the brokers apply the result through ``/config/changes``. Returns the new overrides."""
+    removed = list(removals)
+    unknown = [k for k in removed if k not in TOPIC_CONFIG_KEYS]
+    if unknown:
+        raise ConfigError(f"Unknown topic config name: {unknown[0]} (metaq supports {', '.join(TOPIC_CONFIG_KEYS)})")
+    valid = validate_topic_config(updates)
+    _require(layout, topic)
+    stored = layout.topic_config(topic)
+    config = {k: v for k, v in (stored.config if stored else {}).items() if k not in removed}
+    config.update(valid)
+    layout.set_topic_config(topic, config)
+    return config

@@ -102,7 +102,10 @@ class MetadataWatcher:
         skipped: dict[str, str] = {}
         brokers = self._brokers(skipped)
         topics: dict[str, dict[int, PartitionMeta]] = {}
+        deleting = set(self._layout.topics_marked_for_deletion(watch=watch))
         for topic in self._layout.topics(watch=watch):
+            if topic in deleting:
+                continue  # being deleted (/admin/delete_topics): clients must stop using it everywhere at once
             try:
                 parts = self._topic(topic, skipped)
             except MalformedNodeError as e:

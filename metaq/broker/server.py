@@ -29,6 +29,7 @@ from metaq.broker.metadata import MetadataWatcher
 from metaq.broker.network import BrokerServer, ConnectionLimits
 from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.registration import BrokerRegistration
+from metaq.broker.topic_admin import TopicAdmin
 from metaq.broker.topics import create_topic
 from metaq.errors import TopicExistsError
 from metaq.metrics import MetricsServer, serve_metrics
@@ -54,6 +55,7 @@ class Broker:
         self.port: int | None = None
         self.metrics = BrokerMetrics()
         self._metrics_server: MetricsServer | None = None
+        self.topic_admin: TopicAdmin | None = None
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
@@ -110,7 +112,7 @@ class Broker:
         )
         layout = ZkLayout(self._zk)
         self._layout = layout
-        self.metadata = MetadataWatcher(layout)
+        self.metadata = MetadataWatcher(layout, on_change=self._on_metadata_change)
         self.coordinator = GroupCoordinator(
             CoordinatorConfig(
                 broker_id=config.broker_id,
@@ -146,6 +148,8 @@ class Broker:
                                                 session_timeout_ms=config.session_timeout_ms)
         await asyncio.to_thread(self._registration.register)
         await asyncio.to_thread(self.metadata.start)
+        self.topic_admin = TopicAdmin(config.broker_id, layout, self.logs, self.metadata, config.log_config())
+        await self.topic_admin.start()  # topic configs applied before the first request is served
         self.coordinator.start()
         await self._server.start_serving(context)  # only now: a client that connects finds us registered
         self._tasks = [
@@ -187,6 +191,11 @@ class Broker:
             members=sum(len(g["members"]) for g in groups.values()),
         )
 
+    def _on_metadata_change(self, _: object) -> None:
+        """Watcher thread: a new topic's config (written with it, without a notification) is applied at once."""
+        if self.topic_admin is not None:
+            self.topic_admin.kick()
+
     async def _shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.broker_id)
         if self._metrics_server is not None:
@@ -197,6 +206,8 @@ class Broker:
         if self._server is not None:
             await self._server.close()
         if self._zk is not None:
+            if self.topic_admin is not None:
+                await self.topic_admin.stop()
             await self.coordinator.stop()
         await asyncio.to_thread(self.logs.shutdown)
         if self._zk is not None:

@@ -1,8 +1,10 @@
-"""``metaq topics create|list|describe``.
+"""``metaq topics create|list|describe|delete|alter-config``.
 
-    metaq topics create --zookeeper 127.0.0.1:2181 --topic clicks --partitions 6
+    metaq topics create --zookeeper 127.0.0.1:2181 --topic clicks --partitions 6 --topic-config retention.ms=86400000
     metaq topics list --zookeeper 127.0.0.1:2181
     metaq topics describe clicks --zookeeper 127.0.0.1:2181     # leader, replicas, ISR, log start and end
+    metaq topics delete clicks --zookeeper 127.0.0.1:2181       # /admin/delete_topics: the brokers delete it
+    metaq topics alter-config clicks --set segment.bytes=1048576 --delete retention.ms --zookeeper 127.0.0.1:2181
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 import argparse
 
 from metaq.admin import TopicDetail
+from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, validate_topic_config
 from metaq.broker.topics import create_topic
-from metaq.cli.output import ProgressBar, add_parser, emit, open_admin, table
+from metaq.cli.output import ProgressBar, add_parser, emit, open_admin, table, usage_error
+from metaq.errors import ZooKeeperError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -21,18 +25,41 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     create.add_argument("--topic", required=True)
     create.add_argument("--partitions", type=int, default=1)
     create.add_argument("--replication-factor", type=int, default=1)
+    create.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"a topic config override (repeatable): {', '.join(TOPIC_CONFIG_KEYS)}")
     create.set_defaults(func=_create)
     listing = add_parser(actions, "list", "list topics with their partition counts")
     listing.set_defaults(func=_list)
     describe = add_parser(actions, "describe", "partitions with leader, replicas, ISR, log start and end offsets")
     describe.add_argument("topic", nargs="*", help="topics to describe (default: all)")
     describe.set_defaults(func=_describe)
+    delete = add_parser(actions, "delete", "delete topics: every broker hosting a partition removes its log")
+    delete.add_argument("topic", nargs="+")
+    delete.add_argument("--wait-s", type=float, default=30.0,
+                        help="how long to wait for the brokers to finish (0: only mark the topics)")
+    delete.set_defaults(func=_delete)
+    alter = add_parser(actions, "alter-config", "set or remove topic config overrides; brokers apply them live")
+    alter.add_argument("topic")
+    alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    alter.add_argument("--delete", action="append", default=[], metavar="KEY")
+    alter.set_defaults(func=_alter_config)
+
+
+def _key_values(args: argparse.Namespace, items: list[str], option: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            usage_error(args, f"{option} {item!r}: expected KEY=VALUE")
+        pairs[key.strip()] = value
+    return pairs
 
 
 def _create(args: argparse.Namespace) -> int:
+    config = validate_topic_config(_key_values(args, args.topic_config, "--topic-config"))
     with open_admin(args) as admin:
         assignment = create_topic(admin.layout, args.topic, args.partitions,
-                                  replication_factor=args.replication_factor)
+                                  replication_factor=args.replication_factor, config=config)
     leaders = {p: r[0] for p, r in sorted(assignment.partitions.items())}
     emit(args, {"topic": args.topic, "partitions": args.partitions, "leaders": {str(p): b for p, b in leaders.items()}},
          lambda: f"Created topic {args.topic} with {args.partitions} partitions (partition:leader "
@@ -73,3 +100,27 @@ def render(details: list[TopicDetail]) -> str:
             ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "LOG-END-OFFSET", "MESSAGES", "ERROR"],
             rows))
     return "\n\n".join(parts)
+
+
+def _delete(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        pending = admin.delete_topics(args.topic, wait_s=args.wait_s)
+    if pending and args.wait_s > 0:
+        raise ZooKeeperError(f"topics {', '.join(pending)} are marked for deletion, but the brokers hosting their"
+                             f" partitions did not finish within {args.wait_s:g} s (is one of them down?)")
+    deleted = [t for t in args.topic if t not in pending]
+    emit(args, {"deleted": deleted, "marked": pending},
+         lambda: "\n".join([f"Deleted topic {t}" for t in deleted]
+                           + [f"Topic {t} is marked for deletion" for t in pending]))
+    return 0
+
+
+def _alter_config(args: argparse.Namespace) -> int:
+    if not args.set and not args.delete:
+        usage_error(args, "nothing to change: give --set KEY=VALUE or --delete KEY")
+    updates = _key_values(args, args.set, "--set")
+    with open_admin(args) as admin:
+        config = admin.alter_topic_config(args.topic, updates, args.delete)
+    emit(args, {"topic": args.topic, "config": config},
+         lambda: f"Topic {args.topic}: config {','.join(f'{k}={v}' for k, v in sorted(config.items())) or '-'}")
+    return 0

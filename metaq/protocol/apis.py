@@ -9,10 +9,26 @@ from __future__ import annotations
 from enum import IntEnum
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
 )
@@ -67,9 +83,17 @@ class ApiKey(IntEnum):
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
     API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
 
 
 # api key -> (request class, response class, min version, max version) served by the broker
@@ -90,11 +114,22 @@ BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
     # from v0: the 0.8 consumer with offsets.storage=kafka sends v1, and v0 is served from ZooKeeper
     ApiKey.OFFSET_COMMIT: (OffsetCommitRequest, OffsetCommitResponse, 0, 7),
     ApiKey.OFFSET_FETCH: (OffsetFetchRequest, OffsetFetchResponse, 0, 5),
+    # DeleteTopics 4, DeleteRecords 2, CreatePartitions 2, AlterConfigs 2, IncrementalAlterConfigs 1,
+    # DescribeConfigs 1). The flexible versions among them are answered with no tagged fields.
+    # Topic admin, up to the highest versions kafka-python 3.0.12 sends (librdkafka 2.16 stops at CreateTopics 4,
     # group admin: the maxima of librdkafka 2.16 (ListGroups 5, DescribeGroups 5, DeleteGroups 2) and of
     # kafka-python 3.0.12 (DescribeGroups 6); flexible versions answer with no tagged fields
-    ApiKey.LIST_GROUPS: (ListGroupsRequest, ListGroupsResponse, 0, 5),
-    ApiKey.DESCRIBE_GROUPS: (DescribeGroupsRequest, DescribeGroupsResponse, 0, 6),
+    ApiKey.ALTER_CONFIGS: (AlterConfigsRequest, AlterConfigsResponse, 0, 2),
+    ApiKey.CREATE_PARTITIONS: (CreatePartitionsRequest, CreatePartitionsResponse, 0, 3),
+    ApiKey.CREATE_TOPICS: (CreateTopicsRequest, CreateTopicsResponse, 0, 7),
     ApiKey.DELETE_GROUPS: (DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
+    ApiKey.DELETE_RECORDS: (DeleteRecordsRequest, DeleteRecordsResponse, 0, 2),
+    ApiKey.DELETE_TOPICS: (DeleteTopicsRequest, DeleteTopicsResponse, 0, 6),
+    ApiKey.DESCRIBE_CLUSTER: (DescribeClusterRequest, DescribeClusterResponse, 0, 2),
+    ApiKey.DESCRIBE_CONFIGS: (DescribeConfigsRequest, DescribeConfigsResponse, 0, 4),
+    ApiKey.DESCRIBE_GROUPS: (DescribeGroupsRequest, DescribeGroupsResponse, 0, 6),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1),
+    ApiKey.LIST_GROUPS: (ListGroupsRequest, ListGroupsResponse, 0, 5),
     ApiKey.OFFSET_DELETE: (OffsetDeleteRequest, OffsetDeleteResponse, 0, 0),
 }
 

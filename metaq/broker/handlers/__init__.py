@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from metaq.broker.handlers import (
     api_versions,
+    configs,
+    delete_records,
+    describe_cluster,
     fetch,
     group_admin,
     groups,
@@ -12,6 +15,7 @@ from metaq.broker.handlers import (
     metadata,
     offsets,
     produce,
+    topic_admin,
 )
 from metaq.protocol.apis import ApiKey
 
@@ -33,4 +37,12 @@ HANDLERS = {
     ApiKey.DESCRIBE_GROUPS: group_admin.describe_groups,
     ApiKey.DELETE_GROUPS: group_admin.delete_groups,
     ApiKey.OFFSET_DELETE: group_admin.offset_delete,
+    ApiKey.CREATE_TOPICS: topic_admin.create_topics,
+    ApiKey.DELETE_TOPICS: topic_admin.delete_topics,
+    ApiKey.CREATE_PARTITIONS: topic_admin.create_partitions,
+    ApiKey.DELETE_RECORDS: delete_records.handle,
+    ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
+    ApiKey.ALTER_CONFIGS: configs.alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
+    ApiKey.DESCRIBE_CLUSTER: describe_cluster.handle,
 }

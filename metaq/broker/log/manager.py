@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"  # offsets moved by DeleteRecords (as Kafka)
 LOCK_FILE = ".lock"
 DELETE_DIR_SUFFIX = "-delete"
 
@@ -66,6 +67,7 @@ class LogManager:
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._lock_fds: list[int] = []
+        self._topic_configs: dict[str, LogConfig] = {}
 
     # ----------------------------------------------------------------------------------------- loading
 
@@ -92,6 +94,9 @@ class LogManager:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         points = {} if clean else self._read_recovery_points(log_dir)
+        starts = _read_checkpoint_or_warn(
+            log_dir / LOG_START_OFFSET_CHECKPOINT, "log start offsets fall back to the first segments"
+        )
         loaded = 0
         for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
             if not entry.is_dir():
@@ -110,10 +115,12 @@ class LogManager:
                 Path(entry.path),
                 parsed[0],
                 parsed[1],
-                self.config,
+                self.config_for(parsed[0]),
                 recover=not clean,
                 recovery_point=points.get(parsed, 0),
             )
+            if parsed in starts:
+                self._logs[parsed].restore_log_start_offset(starts[parsed])
             self._dir_of[parsed] = log_dir
             loaded += 1
         if clean:
@@ -122,11 +129,41 @@ class LogManager:
 
     @staticmethod
     def _read_recovery_points(log_dir: Path) -> dict[TopicPartition, int]:
-        try:
-            return read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
-        except StorageError as e:
-            logger.warning("%s; recovering every log of %s from its start", e, log_dir)
-            return {}
+        return _read_checkpoint_or_warn(
+            log_dir / RECOVERY_POINT_CHECKPOINT, f"recovering every log of {log_dir} from its start"
+        )
+
+    # ----------------------------------------------------------------------------------------- topic configs
+
+    def config_for(self, topic: str) -> LogConfig:
+        """The log config of ``topic``: the broker's, with the topic's overrides (``/config/topics/<t>``)."""
+        return self._topic_configs.get(topic, self.config)
+
+    def set_topic_config(self, topic: str, config: LogConfig) -> None:
+        """Use ``config`` for ``topic``'s logs from now on (retention at its next run, segment size at the
+        next append's roll check), and for logs of the topic created later."""
+        if config == self.config:
+            self._topic_configs.pop(topic, None)
+        else:
+            self._topic_configs[topic] = config
+        for (log_topic, _), log in self._logs.items():
+            if log_topic == topic:
+                log.update_config(config)
+
+    def topic_partitions(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` that have a log here."""
+        return sorted(p for t, p in self._logs if t == topic)
+
+    def topics(self) -> set[str]:
+        return {t for t, _ in self._logs}
+
+    def delete_topic(self, topic: str) -> list[int]:
+        """Remove every local log of ``topic`` (and its config); return the partitions removed."""
+        removed = [p for p in self.topic_partitions(topic) if self.delete_log(topic, p)]
+        self._topic_configs.pop(topic, None)
+        if removed:
+            self.checkpoint_log_start_offsets()  # a topic re-created later must not inherit its starts
+        return removed
 
     # ----------------------------------------------------------------------------------------- access
 
@@ -143,7 +180,8 @@ class LogManager:
         for log_dir in self._dir_of.values():
             counts[log_dir] = counts.get(log_dir, 0) + 1
         log_dir = min(self.log_dirs, key=lambda d: counts[d])
-        log = PartitionLog.open(log_dir / f"{topic}-{partition}", topic, partition, self.config, recover=False)
+        log = PartitionLog.open(log_dir / f"{topic}-{partition}", topic, partition, self.config_for(topic),
+                                recover=False)
         self._logs[(topic, partition)] = log
         self._dir_of[(topic, partition)] = log_dir
         logger.info("Created log %s-%d in %s", topic, partition, log_dir)
@@ -166,9 +204,9 @@ class LogManager:
     def flush_due(self, now_ms: int) -> list[PartitionLog]:
         """Logs that should be flushed now: too many unflushed messages, unflushed data older than
         ``flush_interval_ms``, or a rolled segment not flushed yet (Kafka flushes segments when they roll)."""
-        config = self.config
         due: list[PartitionLog] = []
         for log in self._logs.values():
+            config = log.config  # the topic's flush.messages may override the broker's
             oldest = log.oldest_unflushed_ms()
             if (
                 log.unflushed_messages() >= config.flush_interval_messages
@@ -183,12 +221,32 @@ class LogManager:
         return due
 
     def checkpoint_recovery_points(self) -> None:
-        """Atomically write each directory's recovery-point checkpoint."""
+        """Atomically write each directory's recovery-point checkpoint (and the log start offsets)."""
         by_dir: dict[Path, dict[TopicPartition, int]] = {log_dir: {} for log_dir in self.log_dirs}
         for key, log in self._logs.items():
             by_dir[self._dir_of[key]][key] = log.recovery_point
         for log_dir, points in by_dir.items():
             write_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT, points)
+        self.checkpoint_log_start_offsets()
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Atomically write each directory's ``log-start-offset-checkpoint``: the logs whose start was moved
+        inside their first segment (DeleteRecords), so that the move survives a restart."""
+        by_dir: dict[Path, dict[TopicPartition, int]] = {log_dir: {} for log_dir in self.log_dirs}
+        for key, log in self._logs.items():
+            if log.log_start_offset > log.segment_base_offsets()[0]:
+                by_dir[self._dir_of[key]][key] = log.log_start_offset
+        for log_dir, starts in by_dir.items():
+            write_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT, starts)
+
+    def delete_records(self, topic: str, partition: int, offset: int, now_ms: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` and persist it; return the new start."""
+        log = self._logs.get((topic, partition))
+        if log is None:
+            raise TopicError(f"no log for {topic}-{partition} on this broker")
+        start = log.delete_records_before(offset, now_ms)
+        self.checkpoint_log_start_offsets()
+        return start
 
     def run_retention(self, now_ms: int) -> int:
         """Apply retention to every log; return the number of segments deleted."""
@@ -237,6 +295,14 @@ def _lock_dir(log_dir: Path) -> int:
             ) from e
         raise StorageError(f"cannot lock log directory {log_dir} ({path}): {e.strerror}") from e
     return fd
+
+
+def _read_checkpoint_or_warn(path: Path, consequence: str) -> dict[TopicPartition, int]:
+    try:
+        return read_checkpoint(path)
+    except StorageError as e:
+        logger.warning("%s; %s", e, consequence)
+        return {}
 
 
 def _try(action: Callable[[], object], what: str) -> bool:

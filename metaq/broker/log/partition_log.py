@@ -286,7 +286,7 @@ class PartitionLog:
                 if segment.max_timestamp >= timestamp_ms:
                     found = segment.find_offset_for_timestamp(timestamp_ms)
                     if found is not None:
-                        return found
+                        return max(found[0], self.log_start_offset), found[1]  # not below DeleteRecords' start
         except OSError as e:
             raise StorageError(f"cannot search {self.topic}-{self.partition} by timestamp: {e}") from e
         return None
@@ -341,7 +341,8 @@ class PartitionLog:
         with self._lock:
             del self._segments[: len(doomed)]
             del self._bases[: len(doomed)]
-            self.log_start_offset = self._segments[0].base_offset
+            # a start moved by DeleteRecords may lie inside the new first segment
+            self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
             self.recovery_point = max(self.recovery_point, self.log_start_offset)
             self._dir_dirty = True
         for segment in doomed:
@@ -357,6 +358,37 @@ class PartitionLog:
         )
         return len(doomed)
 
+    def delete_records_before(self, offset: int, now_ms: int) -> int:
+        """DeleteRecords: make ``offset`` (at most the log end) the log start offset, delete the segments
+        wholly below it, and return the new start. Records below it are no longer served; the move is
+        persisted by the caller (LogManager's log start offset checkpoint)."""
+        self._check_open()
+        if offset < 0 or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.topic}-{self.partition}"
+                f" (log start {self.log_start_offset}, log end {self.log_end_offset})"
+            )
+        if offset > self.log_start_offset:
+            with self._lock:
+                self.log_start_offset = offset
+            logger.info("Log start offset of %s-%d moved to %d (DeleteRecords)", self.topic, self.partition, offset)
+        self.delete_segments_before(self.log_start_offset, now_ms, why="DeleteRecords")
+        return self.log_start_offset
+
+    def restore_log_start_offset(self, offset: int) -> None:
+        """At load: a start moved by DeleteRecords before the restart (ignored if outside the log)."""
+        if self.log_start_offset < offset <= self.log_end_offset:
+            self.log_start_offset = offset
+            self.recovery_point = max(self.recovery_point, offset)
+
+    def update_config(self, config: LogConfig) -> None:
+        """A topic config change: retention uses it at its next run, the active segment's roll check at
+        the next append (segments read their config when they decide to roll)."""
+        with self._lock:
+            self.config = config
+            for segment in self._segments:
+                segment.config = config
+
     def roll(self, reason: str) -> None:
         """Start a new segment now (unless the active one is empty): a compacting writer starts its rewrite
         in a fresh segment so that everything before it can later be deleted whole."""
@@ -364,12 +396,12 @@ class PartitionLog:
         if self._segments[-1].size:
             self._roll(reason)
 
-    def delete_segments_before(self, offset: int, now_ms: int) -> int:
+    def delete_segments_before(self, offset: int, now_ms: int, why: str = "compaction") -> int:
         """Delete the oldest segments whose records all lie below ``offset`` (superseded by a rewrite)."""
         self._check_open()
         ends = {id(seg): (self._bases[i + 1] if i + 1 < len(self._bases) else self.log_end_offset)
                 for i, seg in enumerate(self._segments)}
-        return self._delete_prefix(lambda segment: ends[id(segment)] <= offset, now_ms, "compaction")
+        return self._delete_prefix(lambda segment: ends[id(segment)] <= offset, now_ms, why)
 
     def _remove_expired_deletes(self, now_ms: int) -> None:
         """Really remove ``*.deleted`` segments whose delay passed (not while a flush holds them)."""

@@ -1,0 +1,32 @@
+"""DescribeCluster v0..2 (KIP-700): the live brokers, the cluster id and the "controller" (the lowest live
+broker id: metaq has no controller, see :class:`metaq.broker.metadata.ClusterSnapshot`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DescribeClusterResponse
+
+from metaq.broker.context import BrokerContext
+
+BROKERS_ENDPOINT = 1
+UNSUPPORTED_ENDPOINT_TYPE = 119
+
+Broker = DescribeClusterResponse.DescribeClusterBroker
+
+
+async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
+    snapshot = ctx.snapshot
+    fields: dict[str, Any] = {}
+    if version >= 1:
+        fields["endpoint_type"] = request.endpoint_type
+        if request.endpoint_type != BROKERS_ENDPOINT:
+            return DescribeClusterResponse[version](
+                throttle_time_ms=0, error_code=UNSUPPORTED_ENDPOINT_TYPE, cluster_id=snapshot.cluster_id or "",
+                error_message="metaq has no controller endpoints: ask for brokers", brokers=[], **fields)
+    brokers = [Broker(broker_id=info.id, host=info.host, port=info.port, rack=info.rack)
+               for info in sorted(snapshot.brokers.values(), key=lambda b: b.id)]
+    return DescribeClusterResponse[version](
+        throttle_time_ms=0, error_code=0, error_message=None, cluster_id=snapshot.cluster_id or "",
+        controller_id=snapshot.controller_id, brokers=brokers,
+        **fields)

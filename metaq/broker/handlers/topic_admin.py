@@ -1,0 +1,266 @@
+"""CreateTopics v0..7, DeleteTopics v0..6 and CreatePartitions v0..3, written to ZooKeeper as Kafka's admin
+tools write them (``/brokers/topics``, ``/config/topics``, ``/admin/delete_topics``). Any broker answers them
+(metaq has no controller); the brokers apply them through their watches (:mod:`metaq.broker.topic_admin`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from kafka.protocol.admin import (
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+)
+
+from metaq.broker.context import UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION, BrokerContext
+from metaq.broker.coordinator.schema import OFFSETS_TOPIC
+from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, default_value, validate_topic_config
+from metaq.broker.topics import add_partitions, create_topic
+from metaq.errors import ConfigError, MetaqError, TopicExistsError, UnknownTopicError
+from zk_layout import validate_topic
+
+log = logging.getLogger(__name__)
+
+INVALID_TOPIC_EXCEPTION = 17
+REQUEST_TIMED_OUT = 7
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
+UNKNOWN_TOPIC_ID = 100
+
+MAX_WAIT_S = 30.0
+DYNAMIC_TOPIC_CONFIG = 1
+DEFAULT_CONFIG = 5
+
+
+T = TypeVar("T")
+
+
+class AdminError(MetaqError):
+    """A topic-level refusal: the Kafka error code and the message sent back."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+async def attempt(what: str, work: Awaitable[T]) -> tuple[int, str | None, T | None]:
+    """One resource's part of an admin request: ``(0, None, result)``, or the error code and message to answer
+    with (a refusal, or a ZooKeeper/storage failure logged here); never an exception that closes the connection."""
+    try:
+        return 0, None, await work
+    except AdminError as e:
+        return e.code, str(e), None
+    except MetaqError as e:
+        log.warning("%s failed: %s", what, e)
+        return UNKNOWN_SERVER_ERROR, str(e), None
+
+
+async def _wait_until(ctx: BrokerContext, check: Callable[[], bool], timeout_ms: int) -> bool:
+    """Poll ``check`` (it may read ZooKeeper) until true or ``timeout_ms`` (capped) passes."""
+    deadline = time.monotonic() + min(max(timeout_ms, 0) / 1000.0, MAX_WAIT_S)
+    while True:
+        if await ctx.in_thread(check):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+
+
+def _check_name(topic: str) -> None:
+    try:
+        validate_topic(topic)
+    except ConfigError as e:
+        raise AdminError(INVALID_TOPIC_EXCEPTION, str(e)) from e
+
+
+def _check_replicas(ctx: BrokerContext, replicas: list[int], where: str) -> None:
+    live = ctx.snapshot.brokers
+    if len(replicas) != 1:
+        raise AdminError(INVALID_REPLICA_ASSIGNMENT,
+                         f"{where}: {len(replicas)} replicas {replicas}; metaq brokers do not replicate (give one)")
+    if replicas[0] not in live:
+        raise AdminError(INVALID_REPLICA_ASSIGNMENT, f"{where}: broker {replicas[0]} is not a live broker")
+
+
+# ------------------------------------------------------------------------------------------ CreateTopics
+
+
+def _plan_topic(ctx: BrokerContext, topic: Any) -> tuple[int, dict[int, list[int]] | None, dict[str, str]]:
+    """(partitions, explicit assignment or None, config overrides) of one CreatableTopic, or AdminError."""
+    assignment = None
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            raise AdminError(INVALID_REQUEST, "Both numPartitions or replicationFactor and replicasAssignments"
+                                              " were set. Both cannot be used at the same time.")
+        assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
+        if sorted(assignment) != list(range(len(assignment))):
+            raise AdminError(INVALID_REPLICA_ASSIGNMENT, f"partitions must be 0..n-1, got {sorted(assignment)}")
+        for partition, replicas in assignment.items():
+            _check_replicas(ctx, replicas, f"partition {partition}")
+        partitions = len(assignment)
+    else:
+        partitions = ctx.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+        if partitions <= 0:
+            raise AdminError(INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        factor = ctx.config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
+        live = len(ctx.snapshot.brokers)
+        if factor <= 0:
+            raise AdminError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+        if factor > live:
+            raise AdminError(INVALID_REPLICATION_FACTOR,
+                             f"Replication factor: {factor} larger than available brokers: {live}.")
+        if factor != 1:
+            raise AdminError(INVALID_REPLICATION_FACTOR,
+                             f"Replication factor: {factor}: metaq brokers do not replicate; use 1.")
+    try:
+        config = validate_topic_config({c.name: c.value for c in topic.configs})
+    except ConfigError as e:
+        raise AdminError(INVALID_CONFIG, str(e)) from e
+    return partitions, assignment, config
+
+
+async def _create_one(
+    ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int
+) -> tuple[int, dict[str, str]]:
+    _check_name(topic.name)
+    if topic.name in await ctx.in_thread(ctx.layout.topics_marked_for_deletion):
+        raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' is marked for deletion.")
+    if topic.name in ctx.snapshot.topics or await ctx.in_thread(ctx.layout.topic_assignment, topic.name):
+        raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
+    partitions, assignment, config = _plan_topic(ctx, topic)
+    if validate_only:
+        return partitions, config
+    try:
+        await ctx.in_thread(lambda: create_topic(ctx.layout, topic.name, partitions, config=config,
+                                                 assignment=assignment))
+    except TopicExistsError as e:
+        raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.") from e
+    ctx.metadata.request_reload()
+    await _wait_until(ctx, lambda: topic.name in ctx.snapshot.topics, timeout_ms)
+    return partitions, config
+
+
+async def _refuse(code: int, message: str) -> Any:
+    raise AdminError(code, message)
+
+
+async def create_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
+    Result = CreateTopicsResponse.CreatableTopicResult
+    validate_only = bool(version >= 1 and request.validate_only)
+    names = [t.name for t in request.topics]
+    results = []
+    for topic in request.topics:
+        if names.count(topic.name) > 1:
+            work = _refuse(INVALID_REQUEST, f"Create topics request from client contains a duplicate topic"
+                                            f" {topic.name}")
+        else:
+            work = _create_one(ctx, topic, validate_only, request.timeout_ms)
+        code, message, created = await attempt(f"CreateTopics {topic.name}", work)
+        fields: dict[str, Any] = {"name": topic.name, "error_code": code, "error_message": message}
+        if created is not None and version >= 5:
+            partitions, config = created
+            base = ctx.config.log_config()
+            fields.update(num_partitions=partitions, replication_factor=1, configs=[
+                Result.CreatableTopicConfigs(
+                    name=name, value=config.get(name, default_value(base, name)), read_only=False,
+                    config_source=DYNAMIC_TOPIC_CONFIG if name in config else DEFAULT_CONFIG,
+                    is_sensitive=False)
+                for name in TOPIC_CONFIG_KEYS])
+        if version < 1:
+            fields.pop("error_message")
+        results.append(Result(**fields))
+    return CreateTopicsResponse[version](throttle_time_ms=0, topics=results)
+
+
+# ------------------------------------------------------------------------------------------ DeleteTopics
+
+
+async def _delete_one(ctx: BrokerContext, topic: str, timeout_ms: int) -> None:
+    if topic == OFFSETS_TOPIC:
+        raise AdminError(INVALID_REQUEST, f"{OFFSETS_TOPIC} is internal: it holds the groups' committed offsets")
+    _check_name(topic)
+    if await ctx.in_thread(ctx.layout.topic_assignment, topic) is None:
+        raise AdminError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+    await ctx.in_thread(ctx.layout.mark_topic_for_deletion, topic)
+    ctx.metadata.request_reload()
+    log.info("topic %s marked for deletion", topic)
+    if timeout_ms <= 0:
+        return
+
+    def gone() -> bool:
+        return ctx.layout.topic_assignment(topic) is None and topic not in ctx.layout.topics_marked_for_deletion()
+
+    if not await _wait_until(ctx, gone, timeout_ms):
+        raise AdminError(REQUEST_TIMED_OUT, f"topic {topic} is marked for deletion, but the brokers hosting its"
+                                            f" partitions have not deleted them within {timeout_ms} ms")
+
+
+async def delete_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
+    Result = DeleteTopicsResponse.DeletableTopicResult
+    if version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        work = (_refuse(UNKNOWN_TOPIC_ID, "metaq deletes topics by name only") if name is None
+                else _delete_one(ctx, name, request.timeout_ms))
+        code, message, _ = await attempt(f"DeleteTopics {name}", work)
+        fields: dict[str, Any] = {"name": name, "error_code": code}
+        if version >= 5:
+            fields["error_message"] = message
+        if version >= 6 and topic_id is not None:
+            fields["topic_id"] = topic_id
+        results.append(Result(**fields))
+    return DeleteTopicsResponse[version](throttle_time_ms=0, responses=results)
+
+
+# ------------------------------------------------------------------------------------------ CreatePartitions
+
+
+async def _add_one(ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int) -> None:
+    current = ctx.snapshot.topics.get(topic.name)
+    if current is None:
+        raise AdminError(UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic.name}' does not exist.")
+    new = None
+    if topic.assignments is not None:
+        new = [list(a.broker_ids) for a in topic.assignments]
+        if len(new) != topic.count - len(current):
+            raise AdminError(INVALID_REPLICA_ASSIGNMENT, f"Increasing the number of partitions by"
+                                                         f" {topic.count - len(current)} but {len(new)} assignments"
+                                                         f" provided.")
+        for i, replicas in enumerate(new):
+            _check_replicas(ctx, replicas, f"new partition {len(current) + i}")
+    if topic.count <= len(current):
+        raise AdminError(INVALID_PARTITIONS, f"Topic currently has {len(current)} partitions, which is higher"
+                                             f" than the requested {topic.count}." if topic.count < len(current)
+                         else f"Topic already has {len(current)} partitions.")
+    if validate_only:
+        return
+    try:
+        await ctx.in_thread(add_partitions, ctx.layout, topic.name, topic.count, new)
+    except UnknownTopicError as e:
+        raise AdminError(UNKNOWN_TOPIC_OR_PARTITION, str(e)) from e
+    except ConfigError as e:
+        raise AdminError(INVALID_PARTITIONS, str(e)) from e
+    ctx.metadata.request_reload()
+    await _wait_until(ctx, lambda: len(ctx.snapshot.topics.get(topic.name, {})) >= topic.count, timeout_ms)
+
+
+async def create_partitions(ctx: BrokerContext, request: Any, version: int) -> Any:
+    Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+    results = []
+    for topic in request.topics:
+        code, message, _ = await attempt(f"CreatePartitions {topic.name}",
+                                         _add_one(ctx, topic, bool(request.validate_only), request.timeout_ms))
+        results.append(Result(name=topic.name, error_code=code, error_message=message))
+    return CreatePartitionsResponse[version](throttle_time_ms=0, results=results)

@@ -1,0 +1,166 @@
+"""What a broker does for topic admin requests written to ZooKeeper by any broker or tool:
+
+* ``/config/changes/config_change_<seq>`` (Kafka's notification ``{"version":2,"entity_path":"topics/<t>"}``):
+  re-read ``/config/topics/<t>`` and apply it to the topic's local logs, without a restart. Notifications
+  older than 15 minutes are purged, as Kafka's ``ZkNodeChangeNotificationListener`` does.
+* ``/admin/delete_topics/<t>``: delete the local logs of ``t``, then the partition nodes of the partitions
+  this broker hosts; the broker that removes the last partition node removes the topic node, its config
+  and the marker. A topic whose partitions live on a broker that is down stays marked (hidden from
+  metadata, see :mod:`metaq.broker.metadata`) until that broker is back, as in Kafka.
+
+Watches fire on kazoo threads and only wake the worker; the work runs on the event loop (LogManager is
+single-threaded), with ZooKeeper calls in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from kazoo.exceptions import KazooException
+
+from metaq.broker.log.config import LogConfig
+from metaq.broker.log.manager import LogManager
+from metaq.broker.metadata import MetadataWatcher
+from metaq.broker.topic_config import log_config_for
+from metaq.errors import MetaqError
+from zk_layout import ZkLayout, paths
+
+log = logging.getLogger(__name__)
+
+SAFETY_RUN_S = 30.0  # run even without events, in case a watch was missed
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000  # Kafka's changeExpirationMs
+METADATA_WAIT_S = 5.0
+
+
+class TopicAdmin:
+    """Applies topic config changes and topic deletions to this broker's logs."""
+
+    def __init__(self, broker_id: int, layout: ZkLayout, logs: LogManager, metadata: MetadataWatcher,
+                 base: LogConfig) -> None:
+        self._broker_id = broker_id
+        self._layout = layout
+        self._logs = logs
+        self._metadata = metadata
+        self._base = base
+        self._last_change = -1
+        self._configured: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Apply every local topic's config and pending deletions, then follow changes."""
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        changes = await asyncio.to_thread(self._layout.config_changes, self.kick)
+        self._last_change = max((_sequence(name) for name in changes), default=-1)
+        await self.run_once()
+        self._task = asyncio.create_task(self._run(), name="metaq-broker-topic-admin")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def kick(self, *_: Any) -> None:
+        """Watch callback (any thread): schedule a run; never blocks."""
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(wake.set)
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), SAFETY_RUN_S)
+            self._wake.clear()
+            try:
+                await self.run_once()
+            except (MetaqError, KazooException, OSError) as e:
+                log.warning("applying topic admin changes from ZooKeeper failed (will retry): %s", e)
+                await asyncio.sleep(1.0)
+                self._wake.set()
+
+    async def run_once(self) -> None:
+        await self._apply_config_changes()
+        await self._apply_new_topic_configs()
+        for topic in await asyncio.to_thread(self._layout.topics_marked_for_deletion, self.kick):
+            await self._delete_topic(topic)
+
+    # ------------------------------------------------------------------------------------- configs
+
+    async def _apply_config_changes(self) -> None:
+        names = await asyncio.to_thread(self._layout.config_changes, self.kick)
+        fresh = [name for name in names if _sequence(name) > self._last_change]
+        for name in fresh:
+            self._last_change = _sequence(name)
+            change = await asyncio.to_thread(self._layout.config_change, name)
+            topic = change[0].topic if change is not None else None
+            if topic is not None:
+                await self.apply_topic_config(topic)
+        if fresh:
+            await asyncio.to_thread(self._purge, names)
+
+    def _purge(self, names: list[str]) -> None:
+        """Delete notifications older than CHANGE_EXPIRATION_MS, oldest first (as Kafka does after processing);
+        the first young one ends the scan, since later ones are younger still."""
+        now = int(time.time() * 1000)
+        for name in names:
+            change = self._layout.config_change(name)
+            if change is not None and now - change[1] <= CHANGE_EXPIRATION_MS:
+                return
+            self._layout.delete_config_change(name)
+
+    async def _apply_new_topic_configs(self) -> None:
+        """Topics created since the last run (their config was written with them, without a notification)."""
+        topics = set(self._metadata.snapshot.topics) | self._logs.topics()
+        for topic in sorted(topics - self._configured):
+            await self.apply_topic_config(topic)
+
+    async def apply_topic_config(self, topic: str) -> None:
+        stored = await asyncio.to_thread(self._layout.topic_config, topic)
+        overrides = stored.config if stored is not None else {}
+        try:
+            config = log_config_for(self._base, overrides)
+        except MetaqError as e:
+            log.error("ignoring the config of topic %s in %s: %s", topic, paths.topic_config_path(topic), e)
+            config = self._base
+        self._logs.set_topic_config(topic, config)
+        self._configured.add(topic)
+        if overrides:
+            log.info("topic %s: config overrides %s applied", topic, overrides)
+
+    # ------------------------------------------------------------------------------------- deletion
+
+    async def _delete_topic(self, topic: str) -> None:
+        # first make sure our own requests no longer see the topic, so no new log is created meanwhile
+        await asyncio.to_thread(self._metadata.wait_for, lambda s: topic not in s.topics, METADATA_WAIT_S)
+        assignment = await asyncio.to_thread(self._layout.topic_assignment, topic)
+        removed = self._logs.delete_topic(topic)
+        self._configured.discard(topic)
+        if removed:
+            log.info("topic %s is being deleted: removed local logs of partitions %s", topic, removed)
+        if assignment is None:
+            await asyncio.to_thread(self._layout.finish_topic_deletion, topic)
+            return
+        mine = [p for p, replicas in assignment.partitions.items() if self._broker_id in replicas]
+        await asyncio.to_thread(self._finish, topic, mine)
+
+    def _finish(self, topic: str, mine: list[int]) -> None:
+        self._layout.delete_partition_nodes(topic, mine)
+        remaining = self._layout.remaining_partition_nodes(topic)
+        if remaining:
+            log.info("topic %s: waiting for the brokers hosting partitions %s to delete them", topic, remaining)
+            return
+        self._layout.finish_topic_deletion(topic)
+        log.info("topic %s deleted", topic)
+
+
+def _sequence(name: str) -> int:
+    digits = name[len(paths.CONFIG_CHANGE_PREFIX):] if name.startswith(paths.CONFIG_CHANGE_PREFIX) else ""
+    return int(digits) if digits.isdigit() else -1

@@ -1,0 +1,121 @@
+"""Per-topic config overrides (``/config/topics/<t>``): which keys metaq accepts, how they are validated,
+described and applied to a topic's logs.
+
+Each supported topic config overrides one :class:`LogConfig` field, whose default is the broker's
+``log.*`` property (Kafka's topic-level / broker-level pairs). ``min.insync.replicas`` is stored and described
+but changes nothing: metaq does not replicate. ``cleanup.policy`` accepts only ``delete`` (no compaction).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from metaq.broker.log.config import LogConfig
+from metaq.config import Config
+from metaq.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TopicConfigKey:
+    name: str  # the topic-level property
+    field: str | None  # the LogConfig field it overrides (None: stored only)
+    kind: str  # Kafka ConfigType name: LONG, INT, STRING, LIST
+    minimum: int | None = None
+
+
+_KEYS = (
+    TopicConfigKey("retention.ms", "retention_ms", "LONG", -1),
+    TopicConfigKey("retention.bytes", "retention_bytes", "LONG", -1),
+    TopicConfigKey("segment.bytes", "segment_bytes", "INT", 14),
+    TopicConfigKey("segment.ms", "segment_ms", "LONG", 1),
+    TopicConfigKey("segment.index.bytes", "index_max_bytes", "INT", 12),
+    TopicConfigKey("index.interval.bytes", "index_interval_bytes", "INT", 0),
+    TopicConfigKey("max.message.bytes", "max_message_bytes", "INT", 1),
+    TopicConfigKey("file.delete.delay.ms", "segment_delete_delay_ms", "LONG", 0),
+    TopicConfigKey("flush.messages", "flush_interval_messages", "LONG", 1),
+    TopicConfigKey("cleanup.policy", None, "LIST"),
+    TopicConfigKey("min.insync.replicas", None, "INT", 1),
+)
+TOPIC_CONFIG_KEYS: dict[str, TopicConfigKey] = {key.name: key for key in _KEYS}
+LIST_KEYS = frozenset(key.name for key in _KEYS if key.kind == "LIST")
+
+_STORED_DEFAULTS = {"cleanup.policy": "delete", "min.insync.replicas": "1"}
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+
+def validate_topic_config(config: Mapping[str, str | None]) -> dict[str, str]:
+    """The overrides to store (values normalised to Kafka's strings); ConfigError naming the key at fault."""
+    result: dict[str, str] = {}
+    for name, value in config.items():
+        key = TOPIC_CONFIG_KEYS.get(name)
+        if key is None:
+            raise ConfigError(f"Unknown topic config name: {name} (metaq supports {', '.join(TOPIC_CONFIG_KEYS)})")
+        if value is None:
+            raise ConfigError(f"Invalid value null for configuration {name}: a value is required")
+        result[name] = _normalise(key, value.strip())
+    return result
+
+
+def _normalise(key: TopicConfigKey, value: str) -> str:
+    if key.kind == "LIST":
+        policies = [p.strip() for p in value.split(",") if p.strip()]
+        if policies != ["delete"]:
+            raise ConfigError(
+                f"Invalid value {value} for configuration {key.name}: metaq supports only 'delete' (no compaction)"
+            )
+        return "delete"
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(
+            f"Invalid value {value} for configuration {key.name}: Not a number of type {key.kind}"
+        ) from None
+    limit = _INT32_MAX if key.kind == "INT" else _INT64_MAX
+    if number > limit or (key.minimum is not None and number < key.minimum):
+        raise ConfigError(f"Invalid value {value} for configuration {key.name}: must be between {key.minimum}"
+                          f" and {limit}")
+    return str(number)
+
+
+def log_config_for(base: LogConfig, overrides: Mapping[str, str]) -> LogConfig:
+    """``base`` (the broker's defaults) with a topic's overrides applied; unknown or invalid keys raise."""
+    changes = {}
+    for name, value in validate_topic_config(overrides).items():
+        field = TOPIC_CONFIG_KEYS[name].field
+        if field is not None:
+            changes[field] = int(value)
+    return dataclasses.replace(base, **changes) if changes else base
+
+
+def default_value(base: LogConfig, name: str) -> str:
+    """The value a topic without an override gets (from the broker's ``log.*`` properties)."""
+    field = TOPIC_CONFIG_KEYS[name].field
+    return _STORED_DEFAULTS[name] if field is None else str(getattr(base, field))
+
+
+def broker_property(name: str) -> str | None:
+    """The broker property that sets the default of topic config ``name`` (a synonym in DescribeConfigs)."""
+    field = TOPIC_CONFIG_KEYS[name].field
+    if field is None:
+        return "log.cleanup.policy" if name == "cleanup.policy" else name
+    return next(str(f.metadata["key"]) for f in dataclasses.fields(LogConfig) if f.name == field)
+
+
+def config_properties(config: Config) -> dict[str, str | None]:
+    """Every Kafka property of a typed config object with its value as a string (None: unset)."""
+    result: dict[str, str | None] = {}
+    for f in dataclasses.fields(config):
+        key = f.metadata.get("key")
+        if key is None:
+            continue
+        value = getattr(config, f.name)
+        if isinstance(value, bool):
+            result[key] = str(value).lower()
+        elif isinstance(value, tuple):
+            result[key] = ",".join(map(str, value))
+        else:
+            result[key] = None if value is None else str(value)
+    return result

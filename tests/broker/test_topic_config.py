@@ -1,0 +1,64 @@
+"""Topic config overrides: validation (errors name the key), mapping onto LogConfig, and the
+IncrementalAlterConfigs operations."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from metaq.broker.handlers.configs import APPEND, DELETE, SET, SUBTRACT, _incremental
+from metaq.broker.handlers.topic_admin import INVALID_CONFIG, INVALID_REQUEST, AdminError
+from metaq.broker.log.config import LogConfig
+from metaq.broker.topic_config import broker_property, default_value, log_config_for, validate_topic_config
+from metaq.errors import ConfigError
+
+
+def test_validation_normalises_and_names_the_key() -> None:
+    assert validate_topic_config({"retention.ms": " 600000 ", "cleanup.policy": "delete"}) == {
+        "retention.ms": "600000", "cleanup.policy": "delete"}
+    with pytest.raises(ConfigError, match="Unknown topic config name: retention.hours"):
+        validate_topic_config({"retention.hours": "1"})
+    with pytest.raises(ConfigError, match="cleanup.policy: metaq supports only 'delete'"):
+        validate_topic_config({"cleanup.policy": "compact,delete"})
+    with pytest.raises(ConfigError, match="segment.bytes"):
+        validate_topic_config({"segment.bytes": "13"})
+    with pytest.raises(ConfigError, match="segment.bytes: Not a number"):
+        validate_topic_config({"segment.bytes": "1GB"})
+    with pytest.raises(ConfigError, match="min.insync.replicas"):
+        validate_topic_config({"min.insync.replicas": "0"})
+    with pytest.raises(ConfigError, match="segment.bytes"):
+        validate_topic_config({"segment.bytes": str(2**31)})
+
+
+def test_overrides_map_onto_the_log_config() -> None:
+    base = LogConfig()
+    config = log_config_for(base, {"retention.ms": "1000", "segment.bytes": "2048", "min.insync.replicas": "2"})
+    assert (config.retention_ms, config.segment_bytes) == (1000, 2048)
+    assert config.retention_bytes == base.retention_bytes
+    assert log_config_for(base, {}) is base
+    assert default_value(base, "segment.bytes") == str(base.segment_bytes)
+    assert default_value(base, "cleanup.policy") == "delete"
+    assert broker_property("retention.ms") == "log.retention.ms"
+    assert broker_property("segment.bytes") == "log.segment.bytes"
+
+
+def _op(name: str, operation: int, value: str | None = None) -> SimpleNamespace:
+    return SimpleNamespace(name=name, config_operation=operation, value=value)
+
+
+def test_incremental_operations() -> None:
+    current = {"retention.ms": "1000", "segment.bytes": "4096"}
+    assert _incremental(current, [_op("retention.ms", SET, "2000"), _op("segment.bytes", DELETE)]) == {
+        "retention.ms": "2000"}
+    assert _incremental({}, [_op("cleanup.policy", APPEND, "delete")]) == {"cleanup.policy": "delete"}
+    assert _incremental({}, [_op("cleanup.policy", SUBTRACT, "delete")]) == {"cleanup.policy": ""}
+    for ops, code in (
+        ([_op("retention.ms", APPEND, "1")], INVALID_CONFIG),
+        ([_op("nope", SET, "1")], INVALID_CONFIG),
+        ([_op("retention.ms", SET, "1"), _op("retention.ms", DELETE)], INVALID_REQUEST),
+        ([_op("retention.ms", 9, "1")], INVALID_REQUEST),
+    ):
+        with pytest.raises(AdminError) as info:
+            _incremental(current, ops)
+        assert info.value.code == code
