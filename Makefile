@@ -15,7 +15,7 @@ $(STAMP): setup.cfg pyproject.toml
 	@command -v java >/dev/null 2>&1 || { echo "java not found: install a JDK (Java 17)" >&2; exit 1; }
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[spark,test]'
+	$(VENV)/bin/pip install -q -e '.[spark,test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 demo: install

@@ -11,17 +11,28 @@ runs is in :mod:`metaq.spark.source`.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from metaq.spark.driver import OffsetBounds, commit_offsets, snapshot_offsets, stop_query
 from metaq.spark.source import FORMAT, MetaqDataSource
+from metaq.spark.workers import WorkerPythonError, python_for_registration, worker_python
 
-__all__ = ["FORMAT", "MetaqDataSource", "OffsetBounds", "commit_offsets", "register", "snapshot_offsets",
-           "stop_query"]
+__all__ = ["FORMAT", "MetaqDataSource", "OffsetBounds", "WorkerPythonError", "commit_offsets", "register",
+           "snapshot_offsets", "stop_query"]
+
+_DATA_SOURCE_MANAGER = "org.apache.spark.sql.execution.datasources.DataSourceManager"
 
 
 def register(spark: Any, *, max_partitions: int | str | None = "cores") -> None:
-    """Make ``format("metaq")`` known to ``spark`` (a SparkSession).
+    """Make ``format("metaq")`` known to ``spark`` (a SparkSession), replacing the automatically
+    registered source (the ``pyspark_metaq`` module) for this session.
+
+    First checks that the Python Spark runs workers with can import metaq (see :mod:`metaq.spark.workers`):
+    if it cannot, this raises :class:`WorkerPythonError` naming that interpreter and ``PYSPARK_PYTHON`` /
+    ``spark.pyspark.python`` -- except on a local master where nothing chose it, where the source's workers
+    then run this driver's interpreter.
 
     ``max_partitions``: the ``maxPartitions`` of reads that set none. ``"cores"`` (the default) is the
     session's default parallelism: every Python task costs Spark a fixed tenth of a second or so, so on a
@@ -31,12 +42,30 @@ def register(spark: Any, *, max_partitions: int | str | None = "cores") -> None:
         max_partitions = _cores(spark)
     elif isinstance(max_partitions, str):
         raise ValueError(f"max_partitions must be a number, 'cores' or None, not {max_partitions!r}")
-    if not max_partitions:
-        spark.dataSource.register(MetaqDataSource)
+    source = MetaqDataSource
+    if max_partitions:
+        source = type("MetaqDataSource", (MetaqDataSource,), {
+            "default_max_partitions": int(max_partitions), "__doc__": MetaqDataSource.__doc__})
+    with python_for_registration(spark, worker_python(spark)), _replacing_quietly(spark):
+        spark.dataSource.register(source)
+
+
+@contextlib.contextmanager
+def _replacing_quietly(spark: Any) -> Iterator[None]:
+    """Replacing the automatically registered source is what :func:`register` is for, so Spark's warning
+    that a statically (or previously) registered data source was replaced is silenced for that call."""
+    try:
+        jvm = spark.sparkContext._jvm
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        level = jvm.org.apache.logging.log4j.LogManager.getLogger(_DATA_SOURCE_MANAGER).getLevel()
+        configurator.setLevel(_DATA_SOURCE_MANAGER, jvm.org.apache.logging.log4j.Level.ERROR)
+    except Exception:  # Spark Connect, or another logging backend: the warning stays
+        yield
         return
-    source = type("MetaqDataSource", (MetaqDataSource,), {
-        "default_max_partitions": int(max_partitions), "__doc__": MetaqDataSource.__doc__})
-    spark.dataSource.register(source)
+    try:
+        yield
+    finally:
+        configurator.setLevel(_DATA_SOURCE_MANAGER, level)
 
 
 def _cores(spark: Any) -> int | None:
