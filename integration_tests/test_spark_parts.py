@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -327,3 +328,22 @@ def test_worker_python_is_checked_and_defaults_to_the_driver_locally(python_with
         worker_python(_Session(_Context(python_without_metaq)))
     with pytest.raises(WorkerPythonError, match="no-such-python.*no such program"):
         worker_python(_Session(_Context("no-such-python", master="yarn")))
+
+
+def test_auto_registration_in_a_python_without_metaq_fails_on_use_not_on_import(python_without_metaq) -> None:
+    """Spark imports every ``pyspark_*`` module while looking up *any* data source: from the checkout, a
+    Python without metaq's dependencies must still import pyspark_metaq, and say what to do once used."""
+    from metaq.spark.workers import _spark_python_path
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = (f"import sys; sys.path[:0] = {[*_spark_python_path(), repo]!r}\n"
+            "import pyspark_metaq\n"
+            "from pyspark.sql.datasource import DataSource\n"
+            "source = pyspark_metaq.DefaultSource\n"
+            "assert issubclass(source, DataSource) and source.name() == 'metaq'\n"
+            "source({})\n")
+    proc = subprocess.run([python_without_metaq, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: the metaq data source cannot run in ") and "PYSPARK_PYTHON" in last
+    assert "No module named 'kafka'" in last
