@@ -309,7 +309,7 @@ def test_bad_options_fail_at_planning_naming_the_option(spark, zk_connect) -> No
         frame.write.format("metaq").options(**{"zookeeper.connect": zk_connect, "topic": "t"}).mode("append").save()
 
 
-def test_writing_to_a_missing_topic_fails_when_planned(spark, broker, zk_connect) -> None:
+def test_writing_to_a_missing_topic_fails_when_planned(spark, broker, zk_connect, tmp_path: Path) -> None:
     frame = spark.createDataFrame([("a",)], "value STRING")
     write = frame.write.format("metaq").options(**{"zookeeper.connect": zk_connect, "topic": "missing"})
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup()
@@ -321,7 +321,7 @@ def test_writing_to_a_missing_topic_fails_when_planned(spark, broker, zk_connect
         write.mode("overwrite").save()
     stream = (spark.readStream.format("rate").load().selectExpr("CAST(value AS STRING) AS value")
               .writeStream.format("metaq").options(**{"zookeeper.connect": zk_connect, "topic": "missing"})
-              .start())
+              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     try:
         with pytest.raises(Exception, match=r"topic 'missing' \(option 'topic'\) does not exist"):
             stream.awaitTermination(60)
