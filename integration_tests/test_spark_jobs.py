@@ -239,13 +239,15 @@ LOCAL_JOB = textwrap.dedent("""
     import sys
     from pyspark.sql import SparkSession
 
-    zk, topic, register = sys.argv[1], sys.argv[2], sys.argv[3] == "register"
+    zk, topic, auto = sys.argv[1], sys.argv[2], sys.argv[3] == "auto"
     spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
              .config("spark.log.level", "WARN").getOrCreate())
-    if register:
-        import metaq.spark
-        metaq.spark.register(spark)
-    df = spark.read.format("metaq").option("zookeeper.connect", zk).option("subscribe", topic).load()
+    df = spark.read.format("metaq").option("zookeeper.connect", zk).option("subscribe", topic)
+    if auto:  # the automatically registered source first, then register() replaces it
+        print("AUTO", df.load().count(), flush=True)
+    import metaq.spark
+    metaq.spark.register(spark)
+    df = df.load()
     print("ROWS", df.count(), df.selectExpr("count(DISTINCT partition, offset)").first()[0])
     df.select("key", "value").write.format("metaq").option("zookeeper.connect", zk) \\
         .option("topic", topic + ".copy").mode("append").save()
@@ -280,10 +282,12 @@ def test_venv_python_job_without_activation_runs(local_job, broker, zk_connect, 
 
 
 def test_auto_registration_from_outside_the_checkout(local_job, broker, zk_connect, tmp_path) -> None:
-    """No register(): Spark finds the pyspark_metaq module in the venv, from any directory."""
+    """Without register(): Spark finds the pyspark_metaq module in the venv, from any directory; register()
+    then replaces it without Spark's warning about replacing a statically registered data source."""
     assert not (tmp_path / "pyspark_metaq").exists() and REPO not in tmp_path.parents
     code, out = run_job([sys.executable, str(local_job), zk_connect, "pages", "auto"],
                         spark_env(PYSPARK_PYTHON=sys.executable), tmp_path)
     assert code == 0, out[-4000:]
-    assert "ROWS 120 120" in out
+    assert "AUTO 120" in out and "ROWS 120 120" in out
+    assert "replaced a statically registered data source" not in out
     assert _copied(broker) == 120
