@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
+SPARK_HOME = Path(__import__("pyspark.find_spark_home").find_spark_home._find_spark_home())
 JOB_TIMEOUT_S = 600  # a driver JVM, executors and Python workers on a loaded 2-core machine
 CONF = ["--conf", "spark.ui.enabled=false", "--conf", "spark.log.level=WARN", "--driver-memory", "512m"]
 
@@ -51,7 +52,7 @@ def free_port() -> int:
 
 def spark_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
-    return {**env, "SPARK_LOCAL_IP": "127.0.0.1", **extra}
+    return {**env, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1", **extra}
 
 
 def run_job(args: list[str], env: dict[str, str], cwd: Path, timeout: float = JOB_TIMEOUT_S) -> tuple[int, str]:
@@ -99,7 +100,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
     work = tmp_path_factory.mktemp("spark-standalone")
     port, ui_port = free_port(), free_port()
     env = spark_env(SPARK_DAEMON_MEMORY="256m", SPARK_WORKER_DIR=str(work / "work"))
-    spark_class = str(VENV_BIN / "spark-class")
+    spark_class = str(SPARK_HOME / "bin" / "spark-class")
     daemons: list[subprocess.Popen[bytes]] = []
     seen: list[psutil.Process] = []
 
@@ -140,7 +141,7 @@ def _alive(process: psutil.Process) -> bool:
 
 def submit(cluster: Standalone, script: str | Path, *args: str, python: str = sys.executable,
            cwd: Path = REPO) -> tuple[int, str]:
-    command = [str(VENV_BIN / "spark-submit"), "--master", cluster.master_url, *CONF,
+    command = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", cluster.master_url, *CONF,
                "--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=2",
                "--conf", f"spark.pyspark.python={python}", "--conf", f"spark.pyspark.driver.python={sys.executable}",
                str(script), *args]

@@ -6,7 +6,7 @@ offsets, and a writer).
     df = spark.read.format("metaq").option("zookeeper.connect", zk).option("subscribe", "clicks").load()
 
 Requires ``pyspark[sql]`` (pyarrow). The options are listed in :mod:`metaq.spark.options`; where each part
-runs is in :mod:`metaq.spark.source`.
+runs is in :mod:`metaq.spark.source`; which Python Spark runs it in, in :mod:`metaq.spark.workers`.
 """
 
 from __future__ import annotations
