@@ -11,8 +11,7 @@ runs is in :mod:`metaq.spark.source`; which Python Spark runs it in, in :mod:`me
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+import logging
 from typing import Any
 
 from metaq.spark.driver import OffsetBounds, commit_offsets, snapshot_offsets, stop_query
@@ -21,6 +20,8 @@ from metaq.spark.workers import WorkerPythonError, python_for_registration, work
 
 __all__ = ["FORMAT", "MetaqDataSource", "OffsetBounds", "WorkerPythonError", "commit_offsets", "register",
            "snapshot_offsets", "stop_query"]
+
+log = logging.getLogger(__name__)
 
 _DATA_SOURCE_MANAGER = "org.apache.spark.sql.execution.datasources.DataSourceManager"
 
@@ -46,26 +47,23 @@ def register(spark: Any, *, max_partitions: int | str | None = "cores") -> None:
     if max_partitions:
         source = type("MetaqDataSource", (MetaqDataSource,), {
             "default_max_partitions": int(max_partitions), "__doc__": MetaqDataSource.__doc__})
-    with python_for_registration(spark, worker_python(spark)), _replacing_quietly(spark):
+    with python_for_registration(spark, worker_python(spark)):
+        _silence_replacement_warnings(spark)
         spark.dataSource.register(source)
 
 
-@contextlib.contextmanager
-def _replacing_quietly(spark: Any) -> Iterator[None]:
-    """Replacing the automatically registered source is what :func:`register` is for, so Spark's warning
-    that a statically (or previously) registered data source was replaced is silenced for that call."""
+def _silence_replacement_warnings(spark: Any) -> None:
+    """Replacing the automatically registered source is what :func:`register` is for, yet Spark warns that
+    "the data source metaq replaced a statically registered data source" then, and again each time it
+    clones the session (every streaming query). Once Spark has looked up the static sources (whose
+    failures that logger reports too), it says nothing else, so it is set to ERROR."""
     try:
+        spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(FORMAT)  # the lookup, now
         jvm = spark.sparkContext._jvm
-        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
-        level = jvm.org.apache.logging.log4j.LogManager.getLogger(_DATA_SOURCE_MANAGER).getLevel()
-        configurator.setLevel(_DATA_SOURCE_MANAGER, jvm.org.apache.logging.log4j.Level.ERROR)
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            _DATA_SOURCE_MANAGER, jvm.org.apache.logging.log4j.Level.ERROR)
     except Exception:  # Spark Connect, or another logging backend: the warning stays
-        yield
-        return
-    try:
-        yield
-    finally:
-        configurator.setLevel(_DATA_SOURCE_MANAGER, level)
+        log.debug("metaq: cannot silence Spark's data source replacement warning", exc_info=True)
 
 
 def _cores(spark: Any) -> int | None:
