@@ -252,6 +252,12 @@ LOCAL_JOB = textwrap.dedent("""
     print("ROWS", df.count(), df.selectExpr("count(DISTINCT partition, offset)").first()[0])
     df.select("key", "value").write.format("metaq").option("zookeeper.connect", zk) \\
         .option("topic", topic + ".copy").mode("append").save()
+    if auto:  # a streaming query clones the session, which registers the source once more
+        stream = (spark.readStream.format("metaq").option("zookeeper.connect", zk).option("subscribe", topic)
+                  .option("startingOffsets", "earliest").load().writeStream.format("memory").queryName("seen")
+                  .trigger(availableNow=True).start())
+        stream.awaitTermination()
+        print("STREAM", spark.sql("SELECT count(*) FROM seen").first()[0])
     spark.stop()
 """)
 
@@ -289,6 +295,6 @@ def test_auto_registration_from_outside_the_checkout(local_job, broker, zk_conne
     code, out = run_job([sys.executable, str(local_job), zk_connect, "pages", "auto"],
                         spark_env(PYSPARK_PYTHON=sys.executable), tmp_path)
     assert code == 0, out[-4000:]
-    assert "AUTO 120" in out and "ROWS 120 120" in out
+    assert "AUTO 120" in out and "ROWS 120 120" in out and "STREAM 120" in out
     assert "replaced a statically registered data source" not in out
     assert _copied(broker) == 120
