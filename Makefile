@@ -9,6 +9,8 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
+# editable_mode=compat: the default editable install imports metaq through a finder that Spark's data
+# source discovery (pkgutil.iter_modules) cannot list, so pyspark_metaq would be found only from the checkout.
 $(STAMP): setup.cfg pyproject.toml
 	@if [ "$$(id -u)" = "0" ] && ! command -v kcat >/dev/null 2>&1; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; fi

@@ -92,7 +92,7 @@ class MetaqDataSource(DataSource):
         return writer
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
-        """``overwrite`` is set for output mode complete, which appends every result row, as Kafka's sink."""
+        """``overwrite`` is not refused here: like Kafka's sink, a stream appends its result rows."""
         from metaq.spark.writer import MetaqStreamWriter, WriteOptions, check_topic_exists
 
         options = WriteOptions.parse(self.options)
