@@ -4,6 +4,8 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+# test peers from Debian: kcat (librdkafka 2.0.2), tmux (metaq top under a terminal), prometheus (metrics scraping)
+DEBIAN_TOOLS := kcat tmux prometheus
 
 .PHONY: install demo test unit lint bench spark-examples clean
 
@@ -12,8 +14,10 @@ install: $(STAMP)
 # editable_mode=compat: the default editable install imports metaq through a finder that Spark's data
 # source discovery (pkgutil.iter_modules) cannot list, so pyspark_metaq would be found only from the checkout.
 $(STAMP): setup.cfg pyproject.toml
-	@if [ "$$(id -u)" = "0" ] && ! command -v kcat >/dev/null 2>&1; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; fi
+	@missing=""; for tool in $(DEBIAN_TOOLS); do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = "0" ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	elif [ -n "$$missing" ]; then echo "tests need Debian packages:$$missing (run make as root to install them)" >&2; fi
 	@command -v java >/dev/null 2>&1 || { echo "java not found: install a JDK (Java 17)" >&2; exit 1; }
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip

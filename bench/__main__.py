@@ -8,8 +8,9 @@ Everything runs against one embedded ZooKeeper (tickTime 200 ms) and one broker 
 ends with one set of tables:
 
 1. broker: produce and fetch throughput of confluent-kafka, kcat and metaq.Producer (100-byte and 1 KiB
-   values): msgs/s, MB/s and the broker's CPU seconds per million messages (user+system of the broker
-   process during that job, scaled);
+   values; confluent-kafka also gzip-compressed): msgs/s, MB/s and the broker's CPU seconds per million
+   messages (user+system of the broker process during that job, scaled). Produce rows include the broker's
+   validation of every record (metaq/broker/log/validator.py);
 2. consumer: one consumer process per client on the same pre-produced data (bench/consumer.py), with the
    ratios the targets are stated in;
 3. rebalance: 4 consumer processes x 64 partitions, clean leave/join and SIGKILL (bench/rebalance.py);
@@ -88,9 +89,10 @@ class Bench:
         print("  " + " | ".join(self.rows[-1].cells()), flush=True)
 
 
-def confluent_produce(bootstrap: str, topic: str, value: bytes, n: int) -> None:
+def confluent_produce(bootstrap: str, topic: str, value: bytes, n: int, compression: str = "none") -> None:
     p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1000000,
-                                  "queue.buffering.max.messages": 2000000, "acks": 1})
+                                  "queue.buffering.max.messages": 2000000, "acks": 1,
+                                  "compression.type": compression})
     for _ in range(n):
         try:
             p.produce(topic, value, partition=0)
@@ -142,6 +144,8 @@ def run_broker(env: Environment, messages: int, sizes: list[int]) -> list[Row]:
         t = bench.topic()
         bench.measure("confluent-kafka", "produce", size, n, confluent_produce, env.bootstrap, t, value, n)
         bench.measure("confluent-kafka", "fetch", size, n, confluent_consume, env.bootstrap, t, n)
+        t = bench.topic()  # the broker decompresses every compressed batch to validate it
+        bench.measure("confluent-kafka", "produce gzip", size, n, confluent_produce, env.bootstrap, t, value, n, "gzip")
         if KCAT:
             t = bench.topic()
             bench.measure("kcat", "produce", size, n, kcat_produce, env.bootstrap, t, value, n, lines)

@@ -135,7 +135,8 @@ def test_describe_shows_lag_owners_and_members_of_a_live_group(broker, make_topi
                              owners[("clicks", p)]]
         assert cells[-1] == "OK"
     assert [g for g in listed["groups"] if g["group"] == "etl"] == [
-        {"group": "etl", "members": 2, "active": True, "topics": ["clicks"]}]
+        {"group": "etl", "kind": "zookeeper", "members": 2, "active": True, "state": None, "topics": ["clicks"],
+         "error": None}]
 
     # the members left: the group is still listed and described, without owners
     after = ok_json("groups", "list", "--zookeeper", zk_connect)
@@ -459,4 +460,4 @@ def test_errors_exit_codes_and_messages(broker, make_topic, zk_connect: str, tmp
     config = tmp_path / "consumer.properties"
     config.write_text(f"group.id=etl\nzookeeper.connect={zk_connect}\n")
     assert ok_json("topics", "list", "--config", str(config)) == {"topics": [{"topic": "known", "partitions": 1}]}
-    assert ok_json("groups", "list", "--config", str(config)) == {"groups": []}
+    assert ok_json("groups", "list", "--config", str(config)) == {"groups": [], "notes": []}

@@ -140,15 +140,33 @@ def _unknown_key_message(what: str, key: str, known: list[str]) -> str:
     return f"unknown {what} option {key!r}{hint}"
 
 
-def load_properties(path: str | Path) -> dict[str, str]:
-    """Read a Java-style ``.properties`` file (``key=value`` or ``key: value``, ``#``/``!`` comments,
-    backslash line continuation). Errors name the file and line."""
-    path = Path(path)
+# A properties file larger than this is refused rather than read (``--config /dev/zero`` must not hang).
+MAX_PROPERTIES_BYTES = 1 << 20
+
+
+def _read_properties_text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            raw = f.read(MAX_PROPERTIES_BYTES + 1)
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e
+    if len(raw) > MAX_PROPERTIES_BYTES:
+        raise ConfigError(f"config file {path} is larger than {MAX_PROPERTIES_BYTES} bytes; is it a properties file?")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from e
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    """Read a Java-style ``.properties`` file (``key=value`` or ``key: value``, ``#``/``!`` comments,
+    backslash line continuation), UTF-8, at most MAX_PROPERTIES_BYTES. Errors name the file and line; a
+    key set twice is an error (Java would silently keep the last value, hiding a mistake)."""
+    path = Path(path)
+    text = _read_properties_text(path)
     result: dict[str, str] = {}
+    first_line: dict[str, int] = {}
     pending = ""
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = (pending + line.strip()) if pending else line.strip()
@@ -161,5 +179,9 @@ def load_properties(path: str | Path) -> dict[str, str]:
         cut = min((i for i in (stripped.find("="), stripped.find(":")) if i >= 0), default=-1)
         if cut <= 0:
             raise ConfigError(f"{path}:{number}: expected key=value, got {line.strip()!r}")
-        result[stripped[:cut].strip()] = stripped[cut + 1 :].strip()
+        key = stripped[:cut].strip()
+        if key in first_line:
+            raise ConfigError(f"{path}:{number}: key {key!r} is set again (first on line {first_line[key]})")
+        first_line[key] = number
+        result[key] = stripped[cut + 1 :].strip()
     return result

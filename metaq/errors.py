@@ -12,7 +12,9 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     │   └── MalformedNodeError          a node's data does not parse (names the path)
     ├── ProtocolError                a frame that cannot be decoded or is not allowed (names the frame)
     ├── CorruptRecordError           a record batch failed its size, magic or CRC check
-    │   └── UnsupportedMessageFormatError  magic 0/1 message sets
+    │   ├── UnsupportedMessageFormatError  magic 0/1 message sets
+    │   ├── UnsupportedCompressionError    a codec id that is unknown or whose library is not installed
+    │   └── InvalidRecordError             a batch with a valid CRC whose records or flags are invalid
     ├── BrokerConnectionError        a broker unreachable or the connection broke (retriable)
     ├── StorageError                 the log on disk cannot be read or written
     ├── DeserializationError         a record's key or value does not decode (names topic/partition/offset)
@@ -27,6 +29,7 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 
@@ -83,6 +86,15 @@ class UnsupportedMessageFormatError(CorruptRecordError):
     """A message set in a format other than record batch v2 (magic 0 or 1)."""
 
 
+class UnsupportedCompressionError(CorruptRecordError):
+    """A batch compressed with a codec id that is unknown, or whose library is not installed here."""
+
+
+class InvalidRecordError(CorruptRecordError):
+    """A batch whose CRC is valid but whose contents are not: records that do not decode, a record count or
+    offset deltas that do not match, flags a client may not set (Kafka's ``InvalidRecordException``)."""
+
+
 class BrokerConnectionError(MetaqError):
     """A broker could not be reached, or the connection broke mid-request."""
 
@@ -132,7 +144,8 @@ class BrokerResponseError(MetaqError):
 _BY_CODE: dict[int, type[BrokerResponseError]] = {}
 
 
-def _broker_error(code: int, message: str, *, retriable: bool = False, invalid_metadata: bool = False):
+def _broker_error(code: int, message: str, *, retriable: bool = False, invalid_metadata: bool = False,
+                  ) -> Callable[[type[BrokerResponseError]], type[BrokerResponseError]]:
     def register(cls: type[BrokerResponseError]) -> type[BrokerResponseError]:
         cls.code = code
         cls.message = message
@@ -174,6 +187,11 @@ class MessageSizeTooLargeError(BrokerResponseError):
     pass
 
 
+@_broker_error(17, "INVALID_TOPIC_EXCEPTION")
+class InvalidTopicError(BrokerResponseError):
+    pass
+
+
 @_broker_error(35, "UNSUPPORTED_VERSION")
 class UnsupportedVersionError(BrokerResponseError):
     pass
@@ -186,6 +204,16 @@ class UnsupportedForMessageFormatError(BrokerResponseError):
 
 @_broker_error(56, "KAFKA_STORAGE_ERROR", retriable=True, invalid_metadata=True)
 class KafkaStorageError(BrokerResponseError):
+    pass
+
+
+@_broker_error(76, "UNSUPPORTED_COMPRESSION_TYPE")
+class UnsupportedCompressionTypeError(BrokerResponseError):
+    pass
+
+
+@_broker_error(87, "INVALID_RECORD")
+class InvalidRecordResponseError(BrokerResponseError):
     pass
 
 

@@ -1,6 +1,6 @@
 """Automatic registration of the ``metaq`` Spark data source: PySpark looks for top-level ``pyspark_*``
-modules that define ``DefaultSource`` (spark-datasource.md). ``metaq.spark.register(spark)`` does the
-same explicitly.
+modules that define ``DefaultSource`` (PySpark's data source discovery). ``metaq.spark.register(spark)``
+does the same explicitly.
 
 Spark imports this module in a Python worker while it looks up data sources for *any* format. If that
 Python cannot import metaq (it is not the interpreter metaq is installed in), the import must not fail:

@@ -1,8 +1,8 @@
 """The Kafka 0.8 ZooKeeper schema: paths (:mod:`zk_layout.paths`), node codecs (:mod:`zk_layout.formats`) and
 typed reads/writes over kazoo (:mod:`zk_layout.store`).
 
-This package is the only code that knows a ZooKeeper path. It depends on kazoo, the standard library and
-:mod:`metaq.errors` only, so that tools can use it without the rest of metaq.
+This package is the only code that knows a ZooKeeper path. It depends on kazoo, google-re2 (topic filters),
+the standard library and :mod:`metaq.errors` only, so that tools can use it without the rest of metaq.
 """
 
 from __future__ import annotations
@@ -29,7 +29,15 @@ from zk_layout.formats import (
     parse_endpoint,
 )
 from zk_layout.paths import split_connect, validate_group, validate_topic
-from zk_layout.store import FencedOffset, OffsetNode, OwnerNode, ZkLayout, new_cluster_id, parse_offset_path
+from zk_layout.store import (
+    ConsumerNode,
+    FencedOffset,
+    OffsetNode,
+    OwnerNode,
+    ZkLayout,
+    new_cluster_id,
+    parse_offset_path,
+)
 
 __all__ = [
     "BLACK_LIST",
@@ -37,6 +45,7 @@ __all__ = [
     "WHITE_LIST",
     "BrokerInfo",
     "ClusterId",
+    "ConsumerNode",
     "ControllerInfo",
     "PartitionState",
     "FencedOffset",

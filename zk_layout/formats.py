@@ -12,6 +12,7 @@ versions and of MetaQ, and strict about everything else: each takes the node's p
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -19,7 +20,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn, Self
 
+import re2  # type: ignore[import-untyped]
+
 from metaq.errors import ConfigError, MalformedNodeError
+from zk_layout.paths import INT32_MAX
 
 STATIC: Final = "static"
 WHITE_LIST: Final = "white_list"
@@ -29,6 +33,9 @@ PATTERNS: Final = (STATIC, WHITE_LIST, BLACK_LIST)
 INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
 
 BROKER_REGISTRATION_VERSION: Final = 5
+# Broker ids, partitions, replicas, leaders and epochs are int32 on the Kafka wire (INT32_MAX): a node
+# holding a larger one cannot be served to any client, so the decoders refuse it (no Metadata would encode).
+MAX_PORT: Final = 65535
 _SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _INT_TEXT = re.compile(r"-?[0-9]+")
 _DIGITS = re.compile(r"[0-9]+")
@@ -100,11 +107,16 @@ class _Fields:
             self.node.fail(f"missing key {self.where}{key!r}")
         return default
 
-    def int(self, key: str, default: Any = _REQUIRED, *, minimum: int | None = None) -> int:
+    def int(self, key: str, default: Any = _REQUIRED, *, minimum: int | None = None,
+            maximum: int | None = None) -> int:
         value = self.value(key, default)
         if value is default and default is not _REQUIRED:
             return value  # type: ignore[no-any-return]
-        return _as_int(self.node, value, f"{self.where}{key!r}", minimum)
+        return _as_int(self.node, value, f"{self.where}{key!r}", minimum, maximum)
+
+    def int32(self, key: str, default: Any = _REQUIRED, *, minimum: int = -1) -> int:
+        """A value sent to Kafka clients as int32 (leader, epoch): ``minimum``..2^31-1."""
+        return self.int(key, default, minimum=minimum, maximum=INT32_MAX)
 
     def str(self, key: str, default: Any = _REQUIRED, *, nullable: bool = False) -> Any:
         value = self.value(key, default)
@@ -133,11 +145,9 @@ class _Fields:
             self.node.fail(f"{self.where}{key!r} must be a JSON object, got {value!r:.40}")
         return value
 
-    def int_list(self, key: str, default: Any = _REQUIRED) -> tuple[int, ...]:
-        value = self.value(key, default)
-        if value is default and default is not _REQUIRED:
-            return value  # type: ignore[no-any-return]
-        return _as_int_tuple(self.node, value, f"{self.where}{key!r}")
+    def broker_ids(self, key: str) -> tuple[int, ...]:
+        """A list of broker ids (an ISR): each 0..2^31-1."""
+        return _broker_id_tuple(self.node, self.value(key, _REQUIRED), f"{self.where}{key!r}")
 
 
 def _parse_int_text(node: _Node, text: str, what: str, *, signed: bool = True) -> int:
@@ -148,29 +158,45 @@ def _parse_int_text(node: _Node, text: str, what: str, *, signed: bool = True) -
     return int(text)
 
 
-def _as_int(node: _Node, value: Any, what: str, minimum: int | None) -> int:
+def _as_int(node: _Node, value: Any, what: str, minimum: int | None, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         node.fail(f"{what} must be an integer, got {value!r:.40}")
     if minimum is not None and value < minimum:
         node.fail(f"{what} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        node.fail(f"{what} must be <= {maximum} (a Kafka int32), got {value}")
     return value
 
 
-def _as_int_tuple(node: _Node, value: Any, what: str) -> tuple[int, ...]:
+def _broker_id_tuple(node: _Node, value: Any, what: str) -> tuple[int, ...]:
     if not isinstance(value, list):
-        node.fail(f"{what} must be a list of integers, got {value!r:.40}")
-    return tuple(_as_int(node, item, f"element of {what}", None) for item in value)
+        node.fail(f"{what} must be a list of broker ids, got {value!r:.40}")
+    return tuple(_as_int(node, item, f"element of {what}", 0, INT32_MAX) for item in value)
 
 
 def _partition_map(node: _Node, value: Any, what: str) -> dict[int, tuple[int, ...]]:
-    """``{"0":[1,2],"1":[2]}`` -> ``{0: (1, 2), 1: (2,)}``, sorted numerically."""
+    """``{"0":[1,2],"1":[2]}`` -> ``{0: (1, 2), 1: (2,)}``, sorted numerically. Partitions and replicas
+    must fit a Kafka int32."""
     if not isinstance(value, dict):
         node.fail(f"{what} must be a JSON object, got {value!r:.40}")
     result: dict[int, tuple[int, ...]] = {}
     for key, replicas in value.items():
         partition = _parse_int_text(node, key, f"partition {key!r} of {what}", signed=False)
-        result[partition] = _as_int_tuple(node, replicas, f"{what}[{key!r}]")
+        if partition > INT32_MAX:
+            node.fail(f"partition {key!r} of {what} must be <= {INT32_MAX} (a Kafka int32)")
+        result[partition] = _broker_id_tuple(node, replicas, f"{what}[{key!r}]")
     return dict(sorted(result.items()))
+
+
+def decode_broker_id(node_path: str, name: str) -> int:
+    """The broker id a ``/brokers/ids`` child name stands for: decimal digits, 0..2^31-1 (Kafka's int32);
+    MalformedNodeError naming the node otherwise."""
+    node = _Node(node_path, None)
+    broker_id = _parse_int_text(node, name, "the broker id (the node's name)", signed=False)
+    if broker_id > INT32_MAX:
+        node.fail(f"broker id {broker_id} does not fit a Kafka int32 (0..{INT32_MAX}); no client could be told "
+                  "about it")
+    return broker_id
 
 
 def _encode_partition_map(partitions: Mapping[int, Iterable[int]]) -> dict[str, list[int]]:
@@ -281,8 +307,9 @@ class BrokerInfo:
         the last segment of ``path``."""
         node = _Node(path, raw)
         if broker_id is None:
-            last = path.rstrip("/").rpartition("/")[2]
-            broker_id = _parse_int_text(node, last, "the last segment of the path (the broker id)", signed=False)
+            broker_id = decode_broker_id(path, path.rstrip("/").rpartition("/")[2])
+        elif not 0 <= broker_id <= INT32_MAX:
+            node.fail(f"broker id {broker_id} does not fit a Kafka int32 (0..{INT32_MAX})")
         text = node.text()
         if text.startswith("meta://"):
             return cls._decode_meta(node, broker_id, text)
@@ -296,7 +323,7 @@ class BrokerInfo:
         return cls(
             id=broker_id,
             host=fields.str("host", None, nullable=True),
-            port=fields.int("port", -1),
+            port=fields.int("port", -1, minimum=-1, maximum=MAX_PORT),
             endpoints=tuple(endpoints),
             timestamp_ms=fields.timestamp(),
             jmx_port=fields.int("jmx_port", -1),
@@ -311,6 +338,8 @@ class BrokerInfo:
         if match is None:
             node.fail("expected meta://host:port")
         host = match["host"].strip("[]")
+        if int(match["port"]) > MAX_PORT:
+            node.fail(f"port {match['port']} is above {MAX_PORT}")
         return cls(id=broker_id, host=host, port=int(match["port"]), endpoints=(), timestamp_ms=-1, version=0)
 
 
@@ -390,10 +419,10 @@ class PartitionState:
         node = _Node(path, raw)
         fields = _Fields(node, node.json_object())
         return cls(
-            leader=fields.int("leader"),
-            leader_epoch=fields.int("leader_epoch"),
-            isr=fields.int_list("isr"),
-            controller_epoch=fields.int("controller_epoch"),
+            leader=fields.int32("leader"),
+            leader_epoch=fields.int32("leader_epoch"),
+            isr=fields.broker_ids("isr"),
+            controller_epoch=fields.int32("controller_epoch"),
             version=fields.int("version", 1),
             leader_recovery_state=fields.int("leader_recovery_state", None),
         )
@@ -426,6 +455,27 @@ def normalize_topic_filter(regex: str) -> str:
     """Kafka's ``TopicFilter`` clean-up: trim, ``,`` -> ``|``, drop spaces, strip surrounding quotes."""
     cleaned = regex.strip().replace(",", "|").replace(" ", "")
     return cleaned.lstrip("\"'").rstrip("\"'")
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # the error is raised (and named) here; RE2 would also print it to stderr
+
+
+@functools.lru_cache(maxsize=512)
+def compile_topic_filter(regex: str) -> Any:
+    """A normalised topic filter compiled with RE2, whose matching time is linear in the topic's length.
+
+    Filters come from every member's ``/consumers/<g>/ids`` node, so they are untrusted: with Python's
+    backtracking ``re``, ``(a+)+$`` against a 30-character topic takes seconds of CPU in every member and
+    ops tool. RE2 accepts what topic filters use (classes, alternation, repetition, ``(?i)``, ``\\Q..\\E``)
+    but not backreferences, lookaround or possessive quantifiers: those raise ConfigError with RE2's
+    reason. ``fullmatch`` is Java's ``String.matches``."""
+    try:
+        return re2.compile(regex, _RE2_OPTIONS)
+    except re2.error as e:
+        reason = e.args[0].decode("utf-8", "replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        raise ConfigError(f"topic filter {regex!r} is not a valid regex: {reason} (topic filters are matched "
+                          "with RE2, which has no backreferences, lookaround or possessive quantifiers)") from e
 
 
 @dataclass(frozen=True)
@@ -461,15 +511,13 @@ class TopicCount:
 
     def streams_per_topic(self, topics: Iterable[str], *, exclude_internal: bool = True) -> dict[str, int]:
         """topic -> streams. Static: the subscription. Wildcard: every topic the regex fully matches (white
-        list) or does not (black list). Python's ``re`` stands in for Java's regex; they agree on the usual
-        subset (classes, alternation, ``.*``)."""
+        list) or does not (black list), with RE2 (:func:`compile_topic_filter`) standing in for Java's
+        regex: they agree on the usual subset (classes, alternation, ``.*``). ConfigError for a filter RE2
+        does not support (a decoded node has been checked already, see :meth:`decode`)."""
         if not self.is_wildcard:
             return dict(self.subscription)
         regex, streams = self.topic_filter()
-        try:
-            compiled = re.compile(regex)
-        except re.error as e:
-            raise ConfigError(f"topic filter {regex!r}: {e}") from e
+        compiled = compile_topic_filter(regex)
         whitelist = self.pattern == WHITE_LIST
         return {
             topic: streams
@@ -509,6 +557,10 @@ class TopicCount:
             pattern = STATIC
         else:
             counts = dict([next(iter(counts.items()))])
+            try:
+                compile_topic_filter(normalize_topic_filter(next(iter(counts))))
+            except ConfigError as e:
+                node.fail(str(e))
         return cls(counts, pattern, fields.timestamp(), fields.int("version", 1))
 
     @classmethod
@@ -540,13 +592,22 @@ def encode_offset(offset: int) -> bytes:
     return str(offset).encode("ascii")
 
 
+NO_OFFSET_VALUE: Final = -1
+"""What an offset node holds before a first commit (a fence writes it); Kafka 0.8 reads it as "no offset"."""
+
+
 def decode_offset(path: str, raw: bytes | None) -> int:
     """Accept Kafka's ``4213``, MetaQ's ``msgId-offset`` (``1349857398021-10240``, ``-1-0``) and surrounding
-    whitespace. Splits on the *last* dash (MetaQ's own ``split("-")`` misreads ``-1-1234``)."""
+    whitespace. Splits on the *last* dash (MetaQ's own ``split("-")`` misreads ``-1-1234``). The only
+    negative value is ``-1`` (no offset): anything below is no offset a consumer could have committed, so it
+    is reported as malformed rather than silently read as "none"."""
     node = _Node(path, raw)
     text = node.text().strip()
     if "-" not in text[1:]:
-        return _parse_int_text(node, text, "the offset")
+        offset = _parse_int_text(node, text, "the offset")
+        if offset < NO_OFFSET_VALUE:
+            node.fail(f"negative offset {offset} (only {NO_OFFSET_VALUE}, \"no offset yet\", may be negative)")
+        return offset
     msg_id, _, offset = text.rpartition("-")
     _parse_int_text(node, msg_id, "the msgId of msgId-offset")
     return _parse_int_text(node, offset, "the offset of msgId-offset", signed=False)

@@ -89,9 +89,13 @@ def _validate_node_name(kind: str, name: str) -> str:
     return name
 
 
+INT32_MAX = 2**31 - 1
+
+
 def _validate_id(kind: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{kind} {value!r}: must be an integer >= 0")
+    """Broker ids and partitions are int32 on the Kafka wire: a larger one could never be served."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT32_MAX:
+        raise ConfigError(f"{kind} {value!r}: must be an integer in 0..{INT32_MAX}")
     return value
 
 

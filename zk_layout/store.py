@@ -61,6 +61,7 @@ from zk_layout.formats import (
     TopicAssignment,
     TopicConfig,
     TopicCount,
+    decode_broker_id,
     decode_offset,
     decode_owner,
     encode_offset,
@@ -75,10 +76,13 @@ NO_OFFSET = b"-1"  # what a fenced partition holds before its first commit; Kafk
 
 @dataclass(frozen=True, slots=True)
 class FencedOffset:
-    """A committed offset (None if the group has none) and the node version to commit against."""
+    """A committed offset (None if the group has none) and the node version to commit against.
+    ``malformed`` is set when the node held something that is no offset (e.g. ``-5``): ``offset`` is None
+    then, and the consumer says so before applying ``auto.offset.reset``."""
 
     offset: int | None
     version: int
+    malformed: MalformedNodeError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,19 @@ class OffsetNode:
     offset: int | None
     ctime_ms: int
     mtime_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerNode:
+    """A member's registration with the session that holds it: 0 for a persistent node, which no session
+    expiry will ever remove (a fake or left-over member, see :attr:`ephemeral`)."""
+
+    registration: TopicCount
+    session_id: int
+
+    @property
+    def ephemeral(self) -> bool:
+        return self.session_id != 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +160,8 @@ class ZkLayout:
     """Typed access to the Kafka 0.8 ZooKeeper layout; see the module docstring.
 
     ``stale_node_wait_s`` bounds how long :meth:`register_broker` and :meth:`register_consumer` wait for an
-    ephemeral node left by our own previous session to expire before giving up. Thread-safe as kazoo is.
+    ephemeral node held by another session (after a kill -9, the previous run's) to expire before giving up
+    (a broker passes a longer wait: its session timeout plus a margin). Thread-safe as kazoo is.
     """
 
     def __init__(self, client: KazooClient, *, stale_node_wait_s: float = 10.0) -> None:
@@ -224,12 +242,19 @@ class ZkLayout:
         client_id = self._client.client_id
         return client_id[0] if client_id else None
 
-    def _create_ephemeral(self, path: str, data: bytes, what: str, is_stale_copy: Callable[[bytes], bool]) -> None:
-        """Create an ephemeral node, resolving a conflict the way Kafka's
-        ``createEphemeralPathExpectConflictHandleZKBug`` does: a node owned by this session is ours already
-        (a retried create whose reply was lost) and is updated; a node that ``is_stale_copy`` recognises as
-        left by our previous session is waited out until it expires; anything else is a real conflict."""
-        deadline = time.monotonic() + self._stale_node_wait_s
+    def _create_ephemeral(self, path: str, data: bytes, what: str, describe: Callable[[bytes], str],
+                          wait_s: float | None = None) -> None:
+        """Create an ephemeral node, resolving a conflict as Kafka's ``checkedEphemeralCreate`` does.
+
+        A node owned by this session is ours already (a retried create whose reply was lost) and is updated.
+        A node owned by another session is waited for, up to ``wait_s`` (default ``stale_node_wait_s``):
+        after a kill -9 the previous run's node lives until its session expires, so a restart within the
+        session timeout must wait rather than fail. A node still there after the wait is held by a live
+        session, and a persistent node never expires: both are refused, naming the holder (``describe``
+        renders the node's data)."""
+        wait = self._stale_node_wait_s if wait_s is None else wait_s
+        deadline = time.monotonic() + wait
+        announced = False
         while True:
             with self._translated("create", path):
                 try:
@@ -245,10 +270,18 @@ class ZkLayout:
                 with self._translated("write", path):
                     self._client.set(path, data)
                 return
-            if stat.ephemeralOwner == 0 or not is_stale_copy(old) or time.monotonic() >= deadline:
-                owner = f"session 0x{stat.ephemeralOwner:x}" if stat.ephemeralOwner else "a persistent node"
-                raise ZooKeeperError(f"{what} already registered at {self.full_path(path)} ({owner})")
-            log.info("%s: waiting for %s left by a previous session to expire", what, self.full_path(path))
+            if stat.ephemeralOwner == 0:
+                raise ZooKeeperError(f"{what} already registered at {self.full_path(path)} by a persistent node "
+                                     f"({describe(old)}), which no session expiry removes: delete it")
+            if time.monotonic() >= deadline:
+                raise ZooKeeperError(f"{what} already registered at {self.full_path(path)} by {describe(old)} "
+                                     f"(session 0x{stat.ephemeralOwner:x}), still alive after waiting {wait:.0f}s "
+                                     "for it to expire")
+            if not announced:
+                announced = True
+                log.warning("%s: %s is held by session 0x%x (%s), probably left by a previous run that did not "
+                            "shut down cleanly; waiting up to %.0fs for that session to expire", what,
+                            self.full_path(path), stat.ephemeralOwner, describe(old), wait)
             self._wait_gone(path, deadline)
 
     def _wait_gone(self, path: str, deadline: float) -> None:
@@ -302,35 +335,37 @@ class ZkLayout:
 
     # -- brokers -----------------------------------------------------------------------------------
 
-    def register_broker(self, info: BrokerInfo) -> None:
-        """Register ``info`` as an ephemeral node. A node left by a previous session of the same broker (same
-        addresses) is waited out; one from another broker raises "broker id N already registered"."""
+    def register_broker(self, info: BrokerInfo, *, stale_wait_s: float | None = None) -> None:
+        """Register ``info`` as an ephemeral node. A node of another session (after a kill -9, the previous
+        run's) is waited for up to ``stale_wait_s`` (default ``stale_node_wait_s``; a broker passes its
+        session timeout plus a margin); if it outlives that, its broker is alive and "broker id N already
+        registered" names that broker's endpoint."""
         path = paths.broker_path(info.id)
 
-        def same_broker(old: bytes) -> bool:
+        def holder(old: bytes) -> str:
             try:
-                previous = BrokerInfo.decode(path, old, broker_id=info.id)
+                previous = BrokerInfo.decode(self.full_path(path), old, broker_id=info.id)
             except MalformedNodeError:
-                return False
-            return (previous.host, previous.port, previous.endpoints) == (
-                info.host,
-                info.port,
-                info.endpoints,
-            )
+                return f"a node holding {old[:80]!r}"
+            return "the broker at " + (", ".join(previous.endpoints) or f"{previous.host}:{previous.port}")
 
-        self._create_ephemeral(path, info.encode(), f"broker id {info.id}", same_broker)
+        self._create_ephemeral(path, info.encode(), f"broker id {info.id}", holder, stale_wait_s)
 
     def unregister_broker(self, broker_id: int) -> None:
         self._delete(paths.broker_path(broker_id))
 
-    def broker_ids(self, watch: Watch | None = None) -> list[int]:
-        """Live broker ids; ``watch`` fires when a broker comes or goes."""
+    def broker_ids(self, watch: Watch | None = None, *, skipped: list[MalformedNodeError] | None = None) -> list[int]:
+        """Live broker ids; ``watch`` fires when a broker comes or goes. A child whose name is not a broker id
+        Kafka clients can be told about (0..2^31-1) is left out: logged, or appended to ``skipped``."""
         ids = []
         for name in self._children(paths.BROKER_IDS, watch):
-            if name.isascii() and name.isdigit():
-                ids.append(int(name))
-            else:
-                log.warning("ignoring %s/%s: not a broker id", self.full_path(paths.BROKER_IDS), name)
+            try:
+                ids.append(decode_broker_id(self.full_path(f"{paths.BROKER_IDS}/{name}"), name))
+            except MalformedNodeError as e:
+                if skipped is None:
+                    log.warning("ignoring %s", e)
+                else:
+                    skipped.append(e)
         return sorted(ids)
 
     def broker(self, broker_id: int, watch: Watch | None = None) -> BrokerInfo | None:
@@ -338,12 +373,20 @@ class ZkLayout:
         node = self._read(path, watch)
         return None if node is None else BrokerInfo.decode(self.full_path(path), node[0], broker_id=broker_id)
 
-    def brokers(self, watch: Watch | None = None) -> dict[int, BrokerInfo]:
+    def brokers(self, watch: Watch | None = None, *,
+                skipped: list[MalformedNodeError] | None = None) -> dict[int, BrokerInfo]:
         """Live brokers by id (a broker that goes away between listing and reading is left out). ``watch``
-        is set on the list and on every registration."""
+        is set on the list and on every registration. With ``skipped``, a node that does not decode is left
+        out and appended there (so that one bad node cannot hide the others); without, it raises."""
         result = {}
-        for broker_id in self.broker_ids(watch):
-            info = self.broker(broker_id, watch)
+        for broker_id in self.broker_ids(watch, skipped=skipped):
+            try:
+                info = self.broker(broker_id, watch)
+            except MalformedNodeError as e:
+                if skipped is None:
+                    raise
+                skipped.append(e)
+                continue
             if info is not None:
                 result[broker_id] = info
         return result
@@ -463,11 +506,23 @@ class ZkLayout:
         with self._translated("read", path):
             return self._client.exists(path) is not None
 
+    def delete_group(self, group: str) -> bool:
+        """Remove ``/consumers/<g>`` and everything under it (what Kafka 0.8's console consumer did with the
+        group it generated); False if it was not there."""
+        path = paths.consumer_group_path(group)
+        with self._translated("delete", path):
+            try:
+                self._client.delete(path, recursive=True)
+                return True
+            except NoNodeError:
+                return False
+
     def register_consumer(self, group: str, consumer_id: str, topic_count: TopicCount) -> None:
         """Register a consumer (ephemeral). Consumer ids are unique per process start, so a node with the same
         id can only be our own previous session's: it is waited out, as Kafka does."""
         path = paths.consumer_id_path(group, consumer_id)
-        self._create_ephemeral(path, topic_count.encode(), f"consumer {consumer_id}", lambda _old: True)
+        self._create_ephemeral(path, topic_count.encode(), f"consumer {consumer_id}",
+                               lambda _old: "a previous session of this consumer")
 
     def unregister_consumer(self, group: str, consumer_id: str) -> None:
         self._delete(paths.consumer_id_path(group, consumer_id))
@@ -478,18 +533,29 @@ class ZkLayout:
         return self._children(paths.consumer_ids_path(group), watch)
 
     def consumer_registration(self, group: str, consumer_id: str, watch: Watch | None = None) -> TopicCount | None:
+        node = self.consumer_node(group, consumer_id, watch)
+        return None if node is None else node.registration
+
+    def consumer_node(self, group: str, consumer_id: str, watch: Watch | None = None) -> ConsumerNode | None:
+        """The registration and the session holding it (see :class:`ConsumerNode`)."""
         path = paths.consumer_id_path(group, consumer_id)
         node = self._read(path, watch)
-        return None if node is None else TopicCount.decode(self.full_path(path), node[0])
+        if node is None:
+            return None
+        return ConsumerNode(TopicCount.decode(self.full_path(path), node[0]), node[1].ephemeralOwner)
+
+    def consumer_nodes(self, group: str) -> dict[str, ConsumerNode]:
+        """consumer id -> registration node, leaving out consumers that go away while being read."""
+        result = {}
+        for consumer_id in self.consumer_ids(group):
+            node = self.consumer_node(group, consumer_id)
+            if node is not None:
+                result[consumer_id] = node
+        return result
 
     def consumer_registrations(self, group: str) -> dict[str, TopicCount]:
         """consumer id -> registration, leaving out consumers that go away while being read."""
-        result = {}
-        for consumer_id in self.consumer_ids(group):
-            registration = self.consumer_registration(group, consumer_id)
-            if registration is not None:
-                result[consumer_id] = registration
-        return result
+        return {consumer_id: node.registration for consumer_id, node in self.consumer_nodes(group).items()}
 
     def owner(self, group: str, topic: str, partition: int, watch: Watch | None = None) -> str | None:
         path = paths.owner_path(group, topic, partition)
@@ -722,8 +788,7 @@ class ZkLayout:
                 results = txn.commit()
                 if not any(isinstance(result, Exception) for result in results):
                     for (key, (data, _)), result in zip(current.items(), results, strict=True):
-                        offset = decode_offset(self.full_path(nodes[key]), data)
-                        fenced[key] = FencedOffset(offset if offset >= 0 else None, result.version)
+                        fenced[key] = self._fenced(nodes[key], data, result.version)
         return {key: fenced[key] if key in fenced else self._fence_one(path) for key, path in nodes.items()}
 
     def _fence_one(self, path: str) -> FencedOffset:
@@ -743,18 +808,24 @@ class ZkLayout:
                     continue  # written meanwhile (by the previous owner's last commit): read again
                 except NoNodeError:
                     continue
-                offset = decode_offset(self.full_path(path), data)
-                return FencedOffset(offset if offset >= 0 else None, new.version)
+                return self._fenced(path, data, new.version)
+
+    def _fenced(self, path: str, data: bytes, version: int) -> FencedOffset:
+        """A member must be able to take a partition whatever its offset node holds: a node that is no offset
+        reads as none (the consumer warns, naming it, and applies auto.offset.reset); the next commit
+        overwrites it."""
+        try:
+            offset = decode_offset(self.full_path(path), data)
+        except MalformedNodeError as e:
+            return FencedOffset(None, version, e)
+        return FencedOffset(offset if offset >= 0 else None, version)
 
     def read_fenced_offset(self, group: str, topic: str, partition: int) -> FencedOffset | None:
         """The committed offset (None for none or the ``-1`` of a fence) and the node's version, or None if
         the node does not exist: to tell whether a fenced commit whose reply was lost was applied."""
         path = paths.offset_path(group, topic, partition)
         node = self._read(path)
-        if node is None:
-            return None
-        offset = decode_offset(self.full_path(path), node[0])
-        return FencedOffset(offset if offset >= 0 else None, node[1].version)
+        return None if node is None else self._fenced(path, node[0], node[1].version)
 
     def commit_fenced_offsets(
         self, group: str, offsets: Mapping[tuple[str, int], tuple[int, int]]

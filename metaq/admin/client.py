@@ -19,7 +19,15 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from metaq.admin.groups import DEFAULT_STALL_AFTER_MS, GroupDescription, GroupSummary, describe_group, list_groups
+from metaq.admin.broker_groups import BrokerGroups, CoordinatorGroups
+from metaq.admin.groups import (
+    DEFAULT_STALL_AFTER_MS,
+    GroupDescription,
+    GroupListing,
+    GroupSummary,
+    describe_group,
+    group_listing,
+)
 from metaq.admin.kafka_offsets import GroupOffsetsStore, KafkaGroupOffsets
 from metaq.admin.log_offsets import BrokerLogOffsets, LogOffsets
 from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress, ResetSpec, apply_plan, plan_reset
@@ -51,14 +59,16 @@ def resolve_connect(zookeeper: str | None = None, config: str | Path | None = No
 
 
 class Admin:
-    """See the module docstring. ``log_offsets`` and ``kafka`` (the groups' offsets in
-    ``__consumer_offsets``) are seams for tests (in-memory fakes)."""
+    """See the module docstring. ``log_offsets``, ``kafka`` (the groups' offsets in ``__consumer_offsets``) and
+    ``coordinators`` (the groups the brokers' coordinators know) are seams for tests (in-memory fakes)."""
 
     def __init__(self, layout: ZkLayout, log_offsets: LogOffsets | None = None, *,
-                 client: KazooClient | None = None, kafka: GroupOffsetsStore | None = None) -> None:
+                 client: KazooClient | None = None, kafka: GroupOffsetsStore | None = None,
+                 coordinators: CoordinatorGroups | None = None) -> None:
         self.layout = layout
         self.log_offsets: LogOffsets = log_offsets if log_offsets is not None else BrokerLogOffsets(layout)
         self.kafka: GroupOffsetsStore = kafka if kafka is not None else KafkaGroupOffsets(layout)
+        self.coordinators: CoordinatorGroups = coordinators if coordinators is not None else BrokerGroups(layout)
         self._client = client  # closed by close() when we started it
 
     @classmethod
@@ -89,12 +99,16 @@ class Admin:
     # -- groups and owners ----------------------------------------------------------------------------
 
     def list_groups(self) -> list[GroupSummary]:
-        return list_groups(self.layout)
+        return self.group_listing().groups
+
+    def group_listing(self) -> GroupListing:
+        """ZooKeeper's groups and the coordinators' (protocol) groups, with notes about brokers not asked."""
+        return group_listing(self.layout, self.coordinators)
 
     def describe_group(self, group: str, *, topics: Iterable[str] | None = None,
                        stall_after_ms: int = DEFAULT_STALL_AFTER_MS) -> GroupDescription:
         return describe_group(self.layout, self.log_offsets, group, topics=topics, stall_after_ms=stall_after_ms,
-                              kafka=self.kafka)
+                              kafka=self.kafka, coordinators=self.coordinators)
 
     def owners(self, group: str) -> OwnersReport:
         return owners_report(self.layout, group)

@@ -9,6 +9,11 @@ is the pure part that decides lag and status, so that it can be tested without s
 ZooKeeper and, given a :class:`~metaq.admin.kafka_offsets.GroupOffsetsStore`, from ``__consumer_offsets``
 over the offsets channel; a partition's offset is ``max(zookeeper, kafka)``, what a metaq consumer with
 ``offsets.storage=kafka`` resumes from, and its ``source`` says which store(s) hold it.
+
+Given a :class:`~metaq.admin.broker_groups.CoordinatorGroups`, groups that the brokers' group coordinators know
+(protocol groups: confluent-kafka, ``kcat -G``, kafka-python; and groups with offsets only in
+``__consumer_offsets``) are listed and described too, with their members, state and assignment; ``kind`` says
+where a group is known: ``zookeeper`` (``/consumers``), ``protocol`` (a coordinator) or ``both``.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from metaq.admin.broker_groups import CoordinatorGroup, CoordinatorGroups, CoordinatorListing
 from metaq.admin.kafka_offsets import GroupOffsetsStore
 from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
-from metaq.errors import ConfigError, GroupNotFoundError, MetaqError, UnknownTopicError
+from metaq.errors import ConfigError, GroupNotFoundError, MalformedNodeError, MetaqError, UnknownTopicError
 from zk_layout import OffsetNode, TopicCount, ZkLayout
 from zk_layout.paths import consumer_group_path
 
@@ -39,23 +45,30 @@ ZOOKEEPER = "zookeeper"
 KAFKA = "kafka"
 BOTH = "both"
 
+# Where a group is known (``groups list`` KIND): /consumers, a broker's group coordinator, or both.
+ZOOKEEPER_KIND = "zookeeper"
+PROTOCOL_KIND = "protocol"
+
 DEFAULT_STALL_AFTER_MS = 10 * 60 * 1000
 _GENERATED_ID = re.compile(r"(?P<host>.+)-(?P<ms>[0-9]{10,})-(?P<hex>[0-9a-f]{1,8})")
 
 
 @dataclass(frozen=True)
 class Member:
-    """A registered (live) consumer: ``/consumers/<g>/ids/<consumer id>``."""
+    """A registered consumer: ``/consumers/<g>/ids/<consumer id>``. ``ephemeral`` is False for a persistent
+    node, which is no live consumer (a fake or left-over one): metaq consumers leave it out of the
+    assignment, Kafka 0.8 consumers give it partitions nobody reads; ``groups describe`` flags it."""
 
     consumer_id: str
     host: str | None
     subscription: dict[str, int]
     pattern: str
     registered_ms: int | None
+    ephemeral: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {"consumer_id": self.consumer_id, "host": self.host, "subscription": self.subscription,
-                "pattern": self.pattern, "registered_ms": self.registered_ms}
+                "pattern": self.pattern, "registered_ms": self.registered_ms, "ephemeral": self.ephemeral}
 
 
 @dataclass(frozen=True)
@@ -99,10 +112,11 @@ class GroupDescription:
     partitions: list[PartitionLag]
     offsets_storage: str = "zookeeper"
     kafka_note: str | None = None  # why the offsets in __consumer_offsets were not read, if they were not
+    protocol: CoordinatorGroup | None = None  # what the group's coordinator knows (members joined by protocol)
 
     @property
     def active(self) -> bool:
-        return bool(self.members)
+        return bool(self.members) or bool(self.protocol and self.protocol.members)
 
     @property
     def total_lag(self) -> int:
@@ -115,21 +129,35 @@ class GroupDescription:
         return {"group": self.group, "active": self.active, "offsets_storage": self.offsets_storage,
                 "kafka_offsets_note": self.kafka_note, "total_lag": self.total_lag,
                 "members": [m.to_json() for m in self.members],
+                "protocol": None if self.protocol is None else self.protocol.to_json(),
                 "partitions": [p.to_json() for p in self.partitions]}
 
 
 @dataclass(frozen=True)
 class GroupSummary:
+    """One line of ``groups list``. ``error`` says why the group could not be read whole (a malformed node,
+    named), so that one bad group does not hide the others."""
+
     group: str
     members: int
     topics: list[str] = field(default_factory=list)
+    kind: str = ZOOKEEPER_KIND
+    state: str | None = None  # the coordinator's state (Stable, Empty, ...) for a group it knows
+    error: str | None = None  # why the group could not be read (a malformed node, named)
 
     @property
     def active(self) -> bool:
         return self.members > 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"group": self.group, "members": self.members, "active": self.active, "topics": self.topics}
+        return {"group": self.group, "kind": self.kind, "members": self.members, "active": self.active,
+                "state": self.state, "topics": self.topics, "error": self.error}
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    groups: list[GroupSummary]
+    notes: list[str] = field(default_factory=list)  # brokers whose groups could not be read, and why
 
 
 # -- pure helpers -------------------------------------------------------------------------------------
@@ -160,10 +188,10 @@ def host_of(group: str, consumer_id: str) -> str | None:
     return match["host"] if match else None
 
 
-def member_of(group: str, consumer_id: str, registration: TopicCount) -> Member:
+def member_of(group: str, consumer_id: str, registration: TopicCount, ephemeral: bool = True) -> Member:
     registered = registration.timestamp_ms if registration.timestamp_ms > 0 else None
     return Member(consumer_id, host_of(group, consumer_id), dict(registration.subscription),
-                  registration.pattern, registered)
+                  registration.pattern, registered, ephemeral)
 
 
 def subscribed_topics(registrations: Mapping[str, TopicCount], all_topics: Iterable[str]) -> set[str]:
@@ -209,15 +237,23 @@ def build_description(
     topics: Iterable[str] | None = None,
     kafka_offsets: Mapping[TopicPartition, int] | None = None,
     kafka_note: str | None = None,
+    persistent_members: Iterable[str] = (),
+    protocol: CoordinatorGroup | None = None,
 ) -> GroupDescription:
     """Rows for every partition the group has an offset (in ZooKeeper or ``kafka_offsets``) or owner for,
-    or that a member subscribes to.
+    or that a member subscribes to; a ``protocol`` member owns the partitions assigned to it.
 
-    ``partitions_by_topic`` holds the *existing* topics (with their partitions); ``topics`` limits the rows.
+    ``partitions_by_topic`` holds the *existing* topics (with their partitions); ``topics`` limits the rows;
+    ``persistent_members`` are the members registered by persistent nodes (flagged, see :class:`Member`).
     """
     kafka = dict(kafka_offsets or {})
     live = set(registrations)
     expected_topics = subscribed_topics(registrations, partitions_by_topic)
+    if protocol is not None:
+        assigned = {tp: m.member_id for m in protocol.members for tp in m.assignment}
+        owners = {**assigned, **owners}
+        live |= {m.member_id for m in protocol.members}
+        expected_topics |= protocol.topics
     rows = []
     for topic, partition in row_keys(registrations, partitions_by_topic, [*offsets, *kafka], owners, topics):
         node = offsets.get((topic, partition))
@@ -232,10 +268,11 @@ def build_description(
                                   topic_exists=topic in partitions_by_topic, watermarks=marks, now_ms=now_ms,
                                   stall_after_ms=stall_after_ms)
         rows.append(replace(row, status=status))
-    members = [member_of(group, cid, reg) for cid, reg in sorted(registrations.items())]
+    persistent = set(persistent_members)
+    members = [member_of(group, cid, reg, cid not in persistent) for cid, reg in sorted(registrations.items())]
     sources = {r.source for r in rows if r.source is not None}
     storage = KAFKA if sources == {KAFKA} else "zookeeper+kafka" if sources - {ZOOKEEPER} else ZOOKEEPER
-    return GroupDescription(group, members, rows, storage, kafka_note)
+    return GroupDescription(group, members, rows, storage, kafka_note, protocol)
 
 
 def merged_offset(zookeeper: int | None, kafka: int | None) -> tuple[int | None, str | None]:
@@ -300,26 +337,35 @@ def describe_group(
     stall_after_ms: int = DEFAULT_STALL_AFTER_MS,
     now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     kafka: GroupOffsetsStore | None = None,
+    coordinators: CoordinatorGroups | None = None,
 ) -> GroupDescription:
-    """Read the group from ZooKeeper (and with ``kafka`` its offsets in ``__consumer_offsets``) and the log
-    offsets from the leaders; GroupNotFoundError if neither store knows the group.
+    """Read the group from ZooKeeper (and with ``kafka`` its offsets in ``__consumer_offsets``, with
+    ``coordinators`` what its coordinator knows) and the log offsets from the leaders; GroupNotFoundError if
+    none of them knows the group.
 
-    An unreachable coordinator does not fail the description: the Kafka offsets are left out, with a note."""
+    An unreachable coordinator does not fail the description: what it holds is left out, with a note."""
     kafka_offsets, kafka_note = read_kafka_offsets(kafka, group)
-    if not kafka_offsets:
+    listing = coordinators.list() if coordinators is not None else CoordinatorListing()
+    protocol = listing.groups.get(group)
+    if protocol is None and listing.notes:
+        kafka_note = "; ".join(filter(None, [kafka_note, *listing.notes]))
+    if not kafka_offsets and protocol is None:
         require_group(layout, group)
     exists = layout.group_exists(group)
-    registrations = layout.consumer_registrations(group) if exists else {}
+    nodes = layout.consumer_nodes(group) if exists else {}
+    registrations = {cid: node.registration for cid, node in nodes.items()}
     offsets = layout.offset_nodes(group) if exists else {}
     owners = layout.owners(group) if exists else {}
     partitions_by_topic = topic_partitions(layout)
     if topics is not None:
         check_topics_known(topics, partitions_by_topic, [*offsets, *owners, *kafka_offsets])
-    keys = row_keys(registrations, partitions_by_topic, [*offsets, *kafka_offsets], owners, topics)
+    assigned = {tp: "" for m in (protocol.members if protocol else ()) for tp in m.assignment}
+    keys = row_keys(registrations, partitions_by_topic, [*offsets, *kafka_offsets], [*owners, *assigned], topics)
     marks = log_offsets.watermarks(k for k in keys if k[0] in partitions_by_topic)
     return build_description(group, registrations, partitions_by_topic, offsets, owners, marks,
                              now_ms=now_ms(), stall_after_ms=stall_after_ms, topics=topics,
-                             kafka_offsets=kafka_offsets, kafka_note=kafka_note)
+                             kafka_offsets=kafka_offsets, kafka_note=kafka_note, protocol=protocol,
+                             persistent_members=[cid for cid, node in nodes.items() if not node.ephemeral])
 
 
 def read_kafka_offsets(kafka: GroupOffsetsStore | None, group: str) -> tuple[dict[TopicPartition, int], str | None]:
@@ -334,8 +380,35 @@ def read_kafka_offsets(kafka: GroupOffsetsStore | None, group: str) -> tuple[dic
         return {}, f"offsets stored in Kafka were not read: {e}"
 
 
-def list_groups(layout: ZkLayout) -> list[GroupSummary]:
-    """Every group under ``/consumers``, with or without live members."""
+def list_groups(layout: ZkLayout, coordinators: CoordinatorGroups | None = None) -> list[GroupSummary]:
+    """Every group under ``/consumers``, with or without live members (and those the coordinators know)."""
+    return group_listing(layout, coordinators).groups
+
+
+def group_listing(layout: ZkLayout, coordinators: CoordinatorGroups | None = None) -> GroupListing:
+    """:func:`list_groups` with the notes about brokers that could not be asked."""
+    listing = coordinators.list() if coordinators is not None else CoordinatorListing()
+    summaries = {s.group: s for s in _zookeeper_groups(layout)}
+    for name, known in listing.groups.items():
+        summaries[name] = merge_summary(summaries.get(name), known)
+    return GroupListing([summaries[g] for g in sorted(summaries)], listing.notes)
+
+
+def merge_summary(zookeeper: GroupSummary | None, known: CoordinatorGroup) -> GroupSummary:
+    """One row for a group the coordinator knows (and perhaps ZooKeeper too). A coordinator that holds only
+    offsets (no protocol type, no members: a simple or ZooKeeper-coordinated consumer committing to Kafka)
+    does not decide the state of a ZooKeeper group."""
+    if zookeeper is None:
+        return GroupSummary(known.group, len(known.members), sorted(known.topics), PROTOCOL_KIND, known.state)
+    offsets_only = not known.protocol_type and not known.members
+    return GroupSummary(known.group, zookeeper.members + len(known.members),
+                        sorted(set(zookeeper.topics) | known.topics), BOTH,
+                        None if offsets_only else known.state)
+
+
+def _zookeeper_groups(layout: ZkLayout) -> list[GroupSummary]:
+    """Every group under ``/consumers``. A group with a malformed node is listed with its ``error`` (naming
+    the node) rather than failing the whole listing."""
     summaries = []
     for group in layout.groups():
         try:
@@ -343,6 +416,10 @@ def list_groups(layout: ZkLayout) -> list[GroupSummary]:
         except ConfigError:  # a name that is not a valid group id (another tool's node): list it, bare
             summaries.append(GroupSummary(group, 0, []))
             continue
-        topics = {t for t, _ in layout.offset_nodes(group)} | {t for t, _ in layout.owners(group)}
+        try:
+            topics = {t for t, _ in layout.offset_nodes(group)} | {t for t, _ in layout.owners(group)}
+        except MalformedNodeError as e:
+            summaries.append(GroupSummary(group, len(members), [], error=str(e)))
+            continue
         summaries.append(GroupSummary(group, len(members), sorted(topics)))
     return summaries

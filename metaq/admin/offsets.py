@@ -28,7 +28,14 @@ from typing import Any
 from metaq.admin.groups import merged_offset, topic_partitions
 from metaq.admin.kafka_offsets import LIVE_GROUP_ERRORS, GroupOffsetsStore, error_name
 from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
-from metaq.errors import ConfigError, GroupActiveError, GroupNotFoundError, MetaqError, UnknownTopicError
+from metaq.errors import (
+    ConfigError,
+    GroupActiveError,
+    GroupNotFoundError,
+    MalformedNodeError,
+    MetaqError,
+    UnknownTopicError,
+)
 from zk_layout import ZkLayout, validate_topic
 
 EARLIEST = "earliest"
@@ -184,6 +191,19 @@ def target_offset(spec: ResetSpec, current: int | None, marks: Watermarks,
     return wanted, ""
 
 
+def zookeeper_offset(layout: ZkLayout, group: str, topic: str, partition: int) -> tuple[int | None, str]:
+    """The offset in ZooKeeper and a note. A node that holds no offset (e.g. ``-5``) reads as none, with a
+    note naming it: a reset or an import is how an operator repairs it, so it must not fail on it."""
+    try:
+        return layout.read_offset(group, topic, partition), ""
+    except MalformedNodeError as e:
+        return None, f"replaces malformed node {e.path} ({e.reason})"
+
+
+def join_notes(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
+
+
 # -- reset ------------------------------------------------------------------------------------------------
 
 
@@ -215,10 +235,11 @@ def plan_reset(
     by_time = log_offsets.offsets_for_time(keys, int(spec.value or 0)) if spec.mode == TO_DATETIME else {}
     changes = []
     for topic, partition in keys:
-        current, _ = merged_offset(layout.read_offset(group, topic, partition), in_kafka.get((topic, partition)))
+        in_zookeeper, malformed = zookeeper_offset(layout, group, topic, partition)
+        current, _ = merged_offset(in_zookeeper, in_kafka.get((topic, partition)))
         m = marks[(topic, partition)]
         new, note = target_offset(spec, current, m, by_time.get((topic, partition)))
-        changes.append(OffsetChange(group, topic, partition, current, new, m.start, m.end, note))
+        changes.append(OffsetChange(group, topic, partition, current, new, m.start, m.end, join_notes(note, malformed)))
     return OffsetPlan(spec.describe(), changes, {group: layout.consumer_ids(group)})
 
 

@@ -14,7 +14,7 @@ during a rebalance.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from metaq.admin.groups import (
@@ -54,9 +54,13 @@ class OwnerRow:
 
 @dataclass(frozen=True)
 class OwnersReport:
+    """``persistent_members``: members registered by a persistent node, no live consumer (see
+    :class:`~metaq.admin.groups.Member`)."""
+
     group: str
     members: list[str]
     rows: list[OwnerRow]
+    persistent_members: list[str] = field(default_factory=list)
 
     @property
     def orphans(self) -> list[OwnerRow]:
@@ -67,7 +71,8 @@ class OwnersReport:
         return [r for r in self.rows if r.status == NO_OWNER]
 
     def to_json(self) -> dict[str, Any]:
-        return {"group": self.group, "members": self.members, "orphans": len(self.orphans),
+        return {"group": self.group, "members": self.members, "persistent_members": self.persistent_members,
+                "orphans": len(self.orphans),
                 "unowned": len(self.unowned), "owners": [r.to_json() for r in self.rows]}
 
 
@@ -89,9 +94,11 @@ def check_owners(group: str, registrations: Mapping[str, TopicCount], owners: Ma
 def owners_report(layout: ZkLayout, group: str) -> OwnersReport:
     """Read the group's members and owner nodes; GroupNotFoundError if the group is absent."""
     require_group(layout, group)
-    registrations = layout.consumer_registrations(group)
+    nodes = layout.consumer_nodes(group)
     owners = layout.owner_nodes(group)
-    return check_owners(group, registrations, owners, topic_partitions(layout))
+    report = check_owners(group, {cid: node.registration for cid, node in nodes.items()}, owners,
+                          topic_partitions(layout))
+    return replace(report, persistent_members=sorted(cid for cid, node in nodes.items() if not node.ephemeral))
 
 
 def delete_orphans(layout: ZkLayout, report: OwnersReport) -> list[TopicPartition]:

@@ -20,7 +20,9 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest
 
 from metaq.admin.log_offsets import EARLIEST, LATEST, BrokerLogOffsets
+from metaq.client.cluster import ClusterClient
 from metaq.client.connection import BrokerConnection
+from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, UnknownTopicError, for_code
 from metaq.protocol.records import decode_records
 from zk_layout import ZkLayout, validate_topic
@@ -134,12 +136,13 @@ class PartitionReader:
 
     def _connection(self) -> BrokerConnection:
         if self._conn is None:
-            state = self._layout.partition_state(self.topic, self.partition)
-            broker = self._layout.broker(state.leader) if state is not None and state.leader >= 0 else None
-            if broker is None or broker.host is None or broker.port <= 0:
-                raise _Retry("no live leader in ZooKeeper")
-            self._conn = BrokerConnection(broker.host, broker.port, client_id=self._client_id,
+            settings = ConnectionSettings(client_id=self._client_id,
                                           max_response_bytes=max(104857600, 2 * self._max_bytes))
+            client = ClusterClient(self._layout, settings)
+            leader = client.leader(self.topic, self.partition, fresh=True)
+            if leader is None:
+                raise _Retry("no live leader in ZooKeeper")
+            self._conn = client.open_connection(leader)
         self._conn.connect()
         return self._conn
 

@@ -23,7 +23,7 @@ from typing import Any
 from metaq.admin.groups import merged_offset, require_group
 from metaq.admin.kafka_offsets import GroupOffsetsStore
 from metaq.admin.log_offsets import LogOffsets, Watermarks
-from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress, kafka_offsets_of
+from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress, join_notes, kafka_offsets_of, zookeeper_offset
 from metaq.errors import ConfigError, MetaqError
 from zk_layout import ZkLayout, parse_offset_path, paths, validate_group, validate_topic
 
@@ -178,12 +178,12 @@ def plan_import(layout: ZkLayout, records: Iterable[OffsetRecord], log_offsets: 
         marks = log_offsets.watermarks({(r.topic, r.partition) for r in records if r.topic in existing})
     changes = []
     for r in records:
-        current, _ = merged_offset(layout.read_offset(r.group, r.topic, r.partition),  # a fence's -1 is none
-                                   in_kafka[r.group].get((r.topic, r.partition)))
+        in_zookeeper, malformed = zookeeper_offset(layout, r.group, r.topic, r.partition)
+        current, _ = merged_offset(in_zookeeper, in_kafka[r.group].get((r.topic, r.partition)))  # -1 is none
         m = marks.get((r.topic, r.partition))
         start, end = (m.start, m.end) if m is not None else (None, None)
         changes.append(OffsetChange(r.group, r.topic, r.partition, current, r.offset, start, end,
-                                    _import_note(r, existing, m)))
+                                    join_notes(_import_note(r, existing, m), malformed)))
         if progress is not None:
             progress(1)
     groups = sorted({r.group for r in records})

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from metaq.broker.log.config import LogConfig
 from metaq.config import Config, ConfigError, non_negative, one_of, positive, prop
+from zk_layout.paths import INT32_MAX
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,11 @@ INERT_KEYS = frozenset(
 )
 
 
+def _broker_id(value: int) -> str | None:
+    """Clients read broker ids as int32: a larger id would make every Metadata response unencodable."""
+    return None if 0 <= value <= INT32_MAX else f"must be in 0..{INT32_MAX}"
+
+
 def _listener(value: str) -> str | None:
     try:
         parts = urlsplit(value)
@@ -51,9 +57,13 @@ def _listener(value: str) -> str | None:
     return None
 
 
+def _unbounded_or_positive(value: int) -> str | None:
+    return None if value == -1 or value > 0 else "must be -1 (unbounded) or > 0"
+
+
 @dataclass(frozen=True)
 class BrokerConfig(Config):
-    broker_id: int = prop("broker.id", 0, check=non_negative)
+    broker_id: int = prop("broker.id", 0, check=_broker_id)
     listeners: str = prop("listeners", "PLAINTEXT://127.0.0.1:9092", check=_listener)
     advertised_listeners: str | None = prop("advertised.listeners", None, check=_listener)
     broker_rack: str | None = prop("broker.rack", None)
@@ -79,6 +89,16 @@ class BrokerConfig(Config):
     socket_request_max_bytes: int = prop("socket.request.max.bytes", 104857600, check=positive)
     socket_send_buffer_bytes: int = prop("socket.send.buffer.bytes", 102400)
     socket_receive_buffer_bytes: int = prop("socket.receive.buffer.bytes", 102400)
+    # metaq's own key (Kafka has none): a client that sent a frame's size must send its body within this
+    # time, so a slow or stalled sender cannot pin a connection and a partial frame forever (30 s: a Kafka
+    # client gives up on a request after request.timeout.ms, 30 s by default, anyway)
+    socket_request_body_timeout_ms: int = prop("socket.request.body.timeout.ms", 30000, check=positive)
+    queued_max_request_bytes: int = prop("queued.max.request.bytes", -1, check=_unbounded_or_positive)
+    max_connections: int = prop("max.connections", 2147483647, check=positive)
+    max_connections_per_ip: int = prop("max.connections.per.ip", 2147483647, check=positive)
+    connections_max_idle_ms: int = prop("connections.max.idle.ms", 600000, check=positive)
+    fetch_max_bytes: int = prop("fetch.max.bytes", 52428800, check=positive)
+    replica_fetch_response_max_bytes: int = prop("replica.fetch.response.max.bytes", 10485760, check=positive)
     log_segment_bytes: int = prop("log.segment.bytes", 1073741824, check=positive)
     log_roll_hours: int = prop("log.roll.hours", 168, check=positive)
     log_roll_ms: int | None = prop("log.roll.ms", None)
@@ -96,6 +116,9 @@ class BrokerConfig(Config):
     log_flush_offset_checkpoint_interval_ms: int = prop(
         "log.flush.offset.checkpoint.interval.ms", 60000, check=positive
     )
+    metrics_port: int | None = prop("metrics.port", None, check=non_negative,
+                                    doc="serve Prometheus metrics on this port (0: any free port; unset: off)")
+    metrics_host: str = prop("metrics.host", "0.0.0.0", doc="address the metrics endpoint listens on")
 
     @classmethod
     def from_properties(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> Self:

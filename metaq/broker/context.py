@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from metaq.broker.log.manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.purgatory import AppendNotifier
+from metaq.errors import for_code
+from metaq.metrics.broker import BrokerMetrics
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
@@ -32,7 +35,13 @@ INVALID_REQUIRED_ACKS = 21
 UNSUPPORTED_VERSION = 35
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 KAFKA_STORAGE_ERROR = 56
+UNSUPPORTED_COMPRESSION_TYPE = 76
+INVALID_RECORD = 87
 UNKNOWN_SERVER_ERROR = -1
+
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
+"""The address of the client whose request is being handled, as Kafka shows it ("/127.0.0.1"); set by the
+network layer for each connection's task (DescribeGroups reports it per member)."""
 
 
 @dataclass
@@ -44,6 +53,7 @@ class BrokerContext:
     auto_create: Callable[[str], Awaitable[None]]
     layout: ZkLayout
     coordinator: GroupCoordinator
+    metrics: BrokerMetrics
 
     @property
     def broker_id(self) -> int:
@@ -62,6 +72,10 @@ class BrokerContext:
             return NOT_LEADER_OR_FOLLOWER
         return NONE
 
+    def count_error(self, api: str, code: int) -> None:
+        """One Kafka error answered for a partition or a request (metrics: metaq_broker_request_errors_total)."""
+        self.metrics.error(api, error_name(code))
+
     def log_for(self, topic: str, partition: int) -> PartitionLog:
         """The local log of a partition this broker leads (created empty on first use)."""
         return self.logs.get_or_create(topic, partition)
@@ -69,3 +83,9 @@ class BrokerContext:
     async def in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run blocking work (fsync, ZooKeeper writes) off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of an error code (``INVALID_TOPIC_EXCEPTION``), or ``ERROR_<code>`` for one metaq does
+    not register."""
+    return getattr(for_code(code), "message", None) or f"ERROR_{code}"

@@ -4,6 +4,11 @@ A watcher thread reloads a whole immutable :class:`ClusterSnapshot` whenever a w
 (bursts of events coalesce into one reload) and publishes it by a single reference assignment, so the
 event loop reads it without locks. Watches are one-shot; every reload sets them again, and a reload
 also follows each reconnection so watches lost with an expired session come back.
+
+Nodes are written by anyone with access to ZooKeeper, so one that cannot be served (it does not decode, or
+holds an id outside Kafka's int32) is left out of the snapshot and the rest stays current: a bad node
+must neither freeze the view (new topics invisible) nor make every Metadata response unencodable. Each
+such node is logged when it first appears or changes, not at every reload.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ from typing import Any
 
 from kazoo.exceptions import KazooException
 
-from metaq.errors import MetaqError
-from zk_layout import BrokerInfo, ZkLayout
+from metaq.errors import ConfigError, MalformedNodeError, MetaqError
+from zk_layout import BrokerInfo, ZkLayout, paths
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +63,7 @@ class MetadataWatcher:
         self._stopped = threading.Event()
         self._reloaded = threading.Condition()
         self.snapshot = ClusterSnapshot()
+        self.skipped: dict[str, str] = {}  # node path -> why it is left out of the snapshot (as last logged)
         self._thread = threading.Thread(target=self._run, name="metaq-broker-metadata", daemon=True)
 
     def start(self) -> None:
@@ -93,26 +99,73 @@ class MetadataWatcher:
 
     def reload(self) -> None:
         watch = self.request_reload
-        brokers = self._layout.brokers(watch=watch)
+        skipped: dict[str, str] = {}
+        brokers = self._brokers(skipped)
         topics: dict[str, dict[int, PartitionMeta]] = {}
         for topic in self._layout.topics(watch=watch):
-            assignment = self._layout.topic_assignment(topic, watch=watch)
-            if assignment is None:
+            try:
+                parts = self._topic(topic, skipped)
+            except MalformedNodeError as e:
+                skipped[e.path] = str(e)
                 continue
-            parts: dict[int, PartitionMeta] = {}
-            for partition, replicas in assignment.partitions.items():
-                state = self._layout.partition_state(topic, partition, watch=watch)
-                leader = state.leader if state else -1
-                parts[partition] = PartitionMeta(
-                    leader=leader,
-                    leader_epoch=state.leader_epoch if state else -1,
-                    replicas=tuple(replicas),
-                    isr=tuple(state.isr) if state else (),
-                )
-            topics[topic] = parts
-        snapshot = ClusterSnapshot(brokers=brokers, topics=topics, cluster_id=self._layout.cluster_id())
+            except ConfigError as e:  # a child whose name is no topic name
+                path = self._layout.full_path(f"{paths.BROKER_TOPICS}/{topic}")
+                skipped[path] = f"{path}: {e}"
+                continue
+            if parts is not None:
+                topics[topic] = parts
+        try:
+            cluster_id = self._layout.cluster_id()
+        except MalformedNodeError as e:
+            skipped[e.path] = str(e)
+            cluster_id = None
+        self._report(skipped)
+        snapshot = ClusterSnapshot(brokers=brokers, topics=topics, cluster_id=cluster_id)
         with self._reloaded:
             self.snapshot = snapshot
             self._reloaded.notify_all()
         if self._on_change is not None:
             self._on_change(snapshot)
+
+    def _brokers(self, skipped: dict[str, str]) -> dict[int, BrokerInfo]:
+        """The registrations clients can use: decodable, with an int32 id and a PLAINTEXT host and port."""
+        malformed: list[MalformedNodeError] = []
+        brokers = self._layout.brokers(watch=self.request_reload, skipped=malformed)
+        skipped.update((e.path, str(e)) for e in malformed)
+        for broker_id, info in list(brokers.items()):
+            if info.host is None or not 0 <= info.port <= 65535:
+                path = self._layout.full_path(paths.broker_path(broker_id))
+                skipped[path] = f"broker {broker_id} at {path} has no PLAINTEXT host and port clients could use"
+                del brokers[broker_id]
+        return brokers
+
+    def _topic(self, topic: str, skipped: dict[str, str]) -> dict[int, PartitionMeta] | None:
+        """A topic's partitions (None if it went away). A partition whose state node does not decode has no
+        leader (clients are told LEADER_NOT_AVAILABLE for it alone)."""
+        watch = self.request_reload
+        assignment = self._layout.topic_assignment(topic, watch=watch)
+        if assignment is None:
+            return None
+        parts: dict[int, PartitionMeta] = {}
+        for partition, replicas in assignment.partitions.items():
+            try:
+                state = self._layout.partition_state(topic, partition, watch=watch)
+            except MalformedNodeError as e:
+                skipped[e.path] = str(e)
+                state = None
+            parts[partition] = PartitionMeta(
+                leader=state.leader if state else -1,
+                leader_epoch=state.leader_epoch if state else -1,
+                replicas=tuple(replicas),
+                isr=tuple(state.isr) if state else (),
+            )
+        return parts
+
+    def _report(self, skipped: dict[str, str]) -> None:
+        """Log each skipped node once per change (the periodic reload must not repeat it)."""
+        for path, reason in sorted(skipped.items()):
+            if self.skipped.get(path) != reason:
+                log.warning("metadata: leaving out a node clients cannot be served: %s", reason)
+        for path in sorted(self.skipped.keys() - skipped.keys()):
+            log.info("metadata: %s is no longer left out (fixed or deleted)", path)
+        self.skipped = skipped

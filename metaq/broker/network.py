@@ -4,30 +4,86 @@ Each connection is served by one task that handles its requests in order (as Kaf
 while a request is in flight), so responses keep the request order; a long-polling fetch waits without
 holding up other connections. A frame that is too large, does not decode, or names an unknown API or
 version closes that connection only, with a log line naming the client; the broker keeps serving.
+
+Resources a client can hold are bounded (see :class:`ConnectionLimits`): connections in total and per
+address, an idle connection's lifetime, the time to send a frame's body once its size is known, and the
+bytes of request frames read but not yet handled. A frame is read into memory as it arrives (a client
+that stalls pins only what it sent) and a response is written in bounded pieces, each handed to the
+socket before the next is read from disk, and the next request is read only once the response is out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
+from metaq.broker.context import CLIENT_HOST
 from metaq.broker.handlers.api_versions import unsupported_version_response
 from metaq.broker.handlers.fetch import FetchReply
-from metaq.errors import ProtocolError
+from metaq.errors import ConfigError, ProtocolError
 from metaq.protocol.apis import BROKER_APIS, ApiKey, api_name
 from metaq.protocol.fetch_response import encode_fetch_response
-from metaq.protocol.framing import SIZE, peek_request
+from metaq.protocol.framing import SIZE, decode_request, peek_request
 
 log = logging.getLogger(__name__)
 
 # Record slices smaller than this are read into the response buffer: one write() is cheaper than the
 # extra system calls and event-loop round trip of sendfile for small pieces.
 SENDFILE_MIN_BYTES = 32 * 1024
+# Response bytes gathered in memory before they are handed to the socket (and drained).
+WRITE_BATCH_BYTES = 64 * 1024
+# Bytes a connection's reader may buffer ahead of the frame being read (asyncio pauses at twice this).
+READ_BUFFER_LIMIT = 1 << 20
+# At most one log line per this many seconds about connections refused for a limit.
+REFUSAL_LOG_INTERVAL_S = 10.0
 
 Handler = Callable[[Any, Any, int], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What one client may hold; Kafka's names and defaults (``request_body_timeout_ms`` is metaq's)."""
+
+    max_request_bytes: int = 104857600  # socket.request.max.bytes
+    request_body_timeout_ms: int = 30000  # socket.request.body.timeout.ms
+    idle_timeout_ms: int = 600000  # connections.max.idle.ms
+    max_connections: int = 2147483647  # max.connections
+    max_connections_per_ip: int = 2147483647  # max.connections.per.ip
+    queued_max_request_bytes: int = -1  # queued.max.request.bytes (-1: unbounded)
+
+
+class RequestMemoryPool:
+    """Bytes of request frames read but not yet handled, over all connections (``queued.max.request.bytes``).
+
+    As Kafka's pool, it is not strict: a frame is admitted while any capacity is left, so one frame
+    larger than the pool still gets through on its own. A connection waiting here reads nothing more, so
+    its client's bytes stay in the kernel (and TCP flow control slows it down)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._used = 0
+        self._freed = asyncio.Event()
+
+    async def acquire(self, size: int) -> None:
+        if self._capacity < 0:
+            return
+        while self._used >= self._capacity:
+            self._freed.clear()
+            await self._freed.wait()
+        self._used += size
+
+    def release(self, size: int) -> None:
+        if self._capacity < 0:
+            return
+        self._used -= size
+        self._freed.set()
 
 
 class ClientConnection:
@@ -36,6 +92,7 @@ class ClientConnection:
         self.writer = writer
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         self.client_id: str | None = None
 
     def __str__(self) -> str:
@@ -45,24 +102,27 @@ class ClientConnection:
 class BrokerServer:
     def __init__(
         self,
-        context: Any,
         handlers: dict[ApiKey, Handler],
         *,
         host: str,
         port: int,
-        max_request_bytes: int,
+        limits: ConnectionLimits | None = None,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
     ) -> None:
-        self._context = context
+        self._context: Any = None
         self._handlers = handlers
         self._host = host
         self._port = port
-        self._max_request_bytes = max_request_bytes
+        self._limits = limits or ConnectionLimits()
         self._send_buffer = send_buffer_bytes
         self._receive_buffer = receive_buffer_bytes
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._per_ip: Counter[str] = Counter()
+        self._pool = RequestMemoryPool(self._limits.queued_max_request_bytes)
+        self._refused = 0
+        self._refusal_logged_at = float("-inf")
 
     @property
     def port(self) -> int:
@@ -71,12 +131,21 @@ class BrokerServer:
 
     async def bind(self) -> None:
         """Bind the port (so that port 0 gets a real one) without accepting connections yet."""
-        self._server = await asyncio.start_server(
-            self._serve, self._host, self._port, reuse_address=True, limit=1 << 20, start_serving=False
-        )
+        try:
+            self._server = await asyncio.start_server(
+                self._serve, self._host, self._port, reuse_address=True, limit=READ_BUFFER_LIMIT,
+                start_serving=False,
+            )
+        except OSError as e:  # in use, not a local address, or a name that does not resolve
+            # asyncio rewords bind errors ("error while attempting to bind on address ..."): say it plainly
+            plain = e.errno and e.errno > 0 and not isinstance(e, socket.gaierror)
+            reason = os.strerror(e.errno) if plain else (e.strerror or str(e))
+            raise ConfigError(f"config 'listeners': cannot listen on {self._host}:{self._port}: {reason}") from e
 
-    async def start_serving(self) -> None:
+    async def start_serving(self, context: Any) -> None:
+        """Accept connections; requests are handled with ``context`` (the broker's, once it is registered)."""
         assert self._server is not None
+        self._context = context
         await self._server.start_serving()
         log.info("listening on %s:%d", self._host, self.port)
 
@@ -92,19 +161,21 @@ class BrokerServer:
             await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = ClientConnection(reader, writer)
+        if not self._admit(conn):
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        self._tune_socket(writer)
-        conn = ClientConnection(reader, writer)
+        self._context.metrics.connection_opened()
+        CLIENT_HOST.set("/" + conn.host)  # this task's context: the connection's requests (DescribeGroups)
         try:
-            while True:
-                frame = await self._read_frame(conn)
-                if frame is None:
-                    return
-                await self._handle_frame(conn, frame)
+            self._tune_socket(writer)
+            await self._serve_requests(conn)
         except ProtocolError as e:
             log.warning("closing connection from %s: %s", conn, e)
+            self._context.metrics.error("NONE", "PROTOCOL")
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the client went away; nothing to answer
         except asyncio.CancelledError:
@@ -112,8 +183,47 @@ class BrokerServer:
         except Exception:
             log.exception("closing connection from %s after an unexpected error", conn)
         finally:
+            self._context.metrics.connection_closed()
             self._connections.discard(task)
+            self._per_ip[conn.host] -= 1
+            if self._per_ip[conn.host] <= 0:
+                del self._per_ip[conn.host]
             writer.close()
+
+    def _admit(self, conn: ClientConnection) -> bool:
+        """Count the connection in, or refuse it (closed at once) over max.connections[.per.ip]."""
+        limits = self._limits
+        if len(self._connections) >= limits.max_connections:
+            self._refuse(conn, f"{len(self._connections)} connections open (max.connections {limits.max_connections})")
+            return False
+        if self._per_ip[conn.host] >= limits.max_connections_per_ip:
+            self._refuse(conn, f"{self._per_ip[conn.host]} connections open from {conn.host}"
+                               f" (max.connections.per.ip {limits.max_connections_per_ip})")
+            return False
+        self._per_ip[conn.host] += 1
+        return True
+
+    def _refuse(self, conn: ClientConnection, reason: str) -> None:
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged_at >= REFUSAL_LOG_INTERVAL_S:
+            log.warning("refused connection from %s: %s (%d refused since the last such line)",
+                        conn, reason, self._refused)
+            self._refused = 0
+            self._refusal_logged_at = now
+
+    async def _serve_requests(self, conn: ClientConnection) -> None:
+        while True:
+            frame = await self._read_frame(conn)
+            if frame is None:
+                return
+            size = len(frame)
+            try:
+                request = self._decode(frame)
+                del frame  # a large produce is held once (decoded), not twice, while it is handled
+                await self._handle(conn, request)
+            finally:
+                self._pool.release(size)
 
     def _tune_socket(self, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
@@ -125,24 +235,58 @@ class BrokerServer:
         if self._receive_buffer > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer)
 
-    async def _read_frame(self, conn: ClientConnection) -> bytes | None:
+    async def _read_frame(self, conn: ClientConnection) -> bytes | bytearray | None:
+        """The next frame's body, or None when the client closed (or idled out) between frames.
+
+        On return the frame's bytes are counted in the request memory pool; the caller releases them."""
+        limits = self._limits
         try:
-            head = await conn.reader.readexactly(4)
+            async with asyncio.timeout(limits.idle_timeout_ms / 1000.0):
+                head = await conn.reader.readexactly(4)
+        except TimeoutError:
+            log.debug("closing connection from %s: idle for %d ms (connections.max.idle.ms)",
+                     conn, limits.idle_timeout_ms)
+            return None
         except asyncio.IncompleteReadError as e:
             if e.partial:
                 raise ProtocolError(f"connection closed inside a frame size ({len(e.partial)} of 4 bytes)") from e
             return None
         (size,) = SIZE.unpack(head)
-        if size < 8 or size > self._max_request_bytes:
+        if size < 8 or size > limits.max_request_bytes:
             raise ProtocolError(
-                f"request frame size {size} is outside 8..{self._max_request_bytes} (socket.request.max.bytes)"
+                f"request frame size {size} is outside 8..{limits.max_request_bytes} (socket.request.max.bytes)"
             )
+        await self._pool.acquire(size)
         try:
-            return await conn.reader.readexactly(size)
-        except asyncio.IncompleteReadError as e:
-            raise ProtocolError(f"connection closed after {len(e.partial)} of a {size}-byte frame") from e
+            return await self._read_body(conn, size)
+        except BaseException:
+            self._pool.release(size)
+            raise
 
-    async def _handle_frame(self, conn: ClientConnection, frame: bytes) -> None:
+    async def _read_body(self, conn: ClientConnection, size: int) -> bytes | bytearray:
+        """``size`` bytes, within socket.request.body.timeout.ms; memory grows only as bytes arrive."""
+        timeout_ms = self._limits.request_body_timeout_ms
+        body: bytes | bytearray = b""
+        try:
+            async with asyncio.timeout(timeout_ms / 1000.0):
+                body = await conn.reader.read(size)
+                if len(body) < size and body:
+                    body = bytearray(body)
+                    while len(body) < size:
+                        chunk = await conn.reader.read(size - len(body))
+                        if not chunk:
+                            break
+                        body += chunk
+        except TimeoutError as e:
+            raise ProtocolError(f"only {len(body)} of a {size}-byte request frame arrived within {timeout_ms} ms"
+                                " (socket.request.body.timeout.ms)") from e
+        if len(body) < size:
+            raise ProtocolError(f"connection closed after {len(body)} of a {size}-byte frame")
+        return body
+
+    def _decode(self, frame: bytes | bytearray) -> tuple[int, int, int, Any]:
+        """(api key, version, correlation id, request); the request is None for an ApiVersions request
+        of a version the broker does not serve (answered with the versions it does, KIP-511)."""
         api_key, version, correlation_id = peek_request(frame)
         entry = BROKER_APIS.get(api_key)  # type: ignore[call-overload]
         if entry is None:
@@ -150,23 +294,29 @@ class BrokerServer:
         request_cls, _, lo, hi = entry
         if not lo <= version <= hi:
             if api_key == ApiKey.API_VERSIONS:
-                await self._send_response(conn, unsupported_version_response(), correlation_id)
-                return
+                return api_key, version, correlation_id, None
             raise ProtocolError(f"{api_name(api_key)} v{version} is not supported (broker serves v{lo}..v{hi})")
         try:
-            request = request_cls.decode(frame, version=version, header=True)
+            request = decode_request(request_cls, frame, version)
         except Exception as e:
             raise ProtocolError(
                 f"cannot decode {api_name(api_key)} v{version} request of {len(frame)} bytes: {e!r}"
             ) from e
-        conn.client_id = request.header.client_id
-        reply = await self._handlers[ApiKey(api_key)](self._context, request, version)
-        if reply is None:
+        return api_key, version, correlation_id, request
+
+    async def _handle(self, conn: ClientConnection, decoded: tuple[int, int, int, Any]) -> None:
+        api_key, version, correlation_id, request = decoded
+        if request is None:
+            await self._send_response(conn, unsupported_version_response(), correlation_id)
             return
+        conn.client_id = request.header.client_id
+        started = time.monotonic()
+        reply = await self._handlers[ApiKey(api_key)](self._context, request, version)
         if isinstance(reply, FetchReply):
             await self._send_fetch(conn, reply, correlation_id)
-        else:
+        elif reply is not None:
             await self._send_response(conn, reply, correlation_id)
+        self._context.metrics.request(api_name(api_key), time.monotonic() - started)
 
     async def _send_response(self, conn: ClientConnection, response: Any, correlation_id: int) -> None:
         response.with_header(correlation_id=correlation_id)
@@ -174,20 +324,44 @@ class BrokerServer:
         await conn.writer.drain()
 
     async def _send_fetch(self, conn: ClientConnection, reply: FetchReply, correlation_id: int) -> None:
+        """Write the response in pieces of about WRITE_BATCH_BYTES, each drained to the socket before
+        the next is read from disk, so a slow reader holds little memory; large slices go by sendfile."""
         loop = asyncio.get_running_loop()
-        pending = bytearray()
+        batch: list[Any] = []
+        batch_bytes = 0
         for chunk in encode_fetch_response(reply.version, correlation_id, reply.topics):
-            if isinstance(chunk, bytes):
-                pending += chunk
-            elif chunk.size < SENDFILE_MIN_BYTES:
-                pending += chunk.read_bytes()
-            else:
-                if pending:
-                    conn.writer.write(bytes(pending))
-                    pending.clear()
-                sent = await loop.sendfile(conn.writer.transport, chunk.file, chunk.position, chunk.size)
-                if sent != chunk.size:  # the segment shrank under us: the frame is now wrong, so end it
-                    raise ConnectionError(f"sendfile sent {sent} of {chunk.size} bytes")
-        if pending:
-            conn.writer.write(bytes(pending))
+            size = len(chunk) if isinstance(chunk, bytes) else chunk.size
+            if not isinstance(chunk, bytes) and size >= SENDFILE_MIN_BYTES:
+                await self._write_batch(conn, batch, batch_bytes)
+                batch, batch_bytes = [], 0
+                sent = await loop.sendfile(conn.writer.transport, chunk.file, chunk.position, size)
+                if sent != size:  # the segment shrank under us: the frame is now wrong, so end it
+                    raise ConnectionError(f"sendfile sent {sent} of {size} bytes")
+                continue
+            batch.append(chunk)
+            batch_bytes += size
+            if batch_bytes >= WRITE_BATCH_BYTES:
+                await self._write_batch(conn, batch, batch_bytes)
+                batch, batch_bytes = [], 0
+        await self._write_batch(conn, batch, batch_bytes)
+
+    @staticmethod
+    async def _write_batch(conn: ClientConnection, batch: list[Any], size: int) -> None:
+        """Header bytes and small record slices gathered into one buffer; slices are read straight into
+        it (one copy from the page cache, none after), then written and drained."""
+        if not batch:
+            return
+        buffer = bytearray(size)
+        with memoryview(buffer) as view:
+            at = 0
+            for chunk in batch:
+                if isinstance(chunk, bytes):
+                    view[at:at + len(chunk)] = chunk
+                    at += len(chunk)
+                    continue
+                got = os.preadv(chunk.file.fileno(), [view[at:at + chunk.size]], chunk.position)
+                if got != chunk.size:  # the segment shrank under us: the frame is now wrong, so end it
+                    raise ConnectionError(f"read {got} of a {chunk.size}-byte record slice")
+                at += got
+        conn.writer.write(buffer)
         await conn.writer.drain()

@@ -6,6 +6,11 @@ States (only ``_set_state`` changes them)::
     any --close()--> CLOSED (terminal)
 
 kazoo's listener must not block, so re-registration runs on a short-lived thread.
+
+A broker restarted right after a kill -9 finds its previous run's ephemeral node, which lives until that
+session expires: :meth:`BrokerRegistration.register` waits for it (as Kafka does) for up to the session
+timeout plus :data:`STALE_REGISTRATION_MARGIN_S`, and only a node that outlives that wait, i.e. one held
+by a live broker, is refused.
 """
 
 from __future__ import annotations
@@ -29,12 +34,18 @@ REGISTERED = "REGISTERED"
 LOST = "LOST"
 CLOSED = "CLOSED"
 
+STALE_REGISTRATION_MARGIN_S = 10.0
+"""ZooKeeper expires a session up to a tick (2 s by default) after its timeout, a loaded server later."""
+
 
 class BrokerRegistration:
     def __init__(
-        self, client: KazooClient, layout: ZkLayout, info: BrokerInfo, on_reconnect: Callable[[], None]
+        self, client: KazooClient, layout: ZkLayout, info: BrokerInfo, on_reconnect: Callable[[], None], *,
+        session_timeout_ms: int | None = None,
     ) -> None:
         self._client = client
+        self._stale_wait_s = (None if session_timeout_ms is None
+                              else session_timeout_ms / 1000 + STALE_REGISTRATION_MARGIN_S)
         self._layout = layout
         self._info = info
         self._on_reconnect = on_reconnect
@@ -48,7 +59,7 @@ class BrokerRegistration:
         self.state_id += 1
 
     def register(self) -> None:
-        """Create /brokers/ids/<id>; a stale node of our own expired session is waited out."""
+        """Create /brokers/ids/<id>; a node of another session is waited for (see the module docstring)."""
         self._layout.ensure_persistent_paths()
         self._layout.ensure_cluster_id()
         for attempt in Retrying(
@@ -58,7 +69,7 @@ class BrokerRegistration:
             reraise=True,
         ):
             with attempt:
-                self._layout.register_broker(self._info)
+                self._layout.register_broker(self._info, stale_wait_s=self._stale_wait_s)
         with self._lock:
             self._set_state(REGISTERED)
         self._client.add_listener(self._on_session_event)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
 
@@ -24,11 +25,13 @@ from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.broker.handlers import HANDLERS
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import MetadataWatcher
-from metaq.broker.network import BrokerServer
+from metaq.broker.network import BrokerServer, ConnectionLimits
 from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.registration import BrokerRegistration
 from metaq.broker.topics import create_topic
 from metaq.errors import TopicExistsError
+from metaq.metrics import MetricsServer, serve_metrics
+from metaq.metrics.broker import BrokerMetrics, ClusterState, LogState
 from metaq.zkclient import connect as zk_connect
 from zk_layout import BrokerInfo, ZkLayout
 
@@ -46,13 +49,15 @@ class Broker:
         self._server: BrokerServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.port: int | None = None
+        self.metrics = BrokerMetrics()
+        self._metrics_server: MetricsServer | None = None
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.request_stop)
+                loop.add_signal_handler(sig, self._on_signal, sig)
         await self._start()
         try:
             await self._stop.wait()
@@ -63,8 +68,36 @@ class Broker:
         if self._stop is not None:
             self._stop.set()
 
+    def _on_signal(self, sig: signal.Signals) -> None:
+        """The first SIGTERM/SIGINT stops cleanly (flush, clean-shutdown marker, deregister); a second one
+        exits at once, as metaq.signals does for every other metaq process."""
+        if self._stop is not None and self._stop.is_set():
+            log.warning("second %s: exiting at once", sig.name)
+            os._exit(128 + sig)
+        log.info("%s received: stopping cleanly (send it again to exit at once)", sig.name)
+        self.request_stop()
+
     async def _start(self) -> None:
         config = self.config
+        host, port = config.listener
+        # the listener first: a port in use or a host that is not ours fails before anything else starts
+        self._server = BrokerServer(
+            HANDLERS,
+            host=host,
+            port=port,
+            limits=ConnectionLimits(
+                max_request_bytes=config.socket_request_max_bytes,
+                request_body_timeout_ms=config.socket_request_body_timeout_ms,
+                idle_timeout_ms=config.connections_max_idle_ms,
+                max_connections=config.max_connections,
+                max_connections_per_ip=config.max_connections_per_ip,
+                queued_max_request_bytes=config.queued_max_request_bytes,
+            ),
+            send_buffer_bytes=config.socket_send_buffer_bytes,
+            receive_buffer_bytes=config.socket_receive_buffer_bytes,
+        )
+        await self._server.bind()
+        self.port = self._server.port
         await asyncio.to_thread(self.logs.load)
         self._zk = await asyncio.to_thread(
             zk_connect,
@@ -93,19 +126,8 @@ class Broker:
             asyncio.to_thread,
         )
         context = BrokerContext(config, self.logs, self.metadata, AppendNotifier(), self._auto_create, layout,
-                                self.coordinator)
-        host, port = config.listener
-        self._server = BrokerServer(
-            context,
-            HANDLERS,
-            host=host,
-            port=port,
-            max_request_bytes=config.socket_request_max_bytes,
-            send_buffer_bytes=config.socket_send_buffer_bytes,
-            receive_buffer_bytes=config.socket_receive_buffer_bytes,
-        )
-        await self._server.bind()
-        self.port = self._server.port
+                                self.coordinator, self.metrics)
+        self._start_metrics()
         adv_host, adv_port = config.advertised
         if not config.advertised_listeners:
             adv_port = self.port  # listeners may say port 0: advertise the port actually bound
@@ -117,11 +139,12 @@ class Broker:
             timestamp_ms=int(time.time() * 1000),
             rack=config.broker_rack,
         )
-        self._registration = BrokerRegistration(self._zk, layout, info, self.metadata.request_reload)
+        self._registration = BrokerRegistration(self._zk, layout, info, self.metadata.request_reload,
+                                                session_timeout_ms=config.session_timeout_ms)
         await asyncio.to_thread(self._registration.register)
         await asyncio.to_thread(self.metadata.start)
         self.coordinator.start()
-        await self._server.start_serving()  # only now: a client that connects finds us registered
+        await self._server.start_serving(context)  # only now: a client that connects finds us registered
         self._tasks = [
             asyncio.create_task(self._every(config.log_flush_scheduler_interval_ms, self._flush_due)),
             asyncio.create_task(self._every(config.log_retention_check_interval_ms, self._retention)),
@@ -131,8 +154,37 @@ class Broker:
         ]
         log.info("broker %d started on %s:%d", config.broker_id, adv_host, self.port)
 
+    def _start_metrics(self) -> None:
+        """Partition and cluster gauges are read at scrape time; the endpoint only if metrics.port is set."""
+        self.metrics.report_logs(self._log_states)
+        self.metrics.report_cluster(self._cluster_state)
+        if self.config.metrics_port is not None:
+            self._metrics_server = serve_metrics(self.config.metrics_port, self.config.metrics_host)
+
+    def _log_states(self) -> list[LogState]:
+        return [LogState(plog.topic, plog.partition, plog.size_bytes(), plog.segment_count(), plog.log_end_offset)
+                for plog in self.logs.logs()]
+
+    def _cluster_state(self) -> ClusterState:
+        snapshot = self.metadata.snapshot
+        offline = sum(1 for parts in snapshot.topics.values() for meta in parts.values()
+                      if meta.leader not in snapshot.brokers)
+        led = [meta for parts in snapshot.topics.values() for meta in parts.values()
+               if meta.leader == self.config.broker_id]
+        groups = self.coordinator.describe()
+        return ClusterState(
+            under_replicated=sum(1 for meta in led if len(meta.isr) < len(meta.replicas)),
+            offline=offline,
+            active_controller=snapshot.controller_id == self.config.broker_id,
+            groups=len(groups),
+            members=sum(len(g["members"]) for g in groups.values()),
+        )
+
     async def _shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.broker_id)
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+        self.metrics.close()
         for task in self._tasks:
             task.cancel()
         if self._server is not None:

@@ -8,6 +8,10 @@ and commits offsets); without ``--group`` a fresh ``console-consumer-<n>`` group
 ``--partition`` it reads that partition from ``--offset`` (a number, ``earliest`` or ``latest``, the
 default) without any group: nothing is registered or committed. ``--json`` prints one JSON object per
 message (key and value decoded as UTF-8, invalid bytes replaced).
+
+SIGTERM and Ctrl-C stop it cleanly, like Kafka's shutdown hook: the messages already fetched for the chunk in
+hand are printed, their offsets committed, the partitions released and the group left, exit code 0; a
+second signal exits at once (metaq.signals).
 """
 
 from __future__ import annotations
@@ -16,14 +20,16 @@ import argparse
 import json
 import random
 import sys
-from collections.abc import Generator
+import threading
+from collections.abc import Callable, Generator
 from typing import Any
 
 from metaq.admin import EARLIEST, LATEST, PartitionReader
 from metaq.cli.output import add_parser, connect_string, usage_error
 from metaq.config import load_properties
 from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
-from metaq.errors import ConfigError
+from metaq.errors import ConfigError, MetaqError
+from metaq.signals import TerminationHandler
 from metaq.zkclient import session
 from zk_layout import ZkLayout
 
@@ -57,20 +63,46 @@ def _run(args: argparse.Namespace) -> int:
         usage_error(args, f"--partition {args.partition}: must be >= 0")
     start = _start_offset(args) if args.partition is not None else LATEST
     count = 0
-    messages = _fixed_partition(args, start) if args.partition is not None else _group_member(args)
-    try:
-        for message in messages:
-            _print(message, args)
-            count += 1
-            if 0 <= args.max_messages <= count:
-                break
-    except BrokenPipeError:
-        pass
-    finally:
-        messages.close()  # leaves the group (committing what was printed) before the summary line
-        sys.stdout.flush()
+    stop = _StopRequest()
+    with TerminationHandler(stop.request):
+        messages = _fixed_partition(args, start, stop) if args.partition is not None else _group_member(args, stop)
+        try:
+            for message in messages:
+                _print(message, args)
+                count += 1
+                if 0 <= args.max_messages <= count:
+                    break
+        except BrokenPipeError:
+            pass
+        finally:
+            messages.close()  # leaves the group (committing what was printed) before the summary line
+            sys.stdout.flush()
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return 0
+
+
+class _StopRequest:
+    """Set by the first SIGTERM/SIGINT; runs the stop action of whatever is reading at that moment."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requested = False
+        self._action: Callable[[], None] | None = None
+
+    def request(self) -> None:
+        with self._lock:
+            self.requested = True
+            action = self._action
+        if action is not None:
+            action()
+
+    def on_request(self, action: Callable[[], None]) -> None:
+        """Run ``action`` when a stop is requested (at once if it already was)."""
+        with self._lock:
+            self._action = action
+            already = self.requested
+        if already:
+            action()
 
 
 def _start_offset(args: argparse.Namespace) -> int:
@@ -82,16 +114,17 @@ def _start_offset(args: argparse.Namespace) -> int:
     return int(text)
 
 
-def _fixed_partition(args: argparse.Namespace, start: int) -> Generator[Printed, None, None]:
+def _fixed_partition(args: argparse.Namespace, start: int, stop: _StopRequest) -> Generator[Printed, None, None]:
     connect, timeout_ms = connect_string(args)
     idle = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
     with session(connect, connection_timeout_ms=timeout_ms or 6000) as client:
         with PartitionReader(ZkLayout(client), args.topic, args.partition, start) as reader:
-            for offset, timestamp, key, value, _headers in reader.records(idle_timeout_s=idle):
+            for offset, timestamp, key, value, _headers in reader.records(
+                    idle_timeout_s=idle, should_stop=lambda: stop.requested):
                 yield args.topic, args.partition, offset, timestamp, key, value
 
 
-def _group_member(args: argparse.Namespace) -> Generator[Printed, None, None]:
+def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Printed, None, None]:
     connect, timeout_ms = connect_string(args)
     props: dict[str, Any] = load_properties(args.config) if args.config else {}
     props.update({"zookeeper.connect": connect, "consumer.timeout.ms": args.timeout_ms})
@@ -99,7 +132,6 @@ def _group_member(args: argparse.Namespace) -> Generator[Printed, None, None]:
     props.setdefault("auto.offset.reset", "largest")
     if args.group:
         props["group.id"] = args.group
-    props.setdefault("group.id", f"console-consumer-{random.randrange(100000)}")
     if args.from_beginning:
         props["auto.offset.reset"] = "smallest"
     if timeout_ms:
@@ -109,13 +141,30 @@ def _group_member(args: argparse.Namespace) -> Generator[Printed, None, None]:
         if not eq:
             raise ConfigError(f"--property {item!r}: expected KEY=VALUE")
         props[key.strip()] = value.strip()
-    with Consumer(ConsumerConfig.from_properties(props)) as consumer:
-        [stream] = consumer.create_message_streams({args.topic: 1})[args.topic]
-        try:
-            for m in stream:
-                yield m.topic, m.partition, m.offset, m.timestamp, m.key, m.value
-        except ConsumerTimeoutError:
-            return
+    generated = "group.id" not in props
+    props.setdefault("group.id", f"console-consumer-{random.randrange(100000)}")
+    try:
+        with Consumer(ConsumerConfig.from_properties(props)) as consumer:
+            [stream] = consumer.create_message_streams({args.topic: 1})[args.topic]
+            stop.on_request(consumer.stop_streams)
+            try:
+                for m in stream:
+                    yield m.topic, m.partition, m.offset, m.timestamp, m.key, m.value
+            except ConsumerTimeoutError:
+                return
+    finally:
+        if generated:
+            _delete_generated_group(connect, props["group.id"], timeout_ms)
+
+
+def _delete_generated_group(connect: str, group: str, timeout_ms: int | None) -> None:
+    """A group nobody named is nobody's to resume: remove it on exit, as Kafka 0.8's console consumer did,
+    so that ``metaq groups list`` does not fill up with console-consumer-NNNNN."""
+    try:
+        with session(connect, connection_timeout_ms=timeout_ms or 6000) as client:
+            ZkLayout(client).delete_group(group)
+    except MetaqError as e:
+        print(f"metaq console-consumer: could not delete the generated group {group}: {e}", file=sys.stderr)
 
 
 def _print(message: Printed, args: argparse.Namespace) -> None:

@@ -140,7 +140,7 @@ def _wait_drained(group: GroupHarness, acked: dict[tuple[int, int], bytes], time
 def _verdict(group: GroupHarness, acked: dict[tuple[int, int], bytes]) -> int:
     failed = [m.name for m in group.members[:1]]
     report = check_delivery(group.events(), acked, failed_members=failed)
-    per_member = Counter()
+    per_member: Counter[str] = Counter()
     for e in group.events():
         if e["name"] == "records_consumed":
             per_member[e["member"]] += sum(p["count"] for p in e["partitions"])

@@ -5,6 +5,12 @@ The columns follow ``kafka-consumer-groups --zookeeper --describe`` (CURRENT-OFF
 and ConsumerOffsetChecker (OWNER is the raw owner thread id), with LAST-COMMIT, SOURCE and STATUS added.
 CURRENT-OFFSET is ``max(zookeeper, kafka)`` as metaq consumers resume from it; SOURCE says which store holds
 it (zookeeper, kafka or both). When the offsets in ``__consumer_offsets`` cannot be read, a note says so.
+
+Groups the brokers' group coordinators know (ListGroups at every broker, DescribeGroups at the one that lists
+the group) are shown too: protocol groups (confluent-kafka, ``kcat -G``, kafka-python) with their members,
+state and assignment, and groups with offsets only in ``__consumer_offsets``. KIND says where a group is known:
+zookeeper (``/consumers``), protocol (a coordinator) or both; STATE is the coordinator's state (Stable, Empty,
+PreparingRebalance, ...) when it has one, else active/empty from ZooKeeper's registrations.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import argparse
 
 from metaq.admin import GroupDescription, GroupSummary, Member
+from metaq.admin.broker_groups import CoordinatorGroup
 from metaq.admin.groups import DEFAULT_STALL_AFTER_MS
 from metaq.cli.output import add_parser, emit, note, open_admin, table, when
 
@@ -22,7 +29,7 @@ PARTITION_HEADERS = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("groups", help="list and describe consumer groups (lag, owners, commit times)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    listing = add_parser(actions, "list", "list every group under /consumers, with or without live members")
+    listing = add_parser(actions, "list", "list every group under /consumers and every group a broker coordinates")
     listing.set_defaults(func=_list)
     describe = add_parser(actions, "describe", "per-partition offset, log end, lag, owner and last commit")
     describe.add_argument("group")
@@ -33,10 +40,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _list(args: argparse.Namespace) -> int:
+    """Every group is listed; one that could not be read (a malformed node) shows STATE ``malformed``, its
+    error goes to stderr, and the exit code is 1 (an error, per the ops tools' 0/1/2 convention)."""
     with open_admin(args) as admin:
-        summaries = admin.list_groups()
-    emit(args, {"groups": [s.to_json() for s in summaries]}, lambda: render_list(summaries))
-    return 0
+        listing = admin.group_listing()
+    if not args.json:
+        for text in listing.notes:
+            note(f"Note: {text}")
+    emit(args, {"groups": [s.to_json() for s in listing.groups], "notes": listing.notes},
+         lambda: render_list(listing.groups))
+    failed = [s for s in listing.groups if s.error is not None]
+    for summary in failed:
+        note(f"metaq groups: error: group {summary.group}: {summary.error}")
+    return 1 if failed else 0
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -45,6 +61,11 @@ def _describe(args: argparse.Namespace) -> int:
                                            stall_after_ms=int(args.stalled_after_s * 1000))
     if description.kafka_note and not args.json:
         note(f"Note: {description.kafka_note}")
+    for member in description.members:
+        if not member.ephemeral and not args.json:
+            note(f"Warning: member {member.consumer_id} is registered by a persistent node: it is no live "
+                 "consumer. metaq consumers ignore it; Kafka 0.8 consumers assign it partitions nobody reads. "
+                 "Delete the node.")
     emit(args, description.to_json(), lambda: render_description(description))
     return 0
 
@@ -52,17 +73,26 @@ def _describe(args: argparse.Namespace) -> int:
 def render_list(summaries: list[GroupSummary]) -> str:
     if not summaries:
         return "No consumer groups."
-    return table(["GROUP", "MEMBERS", "STATE", "TOPICS"],
-                 [(s.group, s.members, "active" if s.active else "empty", ",".join(s.topics) or None)
-                  for s in summaries])
+    return table(["GROUP", "KIND", "MEMBERS", "STATE", "TOPICS"],
+                 [(s.group, s.kind, s.members, _state(s), ",".join(s.topics) or None) for s in summaries])
+
+
+def _state(summary: GroupSummary) -> str:
+    if summary.error is not None:
+        return "malformed"
+    return summary.state or ("active" if summary.active else "empty")
 
 
 def render_description(d: GroupDescription) -> str:
-    members = f"{len(d.members)} live member{'' if len(d.members) == 1 else 's'}" if d.members else "no live members"
+    count = len(d.members) + (len(d.protocol.members) if d.protocol else 0)
+    members = f"{count} live member{'' if count == 1 else 's'}" if count else "no live members"
     parts = [f"Group {d.group}: {members}, offsets in {d.offsets_storage}, total lag {d.total_lag}"]
     if d.members:
-        parts.append(table(["CONSUMER-ID", "HOST", "SUBSCRIPTION", "REGISTERED"],
-                           [(m.consumer_id, m.host, _subscription(m), when(m.registered_ms)) for m in d.members]))
+        parts.append(table(["CONSUMER-ID", "HOST", "SUBSCRIPTION", "REGISTERED", "NODE"],
+                           [(m.consumer_id, m.host, _subscription(m), when(m.registered_ms),
+                             "ephemeral" if m.ephemeral else "PERSISTENT") for m in d.members]))
+    if d.protocol is not None:
+        parts.append(_render_protocol(d.protocol))
     if d.partitions:
         parts.append(table(PARTITION_HEADERS, [
             (p.topic, p.partition, p.offset, p.log_end, p.lag, p.owner, when(p.last_commit_ms), p.source, p.status)
@@ -70,6 +100,16 @@ def render_description(d: GroupDescription) -> str:
     else:
         parts.append("No committed offsets, owners or subscribed topics.")
     return "\n\n".join(parts)
+
+
+def _render_protocol(group: CoordinatorGroup) -> str:
+    protocol = "/".join(filter(None, [group.protocol_type, group.protocol])) or "none"
+    head = f"Coordinator (broker {group.coordinator}): state {group.state}, protocol {protocol}"
+    if not group.members:
+        return head
+    return head + "\n" + table(["MEMBER-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"], [
+        (m.member_id, m.client_id, m.host, ",".join(f"{t}-{p}" for t, p in m.assignment) or None)
+        for m in group.members])
 
 
 def _subscription(member: Member) -> str:

@@ -12,7 +12,7 @@ from metaq.errors import MetaqError
 
 # Each module exposes ``register(subparsers)`` and sets ``func`` on the parsers it adds.
 COMMAND_MODULES = ("zookeeper", "broker", "topics", "groups", "owners", "offsets", "recover", "console_producer",
-                   "console_consumer", "demo", "verifiable_consumer")
+                   "console_consumer", "demo", "verifiable_consumer", "top")
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(f"metaq.cli.{name}").register(sub)
+    _finish_sub_commands(parser)
     return parser
+
+
+def _finish_sub_commands(parser: argparse.ArgumentParser) -> None:
+    """What every sub-command gets without each module repeating it: ``--help`` opens with a description
+    line (its one-line help), and ``--log-level`` is accepted after the sub-command too."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        helps = {choice.dest: choice.help for choice in action._choices_actions}
+        for name, child in action.choices.items():
+            if child.description is None and helps.get(name):
+                child.description = helps[name]
+            if not any("--log-level" in a.option_strings for a in child._actions):
+                child.add_argument("--log-level", default=argparse.SUPPRESS, help="logging level (default WARNING)")
+            _finish_sub_commands(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

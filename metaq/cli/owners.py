@@ -45,6 +45,9 @@ def _run(args: argparse.Namespace) -> int:
 def render(report: OwnersReport) -> str:
     members = ", ".join(report.members) if report.members else "none"
     summary = f"Group {report.group}: live members: {members}"
+    if report.persistent_members:
+        summary += (f"\nWarning: registered by persistent nodes, no live consumers: "
+                    f"{', '.join(report.persistent_members)}")
     flagged = len(report.orphans) + len(report.unowned)
     if not report.rows:
         return f"{summary}\nNo owner nodes."

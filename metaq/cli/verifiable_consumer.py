@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import threading
 import time
@@ -23,6 +22,7 @@ from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
 from metaq.consumer.connector import default_offset_store
 from metaq.consumer.offsets import CommitResult, OffsetStore, TopicPartition
 from metaq.consumer.rebalance import ConsumerRebalanceFailedError
+from metaq.signals import TerminationHandler
 
 _print_lock = threading.Lock()
 
@@ -155,8 +155,7 @@ def _run(args: argparse.Namespace) -> int:
         props[key.strip()] = value.strip()
     config = ConsumerConfig.from_properties(props)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    TerminationHandler(stop.set).install()  # the loop below sees it within report-every-ms; twice: exit now
     report = ConsumedReport(args.report_every_ms / 1000.0)
     consumer = Consumer(config, rebalance_listener=ReportingListener(report),
                         offset_store_factory=lambda layout, cfg: ReportingStore(default_offset_store(layout, cfg),

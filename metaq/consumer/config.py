@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
-from metaq.config import Config, ConfigError, non_negative, one_of, positive, prop
+from metaq.config import Config, non_negative, one_of, positive, prop
+from metaq.errors import ConfigError
 from zk_layout import validate_group
 
 
@@ -30,6 +31,9 @@ def _valid_chars(value: str) -> str | None:
     except ConfigError as e:
         return str(e)
     return None
+
+
+_OFFSET_RESET_ALIASES = {"earliest": "smallest", "latest": "largest"}
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,9 @@ class ConsumerConfig(Config):
     refresh_leader_backoff_ms: int = prop("refresh.leader.backoff.ms", 200, check=non_negative)
     fetch_min_bytes: int = prop("fetch.min.bytes", 1, check=positive)
     fetch_wait_max_ms: int = prop("fetch.wait.max.ms", 100, check=non_negative)
-    auto_offset_reset: str = prop("auto.offset.reset", "largest", check=one_of("smallest", "largest"))
+    auto_offset_reset: str = prop("auto.offset.reset", "largest",
+                                  check=one_of("smallest", "largest", "earliest", "latest"),
+                                  doc="smallest|largest (0.8 names); earliest|latest are accepted as aliases")
     consumer_timeout_ms: int = prop("consumer.timeout.ms", -1)
     exclude_internal_topics: bool = prop("exclude.internal.topics", True)
     partition_assignment_strategy: str = prop(
@@ -74,6 +80,12 @@ class ConsumerConfig(Config):
     recover_max_attempts: int = prop("metaq.recover.max.attempts", 20, check=positive)
     # how often each member re-checks that ZooKeeper's owner nodes match the assignment (0 = never)
     self_check_interval_ms: int = prop("metaq.self.check.interval.ms", 30000, check=non_negative)
+
+    def __post_init__(self) -> None:
+        """The newer clients' names (what the Spark source and librdkafka use) mean 0.8's smallest/largest."""
+        alias = _OFFSET_RESET_ALIASES.get(self.auto_offset_reset)
+        if alias is not None:
+            object.__setattr__(self, "auto_offset_reset", alias)
 
     @classmethod
     def from_properties(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> Self:

@@ -37,6 +37,7 @@ from metaq.consumer.serde import get_deserializer
 from metaq.consumer.streams import DeliveryGate, FailureSignal, KafkaStream
 from metaq.consumer.topic_filter import TopicFilter
 from metaq.errors import MetaqError
+from metaq.signals import TerminationHandler
 from metaq.zkclient import connect
 from zk_layout import TopicCount, ZkLayout
 
@@ -67,7 +68,7 @@ def default_offset_store(layout: ZkLayout, config: ConsumerConfig) -> OffsetStor
     """The store ``offsets.storage`` names (kafka: ZooKeeper-fenced, see metaq.consumer.kafka_offsets)."""
     if config.offsets_storage == "kafka":
         return KafkaOffsetStore(layout, config)
-    return ZooKeeperOffsetStore(layout, config.group_id)
+    return ZooKeeperOffsetStore(layout, config.group_id, auto_offset_reset=config.auto_offset_reset)
 
 
 class ZookeeperConsumerConnector:
@@ -204,6 +205,19 @@ class ZookeeperConsumerConnector:
             self._gate.open()
 
     # -- shutdown ----------------------------------------------------------------------------------
+
+    def stop_streams(self) -> None:
+        """End every stream: a loop over one finishes the chunk in hand and stops. Nothing is committed
+        or released here; :meth:`shutdown` (or leaving the ``with`` block) does that next."""
+        if self._subscription is not None:
+            for stream in self._subscription.streams:
+                stream.end()
+
+    def stop_on_signals(self) -> TerminationHandler:
+        """SIGTERM or SIGINT ends the streams (:meth:`stop_streams`), so the application's loop ends and
+        its ``with`` block commits what was handed out, releases the partitions and leaves the group; a
+        second signal exits at once. Call from the main thread; ``.restore()`` on the result undoes it."""
+        return TerminationHandler(self.stop_streams).install()
 
     def shutdown(self) -> None:
         """Orderly and bounded: stop committing and fetching, final commit (if auto-commit), release

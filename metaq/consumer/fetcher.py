@@ -39,11 +39,13 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 import tenacity
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.consumer import FetchRequest
 
+from metaq.client.cluster import ClusterClient, Leader, list_offsets_answers, send_list_offsets
 from metaq.client.connection import BrokerConnection
+from metaq.client.settings import ConnectionSettings
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.leader_finder import Leader, LeaderFinder, TopicPartition, find_leader, find_leaders
+from metaq.consumer.leader_finder import LeaderFinder, TopicPartition
 from metaq.consumer.partition_info import PartitionTopicInfo, Record
 from metaq.errors import (
     BrokerConnectionError,
@@ -90,6 +92,15 @@ def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
     return (0 if mixed == -(1 << 31) else abs(mixed)) % num_fetchers
 
 
+def connection_settings(config: ConsumerConfig) -> ConnectionSettings:
+    """How the consumer's connections are made: client.id, socket.timeout.ms, and responses as large as a
+    Fetch can be."""
+    return ConnectionSettings(
+        client_id=config.effective_client_id, request_timeout_ms=config.socket_timeout_ms,
+        connect_timeout_ms=min(config.socket_timeout_ms, CONNECT_TIMEOUT_MAX_MS),
+        max_response_bytes=max(MIN_RESPONSE_BYTES, config.fetch_max_bytes + config.fetch_message_max_bytes))
+
+
 class Backoff:
     """The delay before retrying after ``attempt`` failures in a row: tenacity's exponential wait plus jitter,
     capped, so that runners sharing a dead broker do not retry in lockstep::
@@ -126,10 +137,11 @@ class FetchRequestRunner(threading.Thread):
     """One fetcher thread: Fetch requests to one broker for a changing set of partitions (module docstring)."""
 
     def __init__(self, owner: _Owner, config: ConsumerConfig, leader: Leader, fetcher: int, *,
-                 consumer_id: str) -> None:
+                 consumer_id: str, settings: ConnectionSettings | None = None) -> None:
         super().__init__(name=f"{consumer_id}-fetcher-{fetcher}-broker-{leader.broker_id}", daemon=True)
         self._owner = owner
         self._config = config
+        self._settings = settings if settings is not None else connection_settings(config)
         self.broker_id = leader.broker_id
         self.fetcher_id = fetcher
         self._address = (leader.host, leader.port)
@@ -234,13 +246,7 @@ class FetchRequestRunner(threading.Thread):
         with self._lock:
             conn = self._conn
             if conn is None:
-                host, port = self._address
-                conn = self._conn = BrokerConnection(
-                    host, port, client_id=self._config.effective_client_id,
-                    request_timeout_ms=self._config.socket_timeout_ms,
-                    connect_timeout_ms=min(self._config.socket_timeout_ms, CONNECT_TIMEOUT_MAX_MS),
-                    max_response_bytes=max(MIN_RESPONSE_BYTES,
-                                           self._config.fetch_max_bytes + self._config.fetch_message_max_bytes))
+                conn = self._conn = self._settings.new_connection(*self._address)
         if not conn.is_connected:
             conn.connect()
             if self._stopped.is_set():  # shutdown() ran while we were connecting: do not start a fetch
@@ -315,26 +321,20 @@ class FetchRequestRunner(threading.Thread):
     def _reset_offsets(self, conn: BrokerConnection, infos: list[PartitionTopicInfo], *, reason: str) -> None:
         """ListOffsets (earliest for auto.offset.reset=smallest, else latest), then ``info.reset_offsets``."""
         timestamp = _EARLIEST if self._config.auto_offset_reset == "smallest" else _LATEST
-        topics: dict[str, list[dict[str, int]]] = {}
-        for info in infos:
-            topics.setdefault(info.topic, []).append({"partition_index": info.partition, "timestamp": timestamp})
-        fields = {"replica_id": -1, "isolation_level": 0,
-                  "topics": [{"name": topic, "partitions": parts} for topic, parts in topics.items()]}
-        response = conn.send(ListOffsetsRequest, fields)
+        answers = list_offsets_answers(send_list_offsets(conn, [info.key for info in infos], timestamp).result())
         by_key = {info.key: info for info in infos}
-        for topic in response.topics:
-            for part in topic.partitions:
-                info = by_key.pop((topic.name, part.partition_index), None)
-                if info is None or info.revoked:
-                    continue
-                if part.error_code:
-                    self._partition_error(info, info.get_fetch_offset(), part.error_code)
-                    continue
-                old = info.get_fetch_offset()
-                info.reset_offsets(part.offset)
-                level = logging.WARNING if old >= 0 else logging.INFO
-                log.log(level, "%s: %s for %s-%d: fetch offset %d -> %d (auto.offset.reset=%s)", self.name, reason,
-                        info.topic, info.partition, old, part.offset, self._config.auto_offset_reset)
+        for key, part in answers.items():
+            info = by_key.pop(key, None)
+            if info is None or info.revoked:
+                continue
+            if part.error_code:
+                self._partition_error(info, info.get_fetch_offset(), part.error_code)
+                continue
+            old = info.get_fetch_offset()
+            info.reset_offsets(part.offset)
+            level = logging.WARNING if old >= 0 else logging.INFO
+            log.log(level, "%s: %s for %s-%d: fetch offset %d -> %d (auto.offset.reset=%s)", self.name, reason,
+                    info.topic, info.partition, old, part.offset, self._config.auto_offset_reset)
         if by_key:  # not answered: try again after a backoff rather than in a tight loop
             log.warning("%s: ListOffsets from broker %d did not answer for %s", self.name, self.broker_id,
                         sorted(by_key))
@@ -437,9 +437,12 @@ class FetcherManager:
     Thread-safe. ``last_error`` and :meth:`partition_errors` tell the consumer's state what went wrong last.
     """
 
-    def __init__(self, config: ConsumerConfig, layout: ZkLayout, *, consumer_id: str) -> None:
+    def __init__(self, config: ConsumerConfig, layout: ZkLayout, *, consumer_id: str,
+                 client: ClusterClient | None = None) -> None:
         self._config = config
-        self._layout = layout
+        self._owns_client = client is None
+        self._client = client if client is not None else ClusterClient(layout, connection_settings(config))
+        self._settings = self._client.settings
         self.consumer_id = consumer_id
         self._lock = threading.Lock()  # guards everything below; never held while joining or doing I/O
         self._runners: dict[tuple[int, int], FetchRequestRunner] = {}
@@ -460,15 +463,15 @@ class FetcherManager:
         no_leader: list[PartitionTopicInfo] = []
         infos = [info for info in infos if not info.revoked]
         try:
-            leaders = find_leaders(self._layout, [info.key for info in infos])  # pipelined, for all at once
+            leaders = self._client.leaders((info.key for info in infos), fresh=True)  # pipelined
         except MetaqError:
             leaders = {}  # then one at a time, so that each partition reports its own error
         for info in infos:
             if info.revoked:
                 continue
             try:
-                leader = leaders[info.key] if info.key in leaders else find_leader(self._layout, info.topic,
-                                                                                   info.partition)
+                found = leaders[info.key] if info.key in leaders else self._client.leader(*info.key, fresh=True)
+                leader = found if isinstance(found, Leader) else None
             except MetaqError as e:
                 log.warning("cannot read the leader of %s-%d from ZooKeeper: %s", info.topic, info.partition, e)
                 self.record_error(info.key, e)
@@ -505,6 +508,8 @@ class FetcherManager:
         with self._lock:
             self._closed = True
         self.stop_connections()
+        if self._owns_client:
+            self._client.close()
 
     # -- state -------------------------------------------------------------------------------------
 
@@ -540,7 +545,8 @@ class FetcherManager:
                 return False
             runner = self._runners.get((leader.broker_id, fid))
             if runner is None:
-                runner = FetchRequestRunner(self, self._config, leader, fid, consumer_id=self.consumer_id)
+                runner = FetchRequestRunner(self, self._config, leader, fid, consumer_id=self.consumer_id,
+                                            settings=self._settings)
                 self._runners[(leader.broker_id, fid)] = runner
                 runner.start()
             else:
@@ -553,7 +559,7 @@ class FetcherManager:
             if not self._running:
                 return
             if self._finder is None:
-                self._finder = LeaderFinder(f"{self.consumer_id}-leader-finder", self._layout,
+                self._finder = LeaderFinder(f"{self.consumer_id}-leader-finder", self._client,
                                             backoff_s=self._config.refresh_leader_backoff_ms / 1000.0,
                                             assign=self.assign)
                 self._finder.start()

@@ -48,6 +48,7 @@ from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 
 from metaq.client.connection import BrokerConnection
+from metaq.client.settings import ConnectionSettings
 from metaq.client.versions import ApiKey
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offsets import CommitResult, TopicPartition, ZooKeeperOffsetStore
@@ -133,8 +134,8 @@ class OffsetsChannel:
     def __init__(self, layout: ZkLayout, group: str, *, client_id: str, socket_timeout_ms: int) -> None:
         self._layout = layout
         self._group = group
-        self._client_id = client_id
-        self._timeout_ms = socket_timeout_ms
+        self._settings = ConnectionSettings(client_id=client_id, request_timeout_ms=socket_timeout_ms,
+                                            connect_timeout_ms=socket_timeout_ms)
         self._conn: BrokerConnection | None = None
         self.coordinator: tuple[int, str, int] | None = None  # (node id, host, port) once found
         self.lookups = 0
@@ -148,10 +149,7 @@ class OffsetsChannel:
         return self._conn
 
     def _connect(self, host: str, port: int) -> BrokerConnection:
-        conn = BrokerConnection(host, port, client_id=self._client_id, request_timeout_ms=self._timeout_ms,
-                                connect_timeout_ms=self._timeout_ms)
-        conn.connect()
-        return conn
+        return self._settings.open(host, port)
 
     def _any_broker(self) -> BrokerConnection:
         """channelToAnyBroker: the live brokers in random order, the first that accepts a connection."""
@@ -217,7 +215,7 @@ class KafkaOffsetStore:
         self._group = config.group_id
         self._lock = threading.Lock()  # commits come from the committer and rebalance threads
         self._closing = threading.Event()
-        self._zk = ZooKeeperOffsetStore(layout, config.group_id)
+        self._zk = ZooKeeperOffsetStore(layout, config.group_id, auto_offset_reset=config.auto_offset_reset)
         self._channel = OffsetsChannel(layout, config.group_id, client_id=config.effective_client_id,
                                        socket_timeout_ms=config.offsets_channel_socket_timeout_ms)
         self._zk_last: dict[TopicPartition, int | None] = {}  # in ZooKeeper under our fence, as far as we know

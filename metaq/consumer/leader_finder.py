@@ -3,10 +3,11 @@
 As Kafka 0.8's ``LeaderFinderThread``: a partition whose leader is unknown (no state node, leader -1, the
 leader's registration gone) or whose fetches failed with NOT_LEADER / UNKNOWN_TOPIC_OR_PARTITION or repeated
 connection errors is handed to one thread per consumer, ``<consumer id>-leader-finder``. It re-reads the
-partition's state node and the leader's registration every ``refresh.leader.backoff.ms`` until it finds a
-leader, then hands the partition back to the fetcher manager, which gives it to a fetch runner::
+partition's state node and the leader's registration (:meth:`metaq.client.ClusterClient.leader`) every
+``refresh.leader.backoff.ms`` until it finds a leader, then hands the partition back to the fetcher manager,
+which gives it to a fetch runner::
 
-    finder = LeaderFinder("c1-leader-finder", layout, backoff_s=0.2, assign=manager.assign)
+    finder = LeaderFinder("c1-leader-finder", client, backoff_s=0.2, assign=manager.assign)
     finder.start()
     finder.add([info])          # wakes the thread at once; it retries until assign() took the partition
     finder.shutdown(); finder.join(1.0)
@@ -17,60 +18,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
+from metaq.client.cluster import ClusterClient, Leader, TopicPartition
 from metaq.consumer.partition_info import PartitionTopicInfo
 from metaq.errors import MetaqError
-from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
+__all__ = ["Leader", "LeaderFinder", "TopicPartition"]
 
 _IDLE_WAIT_S = 1.0  # with nothing to look for; add() and shutdown() wake the thread earlier anyway
 _MIN_ROUND_INTERVAL_S = 0.01  # refresh.leader.backoff.ms=0 must not make the thread spin on ZooKeeper
-
-
-@dataclass(frozen=True, slots=True)
-class Leader:
-    """Where a partition is fetched from: the leader broker's id and PLAINTEXT address."""
-
-    broker_id: int
-    host: str
-    port: int
-
-
-def find_leader(layout: ZkLayout, topic: str, partition: int) -> Leader | None:
-    """The partition's leader from its state node and the leader's registration; None if there is none now.
-
-    Raises the ZooKeeper errors of :class:`ZkLayout` (retriable ones when the connection is down)."""
-    state = layout.partition_state(topic, partition)
-    if state is None or state.leader < 0:
-        return None
-    broker = layout.broker(state.leader)
-    if broker is None or broker.host is None or broker.port <= 0:
-        return None
-    return Leader(state.leader, broker.host, broker.port)
-
-
-def find_leaders(layout: ZkLayout, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Leader | None]:
-    """:func:`find_leader` of many partitions at once: the state nodes are read with pipelined requests and
-    each leader's registration once (a rebalance starts fetching a member's partitions this way)."""
-    states = layout.partition_states(partitions)
-    leaders: dict[int, Leader | None] = {}
-    result: dict[TopicPartition, Leader | None] = {}
-    for key, state in states.items():
-        if state is None or state.leader < 0:
-            result[key] = None
-            continue
-        if state.leader not in leaders:
-            broker = layout.broker(state.leader)
-            if broker is None or broker.host is None or broker.port <= 0:
-                leaders[state.leader] = None
-            else:
-                leaders[state.leader] = Leader(state.leader, broker.host, broker.port)
-        result[key] = leaders[state.leader]
-    return result
 
 
 class LeaderFinder(threading.Thread):
@@ -79,10 +37,10 @@ class LeaderFinder(threading.Thread):
     ``assign(info, leader)`` hands a partition to a runner and returns False when the manager is stopping
     (the partition is then dropped). It runs on this thread and must not block for long."""
 
-    def __init__(self, name: str, layout: ZkLayout, *, backoff_s: float,
+    def __init__(self, name: str, client: ClusterClient, *, backoff_s: float,
                  assign: Callable[[PartitionTopicInfo, Leader], bool]) -> None:
         super().__init__(name=name, daemon=True)
-        self._layout = layout
+        self._client = client
         self._backoff_s = max(backoff_s, _MIN_ROUND_INTERVAL_S)
         self._assign = assign
         self._lock = threading.Lock()
@@ -135,7 +93,7 @@ class LeaderFinder(threading.Thread):
                 self._forget(info)
                 continue
             try:
-                leader = find_leader(self._layout, info.topic, info.partition)
+                leader = self._client.leader(info.topic, info.partition, fresh=True)
             except MetaqError as e:
                 log.warning("%s: cannot read the leader of %s-%d from ZooKeeper: %s", self.name, info.topic,
                             info.partition, e)

@@ -10,7 +10,7 @@
         consumer.subscribe("clicks", 1024 * 1024, Printer()).complete_subscribe()
         ...                                   # messages arrive on "metaq-dispatch-clicks-0"
 
-Delivery (consumer-semantics.md §9.5, §10 rows 7 and 9): one dispatch thread per stream takes whole chunks
+Delivery (docs/delivery-guarantees.md §3 and §6 rows 7 and 9): one dispatch thread per stream takes whole chunks
 with ``KafkaStream.iter_batches()``; a chunk's offsets count as consumed only after it was processed, so the
 commits cover processed messages only (at-least-once: after a crash or a rebalance, duplicates are possible,
 losses are not). A message whose handling raises is retried ``metaq.max.fetch.retries`` times with a short
@@ -47,6 +47,7 @@ from metaq.consumer.recover import RecoverManager, RecoverStore, default_dir, de
 from metaq.consumer.serde import DeserializerSpec, bytes_deserializer, get_deserializer
 from metaq.consumer.streams import ConsumerTimeoutError
 from metaq.errors import ConfigError, DeserializationError, MetaqError
+from metaq.signals import TerminationHandler
 from zk_layout import validate_topic
 
 log = logging.getLogger(__name__)
@@ -445,6 +446,7 @@ class MessageConsumer:
         self._managers: list[RecoverManager] = []
         self._stopping = threading.Event()
         self._abandon = threading.Event()
+        self._closed = threading.Event()
 
     # -- subscribing -------------------------------------------------------------------------------
 
@@ -541,13 +543,26 @@ class MessageConsumer:
 
     # -- shutdown ----------------------------------------------------------------------------------
 
+    def stop_on_signals(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> TerminationHandler:
+        """SIGTERM or SIGINT runs :meth:`shutdown` (listeners finish the chunk in hand, what was processed
+        is committed, partitions are released, the group is left) on a thread of its own; a second signal
+        exits at once. Call from the main thread, then block in :meth:`wait`."""
+        return TerminationHandler(lambda: self.shutdown(timeout_s)).install()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the consumer is shut down (True) or ``timeout`` seconds passed (False)."""
+        return self._closed.wait(timeout)
+
     def shutdown(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
         """Bounded and orderly: the dispatchers finish the chunk in hand (abandoned unmarked after half the
         timeout), the recover threads stop, then the connector commits, releases and leaves the group."""
         with self._lock:
-            if self._phase == CLOSED:
-                return
+            already = self._phase == CLOSED
             self._phase = CLOSED
+        if already:  # e.g. the with-block ending while a signal's shutdown runs: wait for that one
+            if threading.current_thread() not in {d.thread for d in self._dispatchers}:
+                self._closed.wait(timeout_s)
+            return
         deadline = time.monotonic() + timeout_s
         self._stopping.set()
         self._stop_dispatchers(deadline, timeout_s)
@@ -560,6 +575,7 @@ class MessageConsumer:
                 log.exception("consumer %s: connector shutdown failed", self.config.group_id)
         for store in self._stores.values():
             store.close()
+        self._closed.set()
 
     def _stop_dispatchers(self, deadline: float, timeout_s: float) -> None:
         for dispatcher in self._dispatchers:

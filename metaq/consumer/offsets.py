@@ -46,9 +46,12 @@ class OffsetStore(Protocol):
 
 
 class ZooKeeperOffsetStore:
-    def __init__(self, layout: ZkLayout, group: str) -> None:
+    """``auto_offset_reset`` is only named in the warning about an offset node that holds no offset."""
+
+    def __init__(self, layout: ZkLayout, group: str, *, auto_offset_reset: str = "largest") -> None:
         self._layout = layout
         self._group = group
+        self._auto_offset_reset = auto_offset_reset
         self._lock = threading.Lock()  # commits come from the committer and rebalance threads
         self._versions: dict[TopicPartition, int] = {}
         self._last: dict[TopicPartition, int | None] = {}
@@ -59,6 +62,10 @@ class ZooKeeperOffsetStore:
         fenced = self._layout.fence_offsets(self._group, list(partitions))
         with self._lock:
             for key, fence in fenced.items():
+                if fence.malformed is not None:
+                    log.warning("group %s: ignoring %s; %s-%d starts from auto.offset.reset=%s and the next commit "
+                                "overwrites the node", self._group, fence.malformed, key[0], key[1],
+                                self._auto_offset_reset)
                 self._versions[key] = fence.version
                 self._last[key] = fence.offset
                 self._unconfirmed.pop(key, None)

@@ -36,7 +36,7 @@ from metaq.consumer.ids import make_thread_ids
 from metaq.consumer.offsets import OffsetStore, TopicPartition
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.errors import MalformedNodeError, MetaqError
-from zk_layout import TopicCount, ZkLayout
+from zk_layout import TopicCount, ZkLayout, paths
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,7 @@ class ZKRebalancerListener:
         self._retry_at: float | None = None
         self._next_self_check = time.monotonic() + config.self_check_interval_ms / 1000.0
         self._warned_missing: set[str] = set()
+        self._warned_persistent: set[str] = set()  # persistent member nodes already warned about
         self._conflicts: dict[TopicPartition, str] | None = None  # owner nodes in the way of the last claims
         self._thread = threading.Thread(
             target=self._run, name=f"{consumer_id}_watcher_executor", daemon=True
@@ -356,15 +357,32 @@ class ZKRebalancerListener:
         return self._subscription.is_wildcard or bool(self._warned_missing) or self.generation == 0
 
     def _registrations(self) -> dict[str, TopicCount]:
+        """The members the assignment is computed for.
+
+        Left out (with a warning naming the node): a registration that does not decode (including a topic
+        filter RE2 rejects), and one held by a *persistent* node. Kafka 0.8 counts the latter too, but a
+        persistent node is no live consumer: nothing ever removes it, and whatever streams it asks for (a
+        fake member asking for 100,000 takes every partition) would be assigned to nobody who reads. So
+        metaq members assign among the ephemeral, i.e. live, members only. A Kafka 0.8 member of the same
+        group still counts such a node, so the two disagree until it is deleted: the warning says so."""
         members: dict[str, TopicCount] = {}
         for member in self._layout.consumer_ids(self._group, watch=self._on_watch):
             try:
-                registration = self._layout.consumer_registration(self._group, member)
+                node = self._layout.consumer_node(self._group, member)
             except MalformedNodeError as e:
                 log.warning("ignoring member with a malformed registration: %s", e)
                 continue
-            if registration is not None:
-                members[member] = registration
+            if node is None:
+                continue
+            if not node.ephemeral:
+                if member not in self._warned_persistent:
+                    self._warned_persistent.add(member)
+                    log.warning("consumer %s: ignoring member %s: its node %s is persistent, not ephemeral, so "
+                                "it is no live consumer (a fake or left-over registration); delete that node",
+                                self._consumer_id, member, self._layout.full_path(
+                                    paths.consumer_id_path(self._group, member)))
+                continue
+            members[member] = node.registration
         if self._consumer_id not in members:
             raise MetaqError(f"consumer {self._consumer_id} is not registered in group {self._group}")
         return members

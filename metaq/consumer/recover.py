@@ -7,7 +7,7 @@
     store.drop()                                        # everything; or drop([ids])
     store.close()
 
-MetaQ's ``RecoverStorageManager`` (consumer-semantics.md §9.5), with its weaknesses fixed: an entry whose
+MetaQ's ``RecoverStorageManager`` (docs/delivery-guarantees.md §3), with its weaknesses fixed: an entry whose
 replay keeps failing is counted and, at ``max_attempts``, marked *dead* (kept, listed, no longer replayed
 automatically) instead of being retried forever; a failing entry never stops a replay pass (MetaQ #99/#111).
 

@@ -15,8 +15,8 @@ Every function returned here is picklable when its callable is (Spark ships them
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
 
 import msgpack
 
@@ -70,6 +70,8 @@ def msgpack_deserializer(data: bytes | None) -> Any:
     except Exception as e:  # msgpack raises ValueError subclasses, TypeError (unhashable key), and others
         raise DeserializationError(f"not msgpack ({type(e).__name__}: {e})") from e
 
+
+T = TypeVar("T")
 
 _DESERIALIZERS: Final[dict[str, Deserializer]] = {
     "bytes": bytes_deserializer,
@@ -208,7 +210,7 @@ def get_serializer(spec: SerializerSpec) -> Serializer:
     if isinstance(spec, str):
         return _lookup("serializer", _SERIALIZERS, spec)
     if spec in _SERIALIZERS.values() or isinstance(spec, _NullSafeSerializer):
-        return spec  # type: ignore[return-value]
+        return spec
     if not callable(spec):
         raise ConfigError(f"serializer {spec!r}: must be one of {', '.join(_SERIALIZERS)} or a callable")
     return _NullSafeSerializer(spec)
@@ -217,7 +219,7 @@ def get_serializer(spec: SerializerSpec) -> Serializer:
 # -- helpers -------------------------------------------------------------------------------------------
 
 
-def _lookup(kind: str, table: dict[str, Any], name: str) -> Any:
+def _lookup(kind: str, table: Mapping[str, T], name: str) -> T:
     try:
         return table[name.strip().lower()]
     except KeyError:

@@ -3,7 +3,7 @@
     for message in stream:               # MessageAndMetadata(topic, partition, offset, key, value, timestamp)
         handle(message)
 
-Semantics (consumer-semantics.md §2.1): records below the partition's consumed offset are skipped (a
+Semantics (docs/delivery-guarantees.md §1): records below the partition's consumed offset are skipped (a
 fetched batch may start before the requested offset); the consumed offset becomes ``offset + 1`` when a
 message is handed out, so the next commit covers it. Chunks of partitions whose ownership ended are
 dropped. While the ZooKeeper connection is SUSPENDED nothing is delivered. With ``consumer.timeout.ms``

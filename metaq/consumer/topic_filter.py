@@ -15,7 +15,6 @@ here give the same answer, so a member and its peers agree on who reads what.
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +22,15 @@ from typing import ClassVar
 
 from metaq.errors import ConfigError
 from zk_layout import validate_topic
-from zk_layout.formats import BLACK_LIST, INTERNAL_TOPICS, STATIC, WHITE_LIST, TopicCount, normalize_topic_filter
+from zk_layout.formats import (
+    BLACK_LIST,
+    INTERNAL_TOPICS,
+    STATIC,
+    WHITE_LIST,
+    TopicCount,
+    compile_topic_filter,
+    normalize_topic_filter,
+)
 
 
 def is_internal_topic(topic: str) -> bool:
@@ -33,7 +40,9 @@ def is_internal_topic(topic: str) -> bool:
 
 
 class TopicFilter(ABC):
-    """A normalised, compiled topic regex. Subclasses decide whether a match allows or excludes a topic."""
+    """A normalised topic regex compiled with RE2 (linear-time matching, see
+    :func:`zk_layout.formats.compile_topic_filter`). Subclasses decide whether a match allows or excludes a
+    topic."""
 
     pattern: ClassVar[str]
     """The TopicCount ``pattern`` this filter registers as (``white_list`` or ``black_list``)."""
@@ -42,9 +51,9 @@ class TopicFilter(ABC):
         self.raw = regex
         self.regex = normalize_topic_filter(regex)
         try:
-            self._compiled = re.compile(self.regex)
-        except re.error as e:
-            raise ConfigError(f"topic filter {regex!r} (normalised {self.regex!r}) is not a valid regex: {e}") from e
+            self._compiled = compile_topic_filter(self.regex)
+        except ConfigError as e:
+            raise ConfigError(f"{e}{f' (given as {regex!r})' if regex != self.regex else ''}") from e
 
     def matches(self, topic: str) -> bool:
         """Whole-string match, as Java's ``String.matches``."""

@@ -29,7 +29,7 @@ class Partitioner(Protocol):
 
 def murmur2_partition(key: bytes, partitions: Sequence[int]) -> int:
     """Java's ``Utils.toPositive(Utils.murmur2(key)) % numPartitions``."""
-    return partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)]
+    return partitions[(int(murmur2(key)) & 0x7FFFFFFF) % len(partitions)]
 
 
 class RoundRobinPartitioner:

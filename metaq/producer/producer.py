@@ -13,12 +13,14 @@ from concurrent.futures import Future
 from typing import Any
 
 from metaq.client.connection import BrokerConnection
+from metaq.client.settings import ConnectionSettings
 from metaq.errors import MetaqError
-from metaq.producer.accumulator import Header, RecordAccumulator, RecordMetadata, TopicPartition
+from metaq.producer.accumulator import RecordAccumulator, RecordMetadata, TopicPartition
 from metaq.producer.config import ProducerConfig
 from metaq.producer.metadata import ClusterMetadata, TopicInfo
 from metaq.producer.partitioner import make_partitioner
 from metaq.producer.sender import Sender
+from metaq.protocol.builder import Header
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +43,12 @@ class Producer:
 
     def __init__(self, config: ProducerConfig | Mapping[str, Any] | None = None, *,
                  metadata: ClusterMetadata | None = None,
-                 connection_factory: Callable[..., BrokerConnection] = BrokerConnection) -> None:
+                 connection_factory: Callable[..., BrokerConnection] | None = None) -> None:
         self.config = config if isinstance(config, ProducerConfig) else ProducerConfig.from_properties(config)
         cfg = self.config
         if metadata is None:
             metadata = ClusterMetadata.from_zookeeper(
-                cfg.require_zookeeper(), session_timeout_ms=cfg.zookeeper_session_timeout_ms,
+                cfg.require_zookeeper(), connection_settings(cfg), session_timeout_ms=cfg.zookeeper_session_timeout_ms,
                 connection_timeout_ms=cfg.zookeeper_connection_timeout_ms, max_age_ms=cfg.metadata_max_age_ms)
         self._metadata = metadata
         self._closed = False
@@ -146,6 +148,12 @@ class Producer:
         failure = self._sender.failure
         if failure is not None:
             raise MetaqError(f"the producer's sender thread failed: {failure!r}") from failure
+
+
+def connection_settings(config: ProducerConfig) -> ConnectionSettings:
+    """How the producer's connections are made (client.id and its timeouts)."""
+    return ConnectionSettings(client_id=config.client_id, request_timeout_ms=config.request_timeout_ms,
+                              connect_timeout_ms=config.connect_timeout_ms)
 
 
 def _check_bytes(what: str, data: object) -> None:

@@ -102,7 +102,7 @@ class Sender(threading.Thread):
     """The background I/O thread of one Producer."""
 
     def __init__(self, config: ProducerConfig, accumulator: RecordAccumulator, metadata: ClusterMetadata,
-                 connection_factory: Callable[..., BrokerConnection] = BrokerConnection) -> None:
+                 connection_factory: Callable[..., BrokerConnection] | None = None) -> None:
         super().__init__(name=THREAD_NAME, daemon=True)
         self._config = config
         self._acc = accumulator
@@ -235,10 +235,7 @@ class Sender(threading.Thread):
             self._drop(node)
             node = None
         if node is None:
-            conn = self._connect(leader.host, leader.port, client_id=self._config.client_id,
-                                 request_timeout_ms=self._config.request_timeout_ms,
-                                 connect_timeout_ms=self._config.connect_timeout_ms)
-            node = _Node(leader, conn)
+            node = _Node(leader, self._new_connection(leader))
             self._nodes[leader.broker_id] = node
         if not node.conn.is_connected:
             node.conn.connect()
@@ -246,6 +243,15 @@ class Sender(threading.Thread):
             node.registered_fd = node.conn.fileno()
             self._selector.register(node.registered_fd, selectors.EVENT_READ, node)
         return node
+
+    def _new_connection(self, leader: Leader) -> BrokerConnection:
+        """The sender's own connection to ``leader`` (it multiplexes them with a selector), made by the
+        cluster client with the producer's client.id and timeouts."""
+        limits = {"client_id": self._config.client_id, "request_timeout_ms": self._config.request_timeout_ms,
+                  "connect_timeout_ms": self._config.connect_timeout_ms}
+        if self._connect is not None:  # a test's factory
+            return self._connect(leader.host, leader.port, **limits)
+        return self._metadata.open_connection(leader, **limits)
 
     def _drop(self, node: _Node) -> None:
         if node.registered_fd >= 0:
@@ -262,9 +268,9 @@ class Sender(threading.Thread):
             handle = node.conn.send_async(ProduceRequest, fields, expect_response=acks != 0)
         except (BrokerConnectionError, ProtocolError, BrokerResponseError) as e:
             # nothing more was sent on this connection, but earlier requests failed with it
-            node = self._nodes.get(leader.broker_id)
-            if node is not None:
-                self._node_failed(node, e)
+            failed = self._nodes.get(leader.broker_id)
+            if failed is not None:
+                self._node_failed(failed, e)
             for batch in batches:
                 self._retry_or_fail(batch, e)
             return

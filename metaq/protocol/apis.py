@@ -1,6 +1,6 @@
 """The Kafka APIs metaq's broker speaks, their codec classes, and the version ranges it advertises.
 
-The ranges follow kafka-wire.md §1: contiguous, non-flexible (except ApiVersions v3), chosen so that
+The ranges follow docs/wire-protocol.md §1: contiguous, non-flexible (except ApiVersions v3), chosen so that
 librdkafka 2.0.2 (kcat), confluent-kafka 2.16 and kafka-python 3.0.12 all pick record batch v2.
 """
 
@@ -8,6 +8,14 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from kafka.protocol.admin import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -21,6 +29,8 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
@@ -54,8 +64,12 @@ class ApiKey(IntEnum):
     HEARTBEAT = 12
     LEAVE_GROUP = 13
     SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
+    DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
 
 
 # api key -> (request class, response class, min version, max version) served by the broker
@@ -74,6 +88,12 @@ BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
     # from v0: the 0.8 consumer with offsets.storage=kafka sends v1, and v0 is served from ZooKeeper
     ApiKey.OFFSET_COMMIT: (OffsetCommitRequest, OffsetCommitResponse, 0, 7),
     ApiKey.OFFSET_FETCH: (OffsetFetchRequest, OffsetFetchResponse, 0, 5),
+    # group admin: the maxima of librdkafka 2.16 (ListGroups 5, DescribeGroups 5, DeleteGroups 2) and of
+    # kafka-python 3.0.12 (DescribeGroups 6); flexible versions answer with no tagged fields
+    ApiKey.LIST_GROUPS: (ListGroupsRequest, ListGroupsResponse, 0, 5),
+    ApiKey.DESCRIBE_GROUPS: (DescribeGroupsRequest, DescribeGroupsResponse, 0, 6),
+    ApiKey.DELETE_GROUPS: (DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
+    ApiKey.OFFSET_DELETE: (OffsetDeleteRequest, OffsetDeleteResponse, 0, 0),
 }
 
 

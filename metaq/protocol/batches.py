@@ -1,9 +1,10 @@
 """Record batch v2 (magic 2) header handling.
 
-The broker treats batches as opaque: it parses only the 61-byte header, checks size, magic and CRC-32C,
+The broker stores batches as they came: it parses the 61-byte header, checks size, magic and CRC-32C,
 rewrites the base offset (which lies outside the CRC) and stores the bytes unchanged, so a fetch can be
-served straight from the file. Records are never decoded here; that keeps produce validation at memory
-speed (the ``crc32c`` package is hardware accelerated).
+served straight from the file. Records are never decoded here, so recovery runs at memory speed (the
+``crc32c`` package is hardware accelerated); a produced batch's records are checked before it is appended
+by metaq/broker/log/validator.py.
 
 Layout (big-endian)::
 

@@ -14,7 +14,7 @@ from kafka.codec import gzip_encode
 
 Header = tuple[str, bytes | None]
 
-BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte record batch v2 header (kafka-wire.md §4)
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte record batch v2 header (docs/wire-protocol.md §2)
 _CRC = struct.Struct(">I")
 _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from metaq.errors import ProtocolError
 
@@ -16,3 +17,31 @@ def peek_request(frame: bytes | memoryview) -> tuple[int, int, int]:
     if len(frame) < REQUEST_PREFIX_SIZE:
         raise ProtocolError(f"request frame of {len(frame)} bytes is shorter than a request header")
     return REQUEST_PREFIX.unpack_from(frame, 0)
+
+
+def decode_request(request_cls: Any, frame: bytes | bytearray | memoryview, version: int) -> Any:
+    """A request (header included) decoded from one frame body, failing on any field that runs past it.
+
+    kafka-python's compiled decoders slice strings and bytes without a bounds check, so a length
+    running past the frame's end would yield a silently short value (a truncated Metadata request named
+    a topic after the garbage that followed). Decoding here tracks the position and refuses a frame it
+    overruns. Bytes after the last field are tolerated, as Kafka's request parser tolerates them.
+    """
+    data = memoryview(frame)
+    flexible = request_cls.flexible_version_q(version)
+    header_cls = request_cls.header_class
+    header_version = header_cls._flexible_versions[0] if flexible else header_cls._valid_versions[0]
+    decode_header = header_cls._struct.compiled_decode_from(
+        header_version, compact=False, tagged=flexible, data_class=header_cls
+    )
+    header, pos = decode_header(data, 0)
+    if pos > len(data):
+        raise ProtocolError(f"request header runs {pos - len(data)} bytes past the {len(data)}-byte frame")
+    decode_body = request_cls._struct.compiled_decode_from(
+        version, compact=flexible, tagged=flexible, data_class=request_cls[None]
+    )
+    request, pos = decode_body(data, pos)
+    if pos > len(data):
+        raise ProtocolError(f"a field runs {pos - len(data)} bytes past the end of the {len(data)}-byte frame")
+    request._header = header
+    return request

@@ -6,9 +6,10 @@
     cluster.commit("etl", {("clicks", 0): 120})      # never moves a group's offset backwards
     cluster.close()
 
-ZooKeeper is read through :class:`zk_layout.ZkLayout` only. Topics, partitions and leaders are cached for
-``metadata.max.age.ms`` because a streaming query asks for the latest offsets up to a hundred times a second
-while idle; a failed ListOffsets drops the cache at once.
+ZooKeeper is read through :class:`zk_layout.ZkLayout`, the brokers reached through
+:class:`metaq.client.ClusterClient`. Topics, partitions and leaders are cached for ``metadata.max.age.ms``
+because a streaming query asks for the latest offsets up to a hundred times a second while idle; a failed
+ListOffsets drops the cache at once.
 """
 
 from __future__ import annotations
@@ -19,16 +20,13 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from kafka.protocol.consumer import ListOffsetsRequest
-
-from metaq.client.connection import BrokerConnection
+from metaq.client.cluster import ClusterClient, Leader
+from metaq.client.settings import ConnectionSettings
 from metaq.errors import (
-    BrokerConnectionError,
     MalformedNodeError,
     MetaqError,
     UnknownTopicError,
     ZooKeeperUnavailableError,
-    for_code,
 )
 from metaq.spark.offsets import Offsets, TopicPartition
 from metaq.spark.options import ReadOptions, Subscription
@@ -39,15 +37,6 @@ log = logging.getLogger(__name__)
 
 _LIST_OFFSETS_ATTEMPTS = 5
 _RETRY_BACKOFF_S = 0.2  # doubled per attempt: a leader moves or a broker restarts within a few seconds
-
-
-@dataclass(frozen=True, slots=True)
-class Leader:
-    """Where a partition is read from: the leader broker's id and PLAINTEXT address."""
-
-    broker_id: int
-    host: str
-    port: int
 
 
 @dataclass
@@ -71,12 +60,13 @@ class Cluster:
         self._request_timeout_ms = request_timeout_ms
         self._session_timeout_ms = session_timeout_ms
         self._connection_timeout_ms = connection_timeout_ms
+        self._max_age_ms = metadata_max_age_ms
         self._max_age_s = metadata_max_age_ms / 1000.0
         self._zk = None
         self._layout: ZkLayout | None = None
+        self._client: ClusterClient | None = None
         self._topology: _Topology | None = None
         self._subscription: Subscription | None = None
-        self._connections: dict[tuple[str, int], BrokerConnection] = {}
         self._committed: dict[tuple[str, TopicPartition], int] = {}
 
     @classmethod
@@ -107,6 +97,14 @@ class Cluster:
             self._layout = ZkLayout(self._zk)
         return self._layout
 
+    @property
+    def client(self) -> ClusterClient:
+        """The cluster client over :attr:`layout` (connections to leaders are opened on first use)."""
+        if self._client is None:
+            settings = ConnectionSettings(client_id=self._client_id, request_timeout_ms=self._request_timeout_ms)
+            self._client = ClusterClient(self.layout, settings, metadata_max_age_ms=self._max_age_ms)
+        return self._client
+
     def topics(self, subscription: Subscription, *, strict: bool = True) -> list[str]:
         """The subscribed topics that exist. ``strict``: a named topic that does not exist is an error."""
         topology = self._read_topology(subscription)
@@ -129,6 +127,8 @@ class Cluster:
         """Forget topics and leaders: the next call reads ZooKeeper again."""
         if self._topology is not None:
             self._topology.read_at = float("-inf")
+        if self._client is not None:
+            self._client.invalidate()
 
     def _require_topology(self) -> _Topology:
         if self._topology is None:
@@ -152,29 +152,18 @@ class Cluster:
         return self._topology
 
     def _load_topology(self, subscription: Subscription) -> _Topology:
-        layout = self.layout
-        topology = _Topology(time.monotonic(), subscription.select(layout.topics()))
-        brokers: dict[int, Leader | None] = {}
+        client = self.client
+        topology = _Topology(time.monotonic(), subscription.select(client.layout.topics()))
         for topic in topology.topics:
-            assignment = layout.topic_assignment(topic)
-            if assignment is None:  # deleted between listing and reading
+            try:
+                info = client.topic(topic)
+            except UnknownTopicError:  # deleted between listing and reading
                 continue
-            topology.partitions[topic] = sorted(assignment.partitions)
-            for partition in topology.partitions[topic]:
-                topology.leaders[(topic, partition)] = self._find_leader(layout, topic, partition, brokers)
+            topology.partitions[topic] = list(info.partitions)
+            for partition in info.partitions:
+                topology.leaders[(topic, partition)] = info.leaders.get(partition)
         topology.topics = [t for t in topology.topics if t in topology.partitions]
         return topology
-
-    @staticmethod
-    def _find_leader(layout: ZkLayout, topic: str, partition: int, brokers: dict[int, Leader | None]) -> Leader | None:
-        state = layout.partition_state(topic, partition)
-        if state is None or state.leader < 0:
-            return None
-        if state.leader not in brokers:
-            info = layout.broker(state.leader)
-            ok = info is not None and info.host is not None and info.port > 0
-            brokers[state.leader] = Leader(state.leader, info.host, info.port) if ok else None  # type: ignore[union-attr,arg-type]
-        return brokers[state.leader]
 
     # -- offsets in the logs -------------------------------------------------------------------------
 
@@ -199,44 +188,14 @@ class Cluster:
 
     def _list_offsets_once(self, keys: list[TopicPartition], which: int, out: Offsets) -> dict[TopicPartition, str]:
         """One ListOffsets per leader; returns the partitions that failed, with why."""
+        leaders = self._topology.leaders if self._topology is not None else {}
         failures: dict[TopicPartition, str] = {}
-        by_leader: dict[Leader, list[TopicPartition]] = {}
-        for key in keys:
-            leader = self.leader(key) if self._topology is not None else None
-            if leader is None:
-                failures[key] = "no leader"
+        for key, answer in self.client.list_offsets(keys, which, leaders=leaders).items():
+            if answer.offset is None:
+                failures[key] = answer.error or "no answer"
             else:
-                by_leader.setdefault(leader, []).append(key)
-        for leader, group in by_leader.items():
-            try:
-                response = self._connection(leader).send(ListOffsetsRequest, _list_offsets_fields(group, which))
-            except BrokerConnectionError as e:
-                self._drop_connection(leader)
-                failures.update({key: str(e) for key in group})
-                continue
-            for topic in response.topics:
-                for part in topic.partitions:
-                    key = (topic.name, part.partition_index)
-                    if part.error_code:
-                        failures[key] = f"{for_code(part.error_code).message} from broker {leader.broker_id}"
-                    else:
-                        out[key] = part.offset
+                out[key] = answer.offset
         return failures
-
-    def _connection(self, leader: Leader) -> BrokerConnection:
-        address = (leader.host, leader.port)
-        conn = self._connections.get(address)
-        if conn is None:
-            conn = BrokerConnection(leader.host, leader.port, client_id=self._client_id,
-                                    request_timeout_ms=self._request_timeout_ms)
-            self._connections[address] = conn
-        conn.connect()
-        return conn
-
-    def _drop_connection(self, leader: Leader) -> None:
-        conn = self._connections.pop((leader.host, leader.port), None)
-        if conn is not None:
-            conn.close()
 
     # -- the group's offsets in ZooKeeper ----------------------------------------------------------------
 
@@ -278,22 +237,14 @@ class Cluster:
 
     def close(self) -> None:
         """Close broker connections and the ZooKeeper session; safe to call more than once."""
-        for conn in self._connections.values():
-            conn.close()
-        self._connections.clear()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         client, self._zk, self._layout = self._zk, None, None
         if client is not None:
             with contextlib.suppress(Exception):  # best effort: the session expires on its own anyway
                 client.stop()
                 client.close()
-
-
-def _list_offsets_fields(keys: list[TopicPartition], which: int) -> dict[str, object]:
-    topics: dict[str, list[dict[str, int]]] = {}
-    for topic, partition in keys:
-        topics.setdefault(topic, []).append({"partition_index": partition, "timestamp": which})
-    return {"replica_id": -1, "isolation_level": 0,
-            "topics": [{"name": t, "partitions": parts} for t, parts in topics.items()]}
 
 
 def _describe(offsets: Mapping[TopicPartition, int]) -> str:

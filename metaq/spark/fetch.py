@@ -21,7 +21,9 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
 
+from metaq.client.cluster import ClusterClient
 from metaq.client.connection import BrokerConnection, InFlightRequest
+from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, ZooKeeperError, for_code
 from metaq.protocol.records import decode_records
 from metaq.spark.offsets import DataLossError
@@ -143,8 +145,9 @@ class _RangeReader:
         conn = _connections.get(self.address)
         if conn is None:
             s = self.settings
-            conn = BrokerConnection(*self.address, client_id=s.client_id, request_timeout_ms=s.request_timeout_ms,
-                                    max_response_bytes=max(104857600, 2 * self.max_bytes))
+            settings = ConnectionSettings(client_id=s.client_id, request_timeout_ms=s.request_timeout_ms,
+                                          max_response_bytes=max(104857600, 2 * self.max_bytes))
+            conn = settings.new_connection(*self.address)
             _connections[self.address] = conn
         conn.connect()
         return conn
@@ -154,12 +157,10 @@ class _RangeReader:
         r, s = self.range, self.settings
         with session(s.zookeeper_connect, session_timeout_ms=s.zk_session_timeout_ms,
                      connection_timeout_ms=s.zk_connection_timeout_ms) as client:
-            layout = ZkLayout(client)
-            state = layout.partition_state(r.topic, r.partition)
-            broker = layout.broker(state.leader) if state is not None and state.leader >= 0 else None
-        if broker is None or broker.host is None or broker.port <= 0:
+            leader = ClusterClient(ZkLayout(client)).leader(r.topic, r.partition, fresh=True)
+        if leader is None:
             raise _NoLeader(f"{r.topic}-{r.partition} has no live leader in ZooKeeper")
-        return broker.host, broker.port
+        return leader.host, leader.port
 
     def _where(self) -> str:
         return f"{self.address[0]}:{self.address[1]}" if self.address else "the leader"

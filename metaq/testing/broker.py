@@ -11,6 +11,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -89,12 +90,16 @@ def broker(broker_cluster: BrokerCluster) -> BrokerProcess:
     return broker_cluster.add(0)
 
 
+def _sees_all_partitions(bootstrap: str, topic: str, partitions: int) -> bool:
+    return len(topic_leaders(bootstrap, topic)) == partitions
+
+
 @pytest.fixture
 def make_topic(zk_layout: ZkLayout, broker_cluster: BrokerCluster) -> Callable[..., str]:
     def make(name: str, partitions: int = 1) -> str:
         create_topic(zk_layout, name, partitions)
         for b in broker_cluster.brokers:
-            wait_until(lambda b=b: len(topic_leaders(b.bootstrap, name)) == partitions, 10,
+            wait_until(partial(_sees_all_partitions, b.bootstrap, name, partitions), 10,
                        f"topic {name} visible on broker {b.broker_id}")
         return name
 

@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,7 +151,7 @@ def find_distribution(environ: Mapping[str, str] | None = None) -> ZooKeeperDist
     env = os.environ if environ is None else environ
     java, java_where = find_java(env)
     looked: list[str] = []
-    candidates = (
+    candidates: tuple[tuple[str, Callable[[], tuple[list[str] | None, str, str]]], ...] = (
         ("ZOOKEEPER_HOME", lambda: _from_zookeeper_home(env)),
         ("debian", lambda: _from_debian(DEBIAN_JAVA_DIR)),
         ("pyspark", lambda: _from_pyspark(pyspark_jars_dir())),

@@ -309,8 +309,13 @@ class ZooKeeperServer:
                 try:
                     self.wait_ready(timeout)
                     return self
-                except ZooKeeperServerError:
-                    if not (self._port_chosen and self._bind_failed() and attempt < self._START_ATTEMPTS):
+                except ZooKeeperServerError as e:
+                    if not self._bind_failed():
+                        raise
+                    if not self._port_chosen:
+                        raise ZooKeeperServerError(f"port {self._port} on {self.host} is already in use; choose "
+                                                   "another port or stop what listens there") from e
+                    if attempt >= self._START_ATTEMPTS:
                         raise
                     log.info("port %d was taken before ZooKeeper bound it; trying another", self._port)
                     self._choose_new_ports()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from metaq.admin.kafka_offsets import KafkaOffsetsUnavailable
 from metaq.admin.log_offsets import TopicPartition, Watermarks
 from metaq.errors import MetaqError
-from zk_layout import OffsetNode, OwnerNode, PartitionState, TopicAssignment, TopicCount, validate_group
+from zk_layout import ConsumerNode, OffsetNode, OwnerNode, PartitionState, TopicAssignment, TopicCount, validate_group
 
 NOW_MS = 1_700_000_000_000
 
@@ -20,6 +20,7 @@ class FakeLayout:
     offset_data: dict[str, dict[TopicPartition, OffsetNode]] = field(default_factory=dict)
     owner_data: dict[str, dict[TopicPartition, OwnerNode]] = field(default_factory=dict)
     extra_groups: set[str] = field(default_factory=set)
+    persistent: set[str] = field(default_factory=set)  # consumer ids registered by persistent nodes
     clock_ms: int = NOW_MS
     writes: list[tuple[str, str, int, int]] = field(default_factory=list)
 
@@ -39,6 +40,10 @@ class FakeLayout:
 
     def consumer_registrations(self, group: str) -> dict[str, TopicCount]:
         return dict(self.members.get(group, {}))
+
+    def consumer_nodes(self, group: str) -> dict[str, ConsumerNode]:
+        return {cid: ConsumerNode(reg, 0 if cid in self.persistent else 1)
+                for cid, reg in self.members.get(group, {}).items()}
 
     def offset_nodes(self, group: str) -> dict[TopicPartition, OffsetNode]:
         validate_group(group)

@@ -1,4 +1,4 @@
-"""__consumer_offsets formats byte-exact against the examples in kafka-wire.md §5."""
+"""__consumer_offsets formats byte-exact against Kafka's OffsetCommitKey/Value schemas (docs/wire-protocol.md §3)."""
 
 from __future__ import annotations
 

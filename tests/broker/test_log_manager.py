@@ -69,7 +69,7 @@ def test_create_spreads_over_dirs(tmp_path: Path) -> None:
     assert all(d.is_dir() for d in dirs)
     for p in range(6):
         manager.get_or_create("t", p)
-    counts = {d: len(list(d.iterdir())) for d in dirs}
+    counts = {d: sum(e.is_dir() for e in d.iterdir()) for d in dirs}  # partition directories
     assert set(counts.values()) == {2}
     log = manager.get_or_create("t", 0)
     assert manager.get_or_create("t", 0) is log and manager.get("t", 0) is log
@@ -108,7 +108,8 @@ def test_unclean_load_recovers_from_checkpoint(tmp_path: Path, open_calls: list)
     log.flush()
     manager.checkpoint_recovery_points()
     log.append(make_batch(make_values(3)))
-    # "Crash": no shutdown, no marker.
+    # "Crash": no shutdown, no marker; the dying process's locks go away.
+    manager.release_locks()
     open_calls.clear()
     manager = new_manager([tmp_path])
     assert open_calls == [("t", 0, True, 4)]
@@ -207,3 +208,14 @@ def test_run_retention_and_delete_log(tmp_path: Path) -> None:
 def test_no_dirs_refused() -> None:
     with pytest.raises(StorageError):
         LogManager([], LogConfig())
+
+
+def test_log_dir_lock_refuses_a_second_manager(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = new_manager([b])
+    with pytest.raises(StorageError, match=f"log directory {b} is in use by another process"):
+        new_manager([a, b])
+    third = new_manager([a])  # the failed load released the lock it had taken on a
+    third.shutdown()
+    first.shutdown()
+    new_manager([a, b]).shutdown()

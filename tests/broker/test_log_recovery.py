@@ -210,10 +210,16 @@ def test_housekeeping(tmp_path: Path) -> None:
     reopened.close()
 
 
-def test_truncated_middle_segment_drops_later_segments(tmp_path: Path) -> None:
+def test_corrupt_batch_in_middle_segment_keeps_later_segments(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Acknowledged data of an earlier segment is corrupt (as after a power failure): the earlier segment is
+    cut there, the lost offsets are reported, and the later segments (valid, acknowledged) are kept, so no
+    offset is ever handed out twice (see partition_log._load_segments)."""
     log = open_log(tmp_path, recover=False, segment_bytes=2000)
     fill(log, 60)
     bases = log.segment_base_offsets()
+    end = log.log_end_offset
     assert len(bases) >= 4
     log.close()
     victim = tmp_path / "t-0" / f"{bases[1]:020d}.log"
@@ -221,12 +227,18 @@ def test_truncated_middle_segment_drops_later_segments(tmp_path: Path) -> None:
     with open(victim, "r+b") as f:
         f.seek(position + 20)
         f.write(b"\xff" * 8)
-    reopened = open_log(tmp_path, recover=True)
-    assert reopened.segment_base_offsets() == bases[:2]
-    assert reopened.log_end_offset == base_offset
-    assert not (tmp_path / "t-0" / f"{bases[2]:020d}.log").exists()
-    assert not (tmp_path / "t-0" / f"{bases[3]:020d}.index").exists()
-    assert_fully_readable(reopened)
+    with caplog.at_level(logging.WARNING):
+        reopened = open_log(tmp_path, recover=True)
+    assert reopened.segment_base_offsets() == bases
+    assert reopened.log_end_offset == end
+    assert victim.stat().st_size == position
+    assert f"Offsets {base_offset}..{bases[2] - 1} of {tmp_path / 't-0'} are lost" in caplog.text
+    piece = reopened.read(base_offset, 1 << 20)  # a read in the gap is answered from the next segment
+    assert piece is not None and piece.first_offset == bases[2]
+    for offset in [*range(bases[0], base_offset), *range(bases[2], end)]:
+        piece = reopened.read(offset, 1 << 20)
+        assert piece is not None and offset in {o for o, _, _ in decode(piece.read_bytes())}
+    assert reopened.append(make_batch([b"after"])).base_offset == end
     reopened.close()
 
 
@@ -251,9 +263,9 @@ def test_only_segments_from_recovery_point_are_recovered(tmp_path: Path, monkeyp
     recovered: list[int] = []
     original = segment_module.LogSegment.recover
 
-    def spy(self: segment_module.LogSegment) -> int:
+    def spy(self: segment_module.LogSegment, end_limit: int | None = None) -> int:
         recovered.append(self.base_offset)
-        return original(self)
+        return original(self, end_limit)
 
     monkeypatch.setattr(segment_module.LogSegment, "recover", spy)
     reopened = open_log(tmp_path, recover=True, recovery_point=bases[2] + 1)

@@ -29,7 +29,7 @@ from metaq.errors import ConfigError
 from metaq.hashing import java_string_hash
 from zk_layout.formats import TopicCount
 
-# -- worked examples (consumer-semantics.md §5) --------------------------------------------------------------
+# -- worked examples (Kafka 0.8's range and roundrobin assignors) ----------------------------------------
 
 
 def test_range_two_members_two_streams_five_partitions() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -185,3 +187,11 @@ def test_filters_agree_with_topic_count_expansion(
 def test_static_expansion_is_the_subscription(counts: dict[str, int]) -> None:
     sub = StaticTopics(counts)
     assert sub.streams_per_topic(["other"]) == counts == topic_count_for(sub, 1).streams_per_topic(["other"])
+
+
+def test_own_filter_rejected_by_re2_is_a_config_error() -> None:
+    """The consumer's own whitelist goes through the same linear-time engine as its peers' (RE2)."""
+    expected = r"topic filter 'logs(?!\\.tmp).*' is not a valid regex: invalid perl operator"
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        Whitelist("logs(?!\\.tmp).*")
+    assert Whitelist("(a+)+$").filter(["a" * 40 + "b", "a" * 40]) == ["a" * 40]

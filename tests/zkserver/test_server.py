@@ -20,6 +20,7 @@ from kazoo.retry import KazooRetry
 from metaq.errors import ZooKeeperServerError
 from metaq.zkclient import connect
 from metaq.zkserver import ZooKeeperEnsemble, ZooKeeperServer, distribution, find_distribution, server_mode
+from metaq.zkserver.server import free_ports
 
 FAST = {"tick_time_ms": 200, "force_sync": False}
 
@@ -108,13 +109,17 @@ def test_pause_and_resume() -> None:
     assert pid is not None and not alive(pid)
 
 
-def test_start_failure_reports_the_log_tail() -> None:
+def test_a_taken_port_is_one_clear_error_with_the_log_tail_as_its_cause() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        server = ZooKeeperServer(port=taken.getsockname()[1], **FAST)
-        with pytest.raises(ZooKeeperServerError, match="(?s)exited during start-up.*Address already in use"):
+        port = taken.getsockname()[1]
+        server = ZooKeeperServer(port=port, **FAST)
+        with pytest.raises(ZooKeeperServerError, match=f"^port {port} on 127.0.0.1 is already in use") as e:
             server.start(timeout=30)
+        assert "\n" not in str(e.value)
+        assert e.value.__cause__ is not None
+        assert "Address already in use" in str(e.value.__cause__)  # the start-up failure, with the log tail
         assert not server.running
         server.stop()
 
@@ -170,6 +175,47 @@ def test_cli_prints_connect_string_and_stops_on_sigint() -> None:
             if cli.poll() is None:
                 cli.kill()
     assert server_mode(host, int(port), timeout=0.5) is None
+
+
+def test_cli_port_in_use_is_one_line_and_exit_code_1() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "metaq", "zookeeper", "start", "--port", str(port)],
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stdout == ""  # no connect string for a server that is not up
+    assert result.stderr.strip().splitlines() == [
+        f"metaq zookeeper: error: port {port} on 127.0.0.1 is already in use; choose another port or stop what "
+        "listens there"]
+
+
+def test_cli_with_a_port_keeps_its_data_across_restarts(tmp_path: Path) -> None:
+    """Without --data-dir a server on a fixed port keeps its data (topics, offsets) in $XDG_DATA_HOME."""
+    port = free_ports(1)[0]
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    for run in range(2):
+        with subprocess.Popen([sys.executable, "-m", "metaq", "zookeeper", "start", "--port", str(port),
+                               "--tick-time", "200"], stdout=subprocess.PIPE, text=True, env=env) as cli:
+            try:
+                assert cli.stdout is not None and cli.stdout.readline().strip() == f"127.0.0.1:{port}"
+                client = KazooClient(hosts=f"127.0.0.1:{port}")
+                client.start(20)
+                try:
+                    if run == 0:
+                        client.create("/kept", b"offsets")
+                    else:
+                        assert client.get("/kept")[0] == b"offsets"
+                finally:
+                    client.stop()
+                    client.close()
+                cli.send_signal(signal.SIGTERM)
+                assert cli.wait(20) == 0
+            finally:
+                if cli.poll() is None:
+                    cli.kill()
+    assert (tmp_path / "xdg" / "metaq" / f"zookeeper-{port}" / "version-2").is_dir()
 
 
 # -- finding a distribution ---------------------------------------------------------------------------------

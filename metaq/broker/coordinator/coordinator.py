@@ -13,12 +13,12 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
 from metaq.broker.coordinator import group as g
-from metaq.broker.coordinator.group import Group, JoinResult, Member
+from metaq.broker.coordinator.group import Group, GroupSummary, JoinResult, Member
 from metaq.broker.coordinator.offsets import LOADED, LOADING, CommittedOffset, OffsetsPartition
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
 from metaq.broker.log.manager import LogManager
@@ -39,6 +39,9 @@ UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
 KAFKA_STORAGE_ERROR = 56
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+GROUP_SUBSCRIBED_TO_TOPIC = 86
 MEMBER_ID_REQUIRED = 79
 FENCED_INSTANCE_ID = 82
 
@@ -74,6 +77,7 @@ class GroupCoordinator:
         self._in_thread = in_thread
         self._partitions: dict[int, OffsetsPartition] = {}
         self._groups: dict[str, Group] = {}
+        self._loads: dict[int, asyncio.Task[None]] = {}  # partitions being replayed
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -119,10 +123,7 @@ class GroupCoordinator:
         meta = snapshot.partition(OFFSETS_TOPIC, index)
         if meta is None or meta.leader != self._config.broker_id:
             return NOT_COORDINATOR
-        part = self._partitions.get(index)
-        if part is None:
-            part = self._partitions[index] = OffsetsPartition(self._logs.get_or_create(OFFSETS_TOPIC, index))
-            asyncio.get_running_loop().create_task(self._load(part))
+        part = self._partition(index)
         if part.state == LOADING:
             return COORDINATOR_LOAD_IN_PROGRESS
         if part.state != LOADED:
@@ -130,8 +131,37 @@ class GroupCoordinator:
             return COORDINATOR_NOT_AVAILABLE
         return NONE
 
-    async def _load(self, part: OffsetsPartition) -> None:
-        await self._in_thread(part.load)
+    def _partition(self, index: int) -> OffsetsPartition:
+        """The cache of an offsets partition this broker leads; its replay starts on first use."""
+        part = self._partitions.get(index)
+        if part is None:
+            part = self._partitions[index] = OffsetsPartition(self._logs.get_or_create(OFFSETS_TOPIC, index))
+            self._loads[index] = asyncio.get_running_loop().create_task(self._load(index, part))
+        return part
+
+    async def _load(self, index: int, part: OffsetsPartition) -> None:
+        try:
+            await self._in_thread(part.load)
+        finally:
+            self._loads.pop(index, None)
+
+    async def _loaded(self, indexes: Collection[int]) -> None:
+        """Wait for the replay of these partitions (started if needed); a request cancelled meanwhile does not
+        cancel the replay."""
+        for index in indexes:
+            self._partition(index)
+        waiting = [self._loads[i] for i in indexes if i in self._loads]
+        if waiting:
+            await asyncio.wait([asyncio.shield(t) for t in waiting])
+
+    async def _ready(self, group_id: str) -> int:
+        """As :meth:`check`, but waits for a partition that is loading instead of answering LOAD_IN_PROGRESS
+        (the admin APIs: clients do not all retry it)."""
+        error = self.check(group_id)
+        if error == COORDINATOR_LOAD_IN_PROGRESS:
+            await self._loaded([partition_for(group_id, self.offsets_partitions(self._snapshot()))])
+            error = self.check(group_id)
+        return error
 
     def _partition_of(self, group_id: str) -> OffsetsPartition:
         return self._partitions[partition_for(group_id, self.offsets_partitions(self._snapshot()))]
@@ -422,6 +452,109 @@ class GroupCoordinator:
         if error:
             return error, {}
         return NONE, self._partition_of(group_id).fetch(group_id, partitions)
+
+    # -- admin: ListGroups, DescribeGroups, DeleteGroups, OffsetDelete ------------------------------
+
+    async def list_groups(self, states: Collection[str] = ()) -> tuple[int, list[tuple[str, str, str]]]:
+        """(error, [(group, protocol type, state)]) of every group this broker coordinates: those with members
+        or a known protocol, and those with offsets only (Empty, protocol type "" unless known), as Kafka lists
+        its group cache. ``states`` filters (case-insensitively). Waits for the partitions to load."""
+        snapshot = self._snapshot()
+        led = [i for i, meta in (snapshot.topics.get(OFFSETS_TOPIC) or {}).items()
+               if meta.leader == self._config.broker_id]
+        await self._loaded(led)
+        error = NONE
+        listed: dict[str, tuple[str, str]] = {}
+        for index in led:
+            part = self._partitions.get(index)
+            if part is None or part.state != LOADED:
+                self._partitions.pop(index, None)  # a failed load: the next request tries again
+                error = COORDINATOR_NOT_AVAILABLE
+                continue
+            for group_id in part.groups():
+                listed[group_id] = ("", g.EMPTY)
+        mine = set(led)
+        total = self.offsets_partitions(snapshot)
+        for group_id, group in self._groups.items():
+            if partition_for(group_id, total) in mine and not group.is_(g.DEAD):
+                listed[group_id] = (group.protocol_type or "", group.state)
+        wanted = {s.lower() for s in states}
+        return error, sorted((gid, ptype, state) for gid, (ptype, state) in listed.items()
+                             if not wanted or state.lower() in wanted)
+
+    async def describe_group(self, group_id: str) -> tuple[int, GroupSummary]:
+        """(error, summary); a group the coordinator does not know is Dead (DescribeGroups < v6 says so with
+        no error). A group with offsets only is Empty."""
+        error = await self._ready(group_id)
+        group = self._groups.get(group_id)
+        if error:
+            return error, GroupSummary(group_id, g.DEAD, "", "", [])
+        if group is not None and not group.is_(g.DEAD):
+            return NONE, group.describe()
+        if self._partition_of(group_id).fetch(group_id, None):
+            return NONE, GroupSummary(group_id, g.EMPTY, "", "", [])
+        return NONE, GroupSummary(group_id, g.DEAD, "", "", [])
+
+    async def delete_group(self, group_id: str) -> int:
+        """Kafka's DeleteGroups for one group: only an Empty (or Dead) group; its offsets are tombstoned in
+        ``__consumer_offsets`` (so the deletion survives a restart), then the group is forgotten."""
+        error = await self._ready(group_id)
+        if error:
+            return error
+        group = self._groups.get(group_id)
+        if group is not None and not group.is_(g.EMPTY, g.DEAD):
+            return NON_EMPTY_GROUP
+        part = self._partition_of(group_id)
+        if group is None and not part.fetch(group_id, None):
+            return GROUP_ID_NOT_FOUND
+        error = await self._delete_offsets(group_id, part, None)
+        if error:
+            return error
+        group = self._groups.pop(group_id, None)
+        if group is not None:
+            if group.join_timer is not None:
+                group.join_timer.cancel()
+            if not group.is_(g.DEAD):
+                group.transition(g.DEAD)
+        log.info("group %s deleted", group_id)
+        return NONE
+
+    async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                             ) -> tuple[int, dict[tuple[str, int], int]]:
+        """Kafka's OffsetDelete: (group error, error per partition). Offsets of topics a live member of a
+        ``consumer`` group subscribes to stay (GROUP_SUBSCRIBED_TO_TOPIC); a non-empty group of another
+        protocol type is refused whole (NON_EMPTY_GROUP)."""
+        error = await self._ready(group_id)
+        if error:
+            return error, {}
+        group = self._groups.get(group_id)
+        part = self._partition_of(group_id)
+        if (group is None or group.is_(g.DEAD)) and not part.fetch(group_id, None):
+            return GROUP_ID_NOT_FOUND, {}
+        errors: dict[tuple[str, int], int] = {}
+        if group is not None and not group.is_(g.EMPTY, g.DEAD):
+            if group.protocol_type != g.CONSUMER_PROTOCOL_TYPE:
+                return NON_EMPTY_GROUP, {}
+            subscribed = group.subscribed_topics()
+            errors = {tp: GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions
+                      if subscribed is None or tp[0] in subscribed}
+        eligible = [tp for tp in partitions if tp not in errors]
+        error = await self._delete_offsets(group_id, part, eligible)
+        errors.update({tp: error for tp in eligible})
+        return NONE, errors
+
+    async def _delete_offsets(self, group_id: str, part: OffsetsPartition,
+                              partitions: list[tuple[str, int]] | None) -> int:
+        try:
+            removed = part.delete_offsets(group_id, partitions)
+            if self._config.flush_each_commit:
+                await self._in_thread(part.log.flush)
+        except Exception as e:
+            log.error("group %s: writing tombstones to %s-%d failed: %s", group_id, OFFSETS_TOPIC, part.partition, e)
+            return KAFKA_STORAGE_ERROR
+        if removed:
+            log.info("group %s: deleted the offsets of %d partitions", group_id, len(removed))
+        return NONE
 
     # -- housekeeping ------------------------------------------------------------------------------
 

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,31 @@ class JoinResult:
     leader: str = ""
     member_id: str = ""
     members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+
+@dataclass(frozen=True)
+class MemberSummary:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """What DescribeGroups answers: as Kafka's GroupMetadata.summary, member metadata, assignments and the
+    protocol name only for a Stable group."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_name: str
+    members: list[MemberSummary]
 
 
 @dataclass(eq=False)
@@ -150,6 +178,30 @@ class Group:
 
     def max_rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def describe(self) -> GroupSummary:
+        stable = self.is_(STABLE) and self.protocol_name is not None
+        protocol = self.protocol_name if stable else ""
+        members = [MemberSummary(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                 m.metadata_for(protocol) if stable else b"", m.assignment if stable else b"")
+                   for m in self.members.values()]
+        return GroupSummary(self.group_id, self.state, self.protocol_type or "", protocol or "", members)
+
+    def subscribed_topics(self) -> set[str] | None:
+        """The topics the members of a ``consumer`` group subscribe to (from their protocol metadata); None when
+        unknown (another protocol type, or metadata that does not decode), which OffsetDelete takes as "every
+        topic", as Kafka's ``isSubscribedToTopic`` does."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            chosen = [md for name, md in member.protocols if self.protocol_name in (None, name)]
+            for metadata in chosen or [b""]:
+                try:
+                    topics.update(ConsumerProtocolSubscription.decode(metadata).topics)
+                except (struct.error, ValueError, UnicodeDecodeError):
+                    return None
+        return topics
 
     def summary(self) -> dict[str, Any]:
         return {"state": self.state, "generation": self.generation_id, "protocol": self.protocol_name,

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from metaq.broker.coordinator.schema import (
     OFFSETS_TOPIC,
@@ -29,8 +30,12 @@ from metaq.broker.coordinator.schema import (
 )
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.errors import CorruptRecordError
+from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header
 from metaq.protocol.builder import BatchBuilder
-from metaq.protocol.records import decode_records
+from metaq.protocol.records import DecodeResult, decode_records
+
+if TYPE_CHECKING:
+    from metaq.consumer.partition_info import Record
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +98,41 @@ class OffsetsPartition:
             piece = self.log.read(position, max_bytes)
             if piece is None:
                 break
-            result = decode_records(piece.read_bytes(), position)
+            data = piece.read_bytes()
+            try:
+                result = decode_records(data, position)
+            except CorruptRecordError as e:
+                log.debug("undecodable batch in %s-%d at or after offset %d (%s): decoding batch by batch",
+                          OFFSETS_TOPIC, self.partition, position, e)
+                result = self._decode_batch_by_batch(data, position)
             if result.next_offset is None:
                 max_bytes *= 2  # a batch larger than the read: read more
                 continue
             for _, _, key, value, _ in result.records:
                 count += 1
                 self._apply(offsets, key, value)
-            position = result.next_offset
+            position = max(result.next_offset, position + 1)
         return offsets, count
+
+    def _decode_batch_by_batch(self, data: bytes, position: int) -> DecodeResult:
+        """The records of the complete batches of ``data``, skipping (and logging) those that do not decode:
+        one bad batch, written by a broker bug or before produces to internal topics were refused, must not
+        fail the partition, and with it every group it coordinates, forever."""
+        records: list[Record] = []
+        next_offset: int | None = None
+        pos = 0
+        while len(data) - pos >= BATCH_HEADER_SIZE:
+            header = read_header(data, pos)
+            if pos + header.size > len(data):
+                break  # cut off by the read size: read again from here
+            try:
+                records += decode_records(data[pos:pos + header.size], position).records
+            except CorruptRecordError as e:
+                log.warning("skipping unreadable batch at offsets %d..%d of %s-%d: %s", header.base_offset,
+                            header.last_offset, OFFSETS_TOPIC, self.partition, e)
+            next_offset = header.next_offset
+            pos += header.size
+        return DecodeResult(records, next_offset, pos, None)
 
     @staticmethod
     def _apply(offsets: dict[str, dict[TopicPartition, CommittedOffset]], key: bytes | None,
@@ -159,6 +190,26 @@ class OffsetsPartition:
         with self._lock:
             return list(self.offsets)
 
+    def delete_offsets(self, group: str, partitions: list[TopicPartition] | None = None) -> list[TopicPartition]:
+        """Tombstone the offsets of ``group`` (only ``partitions``, when given) so that the deletion survives a
+        restart (DeleteGroups, OffsetDelete). Raises, changing nothing in the cache, if the append fails.
+        Returns the partitions that had an offset."""
+        with self._lock:
+            stored = self.offsets.get(group, {})
+            doomed = sorted(stored) if partitions is None else sorted(tp for tp in set(partitions) if tp in stored)
+        self._tombstone([(group, tp) for tp in doomed])
+        return doomed
+
+    def _tombstone(self, doomed: list[tuple[str, TopicPartition]]) -> None:
+        """Append tombstones, then drop the offsets from the cache."""
+        self._append([(encode_offset_key(OffsetKey(g, t, p)), None) for g, (t, p) in doomed])
+        with self._lock:
+            for group, tp in doomed:
+                entries = self.offsets.get(group, {})
+                entries.pop(tp, None)
+                if not entries:
+                    self.offsets.pop(group, None)
+
     # -- housekeeping ------------------------------------------------------------------------------
 
     def expire(self, now_ms: int, retention_ms: int, active_groups: set[str]) -> int:
@@ -175,13 +226,7 @@ class OffsetsPartition:
                         doomed.append((group, tp))
         if not doomed:
             return 0
-        self._append([(encode_offset_key(OffsetKey(g, t, p)), None) for g, (t, p) in doomed])
-        with self._lock:
-            for group, tp in doomed:
-                entries = self.offsets.get(group, {})
-                entries.pop(tp, None)
-                if not entries:
-                    self.offsets.pop(group, None)
+        self._tombstone(doomed)
         log.info("expired %d offsets in %s-%d", len(doomed), OFFSETS_TOPIC, self.partition)
         return len(doomed)
 

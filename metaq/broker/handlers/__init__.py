@@ -5,6 +5,7 @@ from __future__ import annotations
 from metaq.broker.handlers import (
     api_versions,
     fetch,
+    group_admin,
     groups,
     init_producer_id,
     list_offsets,
@@ -28,4 +29,8 @@ HANDLERS = {
     ApiKey.LEAVE_GROUP: groups.leave_group,
     ApiKey.OFFSET_COMMIT: offsets.offset_commit,
     ApiKey.OFFSET_FETCH: offsets.offset_fetch,
+    ApiKey.LIST_GROUPS: group_admin.list_groups,
+    ApiKey.DESCRIBE_GROUPS: group_admin.describe_groups,
+    ApiKey.DELETE_GROUPS: group_admin.delete_groups,
+    ApiKey.OFFSET_DELETE: group_admin.offset_delete,
 }

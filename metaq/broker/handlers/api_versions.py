@@ -1,4 +1,4 @@
-"""ApiVersions: the version ranges clients negotiate against (never any tagged field, see kafka-wire.md)."""
+"""ApiVersions: the version ranges clients negotiate against (never any tagged field, see docs/wire-protocol.md §1)."""
 
 from __future__ import annotations
 

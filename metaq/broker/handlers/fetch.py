@@ -1,5 +1,12 @@
 """Fetch v4..11 with long polling: wait up to ``max_wait_ms`` for ``min_bytes``, then answer with
-slices of the segment files (sent by the network layer with sendfile)."""
+slices of the segment files (sent by the network layer with sendfile).
+
+The answer's size is bounded as Kafka bounds it: by the request's ``max_bytes`` capped by the broker's
+``fetch.max.bytes`` (``replica.fetch.response.max.bytes`` for a replica), and by each partition's
+``partition_max_bytes``. Only the first partition that has data may exceed them, by returning its first
+batch whole (KIP-74), so a consumer always makes progress. A partition named twice is answered once,
+with the parameters of its last mention (Kafka keeps the request's partitions in a map).
+"""
 
 from __future__ import annotations
 
@@ -22,49 +29,89 @@ class FetchReply:
         self.topics = topics
 
 
-def _read_partition(ctx: BrokerContext, topic: str, p: Any, budget: int) -> tuple[PartitionPart, int]:
-    """One partition's part of the answer and the number of record bytes it carries."""
+def _merge_partitions(request: Any) -> list[tuple[str, list[Any]]]:
+    """(topic, partitions) with each topic-partition once, topics in order of first mention."""
+    merged: dict[str, dict[int, Any]] = {}
+    for topic in request.topics:
+        parts = merged.setdefault(topic.topic, {})
+        for p in topic.partitions:
+            parts[p.partition] = p  # a later mention replaces the parameters, keeps the position
+    return [(topic, list(parts.values())) for topic, parts in merged.items()]
+
+
+def response_budget(ctx: BrokerContext, request: Any, version: int) -> int:
+    """Record bytes the whole answer may carry: the request's ``max_bytes`` capped by the broker."""
+    cap = ctx.config.replica_fetch_response_max_bytes if request.replica_id >= 0 else ctx.config.fetch_max_bytes
+    asked = request.max_bytes if version >= 3 else cap
+    return max(0, min(asked, cap))
+
+
+def _read_partition(
+    ctx: BrokerContext, topic: str, p: Any, limit: int, min_one: bool
+) -> tuple[PartitionPart, int]:
+    """One partition's part of the answer and the number of record bytes it carries.
+
+    With ``min_one`` the first batch comes whole even past ``limit``; otherwise a first batch that does
+    not fit leaves the partition empty in this answer (the client asks again)."""
     error = ctx.leader_error(topic, p.partition)
     if error:
         return PartitionPart(p.partition, error, -1, -1, -1, None), 0
     plog = ctx.log_for(topic, p.partition)
     end, start = plog.log_end_offset, plog.log_start_offset
     try:
-        limit = min(p.partition_max_bytes, budget)
-        piece = plog.read(p.fetch_offset, limit) if limit > 0 else None
+        piece = plog.read(p.fetch_offset, limit) if limit > 0 or min_one else None
     except OffsetOutOfRangeError:
         return PartitionPart(p.partition, OFFSET_OUT_OF_RANGE, end, end, start, None), 0
     except Exception:
         log.exception("reading %s-%d at offset %d failed", topic, p.partition, p.fetch_offset)
         return PartitionPart(p.partition, UNKNOWN_SERVER_ERROR, end, end, start, None), 0
-    size = piece.size if piece is not None else 0
-    return PartitionPart(p.partition, 0, end, end, start, piece if piece is not None else b""), size
+    if piece is None or (piece.size > limit and not min_one):
+        return PartitionPart(p.partition, 0, end, end, start, b""), 0
+    return PartitionPart(p.partition, 0, end, end, start, piece), piece.size
 
 
-def _collect(ctx: BrokerContext, request: Any, version: int) -> tuple[list[TopicPart], int, bool]:
+def _collect(
+    ctx: BrokerContext, wanted: list[tuple[str, list[Any]]], budget: int
+) -> tuple[list[TopicPart], int, bool]:
     """(topics, total record bytes, whether any partition has an error)."""
-    budget = request.max_bytes if version >= 3 else 0x7FFFFFFF
     total = 0
     errors = False
     topics = []
-    for topic in request.topics:
+    for topic, partitions in wanted:
         parts = []
-        for p in topic.partitions:
-            part, size = _read_partition(ctx, topic.topic, p, budget - total)
+        for p in partitions:
+            limit = min(max(p.partition_max_bytes, 0), budget - total)
+            part, size = _read_partition(ctx, topic, p, limit, min_one=total == 0)
             total += size
             errors = errors or part.error_code != 0
             parts.append(part)
-        topics.append(TopicPart(topic.topic, parts))
+        topics.append(TopicPart(topic, parts))
     return topics, total, errors
+
+
+def _count(ctx: BrokerContext, topics: list[TopicPart]) -> None:
+    """Metrics of the answer actually sent (not of the long-poll rounds before it)."""
+    for topic in topics:
+        size = 0
+        for part in topic.partitions:
+            if part.error_code:
+                ctx.count_error("FETCH", part.error_code)
+            elif part.records is not None and not isinstance(part.records, bytes):
+                size += part.records.size
+        if size:
+            ctx.metrics.served(topic.topic, size)
 
 
 async def handle(ctx: BrokerContext, request: Any, version: int) -> FetchReply:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000.0
-    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    wanted = _merge_partitions(request)
+    budget = response_budget(ctx, request, version)
+    keys = [(topic, p.partition) for topic, partitions in wanted for p in partitions]
     while True:
-        topics, total, errors = _collect(ctx, request, version)
+        topics, total, errors = _collect(ctx, wanted, budget)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
+            _count(ctx, topics)
             return FetchReply(version, topics)
         await ctx.notifier.wait_any(keys, remaining)

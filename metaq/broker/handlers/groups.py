@@ -12,16 +12,25 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorResponse
 
-from metaq.broker.context import BrokerContext
+from metaq.broker.context import CLIENT_HOST, BrokerContext
 
-COORDINATOR_NOT_AVAILABLE = 15
+INVALID_REQUEST = 42
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+NO_TRANSACTIONS = "metaq does not support transactions"
+"""Why a transactional producer is refused. The error code (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) is the one
+answer every client treats as fatal at once: librdkafka (confluent-kafka init_transactions) retries any other
+FindCoordinator error for ever, as kafka-python and aiokafka do COORDINATOR_NOT_AVAILABLE (README.md,
+"Transactions")."""
 
 
 async def find_coordinator(ctx: BrokerContext, request: Any, version: int) -> Any:
-    if version >= 1 and request.key_type != 0:  # transaction coordinators: metaq has no transactions
-        return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=COORDINATOR_NOT_AVAILABLE,
-                                                error_message="transactions are not supported", node_id=-1,
-                                                host="", port=-1)
+    if version >= 1 and request.key_type != GROUP_KEY:
+        transactional = request.key_type == TRANSACTION_KEY
+        return FindCoordinatorResponse[version](
+            throttle_time_ms=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional else INVALID_REQUEST,
+            error_message=f"{NO_TRANSACTIONS} (transactional.id {request.key!r})" if transactional
+            else f"unknown coordinator key type {request.key_type}", node_id=-1, host="", port=-1)
     error, node_id, host, port = await ctx.coordinator.find_coordinator(request.key)
     return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=error, error_message=None,
                                             node_id=node_id, host=host, port=port)
@@ -33,7 +42,7 @@ async def join_group(ctx: BrokerContext, request: Any, version: int) -> Any:
         request.member_id,
         request.group_instance_id if version >= 5 else None,
         request.header.client_id or "",
-        "",
+        CLIENT_HOST.get(),
         request.session_timeout_ms,
         request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms,
         request.protocol_type,

@@ -21,6 +21,11 @@ log = logging.getLogger(__name__)
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 
+# Topics one Metadata request may auto-create (a constant, not a config: Kafka has no such bound). The
+# rest are answered UNKNOWN_TOPIC_OR_PARTITION, a retriable error: a client that really uses them asks
+# again and gets the next ones created, while one request cannot flood ZooKeeper with topics.
+AUTO_CREATE_MAX_PER_REQUEST = 20
+
 Topic = MetadataResponse.MetadataResponseTopic
 Partition = Topic.MetadataResponsePartition
 Broker = MetadataResponse.MetadataResponseBroker
@@ -68,13 +73,17 @@ async def _maybe_create(ctx: BrokerContext, name: str, allowed: bool) -> int:
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     snapshot = ctx.snapshot
     allow_create = version < 4 or bool(request.allow_auto_topic_creation)
+    created = 0
     topics = []
     for name in _requested_topics(request, version, snapshot):
         error = 0
         if name not in snapshot.topics:
-            error = await _maybe_create(ctx, name, allow_create)
+            error = await _maybe_create(ctx, name, allow_create and created < AUTO_CREATE_MAX_PER_REQUEST)
+            created += error == LEADER_NOT_AVAILABLE
             snapshot = ctx.snapshot
         topics.append(_topic_entry(snapshot, name, error))
+    if allow_create and created >= AUTO_CREATE_MAX_PER_REQUEST:
+        log.info("auto-created %d topics for one Metadata request (the most one may create)", created)
     brokers = [
         Broker(node_id=b.id, host=b.host, port=b.port, rack=b.rack) for b in sorted(
             snapshot.brokers.values(), key=lambda b: b.id)

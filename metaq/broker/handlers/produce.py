@@ -1,7 +1,10 @@
 """Produce v3..7: validate and append record batches to the partitions this broker leads.
 
 A batch is acknowledged only after it is written to the segment file (and fsynced first when the flush
-policy says so). ``acks=0`` requests get no response at all, as in Kafka.
+policy says so). ``acks=0`` requests get no response at all, as in Kafka. Every batch is validated inside
+its CRC first (see metaq/broker/log/validator.py); an invalid one gets Kafka's error code for its partition
+and nothing of that partition's records is appended. Internal topics (``__consumer_offsets``) are written
+by the broker only: clients get INVALID_TOPIC_EXCEPTION, as from Kafka.
 """
 
 from __future__ import annotations
@@ -13,20 +16,26 @@ from kafka.protocol.producer import ProduceResponse
 
 from metaq.broker.context import (
     CORRUPT_MESSAGE,
+    INVALID_RECORD,
     INVALID_REQUIRED_ACKS,
+    INVALID_TOPIC_EXCEPTION,
     KAFKA_STORAGE_ERROR,
     MESSAGE_TOO_LARGE,
     UNKNOWN_SERVER_ERROR,
+    UNSUPPORTED_COMPRESSION_TYPE,
     UNSUPPORTED_FOR_MESSAGE_FORMAT,
     BrokerContext,
 )
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.errors import (
     CorruptRecordError,
+    InvalidRecordError,
     MessageSizeTooLargeError,
     StorageError,
+    UnsupportedCompressionError,
     UnsupportedMessageFormatError,
 )
+from zk_layout.formats import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +45,10 @@ PartitionResponse = TopicResponse.PartitionProduceResponse
 
 def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tuple[int, int, PartitionLog | None]:
     """(error_code, base_offset, log) for one partition's records."""
+    if topic in INTERNAL_TOPICS:
+        log.warning("produce to %s-%d rejected: %s is an internal topic, written by brokers only",
+                    topic, partition, topic)
+        return INVALID_TOPIC_EXCEPTION, -1, None
     error = ctx.leader_error(topic, partition)
     if error:
         return error, -1, None
@@ -44,20 +57,28 @@ def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tup
     plog = ctx.log_for(topic, partition)
     try:
         result = plog.append(records)
-    except UnsupportedMessageFormatError as e:
+    except (CorruptRecordError, MessageSizeTooLargeError) as e:
         log.warning("produce to %s-%d rejected: %s", topic, partition, e)
-        return UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, plog
-    except MessageSizeTooLargeError as e:
-        log.warning("produce to %s-%d rejected: %s", topic, partition, e)
-        return MESSAGE_TOO_LARGE, -1, plog
-    except CorruptRecordError as e:
-        log.warning("produce to %s-%d rejected: %s", topic, partition, e)
-        return CORRUPT_MESSAGE, -1, plog
+        return _rejection_code(e), -1, plog
     except (StorageError, OSError) as e:
         log.error("produce to %s-%d failed to write: %s", topic, partition, e)
         return KAFKA_STORAGE_ERROR, -1, plog
     ctx.notifier.notify((topic, partition))
+    ctx.metrics.appended(topic, result.record_count, len(records))
     return 0, result.base_offset, plog
+
+
+def _rejection_code(error: Exception) -> int:
+    """Kafka's error code for a batch the log refused (most specific class first)."""
+    for cls, code in (
+        (UnsupportedMessageFormatError, UNSUPPORTED_FOR_MESSAGE_FORMAT),
+        (UnsupportedCompressionError, UNSUPPORTED_COMPRESSION_TYPE),
+        (InvalidRecordError, INVALID_RECORD),
+        (MessageSizeTooLargeError, MESSAGE_TOO_LARGE),
+    ):
+        if isinstance(error, cls):
+            return code
+    return CORRUPT_MESSAGE
 
 
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
@@ -75,6 +96,8 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
                 except Exception:  # one bad partition must not take the connection down
                     log.exception("unexpected error appending to %s-%d", topic_data.name, pdata.index)
                     error, base, plog = UNKNOWN_SERVER_ERROR, -1, None
+            if error:
+                ctx.count_error("PRODUCE", error)
             if plog is not None and not error and plog.unflushed_messages() >= ctx.config.log_flush_interval_messages:
                 to_flush[id(plog)] = plog
             parts.append((pdata.index, error, base, plog.log_start_offset if plog else -1))

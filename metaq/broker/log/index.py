@@ -65,9 +65,21 @@ class _IndexFile:
     def _write_entry(self, data: bytes, count: int) -> None:
         fd = self._open()
         try:
-            os.pwrite(fd, data, count * self.entry_size)
+            written = os.pwrite(fd, data, count * self.entry_size)
         except OSError as e:
             raise StorageError(f"cannot write index {self.path}: {e.strerror}") from e
+        if written != len(data):  # a full disk may cut a write short instead of failing it
+            raise StorageError(f"cannot write index {self.path}: short write ({written} of {len(data)} bytes)")
+
+    def truncate_to(self, count: int) -> None:
+        """Keep only the first ``count`` entries, in the file and in memory (undoes the entries of an append
+        that failed; the file is cut even if memory already agrees, to drop a partly written entry). Memory
+        goes first: if the file cannot be cut, lookups still never use an entry of the failed append."""
+        self._forget_from(count)
+        self._truncate_file(count)
+
+    def _forget_from(self, count: int) -> None:
+        raise NotImplementedError
 
     def _truncate_file(self, count: int) -> None:
         fd = self._open()
@@ -152,6 +164,10 @@ class OffsetIndex(_IndexFile):
         self._relative.append(relative)
         self._positions.append(position)
 
+    def _forget_from(self, count: int) -> None:
+        del self._relative[count:]
+        del self._positions[count:]
+
     def lookup(self, offset: int) -> tuple[int, int]:
         """``(offset, position)`` of the greatest entry <= ``offset``; ``(base_offset, 0)`` if none."""
         i = bisect_right(self._relative, offset - self.base_offset) - 1
@@ -220,6 +236,10 @@ class TimeIndex(_IndexFile):
         self._timestamps.append(timestamp)
         self._relative.append(relative)
 
+    def _forget_from(self, count: int) -> None:
+        del self._timestamps[count:]
+        del self._relative[count:]
+
     def lookup(self, timestamp: int) -> int:
         """Offset of the greatest entry with timestamp <= ``timestamp``; ``base_offset`` if none."""
         i = bisect_right(self._timestamps, timestamp) - 1
@@ -240,7 +260,7 @@ class TimeIndex(_IndexFile):
         self._relative = array("i")
 
 
-def _check_increasing(values: array, what: str, *, strict: bool = True) -> str | None:
+def _check_increasing(values: array[int], what: str, *, strict: bool = True) -> str | None:
     """None if ``values`` increase (strictly unless ``strict`` is False), else a description of the first
     violation."""
     for i in range(1, len(values)):

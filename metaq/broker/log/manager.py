@@ -2,11 +2,14 @@
 
 Each log directory holds ``<topic>-<partition>/`` subdirectories, a ``recovery-point-offset-checkpoint``
 (offset up to which each log is known to be fsynced) and, between a clean shutdown and the next start, a
-``.kafka_cleanshutdown`` marker that lets the next start trust the files instead of validating them.
+``.kafka_cleanshutdown`` marker that lets the next start trust the files instead of validating them, and a
+``.lock`` file that the broker using the directory holds an exclusive ``flock`` on (as Kafka does), so a
+second broker pointed at the same directory refuses to start instead of writing into live files.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
@@ -19,12 +22,13 @@ from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.errors import MetaqError, StorageError, TopicError
 
-__all__ = ["CLEAN_SHUTDOWN_FILE", "RECOVERY_POINT_CHECKPOINT", "LogManager", "parse_log_dir_name"]
+__all__ = ["CLEAN_SHUTDOWN_FILE", "LOCK_FILE", "RECOVERY_POINT_CHECKPOINT", "LogManager", "parse_log_dir_name"]
 
 logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOCK_FILE = ".lock"
 DELETE_DIR_SUFFIX = "-delete"
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -61,19 +65,30 @@ class LogManager:
         self.config = config
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        self._lock_fds: list[int] = []
 
     # ----------------------------------------------------------------------------------------- loading
 
     def load(self) -> None:
-        """Open every log of every directory, recovering them unless the last shutdown was clean."""
-        for log_dir in self.log_dirs:
-            self._load_dir(log_dir)
+        """Lock every directory, then open every log, recovering them unless the last shutdown was clean.
+
+        StorageError (and nothing touched) if another process holds a directory's lock."""
+        try:
+            for log_dir in self.log_dirs:
+                self._lock_fds.append(_lock_dir(log_dir))
+            for log_dir in self.log_dirs:
+                self._load_dir(log_dir)
+        except BaseException:
+            self.release_locks()
+            raise
+
+    def release_locks(self) -> None:
+        """Let another process use the directories (done by :meth:`shutdown`; or as a crash would)."""
+        fds, self._lock_fds = self._lock_fds, []
+        for fd in fds:
+            os.close(fd)  # closing the only descriptor of the open file releases its flock
 
     def _load_dir(self, log_dir: Path) -> None:
-        try:
-            log_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise StorageError(f"cannot create log directory {log_dir}: {e.strerror}") from e
         marker = log_dir / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         points = {} if clean else self._read_recovery_points(log_dir)
@@ -192,10 +207,36 @@ class LogManager:
         self._dir_of.clear()
         if failed:
             logger.error("Shutdown was not clean; the next start will recover the logs")
+            self.release_locks()
             return
-        for log_dir in self.log_dirs:
-            atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
+        try:
+            for log_dir in self.log_dirs:
+                atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
+        finally:
+            self.release_locks()  # only after the marker: no other broker may start before it is written
         logger.info("Log manager shut down cleanly")
+
+
+def _lock_dir(log_dir: Path) -> int:
+    """Create ``log_dir`` if needed and take an exclusive, non-blocking ``flock`` on its ``.lock`` file; return
+    the descriptor holding it. The kernel drops the lock when the process dies, so a crash never leaves a
+    stale lock."""
+    path = log_dir / LOCK_FILE
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise StorageError(f"cannot use log directory {log_dir}: {e.strerror}") from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if isinstance(e, BlockingIOError):
+            raise StorageError(
+                f"log directory {log_dir} is in use by another process (it holds the lock on {path})"
+            ) from e
+        raise StorageError(f"cannot lock log directory {log_dir} ({path}): {e.strerror}") from e
+    return fd
 
 
 def _try(action: Callable[[], object], what: str) -> bool:

@@ -26,13 +26,12 @@ from metaq.broker.log.checkpoint import fsync_dir
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.segment import (
     DELETED_SUFFIX,
-    INDEX_SUFFIX,
     LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
     FetchSlice,
     LogSegment,
     segment_file_name,
 )
+from metaq.broker.log.validator import decompressed_limit, validate_records
 from metaq.errors import MessageSizeTooLargeError, OffsetOutOfRangeError, StorageError
 from metaq.protocol.batches import BatchHeader, Buffer, assign_offsets, validate_batches
 
@@ -99,9 +98,9 @@ class PartitionLog:
         """Open (creating if missing) the log in ``directory``.
 
         ``recover``: the last shutdown was not clean, so segments from the one holding ``recovery_point``
-        onward are validated batch by batch, truncated at the first invalid one (deleting any later
-        segments), and their indexes rebuilt. Either way leftovers of interrupted operations are cleaned and
-        indexes that fail a sanity check are rebuilt."""
+        onward are validated batch by batch, each truncated at its first invalid batch (see
+        :func:`_load_segments` for why later segments are kept), and their indexes rebuilt. Either way
+        leftovers of interrupted operations are cleaned and indexes that fail a sanity check are rebuilt."""
         try:
             directory.mkdir(parents=True, exist_ok=True)
             bases = _clean_directory(directory)
@@ -129,12 +128,14 @@ class PartitionLog:
     def append(self, records: Buffer, *, now_ms: int | None = None) -> AppendResult:
         """Validate the batches of a produce request, assign offsets and write them to the active segment.
 
-        Nothing of an invalid request is written: CorruptRecordError / UnsupportedMessageFormatError from
-        validation, MessageSizeTooLargeError for a batch above ``max_message_bytes`` (or a request larger
-        than a segment)."""
+        Nothing of an invalid request is written: CorruptRecordError or one of its subclasses
+        (UnsupportedMessageFormatError, UnsupportedCompressionError, InvalidRecordError: see
+        :mod:`metaq.broker.log.validator`), MessageSizeTooLargeError for a batch above ``max_message_bytes``
+        (or a request larger than a segment, or a compressed batch that expands too much)."""
         self._check_open()
         headers = validate_batches(records)
         self._check_sizes(headers, len(records))
+        validate_records(records, headers, decompressed_limit(self.config.max_message_bytes))
         now = _now_ms() if now_ms is None else now_ms
         data = bytearray(records)
         first_offset = self.log_end_offset
@@ -173,8 +174,8 @@ class PartitionLog:
     def _roll(self, reason: str) -> LogSegment:
         """Start a new active segment at the log end offset."""
         old = self._segments[-1]
+        old.deactivate()  # first: if it fails (it cuts a failed append's bytes), nothing was created
         new = LogSegment.create(self.directory, self.log_end_offset, self.config)
-        old.deactivate()
         with self._lock:
             old.dirty = True  # the final time index entry
             self._segments.append(new)
@@ -366,7 +367,7 @@ class PartitionLog:
     def _remove_expired_deletes(self, now_ms: int) -> None:
         """Really remove ``*.deleted`` segments whose delay passed (not while a flush holds them)."""
         keep: list[tuple[int, LogSegment]] = []
-        expired: list[LogSegment] = []
+        expired: list[tuple[int, LogSegment]] = []
         with self._lock:
             for due, segment in self._pending_deletes:
                 (expired if due <= now_ms and not segment.pinned else keep).append((due, segment))
@@ -482,29 +483,42 @@ def _clean_directory(directory: Path) -> list[int]:
 def _load_segments(
     directory: Path, bases: list[int], config: LogConfig, *, recover: bool, recovery_point: int
 ) -> list[LogSegment]:
-    """Open every segment; recover those from the one holding ``recovery_point`` if ``recover``. A segment
-    truncated by recovery ends the log: later segments are deleted."""
+    """Open every segment; recover those from the one holding ``recovery_point`` if ``recover``.
+
+    Each segment is cut at its own first invalid batch, and a cut never deletes later segments. The rule
+    rests on one invariant: a segment is rolled at the log end offset, so its base offset is exactly where
+    the previous segment's acknowledged data ends. Hence, for segment ``i`` followed by segment ``i+1``:
+
+    * a batch of segment ``i`` reaching ``base(i+1)`` was never acknowledged (an append that failed after
+      writing, e.g. on a full disk, before the log rolled): it is invalid and cut like a torn tail;
+    * if segment ``i``, once cut, ends exactly at ``base(i+1)``, what was cut was never acknowledged either
+      (a torn failed append), and the later segments continue the valid prefix: nothing was lost;
+    * if it ends below ``base(i+1)``, acknowledged offsets in between are gone (unflushed data lost in a
+      power failure, or corruption). That is logged as an error, but the later segments, whose batches are
+      validated on their own, are still kept: Kafka deletes them because a replica can refill them; a
+      single copy cannot, and deleting them would lose more acknowledged data and hand their offsets to new
+      messages that consumers who already read those offsets would silently skip. The log keeps a gap,
+      which fetches step over (a read in it is answered from the next batch, as after compaction).
+    """
     first_to_recover = max(0, bisect_right(bases, recovery_point) - 1) if recover else len(bases)
     segments: list[LogSegment] = []
     try:
         for i, base in enumerate(bases):
-            segment, truncated = LogSegment.load(directory, base, config, recover=i >= first_to_recover)
+            end_limit = bases[i + 1] if i + 1 < len(bases) else None
+            segment, _ = LogSegment.load(directory, base, config, recover=i >= first_to_recover, end_limit=end_limit)
             segments.append(segment)
-            if truncated and i + 1 < len(bases):
-                _delete_segment_files(directory, bases[i + 1 :])
-                break
+            if end_limit is not None and segment.next_offset < end_limit:
+                logger.error(
+                    "Offsets %d..%d of %s are lost: segment %s ends there, but the next segment starts at %d;"
+                    " keeping the later segments",
+                    segment.next_offset,
+                    end_limit - 1,
+                    directory,
+                    segment.log_path.name,
+                    end_limit,
+                )
     except BaseException:
         for segment in segments:
             segment.close()
         raise
     return segments
-
-
-def _delete_segment_files(directory: Path, bases: list[int]) -> None:
-    for base in bases:
-        logger.warning(
-            "Deleting segment %s: it follows a segment truncated by recovery",
-            segment_file_name(base, LOG_SUFFIX),
-        )
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            (directory / segment_file_name(base, suffix)).unlink(missing_ok=True)

@@ -7,8 +7,13 @@ thread only fsyncs descriptors that the partition log hands it under its lock. S
   segment is really deleted). Reads, FetchSlice/sendfile and fsync go through it (Linux fsyncs read-only
   descriptors), so it never changes under a flush.
 * a write descriptor, opened only while the segment is active and closed when it rolls; writes are
-  positional (``pwrite`` at the tracked size), so a failed partial write is simply overwritten next time.
+  positional (``pwrite`` at the tracked size).
 * ``size`` - bytes fully written. Readers never look past it, whatever the file length is.
+
+An append that fails (a full disk cuts writes short) is rolled back at once: the ``.log`` is cut back to
+``size`` and the index entries it added are dropped. Otherwise its bytes could outlive it - the next append
+may be shorter, or the segment may roll - and recovery would stop at them as a torn tail. If even the cut
+fails, the segment stays "torn" and is cut before anything else is written to it, and when it rolls.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import io
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +122,8 @@ class LogSegment:
         """A flush is fsyncing this segment's descriptors: do not close them (guarded by the lock)."""
         self._bytes_since_index = 0
         self._wfd: int | None = None
+        self._torn = False
+        """The file may hold bytes of a failed append past ``size`` (cutting them failed): cut before writing."""
 
     # ----------------------------------------------------------------------------------------- creation
 
@@ -139,16 +146,21 @@ class LogSegment:
         return segment
 
     @classmethod
-    def load(cls, directory: Path, base_offset: int, config: LogConfig, *, recover: bool) -> tuple[LogSegment, int]:
+    def load(
+        cls, directory: Path, base_offset: int, config: LogConfig, *, recover: bool, end_limit: int | None = None
+    ) -> tuple[LogSegment, int]:
         """Open an existing segment; return it and the number of bytes recovery cut off its ``.log``.
 
         ``recover``: validate every batch and rebuild the indexes. Otherwise the indexes are trusted after a
         sanity check, and only the tail after the last index entry is read (for the end offset and largest
-        timestamp); any problem falls back to full recovery of this segment."""
+        timestamp); any problem falls back to full recovery of this segment.
+
+        ``end_limit``: the next segment's base offset. This segment's offsets must stay below it: a batch
+        reaching it was written by an append that failed before the log rolled, and is cut as invalid."""
         segment = cls(directory, base_offset, config)
         if recover:
-            return segment, segment.recover()
-        problem = segment._load_trusted()
+            return segment, segment.recover(end_limit)
+        problem = segment._load_trusted(end_limit)
         if problem is None:
             return segment, 0
         if problem is _NO_INDEX_ENTRIES:
@@ -156,7 +168,7 @@ class LogSegment:
             logger.debug("Rebuilding the indexes of %s: %s", segment.log_path, problem)
         else:
             logger.warning("Rebuilding the indexes of %s: %s", segment.log_path, problem)
-        return segment, segment.recover()
+        return segment, segment.recover(end_limit)
 
     def _file_size(self) -> int:
         return os.fstat(self.file.fileno()).st_size
@@ -164,7 +176,7 @@ class LogSegment:
     def _mtime_ms(self) -> int:
         return int(os.fstat(self.file.fileno()).st_mtime * 1000)
 
-    def _load_trusted(self) -> str | None:
+    def _load_trusted(self, end_limit: int | None) -> str | None:
         """Load indexes and the tail; return why the segment must be recovered instead, or None."""
         log_size = self._file_size()
         problem = self._load_indexes(log_size)
@@ -174,7 +186,7 @@ class LogSegment:
         indexed_max = self.time_index.last_entry
         if indexed_max is not None:
             self.max_timestamp, self.offset_of_max_timestamp = indexed_max
-        scanner = _FileScanner(self.file.fileno(), start, log_size, self.base_offset)
+        scanner = _FileScanner(self.file.fileno(), start, log_size, self.base_offset, end_limit)
         next_offset = self.base_offset
         for _, header in scanner:
             self._track_timestamp(header.max_timestamp, header.last_offset)
@@ -209,15 +221,15 @@ class LogSegment:
             return _NO_INDEX_ENTRIES
         return None
 
-    def recover(self) -> int:
-        """Validate every batch (size, magic, CRC, offset order), rebuild both indexes, and truncate the
-        ``.log`` at the first invalid batch. Returns the number of bytes cut off."""
+    def recover(self, end_limit: int | None = None) -> int:
+        """Validate every batch (size, magic, CRC, offset order, offsets below ``end_limit``), rebuild both
+        indexes, and truncate the ``.log`` at the first invalid batch. Returns the number of bytes cut off."""
         self.index.reset()
         self.time_index.reset()
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         log_size = self._file_size()
         interval = self.config.index_interval_bytes
-        scanner = _FileScanner(self.file.fileno(), 0, log_size, self.base_offset)
+        scanner = _FileScanner(self.file.fileno(), 0, log_size, self.base_offset, end_limit)
         next_offset = self.base_offset
         last_index_position = 0
         for position, header in scanner:
@@ -282,7 +294,11 @@ class LogSegment:
 
     def append(self, data: bytearray, headers: Sequence[BatchHeader], first_offset: int, now_ms: int) -> PendingAppend:
         """Write batches whose offsets were assigned from ``first_offset`` at the end of the segment, and
-        their sparse index entries. The returned state must be applied with :meth:`commit`."""
+        their sparse index entries. The returned state must be applied with :meth:`commit`.
+
+        On StorageError nothing of the append is left in the files (see the module docstring)."""
+        if self._torn:
+            self.trim_tail()
         position = self.size
         max_timestamp, offset_of_max = self.max_timestamp, self.offset_of_max_timestamp
         offset = first_offset
@@ -291,12 +307,17 @@ class LogSegment:
             if header.max_timestamp > max_timestamp:
                 max_timestamp, offset_of_max = header.max_timestamp, last
             offset = last + 1
-        self._write_at(data, position)
+        index_entries, time_entries = len(self.index), len(self.time_index)
         bytes_since_index = self._bytes_since_index
-        if bytes_since_index > self.config.index_interval_bytes:
-            self.index.append(offset - 1, position)
-            self.time_index.maybe_append(max_timestamp, offset_of_max)
-            bytes_since_index = 0
+        try:
+            self._write_at(data, position)
+            if bytes_since_index > self.config.index_interval_bytes:
+                self.index.append(offset - 1, position)
+                self.time_index.maybe_append(max_timestamp, offset_of_max)
+                bytes_since_index = 0
+        except StorageError:
+            self._roll_back(index_entries, time_entries)
+            raise
         return PendingAppend(
             size=position + len(data),
             next_offset=offset,
@@ -327,9 +348,36 @@ class LogSegment:
         except OSError as e:
             raise StorageError(f"cannot write {self.log_path} at byte {position + written}: {e.strerror}") from e
 
+    def _roll_back(self, index_entries: int, time_entries: int) -> None:
+        """Undo a failed append: cut the ``.log`` back to ``size`` and drop the index entries it added. A
+        failure here is logged, not raised (the append's own error is the one to report); the segment then
+        stays torn and is cut before its next write."""
+        self._torn = True
+        undo: tuple[Callable[[], None], ...] = (
+            lambda: self.index.truncate_to(index_entries),
+            lambda: self.time_index.truncate_to(time_entries),
+            self.trim_tail,
+        )
+        for step in undo:
+            try:
+                step()
+            except StorageError as e:
+                logger.error("Cannot roll back a failed append to %s: %s", self.log_path, e)
+
+    def trim_tail(self) -> None:
+        """Cut the ``.log`` to ``size`` if a failed append left bytes past it (StorageError if impossible)."""
+        try:
+            if self._torn or self._file_size() > self.size:
+                os.ftruncate(self._writer(), self.size)
+        except OSError as e:
+            raise StorageError(f"cannot truncate {self.log_path} to {self.size} bytes: {e.strerror}") from e
+        self._torn = False
+
     def deactivate(self) -> None:
-        """The segment stops being the active one: add the final time index entry (so its largest timestamp
-        is indexed) and close the write descriptor."""
+        """The segment stops being the active one: cut any bytes of a failed append past ``size`` (so the
+        rolled segment ends exactly where the next begins), add the final time index entry (so its largest
+        timestamp is indexed) and close the write descriptor."""
+        self.trim_tail()
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
         if self._wfd is not None:
             fd, self._wfd = self._wfd, None
@@ -441,7 +489,12 @@ class LogSegment:
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
 
     def close(self) -> None:
-        """Close every descriptor (idempotent)."""
+        """Close every descriptor (idempotent), cutting the bytes of a failed append first if still there."""
+        if self._torn:
+            try:
+                self.trim_tail()
+            except StorageError as e:
+                logger.error("%s; recovery will cut it at the next start", e)
         if self._wfd is not None:
             fd, self._wfd = self._wfd, None
             os.close(fd)
@@ -463,13 +516,15 @@ class _FileScanner:
     """Iterate the valid batches of a ``.log`` byte range, reading large chunks.
 
     After iteration, ``valid_end`` is the end of the last valid batch and ``problem`` says why scanning
-    stopped early (None if the range was valid up to ``end``). Batches must not go backwards in offset and
-    must fit the segment's int32 relative offsets."""
+    stopped early (None if the range was valid up to ``end``). Batches must not go backwards in offset,
+    must fit the segment's int32 relative offsets, and must end below ``end_limit`` (the next segment's base
+    offset) if given."""
 
-    def __init__(self, fd: int, start: int, end: int, base_offset: int) -> None:
+    def __init__(self, fd: int, start: int, end: int, base_offset: int, end_limit: int | None = None) -> None:
         self._fd = fd
         self._end = end
         self._base_offset = base_offset
+        self._end_limit = end_limit
         self.valid_end = start
         self.problem: str | None = None
 
@@ -488,6 +543,12 @@ class _FileScanner:
                     self.problem = (
                         f"batch at byte {position + relative}: offset {header.base_offset} is out of order"
                         f" (expected >= {expected})"
+                    )
+                    return
+                if self._end_limit is not None and header.last_offset >= self._end_limit:
+                    self.problem = (
+                        f"batch at byte {position + relative}: offsets {header.base_offset}..{header.last_offset}"
+                        f" reach the next segment's base offset {self._end_limit} (left by a failed append)"
                     )
                     return
                 yield position + relative, header

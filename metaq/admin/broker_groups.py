@@ -1,0 +1,159 @@
+"""Groups as the brokers' group coordinators know them: *protocol* groups (confluent-kafka, ``kcat -G``,
+kafka-python members joined with JoinGroup/SyncGroup) and groups that only have offsets in ``__consumer_offsets``.
+
+    listing = BrokerGroups(layout).list()
+    listing.groups["stdg"]      # CoordinatorGroup("stdg", coordinator=0, state="Stable", members=(...))
+    listing.notes               # ["broker 1 at 10.0.0.2:9092 did not answer ListGroups: ..."]
+
+A broker lists only the groups it coordinates, so ListGroups goes to every live broker (from ZooKeeper) and
+DescribeGroups to the broker that listed the group. Neither request creates ``__consumer_offsets`` (a
+FindCoordinator would). A broker that cannot be asked leaves a note instead of failing the listing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.consumer import ConsumerProtocolAssignment
+
+from metaq.admin.log_offsets import TopicPartition
+from metaq.client.connection import BrokerConnection, build_request
+from metaq.errors import MetaqError, for_code
+from metaq.protocol.apis import ApiKey
+from zk_layout import ZkLayout
+
+log = logging.getLogger(__name__)
+
+# What metaq's client sends: ListGroups v4 is the first with the group state; DescribeGroups v5+ only add
+# flexible encoding.
+MAX_LIST_GROUPS_VERSION = 4
+MAX_DESCRIBE_GROUPS_VERSION = 4
+CONSUMER_PROTOCOL_TYPES = ("consumer", "")
+
+
+@dataclass(frozen=True)
+class CoordinatorMember:
+    """A member as DescribeGroups tells it; ``assignment`` is decoded for the ``consumer`` protocol type."""
+
+    member_id: str
+    client_id: str
+    host: str
+    assignment: tuple[TopicPartition, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"member_id": self.member_id, "client_id": self.client_id, "host": self.host,
+                "assignment": [list(tp) for tp in self.assignment]}
+
+
+@dataclass(frozen=True)
+class CoordinatorGroup:
+    """A group a coordinator knows: ``state`` is Kafka's (Stable, Empty, PreparingRebalance, ...)."""
+
+    group: str
+    coordinator: int
+    state: str
+    protocol_type: str
+    protocol: str = ""
+    members: tuple[CoordinatorMember, ...] = ()
+
+    @property
+    def topics(self) -> set[str]:
+        return {t for m in self.members for t, _ in m.assignment}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"coordinator": self.coordinator, "state": self.state, "protocol_type": self.protocol_type,
+                "protocol": self.protocol, "members": [m.to_json() for m in self.members]}
+
+
+@dataclass
+class CoordinatorListing:
+    groups: dict[str, CoordinatorGroup] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # brokers that could not be asked, and why
+
+
+class CoordinatorGroups(Protocol):
+    """What the admin functions need: :class:`BrokerGroups` or a test fake."""
+
+    def list(self) -> CoordinatorListing: ...
+
+
+def decode_assignment(data: bytes | None) -> tuple[TopicPartition, ...]:
+    """A ``consumer`` protocol MemberAssignment as sorted (topic, partition) pairs; () if empty or undecodable."""
+    if not data:
+        return ()
+    try:
+        assignment = ConsumerProtocolAssignment.decode(bytes(data))
+        return tuple(sorted((tp.topic, tp.partition) for tp in assignment.partitions()))
+    except Exception as e:  # the codec raises struct.error, ValueError...: show the member without one
+        log.debug("undecodable member assignment %r: %r", bytes(data)[:32], e)
+        return ()
+
+
+def groups_from_responses(broker_id: int, listed: Any, described: Any) -> dict[str, CoordinatorGroup]:
+    """The groups of one broker's ListGroups and DescribeGroups answers (a group DescribeGroups reports with an
+    error, or as Dead because it went away in between, is left out)."""
+    types = {g.group_id: g.protocol_type for g in listed.groups}
+    result = {}
+    for entry in described.groups:
+        if entry.error_code or entry.group_state == "Dead":
+            continue
+        consumer = entry.protocol_type in CONSUMER_PROTOCOL_TYPES
+        members = tuple(sorted((CoordinatorMember(m.member_id, m.client_id, m.client_host,
+                                                  decode_assignment(m.member_assignment) if consumer else ())
+                                for m in entry.members), key=lambda m: m.member_id))
+        result[entry.group_id] = CoordinatorGroup(entry.group_id, broker_id, entry.group_state,
+                                                  entry.protocol_type or types.get(entry.group_id, ""),
+                                                  entry.protocol_data, members)
+    return result
+
+
+class BrokerGroups:
+    """Blocking reads of every coordinator's groups; each call opens and closes its connections."""
+
+    def __init__(self, layout: ZkLayout, *, timeout_ms: int = 5000, client_id: str = "metaq-admin") -> None:
+        self._layout = layout
+        self._timeout_ms = timeout_ms
+        self._client_id = client_id
+
+    def list(self) -> CoordinatorListing:
+        listing = CoordinatorListing()
+        for broker_id, info in sorted(self._layout.brokers().items()):
+            where = f"broker {broker_id} at {info.host}:{info.port}"
+            try:
+                listing.groups.update(self._ask(broker_id, str(info.host), int(info.port)))
+            except MetaqError as e:  # connection, protocol and version errors: list what the others know
+                listing.notes.append(f"{where} did not answer ListGroups/DescribeGroups: {e}")
+        return listing
+
+    def _ask(self, broker_id: int, host: str, port: int) -> dict[str, CoordinatorGroup]:
+        conn = BrokerConnection(host, port, client_id=self._client_id, request_timeout_ms=self._timeout_ms,
+                                connect_timeout_ms=self._timeout_ms)
+        try:
+            conn.connect()
+            listed = conn.send(ListGroupsRequest, build_request(
+                ListGroupsRequest, _version(conn, ApiKey.LIST_GROUPS, MAX_LIST_GROUPS_VERSION), {}))
+            if listed.error_code:
+                raise for_code(listed.error_code)(f"ListGroups at broker {broker_id}: error {listed.error_code}")
+            if not listed.groups:
+                return {}
+            described = conn.send(DescribeGroupsRequest, build_request(
+                DescribeGroupsRequest, _version(conn, ApiKey.DESCRIBE_GROUPS, MAX_DESCRIBE_GROUPS_VERSION),
+                {"groups": _ids(listed.groups)}))
+            return groups_from_responses(broker_id, listed, described)
+        finally:
+            conn.close()
+
+
+def _ids(groups: Iterable[Any]) -> list[str]:
+    return sorted(g.group_id for g in groups)
+
+
+def _version(conn: BrokerConnection, api_key: int, highest: int) -> int:
+    offered = conn.broker_versions.get(api_key)
+    if offered is None or offered[0] > highest:
+        raise MetaqError(f"broker {conn.address} does not offer {ApiKey(api_key).name} v0..{highest}")
+    return min(offered[1], highest)

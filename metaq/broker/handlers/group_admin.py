@@ -1,0 +1,77 @@
+"""ListGroups, DescribeGroups, DeleteGroups and OffsetDelete: the group admin APIs (AdminClient
+list/describe/delete_consumer_groups, kafka-consumer-groups), thin codecs around GroupCoordinator.
+
+Flexible versions (ListGroups v3+, DescribeGroups v5+, DeleteGroups v2+) are answered with no tagged fields,
+which librdkafka 2.0.2 skips correctly (docs/wire-protocol.md §1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse
+from kafka.protocol.consumer import OffsetDeleteResponse
+
+from metaq.broker.context import UNKNOWN_TOPIC_OR_PARTITION, BrokerContext
+from metaq.broker.coordinator.coordinator import GROUP_ID_NOT_FOUND
+from metaq.broker.coordinator.group import DEAD
+
+CLASSIC_GROUP_TYPE = "classic"  # KIP-848's name for JoinGroup/SyncGroup groups, the only kind metaq has
+# Without an authorizer every client may do everything: READ (3), DELETE (6) and DESCRIBE (8) on a group,
+# as Kafka answers with no authorizer configured. The codec takes the bitfield as a set of operation codes;
+# None encodes Kafka's "not requested" (INT32_MIN).
+ALL_GROUP_OPERATIONS = frozenset({3, 6, 8})
+
+ListedGroup = ListGroupsResponse.ListedGroup
+DescribedGroup = DescribeGroupsResponse.DescribedGroup
+DescribedMember = DescribedGroup.DescribedGroupMember
+DeletableGroup = DeleteGroupsResponse.DeletableGroupResult
+DeleteTopic = OffsetDeleteResponse.OffsetDeleteResponseTopic
+DeletePartition = DeleteTopic.OffsetDeleteResponsePartition
+
+
+async def list_groups(ctx: BrokerContext, request: Any, version: int) -> Any:
+    states = request.states_filter if version >= 4 else []
+    types = {t.lower() for t in request.types_filter} if version >= 5 else set()
+    error, groups = await ctx.coordinator.list_groups(states)
+    if types and CLASSIC_GROUP_TYPE not in types:
+        groups = []
+    return ListGroupsResponse[version](throttle_time_ms=0, error_code=error, groups=[
+        ListedGroup(group_id=gid, protocol_type=ptype, group_state=state, group_type=CLASSIC_GROUP_TYPE)
+        for gid, ptype, state in groups])
+
+
+async def describe_groups(ctx: BrokerContext, request: Any, version: int) -> Any:
+    operations = set(ALL_GROUP_OPERATIONS) if version >= 3 and request.include_authorized_operations else None
+    described = []
+    for group_id in request.groups:
+        error, summary = await ctx.coordinator.describe_group(group_id)
+        message = None
+        if not error and summary.state == DEAD and version >= 6:  # KIP-1043: v6 names an unknown group
+            error, message = GROUP_ID_NOT_FOUND, f"group {group_id!r} is not known to its coordinator"
+        described.append(DescribedGroup(
+            error_code=error, error_message=message, group_id=group_id, group_state=summary.state,
+            protocol_type=summary.protocol_type, protocol_data=summary.protocol_name,
+            authorized_operations=operations, members=[
+                DescribedMember(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                                client_host=m.client_host, member_metadata=m.metadata,
+                                member_assignment=m.assignment)
+                for m in summary.members]))
+    return DescribeGroupsResponse[version](throttle_time_ms=0, groups=described)
+
+
+async def delete_groups(ctx: BrokerContext, request: Any, version: int) -> Any:
+    results = [DeletableGroup(group_id=gid, error_code=await ctx.coordinator.delete_group(gid))
+               for gid in dict.fromkeys(request.groups_names)]
+    return DeleteGroupsResponse[version](throttle_time_ms=0, results=results)
+
+
+async def offset_delete(ctx: BrokerContext, request: Any, version: int) -> Any:
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    unknown = {tp: UNKNOWN_TOPIC_OR_PARTITION for tp in wanted if ctx.snapshot.partition(*tp) is None}
+    error, errors = await ctx.coordinator.delete_offsets(request.group_id, [tp for tp in wanted if tp not in unknown])
+    errors = {**errors, **unknown}
+    topics = [DeleteTopic(name=t.name, partitions=[
+        DeletePartition(partition_index=p.partition_index, error_code=errors.get((t.name, p.partition_index), 0))
+        for p in t.partitions]) for t in request.topics]
+    return OffsetDeleteResponse[version](throttle_time_ms=0, error_code=error, topics=topics if not error else [])

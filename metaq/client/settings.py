@@ -1,0 +1,72 @@
+"""How metaq's clients open a connection to a broker: the one place connection options live.
+
+Every part of metaq (consumer fetchers, producer, offsets channel, ops tools, Spark source) opens broker
+connections through :meth:`ConnectionSettings.open`::
+
+    settings = ConnectionSettings(client_id="etl", request_timeout_ms=5000)
+    conn = settings.open("127.0.0.1", 9092)       # connected, API versions negotiated
+    fetcher = settings.with_limits(max_response_bytes=200 << 20).open(host, port)
+
+Security (``security.protocol``, ``ssl.*``, ``sasl.*``) belongs here and nowhere else: it is the same for
+every connection of a client, so a caller changes per-connection limits with :meth:`with_limits` but never
+sees or copies the security options. Only PLAINTEXT exists today.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from metaq.client.connection import BrokerConnection
+from metaq.errors import ConfigError
+
+__all__ = ["SECURITY_PROTOCOLS", "ConnectionSettings"]
+
+SECURITY_PROTOCOLS = ("PLAINTEXT",)
+"""The values of ``security.protocol`` metaq's client speaks (SSL, SASL_* are to come, in this module)."""
+
+DEFAULT_MAX_RESPONSE_BYTES = 104857600
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """What every connection of one client shares; see the module docstring.
+
+    ``client_id``, the timeouts and ``max_response_bytes`` are limits a caller may change per connection
+    (:meth:`with_limits`); ``security_protocol`` (and, later, the TLS and SASL options) may not.
+    """
+
+    client_id: str = "metaq"
+    request_timeout_ms: int = 30000
+    connect_timeout_ms: int = 10000
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    security_protocol: str = "PLAINTEXT"
+
+    def __post_init__(self) -> None:
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"security.protocol {self.security_protocol!r} is not supported; "
+                              f"metaq's client speaks {', '.join(SECURITY_PROTOCOLS)}")
+        for name in ("request_timeout_ms", "connect_timeout_ms", "max_response_bytes"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"connection setting {name} must be positive, not {getattr(self, name)}")
+
+    def with_limits(self, *, client_id: str | None = None, request_timeout_ms: int | None = None,
+                    connect_timeout_ms: int | None = None,
+                    max_response_bytes: int | None = None) -> ConnectionSettings:
+        """A copy with other per-connection limits and the same security options."""
+        changes = {"client_id": client_id, "request_timeout_ms": request_timeout_ms,
+                   "connect_timeout_ms": connect_timeout_ms, "max_response_bytes": max_response_bytes}
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def new_connection(self, host: str, port: int) -> BrokerConnection:
+        """An unconnected connection to ``host:port`` (callers that connect later, or never block on it)."""
+        # TLS and SASL go here: the connection is told how to wrap its socket and authenticate after connect.
+        return BrokerConnection(host, port, client_id=self.client_id, request_timeout_ms=self.request_timeout_ms,
+                                connect_timeout_ms=self.connect_timeout_ms,
+                                max_response_bytes=self.max_response_bytes)
+
+    def open(self, host: str, port: int) -> BrokerConnection:
+        """A connected connection to ``host:port``; raises BrokerConnectionError."""
+        conn = self.new_connection(host, port)
+        conn.connect()
+        return conn

@@ -1,0 +1,121 @@
+"""Broker metrics (Kafka's kafka.server / kafka.network / kafka.log MBeans, in Prometheus form).
+
+| name | type | labels |
+|---|---|---|
+| metaq_broker_requests_total | counter | api |
+| metaq_broker_request_errors_total | counter | api, error |
+| metaq_broker_request_duration_seconds | histogram | api |
+| metaq_broker_bytes_in_total, metaq_broker_bytes_out_total, metaq_broker_messages_in_total | counter | topic |
+| metaq_broker_connections | gauge | |
+| metaq_broker_log_size_bytes, metaq_broker_log_segments, metaq_broker_log_end_offset | gauge | topic, partition |
+| metaq_broker_under_replicated_partitions, metaq_broker_offline_partitions, metaq_broker_active_controller | gauge | |
+| metaq_broker_coordinator_groups, metaq_broker_coordinator_members | gauge | |
+
+Request counts and durations are per API (the request's name, e.g. FETCH); errors are Kafka error names in
+answers (per partition for Produce and Fetch) and ``PROTOCOL`` for frames that closed their connection. Fetch
+``bytes_out`` counts record bytes served, as Kafka's BytesOutPerSec does. Partition state is read from the
+logs and the coordinator when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+from metaq.metrics.families import StateCollector, shared
+
+
+@dataclass(frozen=True)
+class LogState:
+    topic: str
+    partition: int
+    size_bytes: int
+    segments: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    under_replicated: int = 0
+    offline: int = 0
+    active_controller: bool = False
+    groups: int = 0
+    members: int = 0
+
+
+class _Families:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.requests = Counter("metaq_broker_requests", "Requests handled", ["api"], registry=r)
+        self.errors = Counter("metaq_broker_request_errors", "Errors answered or connections closed",
+                              ["api", "error"], registry=r)
+        self.duration = Histogram("metaq_broker_request_duration_seconds", "Time from a request's frame to its answer",
+                                  ["api"], registry=r,
+                                  buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
+        self.bytes_in = Counter("metaq_broker_bytes_in", "Record bytes appended", ["topic"], registry=r)
+        self.messages_in = Counter("metaq_broker_messages_in", "Records appended", ["topic"], registry=r)
+        self.bytes_out = Counter("metaq_broker_bytes_out", "Record bytes served by Fetch", ["topic"], registry=r)
+        self.connections = Gauge("metaq_broker_connections", "Open client connections", registry=r)
+        self.state = StateCollector({
+            "metaq_broker_log_size_bytes": ("Bytes in the partition's log", ["topic", "partition"]),
+            "metaq_broker_log_segments": ("Segments in the partition's log", ["topic", "partition"]),
+            "metaq_broker_log_end_offset": ("The partition's log end offset", ["topic", "partition"]),
+            "metaq_broker_under_replicated_partitions": ("Led partitions whose ISR is smaller than the replicas", []),
+            "metaq_broker_offline_partitions": ("Partitions without a live leader", []),
+            "metaq_broker_active_controller": ("1 if this broker is the controller", []),
+            "metaq_broker_coordinator_groups": ("Groups this broker coordinates", []),
+            "metaq_broker_coordinator_members": ("Members of the groups this broker coordinates", []),
+        })
+        r.register(self.state)
+
+
+class BrokerMetrics:
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self._f: _Families = shared(registry, "broker", _Families)
+        self._logs: Callable[[], Iterable[LogState]] = lambda: ()
+        self._cluster: Callable[[], ClusterState] = ClusterState
+        self._token = self._f.state.add(self._sample)
+
+    def request(self, api: str, seconds: float) -> None:
+        self._f.requests.labels(api).inc()
+        self._f.duration.labels(api).observe(seconds)
+
+    def error(self, api: str, error: str) -> None:
+        self._f.errors.labels(api, error).inc()
+
+    def appended(self, topic: str, records: int, size: int) -> None:
+        self._f.messages_in.labels(topic).inc(records)
+        self._f.bytes_in.labels(topic).inc(size)
+
+    def served(self, topic: str, size: int) -> None:
+        self._f.bytes_out.labels(topic).inc(size)
+
+    def connection_opened(self) -> None:
+        self._f.connections.inc()
+
+    def connection_closed(self) -> None:
+        self._f.connections.dec()
+
+    def report_logs(self, logs: Callable[[], Iterable[LogState]]) -> None:
+        self._logs = logs
+
+    def report_cluster(self, cluster: Callable[[], ClusterState]) -> None:
+        self._cluster = cluster
+
+    def close(self) -> None:
+        self._f.state.remove(self._token)
+
+    def _sample(self) -> Iterator[tuple[str, list[str], float]]:
+        for log in self._logs():
+            labels = [log.topic, str(log.partition)]
+            yield "metaq_broker_log_size_bytes", labels, log.size_bytes
+            yield "metaq_broker_log_segments", labels, log.segments
+            yield "metaq_broker_log_end_offset", labels, log.log_end_offset
+        cluster = self._cluster()
+        yield "metaq_broker_under_replicated_partitions", [], cluster.under_replicated
+        yield "metaq_broker_offline_partitions", [], cluster.offline
+        yield "metaq_broker_active_controller", [], int(cluster.active_controller)
+        yield "metaq_broker_coordinator_groups", [], cluster.groups
+        yield "metaq_broker_coordinator_members", [], cluster.members
