@@ -116,7 +116,12 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
               "--webui-port", str(ui_port))
         start("worker", "org.apache.spark.deploy.worker.Worker", cluster.master_url, "--host", "127.0.0.1",
               "--cores", "2", "--memory", "1g", "--webui-port", str(free_port()), "--work-dir", str(work / "work"))
-        wait_until(lambda: _quietly(cluster.alive_workers) == 1, 180, "the worker to register with the master")
+        try:
+            wait_until(lambda: _quietly(cluster.alive_workers) == 1, 180, "the worker to register with the master")
+        except AssertionError as e:
+            logs = "\n".join(f"--- {name}.log\n{(work / f'{name}.log').read_text(errors='replace')[-3000:]}"
+                             for name in ("master", "worker"))
+            raise AssertionError(f"{e}\n{logs}") from None
         yield cluster
         seen = cluster.jvms()
     finally:
@@ -128,7 +133,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
 def _quietly(fn: object) -> int:
     try:
         return fn()  # type: ignore[operator]
-    except OSError:
+    except (OSError, ValueError):  # not listening yet, or an answer that is not JSON yet
         return 0
 
 
