@@ -11,6 +11,8 @@ DEBIAN_TOOLS := kcat tmux prometheus
 
 install: $(STAMP)
 
+# editable_mode=compat: the default editable install imports metaq through a finder that Spark's data
+# source discovery (pkgutil.iter_modules) cannot list, so pyspark_metaq would be found only from the checkout.
 $(STAMP): setup.cfg pyproject.toml
 	@missing=""; for tool in $(DEBIAN_TOOLS); do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = "0" ]; then \
@@ -19,7 +21,7 @@ $(STAMP): setup.cfg pyproject.toml
 	@command -v java >/dev/null 2>&1 || { echo "java not found: install a JDK (Java 17)" >&2; exit 1; }
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[spark,test]'
+	$(VENV)/bin/pip install -q -e '.[spark,test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 demo: install

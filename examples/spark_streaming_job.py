@@ -3,12 +3,14 @@
     spark-submit --master 'local[2]' examples/spark_streaming_job.py [--seconds 40]
     spark-submit --master 'local[2]' examples/spark_streaming_job.py --zookeeper zk1:2181/kafka --topic clicks
 
-It reads topic ``clicks`` (JSON page views) as group ``clicks-per-page``, starting where the group's
-offsets in ZooKeeper say (``startingOffsets=committed``), counts views per page per window, writes each
-closed window to topic ``clicks-per-page`` with the metaq sink, and keeps the group's ZooKeeper offsets
-up to date (so ``kafka-consumer-groups``-style tools see its lag). Spark's checkpoint, not ZooKeeper, is
-what a restart resumes from. Without ``--zookeeper`` it starts an embedded ZooKeeper and broker and
-produces fake page views while it runs.
+It reads topic ``clicks`` (page views as JSON, one per message: ``{"page": "/pricing", "user": "u17",
+"ms": 42}``) as group ``clicks-per-page``, starting where the group's offsets in ZooKeeper say
+(``startingOffsets=committed``), counts views per page per window, writes each closed window to topic
+``clicks-per-page`` (which must exist) with the metaq sink, and keeps the group's ZooKeeper offsets up to
+date (so ``kafka-consumer-groups``-style tools see its lag). Spark's checkpoint, not ZooKeeper, is what a
+restart resumes from: pass ``--checkpoint`` to keep it (by default it is temporary and deleted at the
+end). Without ``--zookeeper`` it starts an embedded ZooKeeper and broker and produces fake page views
+while it runs.
 """
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ from metaq.spark.embedded import CLICK_SCHEMA, ClickStream, embedded_cluster, en
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--zookeeper", help="zookeeper.connect of an existing cluster (default: embedded)")
-    parser.add_argument("--topic", default="clicks")
+    parser.add_argument("--topic", default="clicks", help="a topic of JSON page views (default: clicks)")
     parser.add_argument("--output-topic", default="clicks-per-page")
     parser.add_argument("--group", default="clicks-per-page")
-    parser.add_argument("--checkpoint", help="checkpoint directory (default: a new temporary one)")
+    parser.add_argument("--checkpoint", help="checkpoint directory (default: a temporary one, deleted at the end)")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long to run after the first batch")
     return parser.parse_args()
 
@@ -55,6 +57,16 @@ def cluster(args: argparse.Namespace) -> Iterator[tuple[str, ClickStream | None]
             clicks.finish()
 
 
+@contextlib.contextmanager
+def checkpoint_dir(given: str | None) -> Iterator[str]:
+    """``--checkpoint``, or a temporary directory deleted on exit (a rerun then starts afresh)."""
+    if given:
+        yield given
+        return
+    with tempfile.TemporaryDirectory(prefix="metaq-streaming-checkpoint-") as temporary:
+        yield temporary
+
+
 def views_per_page(clicks: DataFrame) -> DataFrame:
     """Closed 10-second windows of views per page, as (key, value) rows for the metaq sink."""
     counts = (clicks.withWatermark("timestamp", "2 seconds")
@@ -71,8 +83,7 @@ def main() -> None:
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
     metaq.spark.register(spark)
-    checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="metaq-streaming-checkpoint-")
-    with cluster(args) as (zk, clicks_stream):
+    with checkpoint_dir(args.checkpoint) as checkpoint, cluster(args) as (zk, clicks_stream):
         source = {"zookeeper.connect": zk, "subscribe": args.topic, "group.id": args.group,
                   "startingOffsets": "committed", "auto.offset.reset": "earliest", "maxOffsetsPerTrigger": "5000",
                   "valueFormat": "json", "valueSchema": CLICK_SCHEMA}

@@ -271,6 +271,34 @@ def test_writer_round_trips_batch_and_stream(spark, broker, make_topic, zk_conne
         (bytes(r.key), bytes(r.value)) for r in original.collect())
 
 
+def test_headers_and_string_keys_round_trip(spark, broker, make_topic, zk_connect) -> None:
+    import confluent_kafka
+
+    make_topic("tagged", 1)
+    make_topic("tagged.copy", 1)
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):  # a foreign client writes the headers
+        producer.produce("tagged", value=f"v{i}".encode(), key=f"user{i}".encode(), partition=0,
+                         headers=[("n", str(i).encode()), ("empty", None)] if i % 2 else None)
+    assert producer.flush(30) == 0
+    zk = {"zookeeper.connect": zk_connect}
+    expected = sorted((f"user{i}", f"v{i}".encode(), [("n", str(i).encode()), ("empty", None)] if i % 2 else [])
+                      for i in range(10))
+
+    def read(topic: str) -> list[tuple[str, bytes, list[tuple[str, bytes | None]]]]:
+        df = spark.read.format("metaq").options(**zk, subscribe=topic, keyFormat="string",
+                                                includeHeaders="true").load()
+        assert df.columns[-1] == "headers" and df.schema["key"].dataType.simpleString() == "string"
+        return sorted((r.key, bytes(r.value), [(h.key, None if h.value is None else bytes(h.value))
+                                               for h in r.headers]) for r in df.collect())
+
+    assert read("tagged") == expected
+    copy = spark.read.format("metaq").options(**zk, subscribe="tagged", includeHeaders="true").load()
+    copy.select("key", "value", "headers").write.format("metaq").options(**zk, topic="tagged.copy") \
+        .mode("append").save()
+    assert read("tagged.copy") == expected
+
+
 # -- bad input -------------------------------------------------------------------------------------------------
 
 
@@ -290,6 +318,26 @@ def test_bad_options_fail_at_planning_naming_the_option(spark, zk_connect) -> No
     frame = spark.createDataFrame([("a",)], "text STRING")
     with pytest.raises(Exception, match="'value' column"):
         frame.write.format("metaq").options(**{"zookeeper.connect": zk_connect, "topic": "t"}).mode("append").save()
+
+
+def test_writing_to_a_missing_topic_fails_when_planned(spark, broker, zk_connect, tmp_path: Path) -> None:
+    frame = spark.createDataFrame([("a",)], "value STRING")
+    write = frame.write.format("metaq").options(**{"zookeeper.connect": zk_connect, "topic": "missing"})
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup()
+    with pytest.raises(Exception, match=r"UnknownTopicError: metaq sink: topic 'missing' \(option 'topic'\) "
+                                        r"does not exist"):
+        write.mode("append").save()
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs  # no task ran
+    with pytest.raises(Exception, match=r'mode "overwrite" cannot replace'):
+        write.mode("overwrite").save()
+    stream = (spark.readStream.format("rate").load().selectExpr("CAST(value AS STRING) AS value")
+              .writeStream.format("metaq").options(**{"zookeeper.connect": zk_connect, "topic": "missing"})
+              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    try:
+        with pytest.raises(Exception, match=r"topic 'missing' \(option 'topic'\) does not exist"):
+            stream.awaitTermination(60)
+    finally:
+        stream.stop()
 
 
 def test_unknown_topic_unreachable_zookeeper_and_malformed_offset(spark, broker, make_topic, zk_connect,

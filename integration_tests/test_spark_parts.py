@@ -4,11 +4,14 @@ range reader against a real broker (retention holes and failOnDataLoss)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
 from integration_tests.peers import confluent_produce
 from metaq.errors import ConfigError, DeserializationError
@@ -18,6 +21,8 @@ from metaq.spark.offsets import DataLossError, advance, cap_rows, from_spark, to
 from metaq.spark.options import ReadOptions, WriteOptions
 from metaq.spark.planning import OffsetRange, pack_ranges, plan_ranges, resolve_end, resolve_start, split_ranges
 from metaq.spark.schema import check_schema, source_schema
+from metaq.spark.workers import WorkerPythonError, import_error, worker_python
+from metaq.spark.writer import plan_write
 from metaq.testing.broker import topic_leaders, wait_until
 
 ZK = "127.0.0.1:2181/x"
@@ -162,9 +167,49 @@ def test_schema_follows_value_format() -> None:
     with pytest.raises(ConfigError, match="valueFormat"):
         check_schema(StructType([StructField("value", StringType())]),
                      ReadOptions.parse(read_options(), streaming=None))
-    with pytest.raises(ConfigError, match="unknown column 'headers'"):
+    with pytest.raises(ConfigError, match="column 'headers' needs option 'includeHeaders'"):
         check_schema(StructType([StructField("headers", StringType())]),
                      ReadOptions.parse(read_options(), streaming=None))
+    with pytest.raises(ConfigError, match="unknown column 'header'"):
+        check_schema(StructType([StructField("header", StringType())]),
+                     ReadOptions.parse(read_options(), streaming=None))
+
+
+def test_key_format_and_headers_columns() -> None:
+    opts = ReadOptions.parse(read_options(keyFormat="string", includeHeaders="true"), streaming=None)
+    schema = source_schema(opts)
+    assert isinstance(schema, StructType)
+    assert schema.simpleString() == ("struct<key:string,value:binary,topic:string,partition:int,offset:bigint,"
+                                     "timestamp:timestamp,headers:array<struct<key:string,value:binary>>>")
+    ddl = source_schema(ReadOptions.parse(read_options(includeHeaders="true", valueFormat="json",
+                                                       valueSchema="a INT"), streaming=None))
+    assert str(ddl).startswith("`key` BINARY, `value` STRUCT<a INT>,")
+    assert str(ddl).endswith("`headers` ARRAY<STRUCT<key: STRING, value: BINARY>>")
+    check_schema(schema, opts)
+    with pytest.raises(ConfigError, match="column 'key' must be string .option 'keyFormat'"):
+        check_schema(StructType([StructField("key", BinaryType())]), opts)
+    with pytest.raises(ConfigError, match="keyFormat"):
+        ReadOptions.parse(read_options(keyFormat="json"), streaming=None)
+    with pytest.raises(ConfigError, match="includeHeaders"):
+        ReadOptions.parse(read_options(includeHeaders="yes"), streaming=None)
+
+    records = [(5, 1000, "ключ".encode(), b"v", (("trace", b"\x01"), ("empty", None))), (6, 1001, None, b"w", ())]
+    batch = BatchBuilder(schema, "binary", "t", 3).build(records)
+    assert batch.column("key").to_pylist() == ["ключ", None]
+    assert batch.column("headers").to_pylist() == [[{"key": "trace", "value": b"\x01"},
+                                                    {"key": "empty", "value": None}], []]
+    with pytest.raises(DeserializationError, match="key of t/3 at offset 7"):
+        BatchBuilder(schema, "binary", "t", 3).build([(7, 0, b"\xff", b"v", ())])
+
+
+def test_writer_checks_the_headers_column() -> None:
+    options = WriteOptions.parse({"zookeeper.connect": ZK, "topic": "out"})
+    headers = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+    plan = plan_write(options, StructType([StructField("value", BinaryType()), StructField("headers", headers)]))
+    assert plan.has_headers
+    wrong = ArrayType(StructType([StructField("key", StringType()), StructField("value", StringType())]))
+    with pytest.raises(ConfigError, match="column 'headers' must be array<struct<key:string,value:binary>>"):
+        plan_write(options, StructType([StructField("value", BinaryType()), StructField("headers", wrong)]))
 
 
 def test_batch_builder_types_and_errors() -> None:
@@ -237,3 +282,68 @@ def _log_start(broker, topic: str) -> int:
                                          streaming=False).subscription)
         time.sleep(0.05)
         return cluster.log_offsets([(topic, 0)], -2)[(topic, 0)]
+
+
+# -- the Python Spark runs workers with ------------------------------------------------------------------------
+
+
+class _Context:
+    """The three SparkContext attributes :func:`worker_python` reads."""
+
+    def __init__(self, python: str, master: str = "local[2]", conf: str | None = None) -> None:
+        self.pythonExec, self.master = python, master
+        self._conf = {"spark.pyspark.python": conf} if conf else {}
+
+    def getConf(self) -> dict[str, str]:
+        return self._conf
+
+
+class _Session:
+    def __init__(self, context: _Context) -> None:
+        self.sparkContext = context
+
+
+@pytest.fixture
+def python_without_metaq(tmp_path) -> str:
+    """A real interpreter that cannot import metaq: the base Python, isolated from the venv and PYTHONPATH."""
+    script = tmp_path / "python3"
+    script.write_text(f'#!/bin/sh\nexec {os.path.join(sys.base_prefix, "bin", "python3")} -I "$@"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_worker_python_is_checked_and_defaults_to_the_driver_locally(python_without_metaq, monkeypatch) -> None:
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    assert worker_python(_Session(_Context(sys.executable))) is None  # this very interpreter: no probe
+    assert import_error(sys.executable) is None
+    # nothing chose python3 and the master is local: the source's workers run the driver's Python
+    assert worker_python(_Session(_Context(python_without_metaq))) == sys.executable
+    for context in (_Context(python_without_metaq, master="spark://127.0.0.1:7077"),
+                    _Context(python_without_metaq, conf=python_without_metaq)):
+        with pytest.raises(WorkerPythonError, match=rf"{python_without_metaq}.*No module named 'metaq'.*"
+                                                    r"PYSPARK_PYTHON.*spark.pyspark.python"):
+            worker_python(_Session(context))
+    monkeypatch.setenv("PYSPARK_PYTHON", python_without_metaq)  # chosen on purpose: an error, not a fallback
+    with pytest.raises(WorkerPythonError, match=f"PYSPARK_PYTHON={sys.executable}"):
+        worker_python(_Session(_Context(python_without_metaq)))
+    with pytest.raises(WorkerPythonError, match="no-such-python.*no such program"):
+        worker_python(_Session(_Context("no-such-python", master="yarn")))
+
+
+def test_auto_registration_in_a_python_without_metaq_fails_on_use_not_on_import(python_without_metaq) -> None:
+    """Spark imports every ``pyspark_*`` module while looking up *any* data source: from the checkout, a
+    Python without metaq's dependencies must still import pyspark_metaq, and say what to do once used."""
+    from metaq.spark.workers import _spark_python_path
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = (f"import sys; sys.path[:0] = {[*_spark_python_path(), repo]!r}\n"
+            "import pyspark_metaq\n"
+            "from pyspark.sql.datasource import DataSource\n"
+            "source = pyspark_metaq.DefaultSource\n"
+            "assert issubclass(source, DataSource) and source.name() == 'metaq'\n"
+            "source({})\n")
+    proc = subprocess.run([python_without_metaq, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: the metaq data source cannot run in ") and "PYSPARK_PYTHON" in last
+    assert "No module named 'kafka'" in last

@@ -6,22 +6,34 @@ offsets, and a writer).
     df = spark.read.format("metaq").option("zookeeper.connect", zk).option("subscribe", "clicks").load()
 
 Requires ``pyspark[sql]`` (pyarrow). The options are listed in :mod:`metaq.spark.options`; where each part
-runs is in :mod:`metaq.spark.source`.
+runs is in :mod:`metaq.spark.source`; which Python Spark runs it in, in :mod:`metaq.spark.workers`.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from metaq.spark.driver import OffsetBounds, commit_offsets, snapshot_offsets, stop_query
 from metaq.spark.source import FORMAT, MetaqDataSource
+from metaq.spark.workers import WorkerPythonError, python_for_registration, worker_python
 
-__all__ = ["FORMAT", "MetaqDataSource", "OffsetBounds", "commit_offsets", "register", "snapshot_offsets",
-           "stop_query"]
+__all__ = ["FORMAT", "MetaqDataSource", "OffsetBounds", "WorkerPythonError", "commit_offsets", "register",
+           "snapshot_offsets", "stop_query"]
+
+log = logging.getLogger(__name__)
+
+_DATA_SOURCE_MANAGER = "org.apache.spark.sql.execution.datasources.DataSourceManager"
 
 
 def register(spark: Any, *, max_partitions: int | str | None = "cores") -> None:
-    """Make ``format("metaq")`` known to ``spark`` (a SparkSession).
+    """Make ``format("metaq")`` known to ``spark`` (a SparkSession), replacing the automatically
+    registered source (the ``pyspark_metaq`` module) for this session.
+
+    First checks that the Python Spark runs workers with can import metaq (see :mod:`metaq.spark.workers`):
+    if it cannot, this raises :class:`WorkerPythonError` naming that interpreter and ``PYSPARK_PYTHON`` /
+    ``spark.pyspark.python`` -- except on a local master where nothing chose it, where the source's workers
+    then run this driver's interpreter.
 
     ``max_partitions``: the ``maxPartitions`` of reads that set none. ``"cores"`` (the default) is the
     session's default parallelism: every Python task costs Spark a fixed tenth of a second or so, so on a
@@ -31,12 +43,27 @@ def register(spark: Any, *, max_partitions: int | str | None = "cores") -> None:
         max_partitions = _cores(spark)
     elif isinstance(max_partitions, str):
         raise ValueError(f"max_partitions must be a number, 'cores' or None, not {max_partitions!r}")
-    if not max_partitions:
-        spark.dataSource.register(MetaqDataSource)
-        return
-    source = type("MetaqDataSource", (MetaqDataSource,), {
-        "default_max_partitions": int(max_partitions), "__doc__": MetaqDataSource.__doc__})
-    spark.dataSource.register(source)
+    source = MetaqDataSource
+    if max_partitions:
+        source = type("MetaqDataSource", (MetaqDataSource,), {
+            "default_max_partitions": int(max_partitions), "__doc__": MetaqDataSource.__doc__})
+    with python_for_registration(spark, worker_python(spark)):
+        _silence_replacement_warnings(spark)
+        spark.dataSource.register(source)
+
+
+def _silence_replacement_warnings(spark: Any) -> None:
+    """Replacing the automatically registered source is what :func:`register` is for, yet Spark warns that
+    "the data source metaq replaced a statically registered data source" then, and again each time it
+    clones the session (every streaming query). Once Spark has looked up the static sources (whose
+    failures that logger reports too), it says nothing else, so it is set to ERROR."""
+    try:
+        spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(FORMAT)  # the lookup, now
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            _DATA_SOURCE_MANAGER, jvm.org.apache.logging.log4j.Level.ERROR)
+    except Exception:  # Spark Connect, or another logging backend: the warning stays
+        log.debug("metaq: cannot silence Spark's data source replacement warning", exc_info=True)
 
 
 def _cores(spark: Any) -> int | None:

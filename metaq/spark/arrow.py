@@ -26,7 +26,7 @@ from metaq.errors import DeserializationError
 Record = tuple[int, int, bytes | None, bytes | None, Any]
 Column = Callable[[Sequence[Record]], pa.Array]
 
-_OFFSET, _TIMESTAMP, _KEY, _VALUE = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
+_OFFSET, _TIMESTAMP, _KEY, _VALUE, _HEADERS = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3), itemgetter(4)
 
 
 class BatchBuilder:
@@ -37,8 +37,9 @@ class BatchBuilder:
         self.topic = topic
         self.partition = partition
         self.value_format = value_format
-        value_field = next((f for f in schema.fields if f.name == "value"), None)
-        self._value_is_text = value_field is None or isinstance(value_field.dataType, StringType)
+        types = {f.name: f.dataType for f in schema.fields}
+        self._value_is_text = isinstance(types.get("value", StringType()), StringType)
+        self._key_is_text = isinstance(types.get("key"), StringType)
         self._columns: list[Column] = [self._column(name) for name in schema.fieldNames()]
 
     def build(self, records: Sequence[Record]) -> pa.RecordBatch:
@@ -46,13 +47,22 @@ class BatchBuilder:
 
     def _column(self, name: str) -> Column:
         return {
-            "key": lambda records: pa.array(list(map(_KEY, records)), pa.binary()),
+            "key": self._key,
             "value": self._value,
             "topic": self._topic,
             "partition": lambda records: pa.array(np.full(len(records), self.partition, dtype=np.int32)),
             "offset": lambda records: pa.array(_int64(records, _OFFSET)),
             "timestamp": self._timestamp,
+            "headers": self._headers,
         }[name]
+
+    def _key(self, records: Sequence[Record]) -> pa.Array:
+        raw = list(map(_KEY, records))
+        return self._utf8(raw, records, "key") if self._key_is_text else pa.array(raw, pa.binary())
+
+    def _headers(self, records: Sequence[Record]) -> pa.Array:
+        rows = [[{"key": k, "value": v} for k, v in headers] for headers in map(_HEADERS, records)]
+        return pa.array(rows, self.schema.field("headers").type)
 
     def _topic(self, records: Sequence[Record]) -> pa.Array:
         indices = pa.array(np.zeros(len(records), dtype=np.int32))
@@ -70,20 +80,20 @@ class BatchBuilder:
         if fmt == "binary":
             return pa.array(raw, pa.binary())
         if fmt == "string" or (fmt == "json" and self._value_is_text):
-            return self._utf8(raw, records)
+            return self._utf8(raw, records, "value")
         objects = self._decode_all(raw, records)
         if fmt == "msgpack" and self._value_is_text:
             return pa.array([None if o is None else json.dumps(o, default=_json_default) for o in objects],
                             pa.string())
         return self._structured(objects, records)
 
-    def _utf8(self, raw: list[bytes | None], records: Sequence[Record]) -> pa.Array:
+    def _utf8(self, raw: list[bytes | None], records: Sequence[Record], part: str) -> pa.Array:
         try:
             return pa.array(raw, pa.binary()).cast(pa.string())
         except pa.ArrowInvalid:
             for record, data in zip(records, raw, strict=True):
                 if data is not None:
-                    self._decode_one("str", data, record)
+                    self._decode_one("str", data, record, part)
             raise
 
     def _decode_all(self, raw: list[bytes | None], records: Sequence[Record]) -> list[Any]:
@@ -97,10 +107,11 @@ class BatchBuilder:
                 self._decode_one(self.value_format, data, record)
             raise
 
-    def _decode_one(self, fmt: str, data: bytes | None, record: Record) -> Any:
+    def _decode_one(self, fmt: str, data: bytes | None, record: Record, part: str = "value") -> Any:
         from metaq.consumer.serde import describe_position, deserialize, get_deserializer
 
-        return deserialize(get_deserializer(fmt), data, describe_position(self.topic, self.partition, record[0]))
+        where = describe_position(self.topic, self.partition, record[0], part)
+        return deserialize(get_deserializer(fmt), data, where)
 
     def _structured(self, objects: list[Any], records: Sequence[Record]) -> pa.Array:
         value_type = self.schema.field("value").type

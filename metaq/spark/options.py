@@ -21,12 +21,16 @@ Reading:
 ``failOnDataLoss``              ``true`` (default): fail when offsets are gone; ``false``: skip with a warning
 ``valueFormat``                 ``binary`` (default), ``string``, ``json``, ``msgpack``
 ``valueSchema``                 json/msgpack: DDL (``"page STRING, ms INT"``) or Spark JSON schema of ``value``
+``keyFormat``                   ``binary`` (default) or ``string`` (UTF-8): the type of column ``key``
+``includeHeaders``              ``true``: add column ``headers``, ``array<struct<key: string, value: binary>>``
+                                (as Spark's Kafka source); ``false`` (default)
 ``fetch.max.bytes``, ``request.timeout.ms``, ``client.id``, ``metadata.max.age.ms``,
 ``zookeeper.session.timeout.ms``, ``zookeeper.connection.timeout.ms``: tuning
 =============================== ===========================================================================
 
 Writing: ``zookeeper.connect``, ``topic`` (or a ``topic`` column), ``valueFormat`` (``auto``, ``binary``,
-``string``, ``json``, ``msgpack``) and any producer property (``acks``, ``linger.ms``, ...).
+``string``, ``json``, ``msgpack``) and any producer property (``acks``, ``linger.ms``, ...); columns in
+:mod:`metaq.spark.writer`.
 
 Spark hands the options over lower-cased; errors use the documented spelling (``option 'startingOffsets':
 ...``) so that the user can find what to change. Unknown options are refused, with the closest known name,
@@ -47,6 +51,7 @@ from metaq.spark.offsets import EARLIEST, LATEST, Offsets
 from zk_layout import normalize_topic_filter, validate_group, validate_topic
 
 VALUE_FORMATS = ("binary", "string", "json", "msgpack")
+KEY_FORMATS = ("binary", "string")
 WRITE_VALUE_FORMATS = ("auto", *VALUE_FORMATS)
 RESET_POLICIES = {"earliest": "earliest", "smallest": "earliest", "latest": "latest", "largest": "latest"}
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -55,7 +60,7 @@ _READ_OPTIONS = (
     "zookeeper.connect", "subscribe", "subscribePattern", "group.id", "startingOffsets", "endingOffsets",
     "auto.offset.reset", "maxOffsetsPerTrigger", "minPartitions", "maxPartitions", "failOnDataLoss",
     "valueFormat", "valueSchema", "fetch.max.bytes", "request.timeout.ms", "client.id", "metadata.max.age.ms",
-    "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms",
+    "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms", "keyFormat", "includeHeaders",
 )
 _WRITE_OPTIONS = ("zookeeper.connect", "topic", "valueFormat", "checkpointLocation", "path")
 """The sink's own options; every producer property (``acks``, ``linger.ms``, ...) is accepted as well."""
@@ -160,6 +165,8 @@ class ReadOptions:
     metadata_max_age_ms: int
     zk_session_timeout_ms: int
     zk_connection_timeout_ms: int
+    key_format: str = "binary"
+    include_headers: bool = False
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any], *, streaming: bool | None,
@@ -201,6 +208,8 @@ class ReadOptions:
             metadata_max_age_ms=opts.integer("metadata.max.age.ms", 1000, minimum=0) or 0,
             zk_session_timeout_ms=opts.integer("zookeeper.session.timeout.ms", 10000) or 0,
             zk_connection_timeout_ms=opts.integer("zookeeper.connection.timeout.ms", 10000) or 0,
+            key_format=opts.choice("keyFormat", "binary", KEY_FORMATS),
+            include_headers=opts.boolean("includeHeaders", False),
         )
 
 

@@ -1,4 +1,5 @@
-"""The columns of a metaq read: those of Spark's own Kafka source, with ``value`` typed by ``valueFormat``.
+"""The columns of a metaq read: those of Spark's own Kafka source, with ``value`` typed by ``valueFormat``,
+``key`` by ``keyFormat`` and ``headers`` only with ``includeHeaders`` (as Spark's Kafka source).
 
     source_schema(options)          # key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp
     check_schema(schema, options)   # a schema given with .schema(...): known columns, types that fit
@@ -19,6 +20,7 @@ from pyspark.sql.types import (
     LongType,
     MapType,
     StringType,
+    StructField,
     StructType,
     TimestampType,
 )
@@ -27,14 +29,21 @@ from metaq.errors import ConfigError
 from metaq.spark.options import ReadOptions
 
 FIXED_COLUMNS: dict[str, DataType] = {
-    "key": BinaryType(),
     "topic": StringType(),
     "partition": IntegerType(),
     "offset": LongType(),
     "timestamp": TimestampType(),
 }
-COLUMN_ORDER = ("key", "value", "topic", "partition", "offset", "timestamp")
-_DDL = {"key": "BINARY", "topic": "STRING", "partition": "INT", "offset": "BIGINT", "timestamp": "TIMESTAMP"}
+HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+"""Column ``headers`` (option ``includeHeaders``): Spark's Kafka source's type."""
+COLUMN_ORDER = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
+_DDL = {"topic": "STRING", "partition": "INT", "offset": "BIGINT", "timestamp": "TIMESTAMP",
+        "headers": "ARRAY<STRUCT<key: STRING, value: BINARY>>"}
+
+
+def columns(options: ReadOptions) -> tuple[str, ...]:
+    """The default columns, in order: ``headers`` only with ``includeHeaders``."""
+    return COLUMN_ORDER if options.include_headers else COLUMN_ORDER[:-1]
 
 
 def source_schema(options: ReadOptions) -> StructType | str:
@@ -42,12 +51,25 @@ def source_schema(options: ReadOptions) -> StructType | str:
     and this runs in a Python worker that has none)."""
     fmt, given = options.value_format, options.value_schema
     if fmt in ("json", "msgpack") and given is not None and not given.startswith("{"):
-        value_ddl = f"STRUCT<{given}>"
-        return ", ".join(f"`{name}` {value_ddl if name == 'value' else _DDL[name]}" for name in COLUMN_ORDER)
+        ddl = {**_DDL, "key": key_type(options).simpleString().upper(), "value": f"STRUCT<{given}>"}
+        return ", ".join(f"`{name}` {ddl[name]}" for name in columns(options))
     schema = StructType()
-    for name in COLUMN_ORDER:
-        schema.add(name, value_type(options) if name == "value" else FIXED_COLUMNS[name])
+    for name in columns(options):
+        schema.add(name, column_type(name, options))
     return schema
+
+
+def column_type(name: str, options: ReadOptions) -> DataType:
+    """The type of column ``name`` (one of :data:`COLUMN_ORDER`) under ``options``."""
+    if name == "value":
+        return value_type(options)
+    if name == "key":
+        return key_type(options)
+    return HEADERS_TYPE if name == "headers" else FIXED_COLUMNS[name]
+
+
+def key_type(options: ReadOptions) -> DataType:
+    return StringType() if options.key_format == "string" else BinaryType()
 
 
 def value_type(options: ReadOptions) -> DataType:
@@ -66,10 +88,13 @@ def check_schema(schema: StructType, options: ReadOptions) -> None:
     for field in schema.fields:
         if field.name == "value":
             _check_value(field.dataType, options.value_format)
-        elif field.name in FIXED_COLUMNS:
-            expected = FIXED_COLUMNS[field.name]
+        elif field.name == "headers" and not options.include_headers:
+            raise ConfigError("metaq: column 'headers' needs option 'includeHeaders' set to true")
+        elif field.name in COLUMN_ORDER:
+            expected = column_type(field.name, options)
             if field.dataType != expected:
-                raise ConfigError(f"metaq: column {field.name!r} must be {expected.simpleString()}, "
+                hint = " (option 'keyFormat')" if field.name == "key" else ""
+                raise ConfigError(f"metaq: column {field.name!r} must be {expected.simpleString()}{hint}, "
                                   f"not {field.dataType.simpleString()}")
         else:
             raise ConfigError(f"metaq: unknown column {field.name!r}; the source has {', '.join(COLUMN_ORDER)}")

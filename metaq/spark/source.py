@@ -30,6 +30,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from metaq.errors import ConfigError
 from metaq.spark.arrow import BatchBuilder
 from metaq.spark.cluster import Cluster
 from metaq.spark.fetch import FetchSettings, read_range
@@ -80,14 +81,24 @@ class MetaqDataSource(DataSource):
         return ReadOptions.parse(self.options, streaming=streaming, default_max_partitions=self.default_max_partitions)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
-        from metaq.spark.writer import MetaqBatchWriter, WriteOptions
+        from metaq.spark.writer import MetaqBatchWriter, WriteOptions, check_topic_exists
 
-        return MetaqBatchWriter(WriteOptions.parse(self.options), schema)
+        if overwrite:
+            raise ConfigError('metaq sink: mode "overwrite" cannot replace the messages of a topic; '
+                              'use .mode("append")')
+        options = WriteOptions.parse(self.options)
+        writer = MetaqBatchWriter(options, schema)
+        check_topic_exists(options)
+        return writer
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
-        from metaq.spark.writer import MetaqStreamWriter, WriteOptions
+        """``overwrite`` is not refused here: like Kafka's sink, a stream appends its result rows."""
+        from metaq.spark.writer import MetaqStreamWriter, WriteOptions, check_topic_exists
 
-        return MetaqStreamWriter(WriteOptions.parse(self.options), schema)
+        options = WriteOptions.parse(self.options)
+        writer = MetaqStreamWriter(options, schema)
+        check_topic_exists(options)
+        return writer
 
 
 class _RangeReading:

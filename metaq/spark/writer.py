@@ -4,12 +4,17 @@
        .write.format("metaq").option("zookeeper.connect", zk).option("topic", "clicks-out")
        .option("valueFormat", "json").mode("append").save())
 
-Columns: ``value`` (required), ``key`` (binary or string, optional), ``topic`` (string, when option
-``topic`` is not set) and ``partition`` (integer, optional: otherwise the producer's partitioner decides);
-other columns are ignored, so a frame read from metaq can be written back as it is. ``valueFormat``:
-``auto`` (binary as is, string as UTF-8, anything else as JSON), ``binary``, ``string``, ``json`` or
-``msgpack``. Each task runs its own :class:`metaq.Producer` and fails if any record is not acknowledged;
-Spark then retries the task, so delivery is at least once.
+Columns (those of Spark's Kafka sink): ``value`` (required), ``key`` (binary or string, optional),
+``topic`` (string, when option ``topic`` is not set), ``partition`` (integer, optional: otherwise the
+producer's partitioner decides) and ``headers`` (``array<struct<key: string, value: binary>>``,
+optional); other columns are ignored, so a frame read from metaq can be written back as it is.
+``valueFormat``: ``auto`` (binary as is, string as UTF-8, anything else as JSON), ``binary``, ``string``,
+``json`` or ``msgpack``. Each task runs its own :class:`metaq.Producer` and fails if any record is not
+acknowledged; Spark then retries the task, so delivery is at least once.
+
+Batch writes take ``.mode("append")`` (Spark refuses ``.save()``'s default mode, ``errorifexists``, for
+Python data sources; ``overwrite`` cannot replace a topic's messages and is refused). Option ``topic``
+must name an existing topic: that is checked when the query is planned, not in a task.
 """
 
 from __future__ import annotations
@@ -23,16 +28,26 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import BinaryType, DataType, IntegerType, LongType, ShortType, StringType, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+)
 
-from metaq.errors import ConfigError, MetaqError
+from metaq.errors import ConfigError, MetaqError, UnknownTopicError
 from metaq.spark.options import WriteOptions
 
 log = logging.getLogger(__name__)
 
 __all__ = ["MetaqBatchWriter", "MetaqCommitMessage", "MetaqStreamWriter", "WriteOptions"]
 
-_SINK_COLUMNS = ("key", "value", "topic", "partition")
+_SINK_COLUMNS = ("key", "value", "topic", "partition", "headers")
+_HEADERS = "array<struct<key:string,value:binary>>"
 _CHECK_EVERY = 10000  # records between looks at finished sends, so failures surface early and memory stays flat
 
 
@@ -53,6 +68,7 @@ class _Plan:
     key_is_string: bool
     has_topic_column: bool
     has_partition: bool
+    has_headers: bool = False
 
 
 def plan_write(options: WriteOptions, schema: StructType) -> _Plan:
@@ -69,11 +85,37 @@ def plan_write(options: WriteOptions, schema: StructType) -> _Plan:
     partition_type = types.get("partition")
     if partition_type is not None and not isinstance(partition_type, IntegerType | LongType | ShortType):
         raise ConfigError(f"metaq sink: column 'partition' must be an integer, not {partition_type.simpleString()}")
+    headers_type = types.get("headers")
+    if headers_type is not None and not _is_headers(headers_type):
+        raise ConfigError(f"metaq sink: column 'headers' must be {_HEADERS}, not {headers_type.simpleString()}")
     ignored = [name for name in types if name not in _SINK_COLUMNS]
     if ignored:
         log.info("metaq sink: ignoring columns %s", ", ".join(ignored))
     return _Plan(options, value_format, key_type is not None, isinstance(key_type, StringType),
-                 options.topic is None, partition_type is not None)
+                 options.topic is None, partition_type is not None, headers_type is not None)
+
+
+def _is_headers(data_type: DataType) -> bool:
+    if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
+        return False
+    fields = {f.name: f.dataType for f in data_type.elementType.fields}
+    return (set(fields) == {"key", "value"} and isinstance(fields["key"], StringType)
+            and isinstance(fields["value"], BinaryType))
+
+
+def check_topic_exists(options: WriteOptions) -> None:
+    """Option ``topic`` must exist: checked when the write is planned, so that a typo fails the query at
+    once with the topic's name rather than later in every task."""
+    if options.topic is None:
+        return
+    from metaq.zkclient import session
+    from zk_layout import ZkLayout
+
+    with session(options.zookeeper_connect) as client:
+        exists = ZkLayout(client).topic_assignment(options.topic) is not None
+    if not exists:
+        raise UnknownTopicError(f"metaq sink: topic {options.topic!r} (option 'topic') does not exist in "
+                                f"{options.zookeeper_connect}; create it first (metaq topics create)")
 
 
 def _value_format(requested: str, value_type: DataType) -> str:
@@ -111,6 +153,7 @@ def _send_batch(producer: Any, plan: _Plan, batch: pa.RecordBatch, encode_value:
     keys = _bytes_column(batch, "key", plan.key_is_string) if plan.has_key else None
     topics = batch.column("topic").to_pylist() if plan.has_topic_column else None
     partitions = batch.column("partition").to_pylist() if plan.has_partition else None
+    headers = batch.column("headers").to_pylist() if plan.has_headers else None
     for i, value in enumerate(values):
         topic = plan.options.topic or (topics[i] if topics is not None else None)
         if not topic:
@@ -120,11 +163,25 @@ def _send_batch(producer: Any, plan: _Plan, batch: pa.RecordBatch, encode_value:
         except (TypeError, ValueError, OverflowError) as e:
             raise MetaqError(f"metaq sink: the value of a row for topic {topic!r} cannot be written as "
                              f"{plan.value_format}: {e}") from e
+        row_headers = _row_headers(headers[i], topic) if headers is not None else None
         pending.append(producer.send(topic, payload, key=keys[i] if keys is not None else None,
-                                     partition=partitions[i] if partitions is not None else None))
+                                     partition=partitions[i] if partitions is not None else None,
+                                     headers=row_headers))
         if i % _CHECK_EVERY == _CHECK_EVERY - 1:
             _check_done(pending)
     return len(values)
+
+
+def _row_headers(items: list[dict[str, Any]] | None, topic: str) -> list[tuple[str, bytes | None]]:
+    """One row's ``headers`` as producer headers; Kafka headers need a key."""
+    if not items:
+        return []
+    result = []
+    for item in items:
+        if item is None or item["key"] is None:
+            raise MetaqError(f"metaq sink: a row for topic {topic!r} has a header without a key")
+        result.append((item["key"], item["value"]))
+    return result
 
 
 def _bytes_column(batch: pa.RecordBatch, name: str, is_string: bool) -> list[bytes | None]:
