@@ -43,7 +43,7 @@ def register(spark: Any, *, max_partitions: int | str | None = "cores") -> None:
         max_partitions = _cores(spark)
     elif isinstance(max_partitions, str):
         raise ValueError(f"max_partitions must be a number, 'cores' or None, not {max_partitions!r}")
-    source = MetaqDataSource
+    source: type[MetaqDataSource] = MetaqDataSource
     if max_partitions:
         source = type("MetaqDataSource", (MetaqDataSource,), {
             "default_max_partitions": int(max_partitions), "__doc__": MetaqDataSource.__doc__})
