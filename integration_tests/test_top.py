@@ -26,7 +26,8 @@ import pytest
 from metaq.broker.process import free_port
 from metaq.consumer import Consumer, ConsumerTimeoutError
 from metaq.producer import Producer
-from metaq.testing.group import GroupHarness, ownership_problem, wait_for
+from metaq.testing.group import GroupHarness, ownership_problem
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 pytestmark = [pytest.mark.timeout(300),
@@ -122,7 +123,7 @@ def test_top_in_a_terminal_shows_lag_members_rebalances_and_orphans(broker, make
     pane = None
     try:
         [stream] = member.create_message_streams({"t": 1})["t"]
-        wait_for(lambda: isinstance(ownership_problem(zk_layout, "g", "t", 3, 1), dict), 30, "a stable group")
+        wait_until(lambda: isinstance(ownership_problem(zk_layout, "g", "t", 3, 1), dict), 30, "a stable group")
         produce(zk_connect, "t", {0: 10, 1: 20, 2: 30})
         consume_all(member, stream, 60)  # committed: 10, 20, 30
         produce(zk_connect, "t", {0: 5, 1: 7, 2: 9})  # fetched maybe, but neither handed out nor committed
