@@ -178,7 +178,7 @@ def test_request_timeout_is_connection_error(broker):
     started = time.monotonic()
     with pytest.raises(BrokerConnectionError, match="within 200 ms"):
         conn.send(MetadataRequest, metadata_fields("t1"))
-    assert 0.15 < time.monotonic() - started < 2
+    assert 0.15 < time.monotonic() - started < 4  # gave up at the request timeout, not the handler's 5 s
     assert not conn.is_connected
     release.set()
 
@@ -217,7 +217,7 @@ def test_close_from_another_thread_interrupts_a_read(broker):
     started = time.monotonic()
     with pytest.raises(BrokerConnectionError, match="closed"):
         conn.send(MetadataRequest, metadata_fields("t1"))
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 4  # interrupted, not held for the handler's 5 s
     release.set()
 
 

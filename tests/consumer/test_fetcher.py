@@ -212,7 +212,7 @@ def test_stop_connections_is_bounded_with_full_queues(broker, make_topic, manage
     wait_until(lambda: len(fetcher_threads()) == 2, 10, "both fetcher runners")
     started = time.monotonic()
     manager.stop_connections(timeout=5)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 4  # the runners did not need the 5 s timeout
     assert not fetcher_threads()
     fetched = [info.get_fetch_offset() for info in infos]
     shared.get_nowait()

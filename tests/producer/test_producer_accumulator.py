@@ -164,7 +164,7 @@ def test_full_buffer_blocks_then_times_out():
     started = time.monotonic()
     with pytest.raises(TimeoutError, match="buffer.memory"):
         acc.append(TP, TS, None, b"y" * 500)
-    assert 0.09 < time.monotonic() - started < 1
+    assert time.monotonic() - started > 0.09  # blocked for max.block.ms before giving up
 
 
 def test_full_buffer_unblocks_when_memory_is_released():
