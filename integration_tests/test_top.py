@@ -13,7 +13,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -64,14 +63,15 @@ class Pane:
 
     def wait(self, predicate: Callable[[str], bool], what: str, timeout: float = 60) -> str:
         """The first screen ``predicate`` accepts; the last screen is in the failure message."""
-        deadline = time.monotonic() + timeout
         screen = ""
-        while time.monotonic() < deadline:
+
+        def shown() -> bool:
+            nonlocal screen
             screen = self.screen()
-            if predicate(screen):
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; the screen:\n{screen}")
+            return predicate(screen)
+
+        wait_until(shown, timeout, lambda: f"{what}; the screen:\n{screen}", interval=0.2)
+        return screen
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)

@@ -133,17 +133,19 @@ class GroupHarness:
                     timeout: float = 60) -> dict[int, str]:
         """Wait until every partition has exactly one owner, all owners are live members, and the
         split is balanced within 1. Returns partition -> owner thread id."""
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
+        last: dict[int, str] | str = "not checked yet"
+
+        def stable() -> bool:
+            nonlocal last
             try:
                 last = ownership_problem(layout, self.group, self.topic, partitions, members)
             except MetaqError as e:  # ZooKeeper restarting: not stable yet
                 last = f"cannot read the group: {e}"
-            if isinstance(last, dict):
-                return last
-            time.sleep(0.1)
-        raise AssertionError(f"group {self.group} not stable after {timeout}s: {last}")
+            return isinstance(last, dict)
+
+        wait_until(stable, timeout, lambda: f"group {self.group} to be stable: {last}", interval=0.1)
+        assert isinstance(last, dict)
+        return last
 
 
 def ownership_problem(layout: ZkLayout, group: str, topic: str, partitions: int,
