@@ -321,3 +321,35 @@ def test_a_restarted_static_member_takes_over_its_assignment_and_fences_the_old_
         assert (await join(c, leader.member_id, instance="follower")).error_code == FENCED_INSTANCE_ID
 
     run(tmp_path, scenario)
+
+
+def test_the_initial_rebalance_delay_puts_the_first_joins_in_one_generation(tmp_path: Path) -> None:
+    async def scenario(c: GroupCoordinator) -> None:
+        await join(c)
+        await loaded(c)
+        first = asyncio.create_task(join(c))
+        second = asyncio.create_task(join(c))
+        await settle()
+        assert await state(c) == g.PREPARING_REBALANCE and not first.done()  # held by the delay
+        a, b = await within(first), await within(second)
+        assert a.generation_id == b.generation_id == 1 and a.leader == b.leader
+        assert len([r for r in (a, b) if r.members]) == 1  # only the leader gets the member list
+
+    run(tmp_path, scenario, group_initial_rebalance_delay_ms=1000)
+
+
+def test_commits_from_outside_the_group_protocol_only_while_the_group_is_empty(tmp_path: Path) -> None:
+    async def scenario(c: GroupCoordinator) -> None:
+        await join(c)
+        await loaded(c)
+        tp = ("t", 0)
+        assert await c.commit_offsets(GROUP, -1, "", None, {tp: (3, "zk-consumer")}) == {tp: NONE}
+        a = await within(join(c))
+        assert await c.commit_offsets(GROUP, -1, "", None, {tp: (4, "")}) == {tp: UNKNOWN_MEMBER_ID}
+        error, fetched = c.fetch_offsets(GROUP, [tp])
+        assert error == NONE and (fetched[tp].offset, fetched[tp].metadata) == (3, "zk-consumer")
+        assert c.leave_group(GROUP, a.member_id) == NONE
+        await settle()
+        assert await c.commit_offsets(GROUP, -1, "", None, {tp: (5, "")}) == {tp: NONE}
+
+    run(tmp_path, scenario)
