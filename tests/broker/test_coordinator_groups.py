@@ -2,7 +2,7 @@
 
 GroupCoordinator runs on one event loop; its dependencies are replaced by the smallest stand-ins: a cluster
 snapshot in which this broker leads the one ``__consumer_offsets`` partition, a log manager that opens real
-partition logs under tmp_path, and an ``in_thread`` that runs inline. Error codes are Kafka's wire numbers.
+partition logs under tmp_path, and an ``in_thread`` that runs inline.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import kafka.errors as Errors
 import pytest
 
 from metaq.broker.coordinator import group as g
@@ -23,19 +24,20 @@ from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, PartitionMeta
 from zk_layout import BrokerInfo
 
+# Kafka's wire codes, from kafka-python's registry: an oracle independent of metaq's own constants
 NONE = 0
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-NON_EMPTY_GROUP = 68
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
+COORDINATOR_LOAD_IN_PROGRESS = Errors.CoordinatorLoadInProgressError.errno
+COORDINATOR_NOT_AVAILABLE = Errors.CoordinatorNotAvailableError.errno
+NOT_COORDINATOR = Errors.NotCoordinatorError.errno
+ILLEGAL_GENERATION = Errors.IllegalGenerationError.errno
+INCONSISTENT_GROUP_PROTOCOL = Errors.InconsistentGroupProtocolError.errno
+INVALID_GROUP_ID = Errors.InvalidGroupIdError.errno
+UNKNOWN_MEMBER_ID = Errors.UnknownMemberIdError.errno
+INVALID_SESSION_TIMEOUT = Errors.InvalidSessionTimeoutError.errno
+REBALANCE_IN_PROGRESS = Errors.RebalanceInProgressError.errno
+NON_EMPTY_GROUP = Errors.NonEmptyGroupError.errno
+MEMBER_ID_REQUIRED = Errors.MemberIdRequiredError.errno
+FENCED_INSTANCE_ID = Errors.FencedInstanceIdError.errno
 
 GROUP = "etl"
 OFFSETS = {OFFSETS_TOPIC: {0: PartitionMeta(leader=0, leader_epoch=0, replicas=(0,), isr=(0,))}}
@@ -66,8 +68,8 @@ async def _no_topic_creation(partitions: int) -> None:
 
 
 def run(tmp_path: Path, scenario: Callable[[GroupCoordinator], Awaitable[None]],
-        snapshot: ClusterSnapshot = LEADING, **config: Any) -> None:
-    """Run ``scenario`` against a fresh coordinator whose offsets partition is loaded."""
+        snapshot: ClusterSnapshot = LEADING, load: bool = True, **config: Any) -> None:
+    """Run ``scenario`` against a fresh coordinator (whose offsets partition is loaded, unless not ``load``)."""
     logs = FakeLogs(tmp_path)
 
     async def main() -> None:
@@ -76,6 +78,8 @@ def run(tmp_path: Path, scenario: Callable[[GroupCoordinator], Awaitable[None]],
                                        lambda: snapshot, _no_topic_creation, _inline)
         coordinator.start()
         try:
+            if load:
+                await loaded(coordinator)
             await scenario(coordinator)
         finally:
             await coordinator.stop()
@@ -162,7 +166,7 @@ def test_one_member_goes_empty_preparing_completing_stable_empty_dead(tmp_path: 
         assert await c.delete_group(GROUP) == NONE
         assert group.state == g.DEAD and await state(c) == g.DEAD
 
-    run(tmp_path, scenario)
+    run(tmp_path, scenario, load=False)
 
 
 def test_group_states_change_only_along_the_documented_edges() -> None:
@@ -177,8 +181,6 @@ def test_group_states_change_only_along_the_documented_edges() -> None:
 
 def test_join_errors(tmp_path: Path) -> None:
     async def scenario(c: GroupCoordinator) -> None:
-        await join(c)
-        await loaded(c)
         assert (await join(c, group="")).error_code == INVALID_GROUP_ID
         assert (await join(c, session_ms=10)).error_code == INVALID_SESSION_TIMEOUT
         assert (await join(c, session_ms=2_000_000)).error_code == INVALID_SESSION_TIMEOUT
@@ -211,8 +213,6 @@ def test_groups_of_partitions_this_broker_does_not_lead_are_refused(tmp_path: Pa
 
 def test_a_second_member_rebalances_and_the_follower_waits_for_the_leaders_assignment(tmp_path: Path) -> None:
     async def scenario(c: GroupCoordinator) -> None:
-        await join(c)
-        await loaded(c)
         a = await within(join(c))
         await c.sync_group(GROUP, 1, a.member_id, None, {a.member_id: b"all"})
         b_join = asyncio.create_task(join(c))
@@ -244,8 +244,6 @@ def test_a_second_member_rebalances_and_the_follower_waits_for_the_leaders_assig
 
 def test_a_member_that_leaves_while_completing_sends_the_others_back_to_join(tmp_path: Path) -> None:
     async def scenario(c: GroupCoordinator) -> None:
-        await join(c)
-        await loaded(c)
         leader, follower = await stable_pair(c)
         gen = leader.generation_id
         rejoin = asyncio.create_task(join(c, leader.member_id, protocols=(("range", b"changed"),)))
@@ -269,8 +267,6 @@ def test_a_member_that_leaves_while_completing_sends_the_others_back_to_join(tmp
 
 def test_a_member_that_does_not_rejoin_within_the_rebalance_timeout_is_removed(tmp_path: Path) -> None:
     async def scenario(c: GroupCoordinator) -> None:
-        await join(c)
-        await loaded(c)
         a = await within(join(c, rebalance_ms=200))
         await c.sync_group(GROUP, 1, a.member_id, None, {a.member_id: b"all"})
         b = await within(join(c, rebalance_ms=200))  # a never rejoins
@@ -283,8 +279,6 @@ def test_a_member_that_does_not_rejoin_within_the_rebalance_timeout_is_removed(t
 
 def test_a_member_that_stops_heartbeating_is_removed_after_its_session_timeout(tmp_path: Path) -> None:
     async def scenario(c: GroupCoordinator) -> None:
-        await join(c)
-        await loaded(c)
         a = await within(join(c, session_ms=100))
         await c.sync_group(GROUP, 1, a.member_id, None, {a.member_id: b"all"})
         for _ in range(1000):  # poll: the session check runs on the coordinator's own schedule
@@ -299,8 +293,6 @@ def test_a_member_that_stops_heartbeating_is_removed_after_its_session_timeout(t
 
 def test_a_restarted_static_member_takes_over_its_assignment_and_fences_the_old_id(tmp_path: Path) -> None:
     async def scenario(c: GroupCoordinator) -> None:
-        await join(c)
-        await loaded(c)
         first = asyncio.create_task(join(c, instance="leader"))
         await settle()
         second = asyncio.create_task(join(c, instance="follower"))
@@ -325,8 +317,6 @@ def test_a_restarted_static_member_takes_over_its_assignment_and_fences_the_old_
 
 def test_the_initial_rebalance_delay_puts_the_first_joins_in_one_generation(tmp_path: Path) -> None:
     async def scenario(c: GroupCoordinator) -> None:
-        await join(c)
-        await loaded(c)
         first = asyncio.create_task(join(c))
         second = asyncio.create_task(join(c))
         await settle()
@@ -340,8 +330,6 @@ def test_the_initial_rebalance_delay_puts_the_first_joins_in_one_generation(tmp_
 
 def test_commits_from_outside_the_group_protocol_only_while_the_group_is_empty(tmp_path: Path) -> None:
     async def scenario(c: GroupCoordinator) -> None:
-        await join(c)
-        await loaded(c)
         tp = ("t", 0)
         assert await c.commit_offsets(GROUP, -1, "", None, {tp: (3, "zk-consumer")}) == {tp: NONE}
         a = await within(join(c))
