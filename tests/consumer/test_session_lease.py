@@ -62,9 +62,9 @@ def test_the_iterator_stops_between_two_records_of_a_chunk_when_the_lease_runs_o
     _chunk(info, range(5))
     gate = DeliveryGate(leased=True)
     stream = KafkaStream(queue, consumer_timeout_ms=50, gate=gate)
-    gate.extend(time.monotonic() + 0.3)
+    gate.extend(time.monotonic() + 1.0)
     assert [next(stream).offset for _ in range(2)] == [0, 1]
-    time.sleep(0.35)  # e.g. a process pause: on resuming, the lease has run out
+    wait_until(lambda: not gate.is_open, 10, "the lease to run out")  # e.g. a process pause
     with pytest.raises(ConsumerTimeoutError, match="not proven alive"):
         next(stream)
     assert info.get_consumed_offset() == 2  # nothing more handed out
