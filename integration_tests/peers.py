@@ -79,9 +79,11 @@ def kcat_consume(bootstrap: str, topic: str, partition: int, offset: str, count:
     return [_parse_kcat(line) for line in out.decode().splitlines() if line]
 
 
-def kcat_consume_async(bootstrap: str, topic: str, partition: int, offset: str, count: int) -> subprocess.Popen:
-    args = [KCAT, "-b", bootstrap, "-C", "-t", topic, "-p", str(partition), "-o", offset, "-f", FORMAT, "-q",
-            "-c", str(count)]
+def kcat_consume_async(bootstrap: str, topic: str, partition: int, offset: str, count: int,
+                       quiet: bool = True) -> subprocess.Popen:
+    """Without ``quiet``, kcat reports on stderr when it reaches the end of the partition."""
+    args = [KCAT, "-b", bootstrap, "-C", "-t", topic, "-p", str(partition), "-o", offset, "-f", FORMAT,
+            *(["-q"] if quiet else []), "-c", str(count)]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 

@@ -6,6 +6,7 @@ import time
 
 from metaq.consumer import Consumer, ConsumerTimeoutError, Whitelist
 from metaq.producer import Producer
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 
@@ -55,7 +56,7 @@ def test_consumes_everything_and_commits(broker, make_topic, zk_connect, zk_layo
     assert zk_layout.owners("g1") == {} and zk_layout.consumer_ids("g1") == []
 
 
-def test_offsets_survive_restart_and_reset_policies(broker, make_topic, zk_connect) -> None:
+def test_offsets_survive_restart_and_reset_policies(broker, make_topic, zk_connect, zk_layout: ZkLayout) -> None:
     make_topic("resume", partitions=2)
     _produce(zk_connect, "resume", 100, 2)
     with _consumer(zk_connect, "g2") as c:
@@ -71,7 +72,9 @@ def test_offsets_survive_restart_and_reset_policies(broker, make_topic, zk_conne
     # a new group with largest starts at the end; with smallest from the beginning
     with _consumer(zk_connect, "g3", **{"auto.offset.reset": "largest"}) as c:
         [stream] = c.create_message_streams({"resume": 1})["resume"]
-        time.sleep(1.0)
+        # positioned at the end once the auto-committer writes the reset offsets (every 200 ms)
+        wait_until(lambda: [o is not None and o >= 0 for o in zk_layout.offsets("g3").values()] == [True, True], 30,
+                   "g3 to start at the end of both partitions")
         late = _produce(zk_connect, "resume", 4, 2)
         assert _drain(stream, 4) == late
     with _consumer(zk_connect, "g4") as c:

@@ -44,6 +44,7 @@ PARTITIONS = 6
 SESSION_MS = 2000
 HEARTBEAT_MS = 300
 BROKER = {"group.min.session.timeout.ms": 1000, "offsets.topic.num.partitions": 4}
+REBALANCE_TIMEOUT_S = 5.0  # what _join asks for
 
 # error codes
 REBALANCE_IN_PROGRESS = 27
@@ -440,7 +441,7 @@ def _req(bootstrap: str, cls: Any, resp_cls: Any, version: int, timeout: float =
 def _join(bootstrap: str, group: str, member: str = "", instance: str | None = None, session_ms: int = 3000,
           protocol_type: str = "consumer", protocols: tuple[str, ...] = ("range",)) -> Any:
     return _req(bootstrap, JoinGroupRequest, JoinGroupResponse, 5, group_id=group, session_timeout_ms=session_ms,
-                rebalance_timeout_ms=5000, member_id=member, group_instance_id=instance,
+                rebalance_timeout_ms=int(REBALANCE_TIMEOUT_S * 1000), member_id=member, group_instance_id=instance,
                 protocol_type=protocol_type, protocols=[{"name": p, "metadata": b"m"} for p in protocols])
 
 
@@ -508,7 +509,8 @@ def test_group_state_machine_with_raw_requests(group_broker) -> None:
     took = time.monotonic() - started
     b = box[0]
     assert a2.error_code == 0 and b.error_code == 0 and a2.generation_id == b.generation_id == gen + 1
-    assert took < 0.5, f"the join completed {took:.2f}s after the last member rejoined"
+    # not held until the 5 s rebalance timeout (speed itself is measured in bench/, not asserted here)
+    assert took < REBALANCE_TIMEOUT_S / 2, f"the join completed {took:.2f}s after the last member rejoined"
     leader, follower = (a2, b) if a2.leader == a2.member_id else (b, a2)
     assert len(leader.members) == 2 and follower.members == []
     gen += 1
@@ -528,14 +530,16 @@ def test_group_state_machine_with_raw_requests(group_broker) -> None:
     assert _heartbeat(bs, g, gen, leader.member_id) == REBALANCE_IN_PROGRESS
     started = time.monotonic()
     alone = _join(bs, g, leader.member_id)
-    assert alone.error_code == 0 and alone.generation_id == gen + 1 and time.monotonic() - started < 0.5
+    assert alone.error_code == 0 and alone.generation_id == gen + 1
+    assert time.monotonic() - started < REBALANCE_TIMEOUT_S / 2  # the departed member is not waited for
     gen += 1
     _sync(bs, g, gen, leader.member_id, {leader.member_id: b"all"})
 
     # a member that stops heartbeating is removed after its session timeout (3 s here)
-    time.sleep(3.5)
+    # (polled by an outside commit, which does not count as the member's heartbeat: accepted once the group
+    # is empty again)
+    wait_until(lambda: _commit(bs, g, -1, "") == 0, 20, "the silent member to be removed")
     assert _heartbeat(bs, g, gen, leader.member_id) == UNKNOWN_MEMBER_ID
-    assert _commit(bs, g, -1, "") == 0  # the group is empty again: outside commits are accepted
 
 
 def test_static_membership(group_broker) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from integration_tests import peers
 from metaq.consumer.listener import MessageConsumer
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.recover import RecoverStore, recover_stores
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 PARTITIONS = 3
@@ -83,14 +83,6 @@ def properties(zk_connect: str, recover_dir: Path, **extra: Any) -> dict[str, An
             "auto.offset.reset": "smallest", "auto.commit.interval.ms": 200, "rebalance.backoff.ms": 200,
             "metaq.recover.interval.ms": 500, "metaq.recover.max.attempts": 1000,
             "metaq.recover.dir": str(recover_dir), **extra}
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def stored_numbers(store: RecoverStore) -> list[int]:

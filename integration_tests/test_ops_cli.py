@@ -22,7 +22,7 @@ from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.recover import RecoverStore
 from metaq.producer import Producer
 from metaq.testing.broker import topic_leaders, wait_until
-from metaq.testing.group import GroupHarness, ownership_problem, wait_for
+from metaq.testing.group import GroupHarness, ownership_problem
 from zk_layout import TopicCount, ZkLayout
 
 pytestmark = pytest.mark.timeout(240)
@@ -65,7 +65,7 @@ def produce(zk_connect: str, topic: str, counts: dict[int, int], prefix: str = "
 
 
 def wait_offsets(layout: ZkLayout, group: str, expected: dict[tuple[str, int], int], timeout: float = 30) -> None:
-    wait_for(lambda: layout.offsets(group) == expected, timeout, f"offsets of {group} to be {expected}")
+    wait_until(lambda: layout.offsets(group) == expected, timeout, f"offsets of {group} to be {expected}")
 
 
 # -- describe ---------------------------------------------------------------------------------------------
@@ -100,7 +100,7 @@ def test_describe_shows_lag_owners_and_members_of_a_live_group(broker, make_topi
     with _member(zk_connect, "etl") as first, _member(zk_connect, "etl") as second:
         [s1] = first.create_message_streams({"clicks": 1})["clicks"]
         [s2] = second.create_message_streams({"clicks": 1})["clicks"]
-        wait_for(lambda: isinstance(ownership_problem(zk_layout, "etl", "clicks", 3, 2), dict), 30, "a stable group")
+        wait_until(lambda: isinstance(ownership_problem(zk_layout, "etl", "clicks", 3, 2), dict), 30, "a stable group")
         owners = zk_layout.owners("etl")
         mine = {c.consumer_id: {p for (_, p), o in owners.items() if o.rsplit("-", 1)[0] == c.consumer_id}
                 for c in (first, second)}
@@ -174,7 +174,7 @@ def test_reset_refuses_live_members_and_applies_without_them(broker, make_topic,
     assert [c["new"] for c in forced["changes"]] == [0, 0]
     since = time.monotonic()
     produce(zk_connect, "events", {0: 1, 1: 1}, prefix="late")  # the member's next commit loses its fence
-    wait_for(lambda: any(e["name"] == "records_consumed" and e["time"] > since and part["minOffset"] == 0
+    wait_until(lambda: any(e["name"] == "records_consumed" and e["time"] > since and part["minOffset"] == 0
                          for e in member.events() for part in e.get("partitions", [])),
              30, "the member to consume again from offset 0 after the forced reset")
     group.stop_all()

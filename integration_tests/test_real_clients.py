@@ -7,6 +7,7 @@ value, offset and timestamp.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import confluent_kafka
@@ -15,6 +16,7 @@ import pytest
 
 from integration_tests import peers
 from integration_tests.peers import Msg
+from metaq.testing.wait import wait_until
 
 N = 40
 
@@ -59,12 +61,21 @@ def test_kcat_reads_every_way(broker, produced) -> None:
         ts = msgs[25].timestamp
         assert peers.kcat_consume(broker.bootstrap, topic, p, f"s@{ts}") == _from_timestamp(msgs, ts)
     # from the end: only what is produced after the consumer started
-    proc = peers.kcat_consume_async(broker.bootstrap, topic, 1, "end", 3)
-    time.sleep(1.5)
-    now = int(time.time() * 1000)
-    later = peers.confluent_produce(broker.bootstrap, topic, 1, [(b"x%d" % i, b"late-%d" % i, now) for i in range(3)])
-    out, err = proc.communicate(timeout=30)
-    assert peers.parse_kcat_output(out) == later, err
+    proc = peers.kcat_consume_async(broker.bootstrap, topic, 1, "end", 3, quiet=False)
+    notes: list[str] = []
+    reader = threading.Thread(target=lambda: notes.extend(line.decode() for line in proc.stderr),
+                              name="kcat-stderr", daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: any("Reached end" in n for n in notes), 30, "kcat to reach the end of partition 1")
+        now = int(time.time() * 1000)
+        later = peers.confluent_produce(broker.bootstrap, topic, 1,
+                                        [(b"x%d" % i, b"late-%d" % i, now) for i in range(3)])
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        reader.join(10)
+    assert peers.parse_kcat_output(proc.stdout.read()) == later, notes
 
 
 def test_confluent_kafka_reads_every_way(broker, produced) -> None:

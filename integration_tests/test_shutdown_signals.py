@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from metaq.childproc import die_with_parent
@@ -83,7 +82,7 @@ def test_console_consumer_commits_on_sigterm_and_the_next_member_resumes_there(
 _SLOW_STOP = textwrap.dedent("""
     import sys, time
     from metaq.signals import TerminationHandler
-    handler = TerminationHandler(lambda: time.sleep(60)).install()
+    handler = TerminationHandler(lambda: (print("stopping", flush=True), time.sleep(60))).install()
     print("ready", flush=True)
     handler.wait(120)
     print("stopped cleanly", flush=True)
@@ -95,7 +94,7 @@ def test_a_second_signal_exits_at_once_while_the_first_stop_is_still_running(tmp
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)  # the first stop is now sleeping in on_stop
+        assert proc.stdout.readline() == b"stopping\n"  # the first stop is now sleeping in on_stop
         assert proc.poll() is None, "the first signal must not exit at once"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 128 + signal.SIGINT

@@ -13,7 +13,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +25,8 @@ import pytest
 from metaq.broker.process import free_port
 from metaq.consumer import Consumer, ConsumerTimeoutError
 from metaq.producer import Producer
-from metaq.testing.group import GroupHarness, ownership_problem, wait_for
+from metaq.testing.group import GroupHarness, ownership_problem
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 pytestmark = [pytest.mark.timeout(300),
@@ -63,14 +63,15 @@ class Pane:
 
     def wait(self, predicate: Callable[[str], bool], what: str, timeout: float = 60) -> str:
         """The first screen ``predicate`` accepts; the last screen is in the failure message."""
-        deadline = time.monotonic() + timeout
         screen = ""
-        while time.monotonic() < deadline:
+
+        def shown() -> bool:
+            nonlocal screen
             screen = self.screen()
-            if predicate(screen):
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}; the screen:\n{screen}")
+            return predicate(screen)
+
+        wait_until(shown, timeout, lambda: f"{what}; the screen:\n{screen}", interval=0.2)
+        return screen
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
@@ -122,7 +123,7 @@ def test_top_in_a_terminal_shows_lag_members_rebalances_and_orphans(broker, make
     pane = None
     try:
         [stream] = member.create_message_streams({"t": 1})["t"]
-        wait_for(lambda: isinstance(ownership_problem(zk_layout, "g", "t", 3, 1), dict), 30, "a stable group")
+        wait_until(lambda: isinstance(ownership_problem(zk_layout, "g", "t", 3, 1), dict), 30, "a stable group")
         produce(zk_connect, "t", {0: 10, 1: 20, 2: 30})
         consume_all(member, stream, 60)  # committed: 10, 20, 30
         produce(zk_connect, "t", {0: 5, 1: 7, 2: 9})  # fetched maybe, but neither handed out nor committed

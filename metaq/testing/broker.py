@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -20,6 +19,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 
@@ -50,15 +50,6 @@ def topic_leaders(bootstrap: str, topic: str) -> dict[int, int]:
                              allow_auto_topic_creation=False)
     resp = request(bootstrap, req, MetadataResponse, 4)
     return {p.partition_index: p.leader_id for t in resp.topics for p in t.partitions if p.error_code == 0}
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class BrokerCluster:

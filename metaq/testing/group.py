@@ -21,13 +21,14 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from metaq.childproc import die_with_parent, stop_process
 from metaq.errors import MetaqError
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 Event = dict[str, Any]
@@ -78,7 +79,7 @@ class ConsumerProcess:
 
     def wait_started(self, timeout: float = 30) -> str:
         """Wait for startup_complete; returns the consumer id."""
-        wait_for(lambda: self.consumer_id() is not None or not self.alive, timeout, f"{self.name} to start")
+        wait_until(lambda: self.consumer_id() is not None or not self.alive, timeout, f"{self.name} to start")
         consumer_id = self.consumer_id()
         if consumer_id is None:
             raise AssertionError(f"{self.name} exited with {self.proc.returncode} before starting; see {self.log_path}")
@@ -132,17 +133,19 @@ class GroupHarness:
                     timeout: float = 60) -> dict[int, str]:
         """Wait until every partition has exactly one owner, all owners are live members, and the
         split is balanced within 1. Returns partition -> owner thread id."""
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
+        last: dict[int, str] | str = "not checked yet"
+
+        def stable() -> bool:
+            nonlocal last
             try:
                 last = ownership_problem(layout, self.group, self.topic, partitions, members)
             except MetaqError as e:  # ZooKeeper restarting: not stable yet
                 last = f"cannot read the group: {e}"
-            if isinstance(last, dict):
-                return last
-            time.sleep(0.1)
-        raise AssertionError(f"group {self.group} not stable after {timeout}s: {last}")
+            return isinstance(last, dict)
+
+        wait_until(stable, timeout, lambda: f"group {self.group} to be stable: {last}", interval=0.1)
+        assert isinstance(last, dict)
+        return last
 
 
 def ownership_problem(layout: ZkLayout, group: str, topic: str, partitions: int,
@@ -309,15 +312,6 @@ def _backwards_commits(events: list[Event]) -> list[str]:
     return problems
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def wait_consuming(harness: GroupHarness, partitions: Iterable[int], since: float, timeout: float) -> None:
     """Wait until the group reported records of every one of ``partitions`` after ``since`` (monotonic)."""
     wanted = set(partitions)
@@ -326,7 +320,7 @@ def wait_consuming(harness: GroupHarness, partitions: Iterable[int], since: floa
         return {part["partition"] for e in harness.events() if e["name"] == "records_consumed" and e["time"] > since
                 for part in e["partitions"]}
 
-    wait_for(lambda: wanted <= fresh(), timeout, f"the group to consume partitions {sorted(wanted - fresh())}")
+    wait_until(lambda: wanted <= fresh(), timeout, f"the group to consume partitions {sorted(wanted - fresh())}")
 
 
 def wait_drained(harness: GroupHarness, acked: Iterable[tuple[int, int]], timeout: float) -> DeliveryReport:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any, Self
 from metaq.broker.process import free_port
 from metaq.childproc import die_with_parent, stop_process
 from metaq.errors import MetaqError
+from metaq.testing.wait import wait_until
 
 SCRAPE_INTERVAL_S = 1
 
@@ -96,14 +96,15 @@ class PrometheusServer:
             return None
 
     def _wait(self, predicate: Any, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise MetaqError(f"prometheus exited with {self.proc.returncode}; log {self.log_path}")
-            if predicate():
-                return
-            time.sleep(0.2)
-        raise MetaqError(f"timed out after {timeout}s waiting for {what}; log {self.log_path}")
+            return bool(predicate())
+
+        try:
+            wait_until(ready, timeout, what, interval=0.2)
+        except AssertionError as e:
+            raise MetaqError(f"{e}; log {self.log_path}") from e
 
     def __enter__(self) -> Self:
         return self.start()

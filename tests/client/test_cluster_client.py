@@ -4,7 +4,6 @@ ListOffsets batched per leader, and connection settings."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import confluent_kafka
@@ -16,6 +15,7 @@ from metaq.client.cluster import EARLIEST, LATEST, ClusterClient, Leader, NoLead
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, ConfigError
 from metaq.testing.broker import BrokerCluster
+from metaq.testing.wait import wait_until
 from zk_layout import BrokerInfo, PartitionState, ZkLayout
 
 BASE_TS = 1_700_000_000_000
@@ -122,13 +122,13 @@ def test_a_moved_leader_is_read_again_after_not_leader(two_brokers, make_topic, 
                                                                    controller_epoch=1))
     assert client.leader_for(topic, partition).broker_id == 0  # cached for metadata.max.age.ms (5 min)
     seen: list[tuple[int | None, int]] = []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+
+    def answered_by_the_new_leader() -> bool:
         answer = client.list_offsets([key], LATEST)[key]
         seen.append((answer.broker_id, answer.error_code))
-        if answer.broker_id == 1 and answer.offset is not None:
-            break
-        time.sleep(0.05)
+        return answer.broker_id == 1 and answer.offset is not None
+
+    wait_until(answered_by_the_new_leader, 20, lambda: f"broker 1 to answer ListOffsets (answers: {seen})")
     assert (0, 6) in seen, seen  # broker 0 said NOT_LEADER_OR_FOLLOWER ...
     assert seen[-1] == (1, 0), seen  # ... so the topic was read again, and broker 1 answered
     assert client.leader_for(topic, partition).broker_id == 1

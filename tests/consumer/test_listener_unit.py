@@ -20,6 +20,7 @@ from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.rebalance import ConsumerState
 from metaq.consumer.streams import BatchInHand, ConsumerTimeoutError, DeliveryGate
 from metaq.errors import ConfigError, MetaqError, StorageError
+from metaq.testing.wait import wait_until
 
 TOPIC = "clicks"
 MAX_RETRIES = 3
@@ -141,12 +142,6 @@ def make_consumer(tmp_path: Path, streams: Mapping[str, list[FakeStream]], **kwa
     return consumer, connector
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 def drained(stream: FakeStream, end: int, partition: int = 0) -> Callable[[], bool]:
@@ -164,7 +159,7 @@ def test_failing_messages_are_tried_n_plus_1_times_then_stored_and_skipped(tmp_p
     listener = Recorder(fail_on={3, 17, 49})
     with consumer:
         consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
-        wait_for(drained(stream, 50))
+        wait_until(drained(stream, 50))
         stored = consumer.recover_store(TOPIC).list()
         assert [e.offset for e in stored] == [3, 17, 49]
         assert all(e.last_error == f"ValueError: cannot handle {e.offset}" for e in stored)
@@ -183,7 +178,7 @@ def test_a_transient_failure_is_retried_and_delivered_in_order(tmp_path: Path) -
     listener = Recorder(fail_on={2, 5}, fail_times=MAX_RETRIES)  # succeeds on the last allowed attempt
     with consumer:
         consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
-        wait_for(drained(stream, 8))
+        wait_until(drained(stream, 8))
         assert consumer.recover_store(TOPIC).list() == []
     assert [m.offset for m in listener.delivered][:8] == list(range(8))
     assert listener.calls[2] == listener.calls[5] == MAX_RETRIES + 1
@@ -196,7 +191,7 @@ def test_zero_retries_means_one_attempt(tmp_path: Path) -> None:
     listener = Recorder(fail_on={1})
     with consumer:
         consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
-        wait_for(drained(stream, 2))
+        wait_until(drained(stream, 2))
         assert [e.offset for e in consumer.recover_store(TOPIC).list()] == [1]
     assert listener.calls[1] == 1
 
@@ -213,7 +208,7 @@ def test_the_backoff_policy_object_is_used_between_attempts(tmp_path: Path) -> N
     consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]}, retry_wait=wait)
     with consumer:
         consumer.subscribe(TOPIC, 1 << 20, Recorder(fail_on={0})).complete_subscribe()
-        wait_for(drained(stream, 1))
+        wait_until(drained(stream, 1))
     assert waits[:MAX_RETRIES] == list(range(1, MAX_RETRIES + 1))  # (tenacity may also ask after the last)
 
 
@@ -235,7 +230,7 @@ def test_a_chunk_is_marked_consumed_only_after_processing(tmp_path: Path) -> Non
         time.sleep(0.1)
         assert stream.consumed == {}  # in flight: a commit now would not cover it
         gate.set()
-        wait_for(drained(stream, 2))
+        wait_until(drained(stream, 2))
 
 
 def test_bad_input_from_the_deserializer_goes_to_the_store_raw(tmp_path: Path) -> None:
@@ -245,7 +240,7 @@ def test_bad_input_from_the_deserializer_goes_to_the_store_raw(tmp_path: Path) -
     consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]}, value_deserializer="json")
     with consumer:
         consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
-        wait_for(drained(stream, 3))
+        wait_until(drained(stream, 3))
         [entry] = consumer.recover_store(TOPIC).list()
     assert (entry.offset, entry.value) == (1, b"{not json")
     assert entry.last_error.startswith("DeserializationError: cannot deserialize clicks-0 offset 1")
@@ -272,7 +267,7 @@ def test_the_partition_waits_while_the_store_cannot_be_written(tmp_path: Path,
 
         monkeypatch.setattr(store, "append", flaky_append)
         stream.feed([msg(0), msg(1)], [msg(2)])
-        wait_for(drained(stream, 2))
+        wait_until(drained(stream, 2))
         assert failures == [] and delivered_meanwhile == [0, 0, 0]  # offset 1 waited for the store
         assert [e.offset for e in store.list()] == [0]
         assert [m.offset for m in listener.delivered][:1] == [1]
@@ -305,7 +300,7 @@ def test_a_failing_batch_is_retried_then_split_into_single_messages(tmp_path: Pa
     consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
     with consumer:
         consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
-        wait_for(drained(stream, 8))
+        wait_until(drained(stream, 8))
         assert [e.offset for e in consumer.recover_store(TOPIC).list()] == [2]
     whole = [0, 1, 2, 3, 4]
     assert listener.calls[:MAX_RETRIES + 1] == [whole] * (MAX_RETRIES + 1)
@@ -321,7 +316,7 @@ def test_max_size_bounds_the_batches(tmp_path: Path) -> None:
     consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
     with consumer:
         consumer.subscribe(TOPIC, 250, listener).complete_subscribe()
-        wait_for(drained(stream, 10))
+        wait_until(drained(stream, 10))
     assert listener.calls[:4] == [[0, 1], [2, 3], [4, 5], [6, 7]]
 
 
@@ -343,7 +338,7 @@ def test_an_executor_runs_each_chunk_and_order_is_kept(tmp_path: Path) -> None:
         consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
         with consumer:
             consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
-            wait_for(drained(stream, 36))
+            wait_until(drained(stream, 36))
     assert [m.offset for m in listener.delivered][:35] == [o for o in range(36) if o != 11]
     assert all(name.startswith("app-pool") for name in listener.threads)
 
@@ -356,7 +351,7 @@ def test_streams_per_topic_gives_named_dispatch_threads(tmp_path: Path) -> None:
     consumer, _ = make_consumer(tmp_path, {TOPIC: streams}, streams_per_topic=2)
     with consumer:
         consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
-        wait_for(lambda: drained(streams[0], 2, 0)() and drained(streams[1], 2, 1)())
+        wait_until(lambda: drained(streams[0], 2, 0)() and drained(streams[1], 2, 1)())
         names = {t.name for t in threading.enumerate()}
         assert {"metaq-dispatch-clicks-0", "metaq-dispatch-clicks-1", "metaq-recover-clicks@etl"} <= names
     assert {"metaq-dispatch-clicks-0", "metaq-dispatch-clicks-1"} <= listener.threads
@@ -371,11 +366,11 @@ def test_the_recover_thread_redelivers_through_the_listener_once_it_recovers(tmp
         consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]}, recover_initial_delay_s=0.05)
         with consumer:
             consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
-            wait_for(drained(stream, 20))
+            wait_until(drained(stream, 20))
             store = consumer.recover_store(TOPIC)
-            wait_for(lambda: all(e.attempts >= 1 for e in store.list()) and len(store.list()) == 2)
+            wait_until(lambda: all(e.attempts >= 1 for e in store.list()) and len(store.list()) == 2)
             listener.healthy.set()
-            wait_for(lambda: not store.list())
+            wait_until(lambda: not store.list())
     offsets = [m.offset for m in listener.delivered]
     assert sorted(offsets[-2:]) == [4, 9] and offsets.count(4) == 1 and offsets.count(9) == 1
     assert all(name.startswith("app-pool") for name in listener.threads)
@@ -388,9 +383,9 @@ def test_a_batch_listener_gets_replays_as_batches_of_one(tmp_path: Path) -> None
     consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]}, recover_initial_delay_s=0.05)
     with consumer:
         consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
-        wait_for(lambda: len(consumer.recover_store(TOPIC).list()) == 1)
+        wait_until(lambda: len(consumer.recover_store(TOPIC).list()) == 1)
         listener.healthy.set()
-        wait_for(lambda: not consumer.recover_store(TOPIC).list())
+        wait_until(lambda: not consumer.recover_store(TOPIC).list())
     assert [1] in listener.calls and listener.delivered.count(1) == 1
 
 
@@ -405,7 +400,7 @@ def test_stream_errors_and_timeouts_do_not_kill_the_dispatcher(tmp_path: Path) -
     consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
     with consumer:
         consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
-        wait_for(drained(stream, 3))
+        wait_until(drained(stream, 3))
     assert [m.offset for m in listener.delivered][:3] == [0, 1, 2]
 
 
@@ -425,7 +420,7 @@ def test_shutdown_is_bounded_with_a_stuck_listener(tmp_path: Path) -> None:
     assert entered.wait(5)
     started = time.monotonic()
     consumer.shutdown(timeout_s=0.5)
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10  # not held by the handler stuck for 30 s
     assert connector.closed and consumer.state.state == "STABLE"
     release.set()
     time.sleep(0.1)
@@ -552,12 +547,12 @@ def test_nothing_more_of_a_chunk_is_delivered_while_the_gate_is_closed(tmp_path:
     # batch listeners: parts of 2 messages (10 bytes each: "v0".."v5" are 2 bytes, so max_size 4)
     with consumer:
         consumer.subscribe(TOPIC, 4 if batch else 1 << 20, listener).complete_subscribe()
-        wait_for(lambda: len(listener.delivered) >= 2)
+        wait_until(lambda: len(listener.delivered) >= 2)
         time.sleep(0.3)
         assert listener.delivered == [0, 1]  # held between messages (parts), not at the next chunk
         assert stream.consumed == {0: 2}  # what was finished counts
         stream.gate.open()
-        wait_for(drained(stream, 6))
+        wait_until(drained(stream, 6))
     assert listener.delivered == list(range(6))
 
 
@@ -579,7 +574,7 @@ def test_the_rest_of_a_revoked_chunk_is_not_delivered(tmp_path: Path) -> None:
     consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
     with consumer:
         consumer.subscribe(TOPIC, 1 << 20, Revoking()).complete_subscribe()
-        wait_for(lambda: stream.taken == 2)
+        wait_until(lambda: stream.taken == 2)
         time.sleep(0.1)
     assert delivered[:3] == [0, 1, 2] and 3 not in delivered  # the in-flight one finished, then no more
     assert stream.info(0).get_consumed_offset() == 3
@@ -591,7 +586,7 @@ def test_shutdown_while_delivery_is_held_leaves_the_rest_unmarked(tmp_path: Path
     listener = GateClosingListener(stream)
     consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
     consumer.subscribe(TOPIC, 1 << 20, listener).complete_subscribe()
-    wait_for(lambda: len(listener.delivered) >= 2)
+    wait_until(lambda: len(listener.delivered) >= 2)
     started = time.monotonic()
     consumer.shutdown(timeout_s=20)
     assert time.monotonic() - started < 10  # not held until the abandon deadline (half the timeout)

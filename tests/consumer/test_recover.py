@@ -14,6 +14,7 @@ import pytest
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.recover import RecoverManager, RecoverStore, ReplayResult, recover_stores
 from metaq.errors import StorageError
+from metaq.testing.wait import wait_until
 
 
 def msg(offset: int, value: bytes | None = None, partition: int = 0, topic: str = "clicks") -> MessageAndMetadata:
@@ -299,29 +300,34 @@ def test_manager_replays_after_the_initial_delay_then_every_interval(tmp_path: P
     manager = RecoverManager(store, handler, interval_ms=100, max_attempts=1000, initial_delay_s=0.05)
     manager.start()
     try:
-        _wait_for(lambda: manager.passes >= 2, 5)
+        wait_until(lambda: manager.passes >= 2, 5)
         assert store.list()[0].attempts >= 2 and delivered == []
         healthy.set()
-        _wait_for(lambda: not store.list(), 5)
+        wait_until(lambda: not store.list(), 5)
         assert delivered == [(0, "metaq-recover-clicks@etl"), (1, "metaq-recover-clicks@etl")]
     finally:
         assert manager.stop(5)
         store.close()
 
 
-def test_manager_stop_is_bounded_and_a_failing_pass_does_not_kill_it(tmp_path: Path) -> None:
+def test_manager_stop_is_bounded_and_a_failing_pass_does_not_kill_it(tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
     store = open_store(tmp_path)
     store.append(msg(0), RuntimeError())
-    release = threading.Event()
-    manager = RecoverManager(store, lambda m: release.wait(10), interval_ms=60_000, max_attempts=5,
-                             initial_delay_s=0.0)
+    entered, release = threading.Event(), threading.Event()
+
+    def blocking(m: MessageAndMetadata) -> None:
+        entered.set()
+        release.wait(10)
+
+    manager = RecoverManager(store, blocking, interval_ms=60_000, max_attempts=5, initial_delay_s=0.0)
     manager.start()
-    time.sleep(0.2)  # the pass is now blocked in the handler
+    wait_until(entered.is_set, 10, "the pass to block in the handler")
     started = time.monotonic()
     assert manager.stop(0.3) is False
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 5  # gave up at its timeout, long before the handler's 10 s
     release.set()
-    _wait_for(lambda: manager.last_result is not None, 5)
+    wait_until(lambda: manager.last_result is not None, 5)
     store.close()
 
     broken = open_store(tmp_path, "views")
@@ -329,14 +335,7 @@ def test_manager_stop_is_bounded_and_a_failing_pass_does_not_kill_it(tmp_path: P
     manager = RecoverManager(broken, lambda m: None, interval_ms=50, max_attempts=5, initial_delay_s=0.0)
     broken.close()  # every pass now fails inside the store
     manager.start()
-    time.sleep(0.3)
+    wait_until(lambda: sum("replay pass failed" in r.getMessage() for r in caplog.records) >= 2, 10,
+               "two failed replay passes")
     assert manager._thread.is_alive()
     assert manager.stop(5)
-
-
-def _wait_for(predicate, timeout: float) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.02)

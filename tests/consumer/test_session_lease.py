@@ -13,18 +13,19 @@ from metaq.config import ConfigError
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.streams import BatchInHand, ConsumerTimeoutError, DeliveryGate, KafkaStream
+from metaq.testing.wait import wait_until
 from metaq.zklease import SessionLease, negotiated_timeout_ms
 
 
 def test_a_leased_gate_is_closed_until_a_proof_and_closes_when_it_runs_out() -> None:
     gate = DeliveryGate(leased=True)
     assert not gate.is_open and not gate.wait(0.01)
-    gate.extend(time.monotonic() + 0.2)
+    gate.extend(time.monotonic() + 1.0)
     assert gate.is_open
     gate.extend(time.monotonic() - 10)  # an older proof never shortens the lease
     assert gate.is_open
-    time.sleep(0.25)
-    assert not gate.is_open and gate.connected  # connected, but the session is no longer proven alive
+    wait_until(lambda: not gate.is_open, 10, "the lease to run out")
+    assert gate.connected  # connected, but the session is no longer proven alive
     gate.extend(time.monotonic() + 60)
     gate.close()  # SUSPENDED wins over the lease
     assert not gate.is_open and not gate.connected
@@ -61,9 +62,9 @@ def test_the_iterator_stops_between_two_records_of_a_chunk_when_the_lease_runs_o
     _chunk(info, range(5))
     gate = DeliveryGate(leased=True)
     stream = KafkaStream(queue, consumer_timeout_ms=50, gate=gate)
-    gate.extend(time.monotonic() + 0.3)
+    gate.extend(time.monotonic() + 1.0)
     assert [next(stream).offset for _ in range(2)] == [0, 1]
-    time.sleep(0.35)  # e.g. a process pause: on resuming, the lease has run out
+    wait_until(lambda: not gate.is_open, 10, "the lease to run out")  # e.g. a process pause
     with pytest.raises(ConsumerTimeoutError, match="not proven alive"):
         next(stream)
     assert info.get_consumed_offset() == 2  # nothing more handed out
@@ -115,10 +116,8 @@ def test_the_lease_uses_the_negotiated_timeout_and_keeps_renewing(
         assert gate.wait(10)
         assert gate.deadline <= time.monotonic() + 2.0  # never beyond sent + fraction x negotiated timeout
         first = lease.renewed_until
-        deadline = time.monotonic() + 10
-        while lease.renewals < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert lease.renewals >= 3 and lease.renewed_until > first  # renewed about every lease / 4
+        wait_until(lambda: lease.renewals >= 3, 10, "three lease renewals")
+        assert lease.renewed_until > first  # renewed about every lease / 4
         assert started < lease.renewed_until - 2.0 < time.monotonic()
     finally:
         lease.stop()

@@ -18,6 +18,7 @@ from metaq.errors import (
 from metaq.producer import ClusterMetadata, Producer, RecordMetadata
 from metaq.producer.partitioner import murmur2_partition
 from metaq.producer.sender import THREAD_NAME
+from metaq.testing.wait import wait_until
 from tests.client.client_fake_broker import CLOSE, FakeBroker
 
 pytestmark = pytest.mark.timeout(60)
@@ -90,9 +91,8 @@ def test_acks_0_resolves_with_offset_minus_1(broker, layout):
         futures = [producer.send("t1", b"v%d" % i, partition=0) for i in range(5)]
         producer.flush(10)
         assert [f.result().offset for f in futures] == [-1] * 5
-    deadline = time.monotonic() + 5  # nothing tells us when the broker has read them
-    while len(broker.records("t1", 0)) < 5 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # nothing tells us when the broker has read them
+    wait_until(lambda: len(broker.records("t1", 0)) >= 5, 5, "the broker to read the acks=0 batch")
     assert [r.value for r in broker.records("t1", 0)] == [b"v%d" % i for i in range(5)]
     assert produce_requests(broker)[0].request.acks == 0
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from metaq.errors import UnknownTopicError, ZooKeeperUnavailableError
 from metaq.producer.metadata import ClusterMetadata, Leader
+from metaq.testing.wait import wait_until
 from tests.producer.producer_fakes import Assignment, FakeLayout
 
 
@@ -47,15 +46,14 @@ def test_missing_state_node_assumes_the_first_live_replica(lay):
 
 
 def test_reads_are_cached_until_invalidated_or_old(lay):
-    md = ClusterMetadata(lay, max_age_ms=100)
+    md = ClusterMetadata(lay, max_age_ms=1000)
     md.topic("t")
     md.topic("t")
     assert lay.reads == 1
     md.invalidate("t")
     md.topic("t")
     assert lay.reads == 2
-    time.sleep(0.12)
-    md.topic("t")
+    wait_until(lambda: md.topic("t") is not None and lay.reads > 2, 10, "a read once the cache is older than max age")
     assert lay.reads == 3
 
 

@@ -18,6 +18,7 @@ from metaq.errors import (
     ZooKeeperError,
     ZooKeeperUnavailableError,
 )
+from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import expire_session
 from metaq.zkclient import connect, session
 from zk_layout import (
@@ -31,11 +32,6 @@ from zk_layout import (
 STATE = PartitionState(leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 def test_persistent_paths_and_cluster_id(zk_layout: ZkLayout, zk: KazooClient) -> None:
@@ -96,7 +92,7 @@ def test_server_side_expiry_removes_ephemerals(zk_layout: ZkLayout, make_zk_clie
     ZkLayout(victim).register_consumer("g", "g_c1", TopicCount({"t": 1}))
     assert zk_layout.consumer_ids("g") == ["g_c1"]
     expire_session(victim)
-    wait_for(lambda: zk_layout.consumer_ids("g") == [])
+    wait_until(lambda: zk_layout.consumer_ids("g") == [])
 
 
 def test_create_topic_in_one_transaction(zk_layout: ZkLayout, zk: KazooClient) -> None:

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
 from metaq.errors import ZooKeeperServerError
+from metaq.testing.wait import wait_until
 from metaq.zkclient import connect
 from metaq.zkserver import ZooKeeperEnsemble, ZooKeeperServer, distribution, find_distribution, server_mode
 from metaq.zkserver.server import free_ports
@@ -32,14 +32,6 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -103,7 +95,7 @@ def test_pause_and_resume() -> None:
         assert server.paused and server.running
         assert server_mode(server.host, server.port, timeout=0.3) is None
         server.resume()
-        wait_for(lambda: server.mode() == "standalone", 5, "the resumed server to answer")
+        wait_until(lambda: server.mode() == "standalone", 5, "the resumed server to answer")
         server.pause()  # stop() must also work on a paused JVM
         pid = server.pid
     assert pid is not None and not alive(pid)
@@ -143,7 +135,7 @@ def test_child_dies_with_its_parent(tmp_path: Path) -> None:
             assert alive(java_pid)
         finally:
             parent.kill()
-    wait_for(lambda: not alive(java_pid), 10, f"JVM {java_pid} to die with its parent")
+    wait_until(lambda: not alive(java_pid), 10, f"JVM {java_pid} to die with its parent")
     shutil.rmtree(work_dir)  # nobody else can: its owner was SIGKILLed
 
 

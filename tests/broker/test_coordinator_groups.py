@@ -1,0 +1,343 @@
+"""The group coordinator's state machine, driven directly (no broker process, no sockets).
+
+GroupCoordinator runs on one event loop; its dependencies are replaced by the smallest stand-ins: a cluster
+snapshot in which this broker leads the one ``__consumer_offsets`` partition, a log manager that opens real
+partition logs under tmp_path, and an ``in_thread`` that runs inline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import kafka.errors as Errors
+import pytest
+
+from metaq.broker.coordinator import group as g
+from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
+from metaq.broker.coordinator.group import JoinResult
+from metaq.broker.coordinator.schema import OFFSETS_TOPIC
+from metaq.broker.log.config import LogConfig
+from metaq.broker.log.partition_log import PartitionLog
+from metaq.broker.metadata import ClusterSnapshot, PartitionMeta
+from zk_layout import BrokerInfo
+
+# Kafka's wire codes, from kafka-python's registry: an oracle independent of metaq's own constants
+NONE = 0
+COORDINATOR_LOAD_IN_PROGRESS = Errors.CoordinatorLoadInProgressError.errno
+COORDINATOR_NOT_AVAILABLE = Errors.CoordinatorNotAvailableError.errno
+NOT_COORDINATOR = Errors.NotCoordinatorError.errno
+ILLEGAL_GENERATION = Errors.IllegalGenerationError.errno
+INCONSISTENT_GROUP_PROTOCOL = Errors.InconsistentGroupProtocolError.errno
+INVALID_GROUP_ID = Errors.InvalidGroupIdError.errno
+UNKNOWN_MEMBER_ID = Errors.UnknownMemberIdError.errno
+INVALID_SESSION_TIMEOUT = Errors.InvalidSessionTimeoutError.errno
+REBALANCE_IN_PROGRESS = Errors.RebalanceInProgressError.errno
+NON_EMPTY_GROUP = Errors.NonEmptyGroupError.errno
+MEMBER_ID_REQUIRED = Errors.MemberIdRequiredError.errno
+FENCED_INSTANCE_ID = Errors.FencedInstanceIdError.errno
+
+GROUP = "etl"
+OFFSETS = {OFFSETS_TOPIC: {0: PartitionMeta(leader=0, leader_epoch=0, replicas=(0,), isr=(0,))}}
+LEADING = ClusterSnapshot(brokers={0: BrokerInfo.plaintext(0, "127.0.0.1", 9092)}, topics=OFFSETS)
+
+
+class FakeLogs:
+    """The one LogManager method the coordinator uses, over real partition logs."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+
+    def get_or_create(self, topic: str, partition: int) -> PartitionLog:
+        if (topic, partition) not in self.logs:
+            self.logs[(topic, partition)] = PartitionLog.open(
+                self.directory / f"{topic}-{partition}", topic, partition, LogConfig(), recover=False,
+                recovery_point=0)
+        return self.logs[(topic, partition)]
+
+
+async def _inline(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
+async def _no_topic_creation(partitions: int) -> None:
+    raise AssertionError("the offsets topic exists: nothing to create")
+
+
+def run(tmp_path: Path, scenario: Callable[[GroupCoordinator], Awaitable[None]],
+        snapshot: ClusterSnapshot = LEADING, load: bool = True, **config: Any) -> None:
+    """Run ``scenario`` against a fresh coordinator (whose offsets partition is loaded, unless not ``load``)."""
+    logs = FakeLogs(tmp_path)
+
+    async def main() -> None:
+        settings = {"group_min_session_timeout_ms": 50, **config}
+        coordinator = GroupCoordinator(CoordinatorConfig(broker_id=0, **settings), logs,  # type: ignore[arg-type]
+                                       lambda: snapshot, _no_topic_creation, _inline)
+        coordinator.start()
+        try:
+            if load:
+                await loaded(coordinator)
+            await scenario(coordinator)
+        finally:
+            await coordinator.stop()
+
+    try:
+        asyncio.run(main())
+    finally:
+        for log in logs.logs.values():
+            log.close()
+
+
+async def loaded(coordinator: GroupCoordinator) -> None:
+    """Wait (polling, bounded) until the offsets partition has been replayed."""
+    for _ in range(1000):
+        if coordinator.check(GROUP) != COORDINATOR_LOAD_IN_PROGRESS:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the offsets partition never loaded")
+
+
+def join(coordinator: GroupCoordinator, member_id: str = "", *, instance: str | None = None,
+         protocols: tuple[tuple[str, bytes], ...] = (("range", b"m"),), session_ms: int = 10_000,
+         rebalance_ms: int = 10_000, protocol_type: str = "consumer", require_known: bool = False,
+         group: str = GROUP) -> Awaitable[JoinResult]:
+    return coordinator.join_group(group, member_id, instance, "client", "/127.0.0.1", session_ms, rebalance_ms,
+                                  protocol_type, list(protocols), require_known_member_id=require_known)
+
+
+async def state(coordinator: GroupCoordinator) -> str:
+    _, summary = await coordinator.describe_group(GROUP)
+    return summary.state
+
+
+async def settle() -> None:
+    """Let callbacks the coordinator scheduled with call_soon run."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+async def within(awaitable: Awaitable[Any], timeout: float = 10.0) -> Any:
+    return await asyncio.wait_for(awaitable, timeout)
+
+
+async def stable_pair(c: GroupCoordinator, **join_args: Any) -> tuple[JoinResult, JoinResult]:
+    """Two members in generation 1, Stable: (leader, follower)."""
+    first = asyncio.create_task(join(c, **join_args))
+    await settle()
+    second = asyncio.create_task(join(c, **join_args))
+    await settle()
+    first_again = await within(join(c, (await within(first)).member_id, **join_args))
+    follower = await within(second)
+    leader = first_again
+    if follower.member_id == follower.leader:
+        leader, follower = follower, leader
+    sync_follower = asyncio.create_task(
+        c.sync_group(GROUP, follower.generation_id, follower.member_id, None, {}))
+    await c.sync_group(GROUP, leader.generation_id, leader.member_id, None,
+                       {leader.member_id: b"L", follower.member_id: b"F"})
+    assert await within(sync_follower) == (NONE, b"F")
+    return leader, follower
+
+
+def test_one_member_goes_empty_preparing_completing_stable_empty_dead(tmp_path: Path) -> None:
+    async def scenario(c: GroupCoordinator) -> None:
+        assert (await join(c)).error_code == COORDINATOR_LOAD_IN_PROGRESS  # the first request starts the replay
+        await loaded(c)
+        assert await state(c) == g.DEAD  # unknown group, no offsets
+        a = await within(join(c))
+        assert (a.error_code, a.generation_id, a.leader) == (NONE, 1, a.member_id)
+        assert a.members == [(a.member_id, None, b"m")] and a.protocol_name == "range"
+        assert await state(c) == g.COMPLETING_REBALANCE
+        assert c.heartbeat(GROUP, 1, a.member_id, None) == NONE
+        assert await c.commit_offsets(GROUP, 1, a.member_id, None, {("t", 0): (5, "")}) == {
+            ("t", 0): REBALANCE_IN_PROGRESS}
+        assert await c.sync_group(GROUP, 1, a.member_id, None, {a.member_id: b"mine"}) == (NONE, b"mine")
+        assert await state(c) == g.STABLE
+        assert await c.commit_offsets(GROUP, 1, a.member_id, None, {("t", 0): (5, "")}) == {("t", 0): NONE}
+        assert await c.delete_group(GROUP) == NON_EMPTY_GROUP
+        assert c.leave_group(GROUP, a.member_id) == NONE
+        await settle()
+        assert await state(c) == g.EMPTY
+        assert c.heartbeat(GROUP, 1, a.member_id, None) == UNKNOWN_MEMBER_ID
+        group = c._groups[GROUP]
+        assert await c.delete_group(GROUP) == NONE
+        assert group.state == g.DEAD and await state(c) == g.DEAD
+
+    run(tmp_path, scenario, load=False)
+
+
+def test_group_states_change_only_along_the_documented_edges() -> None:
+    group = g.Group(GROUP)
+    with pytest.raises(RuntimeError, match="illegal transition Empty -> Stable"):
+        group.transition(g.STABLE)
+    group.transition(g.DEAD)
+    for target in (g.EMPTY, g.PREPARING_REBALANCE, g.COMPLETING_REBALANCE, g.STABLE):
+        with pytest.raises(RuntimeError, match="illegal transition Dead"):
+            group.transition(target)
+
+
+def test_join_errors(tmp_path: Path) -> None:
+    async def scenario(c: GroupCoordinator) -> None:
+        assert (await join(c, group="")).error_code == INVALID_GROUP_ID
+        assert (await join(c, session_ms=10)).error_code == INVALID_SESSION_TIMEOUT
+        assert (await join(c, session_ms=2_000_000)).error_code == INVALID_SESSION_TIMEOUT
+        assert (await join(c, "never-joined")).error_code == UNKNOWN_MEMBER_ID
+        required = await join(c, require_known=True)  # KIP-394: come back with the id we hand out
+        assert required.error_code == MEMBER_ID_REQUIRED and required.member_id
+        a = await within(join(c, required.member_id))
+        assert (a.error_code, a.member_id, a.generation_id) == (NONE, required.member_id, 1)
+        assert (await join(c, protocol_type="connect")).error_code == INCONSISTENT_GROUP_PROTOCOL
+        assert (await join(c, protocols=(("roundrobin", b""),))).error_code == INCONSISTENT_GROUP_PROTOCOL
+
+    run(tmp_path, scenario)
+
+
+@pytest.mark.parametrize(("snapshot", "error"), [
+    (ClusterSnapshot(brokers=LEADING.brokers), COORDINATOR_NOT_AVAILABLE),
+    (ClusterSnapshot(brokers=LEADING.brokers, topics={OFFSETS_TOPIC: {
+        0: PartitionMeta(leader=1, leader_epoch=0, replicas=(1,), isr=(1,))}}), NOT_COORDINATOR),
+])
+def test_groups_of_partitions_this_broker_does_not_lead_are_refused(tmp_path: Path, snapshot: ClusterSnapshot,
+                                                                     error: int) -> None:
+    async def scenario(c: GroupCoordinator) -> None:
+        assert (await join(c)).error_code == error
+        assert c.heartbeat(GROUP, 1, "m", None) == error
+        assert await c.sync_group(GROUP, 1, "m", None, {}) == (error, b"")
+        assert c.leave_group(GROUP, "m") == error
+
+    run(tmp_path, scenario, snapshot=snapshot)
+
+
+def test_a_second_member_rebalances_and_the_follower_waits_for_the_leaders_assignment(tmp_path: Path) -> None:
+    async def scenario(c: GroupCoordinator) -> None:
+        a = await within(join(c))
+        await c.sync_group(GROUP, 1, a.member_id, None, {a.member_id: b"all"})
+        b_join = asyncio.create_task(join(c))
+        await settle()
+        assert await state(c) == g.PREPARING_REBALANCE
+        assert c.heartbeat(GROUP, 1, a.member_id, None) == REBALANCE_IN_PROGRESS
+        assert await c.sync_group(GROUP, 1, a.member_id, None, {}) == (REBALANCE_IN_PROGRESS, b"")
+        assert await c.commit_offsets(GROUP, 1, a.member_id, None, {("t", 0): (1, "")}) == {("t", 0): NONE}
+        a2 = await within(join(c, a.member_id))
+        b = await within(b_join)
+        assert a2.generation_id == b.generation_id == 2 and a2.leader == b.leader == a.member_id
+        assert sorted(m for m, _, _ in a2.members) == sorted([a.member_id, b.member_id]) and b.members == []
+        assert await state(c) == g.COMPLETING_REBALANCE
+        follower_sync = asyncio.create_task(c.sync_group(GROUP, 2, b.member_id, None, {}))
+        await settle()
+        assert not follower_sync.done()  # waits for the leader
+        assert await c.commit_offsets(GROUP, 2, b.member_id, None, {("t", 0): (2, "")}) == {
+            ("t", 0): REBALANCE_IN_PROGRESS}
+        assert await c.sync_group(GROUP, 2, a.member_id, None, {a.member_id: b"A", b.member_id: b"B"}) == (
+            NONE, b"A")
+        assert await within(follower_sync) == (NONE, b"B")
+        assert c.heartbeat(GROUP, 1, b.member_id, None) == ILLEGAL_GENERATION
+        assert await c.sync_group(GROUP, 2, "nobody", None, {}) == (UNKNOWN_MEMBER_ID, b"")
+        assert await c.commit_offsets(GROUP, 7, b.member_id, None, {("t", 0): (3, "")}) == {
+            ("t", 0): ILLEGAL_GENERATION}
+
+    run(tmp_path, scenario)
+
+
+def test_a_member_that_leaves_while_completing_sends_the_others_back_to_join(tmp_path: Path) -> None:
+    async def scenario(c: GroupCoordinator) -> None:
+        leader, follower = await stable_pair(c)
+        gen = leader.generation_id
+        rejoin = asyncio.create_task(join(c, leader.member_id, protocols=(("range", b"changed"),)))
+        await settle()
+        assert await state(c) == g.PREPARING_REBALANCE
+        assert c.heartbeat(GROUP, gen, follower.member_id, None) == REBALANCE_IN_PROGRESS
+        again = await within(join(c, follower.member_id))
+        assert (await within(rejoin)).generation_id == again.generation_id == gen + 1
+        pending_sync = asyncio.create_task(c.sync_group(GROUP, gen + 1, follower.member_id, None, {}))
+        await settle()
+        assert await state(c) == g.COMPLETING_REBALANCE and not pending_sync.done()
+        assert c.leave_group(GROUP, leader.member_id) == NONE
+        assert await within(pending_sync) == (REBALANCE_IN_PROGRESS, b"")  # told to rejoin
+        assert await state(c) == g.PREPARING_REBALANCE
+        assert c.leave_group(GROUP, leader.member_id) == UNKNOWN_MEMBER_ID
+        alone = await within(join(c, follower.member_id))
+        assert (alone.error_code, alone.generation_id, alone.leader) == (NONE, gen + 2, follower.member_id)
+
+    run(tmp_path, scenario)
+
+
+def test_a_member_that_does_not_rejoin_within_the_rebalance_timeout_is_removed(tmp_path: Path) -> None:
+    async def scenario(c: GroupCoordinator) -> None:
+        a = await within(join(c, rebalance_ms=200))
+        await c.sync_group(GROUP, 1, a.member_id, None, {a.member_id: b"all"})
+        b = await within(join(c, rebalance_ms=200))  # a never rejoins
+        assert (b.error_code, b.generation_id, b.leader, b.members) == (NONE, 2, b.member_id,
+                                                                         [(b.member_id, None, b"m")])
+        assert c.heartbeat(GROUP, 2, a.member_id, None) == UNKNOWN_MEMBER_ID
+
+    run(tmp_path, scenario)
+
+
+def test_a_member_that_stops_heartbeating_is_removed_after_its_session_timeout(tmp_path: Path) -> None:
+    async def scenario(c: GroupCoordinator) -> None:
+        a = await within(join(c, session_ms=100))
+        await c.sync_group(GROUP, 1, a.member_id, None, {a.member_id: b"all"})
+        for _ in range(1000):  # poll: the session check runs on the coordinator's own schedule
+            if await state(c) == g.EMPTY:
+                break
+            await asyncio.sleep(0.01)
+        assert await state(c) == g.EMPTY
+        assert c.heartbeat(GROUP, 1, a.member_id, None) == UNKNOWN_MEMBER_ID
+
+    run(tmp_path, scenario)
+
+
+def test_a_restarted_static_member_takes_over_its_assignment_and_fences_the_old_id(tmp_path: Path) -> None:
+    async def scenario(c: GroupCoordinator) -> None:
+        first = asyncio.create_task(join(c, instance="leader"))
+        await settle()
+        second = asyncio.create_task(join(c, instance="follower"))
+        await settle()
+        leader = await within(join(c, (await within(first)).member_id, instance="leader"))
+        follower = await within(second)
+        assert leader.member_id == leader.leader and follower.generation_id == 2
+        sync_follower = asyncio.create_task(c.sync_group(GROUP, 2, follower.member_id, "follower", {}))
+        await c.sync_group(GROUP, 2, leader.member_id, "leader", {leader.member_id: b"L", follower.member_id: b"F"})
+        assert await within(sync_follower) == (NONE, b"F")
+
+        restarted = await within(join(c, instance="follower"))  # same instance, no member id: a restart
+        assert restarted.error_code == NONE and restarted.member_id != follower.member_id
+        assert restarted.generation_id == 2 and await state(c) == g.STABLE  # no rebalance
+        assert await c.sync_group(GROUP, 2, restarted.member_id, "follower", {}) == (NONE, b"F")
+        assert c.heartbeat(GROUP, 2, follower.member_id, "follower") == UNKNOWN_MEMBER_ID
+        assert c.heartbeat(GROUP, 2, restarted.member_id, "leader") == FENCED_INSTANCE_ID
+        assert (await join(c, leader.member_id, instance="follower")).error_code == FENCED_INSTANCE_ID
+
+    run(tmp_path, scenario)
+
+
+def test_the_initial_rebalance_delay_puts_the_first_joins_in_one_generation(tmp_path: Path) -> None:
+    async def scenario(c: GroupCoordinator) -> None:
+        first = asyncio.create_task(join(c))
+        second = asyncio.create_task(join(c))
+        await settle()
+        assert await state(c) == g.PREPARING_REBALANCE and not first.done()  # held by the delay
+        a, b = await within(first), await within(second)
+        assert a.generation_id == b.generation_id == 1 and a.leader == b.leader
+        assert len([r for r in (a, b) if r.members]) == 1  # only the leader gets the member list
+
+    run(tmp_path, scenario, group_initial_rebalance_delay_ms=1000)
+
+
+def test_commits_from_outside_the_group_protocol_only_while_the_group_is_empty(tmp_path: Path) -> None:
+    async def scenario(c: GroupCoordinator) -> None:
+        tp = ("t", 0)
+        assert await c.commit_offsets(GROUP, -1, "", None, {tp: (3, "zk-consumer")}) == {tp: NONE}
+        a = await within(join(c))
+        assert await c.commit_offsets(GROUP, -1, "", None, {tp: (4, "")}) == {tp: UNKNOWN_MEMBER_ID}
+        error, fetched = c.fetch_offsets(GROUP, [tp])
+        assert error == NONE and (fetched[tp].offset, fetched[tp].metadata) == (3, "zk-consumer")
+        assert c.leave_group(GROUP, a.member_id) == NONE
+        await settle()
+        assert await c.commit_offsets(GROUP, -1, "", None, {tp: (5, "")}) == {tp: NONE}
+
+    run(tmp_path, scenario)
