@@ -137,6 +137,38 @@ class GroupActiveError(GroupError):
     """An offset change was refused because the group has live members, which would overwrite it."""
 
 
+class ConsumerTimeoutError(MetaqError):
+    """No message arrived within consumer.timeout.ms (the stream can be iterated again)."""
+
+    retriable = True
+
+
+class ConsumerRebalanceFailedError(MetaqError):
+    """Every attempt of a rebalance failed; the member keeps retrying on the next event or backoff."""
+
+    retriable = True
+
+
+class CoordinatorError(MetaqError):
+    """The coordinator moved, is loading or is unavailable: drop the channel and look it up again."""
+
+    retriable = True
+
+    def __init__(self, code: int, context: str) -> None:
+        super().__init__(f"{for_code(code).message} ({code}) {context}")
+        self.code = code
+
+
+class KafkaOffsetsUnavailable(MetaqError):
+    """The group's coordinator could not be reached (or would not answer) within the deadline."""
+
+
+class DataLossError(MetaqError):
+    """Offsets a read needs are no longer in the log (retention deleted them, or the log was truncated).
+
+    Raised only with ``failOnDataLoss=true``; otherwise the gap is skipped with a warning."""
+
+
 class ErrorCode(IntEnum):
     """Every Kafka error code metaq answers or handles, by Kafka's name. Each one except NONE has a
     :class:`BrokerResponseError` subclass below that says whether retrying can help (a unit test checks it)."""
