@@ -24,6 +24,11 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     ├── GroupError
     │   ├── GroupNotFoundError       no /consumers/<group> in ZooKeeper
     │   └── GroupActiveError         an ops change refused while the group has live members
+    ├── ConsumerTimeoutError         no message within consumer.timeout.ms (retriable)
+    ├── ConsumerRebalanceFailedError every attempt of a rebalance failed (retriable)
+    ├── CoordinatorError             the group coordinator moved, is loading or unavailable (retriable)
+    ├── KafkaOffsetsUnavailable      the coordinator could not be reached within the deadline
+    ├── DataLossError                offsets a read needs are no longer in the log
     └── BrokerResponseError          an error code answered by a broker (see ``for_code``)
 
 Kafka error codes are registered once, in :class:`ErrorCode`; the broker answers ``ErrorCode.<NAME>`` and clients
