@@ -19,7 +19,6 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from integration_tests import peers
-from metaq.broker.context import INVALID_TOPIC_EXCEPTION
 from metaq.broker.coordinator.schema import (
     OFFSETS_TOPIC,
     OffsetKey,
@@ -33,6 +32,7 @@ from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.log.segment import LOG_SUFFIX
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
+from metaq.errors import ErrorCode
 from metaq.protocol.batches import read_header
 from metaq.protocol.builder import BatchBuilder
 from metaq.protocol.records import decode_records
@@ -135,8 +135,8 @@ def test_internal_topic_refuses_client_produces(shared: Shared) -> None:
     end = log_end_offsets(bootstrap, OFFSETS_TOPIC, partition + 1)[partition]
     forged = BatchBuilder(1 << 20)
     forged.append(TS, encode_offset_key(OffsetKey(group, topic, 0)), encode_offset_value(OffsetValue(0, "", TS)))
-    assert produce_raw(bootstrap, OFFSETS_TOPIC, forged.build(), partition) == (INVALID_TOPIC_EXCEPTION, -1)
-    assert produce_raw(bootstrap, "__transaction_state", good_batch()) == (INVALID_TOPIC_EXCEPTION, -1)
+    assert produce_raw(bootstrap, OFFSETS_TOPIC, forged.build(), partition) == (ErrorCode.INVALID_TOPIC_EXCEPTION, -1)
+    assert produce_raw(bootstrap, "__transaction_state", good_batch()) == (ErrorCode.INVALID_TOPIC_EXCEPTION, -1)
     assert log_end_offsets(bootstrap, OFFSETS_TOPIC, partition + 1)[partition] == end
 
 

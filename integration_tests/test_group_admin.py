@@ -33,10 +33,8 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from integration_tests.peers import KCAT
-from metaq.broker.context import UNKNOWN_TOPIC_OR_PARTITION
-from metaq.broker.coordinator.coordinator import GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NOT_COORDINATOR
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, decode_key, partition_for
-from metaq.broker.handlers.groups import TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+from metaq.errors import ErrorCode
 from metaq.testing.broker import request, wait_until
 from zk_layout import ZkLayout
 
@@ -147,8 +145,8 @@ def test_confluent_admin_lists_describes_and_deletes(admin_broker, make_topic, l
     assert sorted(tp.partition for tp in m.assignment.topic_partitions) == list(range(PARTITIONS))
     assert _described(admin, "nobody").state == ConsumerGroupState.DEAD
 
-    assert _delete_error(admin, "live").code() == NON_EMPTY_GROUP
-    assert _delete_error(admin, "nobody").code() == GROUP_ID_NOT_FOUND
+    assert _delete_error(admin, "live").code() == ErrorCode.NON_EMPTY_GROUP
+    assert _delete_error(admin, "nobody").code() == ErrorCode.GROUP_ID_NOT_FOUND
 
     member.commit(offsets=[TopicPartition(topic, p, 1) for p in range(PARTITIONS)], asynchronous=False)
     member.close()
@@ -229,11 +227,12 @@ def test_every_version_on_two_brokers(broker_cluster, make_topic) -> None:
     for v in range(7):
         resp = request(b0.bootstrap, DescribeGroupsRequest[v](groups=[on0, on1, nobody]), DescribeGroupsResponse, v)
         got = {g.group_id: (g.error_code, g.group_state) for g in resp.groups}
-        assert got[on0] == (0, "Empty") and got[on1][0] == NOT_COORDINATOR
-        assert got[nobody] == ((GROUP_ID_NOT_FOUND, "Dead") if v >= 6 else (0, "Dead"))
+        assert got[on0] == (0, "Empty") and got[on1][0] == ErrorCode.NOT_COORDINATOR
+        assert got[nobody] == ((ErrorCode.GROUP_ID_NOT_FOUND, "Dead") if v >= 6 else (0, "Dead"))
     for v in range(3):
         resp = request(b0.bootstrap, DeleteGroupsRequest[v](groups_names=[nobody, on1]), DeleteGroupsResponse, v)
-        assert {r.group_id: r.error_code for r in resp.results} == {nobody: GROUP_ID_NOT_FOUND, on1: NOT_COORDINATOR}
+        assert {r.group_id: r.error_code for r in resp.results} == {
+        nobody: ErrorCode.GROUP_ID_NOT_FOUND, on1: ErrorCode.NOT_COORDINATOR}
     admin = AdminClient({"bootstrap.servers": b1.bootstrap})
     assert {on0, on1} <= set(_listed(admin))
     with pytest.deprecated_call():  # the legacy call: ListGroups + DescribeGroups at every broker
@@ -244,7 +243,8 @@ def test_every_version_on_two_brokers(broker_cluster, make_topic) -> None:
         Topic(name=t, partitions=[Topic.OffsetDeleteRequestPartition(partition_index=0)]) for t in (topic, "gone")]),
         OffsetDeleteResponse, 0)
     assert resp.error_code == 0
-    assert {t.name: t.partitions[0].error_code for t in resp.topics} == {topic: 0, "gone": UNKNOWN_TOPIC_OR_PARTITION}
+    assert {t.name: t.partitions[0].error_code for t in resp.topics} == {
+        topic: 0, "gone": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
     assert _committed(b0.bootstrap, on0, [(topic, 0)]) == {}
     assert on0 not in {g.group_id for g in request(b0.bootstrap, ListGroupsRequest[0](), ListGroupsResponse, 0).groups}
 
@@ -330,11 +330,11 @@ def test_metaq_groups_lists_and_describes_protocol_groups(admin_broker, make_top
 
 def test_find_coordinator_and_init_producer_id_refuse_transactional_ids(admin_broker) -> None:
     resp = request(admin_broker.bootstrap, FindCoordinatorRequest[1](key="tx", key_type=1), FindCoordinatorResponse, 1)
-    assert resp.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED and resp.node_id == -1
+    assert resp.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and resp.node_id == -1
     assert "metaq does not support transactions" in resp.error_message
     resp = request(admin_broker.bootstrap, InitProducerIdRequest[1](
         transactional_id="tx", transaction_timeout_ms=60000), InitProducerIdResponse, 1)
-    assert resp.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED and resp.producer_id == -1
+    assert resp.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and resp.producer_id == -1
 
 
 def test_confluent_init_transactions_fails_fast(admin_broker) -> None:

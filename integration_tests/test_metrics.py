@@ -8,9 +8,9 @@ import confluent_kafka
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from prometheus_client import CollectorRegistry
 
-from metaq.broker.context import INVALID_RECORD
 from metaq.broker.process import free_port
 from metaq.consumer import Consumer
+from metaq.errors import ErrorCode
 from metaq.producer import Producer
 from metaq.testing.batches import INVALID_BATCHES
 from metaq.testing.broker import BrokerCluster, request, wait_until
@@ -33,7 +33,7 @@ def test_prometheus_scrapes_broker_traffic_logs_and_errors(broker_cluster: Broke
     answer = request(broker.bootstrap, ProduceRequest[7](transactional_id=None, acks=1, timeout_ms=10000, topic_data=[
         ProduceRequest.TopicProduceData(name="m", partition_data=[
             ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=invalid)])]), ProduceResponse, 7)
-    assert answer.responses[0].partition_responses[0].error_code == code == INVALID_RECORD
+    assert answer.responses[0].partition_responses[0].error_code == code == ErrorCode.INVALID_RECORD
     consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "m-readers",
                                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.assign([confluent_kafka.TopicPartition("m", p, 0) for p in range(2)])

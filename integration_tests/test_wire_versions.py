@@ -14,7 +14,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from integration_tests import peers
-from metaq.broker.context import UNSUPPORTED_FOR_MESSAGE_FORMAT
+from metaq.errors import ErrorCode
 from metaq.testing.broker import request
 
 BASE_TS = 1_700_000_000_000
@@ -57,7 +57,7 @@ def test_produce_v0_gets_an_error_response_and_the_broker_lives(broker, make_top
         req = ProduceRequest[version](acks=1, timeout_ms=5000, topic_data=[data(
             name=topic, partition_data=[data.PartitionProduceData(index=0, records=bytes(builder.build()))])])
         (p,) = request(broker.bootstrap, req, ProduceResponse, version).responses[0].partition_responses
-        assert (p.index, p.error_code) == (0, UNSUPPORTED_FOR_MESSAGE_FORMAT)
+        assert (p.index, p.error_code) == (0, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT)
     acked = peers.confluent_produce(broker.bootstrap, topic, 0, [(b"k", b"after", BASE_TS)])
     assert [m.offset for m in acked] == [0]  # nothing of the old-format requests was stored
 

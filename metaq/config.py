@@ -130,8 +130,6 @@ class Config:
                 if reason:
                     raise ConfigError(f"config {key!r}: {value!r} {reason}")
 
-    def to_properties(self) -> dict[str, Any]:
-        return {key: getattr(self, field.name) for key, field in self.keys().items()}
 
 
 def _unknown_key_message(what: str, key: str, known: list[str]) -> str:

@@ -24,12 +24,21 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     ├── GroupError
     │   ├── GroupNotFoundError       no /consumers/<group> in ZooKeeper
     │   └── GroupActiveError         an ops change refused while the group has live members
+    ├── ConsumerTimeoutError         no message within consumer.timeout.ms (retriable)
+    ├── ConsumerRebalanceFailedError every attempt of a rebalance failed (retriable)
+    ├── CoordinatorError             the group coordinator moved, is loading or unavailable (retriable)
+    ├── KafkaOffsetsUnavailable      the coordinator could not be reached within the deadline
+    ├── DataLossError                offsets a read needs are no longer in the log
     └── BrokerResponseError          an error code answered by a broker (see ``for_code``)
+
+Kafka error codes are registered once, in :class:`ErrorCode`; the broker answers ``ErrorCode.<NAME>`` and clients
+branch on the properties of ``for_code(code)`` (``retriable``, ``invalid_metadata``, ``group_coordinator``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import IntEnum
 from typing import ClassVar
 
 
@@ -133,91 +142,311 @@ class GroupActiveError(GroupError):
     """An offset change was refused because the group has live members, which would overwrite it."""
 
 
+class ConsumerTimeoutError(MetaqError):
+    """No message arrived within consumer.timeout.ms (the stream can be iterated again)."""
+
+    retriable = True
+
+
+class ConsumerRebalanceFailedError(MetaqError):
+    """Every attempt of a rebalance failed; the member keeps retrying on the next event or backoff."""
+
+    retriable = True
+
+
+class CoordinatorError(MetaqError):
+    """The coordinator moved, is loading or is unavailable: drop the channel and look it up again."""
+
+    retriable = True
+
+    def __init__(self, code: int, context: str) -> None:
+        super().__init__(f"{for_code(code).message} ({code}) {context}")
+        self.code = code
+
+
+class KafkaOffsetsUnavailable(MetaqError):
+    """The group's coordinator could not be reached (or would not answer) within the deadline."""
+
+
+class DataLossError(MetaqError):
+    """Offsets a read needs are no longer in the log (retention deleted them, or the log was truncated).
+
+    Raised only with ``failOnDataLoss=true``; otherwise the gap is skipped with a warning."""
+
+
+class ErrorCode(IntEnum):
+    """Every Kafka error code metaq answers or handles, by Kafka's name. Each one except NONE has a
+    :class:`BrokerResponseError` subclass below that says whether retrying can help (a unit test checks it)."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_TOPIC_EXCEPTION = 17
+    RECORD_LIST_TOO_LARGE = 18
+    INVALID_REQUIRED_ACKS = 21
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    INVALID_CONFIG = 40
+    INVALID_REQUEST = 42
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    KAFKA_STORAGE_ERROR = 56
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    UNSUPPORTED_COMPRESSION_TYPE = 76
+    MEMBER_ID_REQUIRED = 79
+    FENCED_INSTANCE_ID = 82
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
+    INVALID_RECORD = 87
+    UNKNOWN_TOPIC_ID = 100
+    UNSUPPORTED_ENDPOINT_TYPE = 119
+
+
 class BrokerResponseError(MetaqError):
-    """A Kafka error code answered by a broker. Subclasses exist per code; see :func:`for_code`."""
+    """A Kafka error code answered by a broker. Subclasses exist per code; see :func:`for_code`.
+
+    ``invalid_metadata``: the client's idea of the leader is stale (look it up again); ``group_coordinator``:
+    the group's coordinator moved, is loading or is unavailable (look the coordinator up again)."""
 
     code: ClassVar[int] = -1
     message: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
     invalid_metadata: ClassVar[bool] = False
+    group_coordinator: ClassVar[bool] = False
 
 
 _BY_CODE: dict[int, type[BrokerResponseError]] = {}
 
 
-def _broker_error(code: int, message: str, *, retriable: bool = False, invalid_metadata: bool = False,
+def _broker_error(code: ErrorCode, *, retriable: bool = False, invalid_metadata: bool = False,
+                  group_coordinator: bool = False,
                   ) -> Callable[[type[BrokerResponseError]], type[BrokerResponseError]]:
     def register(cls: type[BrokerResponseError]) -> type[BrokerResponseError]:
         cls.code = code
-        cls.message = message
+        cls.message = code.name
         cls.retriable = retriable
         cls.invalid_metadata = invalid_metadata
+        cls.group_coordinator = group_coordinator
         _BY_CODE[code] = cls
         return cls
 
     return register
 
 
-@_broker_error(1, "OFFSET_OUT_OF_RANGE")
+@_broker_error(ErrorCode.OFFSET_OUT_OF_RANGE)
 class OffsetOutOfRangeError(BrokerResponseError):
     pass
 
 
-@_broker_error(2, "CORRUPT_MESSAGE", retriable=True)
+@_broker_error(ErrorCode.CORRUPT_MESSAGE, retriable=True)
 class CorruptMessageError(BrokerResponseError):
     pass
 
 
-@_broker_error(3, "UNKNOWN_TOPIC_OR_PARTITION", retriable=True, invalid_metadata=True)
+@_broker_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, retriable=True, invalid_metadata=True)
 class UnknownTopicOrPartitionError(BrokerResponseError):
     pass
 
 
-@_broker_error(6, "NOT_LEADER_OR_FOLLOWER", retriable=True, invalid_metadata=True)
+@_broker_error(ErrorCode.LEADER_NOT_AVAILABLE, retriable=True, invalid_metadata=True)
+class LeaderNotAvailableError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.NOT_LEADER_OR_FOLLOWER, retriable=True, invalid_metadata=True)
 class NotLeaderForPartitionError(BrokerResponseError):
     pass
 
 
-@_broker_error(7, "REQUEST_TIMED_OUT", retriable=True)
+@_broker_error(ErrorCode.REQUEST_TIMED_OUT, retriable=True)
 class RequestTimedOutError(BrokerResponseError):
     pass
 
 
-@_broker_error(10, "MESSAGE_TOO_LARGE")
+@_broker_error(ErrorCode.MESSAGE_TOO_LARGE)
 class MessageSizeTooLargeError(BrokerResponseError):
     pass
 
 
-@_broker_error(17, "INVALID_TOPIC_EXCEPTION")
+@_broker_error(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+class OffsetMetadataTooLargeError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, retriable=True, group_coordinator=True)
+class CoordinatorLoadInProgressError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, retriable=True, group_coordinator=True)
+class CoordinatorNotAvailableError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.NOT_COORDINATOR, retriable=True, group_coordinator=True)
+class NotCoordinatorError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.INVALID_TOPIC_EXCEPTION)
 class InvalidTopicError(BrokerResponseError):
     pass
 
 
-@_broker_error(35, "UNSUPPORTED_VERSION")
+@_broker_error(ErrorCode.RECORD_LIST_TOO_LARGE)
+class RecordListTooLargeError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.INVALID_REQUIRED_ACKS)
+class InvalidRequiredAcksError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.ILLEGAL_GENERATION)
+class IllegalGenerationError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+class InconsistentGroupProtocolError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.INVALID_GROUP_ID)
+class InvalidGroupIdError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.UNKNOWN_MEMBER_ID)
+class UnknownMemberIdError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.INVALID_SESSION_TIMEOUT)
+class InvalidSessionTimeoutError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.REBALANCE_IN_PROGRESS)
+class RebalanceInProgressError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.UNSUPPORTED_VERSION)
 class UnsupportedVersionError(BrokerResponseError):
     pass
 
 
-@_broker_error(43, "UNSUPPORTED_FOR_MESSAGE_FORMAT")
+@_broker_error(ErrorCode.TOPIC_ALREADY_EXISTS)
+class TopicAlreadyExistsResponseError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.INVALID_PARTITIONS)
+class InvalidPartitionsError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.INVALID_REPLICATION_FACTOR)
+class InvalidReplicationFactorError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.INVALID_REPLICA_ASSIGNMENT)
+class InvalidReplicaAssignmentError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.INVALID_CONFIG)
+class InvalidConfigError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.INVALID_REQUEST)
+class InvalidRequestError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT)
 class UnsupportedForMessageFormatError(BrokerResponseError):
     pass
 
 
-@_broker_error(56, "KAFKA_STORAGE_ERROR", retriable=True, invalid_metadata=True)
+@_broker_error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+class TransactionalIdAuthorizationFailedError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.KAFKA_STORAGE_ERROR, retriable=True, invalid_metadata=True)
 class KafkaStorageError(BrokerResponseError):
     pass
 
 
-@_broker_error(76, "UNSUPPORTED_COMPRESSION_TYPE")
+@_broker_error(ErrorCode.NON_EMPTY_GROUP)
+class NonEmptyGroupError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.GROUP_ID_NOT_FOUND)
+class GroupIdNotFoundError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
 class UnsupportedCompressionTypeError(BrokerResponseError):
     pass
 
 
-@_broker_error(87, "INVALID_RECORD")
+@_broker_error(ErrorCode.MEMBER_ID_REQUIRED)
+class MemberIdRequiredError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.FENCED_INSTANCE_ID)
+class FencedInstanceIdError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
+class GroupSubscribedToTopicError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.UNKNOWN_TOPIC_ID, retriable=True, invalid_metadata=True)
+class UnknownTopicIdError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.UNSUPPORTED_ENDPOINT_TYPE)
+class UnsupportedEndpointTypeError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.INVALID_RECORD)
 class InvalidRecordResponseError(BrokerResponseError):
     pass
 
 
-@_broker_error(-1, "UNKNOWN_SERVER_ERROR")
+@_broker_error(ErrorCode.UNKNOWN_SERVER_ERROR)
 class UnknownServerError(BrokerResponseError):
     pass
 

@@ -57,7 +57,6 @@ from zk_layout.formats import (
     BrokerInfo,
     ClusterId,
     ConfigChange,
-    ControllerInfo,
     PartitionState,
     TopicAssignment,
     TopicConfig,
@@ -319,21 +318,6 @@ class ZkLayout:
             raise ZooKeeperError(f"{self.full_path(paths.CLUSTER_ID)} vanished while being created")
         return created
 
-    def controller(self, watch: Watch | None = None) -> ControllerInfo | None:
-        node = self._read(paths.CONTROLLER, watch)
-        return None if node is None else ControllerInfo.decode(self.full_path(paths.CONTROLLER), node[0])
-
-    def try_become_controller(self, info: ControllerInfo) -> bool:
-        """Create ``/controller`` (ephemeral); False if another session holds it."""
-        with self._translated("create", paths.CONTROLLER):
-            try:
-                self._client.create(paths.CONTROLLER, info.encode(), ephemeral=True)
-                return True
-            except NodeExistsError:
-                pass
-        node = self._read(paths.CONTROLLER)
-        return node is not None and node[1].ephemeralOwner == self._session_id()
-
     # -- brokers -----------------------------------------------------------------------------------
 
     def register_broker(self, info: BrokerInfo, *, stale_wait_s: float | None = None) -> None:
@@ -351,9 +335,6 @@ class ZkLayout:
             return "the broker at " + (", ".join(previous.endpoints) or f"{previous.host}:{previous.port}")
 
         self._create_ephemeral(path, info.encode(), f"broker id {info.id}", holder, stale_wait_s)
-
-    def unregister_broker(self, broker_id: int) -> None:
-        self._delete(paths.broker_path(broker_id))
 
     def broker_ids(self, watch: Watch | None = None, *, skipped: list[MalformedNodeError] | None = None) -> list[int]:
         """Live broker ids; ``watch`` fires when a broker comes or goes. A child whose name is not a broker id
@@ -624,10 +605,6 @@ class ZkLayout:
         """Registered consumer ids, sorted as strings (the order Kafka's range assignor uses); ``watch``
         fires when a consumer joins or leaves: the rebalance trigger."""
         return self._children(paths.consumer_ids_path(group), watch)
-
-    def consumer_registration(self, group: str, consumer_id: str, watch: Watch | None = None) -> TopicCount | None:
-        node = self.consumer_node(group, consumer_id, watch)
-        return None if node is None else node.registration
 
     def consumer_node(self, group: str, consumer_id: str, watch: Watch | None = None) -> ConsumerNode | None:
         """The registration and the session holding it (see :class:`ConsumerNode`)."""

@@ -25,30 +25,17 @@ from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 
 from metaq.admin.log_offsets import TopicPartition
 from metaq.client.versions import ApiKey
-from metaq.consumer.kafka_offsets import (
-    _LOOK_AGAIN,
-    CoordinatorError,
-    OffsetsChannel,
-    commit_codes,
-    commit_request,
-    fetched_offsets,
-)
-from metaq.errors import BrokerConnectionError, MetaqError, ProtocolError, for_code
+from metaq.consumer.kafka_offsets import OffsetsChannel, commit_codes, commit_request, fetched_offsets, look_again
+from metaq.errors import BrokerConnectionError, CoordinatorError, ErrorCode, MetaqError, ProtocolError, for_code
+from metaq.errors import KafkaOffsetsUnavailable as KafkaOffsetsUnavailable  # re-exported (old home)
 from zk_layout import ZkLayout
 
 OFFSETS_TOPIC = "__consumer_offsets"
-ILLEGAL_GENERATION = 22
-UNKNOWN_MEMBER_ID = 25
-REBALANCE_IN_PROGRESS = 27
-FENCED_INSTANCE_ID = 82
-LIVE_GROUP_ERRORS = frozenset({ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID})
+LIVE_GROUP_ERRORS = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID,
+                               ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.FENCED_INSTANCE_ID})
 """What the coordinator answers a commit from outside the protocol while the group has protocol members."""
 
 T = TypeVar("T")
-
-
-class KafkaOffsetsUnavailable(MetaqError):
-    """The group's coordinator could not be reached (or would not answer) within the deadline."""
 
 
 class GroupOffsetsStore(Protocol):
@@ -61,12 +48,8 @@ class GroupOffsetsStore(Protocol):
     def commit(self, group: str, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]: ...
 
 
-_LIVE_GROUP_NAMES = {ILLEGAL_GENERATION: "ILLEGAL_GENERATION", UNKNOWN_MEMBER_ID: "UNKNOWN_MEMBER_ID",
-                     REBALANCE_IN_PROGRESS: "REBALANCE_IN_PROGRESS", FENCED_INSTANCE_ID: "FENCED_INSTANCE_ID"}
-
-
 def error_name(code: int) -> str:
-    return f"{_LIVE_GROUP_NAMES.get(code) or for_code(code).message} ({code})"
+    return f"{for_code(code).message} ({code})"
 
 
 class KafkaGroupOffsets:
@@ -124,6 +107,7 @@ class KafkaGroupOffsets:
                 offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         response = channel.send(OffsetCommitRequest, commit_request(group, offsets))
         codes = commit_codes(response, group, offsets)
-        for code in set(codes.values()) & _LOOK_AGAIN:  # the coordinator moved or is loading: look up again
-            raise CoordinatorError(code, f"committing the offsets of group {group!r}")
+        for code in set(codes.values()):
+            if look_again(code):  # the coordinator moved or is loading: look it up again
+                raise CoordinatorError(code, f"committing the offsets of group {group!r}")
         return codes

@@ -22,8 +22,8 @@ from metaq.admin.broker_groups import decode_assignment
 from metaq.admin.kafka_offsets import OFFSETS_TOPIC
 from metaq.admin.log_offsets import TopicPartition
 from metaq.client.connection import build_request
-from metaq.consumer.kafka_offsets import CoordinatorError, OffsetsChannel
-from metaq.errors import BrokerConnectionError, MetaqError, ProtocolError, for_code
+from metaq.consumer.kafka_offsets import OffsetsChannel
+from metaq.errors import BrokerConnectionError, CoordinatorError, MetaqError, ProtocolError, for_code
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)

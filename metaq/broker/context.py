@@ -15,29 +15,11 @@ from metaq.broker.log.manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.purgatory import AppendNotifier
-from metaq.errors import for_code
+from metaq.errors import ErrorCode, for_code
 from metaq.metrics.broker import BrokerMetrics
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
-
-# Kafka error codes answered by the handlers
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
-MESSAGE_TOO_LARGE = 10
-INVALID_TOPIC_EXCEPTION = 17
-RECORD_LIST_TOO_LARGE = 18
-INVALID_REQUIRED_ACKS = 21
-UNSUPPORTED_VERSION = 35
-UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
-KAFKA_STORAGE_ERROR = 56
-UNSUPPORTED_COMPRESSION_TYPE = 76
-INVALID_RECORD = 87
-UNKNOWN_SERVER_ERROR = -1
 
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 """The address of the client whose request is being handled, as Kafka shows it ("/127.0.0.1"); set by the
@@ -67,10 +49,10 @@ class BrokerContext:
         """0 if this broker leads topic-partition, else the error code a client should get."""
         meta = self.snapshot.partition(topic, partition)
         if meta is None:
-            return UNKNOWN_TOPIC_OR_PARTITION
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if meta.leader != self.broker_id:
-            return NOT_LEADER_OR_FOLLOWER
-        return NONE
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.NONE
 
     def count_error(self, api: str, code: int) -> None:
         """One Kafka error answered for a partition or a request (metrics: metaq_broker_request_errors_total)."""

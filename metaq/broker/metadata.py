@@ -19,8 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kazoo.exceptions import KazooException
-
 from metaq.errors import ConfigError, MalformedNodeError, MetaqError
 from zk_layout import BrokerInfo, ZkLayout, paths
 
@@ -92,7 +90,7 @@ class MetadataWatcher:
             self._dirty.clear()
             try:
                 self.reload()
-            except (MetaqError, KazooException) as e:
+            except MetaqError as e:  # zk_layout translates every kazoo error into ZooKeeperError
                 log.warning("metadata reload from ZooKeeper failed (will retry): %s", e)
                 self._stopped.wait(1.0)  # back off before retrying
                 self._dirty.set()

@@ -36,7 +36,7 @@ from kafka.protocol.metadata import ApiVersionsRequest
 
 from metaq import __version__
 from metaq.client.versions import API_VERSIONS_PROBE, ApiKey, api_name, pick_version
-from metaq.errors import BrokerConnectionError, ProtocolError, UnsupportedVersionError, raise_for_code
+from metaq.errors import BrokerConnectionError, ErrorCode, ProtocolError, UnsupportedVersionError, raise_for_code
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,6 @@ _SIZE = struct.Struct(">i")
 _ERROR_CODE = struct.Struct(">h")
 _READ_CHUNK = 65536  # frames up to this size are decoded in place from the read-ahead buffer
 _CORRELATION_MASK = 0x7FFFFFFF
-_UNSUPPORTED_VERSION = 35
 
 
 class _WouldBlock(Exception):
@@ -278,7 +277,7 @@ class BrokerConnection:
     def _negotiate_versions(self) -> dict[int, tuple[int, int]]:
         response = self.send(ApiVersionsRequest, ApiVersionsRequest[API_VERSIONS_PROBE](
             client_software_name="metaq", client_software_version=__version__))
-        if response.error_code == _UNSUPPORTED_VERSION:  # KIP-511: the broker does not speak v3; v0 always works
+        if response.error_code == ErrorCode.UNSUPPORTED_VERSION:  # KIP-511: the broker lacks v3; v0 always works
             response = self.send(ApiVersionsRequest, ApiVersionsRequest[0]())
         raise_for_code(response.error_code, f"ApiVersions from {self.address}")
         return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
@@ -422,7 +421,7 @@ class BrokerConnection:
                 pos = _skip_tagged_fields(frame, pos)  # response header v1
             body = frame[pos:]
             if head.api_key == ApiKey.API_VERSIONS and version > 0 and len(body) >= 2 \
-                    and _ERROR_CODE.unpack_from(body, 0)[0] == _UNSUPPORTED_VERSION:
+                    and _ERROR_CODE.unpack_from(body, 0)[0] == ErrorCode.UNSUPPORTED_VERSION:
                 version = 0  # KIP-511: the broker answers a version it does not speak with a v0 body
             return response_class.decode(body, version=version)
         except Exception as e:  # the codec raises struct.error, ValueError, IndexError, UnicodeDecodeError...

@@ -1,4 +1,4 @@
-"""ZookeeperConsumerConnector: one consumer group member with one ZooKeeper session and N streams.
+"""Consumer (Kafka 0.8's ZookeeperConsumerConnector): one group member with one ZooKeeper session and N streams.
 
     with Consumer({"group.id": "etl", "zookeeper.connect": "127.0.0.1:2181"}) as consumer:
         [stream] = consumer.create_message_streams({"clicks": 1})["clicks"]
@@ -78,7 +78,7 @@ def default_offset_store(layout: ZkLayout, config: ConsumerConfig) -> OffsetStor
     return ZooKeeperOffsetStore(layout, config.group_id, auto_offset_reset=config.auto_offset_reset)
 
 
-class ZookeeperConsumerConnector:
+class Consumer:
     def __init__(
         self,
         config: ConsumerConfig | Mapping[str, Any],
@@ -296,5 +296,6 @@ class ZookeeperConsumerConnector:
         self.shutdown()
 
 
-Consumer = ZookeeperConsumerConnector
+ZookeeperConsumerConnector = Consumer
+"""Kafka 0.8's name for :class:`Consumer`, kept so that code written against 0.8 naming reads the same."""
 __all__ = ["Consumer", "ConsumerRebalanceFailedError", "ZookeeperConsumerConnector"]

@@ -50,6 +50,7 @@ from metaq.consumer.partition_info import PartitionTopicInfo, Record
 from metaq.errors import (
     BrokerConnectionError,
     CorruptRecordError,
+    ErrorCode,
     MessageSizeTooLargeError,
     MetaqError,
     ProtocolError,
@@ -74,8 +75,6 @@ CONNECT_TIMEOUT_MAX_MS = 5000
 MIN_RESPONSE_BYTES = 104857600
 """Smallest response a runner accepts: fetch.max.bytes can be exceeded by a whole oversized batch (KIP-74)."""
 
-_OFFSET_OUT_OF_RANGE = 1
-_LEADER_ERRORS = frozenset({3, 5, 6})  # UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
 _EARLIEST = -2
 _LATEST = -1
 _IDLE_WAIT_S = 0.5  # a runner without partitions; add() and shutdown() wake it earlier
@@ -312,7 +311,7 @@ class FetchRequestRunner(threading.Thread):
                 info = self._owned(key)
                 if info is None or fetch_offset is None:
                     continue
-                if part.error_code == _OFFSET_OUT_OF_RANGE:
+                if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                     out_of_range.append(info)
                 elif part.error_code:
                     self._partition_error(info, fetch_offset, part.error_code)
@@ -403,7 +402,7 @@ class FetchRequestRunner(threading.Thread):
         if self._metrics is not None:
             self._metrics.fetch_error(cls.message or f"ERROR_{code}")
         self._owner.record_error(info.key, error)
-        if code in _LEADER_ERRORS or cls.invalid_metadata:
+        if cls.invalid_metadata:
             log.info("%s: %s; looking for the leader again", self.name, error)
             self._remove(info)
             self._owner.leader_lost([info])

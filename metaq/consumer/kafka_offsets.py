@@ -52,30 +52,22 @@ from metaq.client.settings import ConnectionSettings
 from metaq.client.versions import ApiKey
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offsets import CommitResult, TopicPartition, ZooKeeperOffsetStore
-from metaq.errors import BrokerConnectionError, MetaqError, ProtocolError, UnsupportedVersionError, for_code
+from metaq.errors import (
+    BrokerConnectionError,
+    CoordinatorError,  # defined here before the errors moved to metaq.errors; still importable from here
+    ErrorCode,
+    MetaqError,
+    ProtocolError,
+    UnsupportedVersionError,
+    for_code,
+)
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-_LOOK_AGAIN = frozenset({COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
-_NAMES = {COORDINATOR_LOAD_IN_PROGRESS: "COORDINATOR_LOAD_IN_PROGRESS",
-          COORDINATOR_NOT_AVAILABLE: "COORDINATOR_NOT_AVAILABLE", NOT_COORDINATOR: "NOT_COORDINATOR"}
 COMMIT_VERSION = 2  # generation -1 / member "" / retention -1: a commit from outside the group protocol
 
 T = TypeVar("T")
-
-
-class CoordinatorError(MetaqError):
-    """The coordinator moved, is loading or is unavailable: drop the channel and look it up again."""
-
-    retriable = True
-
-    def __init__(self, code: int, context: str) -> None:
-        super().__init__(f"{_NAMES.get(code, for_code(code).message)} ({code}) {context}")
-        self.code = code
 
 
 def _retriable(error: BaseException) -> bool:
@@ -83,8 +75,13 @@ def _retriable(error: BaseException) -> bool:
     return isinstance(error, ProtocolError) or (isinstance(error, MetaqError) and error.retriable)
 
 
+def look_again(code: int) -> bool:
+    """Whether ``code`` says the coordinator moved, is loading or is unavailable (look it up again)."""
+    return bool(code) and for_code(code).group_coordinator
+
+
 def _check(code: int, context: str) -> None:
-    if code in _LOOK_AGAIN:
+    if look_again(code):
         raise CoordinatorError(code, context)
     if code:
         cls = for_code(code)
@@ -171,7 +168,8 @@ class OffsetsChannel:
             response = query.send(FindCoordinatorRequest, {"key": self._group, "key_type": 0})
             _check(response.error_code, f"from the coordinator lookup of group {self._group} at {query.address}")
             if response.node_id < 0 or not response.host or response.port <= 0:
-                raise CoordinatorError(COORDINATOR_NOT_AVAILABLE, f"for group {self._group}: no coordinator named")
+                raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                       f"for group {self._group}: no coordinator named")
             self.coordinator = (response.node_id, response.host, response.port)
             if (response.host, response.port) == (query.host, query.port):
                 conn, query = query, None  # the random broker is the coordinator: keep its connection
@@ -339,7 +337,7 @@ class KafkaOffsetStore:
                                           f"v{COMMIT_VERSION} (it offers v{low}..{high})")
         response = self._channel.send(OffsetCommitRequest, commit_request(self._group, offsets))
         codes = commit_codes(response, self._group, offsets)
-        for code in sorted(set(codes.values()), key=lambda c: c not in _LOOK_AGAIN):  # coordinator errors first
+        for code in sorted(set(codes.values()), key=lambda c: not look_again(c)):  # coordinator errors first
             bad = sorted(k for k, c in codes.items() if c == code)
             _check(code, f"committing offsets of group {self._group} for {bad[:5]}")
 

@@ -46,7 +46,7 @@ from prometheus_client import CollectorRegistry
 from tenacity.wait import wait_base
 
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.connector import ZookeeperConsumerConnector
+from metaq.consumer.connector import Consumer
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.rebalance import ConsumerState, RebalanceListener
 from metaq.consumer.recover import RecoverManager, RecoverStore, default_dir, describe_error
@@ -104,7 +104,8 @@ class Stream(Protocol):
 
 
 class Connector(Protocol):
-    """What the consumer needs from a :class:`ZookeeperConsumerConnector` (a test seam)."""
+    """What the listener consumer needs from a :class:`~metaq.consumer.connector.Consumer` (a typing seam: tests
+    pass a fake)."""
 
     def create_message_streams(self, topic_count: Mapping[str, int]) -> Mapping[str, list[Any]]: ...
 
@@ -127,7 +128,7 @@ def default_retry_wait() -> wait_base:
 
 def _connect(config: ConsumerConfig, rebalance_listener: RebalanceListener | None,
              metrics_registry: CollectorRegistry | None = None) -> Connector:
-    return ZookeeperConsumerConnector(config, rebalance_listener=rebalance_listener,
+    return Consumer(config, rebalance_listener=rebalance_listener,
                                       metrics_registry=metrics_registry)
 
 

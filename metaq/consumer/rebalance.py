@@ -35,6 +35,7 @@ from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.ids import make_thread_ids
 from metaq.consumer.offsets import OffsetStore, TopicPartition
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
+from metaq.errors import ConsumerRebalanceFailedError as ConsumerRebalanceFailedError  # re-exported (old home)
 from metaq.errors import MalformedNodeError, MetaqError
 from metaq.metrics.consumer import ConsumerMetrics
 from zk_layout import TopicCount, ZkLayout, paths
@@ -51,12 +52,6 @@ CLOSED = "CLOSED"
 
 EXECUTOR_TICK_S = 1.0  # the executor wakes at least this often to check shutdown and self-check timers
 MAX_FAILED_BACKOFF_S = 30.0  # cap of the exponential backoff between rounds after a FAILED rebalance
-
-
-class ConsumerRebalanceFailedError(MetaqError):
-    """Every attempt of a rebalance failed; the member keeps retrying on the next event or backoff."""
-
-    retriable = True
 
 
 class RebalanceListener(Protocol):

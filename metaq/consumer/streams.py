@@ -25,17 +25,12 @@ from typing import Any
 from metaq.consumer.message import MessageAndMetadata, make_message
 from metaq.consumer.partition_info import ChunkQueue, FetchedChunk, PartitionTopicInfo
 from metaq.consumer.serde import describe_position, deserialize, get_deserializer
+from metaq.errors import ConsumerTimeoutError as ConsumerTimeoutError  # re-exported (old home)
 from metaq.errors import DeserializationError, MetaqError
 
 log = logging.getLogger(__name__)
 
 WAIT_SLICE_S = 0.2  # how often a blocked iterator re-checks the delivery gate, failures and shutdown
-
-
-class ConsumerTimeoutError(MetaqError):
-    """No message arrived within consumer.timeout.ms (the stream can be iterated again)."""
-
-    retriable = True
 
 
 class DeliveryGate:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from metaq.errors import MetaqError
+from metaq.errors import DataLossError as DataLossError  # re-exported: its home until the errors moved
 
 TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]
@@ -76,9 +76,3 @@ def cap_rows(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, i
 def total_rows(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int]) -> int:
     """Offsets between ``start`` and ``end`` (partitions missing from ``start`` count from ``end``)."""
     return sum(max(0, offset - start.get(key, offset)) for key, offset in end.items())
-
-
-class DataLossError(MetaqError):
-    """Offsets a read needs are no longer in the log (retention deleted them, or the log was truncated).
-
-    Raised only with ``failOnDataLoss=true``; otherwise the gap is skipped with a warning."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from metaq.broker.context import CORRUPT_MESSAGE, INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE
+from metaq.errors import ErrorCode
 from metaq.protocol.batches import BATCH_HEADER_SIZE
 from metaq.protocol.builder import BatchBuilder
 from metaq.protocol.compression import compress
@@ -89,27 +89,27 @@ def _records(batch: bytes) -> bytes:
 
 
 INVALID_BATCHES: dict[str, Callable[[], tuple[bytes, int]]] = {
-    "garbage-gzip": lambda: (_with_records(b"\x1f\x8b\x08\x00garbage" * 5, attributes=1), CORRUPT_MESSAGE),
+    "garbage-gzip": lambda: (_with_records(b"\x1f\x8b\x08\x00garbage" * 5, attributes=1), ErrorCode.CORRUPT_MESSAGE),
     "truncated-gzip": lambda: (_with_records(compress(1, _records(good_batch()))[:-6], attributes=1),
-                               CORRUPT_MESSAGE),
+                               ErrorCode.CORRUPT_MESSAGE),
     "garbage-snappy": lambda: (_with_records(b"\x82SNAPPY\x00garbage" * 5, attributes=2),
-                               CORRUPT_MESSAGE),
+                               ErrorCode.CORRUPT_MESSAGE),
     "garbage-lz4": lambda: (_with_records(b"\x04\x22\x4d\x18garbage" * 5, attributes=3),
-                            CORRUPT_MESSAGE),
+                            ErrorCode.CORRUPT_MESSAGE),
     "garbage-zstd": lambda: (_with_records(b"\x28\xb5\x2f\xfdgarbage" * 5, attributes=4),
-                             CORRUPT_MESSAGE),
-    "codec-7": lambda: (_changed(attributes=7), UNSUPPORTED_COMPRESSION_TYPE),
-    "garbage-records": lambda: (_with_records(b"\xff" * 40), INVALID_RECORD),
-    "count-too-high": lambda: (_changed(record_count=4, last_offset_delta=3), INVALID_RECORD),
-    "count-too-low": lambda: (_changed(record_count=2, last_offset_delta=1), INVALID_RECORD),
-    "empty-batch": lambda: (_with_records(b"", record_count=0, last_offset_delta=0), INVALID_RECORD),
-    "control-flag": lambda: (_changed(attributes=0x20), INVALID_RECORD),
-    "transactional-flag": lambda: (_changed(attributes=0x10, producer_id=7, base_sequence=0), INVALID_RECORD),
-    "last-offset-delta-max": lambda: (_changed(last_offset_delta=2**31 - 1), INVALID_RECORD),
-    "offset-delta-gap": lambda: (_offset_gap(), INVALID_RECORD),
-    "max-timestamp-lie": lambda: (_changed(max_timestamp=0), INVALID_RECORD),
-    "log-append-time-flag": lambda: (_changed(attributes=0x08), INVALID_RECORD),
-    "producer-id-without-sequence": lambda: (_changed(producer_id=7, base_sequence=-1), INVALID_RECORD),
-    "header-key-not-utf8": lambda: (_bad_header_key(), INVALID_RECORD),
+                             ErrorCode.CORRUPT_MESSAGE),
+    "codec-7": lambda: (_changed(attributes=7), ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
+    "garbage-records": lambda: (_with_records(b"\xff" * 40), ErrorCode.INVALID_RECORD),
+    "count-too-high": lambda: (_changed(record_count=4, last_offset_delta=3), ErrorCode.INVALID_RECORD),
+    "count-too-low": lambda: (_changed(record_count=2, last_offset_delta=1), ErrorCode.INVALID_RECORD),
+    "empty-batch": lambda: (_with_records(b"", record_count=0, last_offset_delta=0), ErrorCode.INVALID_RECORD),
+    "control-flag": lambda: (_changed(attributes=0x20), ErrorCode.INVALID_RECORD),
+    "transactional-flag": lambda: (_changed(attributes=0x10, producer_id=7, base_sequence=0), ErrorCode.INVALID_RECORD),
+    "last-offset-delta-max": lambda: (_changed(last_offset_delta=2**31 - 1), ErrorCode.INVALID_RECORD),
+    "offset-delta-gap": lambda: (_offset_gap(), ErrorCode.INVALID_RECORD),
+    "max-timestamp-lie": lambda: (_changed(max_timestamp=0), ErrorCode.INVALID_RECORD),
+    "log-append-time-flag": lambda: (_changed(attributes=0x08), ErrorCode.INVALID_RECORD),
+    "producer-id-without-sequence": lambda: (_changed(producer_id=7, base_sequence=-1), ErrorCode.INVALID_RECORD),
+    "header-key-not-utf8": lambda: (_bad_header_key(), ErrorCode.INVALID_RECORD),
 }
 """name -> () -> (batch bytes with a valid CRC, the Kafka error code a broker must answer for it)."""

@@ -134,11 +134,6 @@ class ZooKeeperEnsemble:
         """SIGKILL node ``index`` (0-based); its data stays for :meth:`start_node`."""
         self.nodes[index].kill()
 
-    def stop_node(self, index: int, timeout: float = 10) -> None:
-        """Gracefully stop node ``index``, keeping its data (unlike ``nodes[i].stop()`` on a temp dir, the
-        ensemble's node directories are never temporary per node)."""
-        self.nodes[index].stop(timeout)
-
     def start_node(self, index: int, timeout: float = 60) -> None:
         """Start node ``index`` again and wait until it serves (it rejoins as a follower, or leads)."""
         self.nodes[index].start(timeout)

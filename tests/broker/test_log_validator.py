@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from metaq.broker.context import CORRUPT_MESSAGE, INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.log.validator import decompressed_limit, validate_records
 from metaq.errors import (
     CorruptRecordError,
+    ErrorCode,
     InvalidRecordError,
     MessageSizeTooLargeError,
     UnsupportedCompressionError,
@@ -30,9 +30,9 @@ from metaq.testing.batches import INVALID_BATCHES, good_batch, recrc, set_field
 from metaq.testing.readers import each_record_reader  # noqa: F401 (autouse: each test runs with both readers)
 
 _ERROR_FOR_CODE = {
-    CORRUPT_MESSAGE: CorruptRecordError,
-    INVALID_RECORD: InvalidRecordError,
-    UNSUPPORTED_COMPRESSION_TYPE: UnsupportedCompressionError,
+    ErrorCode.CORRUPT_MESSAGE: CorruptRecordError,
+    ErrorCode.INVALID_RECORD: InvalidRecordError,
+    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE: UnsupportedCompressionError,
 }
 
 

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from metaq.broker.handlers.configs import APPEND, DELETE, SET, SUBTRACT, _incremental
-from metaq.broker.handlers.topic_admin import INVALID_CONFIG, INVALID_REQUEST, AdminError
+from metaq.broker.handlers.topic_admin import AdminError
 from metaq.broker.log.config import LogConfig
 from metaq.broker.topic_config import broker_property, default_value, log_config_for, validate_topic_config
-from metaq.errors import ConfigError
+from metaq.errors import ConfigError, ErrorCode
 
 
 def test_validation_normalises_and_names_the_key() -> None:
@@ -54,10 +54,10 @@ def test_incremental_operations() -> None:
     assert _incremental({}, [_op("cleanup.policy", APPEND, "delete")]) == {"cleanup.policy": "delete"}
     assert _incremental({}, [_op("cleanup.policy", SUBTRACT, "delete")]) == {"cleanup.policy": ""}
     for ops, code in (
-        ([_op("retention.ms", APPEND, "1")], INVALID_CONFIG),
-        ([_op("nope", SET, "1")], INVALID_CONFIG),
-        ([_op("retention.ms", SET, "1"), _op("retention.ms", DELETE)], INVALID_REQUEST),
-        ([_op("retention.ms", 9, "1")], INVALID_REQUEST),
+        ([_op("retention.ms", APPEND, "1")], ErrorCode.INVALID_CONFIG),
+        ([_op("nope", SET, "1")], ErrorCode.INVALID_CONFIG),
+        ([_op("retention.ms", SET, "1"), _op("retention.ms", DELETE)], ErrorCode.INVALID_REQUEST),
+        ([_op("retention.ms", 9, "1")], ErrorCode.INVALID_REQUEST),
     ):
         with pytest.raises(AdminError) as info:
             _incremental(current, ops)

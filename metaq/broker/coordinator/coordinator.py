@@ -23,27 +23,9 @@ from metaq.broker.coordinator.offsets import LOADED, LOADING, CommittedOffset, O
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import ClusterSnapshot
+from metaq.errors import ErrorCode
 
 log = logging.getLogger(__name__)
-
-# Kafka error codes
-NONE = 0
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-OFFSET_METADATA_TOO_LARGE = 12
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-KAFKA_STORAGE_ERROR = 56
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-GROUP_SUBSCRIBED_TO_TOPIC = 86
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
 
 SESSION_CHECK_S = 0.1  # how often member sessions are checked
 
@@ -90,7 +72,7 @@ class GroupCoordinator:
         for task in self._tasks:
             task.cancel()
         for group in self._groups.values():
-            self._fail_waiters(group, NOT_COORDINATOR)
+            self._fail_waiters(group, ErrorCode.NOT_COORDINATOR)
 
     # -- where a group lives -----------------------------------------------------------------------
 
@@ -105,31 +87,31 @@ class GroupCoordinator:
             await self._create_offsets_topic(self._config.offsets_topic_num_partitions)
             snapshot = self._snapshot()
             if OFFSETS_TOPIC not in snapshot.topics:
-                return COORDINATOR_NOT_AVAILABLE, -1, "", -1
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         meta = snapshot.partition(OFFSETS_TOPIC, partition_for(key, self.offsets_partitions(snapshot)))
         broker = snapshot.brokers.get(meta.leader) if meta else None
         if broker is None:
-            return COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        return NONE, broker.id, broker.host, broker.port
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        return ErrorCode.NONE, broker.id, broker.host, broker.port
 
     def check(self, group_id: str) -> int:
         """0 if this broker coordinates ``group_id`` and its offsets are loaded, else the error to answer."""
         if not group_id:
-            return INVALID_GROUP_ID
+            return ErrorCode.INVALID_GROUP_ID
         snapshot = self._snapshot()
         if OFFSETS_TOPIC not in snapshot.topics:
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         index = partition_for(group_id, self.offsets_partitions(snapshot))
         meta = snapshot.partition(OFFSETS_TOPIC, index)
         if meta is None or meta.leader != self._config.broker_id:
-            return NOT_COORDINATOR
+            return ErrorCode.NOT_COORDINATOR
         part = self._partition(index)
         if part.state == LOADING:
-            return COORDINATOR_LOAD_IN_PROGRESS
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         if part.state != LOADED:
             del self._partitions[index]  # a failed load: try again on the next request
-            return COORDINATOR_NOT_AVAILABLE
-        return NONE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
 
     def _partition(self, index: int) -> OffsetsPartition:
         """The cache of an offsets partition this broker leads; its replay starts on first use."""
@@ -158,7 +140,7 @@ class GroupCoordinator:
         """As :meth:`check`, but waits for a partition that is loading instead of answering LOAD_IN_PROGRESS
         (the admin APIs: clients do not all retry it)."""
         error = self.check(group_id)
-        if error == COORDINATOR_LOAD_IN_PROGRESS:
+        if error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
             await self._loaded([partition_for(group_id, self.offsets_partitions(self._snapshot()))])
             error = self.check(group_id)
         return error
@@ -183,13 +165,13 @@ class GroupCoordinator:
             return JoinResult(error, member_id=member_id)
         if not (self._config.group_min_session_timeout_ms <= session_timeout_ms
                 <= self._config.group_max_session_timeout_ms):
-            return JoinResult(INVALID_SESSION_TIMEOUT, member_id=member_id)
+            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
         group = self._group(group_id, create=True)
         assert group is not None
         if group.is_(g.DEAD):
-            return JoinResult(COORDINATOR_NOT_AVAILABLE, member_id=member_id)
+            return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
         if not group.supports(protocol_type, [name for name, _ in protocols]):
-            return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         spec = Member(member_id, instance_id, client_id, client_host, session_timeout_ms,
                       rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms,
                       protocol_type, protocols, last_heartbeat=_now())
@@ -203,7 +185,7 @@ class GroupCoordinator:
             return await self._rejoin_static(group, spec)
         if require_known_member_id and not spec.group_instance_id:
             group.pending_members.add(spec.member_id)  # KIP-394: the member must come back with this id
-            return JoinResult(MEMBER_ID_REQUIRED, member_id=spec.member_id)
+            return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=spec.member_id)
         group.add(spec)
         return await self._wait_for_join(group, spec)
 
@@ -213,9 +195,9 @@ class GroupCoordinator:
             return await self._wait_for_join(group, spec)
         member = group.members.get(spec.member_id)
         if member is None:
-            return JoinResult(UNKNOWN_MEMBER_ID, member_id=spec.member_id)
+            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=spec.member_id)
         if spec.group_instance_id and group.static_members.get(spec.group_instance_id) != spec.member_id:
-            return JoinResult(FENCED_INSTANCE_ID, member_id=spec.member_id)
+            return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=spec.member_id)
         changed = member.protocols != spec.protocols
         member.protocols = spec.protocols
         member.session_timeout_ms = spec.session_timeout_ms
@@ -231,7 +213,7 @@ class GroupCoordinator:
         old = group.remove(old_id)
         if old is not None:
             spec.assignment = old.assignment
-            _fail_member(old, FENCED_INSTANCE_ID)
+            _fail_member(old, ErrorCode.FENCED_INSTANCE_ID)
         was_leader = group.leader_id is None or group.leader_id == old_id
         group.add(spec)
         if was_leader:
@@ -241,7 +223,7 @@ class GroupCoordinator:
         return await self._wait_for_join(group, spec)
 
     def _current_generation(self, group: Group, member: Member) -> JoinResult:
-        return JoinResult(NONE, group.generation_id, group.protocol_name, group.leader_id or "",
+        return JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_name, group.leader_id or "",
                           member.member_id, [])
 
     async def _wait_for_join(self, group: Group, member: Member) -> JoinResult:
@@ -258,7 +240,7 @@ class GroupCoordinator:
     def _prepare_rebalance(self, group: Group, reason: str) -> None:
         was_empty = group.is_(g.EMPTY)
         if group.is_(g.COMPLETING_REBALANCE):
-            self._fail_sync_waiters(group, REBALANCE_IN_PROGRESS)
+            self._fail_sync_waiters(group, ErrorCode.REBALANCE_IN_PROGRESS)
         log.info("group %s: preparing to rebalance (%s)", group.group_id, reason)
         group.transition(g.PREPARING_REBALANCE)
         delay_ms = self._config.group_initial_rebalance_delay_ms if was_empty else 0
@@ -313,7 +295,7 @@ class GroupCoordinator:
         for member in group.members.values():
             waiter, member.join_waiter = member.join_waiter, None
             member.last_heartbeat = _now()
-            result = JoinResult(NONE, group.generation_id, group.protocol_name, group.leader_id or "",
+            result = JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_name, group.leader_id or "",
                                 member.member_id, members if member.member_id == group.leader_id else [])
             if waiter is not None and not waiter.done():
                 waiter.set_result(result)
@@ -323,12 +305,12 @@ class GroupCoordinator:
     def _member_error(self, group: Group | None, member_id: str, generation_id: int,
                       instance_id: str | None = None) -> int:
         if group is None or group.is_(g.DEAD) or member_id not in group.members:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if instance_id and group.static_members.get(instance_id) != member_id:
-            return FENCED_INSTANCE_ID
+            return ErrorCode.FENCED_INSTANCE_ID
         if generation_id != group.generation_id:
-            return ILLEGAL_GENERATION
-        return NONE
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
 
     async def sync_group(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
                          assignments: dict[str, bytes]) -> tuple[int, bytes]:
@@ -343,9 +325,9 @@ class GroupCoordinator:
         member = group.members[member_id]
         member.last_heartbeat = _now()
         if group.is_(g.PREPARING_REBALANCE):
-            return REBALANCE_IN_PROGRESS, b""
+            return ErrorCode.REBALANCE_IN_PROGRESS, b""
         if group.is_(g.STABLE):
-            return NONE, member.assignment
+            return ErrorCode.NONE, member.assignment
         waiter: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         member.sync_waiter = waiter
         if member_id == group.leader_id:
@@ -355,7 +337,7 @@ class GroupCoordinator:
             for m in group.members.values():
                 w, m.sync_waiter = m.sync_waiter, None
                 if w is not None and not w.done():
-                    w.set_result((NONE, m.assignment))
+                    w.set_result((ErrorCode.NONE, m.assignment))
         return await waiter
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
@@ -368,7 +350,7 @@ class GroupCoordinator:
             return error
         assert group is not None
         group.members[member_id].last_heartbeat = _now()
-        return REBALANCE_IN_PROGRESS if group.is_(g.PREPARING_REBALANCE) else NONE
+        return ErrorCode.REBALANCE_IN_PROGRESS if group.is_(g.PREPARING_REBALANCE) else ErrorCode.NONE
 
     def leave_group(self, group_id: str, member_id: str) -> int:
         error = self.check(group_id)
@@ -376,16 +358,16 @@ class GroupCoordinator:
             return error
         group = self._group(group_id, create=False)
         if group is None or member_id not in group.members:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         self._remove_member(group, member_id, "left the group")
-        return NONE
+        return ErrorCode.NONE
 
     def _remove_member(self, group: Group, member_id: str, reason: str) -> None:
         member = group.remove(member_id)
         if member is None:
             return
         log.info("group %s: member %s %s", group.group_id, member_id, reason)
-        _fail_member(member, UNKNOWN_MEMBER_ID)
+        _fail_member(member, ErrorCode.UNKNOWN_MEMBER_ID)
         if group.is_(g.STABLE, g.COMPLETING_REBALANCE):
             self._prepare_rebalance(group, f"member {member_id} {reason}")
         elif group.is_(g.PREPARING_REBALANCE):
@@ -422,7 +404,7 @@ class GroupCoordinator:
             return {tp: error for tp in offsets}
         now = int(time.time() * 1000)
         expire = now + retention_ms if retention_ms > 0 else -1
-        errors = {tp: OFFSET_METADATA_TOO_LARGE for tp, (_, md) in offsets.items()
+        errors = {tp: ErrorCode.OFFSET_METADATA_TOO_LARGE for tp, (_, md) in offsets.items()
                   if len((md or "").encode("utf-8")) > self._config.offset_metadata_max_bytes}
         commits = {tp: CommittedOffset(off, md or "", now, expire) for tp, (off, md) in offsets.items()
                    if tp not in errors}
@@ -433,25 +415,25 @@ class GroupCoordinator:
                 await self._in_thread(part.log.flush)
         except Exception as e:
             log.error("group %s: appending offsets to %s-%d failed: %s", group_id, OFFSETS_TOPIC, part.partition, e)
-            return {tp: KAFKA_STORAGE_ERROR for tp in offsets}
-        return {tp: errors.get(tp, NONE) for tp in offsets}
+            return {tp: ErrorCode.KAFKA_STORAGE_ERROR for tp in offsets}
+        return {tp: errors.get(tp, ErrorCode.NONE) for tp in offsets}
 
     def _commit_error(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
         group = self._group(group_id, create=False)
         if generation_id < 0 and (group is None or group.is_(g.EMPTY)):
-            return NONE  # a commit from outside the group protocol (simple or ZooKeeper-coordinated consumer)
+            return ErrorCode.NONE  # a commit from outside the group protocol (simple or ZooKeeper-coordinated consumer)
         error = self._member_error(group, member_id, generation_id, instance_id)
         if error:
             return error
         assert group is not None
-        return REBALANCE_IN_PROGRESS if group.is_(g.COMPLETING_REBALANCE) else NONE
+        return ErrorCode.REBALANCE_IN_PROGRESS if group.is_(g.COMPLETING_REBALANCE) else ErrorCode.NONE
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> tuple[int, dict[tuple[str, int], CommittedOffset]]:
         error = self.check(group_id)
         if error:
             return error, {}
-        return NONE, self._partition_of(group_id).fetch(group_id, partitions)
+        return ErrorCode.NONE, self._partition_of(group_id).fetch(group_id, partitions)
 
     # -- admin: ListGroups, DescribeGroups, DeleteGroups, OffsetDelete ------------------------------
 
@@ -463,13 +445,13 @@ class GroupCoordinator:
         led = [i for i, meta in (snapshot.topics.get(OFFSETS_TOPIC) or {}).items()
                if meta.leader == self._config.broker_id]
         await self._loaded(led)
-        error = NONE
+        error = ErrorCode.NONE
         listed: dict[str, tuple[str, str]] = {}
         for index in led:
             part = self._partitions.get(index)
             if part is None or part.state != LOADED:
                 self._partitions.pop(index, None)  # a failed load: the next request tries again
-                error = COORDINATOR_NOT_AVAILABLE
+                error = ErrorCode.COORDINATOR_NOT_AVAILABLE
                 continue
             for group_id in part.groups():
                 listed[group_id] = ("", g.EMPTY)
@@ -490,10 +472,10 @@ class GroupCoordinator:
         if error:
             return error, GroupSummary(group_id, g.DEAD, "", "", [])
         if group is not None and not group.is_(g.DEAD):
-            return NONE, group.describe()
+            return ErrorCode.NONE, group.describe()
         if self._partition_of(group_id).fetch(group_id, None):
-            return NONE, GroupSummary(group_id, g.EMPTY, "", "", [])
-        return NONE, GroupSummary(group_id, g.DEAD, "", "", [])
+            return ErrorCode.NONE, GroupSummary(group_id, g.EMPTY, "", "", [])
+        return ErrorCode.NONE, GroupSummary(group_id, g.DEAD, "", "", [])
 
     async def delete_group(self, group_id: str) -> int:
         """Kafka's DeleteGroups for one group: only an Empty (or Dead) group; its offsets are tombstoned in
@@ -503,10 +485,10 @@ class GroupCoordinator:
             return error
         group = self._groups.get(group_id)
         if group is not None and not group.is_(g.EMPTY, g.DEAD):
-            return NON_EMPTY_GROUP
+            return ErrorCode.NON_EMPTY_GROUP
         part = self._partition_of(group_id)
         if group is None and not part.fetch(group_id, None):
-            return GROUP_ID_NOT_FOUND
+            return ErrorCode.GROUP_ID_NOT_FOUND
         error = await self._delete_offsets(group_id, part, None)
         if error:
             return error
@@ -517,7 +499,7 @@ class GroupCoordinator:
             if not group.is_(g.DEAD):
                 group.transition(g.DEAD)
         log.info("group %s deleted", group_id)
-        return NONE
+        return ErrorCode.NONE
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
                              ) -> tuple[int, dict[tuple[str, int], int]]:
@@ -530,18 +512,18 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         part = self._partition_of(group_id)
         if (group is None or group.is_(g.DEAD)) and not part.fetch(group_id, None):
-            return GROUP_ID_NOT_FOUND, {}
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
         errors: dict[tuple[str, int], int] = {}
         if group is not None and not group.is_(g.EMPTY, g.DEAD):
             if group.protocol_type != g.CONSUMER_PROTOCOL_TYPE:
-                return NON_EMPTY_GROUP, {}
+                return ErrorCode.NON_EMPTY_GROUP, {}
             subscribed = group.subscribed_topics()
-            errors = {tp: GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions
+            errors = {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions
                       if subscribed is None or tp[0] in subscribed}
         eligible = [tp for tp in partitions if tp not in errors]
         error = await self._delete_offsets(group_id, part, eligible)
         errors.update({tp: error for tp in eligible})
-        return NONE, errors
+        return ErrorCode.NONE, errors
 
     async def _delete_offsets(self, group_id: str, part: OffsetsPartition,
                               partitions: list[tuple[str, int]] | None) -> int:
@@ -551,10 +533,10 @@ class GroupCoordinator:
                 await self._in_thread(part.log.flush)
         except Exception as e:
             log.error("group %s: writing tombstones to %s-%d failed: %s", group_id, OFFSETS_TOPIC, part.partition, e)
-            return KAFKA_STORAGE_ERROR
+            return ErrorCode.KAFKA_STORAGE_ERROR
         if removed:
             log.info("group %s: deleted the offsets of %d partitions", group_id, len(removed))
-        return NONE
+        return ErrorCode.NONE
 
     # -- housekeeping ------------------------------------------------------------------------------
 

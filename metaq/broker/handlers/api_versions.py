@@ -6,7 +6,8 @@ from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from metaq.broker.context import UNSUPPORTED_VERSION, BrokerContext
+from metaq.broker.context import BrokerContext
+from metaq.errors import ErrorCode
 from metaq.protocol.apis import BROKER_APIS
 
 
@@ -19,7 +20,7 @@ def _api_keys() -> list[Any]:
 
 def unsupported_version_response() -> Any:
     """KIP-511: a v0 body with UNSUPPORTED_VERSION and the full list, for a too-new ApiVersions."""
-    return ApiVersionsResponse[0](error_code=UNSUPPORTED_VERSION, api_keys=_api_keys())
+    return ApiVersionsResponse[0](error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=_api_keys())
 
 
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:

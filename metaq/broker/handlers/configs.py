@@ -17,8 +17,8 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from metaq.broker.context import UNKNOWN_TOPIC_OR_PARTITION, BrokerContext
-from metaq.broker.handlers.topic_admin import INVALID_CONFIG, INVALID_REQUEST, AdminError, attempt
+from metaq.broker.context import BrokerContext
+from metaq.broker.handlers.topic_admin import AdminError, attempt
 from metaq.broker.topic_config import (
     LIST_KEYS,
     TOPIC_CONFIG_KEYS,
@@ -27,7 +27,7 @@ from metaq.broker.topic_config import (
     default_value,
     validate_topic_config,
 )
-from metaq.errors import ConfigError
+from metaq.errors import ConfigError, ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def _entry(version: int, synonyms: bool, name: str, value: str | None, source: i
 async def _describe_topic(ctx: BrokerContext, name: str, keys: list[str] | None, version: int,
                           synonyms: bool) -> list[Any]:
     if name not in ctx.snapshot.topics:
-        raise AdminError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
+        raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
     stored = await ctx.in_thread(ctx.layout.topic_config, name)
     overrides = stored.config if stored is not None else {}
     base = ctx.config.log_config()
@@ -89,7 +89,7 @@ async def _describe_topic(ctx: BrokerContext, name: str, keys: list[str] | None,
 def _describe_broker(ctx: BrokerContext, name: str, keys: list[str] | None, version: int,
                      synonyms: bool) -> list[Any]:
     if name not in ("", str(ctx.broker_id)):
-        raise AdminError(INVALID_REQUEST, f"broker {name}'s configs are described by broker {name}, this is"
+        raise AdminError(ErrorCode.INVALID_REQUEST, f"broker {name}'s configs are described by broker {name}, this is"
                                           f" broker {ctx.broker_id}")
     entries = []
     for key, value in config_properties(ctx.config).items():
@@ -107,7 +107,7 @@ async def _describe(ctx: BrokerContext, resource: Any, keys: list[str] | None, v
         return await _describe_topic(ctx, resource.resource_name, keys, version, synonyms)
     if resource.resource_type == BROKER:
         return _describe_broker(ctx, resource.resource_name, keys, version, synonyms)
-    raise AdminError(INVALID_REQUEST, f"metaq describes topic and broker configs, not resource type"
+    raise AdminError(ErrorCode.INVALID_REQUEST, f"metaq describes topic and broker configs, not resource type"
                                       f" {resource.resource_type}")
 
 
@@ -133,9 +133,9 @@ def _incremental(current: dict[str, str], ops: list[Any]) -> dict[str, str]:
     names = [op.name for op in ops]
     for op in ops:
         if names.count(op.name) > 1:
-            raise AdminError(INVALID_REQUEST, f"Error due to duplicate config keys: {op.name}")
+            raise AdminError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {op.name}")
         if op.name not in TOPIC_CONFIG_KEYS:
-            raise AdminError(INVALID_CONFIG, f"Unknown topic config name: {op.name}")
+            raise AdminError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {op.name}")
         operation = op.config_operation
         if operation == SET:
             result[op.name] = op.value
@@ -143,7 +143,7 @@ def _incremental(current: dict[str, str], ops: list[Any]) -> dict[str, str]:
             result.pop(op.name, None)
         elif operation in (APPEND, SUBTRACT):
             if op.name not in LIST_KEYS:
-                raise AdminError(INVALID_CONFIG, f"Config value append/subtract is not allowed for config key"
+                raise AdminError(ErrorCode.INVALID_CONFIG, f"Config value append/subtract is not allowed for config key"
                                                  f" {op.name}")
             items = [v for v in result.get(op.name, "delete").split(",") if v]
             given = [v.strip() for v in (op.value or "").split(",") if v.strip()]
@@ -153,25 +153,26 @@ def _incremental(current: dict[str, str], ops: list[Any]) -> dict[str, str]:
                 items = [v for v in items if v not in given]
             result[op.name] = ",".join(items)
         else:
-            raise AdminError(INVALID_REQUEST, f"Unknown config operation {operation} for {op.name}")
+            raise AdminError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {operation} for {op.name}")
     return result
 
 
 async def _alter(ctx: BrokerContext, resource: Any, validate_only: bool,
                  change: Callable[[dict[str, str]], dict[str, str]]) -> None:
     if resource.resource_type == BROKER:
-        raise AdminError(INVALID_REQUEST, "broker configs are read-only in metaq: set them in the broker's"
+        raise AdminError(ErrorCode.INVALID_REQUEST, "broker configs are read-only in metaq: set them in the broker's"
                                           " properties file and restart it")
     if resource.resource_type != TOPIC:
-        raise AdminError(INVALID_REQUEST, f"metaq alters topic configs, not resource type {resource.resource_type}")
+        raise AdminError(ErrorCode.INVALID_REQUEST,
+                         f"metaq alters topic configs, not resource type {resource.resource_type}")
     topic = resource.resource_name
     if topic not in ctx.snapshot.topics:
-        raise AdminError(UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic} does not exist")
+        raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic} does not exist")
     stored = await ctx.in_thread(ctx.layout.topic_config, topic)
     try:
         new = validate_topic_config(change(dict(stored.config) if stored is not None else {}))
     except ConfigError as e:
-        raise AdminError(INVALID_CONFIG, str(e)) from e
+        raise AdminError(ErrorCode.INVALID_CONFIG, str(e)) from e
     if validate_only:
         return
     await ctx.in_thread(ctx.layout.set_topic_config, topic, new)
@@ -197,7 +198,7 @@ async def alter_configs(ctx: BrokerContext, request: Any, version: int) -> Any:
 
         def replace(_: dict[str, str]) -> dict[str, str]:
             if duplicate is not None:
-                raise AdminError(INVALID_REQUEST, f"Error due to duplicate config keys: {duplicate}")
+                raise AdminError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {duplicate}")
             return {c.name: c.value for c in resource.configs}
         return replace
 

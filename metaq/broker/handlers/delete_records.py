@@ -13,8 +13,8 @@ from typing import Any
 
 from kafka.protocol.admin import DeleteRecordsResponse
 
-from metaq.broker.context import KAFKA_STORAGE_ERROR, OFFSET_OUT_OF_RANGE, BrokerContext
-from metaq.errors import OffsetOutOfRangeError, StorageError
+from metaq.broker.context import BrokerContext
+from metaq.errors import ErrorCode, OffsetOutOfRangeError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +35,10 @@ def _delete(ctx: BrokerContext, topic: str, partition: int, offset: int) -> tupl
         return 0, ctx.logs.delete_records(topic, partition, target, int(time.time() * 1000))
     except OffsetOutOfRangeError as e:
         log.info("DeleteRecords refused: %s", e)
-        return OFFSET_OUT_OF_RANGE, -1
+        return ErrorCode.OFFSET_OUT_OF_RANGE, -1
     except StorageError as e:
         log.error("DeleteRecords %s-%d failed: %s", topic, partition, e)
-        return KAFKA_STORAGE_ERROR, -1
+        return ErrorCode.KAFKA_STORAGE_ERROR, -1
 
 
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:

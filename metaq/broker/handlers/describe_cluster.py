@@ -8,9 +8,9 @@ from typing import Any
 from kafka.protocol.admin import DescribeClusterResponse
 
 from metaq.broker.context import BrokerContext
+from metaq.errors import ErrorCode
 
 BROKERS_ENDPOINT = 1
-UNSUPPORTED_ENDPOINT_TYPE = 119
 
 Broker = DescribeClusterResponse.DescribeClusterBroker
 
@@ -22,7 +22,8 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
         fields["endpoint_type"] = request.endpoint_type
         if request.endpoint_type != BROKERS_ENDPOINT:
             return DescribeClusterResponse[version](
-                throttle_time_ms=0, error_code=UNSUPPORTED_ENDPOINT_TYPE, cluster_id=snapshot.cluster_id or "",
+                throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                cluster_id=snapshot.cluster_id or "",
                 error_message="metaq has no controller endpoints: ask for brokers", brokers=[], **fields)
     brokers = [Broker(broker_id=info.id, host=info.host, port=info.port, rack=info.rack)
                for info in sorted(snapshot.brokers.values(), key=lambda b: b.id)]

@@ -14,8 +14,8 @@ import asyncio
 import logging
 from typing import Any
 
-from metaq.broker.context import OFFSET_OUT_OF_RANGE, UNKNOWN_SERVER_ERROR, BrokerContext
-from metaq.errors import OffsetOutOfRangeError
+from metaq.broker.context import BrokerContext
+from metaq.errors import ErrorCode, OffsetOutOfRangeError
 from metaq.protocol.fetch_response import PartitionPart, TopicPart
 
 log = logging.getLogger(__name__)
@@ -61,10 +61,10 @@ def _read_partition(
     try:
         piece = plog.read(p.fetch_offset, limit) if limit > 0 or min_one else None
     except OffsetOutOfRangeError:
-        return PartitionPart(p.partition, OFFSET_OUT_OF_RANGE, end, end, start, None), 0
+        return PartitionPart(p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, end, end, start, None), 0
     except Exception:
         log.exception("reading %s-%d at offset %d failed", topic, p.partition, p.fetch_offset)
-        return PartitionPart(p.partition, UNKNOWN_SERVER_ERROR, end, end, start, None), 0
+        return PartitionPart(p.partition, ErrorCode.UNKNOWN_SERVER_ERROR, end, end, start, None), 0
     if piece is None or (piece.size > limit and not min_one):
         return PartitionPart(p.partition, 0, end, end, start, b""), 0
     return PartitionPart(p.partition, 0, end, end, start, piece), piece.size

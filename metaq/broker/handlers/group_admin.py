@@ -12,9 +12,9 @@ from typing import Any
 from kafka.protocol.admin import DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse
 from kafka.protocol.consumer import OffsetDeleteResponse
 
-from metaq.broker.context import UNKNOWN_TOPIC_OR_PARTITION, BrokerContext
-from metaq.broker.coordinator.coordinator import GROUP_ID_NOT_FOUND
+from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.group import DEAD
+from metaq.errors import ErrorCode
 
 CLASSIC_GROUP_TYPE = "classic"  # KIP-848's name for JoinGroup/SyncGroup groups, the only kind metaq has
 # Without an authorizer every client may do everything: READ (3), DELETE (6) and DESCRIBE (8) on a group,
@@ -48,7 +48,7 @@ async def describe_groups(ctx: BrokerContext, request: Any, version: int) -> Any
         error, summary = await ctx.coordinator.describe_group(group_id)
         message = None
         if not error and summary.state == DEAD and version >= 6:  # KIP-1043: v6 names an unknown group
-            error, message = GROUP_ID_NOT_FOUND, f"group {group_id!r} is not known to its coordinator"
+            error, message = ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} is not known to its coordinator"
         described.append(DescribedGroup(
             error_code=error, error_message=message, group_id=group_id, group_state=summary.state,
             protocol_type=summary.protocol_type, protocol_data=summary.protocol_name,
@@ -68,7 +68,7 @@ async def delete_groups(ctx: BrokerContext, request: Any, version: int) -> Any:
 
 async def offset_delete(ctx: BrokerContext, request: Any, version: int) -> Any:
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    unknown = {tp: UNKNOWN_TOPIC_OR_PARTITION for tp in wanted if ctx.snapshot.partition(*tp) is None}
+    unknown = {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in wanted if ctx.snapshot.partition(*tp) is None}
     error, errors = await ctx.coordinator.delete_offsets(request.group_id, [tp for tp in wanted if tp not in unknown])
     errors = {**errors, **unknown}
     topics = [DeleteTopic(name=t.name, partitions=[

@@ -13,9 +13,8 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from metaq.broker.context import CLIENT_HOST, BrokerContext
+from metaq.errors import ErrorCode
 
-INVALID_REQUEST = 42
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 NO_TRANSACTIONS = "metaq does not support transactions"
 """Why a transactional producer is refused. The error code (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) is the one
@@ -27,8 +26,9 @@ FindCoordinator error for ever, as kafka-python and aiokafka do COORDINATOR_NOT_
 async def find_coordinator(ctx: BrokerContext, request: Any, version: int) -> Any:
     if version >= 1 and request.key_type != GROUP_KEY:
         transactional = request.key_type == TRANSACTION_KEY
+        refusal = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional else ErrorCode.INVALID_REQUEST
         return FindCoordinatorResponse[version](
-            throttle_time_ms=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional else INVALID_REQUEST,
+            throttle_time_ms=0, error_code=refusal,
             error_message=f"{NO_TRANSACTIONS} (transactional.id {request.key!r})" if transactional
             else f"unknown coordinator key type {request.key_type}", node_id=-1, host="", port=-1)
     error, node_id, host, port = await ctx.coordinator.find_coordinator(request.key)

@@ -14,14 +14,15 @@ from typing import Any
 from kafka.protocol.producer import InitProducerIdResponse
 
 from metaq.broker.context import BrokerContext
-from metaq.broker.handlers.groups import TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+from metaq.errors import ErrorCode
 
 _ids = itertools.count((int(time.time() * 1000) & 0x3FFFFFFFFFF) << 20)
 
 
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     if request.transactional_id:
-        return InitProducerIdResponse[version](throttle_time_ms=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                               producer_id=-1, producer_epoch=-1)
+        return InitProducerIdResponse[version](
+            throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            producer_id=-1, producer_epoch=-1)
     return InitProducerIdResponse[version](throttle_time_ms=0, error_code=0, producer_id=next(_ids),
                                            producer_epoch=0)

@@ -14,14 +14,9 @@ from typing import Any
 
 from kafka.protocol.metadata import MetadataResponse
 
-from metaq.broker.context import (
-    INVALID_TOPIC_EXCEPTION,
-    LEADER_NOT_AVAILABLE,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    BrokerContext,
-)
+from metaq.broker.context import BrokerContext
 from metaq.broker.metadata import ClusterSnapshot
-from metaq.errors import ConfigError
+from metaq.errors import ConfigError, ErrorCode
 from zk_layout import validate_topic
 
 log = logging.getLogger(__name__)
@@ -48,14 +43,15 @@ def _requested_topics(request: Any, version: int, snapshot: ClusterSnapshot) -> 
 def _topic_entry(snapshot: ClusterSnapshot, name: str, error: int = 0) -> Any:
     parts = snapshot.topics.get(name)
     if parts is None:
-        return Topic(error_code=error or UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False, partitions=[])
+        return Topic(error_code=error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False,
+                     partitions=[])
     entries = []
     for index in sorted(parts):
         meta = parts[index]
         alive = meta.leader in snapshot.brokers
         entries.append(
             Partition(
-                error_code=0 if alive else LEADER_NOT_AVAILABLE,
+                error_code=0 if alive else ErrorCode.LEADER_NOT_AVAILABLE,
                 partition_index=index,
                 leader_id=meta.leader if alive else -1,
                 leader_epoch=-1,  # unknown: see the module doc
@@ -71,11 +67,11 @@ async def _maybe_create(ctx: BrokerContext, name: str, allowed: bool) -> int:
     try:
         validate_topic(name)
     except ConfigError:
-        return INVALID_TOPIC_EXCEPTION
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
     if not (allowed and ctx.config.auto_create_topics_enable) or name in INTERNAL_TOPICS:
-        return UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     await ctx.auto_create(name)
-    return LEADER_NOT_AVAILABLE
+    return ErrorCode.LEADER_NOT_AVAILABLE
 
 
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
@@ -87,7 +83,7 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
         error = 0
         if name not in snapshot.topics:
             error = await _maybe_create(ctx, name, allow_create and created < AUTO_CREATE_MAX_PER_REQUEST)
-            created += error == LEADER_NOT_AVAILABLE
+            created += error == ErrorCode.LEADER_NOT_AVAILABLE
             snapshot = ctx.snapshot
         topics.append(_topic_entry(snapshot, name, error))
     if allow_create and created >= AUTO_CREATE_MAX_PER_REQUEST:

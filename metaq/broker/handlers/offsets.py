@@ -11,8 +11,8 @@ from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchResponse
 
-from metaq.broker.context import UNKNOWN_SERVER_ERROR, BrokerContext
-from metaq.errors import MetaqError
+from metaq.broker.context import BrokerContext
+from metaq.errors import ErrorCode, MetaqError
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ async def _commit_to_zookeeper(ctx: BrokerContext, group: str,
             errors[(topic, partition)] = 0
         except MetaqError as e:
             log.warning("OffsetCommit v0 for group %s %s-%d failed: %s", group, topic, partition, e)
-            errors[(topic, partition)] = UNKNOWN_SERVER_ERROR
+            errors[(topic, partition)] = ErrorCode.UNKNOWN_SERVER_ERROR
     return errors
 
 

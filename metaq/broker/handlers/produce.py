@@ -18,21 +18,11 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceResponse
 
-from metaq.broker.context import (
-    CORRUPT_MESSAGE,
-    INVALID_RECORD,
-    INVALID_REQUIRED_ACKS,
-    INVALID_TOPIC_EXCEPTION,
-    KAFKA_STORAGE_ERROR,
-    MESSAGE_TOO_LARGE,
-    UNKNOWN_SERVER_ERROR,
-    UNSUPPORTED_COMPRESSION_TYPE,
-    UNSUPPORTED_FOR_MESSAGE_FORMAT,
-    BrokerContext,
-)
+from metaq.broker.context import BrokerContext
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.errors import (
     CorruptRecordError,
+    ErrorCode,
     InvalidRecordError,
     MessageSizeTooLargeError,
     StorageError,
@@ -53,12 +43,12 @@ def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tup
     if topic in INTERNAL_TOPICS:
         log.warning("produce to %s-%d rejected: %s is an internal topic, written by brokers only",
                     topic, partition, topic)
-        return INVALID_TOPIC_EXCEPTION, -1, None
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, -1, None
     error = ctx.leader_error(topic, partition)
     if error:
         return error, -1, None
     if records is None or len(records) == 0:
-        return CORRUPT_MESSAGE, -1, None
+        return ErrorCode.CORRUPT_MESSAGE, -1, None
     plog = ctx.log_for(topic, partition)
     try:
         result = plog.append(records)
@@ -67,7 +57,7 @@ def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tup
         return _rejection_code(e), -1, plog
     except (StorageError, OSError) as e:
         log.error("produce to %s-%d failed to write: %s", topic, partition, e)
-        return KAFKA_STORAGE_ERROR, -1, plog
+        return ErrorCode.KAFKA_STORAGE_ERROR, -1, plog
     ctx.notifier.notify((topic, partition))
     ctx.metrics.appended(topic, result.record_count, len(records))
     return 0, result.base_offset, plog
@@ -76,14 +66,14 @@ def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tup
 def _rejection_code(error: Exception) -> int:
     """Kafka's error code for a batch the log refused (most specific class first)."""
     for cls, code in (
-        (UnsupportedMessageFormatError, UNSUPPORTED_FOR_MESSAGE_FORMAT),
-        (UnsupportedCompressionError, UNSUPPORTED_COMPRESSION_TYPE),
-        (InvalidRecordError, INVALID_RECORD),
-        (MessageSizeTooLargeError, MESSAGE_TOO_LARGE),
+        (UnsupportedMessageFormatError, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),
+        (UnsupportedCompressionError, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
+        (InvalidRecordError, ErrorCode.INVALID_RECORD),
+        (MessageSizeTooLargeError, ErrorCode.MESSAGE_TOO_LARGE),
     ):
         if isinstance(error, cls):
             return code
-    return CORRUPT_MESSAGE
+    return ErrorCode.CORRUPT_MESSAGE
 
 
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
@@ -93,18 +83,19 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     for topic_data in request.topic_data:
         parts = []
         for pdata in topic_data.partition_data:
+            error: int
             if acks not in (-1, 0, 1):
-                error, base, plog = INVALID_REQUIRED_ACKS, -1, None
+                error, base, plog = ErrorCode.INVALID_REQUIRED_ACKS, -1, None
             elif version < _FIRST_BATCH_V2_VERSION:
                 log.warning("produce v%d to %s-%d rejected: only record batch v2 (Produce v3+) is supported",
                             version, topic_data.name, pdata.index)
-                error, base, plog = UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, None
+                error, base, plog = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, None
             else:
                 try:
                     error, base, plog = _append(ctx, topic_data.name, pdata.index, pdata.records)
                 except Exception:  # one bad partition must not take the connection down
                     log.exception("unexpected error appending to %s-%d", topic_data.name, pdata.index)
-                    error, base, plog = UNKNOWN_SERVER_ERROR, -1, None
+                    error, base, plog = ErrorCode.UNKNOWN_SERVER_ERROR, -1, None
             if error:
                 ctx.count_error("PRODUCE", error)
             if plog is not None and not error and plog.unflushed_messages() >= ctx.config.log_flush_interval_messages:

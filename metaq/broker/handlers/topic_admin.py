@@ -17,24 +17,15 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
-from metaq.broker.context import UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION, BrokerContext
+from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, default_value, validate_topic_config
 from metaq.broker.topics import add_partitions, create_topic
-from metaq.errors import ConfigError, MetaqError, TopicExistsError, UnknownTopicError
+from metaq.errors import ConfigError, ErrorCode, MetaqError, TopicExistsError, UnknownTopicError
 from zk_layout import validate_topic
 
 log = logging.getLogger(__name__)
 
-INVALID_TOPIC_EXCEPTION = 17
-REQUEST_TIMED_OUT = 7
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_REPLICA_ASSIGNMENT = 39
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
-UNKNOWN_TOPIC_ID = 100
 
 MAX_WAIT_S = 30.0
 DYNAMIC_TOPIC_CONFIG = 1
@@ -61,7 +52,7 @@ async def attempt(what: str, work: Awaitable[T]) -> tuple[int, str | None, T | N
         return e.code, str(e), None
     except MetaqError as e:
         log.warning("%s failed: %s", what, e)
-        return UNKNOWN_SERVER_ERROR, str(e), None
+        return ErrorCode.UNKNOWN_SERVER_ERROR, str(e), None
 
 
 async def _wait_until(ctx: BrokerContext, check: Callable[[], bool], timeout_ms: int) -> bool:
@@ -79,16 +70,16 @@ def _check_name(topic: str) -> None:
     try:
         validate_topic(topic)
     except ConfigError as e:
-        raise AdminError(INVALID_TOPIC_EXCEPTION, str(e)) from e
+        raise AdminError(ErrorCode.INVALID_TOPIC_EXCEPTION, str(e)) from e
 
 
 def _check_replicas(ctx: BrokerContext, replicas: list[int], where: str) -> None:
     live = ctx.snapshot.brokers
     if len(replicas) != 1:
-        raise AdminError(INVALID_REPLICA_ASSIGNMENT,
+        raise AdminError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                          f"{where}: {len(replicas)} replicas {replicas}; metaq brokers do not replicate (give one)")
     if replicas[0] not in live:
-        raise AdminError(INVALID_REPLICA_ASSIGNMENT, f"{where}: broker {replicas[0]} is not a live broker")
+        raise AdminError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: broker {replicas[0]} is not a live broker")
 
 
 # ------------------------------------------------------------------------------------------ CreateTopics
@@ -99,32 +90,33 @@ def _plan_topic(ctx: BrokerContext, topic: Any) -> tuple[int, dict[int, list[int
     assignment = None
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
-            raise AdminError(INVALID_REQUEST, "Both numPartitions or replicationFactor and replicasAssignments"
-                                              " were set. Both cannot be used at the same time.")
+            raise AdminError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and"
+                             " replicasAssignments were set. Both cannot be used at the same time.")
         assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
         if sorted(assignment) != list(range(len(assignment))):
-            raise AdminError(INVALID_REPLICA_ASSIGNMENT, f"partitions must be 0..n-1, got {sorted(assignment)}")
+            raise AdminError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"partitions must be 0..n-1, got {sorted(assignment)}")
         for partition, replicas in assignment.items():
             _check_replicas(ctx, replicas, f"partition {partition}")
         partitions = len(assignment)
     else:
         partitions = ctx.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
         if partitions <= 0:
-            raise AdminError(INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+            raise AdminError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         factor = ctx.config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
         live = len(ctx.snapshot.brokers)
         if factor <= 0:
-            raise AdminError(INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+            raise AdminError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
         if factor > live:
-            raise AdminError(INVALID_REPLICATION_FACTOR,
+            raise AdminError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Replication factor: {factor} larger than available brokers: {live}.")
         if factor != 1:
-            raise AdminError(INVALID_REPLICATION_FACTOR,
+            raise AdminError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Replication factor: {factor}: metaq brokers do not replicate; use 1.")
     try:
         config = validate_topic_config({c.name: c.value for c in topic.configs})
     except ConfigError as e:
-        raise AdminError(INVALID_CONFIG, str(e)) from e
+        raise AdminError(ErrorCode.INVALID_CONFIG, str(e)) from e
     return partitions, assignment, config
 
 
@@ -133,9 +125,9 @@ async def _create_one(
 ) -> tuple[int, dict[str, str]]:
     _check_name(topic.name)
     if topic.name in await ctx.in_thread(ctx.layout.topics_marked_for_deletion):
-        raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' is marked for deletion.")
+        raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' is marked for deletion.")
     if topic.name in ctx.snapshot.topics or await ctx.in_thread(ctx.layout.topic_assignment, topic.name):
-        raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
+        raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
     partitions, assignment, config = _plan_topic(ctx, topic)
     if validate_only:
         return partitions, config
@@ -143,7 +135,7 @@ async def _create_one(
         await ctx.in_thread(lambda: create_topic(ctx.layout, topic.name, partitions, config=config,
                                                  assignment=assignment))
     except TopicExistsError as e:
-        raise AdminError(TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.") from e
+        raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.") from e
     ctx.metadata.request_reload()
     await _wait_until(ctx, lambda: topic.name in ctx.snapshot.topics, timeout_ms)
     return partitions, config
@@ -160,7 +152,7 @@ async def create_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
     results = []
     for topic in request.topics:
         if names.count(topic.name) > 1:
-            work = _refuse(INVALID_REQUEST, f"Create topics request from client contains a duplicate topic"
+            work = _refuse(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains a duplicate topic"
                                             f" {topic.name}")
         else:
             work = _create_one(ctx, topic, validate_only, request.timeout_ms)
@@ -186,10 +178,11 @@ async def create_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
 
 async def _delete_one(ctx: BrokerContext, topic: str, timeout_ms: int) -> None:
     if topic == OFFSETS_TOPIC:
-        raise AdminError(INVALID_REQUEST, f"{OFFSETS_TOPIC} is internal: it holds the groups' committed offsets")
+        raise AdminError(ErrorCode.INVALID_REQUEST,
+                         f"{OFFSETS_TOPIC} is internal: it holds the groups' committed offsets")
     _check_name(topic)
     if await ctx.in_thread(ctx.layout.topic_assignment, topic) is None:
-        raise AdminError(UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
     await ctx.in_thread(ctx.layout.mark_topic_for_deletion, topic)
     ctx.metadata.request_reload()
     log.info("topic %s marked for deletion", topic)
@@ -200,8 +193,8 @@ async def _delete_one(ctx: BrokerContext, topic: str, timeout_ms: int) -> None:
         return ctx.layout.topic_assignment(topic) is None and topic not in ctx.layout.topics_marked_for_deletion()
 
     if not await _wait_until(ctx, gone, timeout_ms):
-        raise AdminError(REQUEST_TIMED_OUT, f"topic {topic} is marked for deletion, but the brokers hosting its"
-                                            f" partitions have not deleted them within {timeout_ms} ms")
+        raise AdminError(ErrorCode.REQUEST_TIMED_OUT, f"topic {topic} is marked for deletion, but the brokers"
+                         f" hosting its partitions have not deleted them within {timeout_ms} ms")
 
 
 async def delete_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
@@ -212,7 +205,7 @@ async def delete_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
         wanted = [(name, None) for name in request.topic_names]
     results = []
     for name, topic_id in wanted:
-        work = (_refuse(UNKNOWN_TOPIC_ID, "metaq deletes topics by name only") if name is None
+        work = (_refuse(ErrorCode.UNKNOWN_TOPIC_ID, "metaq deletes topics by name only") if name is None
                 else _delete_one(ctx, name, request.timeout_ms))
         code, message, _ = await attempt(f"DeleteTopics {name}", work)
         fields: dict[str, Any] = {"name": name, "error_code": code}
@@ -230,18 +223,18 @@ async def delete_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
 async def _add_one(ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int) -> None:
     current = ctx.snapshot.topics.get(topic.name)
     if current is None:
-        raise AdminError(UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic.name}' does not exist.")
+        raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic.name}' does not exist.")
     new = None
     if topic.assignments is not None:
         new = [list(a.broker_ids) for a in topic.assignments]
         if len(new) != topic.count - len(current):
-            raise AdminError(INVALID_REPLICA_ASSIGNMENT, f"Increasing the number of partitions by"
+            raise AdminError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Increasing the number of partitions by"
                                                          f" {topic.count - len(current)} but {len(new)} assignments"
                                                          f" provided.")
         for i, replicas in enumerate(new):
             _check_replicas(ctx, replicas, f"new partition {len(current) + i}")
     if topic.count <= len(current):
-        raise AdminError(INVALID_PARTITIONS, f"Topic currently has {len(current)} partitions, which is higher"
+        raise AdminError(ErrorCode.INVALID_PARTITIONS, f"Topic currently has {len(current)} partitions, which is higher"
                                              f" than the requested {topic.count}." if topic.count < len(current)
                          else f"Topic already has {len(current)} partitions.")
     if validate_only:
@@ -249,9 +242,9 @@ async def _add_one(ctx: BrokerContext, topic: Any, validate_only: bool, timeout_
     try:
         await ctx.in_thread(add_partitions, ctx.layout, topic.name, topic.count, new)
     except UnknownTopicError as e:
-        raise AdminError(UNKNOWN_TOPIC_OR_PARTITION, str(e)) from e
+        raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(e)) from e
     except ConfigError as e:
-        raise AdminError(INVALID_PARTITIONS, str(e)) from e
+        raise AdminError(ErrorCode.INVALID_PARTITIONS, str(e)) from e
     ctx.metadata.request_reload()
     await _wait_until(ctx, lambda: len(ctx.snapshot.topics.get(topic.name, {})) >= topic.count, timeout_ms)
 
