@@ -88,7 +88,8 @@ def test_prometheus_reports_a_groups_lag_after_a_known_number_of_unconsumed_mess
             wait_until(lambda: _value(prom, 'sum(metaq_consumer_lag{group="mg",topic="lagging"})') == 60, 60,
                        "Prometheus to see a lag of 60")
             assert _value(prom, 'sum(metaq_consumer_owned_partitions{group="mg"})') == 3
-            assert _value(prom, 'sum(metaq_consumer_messages_total{group="mg",topic="lagging"})') == 300
+            # fetched for the streams: at least every message once (a partition moved by the join is fetched again)
+            assert _value(prom, 'sum(metaq_consumer_messages_total{group="mg",topic="lagging"})') >= 300
             assert _value(prom, 'sum(metaq_consumer_rebalances_total{group="mg",result="ok"})') >= 2
             assert _value(prom, 'sum(metaq_consumer_commit_duration_seconds_count{group="mg"})') >= 2
             assert _value(prom, 'sum(metaq_consumer_fenced_commits_total{group="mg"})') in (None, 0)
