@@ -64,7 +64,8 @@ def test_a_recreated_topic_does_not_resurrect_the_old_log(broker_cluster: Broker
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=30)
     old_id = _topic_id(zk_layout)
-    peers.confluent_produce(broker.bootstrap, TOPIC, 0, [(b"k", b"old-%d" % i, 1_700_000_000_000 + i) for i in range(3)])
+    old = [(b"k", b"old-%d" % i, 1_700_000_000_000 + i) for i in range(3)]
+    peers.confluent_produce(broker.bootstrap, TOPIC, 0, old)
     old_dir = broker.data_dir / "logs-0" / f"{TOPIC}-0"
     assert read_topic_id(old_dir) == old_id  # recorded the first time the partition was served
     broker.stop()

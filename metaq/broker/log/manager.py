@@ -204,15 +204,20 @@ class LogManager:
         if found is None:
             write_topic_id(log.directory, topic_id)
         elif found != topic_id:
-            if (key, topic_id) not in self._mismatches:
-                self._mismatches.add((key, topic_id))
-                logger.error(
-                    "Refusing to serve %s-%d: log directory %s holds topic id %s but topic %s in ZooKeeper has id "
-                    "%s (the topic was deleted and re-created): stop the broker, delete or move that "
-                    "directory, and start it again to serve the partition from empty", topic, partition, log.directory, found, topic, topic_id)
+            self._report_mismatch(key, log.directory, found, topic_id)
             return False
         self._topic_ids[key] = topic_id
         return True
+
+    def _report_mismatch(self, key: TopicPartition, directory: Path, found: str, topic_id: str) -> None:
+        """One error line per partition and ZooKeeper id: clients retry, the log must not fill up."""
+        if (key, topic_id) in self._mismatches:
+            return
+        self._mismatches.add((key, topic_id))
+        logger.error(
+            "Refusing to serve %s-%d: log directory %s holds topic id %s but topic %s in ZooKeeper has id %s (the "
+            "topic was deleted and re-created): stop the broker, delete or move that directory, and start it "
+            "again to serve the partition from empty", key[0], key[1], directory, found, key[0], topic_id)
 
     def logs(self) -> list[PartitionLog]:
         return list(self._logs.values())
