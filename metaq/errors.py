@@ -218,6 +218,7 @@ class ErrorCode(IntEnum):
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
     UNKNOWN_TOPIC_ID = 100
+    INCONSISTENT_TOPIC_ID = 103
     UNSUPPORTED_ENDPOINT_TYPE = 119
 
 
@@ -434,6 +435,12 @@ class GroupSubscribedToTopicError(BrokerResponseError):
 @_broker_error(ErrorCode.UNKNOWN_TOPIC_ID, retriable=True, invalid_metadata=True)
 class UnknownTopicIdError(BrokerResponseError):
     pass
+
+
+@_broker_error(ErrorCode.INCONSISTENT_TOPIC_ID, retriable=True, invalid_metadata=True)
+class InconsistentTopicIdError(BrokerResponseError):
+    """The broker's log of the partition belongs to an earlier topic of the same name (Kafka's
+    InconsistentTopicIdException is an InvalidMetadataException)."""
 
 
 @_broker_error(ErrorCode.UNSUPPORTED_ENDPOINT_TYPE)

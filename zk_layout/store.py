@@ -152,7 +152,7 @@ Watch = Callable[[WatchedEvent], None]
 
 
 def new_cluster_id() -> str:
-    """A 22-character URL-safe base64 UUID, as Kafka generates for ``/cluster/id``."""
+    """A 22-character URL-safe base64 UUID, as Kafka generates for ``/cluster/id`` and topic ids."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
 
 
@@ -459,7 +459,9 @@ class ZkLayout:
                 tx.create(config_path, config_data)
             else:
                 tx.set_data(config_path, config_data, version=existing_config[1].version)
-            tx.create(topic_path, TopicAssignment({p: tuple(r) for p, r in assignment.items()}).encode())
+            # version 3 with a topic id, as Kafka 2.8+: brokers tell a re-created topic's logs from the old ones
+            tx.create(topic_path, TopicAssignment({p: tuple(r) for p, r in assignment.items()}, version=3,
+                                                  topic_id=new_cluster_id()).encode())
             tx.create(paths.partitions_path(topic), b"")
             for partition in sorted(assignment):
                 tx.create(paths.partition_path(topic, partition), b"")

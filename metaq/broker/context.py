@@ -15,7 +15,7 @@ from metaq.broker.log.manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.purgatory import AppendNotifier
-from metaq.errors import ErrorCode, for_code
+from metaq.errors import ErrorCode, StorageError, for_code
 from metaq.metrics.broker import BrokerMetrics
 from zk_layout import ZkLayout
 
@@ -53,6 +53,20 @@ class BrokerContext:
         if meta.leader != self.broker_id:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return ErrorCode.NONE
+
+    def serving_error(self, topic: str, partition: int) -> int:
+        """0 if this broker leads topic-partition and its local log belongs to the topic (same topic id, see
+        metaq/broker/log/partition_metadata.py), else the error code a client should get."""
+        error = self.leader_error(topic, partition)
+        topic_id = self.snapshot.topic_ids.get(topic)
+        if error or topic_id is None:  # topics created before topic ids have none to check
+            return error
+        try:
+            matches = self.logs.topic_id_matches(topic, partition, topic_id)
+        except StorageError as e:
+            log.error("cannot check the topic id of %s-%d: %s", topic, partition, e)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return ErrorCode.NONE if matches else ErrorCode.INCONSISTENT_TOPIC_ID
 
     def count_error(self, api: str, code: int) -> None:
         """One Kafka error answered for a partition or a request (metrics: metaq_broker_request_errors_total)."""

@@ -40,6 +40,7 @@ class ClusterSnapshot:
     brokers: dict[int, BrokerInfo] = field(default_factory=dict)
     topics: dict[str, dict[int, PartitionMeta]] = field(default_factory=dict)
     cluster_id: str | None = None
+    topic_ids: dict[str, str] = field(default_factory=dict)  # topics created with an id (node version 3)
 
     @property
     def controller_id(self) -> int:
@@ -100,12 +101,13 @@ class MetadataWatcher:
         skipped: dict[str, str] = {}
         brokers = self._brokers(skipped)
         topics: dict[str, dict[int, PartitionMeta]] = {}
+        topic_ids: dict[str, str] = {}
         deleting = set(self._layout.topics_marked_for_deletion(watch=watch))
         for topic in self._layout.topics(watch=watch):
             if topic in deleting:
                 continue  # being deleted (/admin/delete_topics): clients must stop using it everywhere at once
             try:
-                parts = self._topic(topic, skipped)
+                parts = self._topic(topic, skipped, topic_ids)
             except MalformedNodeError as e:
                 skipped[e.path] = str(e)
                 continue
@@ -121,7 +123,7 @@ class MetadataWatcher:
             skipped[e.path] = str(e)
             cluster_id = None
         self._report(skipped)
-        snapshot = ClusterSnapshot(brokers=brokers, topics=topics, cluster_id=cluster_id)
+        snapshot = ClusterSnapshot(brokers=brokers, topics=topics, cluster_id=cluster_id, topic_ids=topic_ids)
         with self._reloaded:
             self.snapshot = snapshot
             self._reloaded.notify_all()
@@ -140,13 +142,17 @@ class MetadataWatcher:
                 del brokers[broker_id]
         return brokers
 
-    def _topic(self, topic: str, skipped: dict[str, str]) -> dict[int, PartitionMeta] | None:
-        """A topic's partitions (None if it went away). A partition whose state node does not decode has no
-        leader (clients are told LEADER_NOT_AVAILABLE for it alone)."""
+    def _topic(
+        self, topic: str, skipped: dict[str, str], topic_ids: dict[str, str]
+    ) -> dict[int, PartitionMeta] | None:
+        """A topic's partitions (None if it went away); its id goes to ``topic_ids``. A partition whose state
+        node does not decode has no leader (clients are told LEADER_NOT_AVAILABLE for it alone)."""
         watch = self.request_reload
         assignment = self._layout.topic_assignment(topic, watch=watch)
         if assignment is None:
             return None
+        if assignment.topic_id is not None:
+            topic_ids[topic] = assignment.topic_id
         parts: dict[int, PartitionMeta] = {}
         for partition, replicas in assignment.partitions.items():
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -100,7 +101,12 @@ def test_create_topic_in_one_transaction(zk_layout: ZkLayout, zk: KazooClient) -
     assert zk_layout.topics() == ["clicks"]
     assignment = zk_layout.topic_assignment("clicks")
     assert assignment is not None and assignment.partitions == {0: (0,), 1: (0,), 2: (0,)}
-    assert zk.get(paths.topic_path("clicks"))[0] == b'{"version":1,"partitions":{"0":[0],"1":[0],"2":[0]}}'
+    topic_id = assignment.topic_id
+    assert assignment.version == 3 and topic_id is not None and re.fullmatch(r"[A-Za-z0-9_-]{22}", topic_id)
+    assert zk.get(paths.topic_path("clicks"))[0] == (
+        b'{"version":3,"partitions":{"0":[0],"1":[0],"2":[0]},"adding_replicas":{},"removing_replicas":{},'
+        b'"topic_id":"' + topic_id.encode() + b'"}'
+    )
     assert zk_layout.partition_state("clicks", 2) == STATE
     assert zk.get(paths.topic_config_path("clicks"))[0] == b'{"version":1,"config":{}}'
 

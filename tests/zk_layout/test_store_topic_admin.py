@@ -14,8 +14,12 @@ STATE = PartitionState(leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)
 
 def test_add_partitions_keeps_the_old_ones(zk_layout: ZkLayout, zk: KazooClient) -> None:
     zk_layout.create_topic("grow", {0: [0]}, {0: STATE})
+    created = zk_layout.topic_assignment("grow")
     zk_layout.add_partitions("grow", {0: [0], 1: [1], 2: [0]}, {1: STATE, 2: STATE})
-    assert zk.get(paths.topic_path("grow"))[0] == b'{"version":1,"partitions":{"0":[0],"1":[1],"2":[0]}}'
+    grown = zk_layout.topic_assignment("grow")
+    assert created is not None and grown is not None
+    assert grown.partitions == {0: (0,), 1: (1,), 2: (0,)}
+    assert (grown.version, grown.topic_id) == (3, created.topic_id)  # the topic keeps its id
     assert zk_layout.partition_state("grow", 2) == STATE
     assert zk_layout.remaining_partition_nodes("grow") == [0, 1, 2]
 

@@ -26,7 +26,7 @@ PartitionResult = TopicResult.DeleteRecordsPartitionResult
 
 def _delete(ctx: BrokerContext, topic: str, partition: int, offset: int) -> tuple[int, int]:
     """(error_code, low_watermark)."""
-    error = ctx.leader_error(topic, partition)
+    error = ctx.serving_error(topic, partition)
     if error:
         return error, -1
     plog = ctx.log_for(topic, partition)

@@ -53,7 +53,7 @@ def _read_partition(
 
     With ``min_one`` the first batch comes whole even past ``limit``; otherwise a first batch that does
     not fit leaves the partition empty in this answer (the client asks again)."""
-    error = ctx.leader_error(topic, p.partition)
+    error = ctx.serving_error(topic, p.partition)
     if error:
         return PartitionPart(p.partition, error, -1, -1, -1, None), 0
     plog = ctx.log_for(topic, p.partition)

@@ -26,7 +26,7 @@ PartitionResponse = TopicResponse.ListOffsetsPartitionResponse
 
 def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int) -> tuple[int, int, int]:
     """(error_code, timestamp, offset)."""
-    error = ctx.leader_error(topic, partition)
+    error = ctx.serving_error(topic, partition)
     if error:
         return error, -1, -1
     plog = ctx.log_for(topic, partition)

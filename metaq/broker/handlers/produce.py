@@ -44,7 +44,7 @@ def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tup
         log.warning("produce to %s-%d rejected: %s is an internal topic, written by brokers only",
                     topic, partition, topic)
         return ErrorCode.INVALID_TOPIC_EXCEPTION, -1, None
-    error = ctx.leader_error(topic, partition)
+    error = ctx.serving_error(topic, partition)
     if error:
         return error, -1, None
     if records is None or len(records) == 0:

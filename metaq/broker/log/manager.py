@@ -20,6 +20,7 @@ from pathlib import Path
 from metaq.broker.log.checkpoint import atomic_write, read_checkpoint, write_checkpoint
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
+from metaq.broker.log.partition_metadata import read_topic_id, write_topic_id
 from metaq.errors import MetaqError, StorageError, TopicError
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LOCK_FILE", "RECOVERY_POINT_CHECKPOINT", "LogManager", "parse_log_dir_name"]
@@ -68,6 +69,8 @@ class LogManager:
         self._dir_of: dict[TopicPartition, Path] = {}
         self._lock_fds: list[int] = []
         self._topic_configs: dict[str, LogConfig] = {}
+        self._topic_ids: dict[TopicPartition, str] = {}  # ids checked against partition.metadata
+        self._mismatches: set[tuple[TopicPartition, str]] = set()  # (partition, ZooKeeper's id) logged
 
     # ----------------------------------------------------------------------------------------- loading
 
@@ -187,6 +190,35 @@ class LogManager:
         logger.info("Created log %s-%d in %s", topic, partition, log_dir)
         return log
 
+    def topic_id_matches(self, topic: str, partition: int, topic_id: str) -> bool:
+        """Whether the log of ``topic``-``partition`` belongs to the topic with id ``topic_id``.
+
+        The first time, the id is recorded in the log's ``partition.metadata``; a log recorded for another id
+        is of an earlier topic of the same name (re-created, e.g. after ZooKeeper lost its data). It is
+        refused, never deleted: that is left to an operator, told once by an error line."""
+        key = (topic, partition)
+        if self._topic_ids.get(key) == topic_id:
+            return True
+        log = self.get_or_create(topic, partition)
+        found = read_topic_id(log.directory)
+        if found is None:
+            write_topic_id(log.directory, topic_id)
+        elif found != topic_id:
+            self._report_mismatch(key, log.directory, found, topic_id)
+            return False
+        self._topic_ids[key] = topic_id
+        return True
+
+    def _report_mismatch(self, key: TopicPartition, directory: Path, found: str, topic_id: str) -> None:
+        """One error line per partition and ZooKeeper id: clients retry, the log must not fill up."""
+        if (key, topic_id) in self._mismatches:
+            return
+        self._mismatches.add((key, topic_id))
+        logger.error(
+            "Refusing to serve %s-%d: log directory %s holds topic id %s but topic %s in ZooKeeper has id %s (the "
+            "topic was deleted and re-created): stop the broker, delete or move that directory, and start it "
+            "again to serve the partition from empty", key[0], key[1], directory, found, key[0], topic_id)
+
     def logs(self) -> list[PartitionLog]:
         return list(self._logs.values())
 
@@ -194,6 +226,7 @@ class LogManager:
         """Close and remove a partition's log; False if there was none."""
         log = self._logs.pop((topic, partition), None)
         self._dir_of.pop((topic, partition), None)
+        self._topic_ids.pop((topic, partition), None)
         if log is None:
             return False
         log.delete()
