@@ -301,19 +301,20 @@ def run_worker(kind: str, args: WorkerArgs) -> dict[str, Any]:
 def measure(args: WorkerArgs, repeat: int = 1, clients: list[str] | None = None,
             report: Callable[[str], None] = print) -> list[Result]:
     """Each client ``repeat`` times over the topic in ``args`` (already produced), in rounds (every client once
-    per round, those in METRICS_OFF a second time with metrics off), so that a change in the machine's load
-    affects every client alike."""
+    per round, those in METRICS_OFF a second time with metrics off, first in odd rounds), so that a change in
+    the machine's load affects every client alike."""
     chosen = [c for c in CLIENTS if clients is None or c.key in clients]
-    runs = [(c, metrics) for c in chosen for metrics in ((True, False) if c.key in METRICS_OFF else (True,))]
-    results = {(c.key, metrics): Result(c, args.messages, [], [], metrics) for c, metrics in runs}
-    for _ in range(repeat):
-        for client, metrics in runs:
-            out = run_worker(client.key, replace(args, metrics=metrics))
-            result = results[client.key, metrics]
-            result.rates.append(out["timed"] / out["seconds"])
-            result.cpus.append(out["cpu"] / out["timed"] * 1e6)
-            label = client.label if metrics else f"{client.label}, metrics off"
-            report(f"  {label}: {result.rates[-1]:,.0f} msgs/s, {result.cpus[-1]:.2f} CPU s/1M msgs")
+    variants = {c.key: (True, False) if c.key in METRICS_OFF else (True,) for c in chosen}
+    results = {(c.key, m): Result(c, args.messages, [], [], m) for c in chosen for m in variants[c.key]}
+    for round_ in range(repeat):
+        for client in chosen:
+            for metrics in variants[client.key][::-1] if round_ % 2 else variants[client.key]:
+                out = run_worker(client.key, replace(args, metrics=metrics))
+                result = results[client.key, metrics]
+                result.rates.append(out["timed"] / out["seconds"])
+                result.cpus.append(out["cpu"] / out["timed"] * 1e6)
+                label = client.label if metrics else f"{client.label}, metrics off"
+                report(f"  {label}: {result.rates[-1]:,.0f} msgs/s, {result.cpus[-1]:.2f} CPU s/1M msgs")
     return list(results.values())
 
 
