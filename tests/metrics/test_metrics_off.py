@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from metaq.broker.config import BrokerConfig
+from metaq.broker.server import Broker
 from metaq.consumer.config import ConsumerConfig
 from metaq.errors import ConfigError
 from metaq.metrics.broker import BrokerMetrics
 from metaq.metrics.consumer import ConsumerMetrics
-from metaq.metrics.off import disabled
+from metaq.metrics.off import NoMetrics, disabled
 
 
 @pytest.mark.parametrize("kind", [ConsumerMetrics, BrokerMetrics])
@@ -39,3 +42,12 @@ def test_metrics_enabled_defaults_on_and_refuses_a_port_when_off(config: type, e
     assert config.from_properties({**base, "metrics.enabled": "false"}).metrics_enabled is False
     with pytest.raises(ConfigError, match="'metrics.port': 9404 is set but 'metrics.enabled' is false"):
         config.from_properties({**base, "metrics.enabled": "false", "metrics.port": "9404"})
+
+
+def test_broker_with_metrics_off_holds_the_stand_in(tmp_path: Path) -> None:
+    before = set(REGISTRY._names_to_collectors)
+    config = BrokerConfig.from_properties({"zookeeper.connect": "127.0.0.1:2181", "log.dirs": str(tmp_path),
+                                           "metrics.enabled": "false"})
+    broker = Broker(config)
+    assert isinstance(broker.metrics, NoMetrics)
+    assert set(REGISTRY._names_to_collectors) == before
