@@ -88,7 +88,9 @@ def test_prometheus_reports_a_groups_lag_after_a_known_number_of_unconsumed_mess
             wait_until(lambda: _value(prom, 'sum(metaq_consumer_lag{group="mg",topic="lagging"})') == 60, 60,
                        "Prometheus to see a lag of 60")
             assert _value(prom, 'sum(metaq_consumer_owned_partitions{group="mg"})') == 3
-            assert _value(prom, 'sum(metaq_consumer_messages_total{group="mg",topic="lagging"})') == 300
+            # fetched, as 0.8's MessagesPerSec: what the first member fetched before the second joined is
+            # fetched again by the new owners after the rebalance, so timing decides how much over 300
+            assert _value(prom, 'sum(metaq_consumer_messages_total{group="mg",topic="lagging"})') >= 300
             assert _value(prom, 'sum(metaq_consumer_rebalances_total{group="mg",result="ok"})') >= 2
             assert _value(prom, 'sum(metaq_consumer_commit_duration_seconds_count{group="mg"})') >= 2
             assert _value(prom, 'sum(metaq_consumer_fenced_commits_total{group="mg"})') in (None, 0)
