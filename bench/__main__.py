@@ -10,9 +10,11 @@ ends with one set of tables:
 1. broker: produce and fetch throughput of confluent-kafka, kcat and metaq.Producer (100-byte and 1 KiB
    values; confluent-kafka also gzip-compressed): msgs/s, MB/s and the broker's CPU seconds per million
    messages (user+system of the broker process during that job, scaled). Produce rows include the broker's
-   validation of every record (metaq/broker/log/validator.py);
+   validation of every record (metaq/broker/log/validator.py); then the broker's CPU for confluent-kafka's
+   100-byte produce and fetch with metrics on (the shared broker) and off (a second broker started with
+   metrics.enabled=false), alternated;
 2. consumer: one consumer process per client on the same pre-produced data (bench/consumer.py), with the
-   ratios the targets are stated in;
+   ratios the targets are stated in, and the metaq stream iterator and batch listener with metrics on and off;
 3. rebalance: 4 consumer processes x 64 partitions, clean leave/join and SIGKILL (bench/rebalance.py);
 4. commit: ZooKeeperOffsetStore.commit of 1,000 partitions (bench/rebalance.py);
 5. offsets: commit latency through the offsets channel vs ZooKeeper, 3-member group stabilisation (bench/offsets.py);
@@ -65,17 +67,19 @@ class Row:
 
 
 class Bench:
-    def __init__(self, broker: BrokerProcess, layout: ZkLayout) -> None:
+    def __init__(self, broker: BrokerProcess, layout: ZkLayout, prefix: str = "bench") -> None:
         self.broker = broker
         self.layout = layout
         self.proc = psutil.Process(broker.pid)
         self.rows: list[Row] = []
+        self._prefix = prefix
         self._topics = 0
 
     def topic(self) -> str:
+        """A new one-partition topic led by this bench's broker."""
         self._topics += 1
-        name = f"bench-{self._topics}"
-        create_topic(self.layout, name, 1)
+        name = f"{self._prefix}-{self._topics}"
+        create_topic(self.layout, name, 1, assignment={0: [self.broker.broker_id]})
         wait_until(lambda: len(topic_leaders(self.broker.bootstrap, name)) == 1, 10, f"topic {name}")
         return name
 
@@ -156,6 +160,40 @@ def run_broker(env: Environment, messages: int, sizes: list[int]) -> list[Row]:
     return bench.rows
 
 
+METRICS_MESSAGES = 500_000
+"""At least this many per run: the broker's CPU clock ticks in 10 ms, a small run would measure only that."""
+
+
+def run_broker_metrics(env: Environment, messages: int, repeat: int) -> list[Row]:
+    """The shared broker (metrics on) and a second one with metrics.enabled=false, alternated ``repeat`` times:
+    confluent-kafka 100-byte produce and fetch, the broker's CPU per 1M messages (metrics off first in odd rounds)."""
+    quiet = BrokerProcess(env.zk, 1, env.work_dir, log_level="WARNING",
+                          properties={"metrics.enabled": "false"}).start()
+    try:
+        benches = [(Bench(env.broker, env.layout, "metrics-on"), "metrics on"),
+                   (Bench(quiet, env.layout, "metrics-off"), "metrics off")]
+        value = b"x" * 100
+        for rep in range(repeat):
+            for bench, label in benches[::-1] if rep % 2 else benches:
+                t = bench.topic()
+                bench.measure(label, "produce", 100, messages, confluent_produce, bench.broker.bootstrap, t, value,
+                              messages)
+                bench.measure(label, "fetch", 100, messages, confluent_consume, bench.broker.bootstrap, t, messages)
+        return [row for bench, _ in benches for row in bench.rows]
+    finally:
+        quiet.stop()
+
+
+def broker_metrics_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    """Best (lowest) broker CPU per job, metrics on and off side by side."""
+    def cpu(client: str, job: str) -> float:
+        return min(r.broker_cpu / r.messages * 1e6 for r in rows if r.client == client and r.job == job)
+
+    header = ["job (confluent-kafka, 100 B)", "broker CPU s/1M on", "broker CPU s/1M off", "CPU cost"]
+    return header, [[job, f"{cpu('metrics on', job):.2f}", f"{cpu('metrics off', job):.2f}",
+                     f"{cpu('metrics on', job) / cpu('metrics off', job) - 1:+.1%}"] for job in ("produce", "fetch")]
+
+
 def broker_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     header = ["client", "job", "value B", "messages", "msgs/s", "MB/s", "broker CPU s/1M"]
     return header, [r.cells() for r in rows]
@@ -203,6 +241,10 @@ def main() -> None:
             print("== 1. broker: produce and fetch throughput", flush=True)
             rows = run_broker(env, args.messages or plan.broker_messages, sizes)
             tables.append(("1. Broker throughput (one client at a time, same broker)", broker_table(rows)))
+            print("== 1b. broker CPU with metrics on and off", flush=True)
+            rows = run_broker_metrics(env, max(args.messages or plan.broker_messages, METRICS_MESSAGES),
+                                      max(2, plan.consumer_repeat))
+            tables.append(("   Broker CPU with metrics on and off (best of the runs)", broker_metrics_table(rows)))
         if "consumer" in only:
             print("== 2. consumer throughput", flush=True)
             results = bench_consumer.run(env, args.consumer_messages or plan.consumer_messages,
@@ -210,6 +252,8 @@ def main() -> None:
             tables.append((f"2. Consumer throughput (one process each, 100-byte values, {plan.consumer_partitions} "
                            "partitions, best of the runs)", bench_consumer.table(results)))
             tables.append(("   Ratios (targets: issue 3, section 11)", bench_consumer.ratio_table(results)))
+            tables.append(("   metaq consumer with metrics on and off (metrics.enabled)",
+                           bench_consumer.metrics_table(results)))
         if "rebalance" in only:
             print("== 3. rebalance latency", flush=True)
             changes = bench_rebalance.measure_rebalance(

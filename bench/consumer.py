@@ -8,6 +8,9 @@ KIND ...``), which prints one JSON line with what it measured. The rate counts t
 after the first delivery, over the time from the first delivery to the last: connection set-up, group
 registration and the first fetch are left out for every client alike. Each loop reads every value (its
 length is summed and checked). ``cpu`` is the consumer process's CPU time (all threads) in that interval.
+
+The metaq stream iterator and batch listener also run with ``metrics.enabled=false``, each right after its
+metrics-on run, so that the metrics' cost shows side by side (``metrics_table``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +81,12 @@ class WorkerArgs:
     partitions: int
     messages: int
     work_dir: Path
+    metrics: bool = True
 
 
 def metaq_properties(args: WorkerArgs, group: str) -> dict[str, Any]:
     return {"group.id": group, "zookeeper.connect": args.zk, "auto.offset.reset": "smallest",
-            "metaq.recover.dir": str(args.work_dir / "recover")}
+            "metaq.recover.dir": str(args.work_dir / "recover"), "metrics.enabled": args.metrics}
 
 
 def run_metaq_stream(args: WorkerArgs) -> Meter:
@@ -238,6 +242,8 @@ RATIOS = [
     ("metaq-listener", "kafka-python", None),
     ("metaq-listener", "confluent-poll", None),
 ]
+METRICS_OFF = ("metaq-stream", "metaq-batch-listener")
+"""Also run with metrics.enabled=false, to show what the metrics cost."""
 
 
 # -- the parent: data, workers, table ------------------------------------------------------------------------
@@ -249,6 +255,7 @@ class Result:
     messages: int
     rates: list[float]
     cpus: list[float]  # CPU seconds per 1M messages
+    metrics: bool = True
 
     @property
     def rate(self) -> float:
@@ -282,7 +289,7 @@ def run_worker(kind: str, args: WorkerArgs) -> dict[str, Any]:
     """One client in a fresh process; returns its JSON report."""
     cmd = [sys.executable, "-m", "bench.consumer", "worker", kind, "--zk", args.zk, "--bootstrap", args.bootstrap,
            "--topic", args.topic, "--partitions", str(args.partitions), "--messages", str(args.messages),
-           "--work-dir", str(args.work_dir)]
+           "--work-dir", str(args.work_dir), *(() if args.metrics else ("--metrics-off",))]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S + 60,
                           preexec_fn=die_with_parent(), cwd=Path(__file__).resolve().parent.parent)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -294,27 +301,41 @@ def run_worker(kind: str, args: WorkerArgs) -> dict[str, Any]:
 def measure(args: WorkerArgs, repeat: int = 1, clients: list[str] | None = None,
             report: Callable[[str], None] = print) -> list[Result]:
     """Each client ``repeat`` times over the topic in ``args`` (already produced), in rounds (every client once
-    per round), so that a change in the machine's load affects every client alike."""
+    per round, those in METRICS_OFF a second time with metrics off, first in odd rounds), so that a change in
+    the machine's load affects every client alike."""
     chosen = [c for c in CLIENTS if clients is None or c.key in clients]
-    results = {c.key: Result(c, args.messages, [], []) for c in chosen}
-    for _ in range(repeat):
+    variants = {c.key: (True, False) if c.key in METRICS_OFF else (True,) for c in chosen}
+    results = {(c.key, m): Result(c, args.messages, [], [], m) for c in chosen for m in variants[c.key]}
+    for round_ in range(repeat):
         for client in chosen:
-            out = run_worker(client.key, args)
-            result = results[client.key]
-            result.rates.append(out["timed"] / out["seconds"])
-            result.cpus.append(out["cpu"] / out["timed"] * 1e6)
-            report(f"  {client.label}: {result.rates[-1]:,.0f} msgs/s, {result.cpus[-1]:.2f} CPU s/1M msgs")
+            for metrics in variants[client.key][::-1] if round_ % 2 else variants[client.key]:
+                out = run_worker(client.key, replace(args, metrics=metrics))
+                result = results[client.key, metrics]
+                result.rates.append(out["timed"] / out["seconds"])
+                result.cpus.append(out["cpu"] / out["timed"] * 1e6)
+                label = client.label if metrics else f"{client.label}, metrics off"
+                report(f"  {label}: {result.rates[-1]:,.0f} msgs/s, {result.cpus[-1]:.2f} CPU s/1M msgs")
     return list(results.values())
 
 
 def table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     header = ["consumer (1 process)", "messages", "msgs/s", "CPU s/1M msgs"]
-    rows = [[r.client.label, f"{r.messages:,}", f"{r.rate:,.0f}", f"{r.cpu_per_m:.2f}"] for r in results]
+    rows = [[r.client.label, f"{r.messages:,}", f"{r.rate:,.0f}", f"{r.cpu_per_m:.2f}"] for r in results if r.metrics]
+    return header, rows
+
+
+def metrics_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+    """The clients measured with metrics on and off, side by side; cost = CPU on / CPU off - 1."""
+    on = {r.client.key: r for r in results if r.metrics}
+    header = ["consumer (1 process)", "msgs/s on", "msgs/s off", "CPU s/1M on", "CPU s/1M off", "CPU cost"]
+    rows = [[r.client.label, f"{on[r.client.key].rate:,.0f}", f"{r.rate:,.0f}", f"{on[r.client.key].cpu_per_m:.2f}",
+             f"{r.cpu_per_m:.2f}", f"{on[r.client.key].cpu_per_m / r.cpu_per_m - 1:+.1%}"]
+            for r in results if not r.metrics]
     return header, rows
 
 
 def ratio_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
-    by_key = {r.client.key: r for r in results}
+    by_key = {r.client.key: r for r in results if r.metrics}
     header = ["ratio", "value", "target", "met"]
     rows = []
     for num, den, target in RATIOS:
@@ -371,13 +392,15 @@ def main() -> None:
     worker.add_argument("--partitions", type=int, required=True)
     worker.add_argument("--messages", type=int, required=True)
     worker.add_argument("--work-dir", type=Path, required=True)
+    worker.add_argument("--metrics-off", action="store_true", help="metrics.enabled=false")
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--clients", default=None, help="comma-separated subset of " + ",".join(BY_KEY))
     args = parser.parse_args()
     if args.command == "worker":
-        wargs = WorkerArgs(args.zk, args.bootstrap, args.topic, args.partitions, args.messages, args.work_dir)
+        wargs = WorkerArgs(args.zk, args.bootstrap, args.topic, args.partitions, args.messages, args.work_dir,
+                           metrics=not args.metrics_off)
         meter = BY_KEY[args.kind].run(wargs)
         print(json.dumps(meter.result()), flush=True)
         os._exit(0)  # do not wait for the clients' background threads
@@ -385,6 +408,7 @@ def main() -> None:
     with environment() as env:
         results = run(env, args.messages, args.partitions, args.repeat, clients)
         print_table(*table(results), title="Consumer throughput")
+        print_table(*metrics_table(results), title="Metrics on and off")
         print_table(*ratio_table(results), title="Ratios")
 
 

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from metaq.broker.log.config import LogConfig
 from metaq.config import Config, ConfigError, non_negative, one_of, positive, prop
+from metaq.metrics.off import check_metrics
 from zk_layout.paths import INT32_MAX
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,8 @@ class BrokerConfig(Config):
     log_flush_offset_checkpoint_interval_ms: int = prop(
         "log.flush.offset.checkpoint.interval.ms", 60000, check=positive
     )
+    metrics_enabled: bool = prop("metrics.enabled", True,
+                                 doc="false: no metrics at all (nothing registered, no per-request counting)")
     metrics_port: int | None = prop("metrics.port", None, check=non_negative,
                                     doc="serve Prometheus metrics on this port (0: any free port; unset: off)")
     metrics_host: str = prop("metrics.host", "0.0.0.0", doc="address the metrics endpoint listens on")
@@ -129,6 +132,7 @@ class BrokerConfig(Config):
         config = super().from_properties(values, **overrides)
         if not config.zookeeper_connect:
             raise ConfigError("config 'zookeeper.connect': a value is required")
+        check_metrics(config.metrics_enabled, config.metrics_port)
         return config
 
     @property

@@ -34,6 +34,7 @@ from metaq.broker.topics import create_topic
 from metaq.errors import TopicExistsError
 from metaq.metrics import MetricsServer, serve_metrics
 from metaq.metrics.broker import BrokerMetrics, ClusterState, LogState
+from metaq.metrics.off import disabled
 from metaq.zkclient import connect as zk_connect
 from zk_layout import BrokerInfo, ZkLayout
 
@@ -53,7 +54,7 @@ class Broker:
         self._server: BrokerServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.port: int | None = None
-        self.metrics = BrokerMetrics()
+        self.metrics = BrokerMetrics() if config.metrics_enabled else disabled(BrokerMetrics)
         self._metrics_server: MetricsServer | None = None
         self.topic_admin: TopicAdmin | None = None
 

@@ -22,6 +22,7 @@ from typing import Any, Self
 
 from metaq.config import Config, non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
+from metaq.metrics.off import check_metrics
 from zk_layout import validate_group
 
 
@@ -79,6 +80,8 @@ class ConsumerConfig(Config):
     offsets_channel_socket_timeout_ms: int = prop("offsets.channel.socket.timeout.ms", 10000, check=positive)
     offsets_commit_max_retries: int = prop("offsets.commit.max.retries", 5, check=non_negative)
     offsets_fetch_timeout_ms: int = prop("metaq.offsets.fetch.timeout.ms", 30000, check=positive)
+    metrics_enabled: bool = prop("metrics.enabled", True,
+                                 doc="false: no metrics at all (nothing registered, no per-chunk counting)")
     metrics_port: int | None = prop("metrics.port", None, check=non_negative,
                                     doc="serve Prometheus metrics on this port (0: any free port; unset: off)")
     metrics_host: str = prop("metrics.host", "0.0.0.0", doc="address the metrics endpoint listens on")
@@ -111,6 +114,7 @@ class ConsumerConfig(Config):
                 f"config 'socket.timeout.ms': {config.socket_timeout_ms} must be >= 'fetch.wait.max.ms' "
                 f"({config.fetch_wait_max_ms})"
             )
+        check_metrics(config.metrics_enabled, config.metrics_port)
         if config.offsets_storage == "kafka" and config.dual_commit_enabled is False:
             raise ConfigError(
                 "config 'dual.commit.enabled': false is not supported with offsets.storage=kafka; metaq always "

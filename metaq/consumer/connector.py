@@ -43,6 +43,7 @@ from metaq.consumer.topic_filter import TopicFilter
 from metaq.errors import MetaqError
 from metaq.metrics import serve_metrics
 from metaq.metrics.consumer import ConsumerMetrics, PartitionPosition
+from metaq.metrics.off import disabled
 from metaq.signals import TerminationHandler
 from metaq.zkclient import connect
 from metaq.zklease import SessionLease
@@ -95,8 +96,10 @@ class Consumer:
         self._value = get_deserializer(value_deserializer)
         self.consumer_id = make_consumer_id(self.config.group_id, self.config.consumer_id)
         registry = metrics_registry if metrics_registry is not None else REGISTRY
-        self.metrics = ConsumerMetrics(self.config.group_id, self.consumer_id, registry)
-        """This member's Prometheus metrics (metaq.metrics.consumer), in ``metrics_registry`` or the default."""
+        self.metrics = (ConsumerMetrics(self.config.group_id, self.consumer_id, registry)
+                        if self.config.metrics_enabled else disabled(ConsumerMetrics))
+        """This member's Prometheus metrics (metaq.metrics.consumer), in ``metrics_registry`` or the default;
+        a do-nothing stand-in with ``metrics.enabled=false``."""
         self.metrics.report_positions(self._positions)
         self._rebalancer: ZKRebalancerListener | None = None
         port = self.config.metrics_port
