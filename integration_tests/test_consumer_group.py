@@ -36,7 +36,6 @@ from metaq.testing.group import (
     log_end_offsets,
     wait_consuming,
     wait_drained,
-    wait_for,
 )
 from metaq.zkclient import connect
 from metaq.zkserver import ZooKeeperServer
@@ -222,7 +221,7 @@ def test_sigkill_of_a_member(scenario: Scenario) -> None:
         return victim_id not in live and not owned_by_victim
 
     # The session expires on the server after the session timeout (rounded up to ZooKeeper's tick buckets).
-    wait_for(orphans_gone, SESSION_S + 2.0, f"{victim.name}'s registration and owner nodes to vanish")
+    wait_until(orphans_gone, SESSION_S + 2.0, f"{victim.name}'s registration and owner nodes to vanish")
     owners = s.stable(2)
     took_over = time.monotonic() - killed_at
     assert took_over <= TAKEOVER_BOUND_S, f"take-over took {took_over:.1f}s"
@@ -253,7 +252,7 @@ def test_paused_member_past_session_timeout_commits_nothing_it_lost(scenario: Sc
     paused_at = time.monotonic()
     zombie.pause()
     try:
-        wait_for(lambda: zombie_id not in s.layout.consumer_ids(GROUP), SESSION_S + 5,
+        wait_until(lambda: zombie_id not in s.layout.consumer_ids(GROUP), SESSION_S + 5,
                  f"{zombie.name}'s session to expire")
         expired_by = time.monotonic()  # the server expired the session before this (its ephemeral node is gone)
         s.stable(2)  # the two others own everything
@@ -322,14 +321,14 @@ def test_server_side_session_expiry(scenario: Scenario, zk_connect: str) -> None
     twin.close()
     expired_at = time.monotonic()
 
-    wait_for(lambda: old_session not in _session_nodes(s.layout).values(), 5.0,
+    wait_until(lambda: old_session not in _session_nodes(s.layout).values(), 5.0,
              "the expired session's ephemeral nodes to vanish")
 
     def re_registered() -> bool:
         owner = _ephemeral_owner(s.layout.client, paths.consumer_id_path(GROUP, victim_id))
         return owner is not None and owner != old_session
 
-    wait_for(re_registered, I6_BOUND_S, f"{victim.name} to re-register with a new session")
+    wait_until(re_registered, I6_BOUND_S, f"{victim.name} to re-register with a new session")
     owners = s.stable(3)
     stable_after = time.monotonic() - expired_at
     assert stable_after <= I6_BOUND_S, f"stable only {stable_after:.1f}s after the expiry"
@@ -436,7 +435,7 @@ def test_zookeeper_restart(own_zookeeper: ZooKeeperServer, tmp_path: Path) -> No
             healed_at = time.monotonic()
             downtimes.append(healed_at - down_at)
             wait_consuming(s.group, range(PARTITIONS), time.monotonic(), CONSUMING_TIMEOUT_S)
-            wait_for(lambda: all(any(e["started"] > healed_at and e["offsets"]
+            wait_until(lambda: all(any(e["started"] > healed_at and e["offsets"]
                                      for e in _member_events(m, "offsets_committed")) for m in members),
                      CONSUMING_TIMEOUT_S, "every member to commit again")
             refused = [(e["member"], e["lost"]) for m in members for e in _member_events(m, "offsets_committed")
@@ -460,7 +459,7 @@ def test_zookeeper_restart(own_zookeeper: ZooKeeperServer, tmp_path: Path) -> No
         resumed_at = time.monotonic()
         # Members cannot rebalance onto partitions without a registered broker (kafka-969), and the broker's
         # own ZooKeeper client may take long to come back; I6 counts from when the cluster is whole again.
-        wait_for(lambda: _brokers(layout) == [broker.broker_id], 60, "the broker to be registered again")
+        wait_until(lambda: _brokers(layout) == [broker.broker_id], 60, "the broker to be registered again")
         healed_at = time.monotonic()
         owners = s.stable(3)  # I6: stable within the bound after healing (raises otherwise)
         reconverged = time.monotonic() - healed_at
