@@ -1,0 +1,202 @@
+"""Kazoo plumbing under :class:`zk_layout.store.ZkLayout`: the one place kazoo errors are translated, and
+the node primitives (read, list, ensure, upsert, delete, ephemeral create) the concept modules build on."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+    ZookeeperStoppedError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.interfaces import IAsyncResult
+from kazoo.protocol.states import WatchedEvent, ZnodeStat
+
+from metaq.errors import ConfigError, StaleVersionError, ZooKeeperError, ZooKeeperUnavailableError
+
+log = logging.getLogger(__name__)
+
+
+_UNAVAILABLE = (
+    ConnectionLoss,
+    SessionExpiredError,
+    OperationTimeoutError,
+    KazooTimeoutError,
+    ZookeeperStoppedError,
+)
+
+
+Watch = Callable[[WatchedEvent], None]
+"""A one-shot kazoo watch. It runs on kazoo's event thread and must not block."""
+
+
+class _Nodes:
+    """The client, the chroot-aware paths in messages and the node primitives every concept module uses."""
+
+
+    def __init__(self, client: KazooClient, *, stale_node_wait_s: float = 10.0) -> None:
+        self._client = client
+        self._stale_node_wait_s = stale_node_wait_s
+
+    @property
+    def client(self) -> KazooClient:
+        return self._client
+
+    def full_path(self, path: str) -> str:
+        """The path as seen without the chroot, for messages an operator can paste into zkCli."""
+        chroot = self._client.chroot or ""
+        return chroot + path if path != "/" or not chroot else chroot
+
+    # -- plumbing ----------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _translated(self, action: str, path: str) -> Iterator[None]:
+        """Translate kazoo errors at this one boundary."""
+        try:
+            yield
+        except _UNAVAILABLE as e:
+            raise ZooKeeperUnavailableError(f"cannot {action} {self.full_path(path)}: {e!r}") from e
+        except NoAuthError as e:
+            raise ZooKeeperError(f"cannot {action} {self.full_path(path)}: not allowed by its ACL") from e
+        except BadVersionError as e:
+            raise StaleVersionError(f"cannot {action} {self.full_path(path)}: it changed since it was read") from e
+        except KazooException as e:
+            raise ZooKeeperError(f"cannot {action} {self.full_path(path)}: {e!r}") from e
+
+    def _read(self, path: str, watch: Watch | None = None) -> tuple[bytes, ZnodeStat] | None:
+        """Data and stat, or None if the node does not exist. With ``watch``, a missing node gets an exists
+        watch instead (ZooKeeper sets no data watch on a missing node), so its creation is noticed too."""
+        with self._translated("read", path):
+            while True:
+                try:
+                    return self._client.get(path, watch=watch)  # type: ignore[no-any-return]
+                except NoNodeError:
+                    if watch is None or self._client.exists(path, watch=watch) is None:
+                        return None
+                    # created in between: read it (the loop ends when it is found or stays gone)
+
+    def _children(self, path: str, watch: Watch | None = None) -> list[str]:
+        """Sorted child names, or [] if the node does not exist (then ``watch`` fires on its creation)."""
+        with self._translated("list", path):
+            while True:
+                try:
+                    return sorted(self._client.get_children(path, watch=watch))
+                except NoNodeError:
+                    if watch is None or self._client.exists(path, watch=watch) is None:
+                        return []
+
+    def _ensure(self, path: str) -> None:
+        with self._translated("create", path):
+            self._client.ensure_path(path)
+
+    def _upsert(self, path: str, data: bytes) -> None:
+        """Kafka's ``updatePersistentPath``: set, or create with parents; a racing creator is overwritten."""
+        with self._translated("write", path):
+            try:
+                self._client.set(path, data)
+            except NoNodeError:
+                try:
+                    self._client.create(path, data, makepath=True)
+                except NodeExistsError:
+                    self._client.set(path, data)
+
+    def _delete(self, path: str, version: int = -1) -> bool:
+        with self._translated("delete", path):
+            try:
+                self._client.delete(path, version=version)
+                return True
+            except NoNodeError:
+                return False
+
+    def _session_id(self) -> int | None:
+        client_id = self._client.client_id
+        return client_id[0] if client_id else None
+
+    def _create_ephemeral(self, path: str, data: bytes, what: str, describe: Callable[[bytes], str],
+                          wait_s: float | None = None) -> None:
+        """Create an ephemeral node, resolving a conflict as Kafka's ``checkedEphemeralCreate`` does.
+
+        A node owned by this session is ours already (a retried create whose reply was lost) and is updated.
+        A node owned by another session is waited for, up to ``wait_s`` (default ``stale_node_wait_s``):
+        after a kill -9 the previous run's node lives until its session expires, so a restart within the
+        session timeout must wait rather than fail. A node still there after the wait is held by a live
+        session, and a persistent node never expires: both are refused, naming the holder (``describe``
+        renders the node's data)."""
+        wait = self._stale_node_wait_s if wait_s is None else wait_s
+        deadline = time.monotonic() + wait
+        announced = False
+        while True:
+            with self._translated("create", path):
+                try:
+                    self._client.create(path, data, ephemeral=True, makepath=True)
+                    return
+                except NodeExistsError:
+                    pass
+            existing = self._read(path)
+            if existing is None:
+                continue  # it vanished in between: try again at once
+            old, stat = existing
+            if stat.ephemeralOwner == self._session_id():
+                with self._translated("write", path):
+                    self._client.set(path, data)
+                return
+            if stat.ephemeralOwner == 0:
+                raise ZooKeeperError(f"{what} already registered at {self.full_path(path)} by a persistent node "
+                                     f"({describe(old)}), which no session expiry removes: delete it")
+            if time.monotonic() >= deadline:
+                raise ZooKeeperError(f"{what} already registered at {self.full_path(path)} by {describe(old)} "
+                                     f"(session 0x{stat.ephemeralOwner:x}), still alive after waiting {wait:.0f}s "
+                                     "for it to expire")
+            if not announced:
+                announced = True
+                log.warning("%s: %s is held by session 0x%x (%s), probably left by a previous run that did not "
+                            "shut down cleanly; waiting up to %.0fs for that session to expire", what,
+                            self.full_path(path), stat.ephemeralOwner, describe(old), wait)
+            self._wait_gone(path, deadline)
+
+    def _wait_gone(self, path: str, deadline: float) -> None:
+        gone = threading.Event()
+        with self._translated("watch", path):
+            if self._client.exists(path, watch=lambda _event: gone.set()) is None:
+                return
+        # Bounded by the caller's deadline; re-checked by the caller's loop either way.
+        gone.wait(max(0.0, min(deadline - time.monotonic(), 1.0)))
+
+    def _topic_partitions(self, root: str, group: str, topic_dir: Callable[[str, str], str]) -> list[tuple[str, int]]:
+        """(topic, partition) pairs under ``root/<topic>/<partition>``; names that are not a Kafka topic or a
+        decimal partition (MetaQ writes ``brokerId-partition``) are skipped with a warning."""
+        pairs = []
+        for topic in self._children(root):
+            try:
+                directory = topic_dir(group, topic)
+            except ConfigError:
+                log.warning("ignoring %s/%s: not a valid topic name", self.full_path(root), topic)
+                continue
+            for name in self._children(directory):
+                if name.isascii() and name.isdigit():
+                    pairs.append((topic, int(name)))
+                else:
+                    log.warning("ignoring %s/%s: not a Kafka partition number", self.full_path(directory), name)
+        return sorted(pairs)
+
+
+def _failed_with(request: IAsyncResult, *errors: type[Exception]) -> bool:
+    """Wait for a pipelined request; True if it failed with one of ``errors`` (other errors are raised)."""
+    try:
+        request.get()
+    except errors:
+        return True
+    return False

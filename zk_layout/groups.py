@@ -1,0 +1,241 @@
+"""Consumer groups: member registrations and partition ownership (part of :class:`zk_layout.store.ZkLayout`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from metaq.errors import StaleVersionError
+from zk_layout import paths
+from zk_layout._nodes import Watch, _failed_with, _Nodes
+from zk_layout.formats import TopicCount, decode_owner, encode_owner
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerNode:
+    """A member's registration with the session that holds it: 0 for a persistent node, which no session
+    expiry will ever remove (a fake or left-over member, see :attr:`ephemeral`)."""
+
+    registration: TopicCount
+    session_id: int
+
+    @property
+    def ephemeral(self) -> bool:
+        return self.session_id != 0
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerNode:
+    """An owner node with what its stat tells: the session that holds it (0 for a persistent node, which
+    no session expiry will ever remove) and when it was claimed."""
+
+    thread_id: str
+    session_id: int
+    ctime_ms: int
+
+    @property
+    def ephemeral(self) -> bool:
+        return self.session_id != 0
+
+
+class _Groups(_Nodes):
+    # -- consumers ---------------------------------------------------------------------------------
+
+    def groups(self, watch: Watch | None = None) -> list[str]:
+        return self._children(paths.CONSUMERS, watch)
+
+    def group_exists(self, group: str) -> bool:
+        """Whether ``/consumers/<g>`` exists (it outlives the members: its children are persistent)."""
+        path = paths.consumer_group_path(group)
+        with self._translated("read", path):
+            return self._client.exists(path) is not None
+
+    def delete_group(self, group: str) -> bool:
+        """Remove ``/consumers/<g>`` and everything under it (what Kafka 0.8's console consumer did with the
+        group it generated); False if it was not there."""
+        path = paths.consumer_group_path(group)
+        with self._translated("delete", path):
+            try:
+                self._client.delete(path, recursive=True)
+                return True
+            except NoNodeError:
+                return False
+
+    def register_consumer(self, group: str, consumer_id: str, topic_count: TopicCount) -> None:
+        """Register a consumer (ephemeral). Consumer ids are unique per process start, so a node with the same
+        id can only be our own previous session's: it is waited out, as Kafka does."""
+        path = paths.consumer_id_path(group, consumer_id)
+        self._create_ephemeral(path, topic_count.encode(), f"consumer {consumer_id}",
+                               lambda _old: "a previous session of this consumer")
+
+    def unregister_consumer(self, group: str, consumer_id: str) -> None:
+        self._delete(paths.consumer_id_path(group, consumer_id))
+
+    def consumer_ids(self, group: str, watch: Watch | None = None) -> list[str]:
+        """Registered consumer ids, sorted as strings (the order Kafka's range assignor uses); ``watch``
+        fires when a consumer joins or leaves: the rebalance trigger."""
+        return self._children(paths.consumer_ids_path(group), watch)
+
+    def consumer_node(self, group: str, consumer_id: str, watch: Watch | None = None) -> ConsumerNode | None:
+        """The registration and the session holding it (see :class:`ConsumerNode`)."""
+        path = paths.consumer_id_path(group, consumer_id)
+        node = self._read(path, watch)
+        if node is None:
+            return None
+        return ConsumerNode(TopicCount.decode(self.full_path(path), node[0]), node[1].ephemeralOwner)
+
+    def consumer_nodes(self, group: str) -> dict[str, ConsumerNode]:
+        """consumer id -> registration node, leaving out consumers that go away while being read."""
+        result = {}
+        for consumer_id in self.consumer_ids(group):
+            node = self.consumer_node(group, consumer_id)
+            if node is not None:
+                result[consumer_id] = node
+        return result
+
+    def consumer_registrations(self, group: str) -> dict[str, TopicCount]:
+        """consumer id -> registration, leaving out consumers that go away while being read."""
+        return {consumer_id: node.registration for consumer_id, node in self.consumer_nodes(group).items()}
+
+    def owner(self, group: str, topic: str, partition: int, watch: Watch | None = None) -> str | None:
+        path = paths.owner_path(group, topic, partition)
+        node = self._read(path, watch)
+        return None if node is None else decode_owner(self.full_path(path), node[0])
+
+    def owners(self, group: str) -> dict[tuple[str, int], str]:
+        """(topic, partition) -> owning thread id."""
+        result = {}
+        for topic, partition in self._topic_partitions(paths.owners_path(group), group, paths.topic_owners_path):
+            owner = self.owner(group, topic, partition)
+            if owner is not None:
+                result[(topic, partition)] = owner
+        return result
+
+    def owner_node(self, group: str, topic: str, partition: int) -> OwnerNode | None:
+        path = paths.owner_path(group, topic, partition)
+        node = self._read(path)
+        if node is None:
+            return None
+        data, stat = node
+        return OwnerNode(decode_owner(self.full_path(path), data), stat.ephemeralOwner, stat.ctime)
+
+    def owner_nodes(self, group: str) -> dict[tuple[str, int], OwnerNode]:
+        """(topic, partition) -> owner node with its session; see :class:`OwnerNode`."""
+        result = {}
+        for topic, partition in self._topic_partitions(paths.owners_path(group), group, paths.topic_owners_path):
+            node = self.owner_node(group, topic, partition)
+            if node is not None:
+                result[(topic, partition)] = node
+        return result
+
+    def owners_of(self, group: str, partitions: Iterable[tuple[str, int]],
+                  watch: Watch | None = None) -> dict[tuple[str, int], str | None]:
+        """The owner thread id of each of ``partitions`` (None: no owner node), read with pipelined requests:
+        one round trip in all rather than one each. ``watch`` is set on the nodes that exist, so it fires
+        when one of them changes or is deleted (a rebalance waiting for an owner to release)."""
+        with self._translated("read", paths.owners_path(group)):
+            pending = [(key, paths.owner_path(group, *key)) for key in partitions]
+            requests = [(key, path, self._client.get_async(path, watch=watch)) for key, path in pending]
+            result: dict[tuple[str, int], str | None] = {}
+            for key, path, request in requests:
+                try:
+                    data, _stat = request.get()
+                except NoNodeError:
+                    result[key] = None
+                    continue
+                result[key] = decode_owner(self.full_path(path), data)
+        return result
+
+    def claim_partition(self, group: str, topic: str, partition: int, thread_id: str) -> bool:
+        """Create the ephemeral owner node. True if we own it now (also when this session already did),
+        False if another consumer does; the caller retries after that owner releases it."""
+        path = paths.owner_path(group, topic, partition)
+        with self._translated("create", path):
+            try:
+                self._client.create(path, encode_owner(thread_id), ephemeral=True, makepath=True)
+                return True
+            except NodeExistsError:
+                pass
+        node = self._read(path)
+        return node is not None and node[1].ephemeralOwner == self._session_id() and node[0] == encode_owner(thread_id)
+
+    def claim_partitions(self, group: str, claims: Mapping[tuple[str, int], str]) -> dict[tuple[str, int], str | None]:
+        """Create the ephemeral owner nodes of all ``claims`` ({(topic, partition): thread id}) in one
+        transaction, so either all or none: one round trip, and no half-made claim is ever visible. A node
+        this session already holds for the same thread id counts as claimed (as in :meth:`claim_partition`).
+        Returns {} on success, else the partitions in the way and their owners (None: gone meanwhile); then
+        nothing was created."""
+        pending = dict(claims)
+        owners: dict[tuple[str, int], str | None] = {}
+        for _ in range(3):
+            if not pending:
+                return {}
+            nodes = {key: paths.owner_path(group, *key) for key in pending}
+            with self._translated("claim", paths.owners_path(group)):
+                txn = self._client.transaction()
+                for key, path in nodes.items():
+                    txn.create(path, encode_owner(pending[key]), ephemeral=True)
+                results = txn.commit()
+                if not any(isinstance(r, Exception) for r in results):
+                    return {}
+                if any(isinstance(r, NoNodeError) for r in results):  # a topic's owners directory is missing
+                    for topic in {topic for topic, _ in pending}:
+                        self._client.ensure_path(paths.topic_owners_path(group, topic))
+                    continue
+                reads = {key: self._client.get_async(path) for key, path in nodes.items()}
+                session = self._session_id()
+                owners = {}
+                for key, request in reads.items():
+                    if _failed_with(request, NoNodeError):
+                        continue
+                    data, stat = request.get()
+                    if stat.ephemeralOwner == session and data == encode_owner(pending[key]):
+                        del pending[key]  # ours already (a create retried after its reply was lost)
+                    else:
+                        owners[key] = decode_owner(self.full_path(nodes[key]), data)
+            if owners:
+                return owners
+        return owners or {key: None for key in pending}
+
+    def release_partitions(self, group: str, claims: Mapping[tuple[str, int], str]) -> set[tuple[str, int]]:
+        """:meth:`release_partition` for each of ``claims`` ({(topic, partition): thread id}), pipelined: two
+        round trips in all. Returns the partitions whose owner node was deleted."""
+        released: set[tuple[str, int]] = set()
+        with self._translated("release", paths.owners_path(group)):
+            nodes = {key: paths.owner_path(group, *key) for key in claims}
+            reads = {key: self._client.get_async(path) for key, path in nodes.items()}
+            versions = {}
+            for key, request in reads.items():
+                if _failed_with(request, NoNodeError):
+                    continue
+                data, stat = request.get()
+                if data == encode_owner(claims[key]):
+                    versions[key] = stat.version
+            if not versions:
+                return released
+            txn = self._client.transaction()
+            for key, version in versions.items():
+                txn.delete(nodes[key], version=version)
+            if not any(isinstance(result, Exception) for result in txn.commit()):
+                return set(versions)
+            # one of them changed in between (the transaction deleted none): one by one
+            deletes = {key: self._client.delete_async(nodes[key], version=version) for key, version in versions.items()}
+            for key, request in deletes.items():
+                if not _failed_with(request, NoNodeError, BadVersionError):  # else: not ours to delete any more
+                    released.add(key)
+        return released
+
+    def release_partition(self, group: str, topic: str, partition: int, thread_id: str | None = None) -> bool:
+        """Delete the owner node (only if it names ``thread_id``, when given). True if a node was deleted."""
+        path = paths.owner_path(group, topic, partition)
+        if thread_id is None:
+            return self._delete(path)
+        node = self._read(path)
+        if node is None or node[0] != encode_owner(thread_id):
+            return False
+        try:
+            return self._delete(path, version=node[1].version)
+        except StaleVersionError:  # rewritten by someone else meanwhile: not ours to delete any more
+            return False

@@ -1,0 +1,199 @@
+"""Committed offsets, plain and fenced (a member that lost a partition can never commit it again); part of
+:class:`zk_layout.store.ZkLayout`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from metaq.errors import ConfigError, MalformedNodeError, ZooKeeperError
+from zk_layout import paths
+from zk_layout._nodes import _failed_with, _Nodes
+from zk_layout.formats import decode_offset, encode_offset
+
+NO_OFFSET = b"-1"  # what a fenced partition holds before its first commit; Kafka 0.8 reads -1 as "none"
+
+
+@dataclass(frozen=True, slots=True)
+class FencedOffset:
+    """A committed offset (None if the group has none) and the node version to commit against.
+    ``malformed`` is set when the node held something that is no offset (e.g. ``-5``): ``offset`` is None
+    then, and the consumer says so before applying ``auto.offset.reset``."""
+
+    offset: int | None
+    version: int
+    malformed: MalformedNodeError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetNode:
+    """An offset node as ops tools read it: the offset (None for the ``-1`` a fence writes before the first
+    commit) and the node's ctime and mtime, which Burrow and KafkaOffsetMonitor read as the first and last
+    commit times."""
+
+    offset: int | None
+    ctime_ms: int
+    mtime_ms: int
+
+
+def parse_offset_path(path: str) -> tuple[str, str, int]:
+    """``/consumers/<g>/offsets/<t>/<p>`` -> (group, topic, partition), the inverse of
+    :func:`paths.offset_path`, for the lines of Kafka's ExportZkOffsets; ConfigError for anything else."""
+    parts = path.split("/")
+    prefix = paths.CONSUMERS.split("/")
+    if len(parts) != len(prefix) + 4 or parts[: len(prefix)] != prefix or parts[len(prefix) + 1] != "offsets":
+        raise ConfigError(f"{path!r} is not an offset node path (/consumers/<group>/offsets/<topic>/<partition>)")
+    group, _, topic, partition = parts[len(prefix):]
+    if not (partition.isascii() and partition.isdigit()):
+        raise ConfigError(f"{path!r}: partition {partition!r} is not a decimal number")
+    result = (group, topic, int(partition))
+    if paths.offset_path(*result) != path:  # validates the names and rejects e.g. a partition written "007"
+        raise ConfigError(f"{path!r} is not in the canonical form {paths.offset_path(*result)!r}")
+    return result
+
+
+class _Offsets(_Nodes):
+    def read_offset(self, group: str, topic: str, partition: int) -> int | None:
+        path = paths.offset_path(group, topic, partition)
+        node = self._read(path)
+        return None if node is None else decode_offset(self.full_path(path), node[0])
+
+    def offset_node(self, group: str, topic: str, partition: int) -> OffsetNode | None:
+        path = paths.offset_path(group, topic, partition)
+        node = self._read(path)
+        if node is None:
+            return None
+        data, stat = node
+        offset = decode_offset(self.full_path(path), data)
+        return OffsetNode(offset if offset >= 0 else None, stat.ctime, stat.mtime)
+
+    def offset_nodes(self, group: str) -> dict[tuple[str, int], OffsetNode]:
+        """(topic, partition) -> offset node with its commit times, fenced ``-1`` nodes included."""
+        result = {}
+        for topic, partition in self._topic_partitions(paths.offsets_path(group), group, paths.topic_offsets_path):
+            node = self.offset_node(group, topic, partition)
+            if node is not None:
+                result[(topic, partition)] = node
+        return result
+
+    def write_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """Write the next offset to consume as plain decimal (creating parents), as Kafka 0.8 does."""
+        self._upsert(paths.offset_path(group, topic, partition), encode_offset(offset))
+
+    def offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> committed offset for the whole group."""
+        result = {}
+        for topic, partition in self._topic_partitions(paths.offsets_path(group), group, paths.topic_offsets_path):
+            offset = self.read_offset(group, topic, partition)
+            if offset is not None:
+                result[(topic, partition)] = offset
+        return result
+
+    # -- fenced offsets (a member that lost a partition can never commit it again) -----------------
+
+    def fence_offsets(self, group: str, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], FencedOffset]:
+        """Take the commit right for partitions this member has just claimed.
+
+        Each offset node's version is bumped by a conditional rewrite of its own value, so that any
+        previous owner, whose commits are conditional on the version it last saw, now fails. A missing
+        node is created holding ``-1``, which Kafka 0.8 readers treat as "no offset" just like a missing
+        node. Returns the committed offset (None if none) and the version to commit against.
+        """
+        nodes = {key: paths.offset_path(group, *key) for key in partitions}
+        fenced: dict[tuple[str, int], FencedOffset] = {}
+        with self._translated("fence offsets of", paths.offsets_path(group)):
+            # A few requests in all rather than two or three per partition: pipelined reads, the missing
+            # nodes created in one transaction, and every rewrite in one transaction. Whatever that does not
+            # settle (a node written in between, e.g. by the previous owner's last commit) is fenced again
+            # below, one at a time, exactly as before.
+            reads = {key: self._client.get_async(path) for key, path in nodes.items()}
+            missing = [key for key, request in reads.items() if _failed_with(request, NoNodeError)]
+            if missing:
+                for topic in sorted({topic for topic, _ in missing}):
+                    self._client.ensure_path(paths.topic_offsets_path(group, topic))
+                txn = self._client.transaction()
+                for key in missing:
+                    txn.create(nodes[key], NO_OFFSET)
+                txn.commit()  # if one exists by now, none is created: those are fenced one at a time
+                for key in missing:
+                    reads[key] = self._client.get_async(nodes[key])
+            current = {key: request.get() for key, request in reads.items() if not _failed_with(request, NoNodeError)}
+            if current:
+                txn = self._client.transaction()
+                for key, (data, stat) in current.items():
+                    txn.set_data(nodes[key], data, version=stat.version)
+                results = txn.commit()
+                if not any(isinstance(result, Exception) for result in results):
+                    for (key, (data, _)), result in zip(current.items(), results, strict=True):
+                        fenced[key] = self._fenced(nodes[key], data, result.version)
+        return {key: fenced[key] if key in fenced else self._fence_one(path) for key, path in nodes.items()}
+
+    def _fence_one(self, path: str) -> FencedOffset:
+        with self._translated("fence", path):
+            while True:
+                try:
+                    data, stat = self._client.get(path)
+                except NoNodeError:
+                    try:
+                        self._client.create(path, NO_OFFSET, makepath=True)
+                    except NodeExistsError:
+                        pass
+                    continue
+                try:
+                    new = self._client.set(path, data, version=stat.version)
+                except BadVersionError:
+                    continue  # written meanwhile (by the previous owner's last commit): read again
+                except NoNodeError:
+                    continue
+                return self._fenced(path, data, new.version)
+
+    def _fenced(self, path: str, data: bytes, version: int) -> FencedOffset:
+        """A member must be able to take a partition whatever its offset node holds: a node that is no offset
+        reads as none (the consumer warns, naming it, and applies auto.offset.reset); the next commit
+        overwrites it."""
+        try:
+            offset = decode_offset(self.full_path(path), data)
+        except MalformedNodeError as e:
+            return FencedOffset(None, version, e)
+        return FencedOffset(offset if offset >= 0 else None, version)
+
+    def read_fenced_offset(self, group: str, topic: str, partition: int) -> FencedOffset | None:
+        """The committed offset (None for none or the ``-1`` of a fence) and the node's version, or None if
+        the node does not exist: to tell whether a fenced commit whose reply was lost was applied."""
+        path = paths.offset_path(group, topic, partition)
+        node = self._read(path)
+        return None if node is None else self._fenced(path, node[0], node[1].version)
+
+    def commit_fenced_offsets(
+        self, group: str, offsets: Mapping[tuple[str, int], tuple[int, int]]
+    ) -> tuple[dict[tuple[str, int], int], set[tuple[str, int]]]:
+        """Write ``{(topic, partition): (offset, expected_version)}`` in one transaction per attempt.
+
+        Returns (new version per committed partition, partitions whose fence was lost). A partition is
+        lost when its node changed behind our back (another owner fenced it, or an operator wrote it);
+        the others are committed in a new transaction without it.
+        """
+        pending = dict(offsets)
+        committed: dict[tuple[str, int], int] = {}
+        lost: set[tuple[str, int]] = set()
+        while pending:
+            keys = list(pending)
+            txn = self._client.transaction()
+            for key in keys:
+                offset, version = pending[key]
+                txn.set_data(paths.offset_path(group, *key), encode_offset(offset), version=version)
+            with self._translated("commit offsets of", paths.offsets_path(group)):
+                results = txn.commit()
+            failed = [k for k, r in zip(keys, results, strict=True) if isinstance(r, BadVersionError | NoNodeError)]
+            if not failed:
+                errors = [r for r in results if isinstance(r, Exception)]
+                if errors:
+                    raise ZooKeeperError(f"offset commit for group {group} failed: {errors[0]!r}")
+                committed.update({k: r.version for k, r in zip(keys, results, strict=True)})
+                return committed, lost
+            for key in failed:
+                lost.add(key)
+                del pending[key]
+        return committed, lost
