@@ -3,6 +3,7 @@ owner changes, protocol groups with and without DescribeGroups, and the frame th
 
 from __future__ import annotations
 
+import io
 from types import SimpleNamespace
 from typing import Any
 
@@ -266,7 +267,7 @@ def test_the_reader_asks_the_coordinator_when_it_offers_describe_groups(monkeypa
 
 
 def frame(view: Any, height: int | None = None, now_ms: int | None = None) -> str:
-    console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console = Console(width=160, record=True, file=io.StringIO())
     console.print(render(view, interval=2.0, height=height, now_ms=now_ms))
     return console.export_text()
 
