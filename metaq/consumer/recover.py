@@ -45,9 +45,9 @@ from typing import Any, Self
 
 import msgpack
 
-from metaq.broker.log.checkpoint import atomic_write
 from metaq.consumer.message import MessageAndMetadata
 from metaq.errors import StorageError
+from metaq.fileio import atomic_write
 
 log = logging.getLogger(__name__)
 
