@@ -24,13 +24,11 @@ from metaq.client.cluster import ClusterClient
 from metaq.client.connection import BrokerConnection
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, UnknownTopicError, for_code
-from metaq.protocol.records import decode_records
+from metaq.protocol.records import Record, decode_records
 from zk_layout import ZkLayout, validate_topic
 
 log = logging.getLogger(__name__)
 
-Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
-"""(offset, timestamp ms, key, value, headers)."""
 
 _MAX_WAIT_MS = 500  # long poll: an idle partition costs one request per half second
 _RETRY_BACKOFF_S = 0.5  # after a broker error, before looking the leader up again

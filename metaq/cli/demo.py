@@ -21,7 +21,7 @@ from pathlib import Path
 
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
-from metaq.testing.group import GroupHarness, SteadyProducer, check_delivery
+from metaq.cli.demo_harness import GroupHarness, SteadyProducer, check_delivery
 from metaq.zkclient import connect
 from zk_layout import ZkLayout
 

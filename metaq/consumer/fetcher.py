@@ -46,7 +46,7 @@ from metaq.client.connection import BrokerConnection
 from metaq.client.settings import ConnectionSettings
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.leader_finder import LeaderFinder, TopicPartition
-from metaq.consumer.partition_info import PartitionTopicInfo, Record
+from metaq.consumer.partition_info import PartitionTopicInfo
 from metaq.errors import (
     BrokerConnectionError,
     CorruptRecordError,
@@ -59,7 +59,7 @@ from metaq.errors import (
 from metaq.hashing import java_string_hash
 from metaq.metrics.consumer import ConsumerMetrics
 from metaq.protocol.batches import LOG_OVERHEAD
-from metaq.protocol.records import DecodeResult, decode_records
+from metaq.protocol.records import DecodeResult, Record, decode_records
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)

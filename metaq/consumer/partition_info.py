@@ -18,9 +18,9 @@ import threading
 from dataclasses import dataclass, field
 
 from metaq.errors import MetaqError
+from metaq.protocol.records import Record
 
-# A decoded record: (offset, timestamp, key, value, headers)
-Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+__all__ = ["ENQUEUE_POLL_S", "ChunkQueue", "FetchedChunk", "PartitionTopicInfo", "Record"]
 
 ENQUEUE_POLL_S = 0.02  # how often a blocked enqueue re-checks for revocation and stop (bounds stop_connections)
 

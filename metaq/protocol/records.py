@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -42,9 +42,6 @@ from metaq.errors import (
 from metaq.protocol.batches import BATCH_HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH
 from metaq.protocol.compression import codec_name, decompress
 
-if TYPE_CHECKING:  # a runtime import would load metaq.consumer, whose fetcher imports this module
-    from metaq.consumer.partition_info import Record
-
 try:  # the compiled record reader (see the module doc); the pure-Python loop below where it is missing
     from aiokafka.errors import CorruptRecordException as _CompiledCorruptError
     from aiokafka.record._crecords.default_records import DefaultRecordBatch as _CompiledBatch
@@ -52,7 +49,10 @@ except ImportError:  # pragma: no cover - every platform with an aiokafka wheel 
     _CompiledBatch = None
     _CompiledCorruptError = CorruptRecordError
 
-__all__ = ["COMPILED", "DecodeResult", "check_records", "codec_decoder", "decode_records"]
+__all__ = ["COMPILED", "DecodeResult", "Record", "check_records", "codec_decoder", "decode_records"]
+
+Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+"""A decoded record: (offset, timestamp, key, value, headers)."""
 
 COMPILED = _CompiledBatch is not None
 """Whether batches are read by aiokafka's compiled reader (else by the pure-Python loop)."""

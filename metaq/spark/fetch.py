@@ -25,7 +25,7 @@ from metaq.client.cluster import ClusterClient
 from metaq.client.connection import BrokerConnection, InFlightRequest
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, ZooKeeperError, for_code
-from metaq.protocol.records import decode_records
+from metaq.protocol.records import Record, decode_records
 from metaq.spark.offsets import DataLossError
 from metaq.spark.planning import OffsetRange
 from metaq.zkclient import session
@@ -43,8 +43,6 @@ _LAST_DELTA_POS = 23
 _LOG_OVERHEAD = 12
 _MIN_HEADER = 61
 
-Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
-"""(offset, timestamp ms, key, value, headers), as :func:`decode_records` returns them."""
 
 _connections: dict[tuple[str, int], BrokerConnection] = {}
 """Per Python worker: a worker runs one task at a time and is reused for the next one."""

@@ -17,7 +17,6 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from metaq.broker.coordinator.schema import (
     OFFSETS_TOPIC,
@@ -32,10 +31,7 @@ from metaq.broker.log.partition_log import PartitionLog
 from metaq.errors import CorruptRecordError
 from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header
 from metaq.protocol.builder import BatchBuilder
-from metaq.protocol.records import DecodeResult, decode_records
-
-if TYPE_CHECKING:
-    from metaq.consumer.partition_info import Record
+from metaq.protocol.records import DecodeResult, Record, decode_records
 
 log = logging.getLogger(__name__)
 

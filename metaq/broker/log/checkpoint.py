@@ -1,4 +1,4 @@
-"""Crash-safe metadata files: atomic replace, and Kafka's offset checkpoint text format.
+"""Kafka's offset checkpoint text format.
 
 A checkpoint looks like::
 
@@ -7,18 +7,18 @@ A checkpoint looks like::
     clicks 0 4213       <- topic partition offset
     clicks 1 977
 
-It is always replaced atomically (write a temp file, fsync, rename, fsync the directory) so a crash leaves
-either the old or the new file, never a torn one.
+It is always replaced atomically (:func:`metaq.fileio.atomic_write`) so a crash leaves either the old or
+the new file, never a torn one. ``atomic_write`` and ``fsync_dir`` are re-exported here for old imports.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from metaq.errors import StorageError
+from metaq.fileio import atomic_write, fsync_dir
 
 __all__ = ["CHECKPOINT_VERSION", "atomic_write", "fsync_dir", "read_checkpoint", "write_checkpoint"]
 
@@ -27,31 +27,6 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_VERSION = 0
 
 TopicPartition = tuple[str, int]
-
-
-def fsync_dir(directory: Path) -> None:
-    """fsync a directory so that a created, renamed or deleted entry in it survives a power loss."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path | str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that readers and crashes see the old or the new content only."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise StorageError(f"cannot write {path}: {e.strerror or e}") from e
 
 
 def format_checkpoint(entries: Mapping[TopicPartition, int]) -> bytes:

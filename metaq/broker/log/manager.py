@@ -17,11 +17,12 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from metaq.broker.log.checkpoint import atomic_write, read_checkpoint, write_checkpoint
+from metaq.broker.log.checkpoint import read_checkpoint, write_checkpoint
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.log.partition_metadata import read_topic_id, write_topic_id
 from metaq.errors import MetaqError, StorageError, TopicError
+from metaq.fileio import atomic_write
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LOCK_FILE", "RECOVERY_POINT_CHECKPOINT", "LogManager", "parse_log_dir_name"]
 

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from metaq.broker.log.checkpoint import fsync_dir
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.segment import (
     DELETED_SUFFIX,
@@ -33,6 +32,7 @@ from metaq.broker.log.segment import (
 )
 from metaq.broker.log.validator import decompressed_limit, validate_records
 from metaq.errors import MessageSizeTooLargeError, OffsetOutOfRangeError, StorageError
+from metaq.fileio import fsync_dir
 from metaq.protocol.batches import BatchHeader, Buffer, assign_offsets, validate_batches
 
 __all__ = ["AppendResult", "FetchSlice", "PartitionLog"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from metaq.broker.log.checkpoint import atomic_write
 from metaq.errors import StorageError
+from metaq.fileio import atomic_write
 
 __all__ = ["PARTITION_METADATA_FILE", "read_topic_id", "write_topic_id"]
 

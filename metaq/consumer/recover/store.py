@@ -1,29 +1,6 @@
-"""The local recover store: messages a listener kept failing on, set aside so that their partition moves on.
+"""The recover store of one ``topic@group``: an append-only, fsynced, flock-shared log of entries.
 
-    store = RecoverStore.open("~/.metaq_recover", "clicks", "etl")
-    entry_id = store.append(message, error)           # flushed and fsynced before the caller skips the message
-    [entry] = store.list()                              # RecoverEntry(id, topic, partition, offset, ..., attempts)
-    store.replay(handler, max_attempts=20)              # ReplayResult(succeeded=1, failed=0, dead=0)
-    store.drop()                                        # everything; or drop([ids])
-    store.close()
-
-MetaQ's ``RecoverStorageManager`` (docs/delivery-guarantees.md §3), with its weaknesses fixed: an entry whose
-replay keeps failing is counted and, at ``max_attempts``, marked *dead* (kept, listed, no longer replayed
-automatically) instead of being retried forever; a failing entry never stops a replay pass (MetaQ #99/#111).
-
-One store per ``<topic>@<group>`` in a directory (``metaq.recover.dir``, default ``~/.metaq_recover``):
-
-- ``<topic>@<group>.recover``: an append-only log of frames ``[u32 length][u32 crc32][msgpack map]``. The
-  first frame is a header (format name, version, topic, group); then ``put`` (a whole entry), ``upd``
-  (attempts, last error, dead flag) and ``del`` (a removal tombstone) records. Every append is flushed and
-  fsynced before the call returns. A torn last frame (a crash mid-append) is dropped with a warning and
-  cut off, as Kafka's log recovery does. Opening the store compacts it when it holds superseded records:
-  the live entries are rewritten to a temp file, fsynced, renamed over the log, and the directory fsynced.
-- ``<topic>@<group>.lock`` and ``.replay.lock``: ``flock`` locks. Several consumer processes of one group on
-  one host share the store safely: every operation takes the first lock and first reads what the others
-  appended (or reloads after another process compacted); only one process at a time runs a replay pass.
-
-Within a process a store is thread-safe. Keys and values are stored as the raw bytes that were fetched.
+See :mod:`metaq.consumer.recover` for the layout and guarantees.
 """
 
 from __future__ import annotations
@@ -32,156 +9,36 @@ import contextlib
 import fcntl
 import logging
 import os
-import re
-import struct
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Self
 
-import msgpack
-
-from metaq.broker.log.checkpoint import atomic_write
 from metaq.consumer.message import MessageAndMetadata
+from metaq.consumer.recover.format import (
+    COMPACT_MIN_GARBAGE,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    LOCK_POLL_S,
+    LOCK_TIMEOUT_S,
+    SUFFIX,
+    RecoverEntry,
+    ReplayResult,
+    _frame,
+    _now_ms,
+    _parse,
+    _raw,
+    default_dir,
+    describe_error,
+    store_name,
+)
 from metaq.errors import StorageError
+from metaq.fileio import atomic_write
 
 log = logging.getLogger(__name__)
-
-DEFAULT_DIR = "~/.metaq_recover"
-SUFFIX = ".recover"
-FORMAT_NAME = "metaq-recover"
-FORMAT_VERSION = 1
-FRAME_HEADER = struct.Struct(">II")  # body length, crc32 of the body
-MAX_FRAME_BYTES = 1 << 30  # a larger length field can only be a torn or corrupt frame
-LOCK_TIMEOUT_S = 30.0  # other processes hold the store lock only for one append or one compaction
-LOCK_POLL_S = 0.01
-COMPACT_MIN_GARBAGE = 1000  # superseded records tolerated at run time before compacting
-MAX_ERROR_CHARS = 2000
-_NAME = re.compile(r"[A-Za-z0-9._-]+")
-
-Headers = tuple[tuple[str, bytes | None], ...]
-
-
-@dataclass(frozen=True)
-class RecoverEntry:
-    """One message set aside. ``attempts`` counts failed replays (0 when stored); ``dead`` ones are no
-    longer replayed automatically."""
-
-    id: str
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int
-    headers: Headers
-    attempts: int
-    last_error: str
-    stored_at_ms: int
-    dead: bool = False
-
-    def to_message(self) -> MessageAndMetadata:
-        return MessageAndMetadata(self.topic, self.partition, self.offset, self.key, self.value,
-                                  self.timestamp, self.headers)
-
-    def _record(self) -> dict[str, Any]:
-        return {"op": "put", "id": self.id, "topic": self.topic, "partition": self.partition,
-                "offset": self.offset, "key": self.key, "value": self.value, "timestamp": self.timestamp,
-                "headers": [list(h) for h in self.headers], "attempts": self.attempts,
-                "last_error": self.last_error, "stored_at_ms": self.stored_at_ms, "dead": self.dead}
-
-    @classmethod
-    def _from_record(cls, rec: dict[str, Any]) -> RecoverEntry:
-        return cls(str(rec["id"]), str(rec["topic"]), int(rec["partition"]), int(rec["offset"]),
-                   rec["key"], rec["value"], int(rec["timestamp"]),
-                   tuple((str(name), value) for name, value in rec["headers"]),
-                   int(rec["attempts"]), str(rec["last_error"]), int(rec["stored_at_ms"]), bool(rec["dead"]))
-
-
-@dataclass(frozen=True)
-class ReplayResult:
-    """What one replay pass did: entries redelivered and removed, failed again (kept), newly marked dead.
-    ``busy`` means another thread or process was replaying this store, so this pass did nothing."""
-
-    succeeded: int = 0
-    failed: int = 0
-    dead: int = 0
-    busy: bool = False
-
-
-def default_dir(directory: str | os.PathLike[str] | None = None) -> Path:
-    """``directory`` (``metaq.recover.dir``) or ``~/.metaq_recover``, with ``~`` expanded."""
-    return Path(os.path.expanduser(os.fspath(directory if directory is not None else DEFAULT_DIR)))
-
-
-def store_name(topic: str, group: str) -> str:
-    """``<topic>@<group>``; both use Kafka's name characters, so the split on ``@`` is unambiguous."""
-    for what, name in (("topic", topic), ("group", group)):
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise StorageError(f"recover store: invalid {what} name {name!r} (allowed: letters, digits, '._-')")
-    return f"{topic}@{group}"
-
-
-def recover_stores(directory: str | os.PathLike[str] | None = None) -> list[tuple[str, str]]:
-    """The ``(topic, group)`` of every store in ``directory`` (for the ops CLI); empty if it does not exist."""
-    root = default_dir(directory)
-    if not root.is_dir():
-        return []
-    found = []
-    for path in root.glob(f"*@*{SUFFIX}"):
-        topic, _, group = path.name[: -len(SUFFIX)].partition("@")
-        if _NAME.fullmatch(topic) and _NAME.fullmatch(group):
-            found.append((topic, group))
-    return sorted(found)
-
-
-def describe_error(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}"
-    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "..."
-
-
-def _raw(value: Any, what: str) -> bytes | None:
-    if value is None or type(value) is bytes:
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    raise TypeError(f"the recover store keeps raw bytes; the message {what} is a {type(value).__name__}")
-
-
-def _frame(record: dict[str, Any]) -> bytes:
-    body: bytes = msgpack.packb(record, use_bin_type=True)
-    return FRAME_HEADER.pack(len(body), zlib.crc32(body)) + body
-
-
-def _parse(data: bytes) -> tuple[list[dict[str, Any]], int, str | None]:
-    """The complete, valid records at the start of ``data``, where they end, and why parsing stopped early."""
-    records: list[dict[str, Any]] = []
-    pos = 0
-    while pos < len(data):
-        if len(data) - pos < FRAME_HEADER.size:
-            return records, pos, "incomplete frame header"
-        length, crc = FRAME_HEADER.unpack_from(data, pos)
-        if length > MAX_FRAME_BYTES:
-            return records, pos, f"frame length {length} is not plausible"
-        end = pos + FRAME_HEADER.size + length
-        if end > len(data):
-            return records, pos, f"frame of {length} bytes is incomplete"
-        body = data[pos + FRAME_HEADER.size:end]
-        if zlib.crc32(body) != crc:
-            return records, pos, "crc mismatch"
-        try:
-            record = msgpack.unpackb(body, raw=False)
-        except Exception as e:  # msgpack raises several ValueError subclasses and others
-            return records, pos, f"undecodable record ({type(e).__name__})"
-        if not isinstance(record, dict) or "op" not in record:
-            return records, pos, "not a store record"
-        records.append(record)
-        pos = end
-    return records, pos, None
 
 
 class RecoverStore:
@@ -506,74 +363,3 @@ class RecoverStore:
         atomic_write(self.path, b"".join(frames))  # tmp + fsync + rename + directory fsync
         self._reopen()
         log.info("recover store %s compacted: %d records -> %d entries", self.path, before, len(self._entries))
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class RecoverManager:
-    """Replays one store through the listener: first ``initial_delay_s`` after :meth:`start` (MetaQ: 5 s),
-    then every ``interval_ms`` (``metaq.recover.interval.ms``). The thread never dies of a failing pass."""
-
-    def __init__(
-        self,
-        store: RecoverStore,
-        handler: Callable[[MessageAndMetadata], object],
-        *,
-        interval_ms: int,
-        max_attempts: int,
-        initial_delay_s: float = 5.0,
-    ) -> None:
-        self.store = store
-        self._handler = handler
-        self._interval_s = interval_ms / 1000.0
-        self._initial_delay_s = initial_delay_s
-        self._max_attempts = max_attempts
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self.passes = 0
-        self.last_result: ReplayResult | None = None
-        self._thread = threading.Thread(target=self._run, name=f"metaq-recover-{store.topic}@{store.group}",
-                                        daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def trigger(self) -> None:
-        """Run a pass now instead of at the next interval."""
-        self._wake.set()
-
-    def stop(self, timeout: float = 10.0) -> bool:
-        """Stop after the entry being replayed; False if the listener is still busy after ``timeout``."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)  # bounded: a listener stuck in user code cannot be interrupted
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            log.warning("%s: still running after %.1fs (listener busy); left behind", self._thread.name, timeout)
-            return False
-        return True
-
-    def _run(self) -> None:
-        delay = self._initial_delay_s
-        while not self._stop.is_set():
-            self._wake.wait(delay)  # woken early by trigger() or stop()
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            self._run_pass()
-            delay = self._interval_s
-
-    def _run_pass(self) -> None:
-        try:
-            result = self.store.replay(self._handler, max_attempts=self._max_attempts,
-                                       should_stop=self._stop.is_set)
-        except Exception:
-            log.exception("%s: replay pass failed; next one in %.1fs", self._thread.name, self._interval_s)
-            return
-        self.passes += 1
-        self.last_result = result
-        if result.succeeded or result.failed or result.dead:
-            log.info("%s: replayed %d, failed %d, newly dead %d", self._thread.name, result.succeeded,
-                     result.failed, result.dead)
