@@ -70,7 +70,7 @@ class BrokerContext:
 
     def count_error(self, api: str, code: int) -> None:
         """One Kafka error answered for a partition or a request (metrics: metaq_broker_request_errors_total)."""
-        self.metrics.error(api, error_name(code))
+        self.metrics.error(api, for_code(code).message)
 
     def log_for(self, topic: str, partition: int) -> PartitionLog:
         """The local log of a partition this broker leads (created empty on first use)."""
@@ -79,9 +79,3 @@ class BrokerContext:
     async def in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run blocking work (fsync, ZooKeeper writes) off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
-
-
-def error_name(code: int) -> str:
-    """Kafka's name of an error code (``INVALID_TOPIC_EXCEPTION``), or ``ERROR_<code>`` for one metaq does
-    not register."""
-    return getattr(for_code(code), "message", None) or f"ERROR_{code}"

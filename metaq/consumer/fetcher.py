@@ -400,7 +400,7 @@ class FetchRequestRunner(threading.Thread):
         error = cls(f"{cls.message} ({code}) for {info.topic}-{info.partition} at offset {fetch_offset} "
                     f"from broker {self.broker_id}")
         if self._metrics is not None:
-            self._metrics.fetch_error(cls.message or f"ERROR_{code}")
+            self._metrics.fetch_error(cls.message)
         self._owner.record_error(info.key, error)
         if cls.invalid_metadata:
             log.info("%s: %s; looking for the leader again", self.name, error)
