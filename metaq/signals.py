@@ -32,7 +32,7 @@ TERMINATION_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT
 class TerminationHandler:
     """Installs handlers for ``signals``; see the module docstring for what the first and second do."""
 
-    def __init__(self, on_stop: Callable[[], None], signals: Iterable[signal.Signals] = TERMINATION_SIGNALS) -> None:
+    def __init__(self, on_stop: Callable[[], object], signals: Iterable[signal.Signals] = TERMINATION_SIGNALS) -> None:
         self._on_stop = on_stop
         self._signals = tuple(signals)
         self._previous: dict[signal.Signals, Any] = {}

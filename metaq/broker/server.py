@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 import time
 from collections.abc import Callable
+from functools import partial
 
 from kazoo.client import KazooClient
 
@@ -35,6 +34,7 @@ from metaq.errors import TopicExistsError
 from metaq.metrics import MetricsServer, serve_metrics
 from metaq.metrics.broker import BrokerMetrics, ClusterState, LogState
 from metaq.metrics.off import disabled
+from metaq.signals import TerminationHandler
 from metaq.zkclient import connect as zk_connect
 from zk_layout import BrokerInfo, ZkLayout
 
@@ -61,27 +61,23 @@ class Broker:
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        if install_signal_handlers:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self._on_signal, sig)
-        await self._start()
+        # SIGTERM/SIGINT stop cleanly (flush, clean-shutdown marker, deregister), a second one exits at once:
+        # the same metaq.signals handler as every other metaq process, kept until the shutdown is done
+        handler = (TerminationHandler(partial(loop.call_soon_threadsafe, self.request_stop)).install()
+                   if install_signal_handlers else None)
         try:
-            await self._stop.wait()
+            await self._start()
+            try:
+                await self._stop.wait()
+            finally:
+                await self._shutdown()
         finally:
-            await self._shutdown()
+            if handler is not None:
+                handler.restore()
 
     def request_stop(self) -> None:
         if self._stop is not None:
             self._stop.set()
-
-    def _on_signal(self, sig: signal.Signals) -> None:
-        """The first SIGTERM/SIGINT stops cleanly (flush, clean-shutdown marker, deregister); a second one
-        exits at once, as metaq.signals does for every other metaq process."""
-        if self._stop is not None and self._stop.is_set():
-            log.warning("second %s: exiting at once", sig.name)
-            os._exit(128 + sig)
-        log.info("%s received: stopping cleanly (send it again to exit at once)", sig.name)
-        self.request_stop()
 
     async def _start(self) -> None:
         config = self.config
