@@ -33,6 +33,13 @@ ADMIN_DELETE_TOPICS = "/admin/delete_topics"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+# ACLs of Kafka's ZooKeeper-mode AclAuthorizer (KIP-11, KIP-290): see docs/zookeeper-layout.md
+ACL_LITERAL = "/kafka-acl"
+ACL_EXTENDED = "/kafka-acl-extended"
+ACL_PREFIXED = "/kafka-acl-extended/prefixed"
+ACL_CHANGES = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
 
 PERSISTENT_PATHS: tuple[str, ...] = (
     CONSUMERS,
@@ -131,6 +138,15 @@ CONFIG_CHANGE_PREFIX = "config_change_"
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{validate_topic(topic)}"
+
+
+# -- ACLs ------------------------------------------------------------------------------------------
+
+
+def acl_resource_path(root: str, type_name: str, name: str) -> str:
+    """``<root>/<Type>/<name>``: ``root`` is :data:`ACL_LITERAL` or :data:`ACL_PREFIXED`, ``type_name`` Kafka's
+    PascalCase resource type (``Topic``). The name may be anything a single node name can hold."""
+    return f"{root}/{_validate_node_name('resource type', type_name)}/{_validate_node_name(type_name + ' name', name)}"
 
 
 # -- consumers -------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ Every kazoo error is chained with ``from``.
 from __future__ import annotations
 
 from zk_layout._nodes import Watch
+from zk_layout.acls import _Acls
 from zk_layout.brokers import _Brokers, new_cluster_id
 from zk_layout.groups import ConsumerNode, OwnerNode, _Groups
 from zk_layout.offsets import NO_OFFSET, FencedOffset, OffsetNode, _Offsets, parse_offset_path
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 
-class ZkLayout(_Brokers, _Topics, _Groups, _Offsets):
+class ZkLayout(_Brokers, _Topics, _Groups, _Offsets, _Acls):
     """Typed access to the Kafka 0.8 ZooKeeper layout; see the module docstring.
 
     ``stale_node_wait_s`` bounds how long :meth:`register_broker` and :meth:`register_consumer` wait for an
@@ -46,5 +47,5 @@ class ZkLayout(_Brokers, _Topics, _Groups, _Offsets):
 
     The methods live by concept: kazoo plumbing in :mod:`zk_layout._nodes`, brokers and the cluster id in
     :mod:`zk_layout.brokers`, topics and topic admin in :mod:`zk_layout.topics`, members and owners in
-    :mod:`zk_layout.groups`, offsets and fencing in :mod:`zk_layout.offsets`.
+    :mod:`zk_layout.groups`, offsets and fencing in :mod:`zk_layout.offsets`, ACLs in :mod:`zk_layout.acls`.
     """

@@ -18,6 +18,7 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 from metaq.broker.log.config import LogConfig
+from metaq.broker.security.authorizer import check_authorizer_class, check_super_users
 from metaq.config import Config, ConfigError, non_negative, one_of, positive, prop
 from metaq.metrics.off import check_metrics
 from zk_layout.paths import INT32_MAX
@@ -98,6 +99,12 @@ class BrokerConfig(Config):
     max_connections: int = prop("max.connections", 2147483647, check=positive)
     max_connections_per_ip: int = prop("max.connections.per.ip", 2147483647, check=positive)
     connections_max_idle_ms: int = prop("connections.max.idle.ms", 600000, check=positive)
+    authorizer_class_name: str = prop("authorizer.class.name", "", check=check_authorizer_class,
+                                      doc="kafka.security.authorizer.AclAuthorizer: enforce ACLs (empty: none)")
+    super_users: str = prop("super.users", "", check=check_super_users,
+                            doc="principals that pass every ACL check, e.g. User:admin;User:broker")
+    allow_everyone_if_no_acl_found: bool = prop("allow.everyone.if.no.acl.found", False,
+                                                doc="allow what no ACL of the resource mentions")
     fetch_max_bytes: int = prop("fetch.max.bytes", 52428800, check=positive)
     replica_fetch_response_max_bytes: int = prop("replica.fetch.response.max.bytes", 10485760, check=positive)
     log_segment_bytes: int = prop("log.segment.bytes", 1073741824, check=positive)

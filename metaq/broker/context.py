@@ -15,15 +15,22 @@ from metaq.broker.log.manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.purgatory import AppendNotifier
+from metaq.broker.security.authorizer import Authorizer
 from metaq.errors import ErrorCode, StorageError, for_code
 from metaq.metrics.broker import BrokerMetrics
 from zk_layout import ZkLayout
+from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 """The address of the client whose request is being handled, as Kafka shows it ("/127.0.0.1"); set by the
 network layer for each connection's task (DescribeGroups reports it per member)."""
+
+ANONYMOUS = "User:ANONYMOUS"
+PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("principal", default=ANONYMOUS)
+"""The authenticated principal of the connection whose request is being handled (``User:alice``); a
+PLAINTEXT connection is ``User:ANONYMOUS``, as in Kafka. Set per connection task, read by ACL checks."""
 
 
 @dataclass
@@ -36,6 +43,33 @@ class BrokerContext:
     layout: ZkLayout
     coordinator: GroupCoordinator
     metrics: BrokerMetrics
+    authorizer: Authorizer | None = None
+    """None unless ``authorizer.class.name`` is set: then every check below allows everything."""
+
+    @property
+    def principal(self) -> str:
+        """The principal of the current connection (the context is shared; the value is per connection task)."""
+        return PRINCIPAL.get()
+
+    @principal.setter
+    def principal(self, value: str) -> None:
+        PRINCIPAL.set(value)
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> bool:
+        """Whether the current connection's principal may do ``operation`` on the resource (Kafka's ACL rules,
+        see metaq/broker/security/acl_rules.py); always True without an authorizer."""
+        if self.authorizer is None:
+            return True
+        host = CLIENT_HOST.get().lstrip("/")
+        return self.authorizer.authorize(PRINCIPAL.get(), host, operation, resource_type, name)
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Whether the principal may do ``operation`` on some resource of the type (Kafka's
+        authorizeByResourceType)."""
+        if self.authorizer is None:
+            return True
+        return self.authorizer.authorize_any(PRINCIPAL.get(), CLIENT_HOST.get().lstrip("/"), operation,
+                                             resource_type)
 
     @property
     def broker_id(self) -> int:

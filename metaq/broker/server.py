@@ -28,6 +28,8 @@ from metaq.broker.metadata import MetadataWatcher
 from metaq.broker.network import BrokerServer, ConnectionLimits
 from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.registration import BrokerRegistration
+from metaq.broker.security.acl_rules import Rules
+from metaq.broker.security.authorizer import Authorizer, parse_super_users
 from metaq.broker.topic_admin import TopicAdmin
 from metaq.broker.topics import create_topic
 from metaq.errors import TopicExistsError
@@ -57,6 +59,7 @@ class Broker:
         self.metrics = BrokerMetrics() if config.metrics_enabled else disabled(BrokerMetrics)
         self._metrics_server: MetricsServer | None = None
         self.topic_admin: TopicAdmin | None = None
+        self.authorizer: Authorizer | None = None
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
@@ -127,8 +130,12 @@ class Broker:
             self._create_offsets_topic,
             asyncio.to_thread,
         )
+        if config.authorizer_class_name:  # ACLs loaded before the first request is served
+            self.authorizer = Authorizer(layout, Rules(parse_super_users(config.super_users),
+                                                       config.allow_everyone_if_no_acl_found))
+            await asyncio.to_thread(self.authorizer.start)
         context = BrokerContext(config, self.logs, self.metadata, AppendNotifier(), self._auto_create, layout,
-                                self.coordinator, self.metrics)
+                                self.coordinator, self.metrics, self.authorizer)
         self._start_metrics()
         adv_host, adv_port = config.advertised
         if not config.advertised_listeners:
@@ -207,6 +214,8 @@ class Broker:
                 await self.topic_admin.stop()
             await self.coordinator.stop()
         await asyncio.to_thread(self.logs.shutdown)
+        if self.authorizer is not None:
+            await asyncio.to_thread(self.authorizer.stop)
         if self._zk is not None:
             self.metadata.stop()
             self._registration.close()
