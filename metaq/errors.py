@@ -200,6 +200,9 @@ class ErrorCode(IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -209,6 +212,7 @@ class ErrorCode(IntEnum):
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
@@ -350,6 +354,26 @@ class InvalidSessionTimeoutError(BrokerResponseError):
 @_broker_error(ErrorCode.REBALANCE_IN_PROGRESS)
 class RebalanceInProgressError(BrokerResponseError):
     pass
+
+
+@_broker_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+class TopicAuthorizationFailedError(BrokerResponseError):
+    """The principal may not do this to the topic (an ACL): fatal, retrying cannot help."""
+
+
+@_broker_error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+class GroupAuthorizationFailedError(BrokerResponseError):
+    """The principal may not use the group (an ACL): fatal, retrying cannot help."""
+
+
+@_broker_error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+class ClusterAuthorizationFailedError(BrokerResponseError):
+    """The principal may not do this cluster-wide operation (an ACL)."""
+
+
+@_broker_error(ErrorCode.SECURITY_DISABLED)
+class SecurityDisabledError(BrokerResponseError):
+    """The broker has no authorizer (``authorizer.class.name`` unset): ACL APIs are refused."""
 
 
 @_broker_error(ErrorCode.UNSUPPORTED_VERSION)

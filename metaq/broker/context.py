@@ -32,6 +32,13 @@ PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("principal", def
 """The authenticated principal of the connection whose request is being handled (``User:alice``); a
 PLAINTEXT connection is ``User:ANONYMOUS``, as in Kafka. Set per connection task, read by ACL checks."""
 
+_DENIED = {
+    ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    ResourceType.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+    ResourceType.TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
+
 
 @dataclass
 class BrokerContext:
@@ -62,6 +69,13 @@ class BrokerContext:
             return True
         host = CLIENT_HOST.get().lstrip("/")
         return self.authorizer.authorize(PRINCIPAL.get(), host, operation, resource_type, name)
+
+    def denied(self, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
+        """0 if :meth:`authorize` allows, else the error code Kafka answers for the resource type
+        (TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED)."""
+        if self.authorize(operation, resource_type, name):
+            return ErrorCode.NONE
+        return _DENIED.get(resource_type, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
     def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
         """Whether the principal may do ``operation`` on some resource of the type (Kafka's

@@ -11,16 +11,22 @@ from enum import IntEnum
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
@@ -87,6 +93,9 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
@@ -131,6 +140,10 @@ BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1),
     ApiKey.LIST_GROUPS: (ListGroupsRequest, ListGroupsResponse, 0, 5),
     ApiKey.OFFSET_DELETE: (OffsetDeleteRequest, OffsetDeleteResponse, 0, 0),
+    # ACL admin (kafka-acls, AdminClient *_acls): v1 adds prefixed patterns, v2+ are flexible (no tagged fields)
+    ApiKey.DESCRIBE_ACLS: (DescribeAclsRequest, DescribeAclsResponse, 0, 3),
+    ApiKey.CREATE_ACLS: (CreateAclsRequest, CreateAclsResponse, 0, 3),
+    ApiKey.DELETE_ACLS: (DeleteAclsRequest, DeleteAclsResponse, 0, 3),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from metaq.broker.handlers import (
+    acls,
     api_versions,
     configs,
     delete_records,
@@ -45,4 +46,7 @@ HANDLERS = {
     ApiKey.ALTER_CONFIGS: configs.alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: describe_cluster.handle,
+    ApiKey.DESCRIBE_ACLS: acls.describe_acls,
+    ApiKey.CREATE_ACLS: acls.create_acls,
+    ApiKey.DELETE_ACLS: acls.delete_acls,
 }

@@ -18,7 +18,7 @@ from kafka.protocol.admin import (
 )
 
 from metaq.broker.context import BrokerContext
-from metaq.broker.handlers.topic_admin import AdminError, attempt
+from metaq.broker.handlers.topic_admin import AdminError, attempt, require
 from metaq.broker.topic_config import (
     LIST_KEYS,
     TOPIC_CONFIG_KEYS,
@@ -28,6 +28,7 @@ from metaq.broker.topic_config import (
     validate_topic_config,
 )
 from metaq.errors import ConfigError, ErrorCode
+from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +105,10 @@ def _describe_broker(ctx: BrokerContext, name: str, keys: list[str] | None, vers
 async def _describe(ctx: BrokerContext, resource: Any, keys: list[str] | None, version: int,
                     synonyms: bool) -> list[Any]:
     if resource.resource_type == TOPIC:
+        require(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, resource.resource_name)
         return await _describe_topic(ctx, resource.resource_name, keys, version, synonyms)
     if resource.resource_type == BROKER:
+        require(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER)
         return _describe_broker(ctx, resource.resource_name, keys, version, synonyms)
     raise AdminError(ErrorCode.INVALID_REQUEST, f"metaq describes topic and broker configs, not resource type"
                                       f" {resource.resource_type}")
@@ -160,12 +163,14 @@ def _incremental(current: dict[str, str], ops: list[Any]) -> dict[str, str]:
 async def _alter(ctx: BrokerContext, resource: Any, validate_only: bool,
                  change: Callable[[dict[str, str]], dict[str, str]]) -> None:
     if resource.resource_type == BROKER:
+        require(ctx, AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER)
         raise AdminError(ErrorCode.INVALID_REQUEST, "broker configs are read-only in metaq: set them in the broker's"
                                           " properties file and restart it")
     if resource.resource_type != TOPIC:
         raise AdminError(ErrorCode.INVALID_REQUEST,
                          f"metaq alters topic configs, not resource type {resource.resource_type}")
     topic = resource.resource_name
+    require(ctx, AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, topic)
     if topic not in ctx.snapshot.topics:
         raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {topic} does not exist")
     stored = await ctx.in_thread(ctx.layout.topic_config, topic)

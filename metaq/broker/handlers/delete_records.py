@@ -15,6 +15,7 @@ from kafka.protocol.admin import DeleteRecordsResponse
 
 from metaq.broker.context import BrokerContext
 from metaq.errors import ErrorCode, OffsetOutOfRangeError, StorageError
+from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ PartitionResult = TopicResult.DeleteRecordsPartitionResult
 
 def _delete(ctx: BrokerContext, topic: str, partition: int, offset: int) -> tuple[int, int]:
     """(error_code, low_watermark)."""
-    error = ctx.serving_error(topic, partition)
+    error = ctx.denied(AclOperation.DELETE, ResourceType.TOPIC, topic) or ctx.serving_error(topic, partition)
     if error:
         return error, -1
     plog = ctx.log_for(topic, partition)

@@ -9,6 +9,7 @@ from kafka.protocol.admin import DescribeClusterResponse
 
 from metaq.broker.context import BrokerContext
 from metaq.errors import ErrorCode
+from zk_layout.acl_formats import AclOperation, ResourceType
 
 BROKERS_ENDPOINT = 1
 
@@ -25,6 +26,10 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
                 throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
                 cluster_id=snapshot.cluster_id or "",
                 error_message="metaq has no controller endpoints: ask for brokers", brokers=[], **fields)
+    if denied := ctx.denied(AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        return DescribeClusterResponse[version](
+            throttle_time_ms=0, error_code=denied, error_message="not authorized to describe the cluster",
+            cluster_id=snapshot.cluster_id or "", controller_id=-1, brokers=[], **fields)
     brokers = [Broker(broker_id=info.id, host=info.host, port=info.port, rack=info.rack)
                for info in sorted(snapshot.brokers.values(), key=lambda b: b.id)]
     return DescribeClusterResponse[version](

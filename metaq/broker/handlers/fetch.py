@@ -17,6 +17,7 @@ from typing import Any
 from metaq.broker.context import BrokerContext
 from metaq.errors import ErrorCode, OffsetOutOfRangeError
 from metaq.protocol.fetch_response import PartitionPart, TopicPart
+from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def _read_partition(
 
     With ``min_one`` the first batch comes whole even past ``limit``; otherwise a first batch that does
     not fit leaves the partition empty in this answer (the client asks again)."""
-    error = ctx.serving_error(topic, p.partition)
+    error = ctx.denied(AclOperation.READ, ResourceType.TOPIC, topic) or ctx.serving_error(topic, p.partition)
     if error:
         return PartitionPart(p.partition, error, -1, -1, -1, None), 0
     plog = ctx.log_for(topic, p.partition)

@@ -15,6 +15,7 @@ from kafka.protocol.consumer import OffsetDeleteResponse
 from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.group import DEAD
 from metaq.errors import ErrorCode
+from zk_layout.acl_formats import AclOperation, ResourceType
 
 CLASSIC_GROUP_TYPE = "classic"  # KIP-848's name for JoinGroup/SyncGroup groups, the only kind metaq has
 # Without an authorizer every client may do everything: READ (3), DELETE (6) and DESCRIBE (8) on a group,
@@ -34,6 +35,8 @@ async def list_groups(ctx: BrokerContext, request: Any, version: int) -> Any:
     states = request.states_filter if version >= 4 else []
     types = {t.lower() for t in request.types_filter} if version >= 5 else set()
     error, groups = await ctx.coordinator.list_groups(states)
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER):  # else only the groups it may describe
+        groups = [g for g in groups if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g[0])]
     if types and CLASSIC_GROUP_TYPE not in types:
         groups = []
     return ListGroupsResponse[version](throttle_time_ms=0, error_code=error, groups=[
@@ -45,6 +48,10 @@ async def describe_groups(ctx: BrokerContext, request: Any, version: int) -> Any
     operations = set(ALL_GROUP_OPERATIONS) if version >= 3 and request.include_authorized_operations else None
     described = []
     for group_id in request.groups:
+        if denied := ctx.denied(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(DescribedGroup(error_code=denied, group_id=group_id, group_state="", protocol_type="",
+                                            protocol_data="", authorized_operations=operations, members=[]))
+            continue
         error, summary = await ctx.coordinator.describe_group(group_id)
         message = None
         if not error and summary.state == DEAD and version >= 6:  # KIP-1043: v6 names an unknown group
@@ -61,14 +68,19 @@ async def describe_groups(ctx: BrokerContext, request: Any, version: int) -> Any
 
 
 async def delete_groups(ctx: BrokerContext, request: Any, version: int) -> Any:
-    results = [DeletableGroup(group_id=gid, error_code=await ctx.coordinator.delete_group(gid))
+    results = [DeletableGroup(group_id=gid, error_code=ctx.denied(AclOperation.DELETE, ResourceType.GROUP, gid)
+                              or await ctx.coordinator.delete_group(gid))
                for gid in dict.fromkeys(request.groups_names)]
     return DeleteGroupsResponse[version](throttle_time_ms=0, results=results)
 
 
 async def offset_delete(ctx: BrokerContext, request: Any, version: int) -> Any:
+    if denied := ctx.denied(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return OffsetDeleteResponse[version](throttle_time_ms=0, error_code=denied, topics=[])
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    unknown = {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in wanted if ctx.snapshot.partition(*tp) is None}
+    unknown = {tp: ctx.denied(AclOperation.READ, ResourceType.TOPIC, tp[0]) or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+               for tp in wanted if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, tp[0])
+               or ctx.snapshot.partition(*tp) is None}
     error, errors = await ctx.coordinator.delete_offsets(request.group_id, [tp for tp in wanted if tp not in unknown])
     errors = {**errors, **unknown}
     topics = [DeleteTopic(name=t.name, partitions=[

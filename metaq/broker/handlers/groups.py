@@ -14,6 +14,7 @@ from kafka.protocol.metadata import FindCoordinatorResponse
 
 from metaq.broker.context import CLIENT_HOST, BrokerContext
 from metaq.errors import ErrorCode
+from zk_layout.acl_formats import AclOperation, ResourceType
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 NO_TRANSACTIONS = "metaq does not support transactions"
@@ -31,12 +32,18 @@ async def find_coordinator(ctx: BrokerContext, request: Any, version: int) -> An
             throttle_time_ms=0, error_code=refusal,
             error_message=f"{NO_TRANSACTIONS} (transactional.id {request.key!r})" if transactional
             else f"unknown coordinator key type {request.key_type}", node_id=-1, host="", port=-1)
+    if denied := ctx.denied(AclOperation.DESCRIBE, ResourceType.GROUP, request.key):
+        return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=denied, error_message=None,
+                                                node_id=-1, host="", port=-1)
     error, node_id, host, port = await ctx.coordinator.find_coordinator(request.key)
     return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=error, error_message=None,
                                             node_id=node_id, host=host, port=port)
 
 
 async def join_group(ctx: BrokerContext, request: Any, version: int) -> Any:
+    if denied := ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return JoinGroupResponse[version](throttle_time_ms=0, error_code=denied, generation_id=-1, protocol_name="",
+                                          leader="", member_id=request.member_id, members=[])
     result = await ctx.coordinator.join_group(
         request.group_id,
         request.member_id,
@@ -62,6 +69,8 @@ async def join_group(ctx: BrokerContext, request: Any, version: int) -> Any:
 
 
 async def sync_group(ctx: BrokerContext, request: Any, version: int) -> Any:
+    if denied := ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return SyncGroupResponse[version](throttle_time_ms=0, error_code=denied, assignment=b"")
     assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
     error, assignment = await ctx.coordinator.sync_group(
         request.group_id, request.generation_id, request.member_id,
@@ -70,11 +79,12 @@ async def sync_group(ctx: BrokerContext, request: Any, version: int) -> Any:
 
 
 async def heartbeat(ctx: BrokerContext, request: Any, version: int) -> Any:
-    error = ctx.coordinator.heartbeat(request.group_id, request.generation_id, request.member_id,
-                                      request.group_instance_id if version >= 3 else None)
+    error = ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id) or ctx.coordinator.heartbeat(
+        request.group_id, request.generation_id, request.member_id, request.group_instance_id if version >= 3 else None)
     return HeartbeatResponse[version](throttle_time_ms=0, error_code=error)
 
 
 async def leave_group(ctx: BrokerContext, request: Any, version: int) -> Any:
-    error = ctx.coordinator.leave_group(request.group_id, request.member_id)
+    error = (ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id)
+             or ctx.coordinator.leave_group(request.group_id, request.member_id))
     return LeaveGroupResponse[version](throttle_time_ms=0, error_code=error)

@@ -15,6 +15,7 @@ from kafka.protocol.producer import InitProducerIdResponse
 
 from metaq.broker.context import BrokerContext
 from metaq.errors import ErrorCode
+from zk_layout.acl_formats import AclOperation, ResourceType
 
 _ids = itertools.count((int(time.time() * 1000) & 0x3FFFFFFFFFF) << 20)
 
@@ -24,5 +25,10 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
         return InitProducerIdResponse[version](
             throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
             producer_id=-1, producer_epoch=-1)
+    # Kafka 2.8+ (KIP-679): IdempotentWrite on the cluster, or Write on some topic
+    if not (ctx.authorize(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
+            or ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC)):
+        return InitProducerIdResponse[version](
+            throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
     return InitProducerIdResponse[version](throttle_time_ms=0, error_code=0, producer_id=next(_ids),
                                            producer_epoch=0)

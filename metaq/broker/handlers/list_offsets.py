@@ -13,6 +13,7 @@ from typing import Any
 from kafka.protocol.consumer import ListOffsetsResponse
 
 from metaq.broker.context import BrokerContext
+from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ PartitionResponse = TopicResponse.ListOffsetsPartitionResponse
 
 def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int) -> tuple[int, int, int]:
     """(error_code, timestamp, offset)."""
-    error = ctx.serving_error(topic, partition)
+    error = ctx.denied(AclOperation.DESCRIBE, ResourceType.TOPIC, topic) or ctx.serving_error(topic, partition)
     if error:
         return error, -1, -1
     plog = ctx.log_for(topic, partition)

@@ -18,6 +18,7 @@ from metaq.broker.context import BrokerContext
 from metaq.broker.metadata import ClusterSnapshot
 from metaq.errors import ConfigError, ErrorCode
 from zk_layout import validate_topic
+from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,9 @@ async def _maybe_create(ctx: BrokerContext, name: str, allowed: bool) -> int:
         return ErrorCode.INVALID_TOPIC_EXCEPTION
     if not (allowed and ctx.config.auto_create_topics_enable) or name in INTERNAL_TOPICS:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if not ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER):  # Kafka: Create on the cluster or topic
+        if denied := ctx.denied(AclOperation.CREATE, ResourceType.TOPIC, name):
+            return denied
     await ctx.auto_create(name)
     return ErrorCode.LEADER_NOT_AVAILABLE
 
@@ -81,6 +85,10 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     topics = []
     for name in _requested_topics(request, version, snapshot):
         error = 0
+        if denied := ctx.denied(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+            if request.topics:  # named topics are answered with the error; a listing leaves them out
+                topics.append(Topic(error_code=denied, name=name, is_internal=False, partitions=[]))
+            continue
         if name not in snapshot.topics:
             error = await _maybe_create(ctx, name, allow_create and created < AUTO_CREATE_MAX_PER_REQUEST)
             created += error == ErrorCode.LEADER_NOT_AVAILABLE

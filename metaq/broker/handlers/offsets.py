@@ -13,6 +13,7 @@ from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchResponse
 
 from metaq.broker.context import BrokerContext
 from metaq.errors import ErrorCode, MetaqError
+from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +34,20 @@ def _commit_response(version: int, topics: Any, errors: dict[tuple[str, int], in
 async def offset_commit(ctx: BrokerContext, request: Any, version: int) -> Any:
     offsets = {(t.name, p.partition_index): (p.committed_offset, p.committed_metadata)
                for t in request.topics for p in t.partitions}
+    if denied := ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return _commit_response(version, request.topics, dict.fromkeys(offsets, denied))
+    # Kafka: Read on each topic; the partitions of the others are answered TOPIC_AUTHORIZATION_FAILED
+    refused = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in offsets
+               if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, tp[0])}
+    offsets = {tp: value for tp, value in offsets.items() if tp not in refused}
     if version == 0:
         errors = await _commit_to_zookeeper(ctx, request.group_id, offsets)
-        return _commit_response(version, request.topics, errors)
+        return _commit_response(version, request.topics, {**errors, **refused})
     retention = request.retention_time_ms if 2 <= version <= 4 else -1
     errors = await ctx.coordinator.commit_offsets(
         request.group_id, request.generation_id_or_member_epoch, request.member_id,
-        request.group_instance_id if version >= 7 else None, offsets, retention)
-    return _commit_response(version, request.topics, errors)
+        request.group_instance_id if version >= 7 else None, offsets, retention) if offsets else {}
+    return _commit_response(version, request.topics, {**errors, **refused})
 
 
 async def _commit_to_zookeeper(ctx: BrokerContext, group: str,
@@ -59,6 +66,10 @@ async def _commit_to_zookeeper(ctx: BrokerContext, group: str,
 async def offset_fetch(ctx: BrokerContext, request: Any, version: int) -> Any:
     wanted = None if request.topics is None else [
         (t.name, p) for t in request.topics for p in t.partition_indexes]
+    if denied := ctx.denied(AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
+        return OffsetFetchResponse[version](throttle_time_ms=0, error_code=denied, topics=[
+            FetchTopic(name=t, partitions=[FetchPartition(partition_index=p, committed_offset=-1, metadata="",
+                                                          error_code=denied)]) for t, p in wanted or []])
     if version == 0:
         found = await _fetch_from_zookeeper(ctx, request.group_id, wanted or [])
         error = 0
@@ -69,9 +80,13 @@ async def offset_fetch(ctx: BrokerContext, request: Any, version: int) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for topic, partition in keys:
         offset, metadata = found.get((topic, partition), (-1, ""))
+        part_error = error if version < 2 else 0
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic):
+            if wanted is None:
+                continue  # all of the group's offsets: the topics the principal may not see are left out
+            offset, metadata, part_error = -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED
         by_topic.setdefault(topic, []).append(FetchPartition(
-            partition_index=partition, committed_offset=offset, metadata=metadata,
-            error_code=error if version < 2 else 0))
+            partition_index=partition, committed_offset=offset, metadata=metadata, error_code=part_error))
     return OffsetFetchResponse[version](
         throttle_time_ms=0, error_code=error,
         topics=[FetchTopic(name=t, partitions=parts) for t, parts in by_topic.items()])

@@ -29,6 +29,7 @@ from metaq.errors import (
     UnsupportedCompressionError,
     UnsupportedMessageFormatError,
 )
+from zk_layout.acl_formats import AclOperation, ResourceType
 from zk_layout.formats import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ _FIRST_BATCH_V2_VERSION = 3
 
 def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tuple[int, int, PartitionLog | None]:
     """(error_code, base_offset, log) for one partition's records."""
+    if denied := ctx.denied(AclOperation.WRITE, ResourceType.TOPIC, topic):
+        return denied, -1, None
     if topic in INTERNAL_TOPICS:
         log.warning("produce to %s-%d rejected: %s is an internal topic, written by brokers only",
                     topic, partition, topic)

@@ -23,6 +23,7 @@ from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, default_value, validate
 from metaq.broker.topics import add_partitions, create_topic
 from metaq.errors import ConfigError, ErrorCode, MetaqError, TopicExistsError, UnknownTopicError
 from zk_layout import validate_topic
+from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,14 @@ class AdminError(MetaqError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def require(ctx: BrokerContext, operation: AclOperation, resource_type: ResourceType,
+            name: str = CLUSTER_NAME) -> None:
+    """Refuse with Kafka's authorization error unless the principal may do ``operation`` on the resource."""
+    if denied := ctx.denied(operation, resource_type, name):
+        raise AdminError(denied, f"Authorization failed: {operation.kafka_name} on {resource_type.kafka_name} "
+                                 f"{name} is not allowed for {ctx.principal}")
 
 
 async def attempt(what: str, work: Awaitable[T]) -> tuple[int, str | None, T | None]:
@@ -123,6 +132,8 @@ def _plan_topic(ctx: BrokerContext, topic: Any) -> tuple[int, dict[int, list[int
 async def _create_one(
     ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int
 ) -> tuple[int, dict[str, str]]:
+    if not ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER):
+        require(ctx, AclOperation.CREATE, ResourceType.TOPIC, topic.name)
     _check_name(topic.name)
     if topic.name in await ctx.in_thread(ctx.layout.topics_marked_for_deletion):
         raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' is marked for deletion.")
@@ -177,6 +188,7 @@ async def create_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
 
 
 async def _delete_one(ctx: BrokerContext, topic: str, timeout_ms: int) -> None:
+    require(ctx, AclOperation.DELETE, ResourceType.TOPIC, topic)
     if topic == OFFSETS_TOPIC:
         raise AdminError(ErrorCode.INVALID_REQUEST,
                          f"{OFFSETS_TOPIC} is internal: it holds the groups' committed offsets")
@@ -221,6 +233,7 @@ async def delete_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
 
 
 async def _add_one(ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int) -> None:
+    require(ctx, AclOperation.ALTER, ResourceType.TOPIC, topic.name)
     current = ctx.snapshot.topics.get(topic.name)
     if current is None:
         raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic.name}' does not exist.")
