@@ -32,7 +32,9 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from integration_tests.peers import KCAT
 from metaq.broker.topics import create_topic
-from metaq.errors import ErrorCode
+from metaq.consumer import Consumer
+from metaq.errors import ErrorCode, TopicAuthorizationFailedError
+from metaq.producer import Producer
 from metaq.testing.broker import BrokerProcess, request, wait_until
 from zk_layout import ZkLayout
 from zk_layout.acl_formats import AclEntry, AclPermission, ResourcePattern
@@ -246,3 +248,20 @@ def test_acl_apis_without_authorizer_answer_security_disabled(broker: BrokerProc
                                  principal_filter=None, host_filter=None, operation=1, permission_type=1)
     resp = request(broker.bootstrap, req, DescribeAclsResponse, 1)
     assert resp.error_code == ErrorCode.SECURITY_DISABLED
+
+
+def test_metaq_producer_and_consumer_fail_fast_on_acls(secured: BrokerProcess, make_topic: Any,
+                                                       zk_connect: str) -> None:
+    make_topic("guarded")
+    with Producer({"zookeeper.connect": zk_connect, "linger.ms": 2, "retries": 1000}) as producer:
+        future = producer.send("guarded", b"refused", partition=0)
+        with pytest.raises(TopicAuthorizationFailedError):
+            future.result(timeout=TIMEOUT)  # not retried: 1000 retries would outlast the timeout
+    allow(zk_connect, "--operation", "Write", "--topic", "guarded")
+    wait_until(lambda: _produce_error(secured.bootstrap, "guarded", timeout=5) is None, TIMEOUT, "Write allowed")
+    consumer = Consumer({"group.id": "reader", "zookeeper.connect": zk_connect, "consumer.timeout.ms": 20000,
+                         "auto.offset.reset": "smallest", "zookeeper.session.timeout.ms": 3000})
+    with consumer:
+        stream = consumer.create_message_streams({"guarded": 1})["guarded"][0]
+        with pytest.raises(TopicAuthorizationFailedError):
+            next(iter(stream))  # raised by the stream, not a ConsumerTimeoutError after endless retries

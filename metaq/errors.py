@@ -236,13 +236,15 @@ class BrokerResponseError(MetaqError):
     message: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
     invalid_metadata: ClassVar[bool] = False
     group_coordinator: ClassVar[bool] = False
+    authorization: ClassVar[bool] = False
+    """An ACL refused the request: fatal for the resource until an operator changes the ACLs."""
 
 
 _BY_CODE: dict[int, type[BrokerResponseError]] = {}
 
 
 def _broker_error(code: ErrorCode, *, retriable: bool = False, invalid_metadata: bool = False,
-                  group_coordinator: bool = False,
+                  group_coordinator: bool = False, authorization: bool = False,
                   ) -> Callable[[type[BrokerResponseError]], type[BrokerResponseError]]:
     def register(cls: type[BrokerResponseError]) -> type[BrokerResponseError]:
         cls.code = code
@@ -250,6 +252,7 @@ def _broker_error(code: ErrorCode, *, retriable: bool = False, invalid_metadata:
         cls.retriable = retriable
         cls.invalid_metadata = invalid_metadata
         cls.group_coordinator = group_coordinator
+        cls.authorization = authorization
         _BY_CODE[code] = cls
         return cls
 
@@ -356,17 +359,17 @@ class RebalanceInProgressError(BrokerResponseError):
     pass
 
 
-@_broker_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+@_broker_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, authorization=True)
 class TopicAuthorizationFailedError(BrokerResponseError):
     """The principal may not do this to the topic (an ACL): fatal, retrying cannot help."""
 
 
-@_broker_error(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+@_broker_error(ErrorCode.GROUP_AUTHORIZATION_FAILED, authorization=True)
 class GroupAuthorizationFailedError(BrokerResponseError):
     """The principal may not use the group (an ACL): fatal, retrying cannot help."""
 
 
-@_broker_error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+@_broker_error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, authorization=True)
 class ClusterAuthorizationFailedError(BrokerResponseError):
     """The principal may not do this cluster-wide operation (an ACL)."""
 

@@ -401,6 +401,9 @@ class FetchRequestRunner(threading.Thread):
                     f"from broker {self.broker_id}")
         if self._metrics is not None:
             self._metrics.fetch_error(cls.message)
+        if cls.authorization:  # an ACL refuses it: fatal (the stream raises it), as Kafka's consumer does
+            self._stop_partition(info, error)
+            return
         self._owner.record_error(info.key, error)
         if cls.invalid_metadata:
             log.info("%s: %s; looking for the leader again", self.name, error)
