@@ -218,7 +218,7 @@ def decode_extended_change(path: str, raw: bytes | None) -> ResourcePattern:
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= CHANGE_EVENT_VERSION:
         raise MalformedNodeError(path, raw, f"unsupported version {version!r} (expected 1)")
     try:
-        return ResourcePattern(ResourceType.parse(obj.get("resourceType"), "resourceType"), obj.get("name"),
-                               PatternType.parse(obj.get("patternType"), "patternType"))
+        return ResourcePattern(ResourceType.parse(obj.get("resourceType", ""), "resourceType"), obj.get("name", ""),
+                               PatternType.parse(obj.get("patternType", ""), "patternType"))
     except ConfigError as e:
         raise MalformedNodeError(path, raw, str(e)) from e

@@ -201,7 +201,12 @@ class Authorizer:
         for binding in bindings:
             grouped.setdefault(binding.pattern, set()).add(binding.entry)
         for pattern, entries in grouped.items():
-            self._store(pattern, self._layout.update_acls(pattern, lambda current, new=entries: current | new))
+            added = frozenset(entries)
+
+            def with_added(current: frozenset[AclEntry], added: frozenset[AclEntry] = added) -> frozenset[AclEntry]:
+                return current | added
+
+            self._store(pattern, self._layout.update_acls(pattern, with_added))
 
     def delete(self, acl_filter: AclFilter) -> list[AclBinding]:
         """Remove the ACLs ``acl_filter`` matches; returns those removed."""

@@ -1,0 +1,149 @@
+"""ACL nodes: Kafka's exact bytes, strict decoding naming the node, and conditional updates against a real
+ZooKeeper (two writers never lose an ACL); the broker's Authorizer cache following change notifications."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from metaq.broker.security.acl_rules import AclFilter, Rules
+from metaq.broker.security.authorizer import Authorizer
+from metaq.errors import ConfigError, MalformedNodeError
+from metaq.testing.wait import wait_until
+from zk_layout import ZkLayout
+from zk_layout.acl_formats import (
+    AclEntry,
+    AclOperation,
+    AclPermission,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    decode_acls,
+    decode_extended_change,
+    decode_literal_change,
+    encode_acls,
+    encode_extended_change,
+    encode_literal_change,
+)
+
+ORDERS = ResourcePattern(ResourceType.TOPIC, "orders")
+ORD_PREFIX = ResourcePattern(ResourceType.TOPIC, "ord", PatternType.PREFIXED)
+
+
+def entry(principal: str, op: AclOperation = AclOperation.READ,
+          permission: AclPermission = AclPermission.ALLOW) -> AclEntry:
+    return AclEntry(principal, "*", op, permission)
+
+
+def test_codecs_write_kafkas_bytes_and_read_them_back() -> None:
+    acls = frozenset({entry("User:alice"), entry("User:bob", AclOperation.IDEMPOTENT_WRITE, AclPermission.DENY)})
+    raw = encode_acls(acls)
+    assert raw == (b'{"version":1,"acls":[{"principal":"User:alice","permissionType":"Allow","operation":"Read",'
+                   b'"host":"*"},{"principal":"User:bob","permissionType":"Deny","operation":"IdempotentWrite",'
+                   b'"host":"*"}]}')
+    assert decode_acls("/kafka-acl/Topic/orders", raw) == acls
+    assert encode_literal_change(ORDERS) == b"TOPIC:orders"
+    assert decode_literal_change("/c", b"Topic:orders") == ORDERS  # Kafka 2.0's spelling reads too
+    assert encode_extended_change(ORD_PREFIX) == \
+        b'{"version":1,"resourceType":"TOPIC","name":"ord","patternType":"PREFIXED"}'
+    assert decode_extended_change("/c", encode_extended_change(ORD_PREFIX)) == ORD_PREFIX
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (b"", "not UTF-8 JSON"),
+    (b"[]", "expected a JSON object"),
+    (b'{"version":2,"acls":[]}', "unsupported version 2"),
+    (b'{"version":1}', "missing list 'acls'"),
+    (b'{"version":1,"acls":[{"principal":"User:a","permissionType":"Allow","operation":"Read"}]}', "acls[0]"),
+    (b'{"version":1,"acls":[{"principal":"User:a","permissionType":"Allow","operation":"Fly","host":"*"}]}',
+     "operation 'Fly'"),
+    (b'{"version":1,"acls":[{"principal":"alice","permissionType":"Allow","operation":"Read","host":"*"}]}',
+     "principal 'alice'"),
+])
+def test_malformed_acl_nodes_are_refused_naming_the_node(raw: bytes, reason: str) -> None:
+    with pytest.raises(MalformedNodeError, match="/kafka-acl/Topic/orders") as info:
+        decode_acls("/kafka-acl/Topic/orders", raw)
+    assert reason in info.value.reason
+
+
+def test_bad_patterns_are_config_errors() -> None:
+    with pytest.raises(ConfigError):
+        ResourcePattern(ResourceType.TOPIC, "a/b")
+    with pytest.raises(ConfigError):
+        ResourcePattern(ResourceType.ANY, "orders")
+    with pytest.raises(ConfigError):
+        ResourcePattern(ResourceType.TOPIC, "*", PatternType.PREFIXED)
+    with pytest.raises(MalformedNodeError, match="/kafka-acl-changes/acl_changes_0000000001"):
+        decode_literal_change("/kafka-acl-changes/acl_changes_0000000001", b"no-separator")
+
+
+def test_updates_write_nodes_and_notifications(zk_layout: ZkLayout) -> None:
+    zk_layout.update_acls(ORDERS, lambda current: current | {entry("User:alice")})
+    zk_layout.update_acls(ORD_PREFIX, lambda current: current | {entry("User:bob")})
+    assert zk_layout.all_acls() == {ORDERS: {entry("User:alice")}, ORD_PREFIX: {entry("User:bob")}}
+    client = zk_layout.client
+    assert client.exists("/kafka-acl/Topic/orders") and client.exists("/kafka-acl-extended/prefixed/Topic/ord")
+    assert len(zk_layout.acl_changes(PatternType.LITERAL)) == 1
+    [name] = zk_layout.acl_changes(PatternType.PREFIXED)
+    change = zk_layout.acl_change(PatternType.PREFIXED, name)
+    assert change is not None and change[0] == ORD_PREFIX
+    # no change, no write and no notification; removing the last ACL deletes the node
+    zk_layout.update_acls(ORDERS, lambda current: current)
+    assert len(zk_layout.acl_changes(PatternType.LITERAL)) == 1
+    zk_layout.update_acls(ORDERS, lambda current: frozenset())
+    assert client.exists("/kafka-acl/Topic/orders") is None
+    assert len(zk_layout.acl_changes(PatternType.LITERAL)) == 2
+
+
+def test_concurrent_writers_never_lose_an_acl(zk_layout: ZkLayout, make_zk_client) -> None:
+    layouts = [ZkLayout(make_zk_client()) for _ in range(4)]
+    per_writer = 10
+
+    def write(index: int) -> None:
+        for i in range(per_writer):
+            layouts[index].update_acls(ORDERS, lambda current, i=i: current | {entry(f"User:w{index}-{i}")})
+
+    threads = [threading.Thread(target=write, args=(i,), name=f"acl-writer-{i}") for i in range(len(layouts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(zk_layout.acls(ORDERS)) == len(layouts) * per_writer
+
+
+def test_a_malformed_resource_node_names_its_path(zk_layout: ZkLayout) -> None:
+    zk_layout.client.create("/kafka-acl/Group/etl", b'{"version":1,"acls":"nope"}', makepath=True)
+    with pytest.raises(MalformedNodeError, match="/kafka-acl/Group/etl"):
+        zk_layout.all_acls()
+
+
+def test_authorizer_cache_follows_changes_from_any_writer(zk_layout: ZkLayout, make_zk_client) -> None:
+    zk_layout.update_acls(ORDERS, lambda current: current | {entry("User:alice")})
+    authorizer = Authorizer(ZkLayout(make_zk_client()), Rules(frozenset()))
+    authorizer.start()
+    try:
+        def may(principal: str, name: str = "orders") -> bool:
+            return authorizer.authorize(principal, "127.0.0.1", AclOperation.READ, ResourceType.TOPIC, name)
+
+        assert may("User:alice") and not may("User:bob")
+        zk_layout.update_acls(ORD_PREFIX, lambda current: current | {entry("User:bob")})
+        wait_until(lambda: may("User:bob", "orders-eu"), 10, "the prefixed ACL applied")
+        zk_layout.update_acls(ORDERS, lambda current: frozenset())
+        wait_until(lambda: not may("User:alice"), 10, "the removal applied")
+        # a notification that does not parse reloads everything rather than stopping the cache
+        zk_layout.client.create("/kafka-acl-changes/acl_changes_", b"garbage", sequence=True)
+        zk_layout.update_acls(ORDERS, lambda current: current | {entry("User:carol")})
+        wait_until(lambda: may("User:carol"), 10, "later changes still applied")
+        assert {str(b.pattern) for b in authorizer.describe(AclFilter())} == {
+            "Topic:LITERAL:orders", "Topic:PREFIXED:ord"}
+    finally:
+        authorizer.stop()
+
+
+def test_acl_change_notification_json_is_kafkas(zk_layout: ZkLayout) -> None:
+    zk_layout.update_acls(ORD_PREFIX, lambda current: current | {entry("User:bob")})
+    [name] = zk_layout.client.get_children("/kafka-acl-extended-changes")
+    assert json.loads(zk_layout.client.get(f"/kafka-acl-extended-changes/{name}")[0]) == {
+        "version": 1, "resourceType": "TOPIC", "name": "ord", "patternType": "PREFIXED"}
