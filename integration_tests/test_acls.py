@@ -14,6 +14,7 @@ from typing import Any
 
 import confluent_kafka
 import kafka
+import kafka.admin
 import kafka.errors
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -229,6 +230,18 @@ def test_admin_client_acl_round_trip(secured: BrokerProcess, zk_layout: ZkLayout
     match_clicks = AclBindingFilter(ResourceType.TOPIC, "clicks-eu", ResourcePatternType.MATCH, None, None,
                                     AclOperation.ANY, AclPermissionType.ANY)
     assert admin.describe_acls(match_clicks).result(timeout=TIMEOUT) == [binding]
+    # kafka-python's admin client reads the same ACL (it negotiates the flexible v2+)
+    kp_admin = kafka.admin.KafkaAdminClient(bootstrap_servers=secured.bootstrap)
+    try:
+        kp_acls, kp_error = kp_admin.describe_acls(kafka.admin.ACLFilter(
+            principal=None, host=None, operation=kafka.admin.ACLOperation.ANY,
+            permission_type=kafka.admin.ACLPermissionType.ANY,
+            resource_pattern=kafka.admin.ResourcePatternFilter(kafka.admin.ResourceType.TOPIC, "clicks-",
+                                                               kafka.admin.ACLResourcePatternType.PREFIXED)))
+    finally:
+        kp_admin.close()
+    assert kp_error is kafka.errors.NoError
+    assert [(acl.principal, acl.operation) for acl in kp_acls] == [("User:alice", kafka.admin.ACLOperation.READ)]
     deleted = admin.delete_acls([match_clicks])[match_clicks].result(timeout=TIMEOUT)
     assert deleted == [binding]
     assert zk_layout.client.exists("/kafka-acl-extended/prefixed/Topic/clicks-") is None
