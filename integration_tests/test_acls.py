@@ -165,9 +165,7 @@ def test_wildcard_topic_acl_and_kcat_reports_the_refusal(secured: BrokerProcess,
     assert ok.returncode == 0, ok.stderr
     refused = subprocess.run([KCAT, "-b", secured.bootstrap, "-P", "-t", "payments", "-p", "0",
                               "-X", "message.timeout.ms=10000"], input=b"p\n", capture_output=True, timeout=60)
-    assert refused.returncode != 0 or b"uthoriz" in refused.stderr, refused.stderr
-    assert b"Topic authorization failed" in refused.stderr or b"TOPIC_AUTHORIZATION_FAILED" in refused.stderr, \
-        refused.stderr
+    assert refused.returncode != 0 and b"Broker: Topic authorization failed" in refused.stderr, refused.stderr
 
 
 def test_group_refused_until_allowed(secured: BrokerProcess, make_topic: Any, zk_connect: str) -> None:
