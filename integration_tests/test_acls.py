@@ -27,9 +27,21 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from kafka.protocol.admin import DescribeAclsRequest, DescribeAclsResponse
-from kafka.protocol.consumer import FetchRequest, FetchResponse
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.admin import DescribeAclsRequest, DescribeAclsResponse, ListGroupsRequest, ListGroupsResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from kafka.protocol.metadata import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 
 from integration_tests.peers import KCAT
 from metaq.broker.topics import create_topic
@@ -276,3 +288,49 @@ def test_metaq_producer_and_consumer_fail_fast_on_acls(secured: BrokerProcess, m
         stream = consumer.create_message_streams({"guarded": 1})["guarded"][0]
         with pytest.raises(TopicAuthorizationFailedError):
             next(iter(stream))  # raised by the stream, not a ConsumerTimeoutError after endless retries
+
+
+def _commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    Topic = OffsetCommitRequest.OffsetCommitRequestTopic
+    req = OffsetCommitRequest[2](group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                                 retention_time_ms=-1, topics=[
+                                     Topic(name=t, partitions=[Topic.OffsetCommitRequestPartition(
+                                         partition_index=p, committed_offset=o, committed_metadata="")])
+                                     for (t, p), o in sorted(offsets.items())])
+    resp = request(bootstrap, req, OffsetCommitResponse, 2)
+    return {(t.name, p.partition_index): p.error_code for t in resp.topics for p in t.partitions}
+
+
+def _coordinator_error(bootstrap: str, group: str) -> int:
+    resp = request(bootstrap, FindCoordinatorRequest[1](key=group, key_type=0), FindCoordinatorResponse, 1)
+    return int(resp.error_code)
+
+
+def _fetch_offsets(bootstrap: str, group: str, version: int = 3) -> tuple[int, dict[tuple[str, int], Any]]:
+    resp = request(bootstrap, OffsetFetchRequest[version](group_id=group, topics=None), OffsetFetchResponse,
+                   version)
+    return resp.error_code, {(t.name, p.partition_index): p.committed_offset for t in resp.topics
+                             for p in t.partitions}
+
+
+def test_group_and_offset_apis_check_the_group_and_each_topic(secured: BrokerProcess, make_topic: Any,
+                                                              zk_connect: str) -> None:
+    make_topic("seen")
+    make_topic("unseen")
+    bootstrap = secured.bootstrap
+    wanted = {("seen", 0): 5, ("unseen", 0): 7}
+    assert set(_commit(bootstrap, "ledger", wanted).values()) == {ErrorCode.GROUP_AUTHORIZATION_FAILED}
+    assert _fetch_offsets(bootstrap, "ledger")[0] == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert _coordinator_error(bootstrap, "ledger") == ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+    allow(zk_connect, "--operation", "Read", "--group", "ledger", "--topic", "seen")
+    wait_until(lambda: _coordinator_error(bootstrap, "ledger") == 0, TIMEOUT, "the group allowed")
+    wait_until(lambda: _commit(bootstrap, "ledger", wanted) == {
+        ("seen", 0): 0, ("unseen", 0): ErrorCode.TOPIC_AUTHORIZATION_FAILED}, TIMEOUT, "the coordinator ready")
+    # the partitions of topics the principal may not describe are left out of a fetch of all offsets
+    assert _fetch_offsets(bootstrap, "ledger") == (0, {("seen", 0): 5})
+    listed = request(bootstrap, ListGroupsRequest[2](), ListGroupsResponse, 2).groups
+    assert [g.group_id for g in listed] == ["ledger"]  # groups it may not describe would be left out
+    metaq_acls(zk_connect, "remove", "--group", "ledger")
+    wait_until(lambda: not request(bootstrap, ListGroupsRequest[2](), ListGroupsResponse, 2).groups, TIMEOUT,
+               "ListGroups filters the groups the principal may not describe")
