@@ -136,8 +136,16 @@ def test_authorizer_cache_follows_changes_from_any_writer(zk_layout: ZkLayout, m
         zk_layout.client.create("/kafka-acl-changes/acl_changes_", b"garbage", sequence=True)
         zk_layout.update_acls(ORDERS, lambda current: current | {entry("User:carol")})
         wait_until(lambda: may("User:carol"), 10, "later changes still applied")
+        # a resource node rewritten with garbage keeps the ACLs read before, and later changes still apply
+        zk_layout.client.set("/kafka-acl/Topic/orders", b"garbage")
+        zk_layout.client.create("/kafka-acl-changes/acl_changes_", b"TOPIC:orders", sequence=True)
+        zk_layout.update_acls(ResourcePattern(ResourceType.GROUP, "g"), lambda current: current | {entry("User:dan")})
+        wait_until(lambda: authorizer.authorize("User:dan", "h", AclOperation.READ, ResourceType.GROUP, "g"), 10,
+                   "a change after the malformed node applied")
+        assert may("User:carol")
+        zk_layout.client.delete("/kafka-acl/Topic/orders")
         assert {str(b.pattern) for b in authorizer.describe(AclFilter())} == {
-            "Topic:LITERAL:orders", "Topic:PREFIXED:ord"}
+            "Topic:LITERAL:orders", "Topic:PREFIXED:ord", "Group:LITERAL:g"}
     finally:
         authorizer.stop()
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from metaq.errors import ConfigError, MetaqError
+from metaq.errors import ConfigError, MalformedNodeError, MetaqError
 from zk_layout import ZkLayout
 from zk_layout.acl_formats import (
     CLUSTER_NAME,
@@ -142,14 +142,23 @@ class Authorizer:
                 self._purge(store, names)
 
     def _apply_change(self, store: PatternType, name: str) -> None:
+        """Re-read the resource a notification names. A malformed node is logged (naming it) and skipped, the
+        ACLs read before kept: retrying cannot fix it, and dropping them could lift a Deny."""
         try:
             change = self._layout.acl_change(store, name)
-        except MetaqError as e:
-            log.error("cannot read ACL change %s: %s; reloading every ACL", name, e)
-            self._reload_all()
+        except MalformedNodeError as e:
+            log.error("%s; reloading every ACL instead", e)
+            try:
+                self._reload_all()
+            except MalformedNodeError as again:
+                log.error("%s; keeping the ACLs read before", again)
             return
-        if change is not None:
+        if change is None:
+            return
+        try:
             self._reload(change[0])
+        except MalformedNodeError as e:
+            log.error("%s; keeping the ACLs of %s read before", e, change[0])
 
     def _purge(self, store: PatternType, names: list[str]) -> None:
         now = int(time.time() * 1000)
