@@ -8,6 +8,7 @@ import contextlib
 import json
 import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -20,7 +21,14 @@ import confluent_kafka
 import kafka
 import pytest
 from confluent_kafka.admin import AdminClient
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -175,6 +183,17 @@ def test_metadata_answers_the_endpoints_of_the_listener_used(secure: SecureBroke
     finally:
         admin.close()
     assert ports == {secure.ports["SSL"]}
+
+
+def test_find_coordinator_answers_the_listener_used(secure: SecureBroker) -> None:
+    context = ssl.create_default_context(cafile=str(secure.certs.ca))
+    with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=30) as plain, \
+            context.wrap_socket(plain, server_hostname="localhost") as tls:
+        def coordinator() -> Any:
+            return call(tls, FindCoordinatorRequest[1](key="g-ssl", key_type=0), FindCoordinatorResponse, 1)
+        wait_until(lambda: coordinator().error_code == 0, 30, "the offsets topic created")
+        resp = coordinator()
+    assert (resp.host, resp.port) == ("127.0.0.1", secure.ports["SSL"])
 
 
 # ---- TLS ---------------------------------------------------------------------------------------------
