@@ -10,6 +10,7 @@ path (so that ``"a/b"`` cannot address another node) and raise :class:`ConfigErr
 from __future__ import annotations
 
 import re
+from urllib.parse import quote, unquote
 
 from metaq.errors import ConfigError
 
@@ -147,6 +148,25 @@ def acl_resource_path(root: str, type_name: str, name: str) -> str:
     """``<root>/<Type>/<name>``: ``root`` is :data:`ACL_LITERAL` or :data:`ACL_PREFIXED`, ``type_name`` Kafka's
     PascalCase resource type (``Topic``). The name may be anything a single node name can hold."""
     return f"{root}/{_validate_node_name('resource type', type_name)}/{_validate_node_name(type_name + ' name', name)}"
+
+
+# -- users (SCRAM credentials) ----------------------------------------------------------------------
+
+
+def sanitize_user(user: str) -> str:
+    """A user name as Kafka's ``Sanitizer`` writes it into a node name (URL-encoded, ``*`` as ``%2A``)."""
+    if not isinstance(user, str) or not user or user == "<default>":
+        raise ConfigError(f"user name {user!r}: must be a non-empty name (not <default>)")
+    return quote(user, safe="-._~")
+
+
+def desanitize_user(name: str) -> str:
+    return unquote(name)
+
+
+def user_config_path(user: str) -> str:
+    """``/config/users/<sanitized user>``: SCRAM credentials (and quotas) of a user."""
+    return f"{CONFIG_USERS}/{sanitize_user(user)}"
 
 
 # -- consumers -------------------------------------------------------------------------------------

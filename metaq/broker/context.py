@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from metaq.broker.auth.session import current_session
 from metaq.broker.config import BrokerConfig
 from metaq.broker.coordinator.coordinator import GroupCoordinator
 from metaq.broker.log.manager import LogManager
@@ -18,7 +19,7 @@ from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.security.authorizer import Authorizer
 from metaq.errors import ErrorCode, StorageError, for_code
 from metaq.metrics.broker import BrokerMetrics
-from zk_layout import ZkLayout
+from zk_layout import BrokerInfo, ZkLayout
 from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
@@ -26,11 +27,6 @@ log = logging.getLogger(__name__)
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 """The address of the client whose request is being handled, as Kafka shows it ("/127.0.0.1"); set by the
 network layer for each connection's task (DescribeGroups reports it per member)."""
-
-ANONYMOUS = "User:ANONYMOUS"
-PRINCIPAL: contextvars.ContextVar[str] = contextvars.ContextVar("principal", default=ANONYMOUS)
-"""The authenticated principal of the connection whose request is being handled (``User:alice``); a
-PLAINTEXT connection is ``User:ANONYMOUS``, as in Kafka. Set per connection task, read by ACL checks."""
 
 _DENIED = {
     ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
@@ -53,22 +49,13 @@ class BrokerContext:
     authorizer: Authorizer | None = None
     """None unless ``authorizer.class.name`` is set: then every check below allows everything."""
 
-    @property
-    def principal(self) -> str:
-        """The principal of the current connection (the context is shared; the value is per connection task)."""
-        return PRINCIPAL.get()
-
-    @principal.setter
-    def principal(self, value: str) -> None:
-        PRINCIPAL.set(value)
-
     def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> bool:
         """Whether the current connection's principal may do ``operation`` on the resource (Kafka's ACL rules,
         see metaq/broker/security/acl_rules.py); always True without an authorizer."""
         if self.authorizer is None:
             return True
         host = CLIENT_HOST.get().lstrip("/")
-        return self.authorizer.authorize(PRINCIPAL.get(), host, operation, resource_type, name)
+        return self.authorizer.authorize(self.principal, host, operation, resource_type, name)
 
     def denied(self, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
         """0 if :meth:`authorize` allows, else the error code Kafka answers for the resource type
@@ -82,7 +69,7 @@ class BrokerContext:
         authorizeByResourceType)."""
         if self.authorizer is None:
             return True
-        return self.authorizer.authorize_any(PRINCIPAL.get(), CLIENT_HOST.get().lstrip("/"), operation,
+        return self.authorizer.authorize_any(self.principal, CLIENT_HOST.get().lstrip("/"), operation,
                                              resource_type)
 
     @property
@@ -92,6 +79,28 @@ class BrokerContext:
     @property
     def snapshot(self) -> ClusterSnapshot:
         return self.metadata.snapshot
+
+    @property
+    def principal(self) -> str:
+        """``User:<name>`` of the client whose request is being handled (the SASL user, the TLS client
+        certificate's subject, or ``User:ANONYMOUS``); set per connection by the network layer."""
+        return current_session().principal
+
+    @property
+    def listener(self) -> str:
+        """The listener name the current request came in on."""
+        return current_session().listener
+
+    def broker_addresses(self, snapshot: ClusterSnapshot) -> list[tuple[BrokerInfo, tuple[str, int]]]:
+        """Live brokers by id with their (host, port) on the current request's listener; a broker without
+        that listener is left out, as Kafka does."""
+        listener = self.listener
+        result = []
+        for info in sorted(snapshot.brokers.values(), key=lambda b: b.id):
+            address = snapshot.address(info.id, listener)
+            if address is not None:
+                result.append((info, address))
+        return result
 
     def leader_error(self, topic: str, partition: int) -> int:
         """0 if this broker leads topic-partition, else the error code a client should get."""

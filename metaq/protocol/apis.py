@@ -72,6 +72,12 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 
 class ApiKey(IntEnum):
@@ -88,6 +94,7 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -98,6 +105,7 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
@@ -144,6 +152,9 @@ BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
     ApiKey.DESCRIBE_ACLS: (DescribeAclsRequest, DescribeAclsResponse, 0, 3),
     ApiKey.CREATE_ACLS: (CreateAclsRequest, CreateAclsResponse, 0, 3),
     ApiKey.DELETE_ACLS: (DeleteAclsRequest, DeleteAclsResponse, 0, 3),
+    # SASL (metaq/broker/auth/sasl.py): handled by the network layer, which holds the connection's state
+    ApiKey.SASL_HANDSHAKE: (SaslHandshakeRequest, SaslHandshakeResponse, 0, 1),
+    ApiKey.SASL_AUTHENTICATE: (SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2),
 }
 
 

@@ -30,8 +30,8 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
         return DescribeClusterResponse[version](
             throttle_time_ms=0, error_code=denied, error_message="not authorized to describe the cluster",
             cluster_id=snapshot.cluster_id or "", controller_id=-1, brokers=[], **fields)
-    brokers = [Broker(broker_id=info.id, host=info.host, port=info.port, rack=info.rack)
-               for info in sorted(snapshot.brokers.values(), key=lambda b: b.id)]
+    brokers = [Broker(broker_id=info.id, host=host, port=port, rack=info.rack)
+               for info, (host, port) in ctx.broker_addresses(snapshot)]
     return DescribeClusterResponse[version](
         throttle_time_ms=0, error_code=0, error_message=None, cluster_id=snapshot.cluster_id or "",
         controller_id=snapshot.controller_id, brokers=brokers,
