@@ -28,9 +28,11 @@ Check = Callable[[Any], str | None]
 """A validator: returns None when the value is fine, otherwise a reason."""
 
 
-def prop(key: str, default: Any, *, check: Check | None = None, doc: str = "") -> Any:
-    """Declare a config field with its Kafka property name, default, optional check and doc."""
-    return dataclasses.field(default=default, metadata={"key": key, "check": check, "doc": doc})
+def prop(key: str, default: Any, *, check: Check | None = None, doc: str = "", secret: bool = False) -> Any:
+    """Declare a config field with its Kafka property name, default, optional check and doc. A ``secret``
+    (a password) is left out of ``repr()`` and of error messages."""
+    return dataclasses.field(default=default, repr=not secret,
+                             metadata={"key": key, "check": check, "doc": doc, "secret": secret})
 
 
 def positive(value: Any) -> str | None:

@@ -24,8 +24,10 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
+from kazoo.security import ACL
 
-from metaq.errors import ConfigError, StaleVersionError, ZooKeeperError, ZooKeeperUnavailableError
+from metaq.errors import ConfigError, StaleVersionError, ZooKeeperAuthError, ZooKeeperError, ZooKeeperUnavailableError
+from zk_layout.acls import ZnodeAcls, acls_of
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +49,11 @@ class _Nodes:
     """The client, the chroot-aware paths in messages and the node primitives every concept module uses."""
 
 
-    def __init__(self, client: KazooClient, *, stale_node_wait_s: float = 10.0) -> None:
+    def __init__(self, client: KazooClient, *, stale_node_wait_s: float = 10.0,
+                 acls: ZnodeAcls | None = None) -> None:
         self._client = client
         self._stale_node_wait_s = stale_node_wait_s
+        self._acls = acls if acls is not None else acls_of(client)  # zookeeper.set.acl (zk_layout.acls)
 
     @property
     def client(self) -> KazooClient:
@@ -70,11 +74,27 @@ class _Nodes:
         except _UNAVAILABLE as e:
             raise ZooKeeperUnavailableError(f"cannot {action} {self.full_path(path)}: {e!r}") from e
         except NoAuthError as e:
-            raise ZooKeeperError(f"cannot {action} {self.full_path(path)}: not allowed by its ACL") from e
+            raise self._no_auth(action, path) from e
         except BadVersionError as e:
             raise StaleVersionError(f"cannot {action} {self.full_path(path)}: it changed since it was read") from e
         except KazooException as e:
             raise ZooKeeperError(f"cannot {action} {self.full_path(path)}: {e!r}") from e
+
+    def _acl(self, path: str) -> list[ACL] | None:
+        """The ACL to create ``path`` with: None (kazoo's default, OPEN_ACL_UNSAFE) without zookeeper.set.acl."""
+        return None if self._acls is None else self._acls.for_path(path)
+
+    def _no_auth(self, action: str, path: str) -> ZooKeeperAuthError:
+        full = self.full_path(path)
+        who = ", ".join(scheme + ":" + cred.partition(":")[0] for scheme, cred in self._client.auth_data) or "nobody"
+        return ZooKeeperAuthError(f"cannot {action} {full}: not allowed by its ACL for this session (authenticated "
+                                  f"as {who}); set zookeeper.auth to an identity the node's ACL grants "
+                                  f"(see `getAcl {full}` in zkCli)", full)
+
+    def _raise_if_no_auth(self, action: str, path: str, failure: object) -> None:
+        """For a transaction's first failure: an ACL refusal is raised as such (naming ``path``)."""
+        if isinstance(failure, NoAuthError):
+            raise self._no_auth(action, path) from failure
 
     def _read(self, path: str, watch: Watch | None = None) -> tuple[bytes, ZnodeStat] | None:
         """Data and stat, or None if the node does not exist. With ``watch``, a missing node gets an exists
@@ -100,7 +120,7 @@ class _Nodes:
 
     def _ensure(self, path: str) -> None:
         with self._translated("create", path):
-            self._client.ensure_path(path)
+            self._client.ensure_path(path, acl=self._acl(path))
 
     def _upsert(self, path: str, data: bytes) -> None:
         """Kafka's ``updatePersistentPath``: set, or create with parents; a racing creator is overwritten."""
@@ -109,7 +129,7 @@ class _Nodes:
                 self._client.set(path, data)
             except NoNodeError:
                 try:
-                    self._client.create(path, data, makepath=True)
+                    self._client.create(path, data, makepath=True, acl=self._acl(path))
                 except NodeExistsError:
                     self._client.set(path, data)
 
@@ -141,7 +161,7 @@ class _Nodes:
         while True:
             with self._translated("create", path):
                 try:
-                    self._client.create(path, data, ephemeral=True, makepath=True)
+                    self._client.create(path, data, ephemeral=True, makepath=True, acl=self._acl(path))
                     return
                 except NodeExistsError:
                     pass
@@ -191,6 +211,14 @@ class _Nodes:
                 else:
                     log.warning("ignoring %s/%s: not a Kafka partition number", self.full_path(directory), name)
         return sorted(pairs)
+
+
+def _raise_no_auth(results: list[object]) -> None:
+    """A transaction reports failures in its results instead of raising: raise an ACL refusal among them
+    (inside ``_translated``, which names the node), which no retry could fix."""
+    for result in results:
+        if isinstance(result, NoAuthError):
+            raise result
 
 
 def _failed_with(request: IAsyncResult, *errors: type[Exception]) -> bool:
