@@ -26,7 +26,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import AuthFailedError, ConnectionClosedError, ConnectionLoss, KazooException, SessionExpiredError
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    SessionClosedRequireSaslError,
+    SessionExpiredError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
@@ -89,7 +96,11 @@ def connect(
         raise ZooKeeperAuthError(f"ZooKeeper at {hosts} refused the credentials of zookeeper.auth "
                                  f"({', '.join(security.identities) or 'none given'})") from e
     try:
-        _enter_chroot(client, chroot, read_only)
+        _enter_chroot(client, chroot, read_only, probe=not security.auth_data)
+    except SessionClosedRequireSaslError as e:
+        _close(client)
+        raise ZooKeeperAuthError(f"ZooKeeper at {hosts} requires authentication (enforce.auth.enabled) and "
+                                 "this client has none: set zookeeper.auth=digest:user:password") from e
     except BaseException:
         _close(client)
         raise
@@ -97,8 +108,13 @@ def connect(
     return client
 
 
-def _enter_chroot(client: KazooClient, chroot: str, read_only: bool) -> None:
+def _enter_chroot(client: KazooClient, chroot: str, read_only: bool, *, probe: bool = False) -> None:
+    """Create the chroot if missing. ``probe``: without a chroot, still send one request, so that a server
+    that refuses unauthenticated sessions says so now rather than at the first real call."""
     if not chroot:
+        if probe:
+            with contextlib.suppress(ConnectionLoss, ConnectionClosedError):
+                client.exists("/")
         return
     try:
         if not read_only:
@@ -107,6 +123,8 @@ def _enter_chroot(client: KazooClient, chroot: str, read_only: bool) -> None:
             log.warning("chroot %s does not exist and a read-only client cannot create it", chroot)
     except (ConnectionLoss, SessionExpiredError, ConnectionClosedError) as e:
         raise ZooKeeperUnavailableError(f"lost ZooKeeper while creating chroot {chroot}: {e!r}") from e
+    except SessionClosedRequireSaslError:
+        raise
     except KazooException as e:
         raise ZooKeeperError(f"cannot create chroot {chroot}: {e!r}") from e
     # kazoo reads ``chroot`` on every call; nothing has been sent through this client with a path yet.

@@ -18,6 +18,7 @@ from kazoo.exceptions import (
     NodeExistsError,
     NoNodeError,
     OperationTimeoutError,
+    SessionClosedRequireSaslError,
     SessionExpiredError,
     ZookeeperStoppedError,
 )
@@ -75,6 +76,9 @@ class _Nodes:
             raise ZooKeeperUnavailableError(f"cannot {action} {self.full_path(path)}: {e!r}") from e
         except NoAuthError as e:
             raise self._no_auth(action, path) from e
+        except SessionClosedRequireSaslError as e:
+            raise ZooKeeperAuthError(f"cannot {action} {self.full_path(path)}: the server requires authentication "
+                                     "(enforce.auth.enabled); set zookeeper.auth", self.full_path(path)) from e
         except BadVersionError as e:
             raise StaleVersionError(f"cannot {action} {self.full_path(path)}: it changed since it was read") from e
         except KazooException as e:
