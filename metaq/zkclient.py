@@ -45,7 +45,7 @@ from zk_layout.paths import split_connect
 
 log = logging.getLogger(__name__)
 
-__all__ = ["connect", "session"]
+__all__ = ["close", "connect", "session"]
 
 
 def reconnect_policy(session_timeout_ms: int) -> KazooRetry:
@@ -129,6 +129,11 @@ def _enter_chroot(client: KazooClient, chroot: str, read_only: bool, *, probe: b
         raise ZooKeeperError(f"cannot create chroot {chroot}: {e!r}") from e
     # kazoo reads ``chroot`` on every call; nothing has been sent through this client with a path yet.
     client.chroot = chroot
+
+
+def close(client: KazooClient) -> None:
+    """Stop and close ``client``, best effort (its session, and so its ephemeral nodes, end now)."""
+    _close(client)
 
 
 def _close(client: KazooClient) -> None:

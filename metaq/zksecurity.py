@@ -74,6 +74,10 @@ class ZooKeeperClientConfig(Config):
     zookeeper_ssl_endpoint_identification_algorithm: str = prop(
         "zookeeper.ssl.endpoint.identification.algorithm", "HTTPS", check=_identification)
 
+    def _check_values(self) -> None:
+        super()._check_values()
+        self.zookeeper_security()  # a bad auth file or set.acl without auth is refused with the config
+
     def zookeeper_security(self) -> ZooKeeperSecurity:
         """Resolve the keys (read the auth file, check the files exist); ConfigError naming the key at fault."""
         auth = _auth_data(self.zookeeper_auth)
