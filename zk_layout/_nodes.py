@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
@@ -41,6 +41,8 @@ _UNAVAILABLE = (
     ZookeeperStoppedError,
 )
 
+
+_ACTIONS = {"Create": "create", "Create2": "create", "SetData": "write", "Delete": "delete", "CheckVersion": "check"}
 
 Watch = Callable[[WatchedEvent], None]
 """A one-shot kazoo watch. It runs on kazoo's event thread and must not block."""
@@ -88,17 +90,22 @@ class _Nodes:
         """The ACL to create ``path`` with: None (kazoo's default, OPEN_ACL_UNSAFE) without zookeeper.set.acl."""
         return None if self._acls is None else self._acls.for_path(path)
 
-    def _no_auth(self, action: str, path: str) -> ZooKeeperAuthError:
-        full = self.full_path(path)
+    def _no_auth(self, action: str, path: str, *, full: str | None = None, context: str = "") -> ZooKeeperAuthError:
+        """NoAuth as a MetaqError naming the node (``full``: its path already with the chroot) and who we are
+        (user names only, never a password)."""
+        full = full or self.full_path(path)
         who = ", ".join(scheme + ":" + cred.partition(":")[0] for scheme, cred in self._client.auth_data) or "nobody"
-        return ZooKeeperAuthError(f"cannot {action} {full}: not allowed by its ACL for this session (authenticated "
-                                  f"as {who}); set zookeeper.auth to an identity the node's ACL grants "
-                                  f"(see `getAcl {full}` in zkCli)", full)
+        return ZooKeeperAuthError(f"{context}cannot {action} {full}: not allowed by its ACL (or its parent's) for "
+                                  f"this session (authenticated as {who}); set zookeeper.auth to an identity the "
+                                  f"ACL grants (see `getAcl {full}` in zkCli)", full)
 
-    def _raise_if_no_auth(self, action: str, path: str, failure: object) -> None:
-        """For a transaction's first failure: an ACL refusal is raised as such (naming ``path``)."""
-        if isinstance(failure, NoAuthError):
-            raise self._no_auth(action, path) from failure
+    def _raise_if_no_auth(self, txn: TransactionRequest, results: list[object], context: str = "") -> None:
+        """A transaction reports failures in its results instead of raising: raise an ACL refusal among them,
+        naming the node of the refused operation; no retry could fix it."""
+        for operation, result in zip(txn.operations, results, strict=False):
+            if isinstance(result, NoAuthError):
+                action = _ACTIONS.get(type(operation).__name__, "change")
+                raise self._no_auth(action, "", full=operation.path, context=context) from result
 
     def _read(self, path: str, watch: Watch | None = None) -> tuple[bytes, ZnodeStat] | None:
         """Data and stat, or None if the node does not exist. With ``watch``, a missing node gets an exists
@@ -215,14 +222,6 @@ class _Nodes:
                 else:
                     log.warning("ignoring %s/%s: not a Kafka partition number", self.full_path(directory), name)
         return sorted(pairs)
-
-
-def _raise_no_auth(results: list[object]) -> None:
-    """A transaction reports failures in its results instead of raising: raise an ACL refusal among them
-    (inside ``_translated``, which names the node), which no retry could fix."""
-    for result in results:
-        if isinstance(result, NoAuthError):
-            raise result
 
 
 def _failed_with(request: IAsyncResult, *errors: type[Exception]) -> bool:

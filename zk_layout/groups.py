@@ -9,7 +9,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from metaq.errors import StaleVersionError
 from zk_layout import paths
-from zk_layout._nodes import Watch, _failed_with, _Nodes, _raise_no_auth
+from zk_layout._nodes import Watch, _failed_with, _Nodes
 from zk_layout.formats import TopicCount, decode_owner, encode_owner
 
 
@@ -182,7 +182,7 @@ class _Groups(_Nodes):
                 results = txn.commit()
                 if not any(isinstance(r, Exception) for r in results):
                     return {}
-                _raise_no_auth(results)
+                self._raise_if_no_auth(txn, results)
                 if any(isinstance(r, NoNodeError) for r in results):  # a topic's owners directory is missing
                     for topic in {topic for topic, _ in pending}:
                         owners_dir = paths.topic_owners_path(group, topic)

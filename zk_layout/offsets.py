@@ -10,7 +10,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from metaq.errors import ConfigError, MalformedNodeError, ZooKeeperError
 from zk_layout import paths
-from zk_layout._nodes import _failed_with, _Nodes, _raise_no_auth
+from zk_layout._nodes import _failed_with, _Nodes
 from zk_layout.formats import decode_offset, encode_offset
 
 NO_OFFSET = b"-1"  # what a fenced partition holds before its first commit; Kafka 0.8 reads -1 as "none"
@@ -187,7 +187,7 @@ class _Offsets(_Nodes):
                 txn.set_data(paths.offset_path(group, *key), encode_offset(offset), version=version)
             with self._translated("commit offsets of", paths.offsets_path(group)):
                 results = txn.commit()
-            _raise_no_auth(results)
+            self._raise_if_no_auth(txn, results)
             failed = [k for k, r in zip(keys, results, strict=True) if isinstance(r, BadVersionError | NoNodeError)]
             if not failed:
                 errors = [r for r in results if isinstance(r, Exception)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 
+from kazoo.client import TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
 from metaq.errors import ConfigError, StaleVersionError, TopicExistsError, ZooKeeperError
@@ -114,14 +115,14 @@ class _Topics(_Nodes):
                     tx.create(paths.partition_state_path(topic, partition), states[partition].encode(),
                               acl=self._acl(topic_path))
             results = tx.commit()
-        self._raise_for_transaction(topic, results)
+        self._raise_for_transaction(topic, tx, results)
         log.info("created topic %s with %d partitions", topic, len(assignment))
 
-    def _raise_for_transaction(self, topic: str, results: list[object]) -> None:
+    def _raise_for_transaction(self, topic: str, tx: TransactionRequest, results: list[object]) -> None:
         failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
         if failure is None:
             return
-        self._raise_if_no_auth("create", paths.topic_path(topic), failure)
+        self._raise_if_no_auth(tx, results, f"creating topic {topic!r} failed: ")
         if isinstance(failure, NodeExistsError) and self._read(paths.topic_path(topic)) is not None:
             raise TopicExistsError(f"topic {topic!r} already exists") from failure
         raise ZooKeeperError(f"creating topic {topic!r} failed: {failure!r}") from failure
@@ -150,7 +151,7 @@ class _Topics(_Nodes):
                           acl=self._acl(topic_path))
             results = tx.commit()
         failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
-        self._raise_if_no_auth("write", topic_path, failure)
+        self._raise_if_no_auth(tx, results, f"adding partitions to topic {topic!r} failed: ")
         if isinstance(failure, BadVersionError):
             raise StaleVersionError(f"{self.full_path(topic_path)} changed while partitions were added") from failure
         if failure is not None:
@@ -174,7 +175,7 @@ class _Topics(_Nodes):
                       ConfigChange(f"topics/{topic}").encode(), sequence=True, acl=self._acl(paths.CONFIG_CHANGES))
             results = tx.commit()
         failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
-        self._raise_if_no_auth("write", config_path, failure)
+        self._raise_if_no_auth(tx, results, f"writing the config of topic {topic!r} failed: ")
         if isinstance(failure, BadVersionError | NodeExistsError):
             raise StaleVersionError(f"{self.full_path(config_path)} changed while it was written") from failure
         if failure is not None:
