@@ -77,7 +77,8 @@ def test_tls_options_reach_kazoo(tmp_path: Path) -> None:
     (tmp_path / "ca.pem").write_text("x")
     (tmp_path / "client.pem").write_text("x")
     security = security_from_properties({
-        "zookeeper.ssl.client.enable": "true", "zookeeper.clientCnxnSocket": "org.apache.zookeeper.ClientCnxnSocketNetty",
+        "zookeeper.ssl.client.enable": "true",
+        "zookeeper.clientCnxnSocket": "org.apache.zookeeper.ClientCnxnSocketNetty",
         "zookeeper.ssl.truststore.location": str(tmp_path / "ca.pem"),
         "zookeeper.ssl.keystore.location": str(tmp_path / "client.pem"),
         "zookeeper.ssl.keystore.password": SECRET, "zookeeper.ssl.endpoint.identification.algorithm": ""})

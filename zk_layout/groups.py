@@ -222,8 +222,10 @@ class _Groups(_Nodes):
             txn = self._client.transaction()
             for key, version in versions.items():
                 txn.delete(nodes[key], version=version)
-            if not any(isinstance(result, Exception) for result in txn.commit()):
+            results = txn.commit()
+            if not any(isinstance(result, Exception) for result in results):
                 return set(versions)
+            self._raise_if_no_auth(txn, results)
             # one of them changed in between (the transaction deleted none): one by one
             deletes = {key: self._client.delete_async(nodes[key], version=version) for key, version in versions.items()}
             for key, request in deletes.items():
