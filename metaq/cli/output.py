@@ -36,7 +36,7 @@ def common_options(*, json_output: bool = True) -> argparse.ArgumentParser:
                         help="a properties file with zookeeper.connect (e.g. the consumer's)")
     parent.add_argument("--zookeeper-timeout-ms", type=int, default=None, metavar="MS",
                         help="give up connecting to ZooKeeper after this long (default 6000)")
-    parent.add_argument("--zk-config", metavar="FILE",
+    parent.add_argument("--zk-config", "--zk-tls-config-file", dest="zk_config", metavar="FILE",
                         help="a properties file with the ZooKeeper client's security: zookeeper.auth, "
                              "zookeeper.set.acl, zookeeper.ssl.* (overrides those of --config)")
     if json_output:
