@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metaq.config import Config, prop
+from metaq.config import Config, prop, read_small_file
 from metaq.errors import ConfigError
 from zk_layout.acls import ZnodeAcls
 
@@ -125,14 +125,7 @@ def _auth_data(value: str | None) -> tuple[tuple[str, str], ...]:
     if value.startswith("file:"):
         path = Path(value[len("file:"):])
         source = f"config 'zookeeper.auth' file {path}"
-        try:
-            with path.open("rb") as f:
-                raw = f.read(_MAX_AUTH_FILE_BYTES + 1)
-        except OSError as e:
-            raise ConfigError(f"{source}: cannot read it: {e.strerror}") from e
-        if len(raw) > _MAX_AUTH_FILE_BYTES:
-            raise ConfigError(f"{source}: larger than {_MAX_AUTH_FILE_BYTES} bytes; it should hold one "
-                              "digest:user:password line")
+        raw = read_small_file(path, _MAX_AUTH_FILE_BYTES, source, "it should hold one digest:user:password line")
         value = raw.decode("utf-8", "replace").strip()
     scheme, _, credential = value.partition(":")
     user, sep, password = credential.partition(":")

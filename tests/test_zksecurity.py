@@ -43,7 +43,7 @@ def test_malformed_auth_is_refused_without_echoing_it(value: str) -> None:
 
 
 def test_missing_auth_file_names_the_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=f"zookeeper.auth' file {tmp_path}/none: cannot read it"):
+    with pytest.raises(ConfigError, match=f"cannot read config 'zookeeper.auth' file {tmp_path}/none: No such file"):
         security_from_properties({"zookeeper.auth": f"file:{tmp_path}/none"})
 
 
