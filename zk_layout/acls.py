@@ -38,7 +38,8 @@ from kazoo.security import ACL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAF
 from metaq.errors import ConfigError
 from zk_layout import paths
 
-__all__ = ["PathKind", "ZnodeAcls", "acls_of", "bind", "digest_identity", "parse_identity", "path_kind"]
+__all__ = ["PathKind", "ZnodeAcls", "acl_for_path", "acls_of", "bind", "digest_identity", "parse_identity",
+           "path_kind"]
 
 PathKind = Literal["open", "group", "cluster", "sensitive"]
 
@@ -126,3 +127,11 @@ def bind(client: KazooClient, policy: ZnodeAcls | None) -> None:
 
 def acls_of(client: KazooClient) -> ZnodeAcls | None:
     return _BOUND.get(client)
+
+
+def acl_for_path(client: KazooClient, path: str) -> list[ACL] | None:
+    """The ACL to create ``path`` (relative to the chroot) with through ``client``: the bound policy's, or
+    None (kazoo's default, OPEN_ACL_UNSAFE) without ``zookeeper.set.acl``. For code that creates nodes with
+    the kazoo client itself: ``client.create(path, data, acl=acl_for_path(client, path))``."""
+    policy = _BOUND.get(client)
+    return None if policy is None else policy.for_path(path)

@@ -13,7 +13,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, Id, Permissions
 from metaq.errors import ZooKeeperAuthError
 from metaq.zksecurity import security_from_properties
 from zk_layout import BrokerInfo, PartitionState, TopicCount, ZkLayout, paths
-from zk_layout.acls import digest_identity
+from zk_layout.acls import ZnodeAcls, acl_for_path, digest_identity
 
 OPS = ("ops", "ops-pw")
 GROUP = "etl"
@@ -140,6 +140,16 @@ def test_cluster_and_sensitive_nodes(layout_as: Callable[..., ZkLayout]) -> None
         other.set_partition_state(TOPIC, 0, STATE)
     with pytest.raises(ZooKeeperAuthError, match="creating topic 'evil' failed: cannot create .*/config/topics/evil"):
         other.create_topic("evil", {0: [0]}, {0: STATE})
+
+
+def test_acl_for_path_follows_the_client(layout_as: Callable[..., ZkLayout]) -> None:
+    """What code creating nodes with the kazoo client itself (SCRAM users, ACL nodes) passes as acl=."""
+    with_acl = layout_as("admin").client
+    assert acl_for_path(with_acl, "/config/users/alice") == ZnodeAcls((digest_identity(*OPS),)).acl_for("sensitive")
+    with_acl.create("/config/users/alice", b"{}", makepath=True, acl=acl_for_path(with_acl, "/config/users/alice"))
+    with pytest.raises(ZooKeeperAuthError, match="cannot read .*/config/users/alice"):
+        layout_as("mallory")._read("/config/users/alice")
+    assert acl_for_path(layout_as("admin", set_acl=False).client, "/config/users/alice") is None
 
 
 def test_without_set_acl_nothing_changes(layout_as: Callable[..., ZkLayout]) -> None:
