@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,6 +47,22 @@ from zk_layout.paths import split_connect
 log = logging.getLogger(__name__)
 
 __all__ = ["close", "connect", "session"]
+
+
+class _RedactAuth(logging.Filter):
+    """kazoo logs every request it sends at DEBUG, the Auth request with its credential in clear
+    (``Auth(auth_type=0, scheme='digest', auth='user:password')``): keep the user, mask the password."""
+
+    _CREDENTIAL = re.compile(r"(auth=(?:b?)'[^':]*:)[^']*'")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "auth=" in message:
+            record.msg, record.args = self._CREDENTIAL.sub(r"\1***'", message), None
+        return True
+
+
+logging.getLogger("kazoo.client").addFilter(_RedactAuth())  # kazoo's default logger, used by its connection too
 
 
 def reconnect_policy(session_timeout_ms: int) -> KazooRetry:

@@ -3,6 +3,7 @@ another tenant can neither claim, release, rewind nor delete them, while anyone 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -158,3 +159,11 @@ def test_without_set_acl_nothing_changes(layout_as: Callable[..., ZkLayout]) -> 
     assert alice.client.get_acls(paths.offset_path(GROUP, TOPIC, 0))[0] == list(OPEN_ACL_UNSAFE)
     layout_as("bob", set_acl=False).write_offset(GROUP, TOPIC, 0, 0)  # as open as before
     assert alice.read_offset(GROUP, TOPIC, 0) == 0
+
+
+def test_kazoo_debug_log_does_not_show_the_password(make_zk_client: Callable[..., KazooClient],
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="kazoo.client")
+    make_zk_client(security=security_from_properties({"zookeeper.auth": "digest:alice:n0t-in-logs"}))
+    assert "auth='alice:***'" in caplog.text  # kazoo logged the Auth request, masked
+    assert "n0t-in-logs" not in caplog.text
