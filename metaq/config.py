@@ -28,9 +28,11 @@ Check = Callable[[Any], str | None]
 """A validator: returns None when the value is fine, otherwise a reason."""
 
 
-def prop(key: str, default: Any, *, check: Check | None = None, doc: str = "") -> Any:
-    """Declare a config field with its Kafka property name, default, optional check and doc."""
-    return dataclasses.field(default=default, metadata={"key": key, "check": check, "doc": doc})
+def prop(key: str, default: Any, *, check: Check | None = None, doc: str = "", secret: bool = False) -> Any:
+    """Declare a config field with its Kafka property name, default, optional check and doc. A ``secret``
+    (a password) is left out of ``repr()`` and of error messages."""
+    return dataclasses.field(default=default, repr=not secret,
+                             metadata={"key": key, "check": check, "doc": doc, "secret": secret})
 
 
 def positive(value: Any) -> str | None:
@@ -142,14 +144,21 @@ def _unknown_key_message(what: str, key: str, known: list[str]) -> str:
 MAX_PROPERTIES_BYTES = 1 << 20
 
 
-def _read_properties_text(path: Path) -> str:
+def read_small_file(path: Path, limit: int, what: str, hint: str) -> bytes:
+    """The bytes of a file that must be small (a config, a credential): a ConfigError naming ``what`` when it
+    cannot be read or holds more than ``limit`` bytes (then ``hint`` says what it should be)."""
     try:
         with path.open("rb") as f:
-            raw = f.read(MAX_PROPERTIES_BYTES + 1)
+            raw = f.read(limit + 1)
     except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e
-    if len(raw) > MAX_PROPERTIES_BYTES:
-        raise ConfigError(f"config file {path} is larger than {MAX_PROPERTIES_BYTES} bytes; is it a properties file?")
+        raise ConfigError(f"cannot read {what}: {e.strerror}") from e
+    if len(raw) > limit:
+        raise ConfigError(f"{what} is larger than {limit} bytes; {hint}")
+    return raw
+
+
+def _read_properties_text(path: Path) -> str:
+    raw = read_small_file(path, MAX_PROPERTIES_BYTES, f"config file {path}", "is it a properties file?")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -62,6 +62,16 @@ class ZooKeeperUnavailableError(ZooKeeperError):
     retriable = True
 
 
+class ZooKeeperAuthError(ZooKeeperError):
+    """ZooKeeper refused an operation on a node because of the node's ACL (NoAuth), or refused the session's
+    credentials (AuthFailed). Not retriable: the identity (``zookeeper.auth``) must change. ``path`` is the
+    node's full path, when there is one."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 class ZooKeeperServerError(ZooKeeperError):
     """The embedded ZooKeeper server could not be found, started or stopped."""
 

@@ -10,28 +10,59 @@ Usage::
         ...
 
 A connection that cannot be made within ``connection_timeout_ms`` raises :class:`ZooKeeperUnavailableError`
-(retriable); a malformed connect string raises :class:`ConfigError`.
+(retriable); a malformed connect string raises :class:`ConfigError`; credentials the server refuses raise
+:class:`ZooKeeperAuthError`.
+
+``security`` (:class:`metaq.zksecurity.ZooKeeperSecurity`, from the ``zookeeper.auth``/``zookeeper.ssl.*``/
+``zookeeper.set.acl`` keys) adds the digest credentials and TLS, and binds the process's znode ACL policy to
+the client, so that every :class:`~zk_layout.ZkLayout` built over it creates nodes with those ACLs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooException, SessionExpiredError
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    SessionClosedRequireSaslError,
+    SessionExpiredError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from metaq.errors import ConfigError, ZooKeeperError, ZooKeeperUnavailableError
+from metaq.errors import ConfigError, ZooKeeperAuthError, ZooKeeperError, ZooKeeperUnavailableError
 from metaq.zklease import track_negotiated_timeout
+from metaq.zksecurity import NO_SECURITY, ZooKeeperSecurity
+from zk_layout import znode_acls
 from zk_layout.paths import split_connect
 
 log = logging.getLogger(__name__)
 
-__all__ = ["connect", "session"]
+__all__ = ["close", "connect", "session"]
+
+
+class _RedactAuth(logging.Filter):
+    """kazoo logs every request it sends at DEBUG, the Auth request with its credential in clear
+    (``Auth(auth_type=0, scheme='digest', auth='user:password')``): keep the user, mask the password."""
+
+    _CREDENTIAL = re.compile(r"(auth=(?:b?)'[^':]*:)[^']*'")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "auth=" in message:
+            record.msg, record.args = self._CREDENTIAL.sub(r"\1***'", message), None
+        return True
+
+
+logging.getLogger("kazoo.client").addFilter(_RedactAuth())  # kazoo's default logger, used by its connection too
 
 
 def reconnect_policy(session_timeout_ms: int) -> KazooRetry:
@@ -50,6 +81,7 @@ def connect(
     session_timeout_ms: int = 6000,
     connection_timeout_ms: int = 6000,
     read_only: bool = False,
+    security: ZooKeeperSecurity | None = None,
     **kazoo_options: Any,
 ) -> KazooClient:
     """Start a KazooClient rooted at the chroot of ``connect_string``, creating the chroot if it is missing.
@@ -59,20 +91,33 @@ def connect(
     ``kazoo_options`` go to :class:`KazooClient` (``connection_retry``, ``auth_data``, ...).
     """
     hosts, chroot = split_connect(connect_string)
+    security = security or NO_SECURITY
     kazoo_options.setdefault("connection_retry", reconnect_policy(session_timeout_ms))
+    kazoo_options = {**security.kazoo_options(), **kazoo_options}
     try:
         client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0, read_only=read_only, **kazoo_options)
     except (ValueError, KazooException) as e:
         raise ConfigError(f"config 'zookeeper.connect': {connect_string!r}: {e}") from e
     track_negotiated_timeout(client)  # for session leases (metaq.zklease)
+    znode_acls.bind(client, security.acls)
     try:
         client.start(timeout=connection_timeout_ms / 1000.0)
     except KazooTimeoutError as e:  # start() has already stopped and closed the client
+        tls = " over TLS (check zookeeper.ssl.* and that the port is the server's secureClientPort)" \
+            if security.use_ssl else ""
         raise ZooKeeperUnavailableError(
-            f"cannot connect to ZooKeeper at {hosts} within {connection_timeout_ms} ms"
+            f"cannot connect to ZooKeeper at {hosts}{tls} within {connection_timeout_ms} ms"
         ) from e
+    except AuthFailedError as e:
+        _close(client)
+        raise ZooKeeperAuthError(f"ZooKeeper at {hosts} refused the credentials of zookeeper.auth "
+                                 f"({', '.join(security.identities) or 'none given'})") from e
     try:
-        _enter_chroot(client, chroot, read_only)
+        _enter_chroot(client, chroot, read_only, probe=not security.auth_data)
+    except SessionClosedRequireSaslError as e:
+        _close(client)
+        raise ZooKeeperAuthError(f"ZooKeeper at {hosts} requires authentication (enforce.auth.enabled) and "
+                                 "this client has none: set zookeeper.auth=digest:user:password") from e
     except BaseException:
         _close(client)
         raise
@@ -80,8 +125,13 @@ def connect(
     return client
 
 
-def _enter_chroot(client: KazooClient, chroot: str, read_only: bool) -> None:
+def _enter_chroot(client: KazooClient, chroot: str, read_only: bool, *, probe: bool = False) -> None:
+    """Create the chroot if missing. ``probe``: without a chroot, still send one request, so that a server
+    that refuses unauthenticated sessions says so now rather than at the first real call."""
     if not chroot:
+        if probe:
+            with contextlib.suppress(ConnectionLoss, ConnectionClosedError):
+                client.exists("/")
         return
     try:
         if not read_only:
@@ -90,10 +140,17 @@ def _enter_chroot(client: KazooClient, chroot: str, read_only: bool) -> None:
             log.warning("chroot %s does not exist and a read-only client cannot create it", chroot)
     except (ConnectionLoss, SessionExpiredError, ConnectionClosedError) as e:
         raise ZooKeeperUnavailableError(f"lost ZooKeeper while creating chroot {chroot}: {e!r}") from e
+    except SessionClosedRequireSaslError:
+        raise
     except KazooException as e:
         raise ZooKeeperError(f"cannot create chroot {chroot}: {e!r}") from e
     # kazoo reads ``chroot`` on every call; nothing has been sent through this client with a path yet.
     client.chroot = chroot
+
+
+def close(client: KazooClient) -> None:
+    """Stop and close ``client``, best effort (its session, and so its ephemeral nodes, end now)."""
+    _close(client)
 
 
 def _close(client: KazooClient) -> None:
@@ -110,6 +167,7 @@ def session(
     session_timeout_ms: int = 6000,
     connection_timeout_ms: int = 6000,
     read_only: bool = False,
+    security: ZooKeeperSecurity | None = None,
     **kazoo_options: Any,
 ) -> Iterator[KazooClient]:
     """:func:`connect` as a context manager: the session is closed on exit, so its ephemeral nodes vanish."""
@@ -118,6 +176,7 @@ def session(
         session_timeout_ms=session_timeout_ms,
         connection_timeout_ms=connection_timeout_ms,
         read_only=read_only,
+        security=security,
         **kazoo_options,
     )
     try:

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
@@ -18,14 +18,17 @@ from kazoo.exceptions import (
     NodeExistsError,
     NoNodeError,
     OperationTimeoutError,
+    SessionClosedRequireSaslError,
     SessionExpiredError,
     ZookeeperStoppedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
+from kazoo.security import ACL
 
-from metaq.errors import ConfigError, StaleVersionError, ZooKeeperError, ZooKeeperUnavailableError
+from metaq.errors import ConfigError, StaleVersionError, ZooKeeperAuthError, ZooKeeperError, ZooKeeperUnavailableError
+from zk_layout.znode_acls import ZnodeAcls, acls_of
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,8 @@ _UNAVAILABLE = (
 )
 
 
+_ACTIONS = {"Create": "create", "Create2": "create", "SetData": "write", "Delete": "delete", "CheckVersion": "check"}
+
 Watch = Callable[[WatchedEvent], None]
 """A one-shot kazoo watch. It runs on kazoo's event thread and must not block."""
 
@@ -47,9 +52,11 @@ class _Nodes:
     """The client, the chroot-aware paths in messages and the node primitives every concept module uses."""
 
 
-    def __init__(self, client: KazooClient, *, stale_node_wait_s: float = 10.0) -> None:
+    def __init__(self, client: KazooClient, *, stale_node_wait_s: float = 10.0,
+                 acls: ZnodeAcls | None = None) -> None:
         self._client = client
         self._stale_node_wait_s = stale_node_wait_s
+        self._acls = acls if acls is not None else acls_of(client)  # zookeeper.set.acl (zk_layout.znode_acls)
 
     @property
     def client(self) -> KazooClient:
@@ -70,11 +77,35 @@ class _Nodes:
         except _UNAVAILABLE as e:
             raise ZooKeeperUnavailableError(f"cannot {action} {self.full_path(path)}: {e!r}") from e
         except NoAuthError as e:
-            raise ZooKeeperError(f"cannot {action} {self.full_path(path)}: not allowed by its ACL") from e
+            raise self._no_auth(action, path) from e
+        except SessionClosedRequireSaslError as e:
+            raise ZooKeeperAuthError(f"cannot {action} {self.full_path(path)}: the server requires authentication "
+                                     "(enforce.auth.enabled); set zookeeper.auth", self.full_path(path)) from e
         except BadVersionError as e:
             raise StaleVersionError(f"cannot {action} {self.full_path(path)}: it changed since it was read") from e
         except KazooException as e:
             raise ZooKeeperError(f"cannot {action} {self.full_path(path)}: {e!r}") from e
+
+    def _acl(self, path: str) -> list[ACL] | None:
+        """The ACL to create ``path`` with: None (kazoo's default, OPEN_ACL_UNSAFE) without zookeeper.set.acl."""
+        return None if self._acls is None else self._acls.for_path(path)
+
+    def _no_auth(self, action: str, path: str, *, full: str | None = None, context: str = "") -> ZooKeeperAuthError:
+        """NoAuth as a MetaqError naming the node (``full``: its path already with the chroot) and who we are
+        (user names only, never a password)."""
+        full = full or self.full_path(path)
+        who = ", ".join(scheme + ":" + cred.partition(":")[0] for scheme, cred in self._client.auth_data) or "nobody"
+        return ZooKeeperAuthError(f"{context}cannot {action} {full}: not allowed by its ACL (or its parent's) for "
+                                  f"this session (authenticated as {who}); set zookeeper.auth to an identity the "
+                                  f"ACL grants (see `getAcl {full}` in zkCli)", full)
+
+    def _raise_if_no_auth(self, txn: TransactionRequest, results: list[object], context: str = "") -> None:
+        """A transaction reports failures in its results instead of raising: raise an ACL refusal among them,
+        naming the node of the refused operation; no retry could fix it."""
+        for operation, result in zip(txn.operations, results, strict=False):
+            if isinstance(result, NoAuthError):
+                action = _ACTIONS.get(type(operation).__name__, "change")
+                raise self._no_auth(action, "", full=operation.path, context=context) from result
 
     def _read(self, path: str, watch: Watch | None = None) -> tuple[bytes, ZnodeStat] | None:
         """Data and stat, or None if the node does not exist. With ``watch``, a missing node gets an exists
@@ -100,7 +131,7 @@ class _Nodes:
 
     def _ensure(self, path: str) -> None:
         with self._translated("create", path):
-            self._client.ensure_path(path)
+            self._client.ensure_path(path, acl=self._acl(path))
 
     def _upsert(self, path: str, data: bytes) -> None:
         """Kafka's ``updatePersistentPath``: set, or create with parents; a racing creator is overwritten."""
@@ -109,7 +140,7 @@ class _Nodes:
                 self._client.set(path, data)
             except NoNodeError:
                 try:
-                    self._client.create(path, data, makepath=True)
+                    self._client.create(path, data, makepath=True, acl=self._acl(path))
                 except NodeExistsError:
                     self._client.set(path, data)
 
@@ -141,7 +172,7 @@ class _Nodes:
         while True:
             with self._translated("create", path):
                 try:
-                    self._client.create(path, data, ephemeral=True, makepath=True)
+                    self._client.create(path, data, ephemeral=True, makepath=True, acl=self._acl(path))
                     return
                 except NodeExistsError:
                     pass

@@ -104,13 +104,14 @@ class _Acls(_Nodes):
         with self._translated("write", path):
             tx = self._client.transaction()
             if version is None:
-                tx.create(path, encode_acls(acls))
+                tx.create(path, encode_acls(acls), acl=self._acl(path))
             elif acls:
                 tx.set_data(path, encode_acls(acls), version=version)
             else:
                 tx.delete(path, version=version)
-            tx.create(f"{change_root}/{paths.ACL_CHANGE_PREFIX}", change, sequence=True)
+            tx.create(f"{change_root}/{paths.ACL_CHANGE_PREFIX}", change, sequence=True, acl=self._acl(change_root))
             results = tx.commit()
+        self._raise_if_no_auth(tx, results, f"writing the ACLs of {pattern}: ")
         failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
         if isinstance(failure, BadVersionError | NodeExistsError | NoNodeError):
             return False

@@ -40,7 +40,8 @@ class _Brokers(_Nodes):
             return existing
         with self._translated("create", paths.CLUSTER_ID):
             try:
-                self._client.create(paths.CLUSTER_ID, ClusterId(new_cluster_id()).encode(), makepath=True)
+                self._client.create(paths.CLUSTER_ID, ClusterId(new_cluster_id()).encode(), makepath=True,
+                                    acl=self._acl(paths.CLUSTER_ID))
             except NodeExistsError:
                 pass
         created = self.cluster_id()

@@ -67,6 +67,8 @@ class _Groups(_Nodes):
         """Register a consumer (ephemeral). Consumer ids are unique per process start, so a node with the same
         id can only be our own previous session's: it is waited out, as Kafka does."""
         path = paths.consumer_id_path(group, consumer_id)
+        if self._acls is not None:  # /consumers stays open to every tenant: it must not get this group's ACL
+            self._ensure(paths.CONSUMERS)
         self._create_ephemeral(path, topic_count.encode(), f"consumer {consumer_id}",
                                lambda _old: "a previous session of this consumer")
 
@@ -154,7 +156,7 @@ class _Groups(_Nodes):
         path = paths.owner_path(group, topic, partition)
         with self._translated("create", path):
             try:
-                self._client.create(path, encode_owner(thread_id), ephemeral=True, makepath=True)
+                self._client.create(path, encode_owner(thread_id), ephemeral=True, makepath=True, acl=self._acl(path))
                 return True
             except NodeExistsError:
                 pass
@@ -176,13 +178,15 @@ class _Groups(_Nodes):
             with self._translated("claim", paths.owners_path(group)):
                 txn = self._client.transaction()
                 for key, path in nodes.items():
-                    txn.create(path, encode_owner(pending[key]), ephemeral=True)
+                    txn.create(path, encode_owner(pending[key]), ephemeral=True, acl=self._acl(path))
                 results = txn.commit()
                 if not any(isinstance(r, Exception) for r in results):
                     return {}
+                self._raise_if_no_auth(txn, results)
                 if any(isinstance(r, NoNodeError) for r in results):  # a topic's owners directory is missing
                     for topic in {topic for topic, _ in pending}:
-                        self._client.ensure_path(paths.topic_owners_path(group, topic))
+                        owners_dir = paths.topic_owners_path(group, topic)
+                        self._client.ensure_path(owners_dir, acl=self._acl(owners_dir))
                     continue
                 reads = {key: self._client.get_async(path) for key, path in nodes.items()}
                 session = self._session_id()
@@ -218,8 +222,10 @@ class _Groups(_Nodes):
             txn = self._client.transaction()
             for key, version in versions.items():
                 txn.delete(nodes[key], version=version)
-            if not any(isinstance(result, Exception) for result in txn.commit()):
+            results = txn.commit()
+            if not any(isinstance(result, Exception) for result in results):
                 return set(versions)
+            self._raise_if_no_auth(txn, results)
             # one of them changed in between (the transaction deleted none): one by one
             deletes = {key: self._client.delete_async(nodes[key], version=version) for key, version in versions.items()}
             for key, request in deletes.items():

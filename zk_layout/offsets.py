@@ -112,10 +112,11 @@ class _Offsets(_Nodes):
             missing = [key for key, request in reads.items() if _failed_with(request, NoNodeError)]
             if missing:
                 for topic in sorted({topic for topic, _ in missing}):
-                    self._client.ensure_path(paths.topic_offsets_path(group, topic))
+                    offsets_dir = paths.topic_offsets_path(group, topic)
+                    self._client.ensure_path(offsets_dir, acl=self._acl(offsets_dir))
                 txn = self._client.transaction()
                 for key in missing:
-                    txn.create(nodes[key], NO_OFFSET)
+                    txn.create(nodes[key], NO_OFFSET, acl=self._acl(nodes[key]))
                 txn.commit()  # if one exists by now, none is created: those are fenced one at a time
                 for key in missing:
                     reads[key] = self._client.get_async(nodes[key])
@@ -137,7 +138,7 @@ class _Offsets(_Nodes):
                     data, stat = self._client.get(path)
                 except NoNodeError:
                     try:
-                        self._client.create(path, NO_OFFSET, makepath=True)
+                        self._client.create(path, NO_OFFSET, makepath=True, acl=self._acl(path))
                     except NodeExistsError:
                         pass
                     continue
@@ -186,6 +187,7 @@ class _Offsets(_Nodes):
                 txn.set_data(paths.offset_path(group, *key), encode_offset(offset), version=version)
             with self._translated("commit offsets of", paths.offsets_path(group)):
                 results = txn.commit()
+            self._raise_if_no_auth(txn, results)
             failed = [k for k, r in zip(keys, results, strict=True) if isinstance(r, BadVersionError | NoNodeError)]
             if not failed:
                 errors = [r for r in results if isinstance(r, Exception)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 
+from kazoo.client import TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
 from metaq.errors import ConfigError, StaleVersionError, TopicExistsError, ZooKeeperError
@@ -75,7 +76,7 @@ class _Topics(_Nodes):
                     raise StaleVersionError(
                         f"{self.full_path(path)} does not exist (expected version {version})"
                     ) from None
-                self._client.create(path, data, makepath=True)
+                self._client.create(path, data, makepath=True, acl=self._acl(path))
                 return 0
 
     def create_topic(
@@ -101,25 +102,27 @@ class _Topics(_Nodes):
             tx = self._client.transaction()
             config_data = TopicConfig(dict(config or {})).encode()
             if existing_config is None:
-                tx.create(config_path, config_data)
+                tx.create(config_path, config_data, acl=self._acl(config_path))
             else:
                 tx.set_data(config_path, config_data, version=existing_config[1].version)
             # version 3 with a topic id, as Kafka 2.8+: brokers tell a re-created topic's logs from the old ones
             tx.create(topic_path, TopicAssignment({p: tuple(r) for p, r in assignment.items()}, version=3,
-                                                  topic_id=new_cluster_id()).encode())
-            tx.create(paths.partitions_path(topic), b"")
+                                                  topic_id=new_cluster_id()).encode(), acl=self._acl(topic_path))
+            tx.create(paths.partitions_path(topic), b"", acl=self._acl(topic_path))
             for partition in sorted(assignment):
-                tx.create(paths.partition_path(topic, partition), b"")
+                tx.create(paths.partition_path(topic, partition), b"", acl=self._acl(topic_path))
                 if partition in states:
-                    tx.create(paths.partition_state_path(topic, partition), states[partition].encode())
+                    tx.create(paths.partition_state_path(topic, partition), states[partition].encode(),
+                              acl=self._acl(topic_path))
             results = tx.commit()
-        self._raise_for_transaction(topic, results)
+        self._raise_for_transaction(topic, tx, results)
         log.info("created topic %s with %d partitions", topic, len(assignment))
 
-    def _raise_for_transaction(self, topic: str, results: list[object]) -> None:
+    def _raise_for_transaction(self, topic: str, tx: TransactionRequest, results: list[object]) -> None:
         failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
         if failure is None:
             return
+        self._raise_if_no_auth(tx, results, f"creating topic {topic!r} failed: ")
         if isinstance(failure, NodeExistsError) and self._read(paths.topic_path(topic)) is not None:
             raise TopicExistsError(f"topic {topic!r} already exists") from failure
         raise ZooKeeperError(f"creating topic {topic!r} failed: {failure!r}") from failure
@@ -143,10 +146,12 @@ class _Topics(_Nodes):
                                   topic_id=old.topic_id)
             tx.set_data(topic_path, new.encode(), version=node[1].version)
             for partition in sorted(set(assignment) - set(old.partitions)):
-                tx.create(paths.partition_path(topic, partition), b"")
-                tx.create(paths.partition_state_path(topic, partition), states[partition].encode())
+                tx.create(paths.partition_path(topic, partition), b"", acl=self._acl(topic_path))
+                tx.create(paths.partition_state_path(topic, partition), states[partition].encode(),
+                          acl=self._acl(topic_path))
             results = tx.commit()
         failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+        self._raise_if_no_auth(tx, results, f"adding partitions to topic {topic!r} failed: ")
         if isinstance(failure, BadVersionError):
             raise StaleVersionError(f"{self.full_path(topic_path)} changed while partitions were added") from failure
         if failure is not None:
@@ -166,13 +171,14 @@ class _Topics(_Nodes):
             tx = self._client.transaction()
             data = TopicConfig(dict(config)).encode()
             if existing is None:
-                tx.create(config_path, data)
+                tx.create(config_path, data, acl=self._acl(config_path))
             else:
                 tx.set_data(config_path, data, version=existing[1].version)
             tx.create(f"{paths.CONFIG_CHANGES}/{paths.CONFIG_CHANGE_PREFIX}",
-                      ConfigChange(entity_path).encode(), sequence=True)
+                      ConfigChange(entity_path).encode(), sequence=True, acl=self._acl(paths.CONFIG_CHANGES))
             results = tx.commit()
         failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+        self._raise_if_no_auth(tx, results, f"writing the config of {what} failed: ")
         if isinstance(failure, BadVersionError | NodeExistsError):
             raise StaleVersionError(f"{self.full_path(config_path)} changed while it was written") from failure
         if failure is not None:
@@ -196,7 +202,8 @@ class _Topics(_Nodes):
         self._ensure(paths.ADMIN_DELETE_TOPICS)
         with self._translated("create", paths.delete_topic_marker_path(topic)):
             try:
-                self._client.create(paths.delete_topic_marker_path(topic), b"")
+                self._client.create(paths.delete_topic_marker_path(topic), b"",
+                                    acl=self._acl(paths.ADMIN_DELETE_TOPICS))
             except NodeExistsError:
                 pass  # already being deleted
 

@@ -44,6 +44,7 @@ from metaq.admin.transfer import OffsetRecord, export_offsets, plan_import
 from metaq.config import load_properties
 from metaq.errors import ConfigError
 from metaq.zkclient import connect as zk_connect
+from metaq.zksecurity import ZooKeeperSecurity, security_from_properties
 from zk_layout import ZkLayout
 
 DEFAULT_TIMEOUT_MS = 6000
@@ -80,11 +81,16 @@ class Admin:
 
     @classmethod
     def connect(cls, zookeeper: str | None = None, *, config: str | Path | None = None,
-                timeout_ms: int | None = None) -> Admin:
-        """Start a ZooKeeper session; ZooKeeperUnavailableError with the address when none can be made."""
+                timeout_ms: int | None = None, security: ZooKeeperSecurity | None = None) -> Admin:
+        """Start a ZooKeeper session; ZooKeeperUnavailableError with the address when none can be made.
+        ``security`` defaults to the ``zookeeper.auth``/``zookeeper.ssl.*``/``zookeeper.set.acl`` keys of
+        ``config``."""
         connect_string, file_timeout = resolve_connect(zookeeper, config)
         timeout = timeout_ms or file_timeout or DEFAULT_TIMEOUT_MS
-        client = zk_connect(connect_string, connection_timeout_ms=timeout, session_timeout_ms=max(timeout, 6000))
+        if security is None and config is not None:
+            security = security_from_properties(load_properties(config))
+        client = zk_connect(connect_string, connection_timeout_ms=timeout, session_timeout_ms=max(timeout, 6000),
+                            security=security)
         return cls(ZkLayout(client), client=client)
 
     def close(self) -> None:

@@ -27,8 +27,9 @@ from metaq.broker.auth.listeners import (
 from metaq.broker.auth.tls import CLIENT_AUTH, TlsSettings
 from metaq.broker.log.config import LogConfig
 from metaq.broker.security.authorizer import check_authorizer_class, check_super_users
-from metaq.config import Config, ConfigError, non_negative, one_of, positive, prop
+from metaq.config import ConfigError, non_negative, one_of, positive, prop
 from metaq.metrics.off import check_metrics
+from metaq.zksecurity import ZooKeeperClientConfig
 from zk_layout.paths import INT32_MAX
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,6 @@ INERT_KEYS = frozenset(
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
         "queued.max.requests",
-        "zookeeper.set.acl",
     }
 )
 
@@ -75,7 +75,7 @@ def _unbounded_or_positive(value: int) -> str | None:
 
 
 @dataclass(frozen=True)
-class BrokerConfig(Config):
+class BrokerConfig(ZooKeeperClientConfig):
     broker_id: int = prop("broker.id", 0, check=_broker_id)
     listeners: str = prop("listeners", "PLAINTEXT://127.0.0.1:9092")
     advertised_listeners: str | None = prop("advertised.listeners", None)

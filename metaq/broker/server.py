@@ -113,6 +113,7 @@ class Broker:
             config.zookeeper_connect,
             session_timeout_ms=config.session_timeout_ms,
             connection_timeout_ms=config.connection_timeout_ms,
+            security=config.zookeeper_security(),
         )
         layout = ZkLayout(self._zk)
         self._layout = layout

@@ -25,12 +25,13 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from metaq.admin import EARLIEST, LATEST, PartitionReader
-from metaq.cli.output import add_parser, connect_string, usage_error
+from metaq.cli.output import add_parser, connect_string, usage_error, zk_security, zk_security_properties
 from metaq.config import load_properties
 from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
 from metaq.errors import ConfigError, MetaqError
 from metaq.signals import TerminationHandler
 from metaq.zkclient import session
+from metaq.zksecurity import ZooKeeperSecurity
 from zk_layout import ZkLayout
 
 Printed = tuple[str, int, int, int, bytes | None, bytes | None]
@@ -117,7 +118,7 @@ def _start_offset(args: argparse.Namespace) -> int:
 def _fixed_partition(args: argparse.Namespace, start: int, stop: _StopRequest) -> Generator[Printed, None, None]:
     connect, timeout_ms = connect_string(args)
     idle = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
-    with session(connect, connection_timeout_ms=timeout_ms or 6000) as client:
+    with session(connect, connection_timeout_ms=timeout_ms or 6000, security=zk_security(args)) as client:
         with PartitionReader(ZkLayout(client), args.topic, args.partition, start) as reader:
             for offset, timestamp, key, value, _headers in reader.records(
                     idle_timeout_s=idle, should_stop=lambda: stop.requested):
@@ -127,6 +128,7 @@ def _fixed_partition(args: argparse.Namespace, start: int, stop: _StopRequest) -
 def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Printed, None, None]:
     connect, timeout_ms = connect_string(args)
     props: dict[str, Any] = load_properties(args.config) if args.config else {}
+    props.update(zk_security_properties(args))
     props.update({"zookeeper.connect": connect, "consumer.timeout.ms": args.timeout_ms})
     props.setdefault("auto.commit.interval.ms", 1000)
     props.setdefault("auto.offset.reset", "largest")
@@ -154,14 +156,15 @@ def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Pri
                 return
     finally:
         if generated:
-            _delete_generated_group(connect, props["group.id"], timeout_ms)
+            _delete_generated_group(connect, props["group.id"], timeout_ms, zk_security(args))
 
 
-def _delete_generated_group(connect: str, group: str, timeout_ms: int | None) -> None:
+def _delete_generated_group(connect: str, group: str, timeout_ms: int | None,
+                            security: ZooKeeperSecurity) -> None:
     """A group nobody named is nobody's to resume: remove it on exit, as Kafka 0.8's console consumer did,
     so that ``metaq groups list`` does not fill up with console-consumer-NNNNN."""
     try:
-        with session(connect, connection_timeout_ms=timeout_ms or 6000) as client:
+        with session(connect, connection_timeout_ms=timeout_ms or 6000, security=security) as client:
             ZkLayout(client).delete_group(group)
     except MetaqError as e:
         print(f"metaq console-consumer: could not delete the generated group {group}: {e}", file=sys.stderr)

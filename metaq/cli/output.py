@@ -21,6 +21,9 @@ from typing import Any, TextIO
 
 from metaq.admin import Admin, format_ms
 from metaq.admin.client import resolve_connect
+from metaq.config import load_properties
+from metaq.errors import ConfigError
+from metaq.zksecurity import ZOOKEEPER_CLIENT_KEYS, ZooKeeperSecurity, security_from_properties
 
 Row = Sequence[object]
 
@@ -33,6 +36,9 @@ def common_options(*, json_output: bool = True) -> argparse.ArgumentParser:
                         help="a properties file with zookeeper.connect (e.g. the consumer's)")
     parent.add_argument("--zookeeper-timeout-ms", type=int, default=None, metavar="MS",
                         help="give up connecting to ZooKeeper after this long (default 6000)")
+    parent.add_argument("--zk-config", "--zk-tls-config-file", dest="zk_config", metavar="FILE",
+                        help="a properties file with the ZooKeeper client's security: zookeeper.auth, "
+                             "zookeeper.set.acl, zookeeper.ssl.* (overrides those of --config)")
     if json_output:
         parent.add_argument("--json", action="store_true", help="print JSON for scripts instead of a table")
     return parent
@@ -62,9 +68,28 @@ def connect_string(args: argparse.Namespace) -> tuple[str, int | None]:
     return connect, args.zookeeper_timeout_ms or file_timeout
 
 
+def zk_security_properties(args: argparse.Namespace) -> dict[str, str]:
+    """The ``zookeeper.*`` security keys of ``--config`` overridden by those of ``--zk-config`` (all of that
+    file's keys must be ZooKeeper client keys: it is about nothing else)."""
+    picked = {k: v for k, v in (load_properties(args.config) if args.config else {}).items()
+              if k in ZOOKEEPER_CLIENT_KEYS}
+    if getattr(args, "zk_config", None):
+        own = load_properties(args.zk_config)
+        unknown = sorted(set(own) - ZOOKEEPER_CLIENT_KEYS)
+        if unknown:
+            raise ConfigError(f"--zk-config {args.zk_config}: {unknown[0]!r} is not a ZooKeeper client key "
+                              f"(those are {', '.join(sorted(ZOOKEEPER_CLIENT_KEYS))})")
+        picked.update(own)
+    return picked
+
+
+def zk_security(args: argparse.Namespace) -> ZooKeeperSecurity:
+    return security_from_properties(zk_security_properties(args))
+
+
 def open_admin(args: argparse.Namespace) -> Admin:
     connect, timeout_ms = connect_string(args)
-    return Admin.connect(connect, timeout_ms=timeout_ms)
+    return Admin.connect(connect, timeout_ms=timeout_ms, security=zk_security(args))
 
 
 def quiet_libraries() -> None:

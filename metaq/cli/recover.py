@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from metaq.cli.output import add_parser, connect_string, emit, note, table, when
+from metaq.cli.output import add_parser, connect_string, emit, note, table, when, zk_security_properties
 from metaq.config import load_properties
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.recover import RecoverEntry, RecoverStore, default_dir, recover_stores, store_name
@@ -126,7 +126,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.max_attempts < 1:
         raise ConfigError(f"--max-attempts {args.max_attempts}: must be >= 1")
     connect, timeout_ms = connect_string(args)
-    props: dict[str, Any] = {"zookeeper.connect": connect, "linger.ms": 0}
+    props: dict[str, Any] = {"zookeeper.connect": connect, "linger.ms": 0, **zk_security_properties(args)}
     if timeout_ms:
         props["zookeeper.connection.timeout.ms"] = timeout_ms
     with _open_existing(args) as store, Producer(props) as producer:

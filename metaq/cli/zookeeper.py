@@ -1,5 +1,11 @@
 """``metaq zookeeper start [--port P] [--data-dir D] [--tick-time MS]``: run a real ZooKeeper in the foreground.
 
+Security (docs/zookeeper-layout.md): ``--super-digest digest:USER:HASH`` (an admin who passes every ACL),
+``--enforce-auth`` (sessions must authenticate with digest first), ``--tls-keystore PEM --tls-truststore PEM
+[--tls-client-auth need]`` (a TLS client port, printed on stderr). ``metaq zookeeper digest USER`` reads the
+password on stdin and prints the ``digest:USER:HASH`` identity that ``--super-digest`` and
+``zookeeper.acl.ops.identity`` take.
+
 Prints the connect string on stdout (so that scripts can read it) and runs until SIGINT or SIGTERM, then stops
 the server cleanly. The data must outlive the server, or a restart forgets every topic and committed offset
 while the brokers keep their logs: with ``--port P`` and no ``--data-dir`` it lives in
@@ -10,14 +16,17 @@ free port) in a temporary directory removed at exit, which is said on stderr.
 from __future__ import annotations
 
 import argparse
+import getpass
 import logging
 import os
 import sys
 import threading
 from pathlib import Path
 
+from metaq.errors import ConfigError
 from metaq.signals import TerminationHandler
-from metaq.zkserver import ZooKeeperServer
+from metaq.zkserver import ZooKeeperServer, ZooKeeperTls
+from zk_layout.znode_acls import digest_identity
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +43,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                             "without --port: temporary)")
     start.add_argument("--tick-time", type=int, default=2000, metavar="MS", help="tickTime in ms (default 2000)")
     start.add_argument("--start-timeout", type=float, default=60.0, metavar="S", help=argparse.SUPPRESS)
+    start.add_argument("--super-digest", metavar="digest:USER:HASH", default=None,
+                       help="a super user who passes every znode ACL (the identity `metaq zookeeper digest` prints)")
+    start.add_argument("--enforce-auth", action="store_true",
+                       help="refuse sessions that have not authenticated (digest) before their first request")
+    start.add_argument("--tls-keystore", type=Path, metavar="PEM", default=None,
+                       help="also serve TLS on a second port, with this PEM certificate and key")
+    start.add_argument("--tls-truststore", type=Path, metavar="PEM", default=None,
+                       help="PEM CA certificates client certificates must chain to (with --tls-keystore)")
+    start.add_argument("--tls-client-auth", choices=("none", "want", "need"), default="none",
+                       help="client certificates: none (default), want or need")
     start.set_defaults(func=_start)
+    digest = actions.add_parser("digest", help="print the digest identity of USER (the password is read on stdin)")
+    digest.add_argument("user")
+    digest.set_defaults(func=_digest)
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -43,10 +65,13 @@ def _start(args: argparse.Namespace) -> int:
     data_dir = args.data_dir or (default_data_dir(args.port) if args.port is not None else None)
     if data_dir is None:
         print("metaq zookeeper: no --port/--data-dir: the data is temporary and removed at exit", file=sys.stderr)
-    server = ZooKeeperServer(args.port, data_dir, tick_time_ms=args.tick_time)
+    server = ZooKeeperServer(args.port, data_dir, tick_time_ms=args.tick_time, super_digest=args.super_digest,
+                             enforce_auth=args.enforce_auth, tls=_tls(args))
     try:
         server.start(timeout=args.start_timeout)
         print(server.connect_string, flush=True)
+        if server.tls is not None:
+            print(f"metaq zookeeper: TLS client port {server.secure_connect_string}", file=sys.stderr, flush=True)
         while not stop.wait(_HEALTH_CHECK_S):
             if not server.running:
                 print(f"metaq zookeeper: the server exited; log tail:\n{server.log_tail()}", file=sys.stderr)
@@ -55,6 +80,27 @@ def _start(args: argparse.Namespace) -> int:
     finally:
         server.stop()
         handler.restore()
+
+
+def _tls(args: argparse.Namespace) -> ZooKeeperTls | None:
+    if args.tls_keystore is None and args.tls_truststore is None:
+        return None
+    if args.tls_keystore is None or args.tls_truststore is None:
+        raise ConfigError("--tls-keystore and --tls-truststore go together")
+    for option, path in (("--tls-keystore", args.tls_keystore), ("--tls-truststore", args.tls_truststore)):
+        if not path.is_file():
+            raise ConfigError(f"{option} {path}: not a readable file")
+    return ZooKeeperTls(args.tls_keystore, args.tls_truststore, args.tls_client_auth)
+
+
+def _digest(args: argparse.Namespace) -> int:
+    """Print ``digest:USER:HASH``; the password comes from stdin (first line) so it is not in the shell history."""
+    password = (getpass.getpass(f"password for {args.user}: ") if sys.stdin.isatty()
+                else sys.stdin.readline().rstrip("\r\n"))
+    if not password:
+        raise ConfigError("no password given on stdin")
+    print(digest_identity(args.user, password))
+    return 0
 
 
 def default_data_dir(port: int) -> Path:

@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
-from metaq.config import Config, non_negative, one_of, positive, prop
+from metaq.config import non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
 from metaq.metrics.off import check_metrics
+from metaq.zksecurity import ZooKeeperClientConfig
 from zk_layout import validate_group
 
 
@@ -44,7 +45,7 @@ def _lease_fraction(value: float) -> str | None:
 
 
 @dataclass(frozen=True)
-class ConsumerConfig(Config):
+class ConsumerConfig(ZooKeeperClientConfig):
     # Kafka 0.8 ZookeeperConsumerConnector (ConsumerConfig.scala, ZKConfig)
     group_id: str = prop("group.id", "", check=_valid_chars)
     zookeeper_connect: str = prop("zookeeper.connect", "")

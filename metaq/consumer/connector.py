@@ -108,6 +108,7 @@ class Consumer:
             self.config.zookeeper_connect,
             session_timeout_ms=self.config.zookeeper_session_timeout_ms,
             connection_timeout_ms=self.config.connection_timeout_ms,
+            security=self.config.zookeeper_security(),
         )
         self._layout = ZkLayout(self._zk)
         fraction = self.config.session_lease_fraction

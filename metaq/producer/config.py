@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from metaq.config import Config, non_negative, one_of, positive, prop
+from metaq.config import non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
 from metaq.protocol.compression import CODECS
+from metaq.zksecurity import ZooKeeperClientConfig
 
 ACKS_ALL = -1
 PARTITIONERS = ("default", "round_robin", "random")
@@ -22,7 +23,7 @@ def _acks(value: Any) -> str | None:
 
 
 @dataclass(frozen=True)
-class ProducerConfig(Config):
+class ProducerConfig(ZooKeeperClientConfig):
     zookeeper_connect: str | None = prop(
         "zookeeper.connect", None, doc="host:port[,host:port...][/chroot] of the ZooKeeper that holds metadata")
     client_id: str = prop("client.id", "metaq-producer", doc="sent to brokers in every request header")

@@ -17,8 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from metaq import zkclient
 from metaq.client.cluster import ClusterClient, Layout, Leader, TopicInfo
 from metaq.client.settings import ConnectionSettings
+from metaq.zksecurity import ZooKeeperSecurity
+from zk_layout import ZkLayout
 
 __all__ = ["ClusterMetadata", "Layout", "Leader", "TopicInfo"]
 
@@ -35,9 +38,9 @@ class ClusterMetadata(ClusterClient):
     @classmethod
     def from_zookeeper(cls, connect: str, settings: ConnectionSettings | None = None, *,
                        session_timeout_ms: int = 6000, connection_timeout_ms: int = 6000,
-                       **kwargs: Any) -> ClusterMetadata:
-        """Connect a kazoo client (via metaq.zkclient) and read through zk_layout.ZkLayout."""
-        client = super().from_zookeeper(connect, settings, session_timeout_ms=session_timeout_ms,
-                                        connection_timeout_ms=connection_timeout_ms, **kwargs)
-        assert isinstance(client, ClusterMetadata)
-        return client
+                       security: ZooKeeperSecurity | None = None, **kwargs: Any) -> ClusterMetadata:
+        """Connect a kazoo client (via metaq.zkclient, with the ZooKeeper ``security`` of the producer's
+        config) and read through zk_layout.ZkLayout; the session is closed by :meth:`close`."""
+        zk = zkclient.connect(connect, session_timeout_ms=session_timeout_ms,
+                              connection_timeout_ms=connection_timeout_ms, security=security)
+        return cls(ZkLayout(zk), settings, on_close=lambda: zkclient.close(zk), **kwargs)

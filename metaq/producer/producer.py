@@ -49,7 +49,8 @@ class Producer:
         if metadata is None:
             metadata = ClusterMetadata.from_zookeeper(
                 cfg.require_zookeeper(), connection_settings(cfg), session_timeout_ms=cfg.zookeeper_session_timeout_ms,
-                connection_timeout_ms=cfg.zookeeper_connection_timeout_ms, max_age_ms=cfg.metadata_max_age_ms)
+                connection_timeout_ms=cfg.zookeeper_connection_timeout_ms, max_age_ms=cfg.metadata_max_age_ms,
+                security=cfg.zookeeper_security())
         self._metadata = metadata
         self._closed = False
         self._close_lock = threading.Lock()

@@ -31,6 +31,7 @@ from metaq.errors import (
 from metaq.spark.offsets import Offsets, TopicPartition
 from metaq.spark.options import ReadOptions, Subscription
 from metaq.zkclient import connect
+from metaq.zksecurity import ZooKeeperSecurity
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,9 @@ class Cluster:
 
     def __init__(self, zookeeper_connect: str, *, client_id: str = "metaq-spark", request_timeout_ms: int = 30000,
                  session_timeout_ms: int = 10000, connection_timeout_ms: int = 10000,
-                 metadata_max_age_ms: int = 1000) -> None:
+                 metadata_max_age_ms: int = 1000, zk_security: ZooKeeperSecurity | None = None) -> None:
         self.zookeeper_connect = zookeeper_connect
+        self._zk_security = zk_security
         self._client_id = client_id
         self._request_timeout_ms = request_timeout_ms
         self._session_timeout_ms = session_timeout_ms
@@ -74,7 +76,7 @@ class Cluster:
         return cls(options.zookeeper_connect, client_id=options.client_id,
                    request_timeout_ms=options.request_timeout_ms, session_timeout_ms=options.zk_session_timeout_ms,
                    connection_timeout_ms=options.zk_connection_timeout_ms,
-                   metadata_max_age_ms=options.metadata_max_age_ms)
+                   metadata_max_age_ms=options.metadata_max_age_ms, zk_security=options.zk_security)
 
     def __enter__(self) -> Cluster:
         return self
@@ -90,7 +92,7 @@ class Cluster:
         if self._layout is None:
             try:
                 self._zk = connect(self.zookeeper_connect, session_timeout_ms=self._session_timeout_ms,
-                                   connection_timeout_ms=self._connection_timeout_ms)
+                                   connection_timeout_ms=self._connection_timeout_ms, security=self._zk_security)
             except ZooKeeperUnavailableError as e:
                 raise ZooKeeperUnavailableError(f"metaq: {e} (option 'zookeeper.connect' is "
                                                 f"{self.zookeeper_connect!r})") from e

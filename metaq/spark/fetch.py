@@ -29,6 +29,7 @@ from metaq.protocol.records import Record, decode_records
 from metaq.spark.offsets import DataLossError
 from metaq.spark.planning import OffsetRange
 from metaq.zkclient import session
+from metaq.zksecurity import ZooKeeperSecurity
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class FetchSettings:
     fail_on_data_loss: bool = True
     zk_session_timeout_ms: int = 10000
     zk_connection_timeout_ms: int = 10000
+    zk_security: ZooKeeperSecurity | None = None
 
 
 def read_range(offset_range: OffsetRange, settings: FetchSettings) -> Iterator[list[Record]]:
@@ -154,7 +156,7 @@ class _RangeReader:
         """Ask ZooKeeper who leads the partition now (rare: only after the planned leader refused)."""
         r, s = self.range, self.settings
         with session(s.zookeeper_connect, session_timeout_ms=s.zk_session_timeout_ms,
-                     connection_timeout_ms=s.zk_connection_timeout_ms) as client:
+                     connection_timeout_ms=s.zk_connection_timeout_ms, security=s.zk_security) as client:
             leader = ClusterClient(ZkLayout(client)).leader(r.topic, r.partition, fresh=True)
         if leader is None:
             raise _NoLeader(f"{r.topic}-{r.partition} has no live leader in ZooKeeper")

@@ -26,6 +26,9 @@ Reading:
                                 (as Spark's Kafka source); ``false`` (default)
 ``fetch.max.bytes``, ``request.timeout.ms``, ``client.id``, ``metadata.max.age.ms``,
 ``zookeeper.session.timeout.ms``, ``zookeeper.connection.timeout.ms``: tuning
+``zookeeper.auth``, ``zookeeper.ssl.*``, ``zookeeper.set.acl``, ...: the ZooKeeper client's security, as for
+every metaq process (:mod:`metaq.zksecurity`); prefer ``zookeeper.auth=file:/path`` (a file every executor
+can read) to a password in the query
 =============================== ===========================================================================
 
 Writing: ``zookeeper.connect``, ``topic`` (or a ``topic`` column), ``valueFormat`` (``auto``, ``binary``,
@@ -48,6 +51,7 @@ from typing import Any
 
 from metaq.errors import ConfigError
 from metaq.spark.offsets import EARLIEST, LATEST, Offsets
+from metaq.zksecurity import ZOOKEEPER_CLIENT_KEYS, ZooKeeperSecurity, security_from_properties
 from zk_layout import normalize_topic_filter, validate_group, validate_topic
 
 VALUE_FORMATS = ("binary", "string", "json", "msgpack")
@@ -61,6 +65,7 @@ _READ_OPTIONS = (
     "auto.offset.reset", "maxOffsetsPerTrigger", "minPartitions", "maxPartitions", "failOnDataLoss",
     "valueFormat", "valueSchema", "fetch.max.bytes", "request.timeout.ms", "client.id", "metadata.max.age.ms",
     "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms", "keyFormat", "includeHeaders",
+    *sorted(ZOOKEEPER_CLIENT_KEYS),
 )
 _WRITE_OPTIONS = ("zookeeper.connect", "topic", "valueFormat", "checkpointLocation", "path")
 """The sink's own options; every producer property (``acks``, ``linger.ms``, ...) is accepted as well."""
@@ -167,6 +172,7 @@ class ReadOptions:
     zk_connection_timeout_ms: int
     key_format: str = "binary"
     include_headers: bool = False
+    zk_security: ZooKeeperSecurity = ZooKeeperSecurity()  # its repr() hides the secrets
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any], *, streaming: bool | None,
@@ -210,7 +216,17 @@ class ReadOptions:
             zk_connection_timeout_ms=opts.integer("zookeeper.connection.timeout.ms", 10000) or 0,
             key_format=opts.choice("keyFormat", "binary", KEY_FORMATS),
             include_headers=opts.boolean("includeHeaders", False),
+            zk_security=_zk_security(opts),
         )
+
+
+def _zk_security(opts: _Options) -> ZooKeeperSecurity:
+    """The zookeeper.auth/ssl/set.acl options, resolved on the driver (an error names the option)."""
+    picked = {opts.names[k]: v for k, v in opts.values.items() if opts.names[k] in ZOOKEEPER_CLIENT_KEYS}
+    try:
+        return security_from_properties(picked)
+    except ConfigError as e:
+        raise ConfigError(f"metaq source: {e}") from e
 
 
 @dataclass(frozen=True)
@@ -220,7 +236,7 @@ class WriteOptions:
     zookeeper_connect: str
     topic: str | None
     value_format: str
-    producer: dict[str, str]
+    producer: dict[str, str] = field(repr=False)  # may hold zookeeper.auth: never in a plan or a log
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> WriteOptions:

@@ -109,9 +109,10 @@ def check_topic_exists(options: WriteOptions) -> None:
     if options.topic is None:
         return
     from metaq.zkclient import session
+    from metaq.zksecurity import security_from_properties
     from zk_layout import ZkLayout
 
-    with session(options.zookeeper_connect) as client:
+    with session(options.zookeeper_connect, security=security_from_properties(options.producer)) as client:
         exists = ZkLayout(client).topic_assignment(options.topic) is not None
     if not exists:
         raise UnknownTopicError(f"metaq sink: topic {options.topic!r} (option 'topic') does not exist in "

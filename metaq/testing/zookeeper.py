@@ -7,8 +7,10 @@ Enable with ``pytest_plugins = ["metaq.testing.zookeeper"]`` in the root ``conft
         other = make_zk_client()                        # a second session on the same chroot
         expire_session(other)                           # a real server-side expiry
 
-``zk_server`` is an embedded :class:`ZooKeeperServer` (tickTime 200 ms, so sessions of 0.4-4 s, and no fsync),
-or the server named by ``$ZOOKEEPER_CONNECT`` when that is set. Each test's chroot is deleted afterwards. When
+``zk_server`` is an embedded :class:`ZooKeeperServer` (tickTime 200 ms, so sessions of 0.4-4 s, and no fsync,
+and a super user ``TEST_SUPER_AUTH`` who passes every znode ACL, so that the chroot of a test that created
+nodes with ``zookeeper.set.acl`` can still be deleted), or the server named by ``$ZOOKEEPER_CONNECT``.
+Each test's chroot is deleted afterwards. When
 a test that used ZooKeeper fails, the tail of the server log is added to its report.
 """
 
@@ -29,11 +31,14 @@ from kazoo.handlers.threading import KazooTimeoutError
 from metaq.zkclient import connect
 from metaq.zkserver import ZooKeeperServer
 from zk_layout import ZkLayout, split_connect
+from zk_layout.znode_acls import digest_identity
 
 log = logging.getLogger(__name__)
 
 ENV_CONNECT = "ZOOKEEPER_CONNECT"
 TEST_SESSION_TIMEOUT_MS = 3000  # within 2x..20x of tickTime=200; expiry tests stay fast
+TEST_SUPER_AUTH = ("super", "metaq-test-super")
+"""(user, password) of the embedded test server's ZooKeeper super user (a test-only server on loopback)."""
 
 
 class ZooKeeperEndpoint(Protocol):
@@ -87,7 +92,8 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnd
         yield ExternalZooKeeper(external)
         return
     log_path = tmp_path_factory.mktemp("zookeeper") / "zookeeper.log"  # kept after the run for post-mortems
-    server = ZooKeeperServer(tick_time_ms=200, force_sync=False, log_path=log_path)
+    server = ZooKeeperServer(tick_time_ms=200, force_sync=False, log_path=log_path,
+                             super_digest=digest_identity(*TEST_SUPER_AUTH))
     server.start()
     try:
         yield server
@@ -97,8 +103,10 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnd
 
 @pytest.fixture(scope="session")
 def _zk_admin(zk_server: ZooKeeperEndpoint) -> Iterator[KazooClient]:
-    """A client without a test chroot, to delete each test's chroot afterwards."""
-    client = connect(zk_server.connect_string, session_timeout_ms=10000)
+    """A client without a test chroot, to delete each test's chroot afterwards (as the super user: the test
+    may have created nodes only their creator may delete)."""
+    client = connect(zk_server.connect_string, session_timeout_ms=10000,
+                     auth_data=[("digest", ":".join(TEST_SUPER_AUTH))])
     yield client
     _close_quietly(client)
 

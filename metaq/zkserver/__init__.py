@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from metaq.zkserver.distribution import ZooKeeperDistribution, find_distribution, find_java
 from metaq.zkserver.ensemble import ZooKeeperEnsemble
-from metaq.zkserver.server import ZooKeeperServer, four_letter_word, free_ports, server_mode
+from metaq.zkserver.server import ZooKeeperServer, ZooKeeperTls, four_letter_word, free_ports, server_mode
 
 __all__ = [
     "ZooKeeperDistribution",
     "ZooKeeperEnsemble",
     "ZooKeeperServer",
+    "ZooKeeperTls",
     "find_distribution",
     "find_java",
     "four_letter_word",

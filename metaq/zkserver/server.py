@@ -13,6 +13,16 @@ only us (we then stop it cleanly), and an ``atexit`` hook stops every server sti
 
 The server listens on loopback only, without the AdminServer (an HTTP port we do not need), and answers the
 four-letter words ``srvr, ruok, mntr, stat, conf``; readiness is "``srvr`` answers with a ``Mode:`` line".
+
+Security, all optional (docs/zookeeper-layout.md, "Authentication, TLS and znode ACLs")::
+
+    ZooKeeperServer(super_digest=digest_identity("super", pw),   # an admin who passes every ACL
+                    enforce_auth=True,                            # sessions must authenticate (digest) first
+                    tls=ZooKeeperTls(keystore=server_pem, truststore=ca_pem))   # also a TLS port
+    server.secure_connect_string                                  # "127.0.0.1:<secureClientPort>"
+
+TLS uses ZooKeeper's Netty connection factory with PEM files (ZooKeeper 3.6+; the Netty jars ship with
+pyspark's jars and the Debian package); the plain port stays open for the four-letter words.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, ClassVar, Self
@@ -193,6 +204,32 @@ atexit.register(_stop_all_at_exit)
 # --------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ZooKeeperTls:
+    """A TLS client port (``secureClientPort``): ``keystore`` is a PEM file with the server certificate and
+    its (unencrypted) key, ``truststore`` a PEM file with the CA certificates client certificates must chain
+    to; ``client_auth`` is ``none``, ``want`` or ``need`` (ZooKeeper's ``ssl.clientAuth``)."""
+
+    keystore: Path
+    truststore: Path
+    client_auth: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.client_auth not in ("none", "want", "need"):
+            raise ZooKeeperServerError(f"TLS client_auth must be none, want or need, not {self.client_auth!r}")
+
+    def config_lines(self, secure_port: int) -> list[str]:
+        return [
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            f"secureClientPort={secure_port}",
+            f"ssl.keyStore.location={Path(self.keystore).absolute()}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={Path(self.truststore).absolute()}",
+            "ssl.trustStore.type=PEM",
+            f"ssl.clientAuth={self.client_auth}",
+        ]
+
+
 class ZooKeeperServer:
     """A standalone ZooKeeper server in a child JVM.
 
@@ -226,11 +263,22 @@ class ZooKeeperServer:
         log_path: Path | None = None,
         jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
         distribution: ZooKeeperDistribution | None = None,
+        super_digest: str | None = None,
+        enforce_auth: bool = False,
+        tls: ZooKeeperTls | None = None,
     ) -> None:
+        if super_digest is not None and not super_digest.startswith("digest:"):
+            raise ZooKeeperServerError("super_digest must be a digest identity, digest:user:<base64 sha1> "
+                                       "(zk_layout.znode_acls.digest_identity), not a password")
+        self.super_digest = super_digest
+        self.enforce_auth = enforce_auth
+        self.tls = tls
         self._lock = threading.RLock()
         self._host = host
         self._port_chosen = port is None
-        self._port = port if port is not None else free_ports(1, host)[0]
+        chosen = free_ports(2, host)  # distinct: both held open together
+        self._port = port if port is not None else chosen[0]
+        self._secure_port = (chosen[1] if chosen[1] != port else chosen[0]) if tls is not None else None
         self._data_dir_arg = Path(data_dir).absolute() if data_dir is not None else None
         self._log_path_arg = Path(log_path).absolute() if log_path is not None else None
         self.tick_time_ms = tick_time_ms
@@ -256,6 +304,17 @@ class ZooKeeperServer:
     @property
     def connect_string(self) -> str:
         return f"{self._host}:{self._port}"
+
+    @property
+    def secure_port(self) -> int | None:
+        """The TLS client port (None without ``tls``)."""
+        return self._secure_port
+
+    @property
+    def secure_connect_string(self) -> str:
+        if self._secure_port is None:
+            raise ZooKeeperServerError(f"ZooKeeper on {self.connect_string} has no TLS port (started without tls)")
+        return f"{self._host}:{self._secure_port}"
 
     @property
     def pid(self) -> int | None:
@@ -441,13 +500,21 @@ class ZooKeeperServer:
         ]
         if not self.force_sync:
             lines.append("forceSync=no")
+        if self.super_digest is not None:  # a system property "zookeeper.<key>", kept off the command line
+            lines.append(f"DigestAuthenticationProvider.superDigest={self.super_digest[len('digest:'):]}")
+        if self.enforce_auth:
+            lines += ["enforce.auth.enabled=true", "enforce.auth.schemes=digest"]
+        if self.tls is not None and self._secure_port is not None:
+            lines += self.tls.config_lines(self._secure_port)
         return lines
 
     def _prepare_data_dir(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
 
     def _choose_new_ports(self) -> None:
-        self._port = free_ports(1, self._host)[0]
+        self._port, secure = free_ports(2, self._host)
+        if self._secure_port is not None:
+            self._secure_port = secure
 
     # -- internals ---------------------------------------------------------------------------------
 
