@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
-from metaq.config import Config, non_negative, one_of, positive, prop
+from metaq.client.security import SecurityConfig
+from metaq.config import non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
 from metaq.metrics.off import check_metrics
 from zk_layout import validate_group
@@ -44,7 +45,10 @@ def _lease_fraction(value: float) -> str | None:
 
 
 @dataclass(frozen=True)
-class ConsumerConfig(Config):
+class ConsumerConfig(SecurityConfig):
+    """The consumer's options; the security ones (``security.protocol``, ``ssl.*``, ``sasl.*``) are
+    :class:`SecurityConfig`'s and apply to every broker connection (fetchers, offsets channel)."""
+
     # Kafka 0.8 ZookeeperConsumerConnector (ConsumerConfig.scala, ZKConfig)
     group_id: str = prop("group.id", "", check=_valid_chars)
     zookeeper_connect: str = prop("zookeeper.connect", "")

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from metaq.config import Config, non_negative, one_of, positive, prop
+from metaq.client.security import SecurityConfig
+from metaq.config import non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
 from metaq.protocol.compression import CODECS
 
@@ -22,7 +23,9 @@ def _acks(value: Any) -> str | None:
 
 
 @dataclass(frozen=True)
-class ProducerConfig(Config):
+class ProducerConfig(SecurityConfig):
+    """The producer's options; the security ones are :class:`SecurityConfig`'s."""
+
     zookeeper_connect: str | None = prop(
         "zookeeper.connect", None, doc="host:port[,host:port...][/chroot] of the ZooKeeper that holds metadata")
     client_id: str = prop("client.id", "metaq-producer", doc="sent to brokers in every request header")
