@@ -26,11 +26,13 @@ Reading:
                                 (as Spark's Kafka source); ``false`` (default)
 ``fetch.max.bytes``, ``request.timeout.ms``, ``client.id``, ``metadata.max.age.ms``,
 ``zookeeper.session.timeout.ms``, ``zookeeper.connection.timeout.ms``: tuning
+``security.protocol``, ``ssl.*``,  how the brokers are reached, as for every metaq client (docs/security.md);
+``sasl.*``                      passwords are masked wherever the options are shown
 =============================== ===========================================================================
 
 Writing: ``zookeeper.connect``, ``topic`` (or a ``topic`` column), ``valueFormat`` (``auto``, ``binary``,
-``string``, ``json``, ``msgpack``) and any producer property (``acks``, ``linger.ms``, ...); columns in
-:mod:`metaq.spark.writer`.
+``string``, ``json``, ``msgpack``) and any producer property (``acks``, ``linger.ms``, ``security.protocol``,
+``sasl.password``...); columns in :mod:`metaq.spark.writer`.
 
 Spark hands the options over lower-cased; errors use the documented spelling (``option 'startingOffsets':
 ...``) so that the user can find what to change. Unknown options are refused, with the closest known name,
@@ -46,6 +48,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from metaq.client.security import SECRET_KEYS, SECURITY_KEYS, SecurityConfig
+from metaq.config import Secret
 from metaq.errors import ConfigError
 from metaq.spark.offsets import EARLIEST, LATEST, Offsets
 from zk_layout import normalize_topic_filter, validate_group, validate_topic
@@ -61,6 +65,7 @@ _READ_OPTIONS = (
     "auto.offset.reset", "maxOffsetsPerTrigger", "minPartitions", "maxPartitions", "failOnDataLoss",
     "valueFormat", "valueSchema", "fetch.max.bytes", "request.timeout.ms", "client.id", "metadata.max.age.ms",
     "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms", "keyFormat", "includeHeaders",
+    *sorted(SECURITY_KEYS),
 )
 _WRITE_OPTIONS = ("zookeeper.connect", "topic", "valueFormat", "checkpointLocation", "path")
 """The sink's own options; every producer property (``acks``, ``linger.ms``, ...) is accepted as well."""
@@ -167,6 +172,7 @@ class ReadOptions:
     zk_connection_timeout_ms: int
     key_format: str = "binary"
     include_headers: bool = False
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any], *, streaming: bool | None,
@@ -210,6 +216,7 @@ class ReadOptions:
             zk_connection_timeout_ms=opts.integer("zookeeper.connection.timeout.ms", 10000) or 0,
             key_format=opts.choice("keyFormat", "binary", KEY_FORMATS),
             include_headers=opts.boolean("includeHeaders", False),
+            security=_security(opts),
         )
 
 
@@ -220,7 +227,7 @@ class WriteOptions:
     zookeeper_connect: str
     topic: str | None
     value_format: str
-    producer: dict[str, str]
+    producer: dict[str, str | Secret]  # passwords as Secrets, so that showing the options masks them
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> WriteOptions:
@@ -231,7 +238,9 @@ class WriteOptions:
         topic = opts.get("topic") or None
         if topic is not None:
             _check_topic("topic", topic)
-        producer = {opts.names[k]: v for k, v in opts.values.items() if opts.names[k] in producer_keys}
+        producer: dict[str, str | Secret] = {
+            opts.names[k]: Secret(v) if opts.names[k] in SECRET_KEYS else v
+            for k, v in opts.values.items() if opts.names[k] in producer_keys}
         connect = opts.required("zookeeper.connect")
         try:
             ProducerConfig.from_properties({"zookeeper.connect": connect, **producer})
@@ -248,6 +257,14 @@ def _check_topic(option: str, topic: str) -> None:
         validate_topic(topic)
     except ConfigError as e:
         raise ConfigError(f"option {option!r}: {e}") from None
+
+
+def _security(opts: _Options) -> SecurityConfig:
+    given = {name: opts.values[name.lower()] for name in SECURITY_KEYS if name.lower() in opts.values}
+    try:
+        return SecurityConfig.from_properties(given)
+    except ConfigError as e:
+        raise ConfigError(f"metaq source: {e}") from None  # the cause could show a value
 
 
 def _subscription(opts: _Options) -> Subscription:
