@@ -37,7 +37,7 @@ def common_options(*, json_output: bool = True) -> argparse.ArgumentParser:
                         help="a properties file with zookeeper.connect (e.g. the consumer's)")
     parent.add_argument("--command-config", metavar="FILE",
                         help="a properties file with how to reach the brokers, as for Kafka's tools: "
-                             "security.protocol, ssl.*, sasl.* (see docs/security.md)")
+                             "security.protocol, ssl.*, sasl.* (see docs/client-security.md)")
     parent.add_argument("--zookeeper-timeout-ms", type=int, default=None, metavar="MS",
                         help="give up connecting to ZooKeeper after this long (default 6000)")
     if json_output:

@@ -26,8 +26,8 @@ Reading:
                                 (as Spark's Kafka source); ``false`` (default)
 ``fetch.max.bytes``, ``request.timeout.ms``, ``client.id``, ``metadata.max.age.ms``,
 ``zookeeper.session.timeout.ms``, ``zookeeper.connection.timeout.ms``: tuning
-``security.protocol``, ``ssl.*``,  how the brokers are reached, as for every metaq client (docs/security.md);
-``sasl.*``                      passwords are masked wherever the options are shown
+``security.protocol``, ``ssl.*``, how the brokers are reached, as for every metaq client
+``sasl.*``                      (docs/client-security.md); passwords are masked wherever options are shown
 =============================== ===========================================================================
 
 Writing: ``zookeeper.connect``, ``topic`` (or a ``topic`` column), ``valueFormat`` (``auto``, ``binary``,
