@@ -10,13 +10,21 @@ fetchers) are accepted for drop-in compatibility with existing files and logged 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
-from urllib.parse import urlsplit
 
+from metaq.broker.auth.listeners import (
+    SECURITY_PROTOCOLS,
+    Listener,
+    advertised_endpoints,
+    parse_listeners,
+    parse_protocol_map,
+)
+from metaq.broker.auth.tls import CLIENT_AUTH, TlsSettings
 from metaq.broker.log.config import LogConfig
 from metaq.config import Config, ConfigError, non_negative, one_of, positive, prop
 from metaq.metrics.off import check_metrics
@@ -48,14 +56,17 @@ def _broker_id(value: int) -> str | None:
     return None if 0 <= value <= INT32_MAX else f"must be in 0..{INT32_MAX}"
 
 
-def _listener(value: str) -> str | None:
-    try:
-        parts = urlsplit(value)
-        if parts.scheme.upper() != "PLAINTEXT" or parts.port is None:
-            return "must be PLAINTEXT://host:port"
-    except ValueError as e:
-        return f"is not a listener URL ({e})"
-    return None
+def _secret(key: str, doc: str) -> Any:
+    """A property whose value never shows in repr() (DescribeConfigs hides keys with "password" too)."""
+    return dataclasses.field(default=None, repr=False, metadata={"key": key, "check": None, "doc": doc})
+
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _mechanisms(value: tuple[str, ...]) -> str | None:
+    unknown = [m for m in value if m not in SASL_MECHANISMS]
+    return f"has unsupported mechanisms {unknown} (metaq serves {', '.join(SASL_MECHANISMS)})" if unknown else None
 
 
 def _unbounded_or_positive(value: int) -> str | None:
@@ -65,8 +76,25 @@ def _unbounded_or_positive(value: int) -> str | None:
 @dataclass(frozen=True)
 class BrokerConfig(Config):
     broker_id: int = prop("broker.id", 0, check=_broker_id)
-    listeners: str = prop("listeners", "PLAINTEXT://127.0.0.1:9092", check=_listener)
-    advertised_listeners: str | None = prop("advertised.listeners", None, check=_listener)
+    listeners: str = prop("listeners", "PLAINTEXT://127.0.0.1:9092")
+    advertised_listeners: str | None = prop("advertised.listeners", None)
+    listener_security_protocol_map: str = prop(
+        "listener.security.protocol.map", "", doc="NAME:PROTOCOL,...; empty: each protocol names its own listener")
+    inter_broker_listener_name: str | None = prop("inter.broker.listener.name", None)
+    security_inter_broker_protocol: str | None = prop("security.inter.broker.protocol", None,
+                                                      check=one_of(*SECURITY_PROTOCOLS))
+    ssl_certificate_location: str | None = prop("ssl.certificate.location", None, doc="server certificate (PEM)")
+    ssl_key_location: str | None = prop("ssl.key.location", None, doc="server private key (PEM)")
+    ssl_key_password: str | None = _secret("ssl.key.password", "password of an encrypted ssl.key.location")
+    ssl_ca_location: str | None = prop("ssl.ca.location", None, doc="CA certificates (PEM) for client certificates")
+    ssl_truststore_location: str | None = prop("ssl.truststore.location", None,
+                                               doc="same as ssl.ca.location (PEM only)")
+    ssl_client_auth: str = prop("ssl.client.auth", "none", check=one_of(*CLIENT_AUTH))
+    ssl_enabled_protocols: tuple[str, ...] = prop("ssl.enabled.protocols", ("TLSv1.2", "TLSv1.3"))
+    sasl_enabled_mechanisms: tuple[str, ...] = prop("sasl.enabled.mechanisms", ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+                                                    check=_mechanisms)
+    sasl_plain_users_file: str | None = prop(
+        "sasl.plain.users.file", None, doc="users of SASL/PLAIN: one 'user:password' a line (docs/security.md)")
     broker_rack: str | None = prop("broker.rack", None)
     log_dirs: tuple[str, ...] = prop("log.dirs", ())
     log_dir: str = prop("log.dir", "/tmp/metaq-logs")
@@ -133,22 +161,53 @@ class BrokerConfig(Config):
         if not config.zookeeper_connect:
             raise ConfigError("config 'zookeeper.connect': a value is required")
         check_metrics(config.metrics_enabled, config.metrics_port)
+        config._check_listeners()
         return config
 
-    @property
-    def listener(self) -> tuple[str, int]:
-        """(host, port) to bind."""
-        parts = urlsplit(self.listeners)
-        return parts.hostname or "0.0.0.0", int(parts.port or 9092)
+    def _check_listeners(self) -> None:
+        listeners = self.listener_list
+        advertised_endpoints(listeners, self.advertised_list, {})
+        names = {listener.name for listener in listeners}
+        inter = self.inter_broker_listener
+        if inter is not None and inter not in names:
+            raise ConfigError(f"config 'inter.broker.listener.name': {inter} is not one of 'listeners'"
+                              f" ({', '.join(sorted(names))})")
+        if self.inter_broker_listener_name and self.security_inter_broker_protocol:
+            raise ConfigError("config 'inter.broker.listener.name' and 'security.inter.broker.protocol': set only one")
+        ca, truststore = self.ssl_ca_location, self.ssl_truststore_location
+        if ca and truststore and ca != truststore:
+            raise ConfigError("config 'ssl.ca.location' and 'ssl.truststore.location': set only one")
+        sasl = any(listener.sasl for listener in listeners)
+        if sasl and "PLAIN" in self.sasl_enabled_mechanisms and not self.sasl_plain_users_file:
+            raise ConfigError("config 'sasl.enabled.mechanisms' has PLAIN: 'sasl.plain.users.file' is required")
 
     @property
-    def advertised(self) -> tuple[str, int]:
-        """(host, port) written to ZooKeeper and answered in Metadata."""
-        parts = urlsplit(self.advertised_listeners or self.listeners)
-        host = parts.hostname or "127.0.0.1"
-        if host in ("0.0.0.0", "::"):
-            host = "127.0.0.1"
-        return host, int(parts.port or 9092)
+    def protocol_map(self) -> dict[str, str]:
+        return parse_protocol_map(self.listener_security_protocol_map)
+
+    @property
+    def listener_list(self) -> tuple[Listener, ...]:
+        """Every listener to bind (``listeners``)."""
+        return parse_listeners("listeners", self.listeners, self.protocol_map)
+
+    @property
+    def advertised_list(self) -> tuple[Listener, ...] | None:
+        """``advertised.listeners``, or None when unset."""
+        if not self.advertised_listeners:
+            return None
+        return parse_listeners("advertised.listeners", self.advertised_listeners, self.protocol_map)
+
+    @property
+    def inter_broker_listener(self) -> str | None:
+        """The listener name brokers use among themselves (``inter.broker.listener.name``, or the listener
+        named after ``security.inter.broker.protocol``); None: the first listener."""
+        return self.inter_broker_listener_name or self.security_inter_broker_protocol
+
+    @property
+    def tls_settings(self) -> TlsSettings:
+        return TlsSettings(self.ssl_certificate_location, self.ssl_key_location, self.ssl_key_password,
+                           self.ssl_ca_location or self.ssl_truststore_location, self.ssl_client_auth,
+                           self.ssl_enabled_protocols)
 
     @property
     def data_dirs(self) -> list[Path]:

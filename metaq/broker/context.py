@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from metaq.broker.auth.session import current_session
 from metaq.broker.config import BrokerConfig
 from metaq.broker.coordinator.coordinator import GroupCoordinator
 from metaq.broker.log.manager import LogManager
@@ -17,7 +18,7 @@ from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.purgatory import AppendNotifier
 from metaq.errors import ErrorCode, StorageError, for_code
 from metaq.metrics.broker import BrokerMetrics
-from zk_layout import ZkLayout
+from zk_layout import BrokerInfo, ZkLayout
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,28 @@ class BrokerContext:
     @property
     def snapshot(self) -> ClusterSnapshot:
         return self.metadata.snapshot
+
+    @property
+    def principal(self) -> str:
+        """``User:<name>`` of the client whose request is being handled (the SASL user, the TLS client
+        certificate's subject, or ``User:ANONYMOUS``); set per connection by the network layer."""
+        return current_session().principal
+
+    @property
+    def listener(self) -> str:
+        """The listener name the current request came in on."""
+        return current_session().listener
+
+    def broker_addresses(self, snapshot: ClusterSnapshot) -> list[tuple[BrokerInfo, tuple[str, int]]]:
+        """Live brokers by id with their (host, port) on the current request's listener; a broker without
+        that listener is left out, as Kafka does."""
+        listener = self.listener
+        result = []
+        for info in sorted(snapshot.brokers.values(), key=lambda b: b.id):
+            address = snapshot.address(info.id, listener)
+            if address is not None:
+                result.append((info, address))
+        return result
 
     def leader_error(self, topic: str, partition: int) -> int:
         """0 if this broker leads topic-partition, else the error code a client should get."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaq.errors import ConfigError, MalformedNodeError, MetaqError
-from zk_layout import BrokerInfo, ZkLayout, paths
+from zk_layout import BrokerInfo, ZkLayout, parse_endpoint, paths
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,12 @@ class ClusterSnapshot:
     topics: dict[str, dict[int, PartitionMeta]] = field(default_factory=dict)
     cluster_id: str | None = None
     topic_ids: dict[str, str] = field(default_factory=dict)  # topics created with an id (node version 3)
+    # broker id -> listener name -> (host, port): each client gets the endpoints of the listener it used
+    endpoints: dict[int, dict[str, tuple[str, int]]] = field(default_factory=dict)
+
+    def address(self, broker_id: int, listener: str) -> tuple[str, int] | None:
+        """(host, port) of broker ``broker_id`` on ``listener``; None if it has no such listener."""
+        return self.endpoints.get(broker_id, {}).get(listener)
 
     @property
     def controller_id(self) -> int:
@@ -50,6 +56,18 @@ class ClusterSnapshot:
     def partition(self, topic: str, partition: int) -> PartitionMeta | None:
         parts = self.topics.get(topic)
         return parts.get(partition) if parts else None
+
+
+def _endpoints(info: BrokerInfo) -> dict[str, tuple[str, int]]:
+    """Listener name -> (host, port) of a registration; a 0.8-era node's host/port count as PLAINTEXT."""
+    result: dict[str, tuple[str, int]] = {}
+    for endpoint in info.endpoints:
+        parsed = parse_endpoint(endpoint)
+        if parsed is not None and parsed[2] <= 65535:
+            result.setdefault(parsed[0], (parsed[1], parsed[2]))
+    if "PLAINTEXT" not in result and info.host is not None and 0 <= info.port <= 65535 and not result:
+        result["PLAINTEXT"] = (info.host, info.port)
+    return result
 
 
 class MetadataWatcher:
@@ -123,7 +141,8 @@ class MetadataWatcher:
             skipped[e.path] = str(e)
             cluster_id = None
         self._report(skipped)
-        snapshot = ClusterSnapshot(brokers=brokers, topics=topics, cluster_id=cluster_id, topic_ids=topic_ids)
+        snapshot = ClusterSnapshot(brokers=brokers, topics=topics, cluster_id=cluster_id, topic_ids=topic_ids,
+                                   endpoints={b: _endpoints(info) for b, info in brokers.items()})
         with self._reloaded:
             self.snapshot = snapshot
             self._reloaded.notify_all()
@@ -131,14 +150,15 @@ class MetadataWatcher:
             self._on_change(snapshot)
 
     def _brokers(self, skipped: dict[str, str]) -> dict[int, BrokerInfo]:
-        """The registrations clients can use: decodable, with an int32 id and a PLAINTEXT host and port."""
+        """The registrations clients can use: decodable, with an int32 id and an endpoint (or, for a 0.8-era
+        node, a PLAINTEXT host and port)."""
         malformed: list[MalformedNodeError] = []
         brokers = self._layout.brokers(watch=self.request_reload, skipped=malformed)
         skipped.update((e.path, str(e)) for e in malformed)
         for broker_id, info in list(brokers.items()):
-            if info.host is None or not 0 <= info.port <= 65535:
+            if not _endpoints(info):
                 path = self._layout.full_path(paths.broker_path(broker_id))
-                skipped[path] = f"broker {broker_id} at {path} has no PLAINTEXT host and port clients could use"
+                skipped[path] = f"broker {broker_id} at {path} has no endpoint clients could use"
                 del brokers[broker_id]
         return brokers
 

@@ -18,12 +18,17 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from metaq.broker.auth.listeners import Listener
+from metaq.broker.auth.session import ANONYMOUS, SESSION, Session
+from metaq.broker.auth.tls import certificate_principal
 from metaq.broker.context import CLIENT_HOST
 from metaq.broker.handlers.api_versions import unsupported_version_response
 from metaq.broker.handlers.fetch import FetchReply
@@ -86,10 +91,21 @@ class RequestMemoryPool:
         self._freed.set()
 
 
+@dataclass(frozen=True)
+class ServedListener:
+    """A listener and what serving it takes: a TLS context for SSL/SASL_SSL."""
+
+    listener: Listener
+    ssl_context: ssl.SSLContext | None = None
+
+
 class ClientConnection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 served: ServedListener | None = None) -> None:
         self.reader = reader
         self.writer = writer
+        self.served = served
+        self.tls = served is not None and served.ssl_context is not None
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
@@ -104,20 +120,18 @@ class BrokerServer:
         self,
         handlers: dict[ApiKey, Handler],
         *,
-        host: str,
-        port: int,
+        listeners: list[ServedListener],
         limits: ConnectionLimits | None = None,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
     ) -> None:
         self._context: Any = None
         self._handlers = handlers
-        self._host = host
-        self._port = port
+        self._listeners = listeners
         self._limits = limits or ConnectionLimits()
         self._send_buffer = send_buffer_bytes
         self._receive_buffer = receive_buffer_bytes
-        self._server: asyncio.Server | None = None
+        self._servers: dict[str, asyncio.Server] = {}
         self._connections: set[asyncio.Task[None]] = set()
         self._per_ip: Counter[str] = Counter()
         self._pool = RequestMemoryPool(self._limits.queued_max_request_bytes)
@@ -126,42 +140,55 @@ class BrokerServer:
 
     @property
     def port(self) -> int:
-        assert self._server is not None
-        return self._server.sockets[0].getsockname()[1]
+        """The bound port of the first listener."""
+        return self.ports[self._listeners[0].listener.name]
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """Listener name -> bound port (a listener configured with port 0 gets a free one)."""
+        return {name: int(server.sockets[0].getsockname()[1]) for name, server in self._servers.items()}
 
     async def bind(self) -> None:
-        """Bind the port (so that port 0 gets a real one) without accepting connections yet."""
-        try:
-            self._server = await asyncio.start_server(
-                self._serve, self._host, self._port, reuse_address=True, limit=READ_BUFFER_LIMIT,
-                start_serving=False,
-            )
-        except OSError as e:  # in use, not a local address, or a name that does not resolve
-            # asyncio rewords bind errors ("error while attempting to bind on address ..."): say it plainly
-            plain = e.errno and e.errno > 0 and not isinstance(e, socket.gaierror)
-            reason = os.strerror(e.errno) if plain else (e.strerror or str(e))
-            raise ConfigError(f"config 'listeners': cannot listen on {self._host}:{self._port}: {reason}") from e
+        """Bind every listener's port (so that port 0 gets a real one) without accepting connections yet."""
+        for served in self._listeners:
+            listener = served.listener
+            try:
+                self._servers[listener.name] = await asyncio.start_server(
+                    partial(self._serve, served), listener.host or None, listener.port, reuse_address=True,
+                    limit=READ_BUFFER_LIMIT, start_serving=False,
+                )
+            except OSError as e:  # in use, not a local address, or a name that does not resolve
+                # asyncio rewords bind errors ("error while attempting to bind on address ..."): say it plainly
+                plain = e.errno and e.errno > 0 and not isinstance(e, socket.gaierror)
+                reason = os.strerror(e.errno) if plain else (e.strerror or str(e))
+                await self.close()
+                raise ConfigError(f"config 'listeners': cannot listen on {listener.name} {listener.host}:"
+                                  f"{listener.port}: {reason}") from e
 
     async def start_serving(self, context: Any) -> None:
         """Accept connections; requests are handled with ``context`` (the broker's, once it is registered)."""
-        assert self._server is not None
         self._context = context
-        await self._server.start_serving()
-        log.info("listening on %s:%d", self._host, self.port)
+        ports = self.ports
+        for served in self._listeners:
+            await self._servers[served.listener.name].start_serving()
+            listener = served.listener
+            log.info("listening on %s %s:%d (%s)", listener.name, listener.host or "*", ports[listener.name],
+                     listener.protocol)
 
     async def close(self) -> None:
         """Stop accepting, then end every connection (bounded: cancelled tasks finish promptly)."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers.values():
+            server.close()
         for task in list(self._connections):
             task.cancel()
         if self._connections:
             await asyncio.wait(self._connections, timeout=5)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers.values():
+            await server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = ClientConnection(reader, writer)
+    async def _serve(self, served: ServedListener, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> None:
+        conn = ClientConnection(reader, writer, served)
         if not self._admit(conn):
             writer.close()
             return
@@ -172,6 +199,8 @@ class BrokerServer:
         CLIENT_HOST.set("/" + conn.host)  # this task's context: the connection's requests (DescribeGroups)
         try:
             self._tune_socket(writer)
+            principal = await self._start_tls(conn) if conn.tls else None
+            SESSION.set(Session(served.listener.name, principal or ANONYMOUS))
             await self._serve_requests(conn)
         except ProtocolError as e:
             log.warning("closing connection from %s: %s", conn, e)
@@ -189,6 +218,21 @@ class BrokerServer:
             if self._per_ip[conn.host] <= 0:
                 del self._per_ip[conn.host]
             writer.close()
+
+    async def _start_tls(self, conn: ClientConnection) -> str | None:
+        """The TLS handshake (after the connection limits let it in: a handshake costs CPU), bounded by
+        socket.request.body.timeout.ms; a failed one is logged with the peer and ends the connection.
+        Returns the principal of the client's certificate, if it sent one."""
+        assert conn.served is not None and conn.served.ssl_context is not None
+        try:
+            await conn.writer.start_tls(conn.served.ssl_context,
+                                        ssl_handshake_timeout=self._limits.request_body_timeout_ms / 1000.0)
+        except (ssl.SSLError, ConnectionError, TimeoutError) as e:
+            reason = getattr(e, "reason", None) or type(e).__name__
+            log.info("Failed authentication with %s (TLS handshake on listener %s: %s)", conn,
+                     conn.served.listener.name, reason)
+            raise ConnectionResetError from None
+        return certificate_principal(conn.writer.get_extra_info("ssl_object"))
 
     def _admit(self, conn: ClientConnection) -> bool:
         """Count the connection in, or refuse it (closed at once) over max.connections[.per.ip]."""
@@ -325,13 +369,18 @@ class BrokerServer:
 
     async def _send_fetch(self, conn: ClientConnection, reply: FetchReply, correlation_id: int) -> None:
         """Write the response in pieces of about WRITE_BATCH_BYTES, each drained to the socket before
-        the next is read from disk, so a slow reader holds little memory; large slices go by sendfile."""
+        the next is read from disk, so a slow reader holds little memory; large slices go by sendfile.
+
+        Under TLS the kernel cannot send file bytes itself (they must be encrypted in this process), so
+        every slice takes the batch path instead: preadv reads it from the page cache straight into the
+        batch's one bytearray, and the TLS transport encrypts from that buffer; no per-record bytes
+        object is made and no more than about WRITE_BATCH_BYTES of plaintext is held per connection."""
         loop = asyncio.get_running_loop()
         batch: list[Any] = []
         batch_bytes = 0
         for chunk in encode_fetch_response(reply.version, correlation_id, reply.topics):
             size = len(chunk) if isinstance(chunk, bytes) else chunk.size
-            if not isinstance(chunk, bytes) and size >= SENDFILE_MIN_BYTES:
+            if not conn.tls and not isinstance(chunk, bytes) and size >= SENDFILE_MIN_BYTES:
                 await self._write_batch(conn, batch, batch_bytes)
                 batch, batch_bytes = [], 0
                 sent = await loop.sendfile(conn.writer.transport, chunk.file, chunk.position, size)

@@ -18,6 +18,8 @@ from functools import partial
 
 from kazoo.client import KazooClient
 
+from metaq.broker.auth.listeners import advertised_endpoints
+from metaq.broker.auth.serving import registration_info, served_listeners
 from metaq.broker.config import BrokerConfig
 from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
@@ -36,7 +38,7 @@ from metaq.metrics.broker import BrokerMetrics, ClusterState, LogState
 from metaq.metrics.off import disabled
 from metaq.signals import TerminationHandler
 from metaq.zkclient import connect as zk_connect
-from zk_layout import BrokerInfo, ZkLayout
+from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,8 @@ class Broker:
         self._zk: KazooClient | None = None
         self._server: BrokerServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self.port: int | None = None
+        self.port: int | None = None  # the first listener's
+        self.ports: dict[str, int] = {}  # listener name -> bound port
         self.metrics = BrokerMetrics() if config.metrics_enabled else disabled(BrokerMetrics)
         self._metrics_server: MetricsServer | None = None
         self.topic_admin: TopicAdmin | None = None
@@ -81,12 +84,10 @@ class Broker:
 
     async def _start(self) -> None:
         config = self.config
-        host, port = config.listener
-        # the listener first: a port in use or a host that is not ours fails before anything else starts
+        # the listeners first: a port in use or a host that is not ours fails before anything else starts
         self._server = BrokerServer(
             HANDLERS,
-            host=host,
-            port=port,
+            listeners=served_listeners(config),
             limits=ConnectionLimits(
                 max_request_bytes=config.socket_request_max_bytes,
                 request_body_timeout_ms=config.socket_request_body_timeout_ms,
@@ -100,6 +101,7 @@ class Broker:
         )
         await self._server.bind()
         self.port = self._server.port
+        self.ports = self._server.ports
         await asyncio.to_thread(self.logs.load)
         self._zk = await asyncio.to_thread(
             zk_connect,
@@ -130,17 +132,9 @@ class Broker:
         context = BrokerContext(config, self.logs, self.metadata, AppendNotifier(), self._auto_create, layout,
                                 self.coordinator, self.metrics)
         self._start_metrics()
-        adv_host, adv_port = config.advertised
-        if not config.advertised_listeners:
-            adv_port = self.port  # listeners may say port 0: advertise the port actually bound
-        info = BrokerInfo(
-            id=config.broker_id,
-            host=adv_host,
-            port=adv_port,
-            endpoints=(f"PLAINTEXT://{adv_host}:{adv_port}",),
-            timestamp_ms=int(time.time() * 1000),
-            rack=config.broker_rack,
-        )
+        # listeners may say port 0: advertise the port actually bound
+        advertised = advertised_endpoints(config.listener_list, config.advertised_list, self.ports)
+        info = registration_info(config, advertised)
         self._registration = BrokerRegistration(self._zk, layout, info, self.metadata.request_reload,
                                                 session_timeout_ms=config.session_timeout_ms)
         await asyncio.to_thread(self._registration.register)
@@ -156,7 +150,7 @@ class Broker:
                 self._every(config.log_flush_offset_checkpoint_interval_ms, self._checkpoint)
             ),
         ]
-        line = (f"metaq broker {config.broker_id} serving PLAINTEXT://{adv_host}:{self.port} "
+        line = (f"metaq broker {config.broker_id} serving {','.join(a.endpoint() for a in advertised)} "
                 f"(ZooKeeper {config.zookeeper_connect}; logs in {', '.join(map(str, config.data_dirs))})")
         log.info("%s", line)
         if self._on_started is not None:

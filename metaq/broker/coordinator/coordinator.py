@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+from metaq.broker.auth.session import current_session
 from metaq.broker.coordinator import group as g
 from metaq.broker.coordinator.group import Group, GroupSummary, JoinResult, Member
 from metaq.broker.coordinator.offsets import LOADED, LOADING, CommittedOffset, OffsetsPartition
@@ -89,10 +90,10 @@ class GroupCoordinator:
             if OFFSETS_TOPIC not in snapshot.topics:
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         meta = snapshot.partition(OFFSETS_TOPIC, partition_for(key, self.offsets_partitions(snapshot)))
-        broker = snapshot.brokers.get(meta.leader) if meta else None
-        if broker is None:
+        address = snapshot.address(meta.leader, current_session().listener) if meta else None
+        if meta is None or address is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        return ErrorCode.NONE, broker.id, broker.host, broker.port
+        return ErrorCode.NONE, meta.leader, address[0], address[1]
 
     def check(self, group_id: str) -> int:
         """0 if this broker coordinates ``group_id`` and its offsets are loaded, else the error to answer."""

