@@ -90,12 +90,17 @@ def secure(zk_server: Any, _zk_admin: Any, certs: Certs, tmp_path_factory: pytes
     })
     process.start()
     try:
-        for user, password in SCRAM_USERS.items():
-            add_scram_user(connect, user, password)
         yield SecureBroker(process, ports, certs, connect)
     finally:
         process.stop()
         _zk_admin.delete(chroot, recursive=True)
+
+
+@pytest.fixture(scope="module")
+def scram_users(secure: SecureBroker) -> dict[str, str]:
+    for user, password in SCRAM_USERS.items():
+        add_scram_user(secure.zk_connect, user, password)
+    return SCRAM_USERS
 
 
 def security(certs: Certs, protocol: str, mechanism: str | None = None, password: str | None = None
@@ -142,7 +147,9 @@ CASES = [("SSL", None), ("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-S
 
 @pytest.mark.parametrize(("protocol", "mechanism"), CASES, ids=[f"{p}-{m or 'tls'}" for p, m in CASES])
 def test_producer_and_consumer_group(secure: SecureBroker, protocol: str, mechanism: str | None,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+                                     monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    if mechanism and mechanism.startswith("SCRAM"):
+        request.getfixturevalue("scram_users")
     ports_used: set[int] = set()
     real_connect = connection_module.BrokerConnection.connect
 
@@ -163,7 +170,8 @@ def test_producer_and_consumer_group(secure: SecureBroker, protocol: str, mechan
     assert ports_used == {secure.ports[protocol]}, "every connection used the listener of security.protocol"
 
 
-def test_groups_describe_and_console_tools_with_command_config(secure: SecureBroker, tmp_path: Path) -> None:
+def test_groups_describe_and_console_tools_with_command_config(secure: SecureBroker, scram_users: Any,
+                                                              tmp_path: Path) -> None:
     props = security(secure.certs, "SASL_SSL", "SCRAM-SHA-512")
     topic = secure.topic("sec-describe")
     sent = produce(secure, topic, 40, props)
@@ -241,7 +249,7 @@ def _stays(value: Callable[[], int], seconds: float) -> bool:
     return True
 
 
-def test_wrong_password_is_fatal_for_producer_and_consumer(secure: SecureBroker,
+def test_wrong_password_is_fatal_for_producer_and_consumer(secure: SecureBroker, scram_users: Any,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     topic = secure.topic("sec-wrong-password")
     produce(secure, topic, 10, security(secure.certs, "SASL_PLAINTEXT", "SCRAM-SHA-256"))
@@ -301,7 +309,10 @@ def spark() -> Iterator[Any]:
 
 @pytest.mark.parametrize(("protocol", "mechanism"), [("SSL", None), ("SASL_SSL", "SCRAM-SHA-512"),
                                                      ("SASL_PLAINTEXT", "PLAIN")])
-def test_spark_batch_read(secure: SecureBroker, spark: Any, protocol: str, mechanism: str | None) -> None:
+def test_spark_batch_read(secure: SecureBroker, spark: Any, protocol: str, mechanism: str | None,
+                          request: pytest.FixtureRequest) -> None:
+    if mechanism and mechanism.startswith("SCRAM"):
+        request.getfixturevalue("scram_users")
     props = security(secure.certs, protocol, mechanism)
     topic = secure.topic(f"sec-spark-{protocol.lower()}")
     sent = produce(secure, topic, 50, props)
