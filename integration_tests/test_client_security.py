@@ -25,7 +25,12 @@ import metaq.client.connection as connection_module
 from metaq.broker.process import BrokerProcess, free_port
 from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer, ConsumerTimeoutError
-from metaq.errors import AuthenticationError, SaslAuthenticationFailedError, TlsHandshakeError
+from metaq.errors import (
+    AuthenticationError,
+    BrokerConnectionError,
+    SaslAuthenticationFailedError,
+    TlsHandshakeError,
+)
 from metaq.producer import Producer
 from metaq.testing.certs import Certs, make_certs
 from metaq.zkclient import connect as zk_connect_client
@@ -326,3 +331,26 @@ def test_spark_batch_read(secure: SecureBroker, spark: Any, protocol: str, mecha
         for mode in ("simple", "extended", "formatted"):
             assert props["sasl.password"] not in df._jdf.queryExecution().explainString(
                 spark._jvm.org.apache.spark.sql.execution.ExplainMode.fromString(mode))
+
+
+def test_client_certificate_for_a_broker_that_requires_one(zk_connect: str, certs: Certs, tmp_path: Path) -> None:
+    process = BrokerProcess(zk_connect, 0, tmp_path)
+    ssl_port = free_port()
+    process.properties.update({
+        "listeners": f"PLAINTEXT://127.0.0.1:{process.port},SSL://127.0.0.1:{ssl_port}",
+        "ssl.certificate.location": certs.server_cert, "ssl.key.location": certs.server_key,
+        "ssl.ca.location": certs.ca, "ssl.client.auth": "required"})
+    with process:
+        broker = SecureBroker(process, {"SSL": ssl_port}, certs, zk_connect)
+        topic = broker.topic("sec-mtls", partitions=1)
+        anonymous = {"security.protocol": "SSL", "ssl.ca.location": str(certs.ca)}
+        with Producer({"zookeeper.connect": zk_connect, "retries": 0, **anonymous}) as producer:
+            # this broker closes the connection without a TLS alert, so the client cannot tell a refused
+            # certificate from a broker going away: a retriable error, with the hint
+            with pytest.raises((TlsHandshakeError, BrokerConnectionError), match=f"127.0.0.1:{ssl_port}") as raised:
+                producer.send(topic, b"never", partition=0).result(timeout=60)
+        assert "certificate" in str(raised.value)
+        mutual = {**anonymous, "ssl.certificate.location": str(certs.client_cert),
+                  "ssl.key.location": str(certs.client_key)}
+        with Producer({"zookeeper.connect": zk_connect, **mutual}) as producer:
+            assert producer.send(topic, b"signed", partition=0).result(timeout=60).offset == 0

@@ -290,7 +290,7 @@ class BrokerConnection:
         self._reader = _FrameReader(self._recv_into, self.max_response_bytes)
         self.broker_versions = {}
         try:
-            self.broker_versions = self._negotiate_versions()
+            self.broker_versions = self._negotiate_versions_after_tls()
             if self._sasl is not None:
                 authenticate(self, self._sasl)
         except BaseException:
@@ -321,6 +321,18 @@ class BrokerConnection:
             return BrokerConnectionError(f"broker {self.address}: connection broke during {doing}: {error} "
                                          f"(if this persists: is it an SSL listener?)")
         return error
+    def _negotiate_versions_after_tls(self) -> dict[int, tuple[int, int]]:
+        """ApiVersions; a TLS connection the broker drops right away gets a hint (a broker may close without a
+        TLS alert when it refuses our certificate, or wants one: then the error stays retriable)."""
+        try:
+            return self._negotiate_versions()
+        except BrokerConnectionError as e:
+            if self._ssl_context is None:
+                raise
+            raise BrokerConnectionError(f"{e}, right after the TLS handshake: if this persists, the broker may "
+                                        f"require a client certificate (ssl.certificate.location) or not trust "
+                                        f"this one") from e
+
     def _negotiate_versions(self) -> dict[int, tuple[int, int]]:
         response = self.send(ApiVersionsRequest, ApiVersionsRequest[API_VERSIONS_PROBE](
             client_software_name="metaq", client_software_version=__version__))
