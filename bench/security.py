@@ -29,13 +29,13 @@ from pathlib import Path
 import confluent_kafka
 
 from bench.consumer import print_table
-from metaq.broker.process import BrokerProcess, free_port
 from metaq.broker.topics import create_topic
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.consumer import Consumer
 from metaq.testing.broker import topic_leaders, wait_until
-from metaq.testing.certs import Certs, make_certs
+from metaq.testing.certs import make_certs
+from metaq.testing.secure import SecureBroker, secure_broker
 from metaq.zkclient import connect
 from metaq.zkserver import ZooKeeperServer
 from zk_layout import ZkLayout
@@ -62,17 +62,13 @@ class Rate:
 class Secure:
     zk: str
     layout: ZkLayout
-    broker: BrokerProcess
-    ports: dict[str, int]
-    certs: Certs
+    broker: SecureBroker
 
     def props(self, protocol: str, mechanism: str = "SCRAM-SHA-256") -> dict[str, str]:
-        props = {"security.protocol": protocol}
-        if "SSL" in protocol:
-            props["ssl.ca.location"] = str(self.certs.ca)
-        if protocol.startswith("SASL"):
-            props.update({"sasl.mechanism": mechanism, "sasl.username": USER, "sasl.password": PASSWORD})
-        return props
+        return self.broker.client_properties(protocol, mechanism, USER, PASSWORD)
+
+    def port(self, protocol: str) -> int:
+        return self.broker.ports[protocol]
 
 
 @contextmanager
@@ -82,25 +78,19 @@ def secure_environment() -> Iterator[Secure]:
     zk_server = None if external else ZooKeeperServer(data_dir=work / "zk", force_sync=False).start()
     zk = f"{external or zk_server.connect_string}/metaq-bench-security-{os.getpid()}"  # type: ignore[union-attr]
     client = connect(zk)
-    certs = make_certs(work / "certs")
-    users = work / "plain-users"
-    users.write_text(f"{USER}:{PASSWORD}\n")
-    broker = BrokerProcess(zk, 0, work, log_level="WARNING")
-    ports = {"PLAINTEXT": broker.port, "SSL": free_port(), "SASL_SSL": free_port()}
-    broker.properties.update({
-        "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
-        "ssl.certificate.location": certs.server_cert, "ssl.key.location": certs.server_key,
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "sasl.plain.users.file": users})
-    broker.start()
+    broker = secure_broker(zk, work, make_certs(work / "certs"), plain_users={USER: PASSWORD},
+                           listeners=("SSL", "SASL_SSL"))
+    broker.process.log_level = "WARNING"
+    broker.process.start()
     try:
         done = subprocess.run([sys.executable, "-m", "metaq", "users", "add", USER, "--zookeeper", zk,
                                "--password", PASSWORD, "--mechanism", "SCRAM-SHA-256",
                                "--mechanism", "SCRAM-SHA-512"], capture_output=True, timeout=60)
         if done.returncode != 0:
             raise RuntimeError(f"metaq users add failed: {done.stderr.decode()}")
-        yield Secure(zk, ZkLayout(client), broker, ports, certs)
+        yield Secure(zk, ZkLayout(client), broker)
     finally:
-        broker.stop()
+        broker.process.stop()
         client.stop()
         client.close()
         if zk_server:
@@ -111,7 +101,7 @@ def secure_environment() -> Iterator[Secure]:
 def prepare(env: Secure, messages: int) -> str:
     topic = f"bench-security-{uuid.uuid4().hex[:8]}"
     create_topic(env.layout, topic, PARTITIONS)
-    bootstrap = f"127.0.0.1:{env.ports['PLAINTEXT']}"
+    bootstrap = f"127.0.0.1:{env.port('PLAINTEXT')}"
     wait_until(lambda: len(topic_leaders(bootstrap, topic)) == PARTITIONS, 30, f"{topic} has leaders")
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
                                          "batch.num.messages": 10000, "queue.buffering.max.messages": 1000000})
@@ -151,7 +141,7 @@ def metaq_rate(env: Secure, topic: str, messages: int, protocol: str) -> Rate:
 
 
 def confluent_rate(env: Secure, topic: str, messages: int, protocol: str) -> Rate:
-    conf = {"bootstrap.servers": f"127.0.0.1:{env.ports[protocol]}", "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+    conf = {"bootstrap.servers": f"127.0.0.1:{env.port(protocol)}", "group.id": f"bench-{uuid.uuid4().hex[:8]}",
             "auto.offset.reset": "earliest", "enable.auto.commit": False, **env.props(protocol)}
     conf["sasl.mechanisms"] = conf.pop("sasl.mechanism", "PLAIN")
     if protocol == "PLAINTEXT" or protocol == "SSL":
@@ -180,7 +170,7 @@ def handshake_ms(env: Secure, protocol: str, mechanism: str, reps: int) -> float
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        conn = settings.open("127.0.0.1", env.ports[protocol])
+        conn = settings.open("127.0.0.1", env.port(protocol))
         times.append(time.perf_counter() - t0)
         conn.close()
     return statistics.median(times) * 1000

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 import metaq.client.connection as connection_module
-from metaq.broker.process import BrokerProcess, free_port
 from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer, ConsumerTimeoutError
 from metaq.errors import (
@@ -33,6 +32,7 @@ from metaq.errors import (
 )
 from metaq.producer import Producer
 from metaq.testing.certs import Certs, make_certs
+from metaq.testing.secure import SecureBroker, secure_broker
 from metaq.zkclient import connect as zk_connect_client
 from zk_layout import ZkLayout, split_connect
 
@@ -43,21 +43,14 @@ SCRAM_USERS = {"scram-user": "scram-secret"}
 WRONG = "not-the-password"
 
 
-class SecureBroker:
-    def __init__(self, process: BrokerProcess, ports: dict[str, int], certs: Certs, zk_connect: str) -> None:
-        self.process = process
-        self.ports = ports
-        self.certs = certs
-        self.zk_connect = zk_connect
-
-    def topic(self, name: str, partitions: int = 2) -> str:
-        client = zk_connect_client(self.zk_connect)
-        try:
-            create_topic(ZkLayout(client), name, partitions)
-        finally:
-            client.stop()
-            client.close()
-        return name
+def topic_on(broker: SecureBroker, name: str, partitions: int = 2) -> str:
+    client = zk_connect_client(broker.zk_connect)
+    try:
+        create_topic(ZkLayout(client), name, partitions)
+    finally:
+        client.stop()
+        client.close()
+    return name
 
 
 def add_scram_user(zk_connect: str, user: str, password: str) -> None:
@@ -79,25 +72,12 @@ def secure(zk_server: Any, _zk_admin: Any, certs: Certs, tmp_path_factory: pytes
     hosts, base = split_connect(zk_server.connect_string)
     chroot = f"/metaq-client-security-{uuid.uuid4().hex}"
     connect = f"{hosts}{base}{chroot}"
-    tmp = tmp_path_factory.mktemp("client-secure")
-    users = tmp / "plain-users"
-    users.write_text("".join(f"{u}:{p}\n" for u, p in PLAIN_USERS.items()))
-    process = BrokerProcess(connect, 0, tmp)
-    ports = {"PLAINTEXT": process.port, "SSL": free_port(), "SASL_PLAINTEXT": free_port(), "SASL_SSL": free_port()}
-    process.properties.update({
-        "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
-        "ssl.certificate.location": certs.server_cert,
-        "ssl.key.location": certs.server_key,
-        "ssl.ca.location": certs.ca,
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "sasl.plain.users.file": users,
-        "offsets.topic.replication.factor": 1,
-    })
-    process.start()
+    broker = secure_broker(connect, tmp_path_factory.mktemp("client-secure"), certs, plain_users=PLAIN_USERS)
+    broker.process.start()
     try:
-        yield SecureBroker(process, ports, certs, connect)
+        yield broker
     finally:
-        process.stop()
+        broker.process.stop()
         _zk_admin.delete(chroot, recursive=True)
 
 
@@ -108,16 +88,10 @@ def scram_users(secure: SecureBroker) -> dict[str, str]:
     return SCRAM_USERS
 
 
-def security(certs: Certs, protocol: str, mechanism: str | None = None, password: str | None = None
+def security(broker: SecureBroker, protocol: str, mechanism: str | None = None, password: str | None = None
              ) -> dict[str, str]:
-    props = {"security.protocol": protocol}
-    if "SSL" in protocol:
-        props["ssl.ca.location"] = str(certs.ca)
-    if protocol.startswith("SASL"):
-        assert mechanism is not None
-        user, real = next(iter((PLAIN_USERS if mechanism == "PLAIN" else SCRAM_USERS).items()))
-        props.update({"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password or real})
-    return props
+    user, real = next(iter((PLAIN_USERS if mechanism == "PLAIN" else SCRAM_USERS).items()))
+    return broker.client_properties(protocol, mechanism, user, password or real)
 
 
 def produce(secure: SecureBroker, topic: str, n: int, props: dict[str, str]) -> dict[tuple[int, int], bytes]:
@@ -163,8 +137,8 @@ def test_producer_and_consumer_group(secure: SecureBroker, protocol: str, mechan
         real_connect(conn)
 
     monkeypatch.setattr(connection_module.BrokerConnection, "connect", spy)
-    props = security(secure.certs, protocol, mechanism)
-    topic = secure.topic(f"sec-{protocol.lower()}-{(mechanism or 'tls').lower()}")
+    props = security(secure, protocol, mechanism)
+    topic = topic_on(secure, f"sec-{protocol.lower()}-{(mechanism or 'tls').lower()}")
     sent = produce(secure, topic, 60, props)
     # offsets.storage=kafka: the offsets channel (FindCoordinator, OffsetCommit) goes over the same listener
     storage = "kafka" if protocol == "SASL_SSL" else "zookeeper"
@@ -177,8 +151,8 @@ def test_producer_and_consumer_group(secure: SecureBroker, protocol: str, mechan
 
 def test_groups_describe_and_console_tools_with_command_config(secure: SecureBroker, scram_users: Any,
                                                               tmp_path: Path) -> None:
-    props = security(secure.certs, "SASL_SSL", "SCRAM-SHA-512")
-    topic = secure.topic("sec-describe")
+    props = security(secure, "SASL_SSL", "SCRAM-SHA-512")
+    topic = topic_on(secure, "sec-describe")
     sent = produce(secure, topic, 40, props)
     group = "g-describe"
     with consumer(secure, group, props) as c:
@@ -256,10 +230,10 @@ def _stays(value: Callable[[], int], seconds: float) -> bool:
 
 def test_wrong_password_is_fatal_for_producer_and_consumer(secure: SecureBroker, scram_users: Any,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    topic = secure.topic("sec-wrong-password")
-    produce(secure, topic, 10, security(secure.certs, "SASL_PLAINTEXT", "SCRAM-SHA-256"))
+    topic = topic_on(secure, "sec-wrong-password")
+    produce(secure, topic, 10, security(secure, "SASL_PLAINTEXT", "SCRAM-SHA-256"))
     logins = _CountingLogins(monkeypatch)
-    bad = security(secure.certs, "SASL_PLAINTEXT", "SCRAM-SHA-256", WRONG)
+    bad = security(secure, "SASL_PLAINTEXT", "SCRAM-SHA-256", WRONG)
     with Producer({"zookeeper.connect": secure.zk_connect, **bad}) as producer:
         future = producer.send(topic, b"never", partition=0)
         with pytest.raises(SaslAuthenticationFailedError) as raised:
@@ -278,7 +252,7 @@ def test_wrong_password_is_fatal_for_producer_and_consumer(secure: SecureBroker,
 
 def test_untrusted_ca_is_a_clear_tls_error(secure: SecureBroker, tmp_path: Path) -> None:
     other = make_certs(tmp_path / "other-ca")
-    topic = secure.topic("sec-untrusted")
+    topic = topic_on(secure, "sec-untrusted")
     props = {"security.protocol": "SSL", "ssl.ca.location": str(other.ca)}
     with Producer({"zookeeper.connect": secure.zk_connect, **props}) as producer:
         with pytest.raises(TlsHandshakeError) as raised:
@@ -318,8 +292,8 @@ def test_spark_batch_read(secure: SecureBroker, spark: Any, protocol: str, mecha
                           request: pytest.FixtureRequest) -> None:
     if mechanism and mechanism.startswith("SCRAM"):
         request.getfixturevalue("scram_users")
-    props = security(secure.certs, protocol, mechanism)
-    topic = secure.topic(f"sec-spark-{protocol.lower()}")
+    props = security(secure, protocol, mechanism)
+    topic = topic_on(secure, f"sec-spark-{protocol.lower()}")
     sent = produce(secure, topic, 50, props)
     reader = spark.read.format("metaq").option("zookeeper.connect", secure.zk_connect).option("subscribe", topic)
     for key, value in props.items():
@@ -334,15 +308,11 @@ def test_spark_batch_read(secure: SecureBroker, spark: Any, protocol: str, mecha
 
 
 def test_client_certificate_for_a_broker_that_requires_one(zk_connect: str, certs: Certs, tmp_path: Path) -> None:
-    process = BrokerProcess(zk_connect, 0, tmp_path)
-    ssl_port = free_port()
-    process.properties.update({
-        "listeners": f"PLAINTEXT://127.0.0.1:{process.port},SSL://127.0.0.1:{ssl_port}",
-        "ssl.certificate.location": certs.server_cert, "ssl.key.location": certs.server_key,
-        "ssl.ca.location": certs.ca, "ssl.client.auth": "required"})
-    with process:
-        broker = SecureBroker(process, {"SSL": ssl_port}, certs, zk_connect)
-        topic = broker.topic("sec-mtls", partitions=1)
+    broker = secure_broker(zk_connect, tmp_path, certs, plain_users={}, listeners=("SSL",),
+                           **{"ssl.client.auth": "required"})
+    ssl_port = broker.ports["SSL"]
+    with broker.process:
+        topic = topic_on(broker, "sec-mtls", partitions=1)
         anonymous = {"security.protocol": "SSL", "ssl.ca.location": str(certs.ca)}
         with Producer({"zookeeper.connect": zk_connect, "retries": 0, **anonymous}) as producer:
             # this broker closes the connection without a TLS alert, so the client cannot tell a refused
@@ -354,3 +324,32 @@ def test_client_certificate_for_a_broker_that_requires_one(zk_connect: str, cert
                   "ssl.key.location": str(certs.client_key)}
         with Producer({"zookeeper.connect": zk_connect, **mutual}) as producer:
             assert producer.send(topic, b"signed", partition=0).result(timeout=60).offset == 0
+
+
+def test_close_from_another_thread_interrupts_a_blocked_tls_read(secure: SecureBroker) -> None:
+    from kafka.protocol.consumer import FetchRequest
+
+    from metaq.client.security import SecurityConfig
+    from metaq.client.settings import ConnectionSettings
+
+    topic = topic_on(secure, "sec-close", partitions=1)
+    settings = ConnectionSettings(request_timeout_ms=120000,
+                                  security=SecurityConfig.from_properties(security(secure, "SSL")))
+    conn = settings.open("127.0.0.1", secure.ports["SSL"])
+    outcome: list[BaseException] = []
+
+    def long_poll() -> None:  # an empty partition: the broker holds the Fetch for max_wait_ms
+        try:
+            conn.send(FetchRequest, {"replica_id": -1, "max_wait_ms": 60000, "min_bytes": 1, "max_bytes": 1 << 20,
+                                     "isolation_level": 0, "topics": [{"topic": topic, "partitions": [
+                                         {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            outcome.append(e)
+
+    reader = threading.Thread(target=long_poll, name="tls-long-poll")
+    reader.start()
+    time.sleep(0.5)  # let it block in the read (if it has not, close() still fails the request)
+    conn.close()
+    reader.join(30)
+    assert not reader.is_alive(), "close() did not interrupt the blocked TLS read"
+    assert len(outcome) == 1 and isinstance(outcome[0], BrokerConnectionError), outcome

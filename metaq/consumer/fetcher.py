@@ -233,8 +233,11 @@ class FetchRequestRunner(threading.Thread):
             self._connection_failed(e)
         except AuthenticationError as e:  # the same settings fail the same way: stop, the streams raise it
             self._close_connection()
+            log.error("%s: %s; no longer fetching %d partitions", self.name, e, len(infos))
             for info in infos:
-                self._stop_partition(info, e)
+                self._owner.record_error(info.key, e)
+                self._remove(info)
+                self._offer_error(info, e)
 
     def _fetchable(self) -> list[PartitionTopicInfo]:
         """Owned partitions not in an error backoff; revoked ones are dropped for good."""
