@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn, Self
+from urllib.parse import unquote
 
 import re2
 
@@ -471,6 +472,12 @@ class ConfigChange:
         """The topic whose config changed, or None for another entity type."""
         kind, _, name = self.entity_path.partition("/")
         return name if kind == "topics" and name else None
+
+    @property
+    def user(self) -> str | None:
+        """The (desanitized) user whose config changed, e.g. SCRAM credentials; None for another entity."""
+        kind, _, name = self.entity_path.partition("/")
+        return unquote(name) if kind == "users" and name and "/" not in name else None
 
 
 # -- consumers -------------------------------------------------------------------------------------

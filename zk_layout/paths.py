@@ -10,6 +10,7 @@ path (so that ``"a/b"`` cannot address another node) and raise :class:`ConfigErr
 from __future__ import annotations
 
 import re
+from urllib.parse import quote, unquote
 
 from metaq.errors import ConfigError
 
@@ -131,6 +132,22 @@ CONFIG_CHANGE_PREFIX = "config_change_"
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{validate_topic(topic)}"
+
+
+def sanitize_user(user: str) -> str:
+    """A user name as Kafka's ``Sanitizer`` writes it into a node name (URL-encoded, ``*`` as ``%2A``)."""
+    if not isinstance(user, str) or not user or user == "<default>":
+        raise ConfigError(f"user name {user!r}: must be a non-empty name (not <default>)")
+    return quote(user, safe="-._~")
+
+
+def desanitize_user(name: str) -> str:
+    return unquote(name)
+
+
+def user_config_path(user: str) -> str:
+    """``/config/users/<sanitized user>``: SCRAM credentials (and quotas) of a user."""
+    return f"{CONFIG_USERS}/{sanitize_user(user)}"
 
 
 # -- consumers -------------------------------------------------------------------------------------

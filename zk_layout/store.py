@@ -22,7 +22,7 @@ from zk_layout._nodes import Watch
 from zk_layout.brokers import _Brokers, new_cluster_id
 from zk_layout.groups import ConsumerNode, OwnerNode, _Groups
 from zk_layout.offsets import NO_OFFSET, FencedOffset, OffsetNode, _Offsets, parse_offset_path
-from zk_layout.topics import _Topics
+from zk_layout.users import ScramCredential, _Users
 
 __all__ = [
     "NO_OFFSET",
@@ -30,6 +30,7 @@ __all__ = [
     "FencedOffset",
     "OffsetNode",
     "OwnerNode",
+    "ScramCredential",
     "Watch",
     "ZkLayout",
     "new_cluster_id",
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 
-class ZkLayout(_Brokers, _Topics, _Groups, _Offsets):
+class ZkLayout(_Brokers, _Users, _Groups, _Offsets):
     """Typed access to the Kafka 0.8 ZooKeeper layout; see the module docstring.
 
     ``stale_node_wait_s`` bounds how long :meth:`register_broker` and :meth:`register_consumer` wait for an

@@ -155,9 +155,12 @@ class _Topics(_Nodes):
     def set_topic_config(self, topic: str, config: Mapping[str, str]) -> None:
         """Write ``/config/topics/<t>`` and announce it with a sequential ``/config/changes`` node, in one
         transaction (as Kafka's ``AdminZkClient.changeTopicConfig``), so brokers apply it without a restart."""
-        self._ensure(paths.CONFIG_CHANGES)
         self._ensure(paths.CONFIG_TOPICS)
-        config_path = paths.topic_config_path(topic)
+        self._set_entity_config(paths.topic_config_path(topic), f"topics/{topic}", config, f"topic {topic!r}")
+
+    def _set_entity_config(self, config_path: str, entity_path: str, config: Mapping[str, str], what: str) -> None:
+        """``/config/<entity_path>`` and its ``/config/changes`` notification, in one transaction."""
+        self._ensure(paths.CONFIG_CHANGES)
         existing = self._read(config_path)
         with self._translated("write", config_path):
             tx = self._client.transaction()
@@ -167,13 +170,13 @@ class _Topics(_Nodes):
             else:
                 tx.set_data(config_path, data, version=existing[1].version)
             tx.create(f"{paths.CONFIG_CHANGES}/{paths.CONFIG_CHANGE_PREFIX}",
-                      ConfigChange(f"topics/{topic}").encode(), sequence=True)
+                      ConfigChange(entity_path).encode(), sequence=True)
             results = tx.commit()
         failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
         if isinstance(failure, BadVersionError | NodeExistsError):
             raise StaleVersionError(f"{self.full_path(config_path)} changed while it was written") from failure
         if failure is not None:
-            raise ZooKeeperError(f"writing the config of topic {topic!r} failed: {failure!r}") from failure
+            raise ZooKeeperError(f"writing the config of {what} failed: {failure!r}") from failure
 
     def config_changes(self, watch: Watch | None = None) -> list[str]:
         """Names of the ``/config/changes`` notifications, oldest first."""

@@ -27,6 +27,14 @@ from functools import partial
 from typing import Any
 
 from metaq.broker.auth.listeners import Listener
+from metaq.broker.auth.sasl import (
+    SASL_SERVER_MAX_RECEIVE_SIZE,
+    SaslAuthenticationError,
+    SaslAuthenticator,
+    SaslExchange,
+    authenticate_response,
+    handshake_response,
+)
 from metaq.broker.auth.session import ANONYMOUS, SESSION, Session
 from metaq.broker.auth.tls import certificate_principal
 from metaq.broker.context import CLIENT_HOST
@@ -50,6 +58,7 @@ READ_BUFFER_LIMIT = 1 << 20
 REFUSAL_LOG_INTERVAL_S = 10.0
 
 Handler = Callable[[Any, Any, int], Awaitable[Any]]
+SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,7 @@ class ServedListener:
 
     listener: Listener
     ssl_context: ssl.SSLContext | None = None
+    sasl: SaslAuthenticator | None = None  # for SASL_PLAINTEXT and SASL_SSL
 
 
 class ClientConnection:
@@ -106,10 +116,15 @@ class ClientConnection:
         self.writer = writer
         self.served = served
         self.tls = served is not None and served.ssl_context is not None
+        self.sasl: SaslExchange | None = None
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         self.client_id: str | None = None
+
+    @property
+    def listener_name(self) -> str:
+        return self.served.listener.name if self.served is not None else "PLAINTEXT"
 
     def __str__(self) -> str:
         return f"{self.peer} (client.id={self.client_id!r})" if self.client_id else self.peer
@@ -201,7 +216,12 @@ class BrokerServer:
             self._tune_socket(writer)
             principal = await self._start_tls(conn) if conn.tls else None
             SESSION.set(Session(served.listener.name, principal or ANONYMOUS))
+            if served.sasl is not None:
+                conn.sasl = served.sasl.exchange()
             await self._serve_requests(conn)
+        except SaslAuthenticationError as e:
+            log.info("Failed authentication with %s (%s)", conn, e)
+            self._context.metrics.error("NONE", "SASL_AUTHENTICATION_FAILED")
         except ProtocolError as e:
             log.warning("closing connection from %s: %s", conn, e)
             self._context.metrics.error("NONE", "PROTOCOL")
@@ -263,6 +283,9 @@ class BrokerServer:
                 return
             size = len(frame)
             try:
+                if conn.sasl is not None and conn.sasl.raw_tokens:  # after SaslHandshake v0
+                    await self._raw_sasl_token(conn, bytes(frame))
+                    continue
                 request = self._decode(frame)
                 del frame  # a large produce is held once (decoded), not twice, while it is handled
                 await self._handle(conn, request)
@@ -296,7 +319,11 @@ class BrokerServer:
                 raise ProtocolError(f"connection closed inside a frame size ({len(e.partial)} of 4 bytes)") from e
             return None
         (size,) = SIZE.unpack(head)
-        if size < 8 or size > limits.max_request_bytes:
+        if conn.sasl is not None and not conn.sasl.complete:  # unauthenticated: Kafka's smaller bound
+            if not 0 <= size <= SASL_SERVER_MAX_RECEIVE_SIZE or (size < 8 and not conn.sasl.raw_tokens):
+                raise ProtocolError(f"frame size {size} before SASL authentication is outside"
+                                    f" 8..{SASL_SERVER_MAX_RECEIVE_SIZE}")
+        elif size < 8 or size > limits.max_request_bytes:
             raise ProtocolError(
                 f"request frame size {size} is outside 8..{limits.max_request_bytes} (socket.request.max.bytes)"
             )
@@ -355,12 +382,51 @@ class BrokerServer:
             return
         conn.client_id = request.header.client_id
         started = time.monotonic()
+        if api_key in SASL_APIS:
+            await self._sasl_request(conn, api_key, request, version, correlation_id)
+            return
+        if conn.sasl is not None and not conn.sasl.complete and api_key != ApiKey.API_VERSIONS:
+            raise SaslAuthenticationError(f"{api_name(api_key)} request before SASL authentication completed")
         reply = await self._handlers[ApiKey(api_key)](self._context, request, version)
         if isinstance(reply, FetchReply):
             await self._send_fetch(conn, reply, correlation_id)
         elif reply is not None:
             await self._send_response(conn, reply, correlation_id)
         self._context.metrics.request(api_name(api_key), time.monotonic() - started)
+
+    async def _sasl_request(self, conn: ClientConnection, api_key: int, request: Any, version: int,
+                            correlation_id: int) -> None:
+        """SaslHandshake / SaslAuthenticate: answered, then the connection is closed on a failure."""
+        exchange = conn.sasl
+        if api_key == ApiKey.SASL_HANDSHAKE:
+            mechanisms = conn.served.sasl.mechanisms if conn.served and conn.served.sasl else ()
+            reply = handshake_response(exchange, request, version, mechanisms)
+            await self._send_response(conn, reply, correlation_id)
+            if reply.error_code:
+                raise SaslAuthenticationError(f"SaslHandshake for mechanism {request.mechanism!r} refused with"
+                                              f" error {reply.error_code} (enabled: {', '.join(mechanisms)})")
+            return
+        reply, failure = authenticate_response(exchange, request, version)
+        await self._send_response(conn, reply, correlation_id)
+        if failure is not None:
+            raise SaslAuthenticationError(f"{failure} (mechanism {exchange.mechanism if exchange else None})")
+        self._authenticated(conn)
+
+    async def _raw_sasl_token(self, conn: ClientConnection, token: bytes) -> None:
+        """A SASL token framed on its own (after SaslHandshake v0): the answer goes back the same way; a
+        failure just closes the connection, as Kafka does (v0 has no way to say why)."""
+        assert conn.sasl is not None
+        answer = conn.sasl.evaluate(token)
+        conn.writer.write(SIZE.pack(len(answer)) + answer)
+        await conn.writer.drain()
+        if conn.sasl.complete:
+            self._authenticated(conn)
+
+    @staticmethod
+    def _authenticated(conn: ClientConnection) -> None:
+        if conn.sasl is not None and conn.sasl.complete:
+            SESSION.set(Session(conn.listener_name, conn.sasl.principal))
+            log.debug("%s authenticated as %s with %s", conn, conn.sasl.principal, conn.sasl.mechanism)
 
     async def _send_response(self, conn: ClientConnection, response: Any, correlation_id: int) -> None:
         response.with_header(correlation_id=correlation_id)

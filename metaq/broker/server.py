@@ -18,6 +18,7 @@ from functools import partial
 
 from kazoo.client import KazooClient
 
+from metaq.broker.auth.credentials import ScramCredentialCache
 from metaq.broker.auth.listeners import advertised_endpoints
 from metaq.broker.auth.serving import registration_info, served_listeners
 from metaq.broker.config import BrokerConfig
@@ -60,6 +61,7 @@ class Broker:
         self.metrics = BrokerMetrics() if config.metrics_enabled else disabled(BrokerMetrics)
         self._metrics_server: MetricsServer | None = None
         self.topic_admin: TopicAdmin | None = None
+        self.scram = ScramCredentialCache()
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
@@ -87,7 +89,7 @@ class Broker:
         # the listeners first: a port in use or a host that is not ours fails before anything else starts
         self._server = BrokerServer(
             HANDLERS,
-            listeners=served_listeners(config),
+            listeners=served_listeners(config, self.scram),
             limits=ConnectionLimits(
                 max_request_bytes=config.socket_request_max_bytes,
                 request_body_timeout_ms=config.socket_request_body_timeout_ms,
@@ -139,7 +141,9 @@ class Broker:
                                                 session_timeout_ms=config.session_timeout_ms)
         await asyncio.to_thread(self._registration.register)
         await asyncio.to_thread(self.metadata.start)
-        self.topic_admin = TopicAdmin(config.broker_id, layout, self.logs, self.metadata, config.log_config())
+        await asyncio.to_thread(self.scram.load_all, layout)  # before serving: SCRAM users can log in at once
+        self.topic_admin = TopicAdmin(config.broker_id, layout, self.logs, self.metadata, config.log_config(),
+                                      on_user_change=self.scram.reload)
         await self.topic_admin.start()  # topic configs applied before the first request is served
         self.coordinator.start()
         await self._server.start_serving(context)  # only now: a client that connects finds us registered

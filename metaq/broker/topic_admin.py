@@ -1,7 +1,8 @@
 """What a broker does for topic admin requests written to ZooKeeper by any broker or tool:
 
 * ``/config/changes/config_change_<seq>`` (Kafka's notification ``{"version":2,"entity_path":"topics/<t>"}``):
-  re-read ``/config/topics/<t>`` and apply it to the topic's local logs, without a restart. Notifications
+  re-read ``/config/topics/<t>`` and apply it to the topic's local logs, without a restart. A notification for
+  ``users/<u>`` (SCRAM credentials) is handed to ``on_user_change`` (in a worker thread). Notifications
   older than 15 minutes are purged, as Kafka's ``ZkNodeChangeNotificationListener`` does.
 * ``/admin/delete_topics/<t>``: delete the local logs of ``t``, then the partition nodes of the partitions
   this broker hosts; the broker that removes the last partition node removes the topic node, its config
@@ -18,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.exceptions import KazooException
@@ -40,7 +42,8 @@ class TopicAdmin:
     """Applies topic config changes and topic deletions to this broker's logs."""
 
     def __init__(self, broker_id: int, layout: ZkLayout, logs: LogManager, metadata: MetadataWatcher,
-                 base: LogConfig) -> None:
+                 base: LogConfig, *, on_user_change: Callable[[str], None] | None = None) -> None:
+        self._on_user_change = on_user_change
         self._broker_id = broker_id
         self._layout = layout
         self._logs = logs
@@ -103,6 +106,9 @@ class TopicAdmin:
             topic = change[0].topic if change is not None else None
             if topic is not None:
                 await self.apply_topic_config(topic)
+            user = change[0].user if change is not None else None
+            if user is not None and self._on_user_change is not None:
+                await asyncio.to_thread(self._on_user_change, user)
         if fresh:
             await asyncio.to_thread(self._purge, names)
 

@@ -12,7 +12,7 @@ from metaq.errors import MetaqError
 
 # Each module exposes ``register(subparsers)`` and sets ``func`` on the parsers it adds.
 COMMAND_MODULES = ("zookeeper", "broker", "topics", "groups", "owners", "offsets", "recover", "console_producer",
-                   "console_consumer", "demo", "verifiable_consumer", "top")
+                   "console_consumer", "demo", "verifiable_consumer", "top", "users")
 
 log = logging.getLogger(__name__)
 

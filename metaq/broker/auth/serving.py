@@ -5,18 +5,25 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from metaq.broker.auth.credentials import PlainUsers, ScramCredentialCache
 from metaq.broker.auth.listeners import PLAINTEXT, Listener
+from metaq.broker.auth.sasl import SaslAuthenticator
 from metaq.broker.auth.tls import server_context
 from metaq.broker.config import BrokerConfig
 from metaq.broker.network import ServedListener
 from zk_layout import BrokerInfo
 
 
-def served_listeners(config: BrokerConfig) -> list[ServedListener]:
-    """Every listener with its TLS context (one context, built once, shared by the TLS listeners)."""
+def served_listeners(config: BrokerConfig, scram: ScramCredentialCache) -> list[ServedListener]:
+    """Every listener with its TLS context and SASL settings (each built once and shared by the listeners
+    that need it)."""
     listeners = config.listener_list
     context = server_context(config.tls_settings) if any(lst.tls for lst in listeners) else None
-    return [ServedListener(lst, context if lst.tls else None) for lst in listeners]
+    sasl = None
+    if any(lst.sasl for lst in listeners):
+        plain = PlainUsers(config.sasl_plain_users_file) if config.sasl_plain_users_file else None
+        sasl = SaslAuthenticator(config.sasl_enabled_mechanisms, scram, plain)
+    return [ServedListener(lst, context if lst.tls else None, sasl if lst.sasl else None) for lst in listeners]
 
 
 def registration_info(config: BrokerConfig, advertised: Sequence[Listener]) -> BrokerInfo:
