@@ -31,8 +31,10 @@ from metaq.errors import (
     TlsHandshakeError,
 )
 from metaq.producer import Producer
+from metaq.testing.broker import topic_leaders
 from metaq.testing.certs import Certs, make_certs
 from metaq.testing.secure import SecureBroker, secure_broker
+from metaq.testing.wait import wait_until
 from metaq.zkclient import connect as zk_connect_client
 from zk_layout import ZkLayout, split_connect
 
@@ -333,6 +335,7 @@ def test_close_from_another_thread_interrupts_a_blocked_tls_read(secure: SecureB
     from metaq.client.settings import ConnectionSettings
 
     topic = topic_on(secure, "sec-close", partitions=1)
+    wait_until(lambda: topic_leaders(secure.bootstrap("PLAINTEXT"), topic) == {0: 0}, 30, f"{topic} has a leader")
     settings = ConnectionSettings(request_timeout_ms=120000,
                                   security=SecurityConfig.from_properties(security(secure, "SSL")))
     conn = settings.open("127.0.0.1", secure.ports["SSL"])
