@@ -16,8 +16,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -83,11 +81,7 @@ def secure_environment() -> Iterator[Secure]:
     broker.process.log_level = "WARNING"
     broker.process.start()
     try:
-        done = subprocess.run([sys.executable, "-m", "metaq", "users", "add", USER, "--zookeeper", zk,
-                               "--password", PASSWORD, "--mechanism", "SCRAM-SHA-256",
-                               "--mechanism", "SCRAM-SHA-512"], capture_output=True, timeout=60)
-        if done.returncode != 0:
-            raise RuntimeError(f"metaq users add failed: {done.stderr.decode()}")
+        broker.add_scram_user(USER, PASSWORD)
         yield Secure(zk, ZkLayout(client), broker)
     finally:
         broker.process.stop()

@@ -55,14 +55,6 @@ def topic_on(broker: SecureBroker, name: str, partitions: int = 2) -> str:
     return name
 
 
-def add_scram_user(zk_connect: str, user: str, password: str) -> None:
-    """What ``metaq users add`` does (Kafka's kafka-configs --alter --add-config SCRAM-SHA-*=[password=...])."""
-    done = subprocess.run([sys.executable, "-m", "metaq", "users", "add", user, "--zookeeper", zk_connect,
-                           "--password", password, "--mechanism", "SCRAM-SHA-256", "--mechanism", "SCRAM-SHA-512"],
-                          capture_output=True, timeout=60)
-    assert done.returncode == 0, done.stderr.decode()
-
-
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     return make_certs(tmp_path_factory.mktemp("client-certs"))
@@ -86,7 +78,7 @@ def secure(zk_server: Any, _zk_admin: Any, certs: Certs, tmp_path_factory: pytes
 @pytest.fixture(scope="module")
 def scram_users(secure: SecureBroker) -> dict[str, str]:
     for user, password in SCRAM_USERS.items():
-        add_scram_user(secure.zk_connect, user, password)
+        secure.add_scram_user(user, password)
     return SCRAM_USERS
 
 

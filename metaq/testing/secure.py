@@ -8,12 +8,15 @@ certificates and SASL users, and the client properties that reach each listener;
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from metaq.broker.process import BrokerProcess, free_port
+from metaq.errors import MetaqError
 from metaq.testing.certs import Certs
 
 __all__ = ["LISTENERS", "SecureBroker", "secure_broker"]
@@ -30,6 +33,14 @@ class SecureBroker:
 
     def bootstrap(self, listener: str) -> str:
         return f"127.0.0.1:{self.ports[listener]}"
+
+    def add_scram_user(self, user: str, password: str) -> None:
+        """SCRAM-SHA-256 and -512 credentials in ZooKeeper, as an operator adds them (``metaq users add``)."""
+        done = subprocess.run([sys.executable, "-m", "metaq", "users", "add", user, "--zookeeper", self.zk_connect,
+                               "--password", password, "--mechanism", "SCRAM-SHA-256", "--mechanism",
+                               "SCRAM-SHA-512"], capture_output=True, timeout=60)
+        if done.returncode != 0:
+            raise MetaqError(f"metaq users add {user} failed: {done.stderr.decode(errors='replace')}")
 
     def client_properties(self, protocol: str, mechanism: str | None = None, username: str | None = None,
                           password: str | None = None) -> dict[str, str]:
