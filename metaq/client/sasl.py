@@ -26,13 +26,11 @@ from metaq.errors import (
     UnsupportedVersionError,
     for_code,
 )
+from metaq.protocol.apis import ApiKey
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SASL_HANDSHAKE", "SASL_AUTHENTICATE", "SaslLogin", "authenticate", "plain_token"]
-
-SASL_HANDSHAKE: int = SaslHandshakeRequest.API_KEY  # 17
-SASL_AUTHENTICATE: int = SaslAuthenticateRequest.API_KEY  # 36
+__all__ = ["SaslLogin", "authenticate", "plain_token"]
 
 
 @dataclass(frozen=True)
@@ -70,8 +68,8 @@ def authenticate(conn: _Conn, login: SaslLogin) -> None:
 
 def _handshake(conn: _Conn, mechanism: str) -> None:
     try:
-        conn.api_version(SASL_HANDSHAKE)
-        conn.api_version(SASL_AUTHENTICATE)
+        conn.api_version(ApiKey.SASL_HANDSHAKE)
+        conn.api_version(ApiKey.SASL_AUTHENTICATE)
     except UnsupportedVersionError as e:
         raise AuthenticationError(f"broker {conn.address} cannot authenticate with SASL ({e}); is it a "
                                   f"SASL_PLAINTEXT or SASL_SSL listener?") from e
