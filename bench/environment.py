@@ -7,7 +7,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +34,8 @@ class Environment:
 
 
 @contextlib.contextmanager
-def environment() -> Iterator[Environment]:
+def environment(configure: Callable[[str, BrokerProcess, Path], None] | None = None) -> Iterator[Environment]:
+    """``configure(zk_connect, broker, work_dir)`` runs before the broker starts (listeners, users...)."""
     work = Path(tempfile.mkdtemp(prefix="metaq-bench-"))
     external = os.environ.get("ZOOKEEPER_CONNECT")
     from bench.rebalance import bench_zookeeper  # here: bench.rebalance itself uses this module
@@ -42,7 +43,10 @@ def environment() -> Iterator[Environment]:
     zk_server = None if external else bench_zookeeper(work / "zk").start()
     zk = f"{external or zk_server.connect_string}/metaq-bench-{os.getpid()}"  # type: ignore[union-attr]
     client = connect(zk)
-    broker = BrokerProcess(zk, 0, work, log_level="WARNING").start()
+    broker = BrokerProcess(zk, 0, work, log_level="WARNING")
+    if configure is not None:
+        configure(zk, broker, work)
+    broker.start()
     try:
         yield Environment(zk, client, ZkLayout(client), broker, work)
     finally:

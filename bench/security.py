@@ -1,213 +1,160 @@
-"""The cost of TLS and SASL for consumers: fetch throughput over PLAINTEXT, SSL and SASL_SSL (the metaq consumer's
-stream iterator and confluent-kafka, in-process, one after the other on the same pre-produced topic), and the
-time to open a connection (TCP, TLS handshake, ApiVersions, SASL) with metaq's client.
+"""What TLS and SASL cost: confluent-kafka produce and fetch over PLAINTEXT, SSL and SASL_SSL (SCRAM-SHA-256),
+and the time of a full SASL/SCRAM authentication.
 
-    python -m bench.security [--messages 300000]      # standalone (own ZooKeeper and broker)
+    python -m bench.security [--messages 100000]      # own ZooKeeper and one broker with the three listeners
 
-One broker serves the three listeners at once (certificates made with openssl at run time). Rates count the
-messages after the first delivery, as in bench/consumer.py; ``ratio`` is the rate over the same client's
-PLAINTEXT rate (the TLS cost). Under TLS the broker cannot use sendfile, and metaq's client decrypts with
-``recv_into`` straight into its frame buffers (metaq/client/connection.py).
+Throughput rows: one producer writes ``--messages`` values of 100 bytes (and a quarter as many of 1 KiB) to a
+fresh one-partition topic through the listener, then one consumer reads them all back from offset 0; msgs/s,
+MB/s, and the ratio to PLAINTEXT. Under TLS the broker cannot use sendfile: record slices are read (preadv)
+into one 64 KiB buffer per batch and encrypted from it (metaq/broker/network.py, ``_send_fetch``).
+
+Handshake rows: raw socket, from connect to SaslAuthenticate success (SaslHandshake v1 + two
+SaslAuthenticate round trips), SCRAM-SHA-256 and -512 at 4096 iterations, client PBKDF2 included (the broker's
+own work is one HMAC chain, its PBKDF2 was done by ``metaq users add``); median and p99 of ``--handshakes``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
+import secrets
+import socket
 import statistics
-import tempfile
+import subprocess
+import sys
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import confluent_kafka
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from bench.consumer import print_table
+from bench.environment import environment
+from metaq.broker.auth.scram import client_final
+from metaq.broker.process import BrokerProcess, free_port
 from metaq.broker.topics import create_topic
-from metaq.client.security import SecurityConfig
-from metaq.client.settings import ConnectionSettings
-from metaq.consumer import Consumer
-from metaq.testing.broker import topic_leaders, wait_until
+from metaq.testing.broker import call, topic_leaders, wait_until
 from metaq.testing.certs import make_certs
-from metaq.testing.secure import SecureBroker, secure_broker
-from metaq.zkclient import connect
-from metaq.zkserver import ZooKeeperServer
-from zk_layout import ZkLayout
 
-VALUE = b"x" * 100
-PARTITIONS = 4
 USER, PASSWORD = "bench", "bench-secret"
 
 
-@dataclass
-class Rate:
-    protocol: str
-    client: str
-    messages: int
-    seconds: float
-    cpu: float
-
-    @property
-    def rate(self) -> float:
-        return self.messages / self.seconds
+def _conf(protocol: str, ca: Path) -> dict[str, str]:
+    conf = {"security.protocol": protocol}
+    if protocol in ("SSL", "SASL_SSL"):
+        conf["ssl.ca.location"] = str(ca)
+    if protocol.startswith("SASL"):
+        conf.update({"sasl.mechanisms": "SCRAM-SHA-256", "sasl.username": USER, "sasl.password": PASSWORD})
+    return conf
 
 
-@dataclass
-class Secure:
-    zk: str
-    layout: ZkLayout
-    broker: SecureBroker
-
-    def props(self, protocol: str, mechanism: str = "SCRAM-SHA-256") -> dict[str, str]:
-        return self.broker.client_properties(protocol, mechanism, USER, PASSWORD)
-
-    def port(self, protocol: str) -> int:
-        return self.broker.ports[protocol]
-
-
-@contextmanager
-def secure_environment() -> Iterator[Secure]:
-    work = Path(tempfile.mkdtemp(prefix="metaq-bench-security-"))
-    external = os.environ.get("ZOOKEEPER_CONNECT")
-    zk_server = None if external else ZooKeeperServer(data_dir=work / "zk", force_sync=False).start()
-    zk = f"{external or zk_server.connect_string}/metaq-bench-security-{os.getpid()}"  # type: ignore[union-attr]
-    client = connect(zk)
-    broker = secure_broker(zk, work, make_certs(work / "certs"), plain_users={USER: PASSWORD},
-                           listeners=("SSL", "SASL_SSL"))
-    broker.process.log_level = "WARNING"
-    broker.process.start()
-    try:
-        broker.add_scram_user(USER, PASSWORD)
-        yield Secure(zk, ZkLayout(client), broker)
-    finally:
-        broker.process.stop()
-        client.stop()
-        client.close()
-        if zk_server:
-            zk_server.stop()
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def prepare(env: Secure, messages: int) -> str:
-    topic = f"bench-security-{uuid.uuid4().hex[:8]}"
-    create_topic(env.layout, topic, PARTITIONS)
-    bootstrap = f"127.0.0.1:{env.port('PLAINTEXT')}"
-    wait_until(lambda: len(topic_leaders(bootstrap, topic)) == PARTITIONS, 30, f"{topic} has leaders")
-    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1000000})
-    for i in range(messages):
-        producer.produce(topic, VALUE, partition=i % PARTITIONS)
-        if i % 10000 == 0:
-            producer.poll(0)
-    assert producer.flush(120) == 0
-    return topic
-
-
-def _measured(protocol: str, client: str, messages: int, deliver: Iterator[int]) -> Rate:
-    count = first = 0
-    t0 = c0 = 0.0
-    for n in deliver:
-        if count == 0:
-            t0, c0, first = time.perf_counter(), time.process_time(), n
-        count += n
-        if count >= messages:
-            break
-    return Rate(protocol, client, count - first, time.perf_counter() - t0, time.process_time() - c0)
-
-
-def metaq_rate(env: Secure, topic: str, messages: int, protocol: str) -> Rate:
-    config = {"group.id": f"bench-{uuid.uuid4().hex[:8]}", "zookeeper.connect": env.zk,
-              "auto.offset.reset": "smallest", "consumer.timeout.ms": 30000, "auto.commit.enable": "false",
-              "metrics.enabled": "false", **env.props(protocol)}
-    with Consumer(config) as consumer:
-        [stream] = consumer.create_message_streams({topic: 1})[topic]
-
-        def deliver() -> Iterator[int]:
-            for message in stream:
-                assert len(message.value) == len(VALUE)
-                yield 1
-
-        return _measured(protocol, "metaq stream", messages, deliver())
-
-
-def confluent_rate(env: Secure, topic: str, messages: int, protocol: str) -> Rate:
-    conf = {"bootstrap.servers": f"127.0.0.1:{env.port(protocol)}", "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest", "enable.auto.commit": False, **env.props(protocol)}
-    conf["sasl.mechanisms"] = conf.pop("sasl.mechanism", "PLAIN")
-    if protocol == "PLAINTEXT" or protocol == "SSL":
-        conf.pop("sasl.mechanisms")
-    consumer = confluent_kafka.Consumer(conf)
-    consumer.subscribe([topic])
-
-    def deliver() -> Iterator[int]:
+def _produce(bootstrap: str, conf: dict[str, str], topic: str, count: int, size: int) -> float:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1000000,
+                                         "queue.buffering.max.messages": 1000000, **conf})
+    value = b"x" * size
+    producer.list_topics(topic, timeout=30)  # connect and authenticate outside the timing
+    started = time.perf_counter()
+    for _ in range(count):
         while True:
-            batch = consumer.consume(1000, 5.0)
-            for message in batch:
-                if message.error():
-                    raise RuntimeError(str(message.error()))
-            if batch:
-                yield len(batch)
-
-    try:
-        return _measured(protocol, "confluent-kafka", messages, deliver())
-    finally:
-        consumer.close()
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(120) == 0
+    return time.perf_counter() - started
 
 
-def handshake_ms(env: Secure, protocol: str, mechanism: str, reps: int) -> float:
-    """Median time of ConnectionSettings.open (TCP + TLS + ApiVersions + SASL) to the broker."""
-    settings = ConnectionSettings(security=SecurityConfig.from_properties(env.props(protocol, mechanism)))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        conn = settings.open("127.0.0.1", env.port(protocol))
-        times.append(time.perf_counter() - t0)
-        conn.close()
-    return statistics.median(times) * 1000
+def _fetch(bootstrap: str, conf: dict[str, str], topic: str, count: int) -> float:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-security",
+                                         "enable.auto.commit": False, "fetch.wait.max.ms": 50, **conf})
+    consumer.list_topics(topic, timeout=30)
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    got = 0
+    started = time.perf_counter()
+    while got < count:
+        for msg in consumer.consume(min(10000, count - got), 1.0):
+            assert msg.error() is None, msg.error()
+            got += 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
 
 
-def run(messages: int = 300_000, repeat: int = 2, handshakes: int = 20) -> tuple[list[Rate], list[list[str]]]:
-    with secure_environment() as env:
-        topic = prepare(env, messages)
-        rates = []
-        for _ in range(repeat):
+def _scram_login(port: int, mechanism: str) -> float:
+    started = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        assert call(sock, SaslHandshakeRequest[1](mechanism=mechanism), SaslHandshakeResponse, 1, 1).error_code == 0
+        bare = f"n={USER},r={secrets.token_urlsafe(18)}"
+        first = call(sock, SaslAuthenticateRequest[1](auth_bytes=f"n,,{bare}".encode()),
+                      SaslAuthenticateResponse, 1, 2)
+        assert first.error_code == 0, first.error_message
+        final = client_final(mechanism, PASSWORD, bare, first.auth_bytes.decode())
+        done = call(sock, SaslAuthenticateRequest[1](auth_bytes=final.encode()), SaslAuthenticateResponse, 1, 3)
+        assert done.error_code == 0, done.error_message
+    return time.perf_counter() - started
+
+
+def _listeners(ports: dict[str, int]) -> Callable[[str, BrokerProcess, Path], None]:
+    """Configure the bench broker with the four listeners, TLS material and a SCRAM user."""
+
+    def configure(zk: str, broker: BrokerProcess, work: Path) -> None:
+        certs = make_certs(work / "certs")
+        ports.update({"PLAINTEXT": broker.port, "SSL": free_port(), "SASL_PLAINTEXT": free_port(),
+                      "SASL_SSL": free_port()})
+        broker.properties.update({
+            "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
+            "ssl.certificate.location": certs.server_cert, "ssl.key.location": certs.server_key,
+        })
+        (work / "pw").write_text(PASSWORD)
+        subprocess.run([sys.executable, "-m", "metaq", "users", "add", USER, "--iterations", "4096",
+                        "--password-file", str(work / "pw"), "--zookeeper", zk], check=True, capture_output=True)
+
+    return configure
+
+
+def run(messages: int, handshakes: int) -> None:
+    ports: dict[str, int] = {}
+    with environment(_listeners(ports)) as env:
+        ca = env.work_dir / "certs" / "ca.pem"
+        rows = []
+        base: dict[tuple[str, int], float] = {}
+        for size, count in ((100, messages), (1024, max(1, messages // 4))):
             for protocol in ("PLAINTEXT", "SSL", "SASL_SSL"):
-                for measure in (metaq_rate, confluent_rate):
-                    rate = measure(env, topic, messages, protocol)
-                    print(f"  {protocol} {rate.client}: {rate.rate:,.0f} msgs/s", flush=True)
-                    rates.append(rate)
-        connects = [[protocol if protocol == "PLAINTEXT" or protocol == "SSL" else f"{protocol} {mechanism}",
-                     f"{handshake_ms(env, protocol, mechanism, handshakes):.2f}"]
-                    for protocol, mechanism in (("PLAINTEXT", ""), ("SSL", ""), ("SASL_SSL", "PLAIN"),
-                                                ("SASL_SSL", "SCRAM-SHA-256"), ("SASL_SSL", "SCRAM-SHA-512"))]
-    return rates, connects
-
-
-def print_tables(rates: list[Rate], connects: list[list[str]]) -> None:
-    best: dict[tuple[str, str], Rate] = {}
-    for r in rates:
-        key = (r.protocol, r.client)
-        if key not in best or r.rate > best[key].rate:
-            best[key] = r
-    rows = [[client, protocol, f"{r.rate:,.0f}", f"{r.rate / best[('PLAINTEXT', client)].rate:.2f}",
-             f"{r.cpu / r.messages * 1e6:.1f}"] for (protocol, client), r in sorted(best.items(), key=lambda kv: (
-                 kv[0][1], ("PLAINTEXT", "SSL", "SASL_SSL").index(kv[0][0])))]
-    print_table(["client", "security.protocol", "msgs/s", "ratio to PLAINTEXT", "client CPU s/1M"], rows,
-                "Consumer throughput by security protocol (100-byte values, best of the runs)")
-    print_table(["metaq connection open (TCP, TLS, ApiVersions, SASL)", "median ms"], connects,
-                "Connection set-up with metaq's client")
+                topic = f"sec-{protocol.lower()}-{size}"
+                create_topic(env.layout, topic, 1)
+                wait_until(lambda t=topic: len(topic_leaders(env.bootstrap, t)) == 1, 15, f"topic {topic}")
+                bootstrap = f"127.0.0.1:{ports[protocol]}"
+                conf = _conf(protocol, ca)
+                for job, seconds in (("produce", _produce(bootstrap, conf, topic, count, size)),
+                                     ("fetch", _fetch(bootstrap, conf, topic, count))):
+                    rate = count / seconds
+                    base.setdefault((job, size), rate)
+                    rows.append([protocol, job, str(size), f"{count:,}", f"{rate:,.0f}", f"{rate * size / 1e6:,.1f}",
+                                 f"{rate / base[(job, size)]:.2f}"])
+                    print("  " + " | ".join(rows[-1]), flush=True)
+        print_table(["listener", "job", "bytes", "messages", "msgs/s", "MB/s", "vs PLAINTEXT"], rows,
+                    "confluent-kafka throughput by listener")
+        hs_rows = []
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            times = sorted(_scram_login(ports["SASL_PLAINTEXT"], mechanism) * 1000 for _ in range(handshakes))
+            hs_rows.append([mechanism, str(handshakes), f"{statistics.median(times):.2f}",
+                            f"{times[max(0, int(len(times) * 0.99) - 1)]:.2f}"])
+        print_table(["mechanism", "logins", "median ms", "p99 ms"], hs_rows,
+                    "full SASL/SCRAM authentication (connect + SaslHandshake + 2 SaslAuthenticate, 4096 iterations)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=300_000)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--messages", type=int, default=100000)
+    parser.add_argument("--handshakes", type=int, default=50)
     args = parser.parse_args()
-    print_tables(*run(args.messages, args.repeat))
+    run(args.messages, args.handshakes)
 
 
 if __name__ == "__main__":

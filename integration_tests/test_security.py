@@ -8,6 +8,7 @@ import contextlib
 import json
 import shutil
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -20,7 +21,14 @@ import confluent_kafka
 import kafka
 import pytest
 from confluent_kafka.admin import AdminClient
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -30,7 +38,7 @@ from kafka.protocol.sasl import (
 
 from integration_tests import peers
 from metaq.broker.process import BrokerProcess, free_port
-from metaq.testing.broker import request
+from metaq.testing.broker import call, read_frame, request
 from metaq.testing.certs import Certs, make_certs
 from metaq.testing.wait import wait_until
 from metaq.zkclient import connect as zk_connect_client
@@ -175,6 +183,17 @@ def test_metadata_answers_the_endpoints_of_the_listener_used(secure: SecureBroke
     finally:
         admin.close()
     assert ports == {secure.ports["SSL"]}
+
+
+def test_find_coordinator_answers_the_listener_used(secure: SecureBroker) -> None:
+    context = ssl.create_default_context(cafile=str(secure.certs.ca))
+    with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=30) as plain, \
+            context.wrap_socket(plain, server_hostname="localhost") as tls:
+        def coordinator() -> Any:
+            return call(tls, FindCoordinatorRequest[1](key="g-ssl", key_type=0), FindCoordinatorResponse, 1)
+        wait_until(lambda: coordinator().error_code == 0, 30, "the offsets topic created")
+        resp = coordinator()
+    assert (resp.host, resp.port) == ("127.0.0.1", secure.ports["SSL"])
 
 
 # ---- TLS ---------------------------------------------------------------------------------------------
@@ -357,20 +376,9 @@ class _Raw:
 
     def __init__(self, port: int) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.correlation = 0
-
-    def send(self, req: Any) -> None:
-        self.correlation += 1
-        req.with_header(correlation_id=self.correlation, client_id="raw")
-        self.sock.sendall(req.encode(header=True, framed=True))
-
-    def frame(self) -> bytes:
-        size = struct.unpack(">i", _recv(self.sock, 4))[0]
-        return _recv(self.sock, size)
 
     def call(self, req: Any, response_cls: Any, version: int) -> Any:
-        self.send(req)
-        return response_cls.decode(self.frame(), version=version, header=True)
+        return call(self.sock, req, response_cls, version)
 
     def closed(self) -> bool:
         try:
@@ -382,23 +390,15 @@ class _Raw:
         self.sock.close()
 
 
-def _recv(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
-
-
 def test_request_before_authentication_closes_the_connection(secure: SecureBroker) -> None:
     raw = _Raw(secure.ports["SASL_PLAINTEXT"])
     try:
         versions = raw.call(ApiVersionsRequest[0](), ApiVersionsResponse, 0)  # allowed before authentication
         ranges = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
         assert ranges[17] == (0, 1) and ranges[36] == (0, 2)
-        raw.send(MetadataRequest[1](topics=[]))
+        req = MetadataRequest[1](topics=[])
+        req.with_header(correlation_id=2, client_id="raw")
+        raw.sock.sendall(req.encode(header=True, framed=True))
         assert raw.closed()
     finally:
         raw.close()
@@ -434,7 +434,7 @@ def test_handshake_v0_then_raw_token(secure: SecureBroker) -> None:
         assert raw.call(SaslHandshakeRequest[0](mechanism="PLAIN"), SaslHandshakeResponse, 0).error_code == 0
         token = b"\0alice\0alice-secret"
         raw.sock.sendall(struct.pack(">i", len(token)) + token)
-        assert raw.frame() == b""  # PLAIN's empty server answer
+        assert read_frame(raw.sock) == b""  # PLAIN's empty server answer
         resp = raw.call(MetadataRequest[1](topics=[]), MetadataResponse, 1)
         assert [b.port for b in resp.brokers] == [secure.ports["SASL_PLAINTEXT"]]
     finally:

@@ -65,7 +65,7 @@ def _endpoints(info: BrokerInfo) -> dict[str, tuple[str, int]]:
         parsed = parse_endpoint(endpoint)
         if parsed is not None and parsed[2] <= 65535:
             result.setdefault(parsed[0], (parsed[1], parsed[2]))
-    if "PLAINTEXT" not in result and info.host is not None and 0 <= info.port <= 65535 and not result:
+    if not result and info.host is not None and 0 <= info.port <= 65535:
         result["PLAINTEXT"] = (info.host, info.port)
     return result
 

@@ -26,12 +26,21 @@ from zk_layout import ZkLayout
 def request(bootstrap: str, req: Any, response_cls: Any, version: int, timeout: float = 10.0) -> Any:
     """One request/response over a fresh socket with kafka-python's codec (test helper)."""
     host, port = bootstrap.rsplit(":", 1)
-    req.with_header(correlation_id=1, client_id="metaq-test")
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.sendall(req.encode(header=True, framed=True))
-        size = struct.unpack(">i", _recv_exact(s, 4))[0]
-        frame = _recv_exact(s, size)
-    return response_cls.decode(frame, version=version, header=True)
+        return call(s, req, response_cls, version)
+
+
+def call(s: socket.socket, req: Any, response_cls: Any, version: int, correlation_id: int = 1) -> Any:
+    """One request/response on an open socket (test helper: SASL exchanges need the same connection)."""
+    req.with_header(correlation_id=correlation_id, client_id="metaq-test")
+    s.sendall(req.encode(header=True, framed=True))
+    return response_cls.decode(read_frame(s), version=version, header=True)
+
+
+def read_frame(s: socket.socket) -> bytes:
+    """The body of the next size-prefixed frame."""
+    size = struct.unpack(">i", _recv_exact(s, 4))[0]
+    return _recv_exact(s, size)
 
 
 def _recv_exact(s: socket.socket, n: int) -> bytes:

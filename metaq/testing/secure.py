@@ -56,14 +56,17 @@ class SecureBroker:
 
 
 def secure_broker(zk_connect: str, data_dir: Path, certs: Certs, *, plain_users: Mapping[str, str],
-                  listeners: Sequence[str] = LISTENERS, broker_id: int = 0, **properties: Any) -> SecureBroker:
-    """A broker (not started) with one listener per protocol in ``listeners`` (PLAINTEXT is always there: the
-    process is ready when it accepts on it), the server certificate of ``certs``, every SASL mechanism
-    enabled and ``plain_users`` for SASL/PLAIN (SCRAM users are added in ZooKeeper: ``metaq users add``)."""
+                  listeners: Sequence[str] = LISTENERS, broker_id: int = 0, process: BrokerProcess | None = None,
+                  **properties: Any) -> SecureBroker:
+    """A broker (not started; ``process``, or a new one) with one listener per protocol in ``listeners``
+    (PLAINTEXT is always there: the process is ready when it accepts on it), the server certificate of
+    ``certs``, every SASL mechanism enabled and ``plain_users`` for SASL/PLAIN (SCRAM users are added in
+    ZooKeeper: :meth:`SecureBroker.add_scram_user`)."""
     users = data_dir / f"plain-users-{broker_id}"
     data_dir.mkdir(parents=True, exist_ok=True)
     users.write_text("".join(f"{user}:{password}\n" for user, password in plain_users.items()))
-    process = BrokerProcess(zk_connect, broker_id, data_dir)
+    if process is None:
+        process = BrokerProcess(zk_connect, broker_id, data_dir)
     ports = {name: process.port if name == "PLAINTEXT" else free_port()
              for name in ("PLAINTEXT", *[n for n in listeners if n != "PLAINTEXT"])}
     process.properties.update({

@@ -133,3 +133,15 @@ def test_client_certificate_subject_is_the_principal(certs: Certs) -> None:
 
     assert asyncio.run(run(True)) == CLIENT_PRINCIPAL
     assert asyncio.run(run(False)) is None
+
+
+def test_metadata_keeps_every_listener_of_a_registration() -> None:
+    from metaq.broker.metadata import _endpoints
+    from zk_layout import BrokerInfo
+
+    ssl_only = BrokerInfo(id=1, host=None, port=-1, endpoints=("SSL://b1:9093", "CLIENT://[::1]:9095"),
+                          timestamp_ms=0)
+    assert _endpoints(ssl_only) == {"SSL": ("b1", 9093), "CLIENT": ("::1", 9095)}
+    legacy = BrokerInfo(id=2, host="b2", port=9092, endpoints=(), timestamp_ms=0, version=1)
+    assert _endpoints(legacy) == {"PLAINTEXT": ("b2", 9092)}
+    assert _endpoints(BrokerInfo(id=3, host=None, port=-1, endpoints=("junk",), timestamp_ms=0)) == {}

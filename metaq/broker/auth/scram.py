@@ -115,3 +115,16 @@ class ScramServer:
             raise ScramError("Authentication failed: Invalid username or password")
         server_signature = hmac.digest(self._credential.server_key, auth_message, self._hash)
         return "v=" + base64.b64encode(server_signature).decode()
+
+
+def client_final(mechanism: str, password: str, client_first_bare: str, server_first: str) -> str:
+    """The client's final message (RFC 5802 section 3), for tests and benchmarks that speak SCRAM raw."""
+    name = HASHES[mechanism]
+    attrs = _attributes(server_first, "server-first")
+    salted = hashlib.pbkdf2_hmac(name, password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hmac.digest(salted, b"Client Key", name)
+    without_proof = f"c=biws,r={attrs['r']}"
+    auth_message = f"{client_first_bare},{server_first},{without_proof}".encode()
+    signature = hmac.digest(hashlib.new(name, client_key).digest(), auth_message, name)
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}"
