@@ -29,6 +29,7 @@ from metaq.errors import (
     BrokerConnectionError,
     SaslAuthenticationFailedError,
     TlsHandshakeError,
+    UnsupportedSaslMechanismError,
 )
 from metaq.producer import Producer
 from metaq.testing.broker import topic_leaders
@@ -349,3 +350,19 @@ def test_close_from_another_thread_interrupts_a_blocked_tls_read(secure: SecureB
     reader.join(30)
     assert not reader.is_alive(), "close() did not interrupt the blocked TLS read"
     assert len(outcome) == 1 and isinstance(outcome[0], BrokerConnectionError), outcome
+
+
+def test_mechanism_not_enabled_and_unknown_user_are_fatal(zk_connect: str, certs: Certs, tmp_path: Path) -> None:
+    broker = secure_broker(zk_connect, tmp_path, certs, plain_users={}, listeners=("SASL_PLAINTEXT",),
+                           **{"sasl.enabled.mechanisms": "SCRAM-SHA-512"})
+    with broker.process:
+        topic = topic_on(broker, "sec-mechanisms", partitions=1)
+        plain = broker.client_properties("SASL_PLAINTEXT", "PLAIN", "alice", "alice-secret")
+        with Producer({"zookeeper.connect": zk_connect, **plain}) as producer:
+            with pytest.raises(UnsupportedSaslMechanismError, match="does not enable sasl.mechanism PLAIN; it "
+                                                                   "enables SCRAM-SHA-512"):
+                producer.send(topic, b"never", partition=0).result(timeout=60)
+        nobody = broker.client_properties("SASL_PLAINTEXT", "SCRAM-SHA-512", "nobody", "whatever")
+        with Producer({"zookeeper.connect": zk_connect, **nobody}) as producer:
+            with pytest.raises(SaslAuthenticationFailedError, match="as 'nobody'"):
+                producer.send(topic, b"never", partition=0).result(timeout=60)
