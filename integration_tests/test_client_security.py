@@ -301,6 +301,13 @@ def test_spark_batch_read(secure: SecureBroker, spark: Any, protocol: str, mecha
         for mode in ("simple", "extended", "formatted"):
             assert props["sasl.password"] not in df._jdf.queryExecution().explainString(
                 spark._jvm.org.apache.spark.sql.execution.ExplainMode.fromString(mode))
+    # the sink's producer goes through the same listener: copy what was read into another topic, read it back
+    copy = topic_on(secure, f"sec-spark-copy-{protocol.lower()}")
+    df.select("value").write.format("metaq").options(**{"zookeeper.connect": secure.zk_connect, "topic": copy,
+                                                         **props}).mode("append").save()
+    copied = spark.read.format("metaq").options(**{"zookeeper.connect": secure.zk_connect, "subscribe": copy,
+                                                   **props}).load()
+    assert sorted(bytes(r.value) for r in copied.select("value").collect()) == sorted(sent.values())
 
 
 def test_client_certificate_for_a_broker_that_requires_one(zk_connect: str, certs: Certs, tmp_path: Path) -> None:
