@@ -18,7 +18,10 @@ ends with one set of tables:
 3. rebalance: 4 consumer processes x 64 partitions, clean leave/join and SIGKILL (bench/rebalance.py);
 4. commit: ZooKeeperOffsetStore.commit of 1,000 partitions (bench/rebalance.py);
 5. offsets: commit latency through the offsets channel vs ZooKeeper, 3-member group stabilisation (bench/offsets.py);
-6. spark: batch read of 1M 100-byte messages from 12 partitions and micro-batches, local[2] (bench/spark.py).
+6. spark: batch read of 1M 100-byte messages from 12 partitions and micro-batches, local[2] (bench/spark.py);
+7. security: the metaq consumer's throughput over PLAINTEXT, SSL and SASL_SSL (with confluent-kafka's) and the
+   time to open a TLS/SASL connection with metaq's client (bench/consumer_security.py); confluent-kafka's produce
+   and fetch per listener and the raw SCRAM login time (bench/security.py).
 
 ``ZOOKEEPER_CONNECT=host:port`` uses an existing ZooKeeper instead of the embedded one.
 """
@@ -216,7 +219,7 @@ class Plan:
 
 FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20)
 QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5)
-SECTIONS = ("broker", "consumer", "rebalance", "commit", "offsets", "spark")
+SECTIONS = ("broker", "consumer", "rebalance", "commit", "offsets", "spark", "security")
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -282,6 +285,14 @@ def main() -> None:
 
         spark_rows = bench_spark.run(*((200_000, 12, 1) if args.quick else ()))
         late.append(lambda: bench_spark.print_table(spark_rows))
+    if "security" in only:
+        print("== 7. consumer throughput over PLAINTEXT, SSL and SASL_SSL; connection set-up", flush=True)
+        from bench import consumer_security as bench_consumer_security
+        from bench import security as bench_security
+
+        security_results = bench_consumer_security.run(*((100_000, 1, 10) if args.quick else ()))
+        late.append(lambda: bench_consumer_security.print_tables(*security_results))
+        late.append(lambda: bench_security.run(*((20_000, 10) if args.quick else (100_000, 50))))
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\n{'=' * 100}\nmetaq bench{' --quick' if args.quick else ''}: {time.monotonic() - started:.0f} s on "
           f"{os.cpu_count()} CPUs (load average at the end: {load})")

@@ -27,6 +27,40 @@ from metaq.errors import ConfigError
 Check = Callable[[Any], str | None]
 """A validator: returns None when the value is fine, otherwise a reason."""
 
+MASK = "********"
+
+
+class Secret:
+    """A password-like config value that never shows itself: ``repr``, ``str`` and f-strings give
+    :data:`MASK`, so a config object can be logged, printed in an error or shown in a Spark plan.
+    :meth:`reveal` is for the one place that sends it (the SASL exchange, loading a TLS key)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret({MASK!r})"
+
+    def __str__(self) -> str:
+        return MASK
+
+    def __format__(self, spec: str) -> str:
+        return MASK
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
+
+    def __reduce__(self) -> tuple[type[Secret], tuple[str]]:  # pickled to Spark executors as itself
+        return Secret, (self._value,)
+
 
 def prop(key: str, default: Any, *, check: Check | None = None, doc: str = "", secret: bool = False) -> Any:
     """Declare a config field with its Kafka property name, default, optional check and doc. A ``secret``
@@ -79,6 +113,8 @@ def _convert(key: str, raw: Any, annotation: Any) -> Any:
             return float(raw)
         if annotation is str:
             return str(raw).strip()
+        if annotation is Secret:
+            return raw if isinstance(raw, Secret) else Secret(str(raw))  # not stripped: spaces may be meant
         if typing.get_origin(annotation) is tuple:
             if isinstance(raw, str):
                 return tuple(part.strip() for part in raw.split(",") if part.strip())

@@ -16,6 +16,8 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     │   ├── UnsupportedCompressionError    a codec id that is unknown
     │   └── InvalidRecordError             a batch with a valid CRC whose records or flags are invalid
     ├── BrokerConnectionError        a broker unreachable or the connection broke (retriable)
+    ├── AuthenticationError          TLS or SASL refused: fix the settings, retrying cannot help
+    │   └── TlsHandshakeError           the broker's certificate did not verify, or the broker refused ours
     ├── StorageError                 the log on disk cannot be read or written
     ├── DeserializationError         a record's key or value does not decode (names topic/partition/offset)
     ├── TopicError
@@ -29,7 +31,8 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     ├── CoordinatorError             the group coordinator moved, is loading or unavailable (retriable)
     ├── KafkaOffsetsUnavailable      the coordinator could not be reached within the deadline
     ├── DataLossError                offsets a read needs are no longer in the log
-    └── BrokerResponseError          an error code answered by a broker (see ``for_code``)
+    └── BrokerResponseError          an error code answered by a broker (see ``for_code``); the SASL codes'
+                                     classes are AuthenticationErrors too
 
 Kafka error codes are registered once, in :class:`ErrorCode`; the broker answers ``ErrorCode.<NAME>`` and clients
 branch on the properties of ``for_code(code)`` (``retriable``, ``invalid_metadata``, ``group_coordinator``).
@@ -118,6 +121,16 @@ class BrokerConnectionError(MetaqError):
     """A broker could not be reached, or the connection broke mid-request."""
 
     retriable = True
+
+
+class AuthenticationError(MetaqError):
+    """The broker refused this client's credentials, or the client refused the broker's certificate. Fatal:
+    the same settings fail the same way, so callers stop (and report it) instead of reconnecting."""
+
+
+class TlsHandshakeError(AuthenticationError):
+    """The TLS handshake with a broker failed for a reason retrying cannot fix (an untrusted or mismatched
+    certificate, a refused client certificate, no common protocol); the message names host:port."""
 
 
 class StorageError(MetaqError):
@@ -213,6 +226,10 @@ class ErrorCode(IntEnum):
     TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
+
+
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -224,6 +241,7 @@ class ErrorCode(IntEnum):
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     UNSUPPORTED_COMPRESSION_TYPE = 76
@@ -389,6 +407,16 @@ class SecurityDisabledError(BrokerResponseError):
     """The broker has no authorizer (``authorizer.class.name`` unset): ACL APIs are refused."""
 
 
+@_broker_error(ErrorCode.UNSUPPORTED_SASL_MECHANISM)
+class UnsupportedSaslMechanismError(BrokerResponseError, AuthenticationError):
+    pass
+
+
+@_broker_error(ErrorCode.ILLEGAL_SASL_STATE)
+class IllegalSaslStateError(BrokerResponseError, AuthenticationError):
+    pass
+
+
 @_broker_error(ErrorCode.UNSUPPORTED_VERSION)
 class UnsupportedVersionError(BrokerResponseError):
     pass
@@ -436,6 +464,11 @@ class TransactionalIdAuthorizationFailedError(BrokerResponseError):
 
 @_broker_error(ErrorCode.KAFKA_STORAGE_ERROR, retriable=True, invalid_metadata=True)
 class KafkaStorageError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.SASL_AUTHENTICATION_FAILED)
+class SaslAuthenticationFailedError(BrokerResponseError, AuthenticationError):
     pass
 
 

@@ -21,8 +21,11 @@ from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import ConsumerProtocolAssignment
 
 from metaq.admin.log_offsets import TopicPartition
+from metaq.client.cluster import broker_endpoint
 from metaq.client.connection import BrokerConnection, build_request
-from metaq.errors import MetaqError, for_code
+from metaq.client.security import SecurityConfig
+from metaq.client.settings import ConnectionSettings
+from metaq.errors import AuthenticationError, MetaqError, for_code
 from metaq.protocol.apis import ApiKey
 from zk_layout import ZkLayout
 
@@ -114,24 +117,31 @@ def groups_from_responses(broker_id: int, listed: Any, described: Any) -> dict[s
 class BrokerGroups:
     """Blocking reads of every coordinator's groups; each call opens and closes its connections."""
 
-    def __init__(self, layout: ZkLayout, *, timeout_ms: int = 5000, client_id: str = "metaq-admin") -> None:
+    def __init__(self, layout: ZkLayout, *, timeout_ms: int = 5000, client_id: str = "metaq-admin",
+                 security: SecurityConfig | None = None) -> None:
         self._layout = layout
-        self._timeout_ms = timeout_ms
-        self._client_id = client_id
+        self._settings = ConnectionSettings(client_id=client_id, request_timeout_ms=timeout_ms,
+                                            connect_timeout_ms=timeout_ms, security=security or SecurityConfig())
 
     def list(self) -> CoordinatorListing:
         listing = CoordinatorListing()
+        protocol = self._settings.security_protocol
         for broker_id, info in sorted(self._layout.brokers().items()):
-            where = f"broker {broker_id} at {info.host}:{info.port}"
+            address = broker_endpoint(info, protocol)
+            if address is None:
+                listing.notes.append(f"broker {broker_id} has no {protocol} listener")
+                continue
+            where = f"broker {broker_id} at {address[0]}:{address[1]}"
             try:
-                listing.groups.update(self._ask(broker_id, str(info.host), int(info.port)))
+                listing.groups.update(self._ask(broker_id, *address))
+            except AuthenticationError:
+                raise  # the same for every broker: say it once, as an error
             except MetaqError as e:  # connection, protocol and version errors: list what the others know
                 listing.notes.append(f"{where} did not answer ListGroups/DescribeGroups: {e}")
         return listing
 
     def _ask(self, broker_id: int, host: str, port: int) -> dict[str, CoordinatorGroup]:
-        conn = BrokerConnection(host, port, client_id=self._client_id, request_timeout_ms=self._timeout_ms,
-                                connect_timeout_ms=self._timeout_ms)
+        conn = self._settings.new_connection(host, port)
         try:
             conn.connect()
             listed = conn.send(ListGroupsRequest, build_request(

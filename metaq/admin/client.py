@@ -41,6 +41,7 @@ from metaq.admin.topics import (
     list_topics,
 )
 from metaq.admin.transfer import OffsetRecord, export_offsets, plan_import
+from metaq.client.security import SecurityConfig
 from metaq.config import load_properties
 from metaq.errors import ConfigError
 from metaq.zkclient import connect as zk_connect
@@ -72,26 +73,32 @@ class Admin:
 
     def __init__(self, layout: ZkLayout, log_offsets: LogOffsets | None = None, *,
                  client: KazooClient | None = None, kafka: GroupOffsetsStore | None = None,
-                 coordinators: CoordinatorGroups | None = None) -> None:
+                 coordinators: CoordinatorGroups | None = None, security: SecurityConfig | None = None) -> None:
         self.layout = layout
-        self.log_offsets: LogOffsets = log_offsets if log_offsets is not None else BrokerLogOffsets(layout)
-        self.kafka: GroupOffsetsStore = kafka if kafka is not None else KafkaGroupOffsets(layout)
-        self.coordinators: CoordinatorGroups = coordinators if coordinators is not None else BrokerGroups(layout)
+        self.security = security or SecurityConfig()  # how the brokers are reached (--command-config)
+        self.log_offsets: LogOffsets = (log_offsets if log_offsets is not None
+                                        else BrokerLogOffsets(layout, security=self.security))
+        self.kafka: GroupOffsetsStore = (kafka if kafka is not None
+                                         else KafkaGroupOffsets(layout, security=self.security))
+        self.coordinators: CoordinatorGroups = (coordinators if coordinators is not None
+                                                else BrokerGroups(layout, security=self.security))
         self._client = client  # closed by close() when we started it
 
     @classmethod
     def connect(cls, zookeeper: str | None = None, *, config: str | Path | None = None,
-                timeout_ms: int | None = None, security: ZooKeeperSecurity | None = None) -> Admin:
+                timeout_ms: int | None = None, security: SecurityConfig | None = None,
+                zk_security: ZooKeeperSecurity | None = None) -> Admin:
         """Start a ZooKeeper session; ZooKeeperUnavailableError with the address when none can be made.
-        ``security`` defaults to the ``zookeeper.auth``/``zookeeper.ssl.*``/``zookeeper.set.acl`` keys of
+        ``security``: the TLS/SASL options of broker connections (e.g. from ``--command-config``);
+        ``zk_security`` defaults to the ``zookeeper.auth``/``zookeeper.ssl.*``/``zookeeper.set.acl`` keys of
         ``config``."""
         connect_string, file_timeout = resolve_connect(zookeeper, config)
         timeout = timeout_ms or file_timeout or DEFAULT_TIMEOUT_MS
-        if security is None and config is not None:
-            security = security_from_properties(load_properties(config))
+        if zk_security is None and config is not None:
+            zk_security = security_from_properties(load_properties(config))
         client = zk_connect(connect_string, connection_timeout_ms=timeout, session_timeout_ms=max(timeout, 6000),
-                            security=security)
-        return cls(ZkLayout(client), client=client)
+                            security=zk_security)
+        return cls(ZkLayout(client), client=client, security=security)
 
     def close(self) -> None:
         close = getattr(self.log_offsets, "close", None)

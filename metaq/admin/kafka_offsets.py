@@ -24,6 +24,7 @@ from typing import Protocol, TypeVar
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 
 from metaq.admin.log_offsets import TopicPartition
+from metaq.client.security import SecurityConfig
 from metaq.client.versions import ApiKey
 from metaq.consumer.kafka_offsets import OffsetsChannel, commit_codes, commit_request, fetched_offsets, look_again
 from metaq.errors import BrokerConnectionError, CoordinatorError, ErrorCode, MetaqError, ProtocolError, for_code
@@ -56,7 +57,8 @@ class KafkaGroupOffsets:
     """Blocking reads and writes of groups' Kafka-stored offsets; each call opens and closes its channel."""
 
     def __init__(self, layout: ZkLayout, *, timeout_ms: int = 5000, backoff_ms: int = 200,
-                 client_id: str = "metaq-admin") -> None:
+                 client_id: str = "metaq-admin", security: SecurityConfig | None = None) -> None:
+        self._security = security
         self._layout = layout
         self._timeout_ms = timeout_ms
         self._backoff_ms = backoff_ms
@@ -80,7 +82,8 @@ class KafkaGroupOffsets:
 
     def _run(self, group: str, attempt: Callable[[OffsetsChannel], T]) -> T:
         """Retry coordinator and connection errors until the deadline; KafkaOffsetsUnavailable after it."""
-        channel = OffsetsChannel(self._layout, group, client_id=self._client_id, socket_timeout_ms=self._timeout_ms)
+        channel = OffsetsChannel(self._layout, group, client_id=self._client_id, socket_timeout_ms=self._timeout_ms,
+                                 security=self._security)
         deadline = time.monotonic() + self._timeout_ms / 1000
         try:
             while True:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from metaq.client.cluster import EARLIEST, LATEST, ClusterClient, ListedOffset, TopicPartition
+from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import MetaqError
 from zk_layout import ZkLayout
@@ -59,9 +60,10 @@ class BrokerLogOffsets:
 
     One connection per leader is kept until :meth:`close`."""
 
-    def __init__(self, layout: ZkLayout, *, client_id: str = "metaq-admin", request_timeout_ms: int = 10000) -> None:
+    def __init__(self, layout: ZkLayout, *, client_id: str = "metaq-admin", request_timeout_ms: int = 10000,
+                 security: SecurityConfig | None = None) -> None:
         settings = ConnectionSettings(client_id=client_id, request_timeout_ms=request_timeout_ms,
-                                      connect_timeout_ms=request_timeout_ms)
+                                      connect_timeout_ms=request_timeout_ms, security=security or SecurityConfig())
         self._client = ClusterClient(layout, settings, metadata_max_age_ms=0)  # every call reads ZooKeeper
 
     def watermarks(self, keys: Iterable[TopicPartition]) -> dict[TopicPartition, Watermarks]:

@@ -22,6 +22,7 @@ from metaq.admin.broker_groups import decode_assignment
 from metaq.admin.kafka_offsets import OFFSETS_TOPIC
 from metaq.admin.log_offsets import TopicPartition
 from metaq.client.connection import build_request
+from metaq.client.security import SecurityConfig
 from metaq.consumer.kafka_offsets import OffsetsChannel
 from metaq.errors import BrokerConnectionError, CoordinatorError, MetaqError, ProtocolError, for_code
 from zk_layout import ZkLayout
@@ -83,17 +84,20 @@ def describe_version(broker_versions: dict[int, tuple[int, int]]) -> int | None:
 class ProtocolGroupReader:
     """Asks a group's coordinator (found as the offsets channel finds it) for the group's members."""
 
-    def __init__(self, layout: ZkLayout, *, timeout_ms: int = 5000, client_id: str = "metaq-admin") -> None:
+    def __init__(self, layout: ZkLayout, *, timeout_ms: int = 5000, client_id: str = "metaq-admin",
+                 security: SecurityConfig | None = None) -> None:
         self._layout = layout
         self._timeout_ms = timeout_ms
         self._client_id = client_id
+        self._security = security
 
     def describe(self, group: str) -> ProtocolGroup:
         """Never raises for an unreachable or older coordinator: the result's note says what is unknown.
         Without ``__consumer_offsets`` no group has used a coordinator, and asking would create the topic."""
         if self._layout.topic_assignment(OFFSETS_TOPIC) is None:
             return ProtocolGroup.unknown(f"unknown (no {OFFSETS_TOPIC} topic: no group has used a coordinator)")
-        channel = OffsetsChannel(self._layout, group, client_id=self._client_id, socket_timeout_ms=self._timeout_ms)
+        channel = OffsetsChannel(self._layout, group, client_id=self._client_id, socket_timeout_ms=self._timeout_ms,
+                                 security=self._security)
         try:
             conn = channel.connection()
             version = describe_version(conn.broker_versions)

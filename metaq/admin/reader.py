@@ -22,6 +22,7 @@ from kafka.protocol.consumer import FetchRequest
 from metaq.admin.log_offsets import EARLIEST, LATEST, BrokerLogOffsets
 from metaq.client.cluster import ClusterClient
 from metaq.client.connection import BrokerConnection
+from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, UnknownTopicError, for_code
 from metaq.protocol.records import Record, decode_records
@@ -39,7 +40,8 @@ class PartitionReader:
     """Fetches ``topic``-``partition`` from ``start`` (an offset, EARLIEST or LATEST); see the module docstring."""
 
     def __init__(self, layout: ZkLayout, topic: str, partition: int, start: int = LATEST, *,
-                 max_bytes: int = 1048576, client_id: str = "metaq-console-consumer") -> None:
+                 max_bytes: int = 1048576, client_id: str = "metaq-console-consumer",
+                 security: SecurityConfig | None = None) -> None:
         validate_topic(topic)
         assignment = layout.topic_assignment(topic)
         if assignment is None:
@@ -53,6 +55,7 @@ class PartitionReader:
         self._start = start
         self._max_bytes = max_bytes
         self._client_id = client_id
+        self._security = security or SecurityConfig()
         self._conn: BrokerConnection | None = None
         self.position: int | None = start if start >= 0 else None
 
@@ -100,7 +103,7 @@ class PartitionReader:
     # -- plumbing -----------------------------------------------------------------------------------
 
     def _resolve_start(self) -> int:
-        log_offsets = BrokerLogOffsets(self._layout, client_id=self._client_id)
+        log_offsets = BrokerLogOffsets(self._layout, client_id=self._client_id, security=self._security)
         try:
             marks = log_offsets.watermarks([(self.topic, self.partition)])[(self.topic, self.partition)]
         finally:
@@ -135,7 +138,8 @@ class PartitionReader:
     def _connection(self) -> BrokerConnection:
         if self._conn is None:
             settings = ConnectionSettings(client_id=self._client_id,
-                                          max_response_bytes=max(104857600, 2 * self._max_bytes))
+                                          max_response_bytes=max(104857600, 2 * self._max_bytes),
+                                          security=self._security)
             client = ClusterClient(self._layout, settings)
             leader = client.leader(self.topic, self.partition, fresh=True)
             if leader is None:

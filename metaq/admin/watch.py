@@ -318,7 +318,7 @@ class AdminGroupSource:
 
     def __init__(self, admin: Admin, protocol: ProtocolGroupReader | None = None) -> None:
         self._admin = admin
-        self._protocol = protocol or ProtocolGroupReader(admin.layout)
+        self._protocol = protocol or ProtocolGroupReader(admin.layout, security=admin.security)
 
     def describe(self, group: str) -> GroupDescription:
         return self._admin.describe_group(group)

@@ -25,7 +25,15 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from metaq.admin import EARLIEST, LATEST, PartitionReader
-from metaq.cli.output import add_parser, connect_string, usage_error, zk_security, zk_security_properties
+from metaq.cli.output import (
+    add_parser,
+    command_properties,
+    command_security,
+    connect_string,
+    usage_error,
+    zk_security,
+    zk_security_properties,
+)
 from metaq.config import load_properties
 from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
 from metaq.errors import ConfigError, MetaqError
@@ -116,10 +124,11 @@ def _start_offset(args: argparse.Namespace) -> int:
 
 
 def _fixed_partition(args: argparse.Namespace, start: int, stop: _StopRequest) -> Generator[Printed, None, None]:
+    security = command_security(args)
     connect, timeout_ms = connect_string(args)
     idle = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
     with session(connect, connection_timeout_ms=timeout_ms or 6000, security=zk_security(args)) as client:
-        with PartitionReader(ZkLayout(client), args.topic, args.partition, start) as reader:
+        with PartitionReader(ZkLayout(client), args.topic, args.partition, start, security=security) as reader:
             for offset, timestamp, key, value, _headers in reader.records(
                     idle_timeout_s=idle, should_stop=lambda: stop.requested):
                 yield args.topic, args.partition, offset, timestamp, key, value
@@ -129,6 +138,7 @@ def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Pri
     connect, timeout_ms = connect_string(args)
     props: dict[str, Any] = load_properties(args.config) if args.config else {}
     props.update(zk_security_properties(args))
+    props.update(command_properties(args))
     props.update({"zookeeper.connect": connect, "consumer.timeout.ms": args.timeout_ms})
     props.setdefault("auto.commit.interval.ms", 1000)
     props.setdefault("auto.offset.reset", "largest")

@@ -19,7 +19,15 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from metaq.cli.output import ProgressBar, add_parser, connect_string, note, print_json, zk_security_properties
+from metaq.cli.output import (
+    ProgressBar,
+    add_parser,
+    command_properties,
+    connect_string,
+    note,
+    print_json,
+    zk_security_properties,
+)
 from metaq.errors import ConfigError, MetaqError
 from metaq.producer import Producer, RecordMetadata
 
@@ -59,7 +67,8 @@ class _Outcomes:
 
 def _run(args: argparse.Namespace) -> int:
     connect, timeout_ms = connect_string(args)
-    props: dict[str, Any] = {"zookeeper.connect": connect, "linger.ms": 5, **zk_security_properties(args)}
+    props: dict[str, Any] = {"zookeeper.connect": connect, "linger.ms": 5, **zk_security_properties(args),
+                             **command_properties(args)}
     if timeout_ms:
         props["zookeeper.connection.timeout.ms"] = timeout_ms
     for item in args.property:

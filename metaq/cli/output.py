@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from metaq.admin import Admin, format_ms
 from metaq.admin.client import resolve_connect
+from metaq.client.security import SecurityConfig
 from metaq.config import load_properties
 from metaq.errors import ConfigError
 from metaq.zksecurity import ZOOKEEPER_CLIENT_KEYS, ZooKeeperSecurity, security_from_properties
@@ -29,11 +30,15 @@ Row = Sequence[object]
 
 
 def common_options(*, json_output: bool = True) -> argparse.ArgumentParser:
-    """A parent parser with ``--zookeeper``, ``--config``, ``--zookeeper-timeout-ms`` and ``--json``."""
+    """A parent parser with ``--zookeeper``, ``--config``, ``--command-config``, ``--zookeeper-timeout-ms`` and
+    ``--json``."""
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="ZooKeeper connect string")
     parent.add_argument("--config", metavar="FILE",
                         help="a properties file with zookeeper.connect (e.g. the consumer's)")
+    parent.add_argument("--command-config", metavar="FILE",
+                        help="a properties file with how to reach the brokers, as for Kafka's tools: "
+                             "security.protocol, ssl.*, sasl.* (see docs/client-security.md)")
     parent.add_argument("--zookeeper-timeout-ms", type=int, default=None, metavar="MS",
                         help="give up connecting to ZooKeeper after this long (default 6000)")
     parent.add_argument("--zk-config", "--zk-tls-config-file", dest="zk_config", metavar="FILE",
@@ -87,9 +92,28 @@ def zk_security(args: argparse.Namespace) -> ZooKeeperSecurity:
     return security_from_properties(zk_security_properties(args))
 
 
+def command_properties(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--command-config`` file's properties (checked: only the security keys are allowed)."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return {}
+    props = load_properties(path)
+    try:
+        SecurityConfig.from_properties(props)
+    except ConfigError as e:
+        raise ConfigError(f"--command-config {path}: {e}") from e
+    return props
+
+
+def command_security(args: argparse.Namespace) -> SecurityConfig:
+    """How this command reaches the brokers (``--command-config``; PLAINTEXT without one)."""
+    return SecurityConfig.from_properties(command_properties(args))
+
+
 def open_admin(args: argparse.Namespace) -> Admin:
+    security = command_security(args)  # before connecting: a bad file is reported first
     connect, timeout_ms = connect_string(args)
-    return Admin.connect(connect, timeout_ms=timeout_ms, security=zk_security(args))
+    return Admin.connect(connect, timeout_ms=timeout_ms, security=security, zk_security=zk_security(args))
 
 
 def quiet_libraries() -> None:

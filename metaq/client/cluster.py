@@ -8,11 +8,13 @@ and ListOffsets batched per leader. The consumer, the producer, the ops tools an
     client.close()
 
 Leaders come from the Kafka 0.8 layout the brokers maintain (``/brokers/topics/<t>/partitions/<p>/state`` for
-the leader, ``/brokers/ids/<id>`` for its PLAINTEXT address), read through :class:`zk_layout.ZkLayout`, as
-Kafka 0.8's own tools do. Topics are cached for ``metadata.max.age.ms`` (:meth:`ClusterClient.topic`), and a
-topic is read again after a request for it failed with NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION or
-a lost connection; ``leaders(keys, fresh=True)`` reads just those partitions' state nodes now, pipelined (the
-consumer's fetcher manager and leader finder, which retry until a leader appears).
+the leader, ``/brokers/ids/<id>`` for its address), read through :class:`zk_layout.ZkLayout`, as
+Kafka 0.8's own tools do. A broker's address is its first listener whose security protocol is the client's
+``security.protocol`` (:func:`broker_endpoint`). Topics are cached for ``metadata.max.age.ms``
+(:meth:`ClusterClient.topic`), and a topic is read again after a request for it failed with
+NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION or a lost connection; ``leaders(keys, fresh=True)`` reads
+just those partitions' state nodes now, pipelined (the consumer's fetcher manager and leader finder, which
+retry until a leader appears).
 
 Connections: the client keeps one connection per broker for its own requests (ListOffsets, :meth:`request`),
 opened on first use and serialised by a lock, so the client may be shared between threads. A caller with its
@@ -37,11 +39,12 @@ from kafka.protocol.consumer import ListOffsetsRequest
 from metaq.client.connection import BrokerConnection, InFlightRequest
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, ProtocolError, UnknownTopicError, for_code
+from zk_layout import parse_endpoint
 
 log = logging.getLogger(__name__)
 
 __all__ = ["EARLIEST", "LATEST", "ClusterClient", "Leader", "ListedOffset", "NoLeader", "TopicInfo",
-           "TopicPartition", "list_offsets_answers", "send_list_offsets"]
+           "TopicPartition", "broker_endpoint", "list_offsets_answers", "send_list_offsets"]
 
 TopicPartition = tuple[str, int]
 
@@ -52,7 +55,8 @@ _RETRY_FAILED_READ = 1.0  # seconds before re-reading ZooKeeper after a failed r
 
 
 class Leader(NamedTuple):
-    """Where a partition is read and written: its leader broker's PLAINTEXT address and id."""
+    """Where a partition is read and written: its leader broker's address (for the client's security protocol)
+    and id."""
 
     host: str
     port: int
@@ -136,8 +140,20 @@ def list_offsets_answers(response: Any) -> dict[TopicPartition, Any]:
     return {(t.name, p.partition_index): p for t in response.topics for p in t.partitions}
 
 
-def _usable(info: Any) -> bool:
-    return info is not None and bool(info.host) and info.port > 0
+def broker_endpoint(info: Any, security_protocol: str = "PLAINTEXT") -> tuple[str, int] | None:
+    """(host, port) of a broker registration's first listener speaking ``security_protocol`` (listener
+    names map to protocols through ``listener_security_protocol_map``, as in Kafka), or None without one.
+    PLAINTEXT falls back to the 0.8 ``host``/``port`` fields, which is all older registrations have."""
+    if info is None:
+        return None
+    protocols = getattr(info, "security_protocol_map", None) or {}
+    for endpoint in getattr(info, "endpoints", ()):
+        parsed = parse_endpoint(endpoint)
+        if parsed is not None and protocols.get(parsed[0], parsed[0]) == security_protocol and parsed[2] > 0:
+            return parsed[1], parsed[2]
+    if security_protocol == "PLAINTEXT" and info.host and info.port > 0:
+        return str(info.host), int(info.port)
+    return None
 
 
 class ClusterClient:
@@ -219,11 +235,14 @@ class ClusterClient:
             result[(topic, partition)] = NoLeader("no leader") if info is None else info.leader(partition)
         return result
 
-    @staticmethod
-    def _broker(broker_id: int, info: Any) -> Leader | NoLeader:
-        if not _usable(info):  # gone, or no PLAINTEXT endpoint
+    def _broker(self, broker_id: int, info: Any) -> Leader | NoLeader:
+        protocol = self.settings.security_protocol
+        address = broker_endpoint(info, protocol)
+        if address is None:
+            if info is not None:
+                return NoLeader(f"leader {broker_id} has no {protocol} listener", broker_id)
             return NoLeader(f"leader {broker_id} is not registered", broker_id)
-        return Leader(info.host, int(info.port), int(broker_id))
+        return Leader(address[0], address[1], int(broker_id))
 
     # -- topic metadata, cached ----------------------------------------------------------------------
 

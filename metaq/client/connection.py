@@ -9,9 +9,16 @@ Used by the producer's sender thread and the consumer's fetcher threads::
     b = conn.send_async(FetchRequest, other_fields)
     a.result(), b.result()                           # responses arrive in request order
 
+With an ``ssl_context`` the socket is wrapped in TLS right after the TCP connect; with a ``sasl`` login the
+connection authenticates (metaq.client.sasl) right after ApiVersions, before :meth:`connect` returns. Reads
+work the same over TLS: ``recv_into`` decrypts straight into the frame buffers (no intermediate bytes), and
+a read that would block (SSLWantReadError) is a timeout like any other.
+
 Errors: a socket error, a timeout or the peer closing raise :class:`BrokerConnectionError` (retriable), a response
-that does not decode raises :class:`ProtocolError`. Either leaves the connection closed, with every in-flight
-request failed; the caller reconnects. ``result(timeout)`` running out before the request's own deadline raises the
+that does not decode raises :class:`ProtocolError`; a refused certificate or TLS alert raises
+:class:`TlsHandshakeError` and a refused SASL login a SASL :class:`AuthenticationError` (both fatal).
+Any of them leaves the connection closed, with every in-flight request failed; the caller reconnects (or,
+after an AuthenticationError, stops). ``result(timeout)`` running out before the request's own deadline raises the
 builtin ``TimeoutError`` (as ``concurrent.futures.Future.result`` does) and leaves the request in flight.
 
 One thread at a time may use a connection; :meth:`BrokerConnection.close` may be called from any thread and
@@ -23,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -35,8 +43,16 @@ from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from metaq import __version__
+from metaq.client.sasl import SaslLogin, authenticate
 from metaq.client.versions import API_VERSIONS_PROBE, ApiKey, api_name, pick_version
-from metaq.errors import BrokerConnectionError, ErrorCode, ProtocolError, UnsupportedVersionError, raise_for_code
+from metaq.errors import (
+    BrokerConnectionError,
+    ErrorCode,
+    ProtocolError,
+    TlsHandshakeError,
+    UnsupportedVersionError,
+    raise_for_code,
+)
 
 log = logging.getLogger(__name__)
 
@@ -208,13 +224,16 @@ class BrokerConnection:
     """A blocking connection to one broker; see the module docstring."""
 
     def __init__(self, host: str, port: int, *, client_id: str = "metaq", request_timeout_ms: int = 30000,
-                 connect_timeout_ms: int = 10000, max_response_bytes: int = 104857600) -> None:
+                 connect_timeout_ms: int = 10000, max_response_bytes: int = 104857600,
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslLogin | None = None) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000.0
         self.connect_timeout = connect_timeout_ms / 1000.0
         self.max_response_bytes = max_response_bytes
+        self._ssl_context = ssl_context
+        self._sasl = sasl
         self.broker_versions: dict[int, tuple[int, int]] = {}
         self._lock = threading.Lock()  # guards _sock, _busy and _pending against close() from other threads
         self._sock: socket.socket | None = None
@@ -255,7 +274,8 @@ class BrokerConnection:
     # -- connecting ------------------------------------------------------------------------------------------
 
     def connect(self) -> None:
-        """Open the TCP connection and learn the broker's API versions; a no-op when already connected."""
+        """Open the TCP connection (and TLS), learn the broker's API versions (and authenticate); a no-op when
+        already connected."""
         if self._sock is not None:
             return
         try:
@@ -263,16 +283,55 @@ class BrokerConnection:
         except OSError as e:
             raise BrokerConnectionError(f"cannot connect to broker {self.address}: {e}") from e
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._ssl_context is not None:
+            sock = self._tls_handshake(sock, self._ssl_context)
         with self._lock:
             self._sock, self._busy, self._pending = sock, False, deque()
         self._reader = _FrameReader(self._recv_into, self.max_response_bytes)
         self.broker_versions = {}
         try:
-            self.broker_versions = self._negotiate_versions()
+            self.broker_versions = self._negotiate_versions_after_tls()
+            if self._sasl is not None:
+                authenticate(self, self._sasl)
         except BaseException:
             self.close()
             raise
         log.debug("connected to %s, broker versions %s", self.address, self.broker_versions)
+
+    def _tls_handshake(self, sock: socket.socket, context: ssl.SSLContext) -> ssl.SSLSocket:
+        """Wrap a connected socket in TLS (the connect timeout bounds the handshake)."""
+        try:
+            return context.wrap_socket(sock, server_hostname=self.host)
+        except BaseException as e:
+            sock.close()
+            raise self._tls_error(e, "the TLS handshake") from e
+
+    def _tls_error(self, error: BaseException, doing: str) -> BaseException:
+        """A fatal TlsHandshakeError for what the peer or our checks refused; a retriable
+        BrokerConnectionError for a connection that merely broke (a restarting broker)."""
+        if isinstance(error, ssl.SSLCertVerificationError):
+            return TlsHandshakeError(f"TLS with broker {self.address}: its certificate did not verify: "
+                                     f"{error.verify_message} (check ssl.ca.location and "
+                                     f"ssl.endpoint.identification.algorithm)")
+        if isinstance(error, ssl.SSLError) and not isinstance(
+                error, ssl.SSLEOFError | ssl.SSLZeroReturnError | ssl.SSLSyscallError):
+            return TlsHandshakeError(f"TLS with broker {self.address} failed during {doing}: "
+                                     f"{error.reason or error}")
+        if isinstance(error, OSError):
+            return BrokerConnectionError(f"broker {self.address}: connection broke during {doing}: {error} "
+                                         f"(if this persists: is it an SSL listener?)")
+        return error
+    def _negotiate_versions_after_tls(self) -> dict[int, tuple[int, int]]:
+        """ApiVersions; a TLS connection the broker drops right away gets a hint (a broker may close without a
+        TLS alert when it refuses our certificate, or wants one: then the error stays retriable)."""
+        try:
+            return self._negotiate_versions()
+        except BrokerConnectionError as e:
+            if self._ssl_context is None:
+                raise
+            raise BrokerConnectionError(f"{e}, right after the TLS handshake: if this persists, the broker may "
+                                        f"require a client certificate (ssl.certificate.location) or not trust "
+                                        f"this one") from e
 
     def _negotiate_versions(self) -> dict[int, tuple[int, int]]:
         response = self.send(ApiVersionsRequest, ApiVersionsRequest[API_VERSIONS_PROBE](
@@ -346,6 +405,8 @@ class BrokerConnection:
                     self._pending.append(handle)
             sock.settimeout(self.request_timeout)
             sock.sendall(data)
+        except ssl.SSLError as e:
+            raise self._fail(self._tls_error(e, f"sending {handle.describe()}")) from e
         except OSError as e:
             raise self._fail(BrokerConnectionError(
                 f"broker {self.address}: sending {handle.describe()} failed: {e}")) from e
@@ -380,6 +441,8 @@ class BrokerConnection:
                 f"within {self.request_timeout * 1000:.0f} ms")) from None
         except _PeerClosed:
             raise self._fail(self._closed_error(head)) from None
+        except ssl.SSLError as e:  # an alert after the handshake: TLS 1.3 servers refuse client certificates so
+            raise self._fail(self._tls_error(e, f"reading the response to {head.describe()}")) from e
         except OSError as e:
             raise self._fail(BrokerConnectionError(
                 f"broker {self.address}: reading the response to {head.describe()} failed: {e}")) from e
@@ -399,7 +462,7 @@ class BrokerConnection:
         sock.settimeout(max(self._io_until - time.monotonic(), 0.0))
         try:
             n = sock.recv_into(view)
-        except (TimeoutError, BlockingIOError, InterruptedError):
+        except (TimeoutError, BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             raise _WouldBlock() from None
         if n == 0:
             raise _PeerClosed()
@@ -450,7 +513,9 @@ class BrokerConnection:
         if sock is None:
             return
         try:
-            sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv on this socket
+            # the plain socket's shutdown, also for a TLS socket: SSLSocket.shutdown would drop its SSL object
+            # under a thread that is reading with it; this wakes that thread's recv instead
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
         except OSError:
             pass
         if not busy:  # otherwise the thread doing I/O closes it in _end_io, so the fd is not reused under it

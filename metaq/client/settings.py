@@ -7,24 +7,26 @@ connections through :meth:`ConnectionSettings.open`::
     conn = settings.open("127.0.0.1", 9092)       # connected, API versions negotiated
     fetcher = settings.with_limits(max_response_bytes=200 << 20).open(host, port)
 
-Security (``security.protocol``, ``ssl.*``, ``sasl.*``) belongs here and nowhere else: it is the same for
-every connection of a client, so a caller changes per-connection limits with :meth:`with_limits` but never
-sees or copies the security options. Only PLAINTEXT exists today.
+Security (``security.protocol``, ``ssl.*``, ``sasl.*``, a :class:`SecurityConfig`) belongs here and nowhere
+else: it is the same for every connection of a client, so a caller changes per-connection limits with
+:meth:`with_limits` but never sees or copies the security options::
+
+    settings = ConnectionSettings(client_id="etl", security=consumer_config.security())
+    settings.open(host, port)     # TCP, TLS handshake, ApiVersions, SaslHandshake + SaslAuthenticate
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from metaq.client.connection import BrokerConnection
+from metaq.client.sasl import SaslLogin
+from metaq.client.security import SECURITY_PROTOCOLS, SecurityConfig, client_ssl_context
 from metaq.errors import ConfigError
 
 __all__ = ["SECURITY_PROTOCOLS", "ConnectionSettings"]
-
-SECURITY_PROTOCOLS = ("PLAINTEXT",)
-"""The values of ``security.protocol`` metaq's client speaks (SSL, SASL_* are to come, in this module)."""
 
 DEFAULT_MAX_RESPONSE_BYTES = 104857600
 
@@ -34,19 +36,20 @@ class ConnectionSettings:
     """What every connection of one client shares; see the module docstring.
 
     ``client_id``, the timeouts and ``max_response_bytes`` are limits a caller may change per connection
-    (:meth:`with_limits`); ``security_protocol`` (and, later, the TLS and SASL options) may not.
+    (:meth:`with_limits`); ``security`` may not. Building settings checks the security options and loads the
+    TLS files, so a bad path is a ConfigError naming the option before any connection is tried.
     """
 
     client_id: str = "metaq"
     request_timeout_ms: int = 30000
     connect_timeout_ms: int = 10000
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
-    security_protocol: str = "PLAINTEXT"
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def __post_init__(self) -> None:
-        if self.security_protocol not in SECURITY_PROTOCOLS:
-            raise ConfigError(f"security.protocol {self.security_protocol!r} is not supported; "
-                              f"metaq's client speaks {', '.join(SECURITY_PROTOCOLS)}")
+        self.security.check_consistent()
+        if self.security.uses_ssl:
+            client_ssl_context(self.security)  # fail now, naming the option, rather than on every connect
         for name in ("request_timeout_ms", "connect_timeout_ms", "max_response_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"connection setting {name} must be positive, not {getattr(self, name)}")
@@ -59,12 +62,22 @@ class ConnectionSettings:
                                    "connect_timeout_ms": connect_timeout_ms, "max_response_bytes": max_response_bytes}
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
+    @property
+    def security_protocol(self) -> str:
+        return self.security.security_protocol
+
     def new_connection(self, host: str, port: int) -> BrokerConnection:
         """An unconnected connection to ``host:port`` (callers that connect later, or never block on it)."""
-        # TLS and SASL go here: the connection is told how to wrap its socket and authenticate after connect.
+        security = self.security
+        sasl = None
+        if security.uses_sasl:
+            assert security.sasl_username is not None and security.sasl_password is not None  # checked
+            sasl = SaslLogin(security.sasl_mechanism, security.sasl_username, security.sasl_password)
         return BrokerConnection(host, port, client_id=self.client_id, request_timeout_ms=self.request_timeout_ms,
                                 connect_timeout_ms=self.connect_timeout_ms,
-                                max_response_bytes=self.max_response_bytes)
+                                max_response_bytes=self.max_response_bytes,
+                                ssl_context=client_ssl_context(security) if security.uses_ssl else None,
+                                sasl=sasl)
 
     def open(self, host: str, port: int) -> BrokerConnection:
         """A connected connection to ``host:port``; raises BrokerConnectionError."""

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
+from metaq.client.security import SecurityConfig
 from metaq.config import non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
 from metaq.metrics.off import check_metrics
@@ -45,7 +46,10 @@ def _lease_fraction(value: float) -> str | None:
 
 
 @dataclass(frozen=True)
-class ConsumerConfig(ZooKeeperClientConfig):
+class ConsumerConfig(ZooKeeperClientConfig, SecurityConfig):
+    """The consumer's options; the security ones (``security.protocol``, ``ssl.*``, ``sasl.*``) are
+    :class:`SecurityConfig`'s and apply to every broker connection (fetchers, offsets channel)."""
+
     # Kafka 0.8 ZookeeperConsumerConnector (ConsumerConfig.scala, ZKConfig)
     group_id: str = prop("group.id", "", check=_valid_chars)
     zookeeper_connect: str = prop("zookeeper.connect", "")

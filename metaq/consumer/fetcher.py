@@ -23,6 +23,9 @@ Per partition, what a runner does with the broker's answer:
   is no longer fetched (the application sees the error when it reaches that offset);
 - a corrupt batch or another error code: logged, and the partition is retried after a backoff.
 
+A refused TLS certificate or SASL login (an AuthenticationError) is not retried: the runner stops fetching its
+partitions and each stream raises the error, as for an oversized batch.
+
 Connection errors close the connection and back off (exponential with jitter, capped at one second); after
 :data:`HANDOFF_AFTER_FAILURES` in a row the partitions go to the leader finder, which sends them back to a
 runner once ZooKeeper names a live leader. A runner never dies from an exception. Every blocking wait is
@@ -48,6 +51,7 @@ from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.leader_finder import LeaderFinder, TopicPartition
 from metaq.consumer.partition_info import PartitionTopicInfo
 from metaq.errors import (
+    AuthenticationError,
     BrokerConnectionError,
     CorruptRecordError,
     ErrorCode,
@@ -99,7 +103,8 @@ def connection_settings(config: ConsumerConfig) -> ConnectionSettings:
     return ConnectionSettings(
         client_id=config.effective_client_id, request_timeout_ms=config.socket_timeout_ms,
         connect_timeout_ms=min(config.socket_timeout_ms, CONNECT_TIMEOUT_MAX_MS),
-        max_response_bytes=max(MIN_RESPONSE_BYTES, config.fetch_max_bytes + config.fetch_message_max_bytes))
+        max_response_bytes=max(MIN_RESPONSE_BYTES, config.fetch_max_bytes + config.fetch_message_max_bytes),
+        security=config.security())
 
 
 class Backoff:
@@ -226,6 +231,13 @@ class FetchRequestRunner(threading.Thread):
             if self._metrics is not None:
                 self._metrics.fetch_error(type(e).__name__)
             self._connection_failed(e)
+        except AuthenticationError as e:  # the same settings fail the same way: stop, the streams raise it
+            self._close_connection()
+            log.error("%s: %s; no longer fetching %d partitions", self.name, e, len(infos))
+            for info in infos:
+                self._owner.record_error(info.key, e)
+                self._remove(info)
+                self._offer_error(info, e)
 
     def _fetchable(self) -> list[PartitionTopicInfo]:
         """Owned partitions not in an error backoff; revoked ones are dropped for good."""

@@ -47,7 +47,9 @@ import tenacity
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 
+from metaq.client.cluster import broker_endpoint
 from metaq.client.connection import BrokerConnection
+from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.client.versions import ApiKey
 from metaq.consumer.config import ConsumerConfig
@@ -128,11 +130,13 @@ class OffsetsChannel:
     interrupts a blocked request.
     """
 
-    def __init__(self, layout: ZkLayout, group: str, *, client_id: str, socket_timeout_ms: int) -> None:
+    def __init__(self, layout: ZkLayout, group: str, *, client_id: str, socket_timeout_ms: int,
+                 security: SecurityConfig | None = None) -> None:
         self._layout = layout
         self._group = group
         self._settings = ConnectionSettings(client_id=client_id, request_timeout_ms=socket_timeout_ms,
-                                            connect_timeout_ms=socket_timeout_ms)
+                                            connect_timeout_ms=socket_timeout_ms,
+                                            security=security or SecurityConfig())
         self._conn: BrokerConnection | None = None
         self.coordinator: tuple[int, str, int] | None = None  # (node id, host, port) once found
         self.lookups = 0
@@ -150,12 +154,13 @@ class OffsetsChannel:
 
     def _any_broker(self) -> BrokerConnection:
         """channelToAnyBroker: the live brokers in random order, the first that accepts a connection."""
-        brokers = [b for b in self._layout.brokers().values() if b.host and b.port > 0]
+        protocol = self._settings.security_protocol
+        brokers = [a for a in (broker_endpoint(b, protocol) for b in self._layout.brokers().values()) if a]
         random.shuffle(brokers)
         errors = []
-        for broker in brokers:
+        for host, port in brokers:
             try:
-                return self._connect(broker.host, broker.port)  # type: ignore[arg-type]
+                return self._connect(host, port)
             except BrokerConnectionError as e:
                 errors.append(str(e))
         raise BrokerConnectionError(f"no live broker accepts a connection for the coordinator lookup of group "
@@ -215,7 +220,8 @@ class KafkaOffsetStore:
         self._closing = threading.Event()
         self._zk = ZooKeeperOffsetStore(layout, config.group_id, auto_offset_reset=config.auto_offset_reset)
         self._channel = OffsetsChannel(layout, config.group_id, client_id=config.effective_client_id,
-                                       socket_timeout_ms=config.offsets_channel_socket_timeout_ms)
+                                       socket_timeout_ms=config.offsets_channel_socket_timeout_ms,
+                                       security=config.security())
         self._zk_last: dict[TopicPartition, int | None] = {}  # in ZooKeeper under our fence, as far as we know
         self._kafka_last: dict[TopicPartition, int | None] = {}  # in Kafka, as far as we know
         backoff = tenacity.wait_fixed(config.offsets_channel_backoff_ms / 1000.0)

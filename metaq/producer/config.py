@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from metaq.client.security import SecurityConfig
 from metaq.config import non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
 from metaq.protocol.compression import CODECS
@@ -23,7 +24,9 @@ def _acks(value: Any) -> str | None:
 
 
 @dataclass(frozen=True)
-class ProducerConfig(ZooKeeperClientConfig):
+class ProducerConfig(ZooKeeperClientConfig, SecurityConfig):
+    """The producer's options; the security ones are :class:`SecurityConfig`'s."""
+
     zookeeper_connect: str | None = prop(
         "zookeeper.connect", None, doc="host:port[,host:port...][/chroot] of the ZooKeeper that holds metadata")
     client_id: str = prop("client.id", "metaq-producer", doc="sent to brokers in every request header")

@@ -152,9 +152,9 @@ class Producer:
 
 
 def connection_settings(config: ProducerConfig) -> ConnectionSettings:
-    """How the producer's connections are made (client.id and its timeouts)."""
+    """How the producer's connections are made (client.id, its timeouts and its security options)."""
     return ConnectionSettings(client_id=config.client_id, request_timeout_ms=config.request_timeout_ms,
-                              connect_timeout_ms=config.connect_timeout_ms)
+                              connect_timeout_ms=config.connect_timeout_ms, security=config.security())
 
 
 def _check_bytes(what: str, data: object) -> None:

@@ -30,6 +30,7 @@ from kafka.protocol.producer import ProduceRequest
 
 from metaq.client.connection import BrokerConnection, InFlightRequest
 from metaq.errors import (
+    AuthenticationError,
     BrokerConnectionError,
     BrokerResponseError,
     MetaqError,
@@ -266,8 +267,9 @@ class Sender(threading.Thread):
         try:
             node = self._node(leader)
             handle = node.conn.send_async(ProduceRequest, fields, expect_response=acks != 0)
-        except (BrokerConnectionError, ProtocolError, BrokerResponseError) as e:
-            # nothing more was sent on this connection, but earlier requests failed with it
+        except (BrokerConnectionError, ProtocolError, BrokerResponseError, AuthenticationError) as e:
+            # nothing more was sent on this connection, but earlier requests failed with it (an
+            # AuthenticationError is not retriable: the batches fail with it at once)
             failed = self._nodes.get(leader.broker_id)
             if failed is not None:
                 self._node_failed(failed, e)

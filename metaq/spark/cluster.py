@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from metaq.client.cluster import ClusterClient, Leader
+from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import (
     MalformedNodeError,
@@ -55,9 +56,11 @@ class Cluster:
 
     def __init__(self, zookeeper_connect: str, *, client_id: str = "metaq-spark", request_timeout_ms: int = 30000,
                  session_timeout_ms: int = 10000, connection_timeout_ms: int = 10000,
-                 metadata_max_age_ms: int = 1000, zk_security: ZooKeeperSecurity | None = None) -> None:
+                 metadata_max_age_ms: int = 1000, zk_security: ZooKeeperSecurity | None = None,
+                 security: SecurityConfig | None = None) -> None:
         self.zookeeper_connect = zookeeper_connect
         self._zk_security = zk_security
+        self._security = security or SecurityConfig()
         self._client_id = client_id
         self._request_timeout_ms = request_timeout_ms
         self._session_timeout_ms = session_timeout_ms
@@ -76,7 +79,8 @@ class Cluster:
         return cls(options.zookeeper_connect, client_id=options.client_id,
                    request_timeout_ms=options.request_timeout_ms, session_timeout_ms=options.zk_session_timeout_ms,
                    connection_timeout_ms=options.zk_connection_timeout_ms,
-                   metadata_max_age_ms=options.metadata_max_age_ms, zk_security=options.zk_security)
+                   metadata_max_age_ms=options.metadata_max_age_ms, zk_security=options.zk_security,
+                   security=options.security)
 
     def __enter__(self) -> Cluster:
         return self
@@ -103,7 +107,8 @@ class Cluster:
     def client(self) -> ClusterClient:
         """The cluster client over :attr:`layout` (connections to leaders are opened on first use)."""
         if self._client is None:
-            settings = ConnectionSettings(client_id=self._client_id, request_timeout_ms=self._request_timeout_ms)
+            settings = ConnectionSettings(client_id=self._client_id, request_timeout_ms=self._request_timeout_ms,
+                                          security=self._security)
             self._client = ClusterClient(self.layout, settings, metadata_max_age_ms=self._max_age_ms)
         return self._client
 

@@ -16,13 +16,14 @@ import logging
 import struct
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
 
 from metaq.client.cluster import ClusterClient
 from metaq.client.connection import BrokerConnection, InFlightRequest
+from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, ZooKeeperError, for_code
 from metaq.protocol.records import Record, decode_records
@@ -45,8 +46,9 @@ _LOG_OVERHEAD = 12
 _MIN_HEADER = 61
 
 
-_connections: dict[tuple[str, int], BrokerConnection] = {}
-"""Per Python worker: a worker runs one task at a time and is reused for the next one."""
+_connections: dict[tuple[str, int, SecurityConfig], BrokerConnection] = {}
+"""Per Python worker: a worker runs one task at a time and is reused for the next one (by queries with
+other security options too, hence the key)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,11 @@ class FetchSettings:
     zk_session_timeout_ms: int = 10000
     zk_connection_timeout_ms: int = 10000
     zk_security: ZooKeeperSecurity | None = None
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+
+    def connection_settings(self, **limits: Any) -> ConnectionSettings:
+        return ConnectionSettings(client_id=self.client_id, request_timeout_ms=self.request_timeout_ms,
+                                  security=self.security, **limits)
 
 
 def read_range(offset_range: OffsetRange, settings: FetchSettings) -> Iterator[list[Record]]:
@@ -142,13 +149,12 @@ class _RangeReader:
     def _connection(self) -> BrokerConnection:
         if self.address is None:
             self.address = self._find_leader()
-        conn = _connections.get(self.address)
+        key = (*self.address, self.settings.security)
+        conn = _connections.get(key)
         if conn is None:
-            s = self.settings
-            settings = ConnectionSettings(client_id=s.client_id, request_timeout_ms=s.request_timeout_ms,
-                                          max_response_bytes=max(104857600, 2 * self.max_bytes))
+            settings = self.settings.connection_settings(max_response_bytes=max(104857600, 2 * self.max_bytes))
             conn = settings.new_connection(*self.address)
-            _connections[self.address] = conn
+            _connections[key] = conn
         conn.connect()
         return conn
 
@@ -157,7 +163,7 @@ class _RangeReader:
         r, s = self.range, self.settings
         with session(s.zookeeper_connect, session_timeout_ms=s.zk_session_timeout_ms,
                      connection_timeout_ms=s.zk_connection_timeout_ms, security=s.zk_security) as client:
-            leader = ClusterClient(ZkLayout(client)).leader(r.topic, r.partition, fresh=True)
+            leader = ClusterClient(ZkLayout(client), s.connection_settings()).leader(r.topic, r.partition, fresh=True)
         if leader is None:
             raise _NoLeader(f"{r.topic}-{r.partition} has no live leader in ZooKeeper")
         return leader.host, leader.port
@@ -209,7 +215,7 @@ class _RangeReader:
         """Back off, forget the leader (it is looked up again) and give up after a few attempts."""
         self.failures += 1
         if self.address is not None:
-            conn = _connections.pop(self.address, None)
+            conn = _connections.pop((*self.address, self.settings.security), None)
             if conn is not None:
                 conn.close()
         self.address = None

@@ -29,11 +29,13 @@ Reading:
 ``zookeeper.auth``, ``zookeeper.ssl.*``, ``zookeeper.set.acl``, ...: the ZooKeeper client's security, as for
 every metaq process (:mod:`metaq.zksecurity`); prefer ``zookeeper.auth=file:/path`` (a file every executor
 can read) to a password in the query
+``security.protocol``, ``ssl.*``, how the brokers are reached, as for every metaq client
+``sasl.*``                      (docs/client-security.md); passwords are masked wherever options are shown
 =============================== ===========================================================================
 
 Writing: ``zookeeper.connect``, ``topic`` (or a ``topic`` column), ``valueFormat`` (``auto``, ``binary``,
-``string``, ``json``, ``msgpack``) and any producer property (``acks``, ``linger.ms``, ...); columns in
-:mod:`metaq.spark.writer`.
+``string``, ``json``, ``msgpack``) and any producer property (``acks``, ``linger.ms``, ``security.protocol``,
+``sasl.password``...); columns in :mod:`metaq.spark.writer`.
 
 Spark hands the options over lower-cased; errors use the documented spelling (``option 'startingOffsets':
 ...``) so that the user can find what to change. Unknown options are refused, with the closest known name,
@@ -49,6 +51,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from metaq.client.security import SECRET_KEYS, SECURITY_KEYS, SecurityConfig
+from metaq.config import Secret
 from metaq.errors import ConfigError
 from metaq.spark.offsets import EARLIEST, LATEST, Offsets
 from metaq.zksecurity import ZOOKEEPER_CLIENT_KEYS, ZooKeeperSecurity, security_from_properties
@@ -66,6 +70,7 @@ _READ_OPTIONS = (
     "valueFormat", "valueSchema", "fetch.max.bytes", "request.timeout.ms", "client.id", "metadata.max.age.ms",
     "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms", "keyFormat", "includeHeaders",
     *sorted(ZOOKEEPER_CLIENT_KEYS),
+    *sorted(SECURITY_KEYS),
 )
 _WRITE_OPTIONS = ("zookeeper.connect", "topic", "valueFormat", "checkpointLocation", "path")
 """The sink's own options; every producer property (``acks``, ``linger.ms``, ...) is accepted as well."""
@@ -173,6 +178,7 @@ class ReadOptions:
     key_format: str = "binary"
     include_headers: bool = False
     zk_security: ZooKeeperSecurity = ZooKeeperSecurity()  # its repr() hides the secrets
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any], *, streaming: bool | None,
@@ -217,6 +223,7 @@ class ReadOptions:
             key_format=opts.choice("keyFormat", "binary", KEY_FORMATS),
             include_headers=opts.boolean("includeHeaders", False),
             zk_security=_zk_security(opts),
+            security=_security(opts),
         )
 
 
@@ -236,7 +243,7 @@ class WriteOptions:
     zookeeper_connect: str
     topic: str | None
     value_format: str
-    producer: dict[str, str] = field(repr=False)  # may hold zookeeper.auth: never in a plan or a log
+    producer: dict[str, str | Secret] = field(repr=False)  # may hold zookeeper.auth; passwords as Secrets
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> WriteOptions:
@@ -247,7 +254,9 @@ class WriteOptions:
         topic = opts.get("topic") or None
         if topic is not None:
             _check_topic("topic", topic)
-        producer = {opts.names[k]: v for k, v in opts.values.items() if opts.names[k] in producer_keys}
+        producer: dict[str, str | Secret] = {
+            opts.names[k]: Secret(v) if opts.names[k] in SECRET_KEYS else v
+            for k, v in opts.values.items() if opts.names[k] in producer_keys}
         connect = opts.required("zookeeper.connect")
         try:
             ProducerConfig.from_properties({"zookeeper.connect": connect, **producer})
@@ -264,6 +273,14 @@ def _check_topic(option: str, topic: str) -> None:
         validate_topic(topic)
     except ConfigError as e:
         raise ConfigError(f"option {option!r}: {e}") from None
+
+
+def _security(opts: _Options) -> SecurityConfig:
+    given = {name: opts.values[name.lower()] for name in SECURITY_KEYS if name.lower() in opts.values}
+    try:
+        return SecurityConfig.from_properties(given)
+    except ConfigError as e:
+        raise ConfigError(f"metaq source: {e}") from None  # the cause could show a value
 
 
 def _subscription(opts: _Options) -> Subscription:

@@ -116,7 +116,7 @@ class _RangeReading:
         o = self.options
         settings = FetchSettings(o.zookeeper_connect, o.client_id, o.fetch_max_bytes, o.request_timeout_ms,
                                  o.fail_on_data_loss, o.zk_session_timeout_ms, o.zk_connection_timeout_ms,
-                                 o.zk_security)
+                                 o.zk_security, o.security)
         for r in task.ranges:
             builder = BatchBuilder(self.schema, o.value_format, r.topic, r.partition)
             for records in read_range(r, settings):

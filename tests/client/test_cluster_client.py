@@ -12,6 +12,7 @@ from kafka.protocol.metadata import MetadataRequest
 
 from metaq.client import cluster as cluster_module
 from metaq.client.cluster import EARLIEST, LATEST, ClusterClient, Leader, NoLeader
+from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, ConfigError
 from metaq.testing.broker import BrokerCluster
@@ -77,7 +78,12 @@ def test_partitions_without_a_live_leader_say_why(zk_layout, client) -> None:
         k: (None, v.reason, True) for k, v in expected.items()}
     # the producer's guess: without a state node, the first live replica leads (8 has no PLAINTEXT address)
     guessing = ClusterClient(zk_layout, assume_preferred_leader=True)
-    assert guessing.leaders([("cc-orphans", 2)]) == {("cc-orphans", 2): NoLeader("leader 8 is not registered", 8)}
+    assert guessing.leaders([("cc-orphans", 2)]) == {
+        ("cc-orphans", 2): NoLeader("leader 8 has no PLAINTEXT listener", 8)}
+    # an SSL client uses broker 8's SSL listener
+    ssl_client = ClusterClient(zk_layout, ConnectionSettings(security=SecurityConfig(security_protocol="SSL")),
+                               assume_preferred_leader=True)
+    assert ssl_client.leaders([("cc-orphans", 2)]) == {("cc-orphans", 2): Leader("127.0.0.1", 9999, 8)}
 
 
 def test_list_offsets_sends_one_request_per_leader_and_timestamp(two_brokers, make_topic, zk_layout, client,
@@ -179,8 +185,8 @@ def test_the_parts_share_one_leader_type() -> None:
 
 
 def test_connection_settings_are_checked_and_keep_security_across_limits() -> None:
-    with pytest.raises(ConfigError, match="security.protocol 'SSL' is not supported"):
-        ConnectionSettings(security_protocol="SSL")
+    with pytest.raises(ConfigError, match="'security.protocol': 'TLS' must be one of"):
+        ConnectionSettings(security=SecurityConfig(security_protocol="TLS"))
     with pytest.raises(ConfigError, match="request_timeout_ms must be positive"):
         ConnectionSettings(request_timeout_ms=0)
     base = ConnectionSettings(client_id="a", request_timeout_ms=1000)
