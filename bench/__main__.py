@@ -18,7 +18,10 @@ ends with one set of tables:
 3. rebalance: 4 consumer processes x 64 partitions, clean leave/join and SIGKILL (bench/rebalance.py);
 4. commit: ZooKeeperOffsetStore.commit of 1,000 partitions (bench/rebalance.py);
 5. offsets: commit latency through the offsets channel vs ZooKeeper, 3-member group stabilisation (bench/offsets.py);
-6. spark: batch read of 1M 100-byte messages from 12 partitions and micro-batches, local[2] (bench/spark.py).
+6. spark: batch read of 1M 100-byte messages from 12 partitions and micro-batches, local[2] (bench/spark.py);
+7. scale: N members x P partitions (10 x 1,000, 50 x 5,000, 100 x 10,000), settle time after a join burst
+   and a leave, attempts, ZooKeeper requests and claim conflicts; fence and commit of 10,000 offsets
+   (bench/scale.py; --only scale).
 
 ``ZOOKEEPER_CONNECT=host:port`` uses an existing ZooKeeper instead of the embedded one.
 """
@@ -39,6 +42,7 @@ import psutil
 
 from bench import consumer as bench_consumer
 from bench import rebalance as bench_rebalance
+from bench import scale as bench_scale
 from bench.consumer import print_table
 from bench.environment import Environment, environment
 from metaq.broker.process import BrokerProcess
@@ -212,11 +216,13 @@ class Plan:
     kill_reps: int
     session_timeout_ms: int
     commit_reps: int
+    scale_sizes: tuple[tuple[int, int], ...]
+    scale_reps: int
 
 
-FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20)
-QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5)
-SECTIONS = ("broker", "consumer", "rebalance", "commit", "offsets", "spark")
+FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20, bench_scale.SIZES, 2)
+QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5, ((10, 1_000),), 1)
+SECTIONS = ("broker", "consumer", "rebalance", "commit", "offsets", "spark", "scale")
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -268,6 +274,11 @@ def main() -> None:
             fence, times = bench_rebalance.measure_commit(env.client, reps=plan.commit_reps,
                                                           report=lambda line: print(line, flush=True))
             tables.append(("4. Offset commit over ZooKeeper", bench_rebalance.commit_table(1000, fence, times)))
+        if "scale" in only:
+            print("== 7. group scale (members are threads of this process, one ZooKeeper session each)", flush=True)
+            phases, offset_rows = bench_scale.run(env.zk, env.layout, env.broker.broker_id, list(plan.scale_sizes),
+                                                  plan.scale_reps, report=lambda line: print(line, flush=True))
+            tables.extend(bench_scale.tables(phases, offset_rows))
     # The last two sections bring their own ZooKeeper, broker (and SparkSession) and print their own tables.
     late: list[Callable[[], None]] = []
     if "offsets" in only:
