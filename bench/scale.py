@@ -50,6 +50,7 @@ from metaq.consumer import Consumer
 from metaq.consumer.fetcher import FetcherManager
 from metaq.consumer.offsets import ZooKeeperOffsetStore
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
+from metaq.errors import MetaqError
 from zk_layout import ZkLayout, paths
 
 log = logging.getLogger(__name__)
@@ -373,8 +374,11 @@ class OffsetRow:
     partitions: int
     seconds: float
     cpu_s: float
+    error: str = ""
 
     def cells(self) -> list[str]:
+        if self.error:
+            return [self.what, f"{self.partitions:,}", f"failed: {self.error}", "", ""]
         return [self.what, f"{self.partitions:,}", f"{self.seconds * 1000:.0f}",
                 f"{self.seconds / self.partitions * 1000:.3f}", f"{self.cpu_s * 1000:.0f}"]
 
@@ -384,10 +388,11 @@ OFFSET_HEADER = ["ZooKeeper offsets", "partitions", "ms", "ms/partition", "CPU m
 
 def measure_offsets(layout: ZkLayout, partitions: int, rep: int) -> list[OffsetRow]:
     """Fence (take_ownership, nodes missing: a new group) and re-fence (nodes present: the next owner),
-    then commit every offset changed."""
-    group = f"scale-offsets-{rep}-{os.getpid()}"
+    then commit every offset changed; the first store must then be fenced out. A step that fails is
+    reported as such and ends the measurement."""
+    group = f"scale-offsets-{partitions}-{rep}-{os.getpid()}"
     keys = [(f"scale-offsets-{i // TOPIC_PARTITIONS}", i % TOPIC_PARTITIONS) for i in range(partitions)]
-    rows = []
+    rows: list[OffsetRow] = []
 
     def timed(what: str, fn: Callable[[], object]) -> None:
         cpu0, t0 = time.process_time(), time.perf_counter()
@@ -395,11 +400,19 @@ def measure_offsets(layout: ZkLayout, partitions: int, rep: int) -> list[OffsetR
         rows.append(OffsetRow(what, partitions, time.perf_counter() - t0, time.process_time() - cpu0))
 
     first = ZooKeeperOffsetStore(layout, group)
-    timed("fence at claim (new group: nodes created)", lambda: first.take_ownership(keys))
-    timed("commit, all changed", lambda: first.commit({key: 1000 + i for i, key in enumerate(keys)}))
     second = ZooKeeperOffsetStore(layout, group)
-    timed("fence at claim (taking over: nodes exist)", lambda: second.take_ownership(keys))
-    timed("commit, all changed", lambda: second.commit({key: 2000 + i for i, key in enumerate(keys)}))
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("fence at claim (new group: nodes created)", lambda: first.take_ownership(keys)),
+        ("commit, all changed", lambda: first.commit({key: 1000 + i for i, key in enumerate(keys)})),
+        ("fence at claim (taking over: nodes exist)", lambda: second.take_ownership(keys)),
+        ("commit, all changed", lambda: second.commit({key: 2000 + i for i, key in enumerate(keys)})),
+    ]
+    for what, step in steps:
+        try:
+            timed(what, step)
+        except MetaqError as e:
+            rows.append(OffsetRow(what, partitions, 0.0, 0.0, type(e.__cause__ or e).__name__))
+            return rows
     quiet = logging.getLogger("metaq.consumer.offsets")
     level, quiet.level = quiet.level, logging.ERROR  # one "fenced" warning per partition is expected here
     try:
@@ -417,7 +430,7 @@ def measure_offsets(layout: ZkLayout, partitions: int, rep: int) -> list[OffsetR
 
 
 def run(zk: str, layout: ZkLayout, broker_id: int, sizes: list[tuple[int, int]], reps: int,
-        offsets_partitions: int = 10_000, report: Callable[[str], None] = print
+        offsets_partitions: tuple[int, ...] = (1_000, 10_000), report: Callable[[str], None] = print
         ) -> tuple[list[Phase], list[OffsetRow]]:
     phases: list[Phase] = []
     offsets: list[OffsetRow] = []
@@ -427,10 +440,11 @@ def run(zk: str, layout: ZkLayout, broker_id: int, sizes: list[tuple[int, int]],
             for members, partitions in sizes:
                 phases.extend(measure_group(zk, layout, broker_id, members, partitions, rep, report))
     for rep in range(reps):
-        rows = measure_offsets(layout, offsets_partitions, rep)
-        for row in rows:
-            report("  " + " | ".join(row.cells()))
-        offsets.extend(rows)
+        for partitions in offsets_partitions:
+            rows = measure_offsets(layout, partitions, rep)
+            for row in rows:
+                report("  " + " | ".join(row.cells()))
+            offsets.extend(rows)
     return phases, offsets
 
 
@@ -455,15 +469,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(f"{n}x{p}" for n, p in SIZES), help="NxP,...")
     parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--offsets", type=int, default=10_000, help="partitions of the fence/commit rows")
+    parser.add_argument("--offsets", default="1000,10000", help="partitions of the fence/commit rows, comma separated")
     args = parser.parse_args()
     logging.basicConfig(level=os.environ.get("METAQ_BENCH_LOG_LEVEL", "WARNING"))
     from bench.consumer import print_table
     from bench.environment import environment
 
     with environment() as env:
-        phases, offsets = run(env.zk, env.layout, env.broker.broker_id, parse_sizes(args.sizes), args.reps,
-                              args.offsets)
+        phases, offsets = run(env.zk, env.layout, env.broker.broker_id, parse_sizes(args.sizes) if args.sizes else [],
+                              args.reps, tuple(int(x) for x in args.offsets.split(",")))
     for title, (header, rows) in tables(phases, offsets):
         print_table(header, rows, title)
 
