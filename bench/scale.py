@@ -420,7 +420,7 @@ def measure_offsets(layout: ZkLayout, partitions: int, rep: int) -> list[OffsetR
     finally:
         quiet.setLevel(level)
     if fenced_out != set(keys):
-        raise RuntimeError("the fenced-out store could still commit")
+        raise RuntimeError(f"the fenced-out store could still commit: {len(fenced_out)} of {len(keys)} refused")
     if layout.read_offset(group, *keys[-1]) != 2000 + partitions - 1:
         raise RuntimeError("the offsets read back differ from the last commit")
     return rows

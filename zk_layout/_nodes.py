@@ -7,9 +7,10 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
@@ -18,6 +19,8 @@ from kazoo.exceptions import (
     NodeExistsError,
     NoNodeError,
     OperationTimeoutError,
+    RolledBackError,
+    RuntimeInconsistency,
     SessionExpiredError,
     ZookeeperStoppedError,
 )
@@ -41,6 +44,39 @@ _UNAVAILABLE = (
 
 Watch = Callable[[WatchedEvent], None]
 """A one-shot kazoo watch. It runs on kazoo's event thread and must not block."""
+
+K = TypeVar("K", bound=Hashable)
+
+MULTI_MAX_OPS = 1000
+"""Keys (one or two operations each) per ZooKeeper multi-op at most. A multi is one request, and a request
+larger than the server's ``jute.maxbuffer`` (1 MB by default) is refused by closing the connection, so big
+batches are split."""
+MULTI_MAX_BYTES = 512 * 1024
+"""Estimated request bytes per multi-op at most: half of the default ``jute.maxbuffer``."""
+MULTI_OP_OVERHEAD = 64
+"""Bytes per operation besides path and data in the estimate: op header, version, flags, an ACL."""
+
+
+def multi_chunks(keys: Sequence[K], size: Callable[[K], int], *, max_ops: int | None = None,
+                 max_bytes: int | None = None) -> list[list[K]]:
+    """``keys`` split, in order, into runs of at most ``max_ops`` (default :data:`MULTI_MAX_OPS`) whose
+    estimated sizes (``size(key)`` plus :data:`MULTI_OP_OVERHEAD` each) add up to at most ``max_bytes``
+    (default :data:`MULTI_MAX_BYTES`): one multi-op each."""
+    max_ops = MULTI_MAX_OPS if max_ops is None else max_ops
+    max_bytes = MULTI_MAX_BYTES if max_bytes is None else max_bytes
+    chunks: list[list[K]] = []
+    current: list[K] = []
+    used = 0
+    for key in keys:
+        cost = size(key) + MULTI_OP_OVERHEAD
+        if current and (len(current) >= max_ops or used + cost > max_bytes):
+            chunks.append(current)
+            current, used = [], 0
+        current.append(key)
+        used += cost
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 class _Nodes:
@@ -121,6 +157,31 @@ class _Nodes:
             except NoNodeError:
                 return False
 
+    def _multi(self, ops: Mapping[K, tuple[Callable[[TransactionRequest], None], int]]) -> dict[K, object]:
+        """Run the operations of each key as pipelined multi-ops of bounded size (:func:`multi_chunks`).
+        ``ops[key]`` is (a function adding the key's ops to a transaction, their path and data bytes). Each
+        chunk is all or nothing, the chunks are independent. Returns each key's result: its last op's, or
+        the exception of a failed chunk (the op that failed, ``RolledBackError`` for the others). Connection
+        errors are raised (callers translate them)."""
+        pending = []
+        for chunk in multi_chunks(list(ops), lambda key: ops[key][1]):
+            txn = self._client.transaction()
+            ends = []
+            for key in chunk:
+                ops[key][0](txn)
+                ends.append(len(txn.operations))
+            pending.append((chunk, ends, txn.commit_async()))
+        results: dict[K, object] = {}
+        for chunk, ends, request in pending:
+            outcome = request.get()
+            start = 0
+            for key, end in zip(chunk, ends, strict=True):
+                mine = outcome[start:end]
+                failure = (r for r in mine if isinstance(r, Exception) and not _rolled_back(r))
+                results[key] = next(failure, mine[-1])
+                start = end
+        return results
+
     def _session_id(self) -> int | None:
         client_id = self._client.client_id
         return client_id[0] if client_id else None
@@ -191,6 +252,12 @@ class _Nodes:
                 else:
                     log.warning("ignoring %s/%s: not a Kafka partition number", self.full_path(directory), name)
         return sorted(pairs)
+
+
+def _rolled_back(result: object) -> bool:
+    """An op of a failed multi-op that did not fail itself (those before the failing op report
+    RolledBackError, those after it RuntimeInconsistency): it can be sent again without the failing one."""
+    return isinstance(result, RolledBackError | RuntimeInconsistency)
 
 
 def _failed_with(request: IAsyncResult, *errors: type[Exception]) -> bool:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache, partial
 
+from kazoo.client import TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from metaq.errors import StaleVersionError
+from metaq.errors import MalformedNodeError, StaleVersionError
 from zk_layout import paths
 from zk_layout._nodes import Watch, _failed_with, _Nodes
 from zk_layout.formats import TopicCount, decode_owner, encode_owner
@@ -38,6 +40,19 @@ class OwnerNode:
     @property
     def ephemeral(self) -> bool:
         return self.session_id != 0
+
+
+@lru_cache(maxsize=4096)
+def _decode_topic_count(path: str, data: bytes) -> TopicCount:
+    return TopicCount.decode(path, data)
+
+
+def _create_ephemeral_op(path: str, data: bytes, txn: TransactionRequest) -> None:
+    txn.create(path, data, ephemeral=True)
+
+
+def _delete_op(path: str, version: int, txn: TransactionRequest) -> None:
+    txn.delete(path, version=version)
 
 
 class _Groups(_Nodes):
@@ -89,10 +104,30 @@ class _Groups(_Nodes):
     def consumer_nodes(self, group: str) -> dict[str, ConsumerNode]:
         """consumer id -> registration node, leaving out consumers that go away while being read."""
         result = {}
-        for consumer_id in self.consumer_ids(group):
-            node = self.consumer_node(group, consumer_id)
-            if node is not None:
-                result[consumer_id] = node
+        for consumer_id, node in self.read_consumer_nodes(group, self.consumer_ids(group)).items():
+            if isinstance(node, MalformedNodeError):
+                raise node
+            result[consumer_id] = node
+        return result
+
+    def read_consumer_nodes(self, group: str, consumer_ids: Iterable[str]
+                            ) -> dict[str, ConsumerNode | MalformedNodeError]:
+        """:meth:`consumer_node` of each of ``consumer_ids`` with pipelined reads (one round trip rather than
+        one per member: a rebalance reads every member's registration); a registration that does not decode
+        is returned as its error, one that goes away while being read is left out. Decoded registrations are
+        memoised by their bytes: every member re-reads the same ones at each rebalance."""
+        reads = {cid: (path, self._client.get_async(path))
+                 for cid in consumer_ids for path in (paths.consumer_id_path(group, cid),)}
+        result: dict[str, ConsumerNode | MalformedNodeError] = {}
+        with self._translated("read", paths.consumer_ids_path(group)):
+            for cid, (path, request) in reads.items():
+                if _failed_with(request, NoNodeError):
+                    continue
+                data, stat = request.get()
+                try:
+                    result[cid] = ConsumerNode(_decode_topic_count(self.full_path(path), data), stat.ephemeralOwner)
+                except MalformedNodeError as e:
+                    result[cid] = e
         return result
 
     def consumer_registrations(self, group: str) -> dict[str, TopicCount]:
@@ -162,39 +197,44 @@ class _Groups(_Nodes):
         return node is not None and node[1].ephemeralOwner == self._session_id() and node[0] == encode_owner(thread_id)
 
     def claim_partitions(self, group: str, claims: Mapping[tuple[str, int], str]) -> dict[tuple[str, int], str | None]:
-        """Create the ephemeral owner nodes of all ``claims`` ({(topic, partition): thread id}) in one
-        transaction, so either all or none: one round trip, and no half-made claim is ever visible. A node
-        this session already holds for the same thread id counts as claimed (as in :meth:`claim_partition`).
-        Returns {} on success, else the partitions in the way and their owners (None: gone meanwhile); then
-        nothing was created."""
+        """Create the ephemeral owner nodes of all ``claims`` ({(topic, partition): thread id}), all or none:
+        pipelined multi-ops of bounded size (one round trip for a few thousand), and if any of them fails,
+        the nodes the others created are deleted before this returns. A node this session already holds
+        for the same thread id counts as claimed (as in :meth:`claim_partition`). Returns {} on success,
+        else the partitions in the way and their owners (None: gone meanwhile); then nothing was created."""
         pending = dict(claims)
         owners: dict[tuple[str, int], str | None] = {}
         for _ in range(3):
             if not pending:
                 return {}
             nodes = {key: paths.owner_path(group, *key) for key in pending}
+            data = {key: encode_owner(thread_id) for key, thread_id in pending.items()}
             with self._translated("claim", paths.owners_path(group)):
-                txn = self._client.transaction()
-                for key, path in nodes.items():
-                    txn.create(path, encode_owner(pending[key]), ephemeral=True)
-                results = txn.commit()
-                if not any(isinstance(r, Exception) for r in results):
+                results = self._multi({key: (partial(_create_ephemeral_op, path, data[key]), len(path) + len(data[key]))
+                                       for key, path in nodes.items()})
+                failed = {key for key, result in results.items() if isinstance(result, Exception)}
+                if not failed:
                     return {}
-                if any(isinstance(r, NoNodeError) for r in results):  # a topic's owners directory is missing
+                created = [key for key in nodes if key not in failed]
+                if created:  # all or none: undo what the other chunks created (ours, version 0)
+                    undo = self._multi({key: (partial(_delete_op, nodes[key], 0), len(nodes[key])) for key in created})
+                    if any(isinstance(result, Exception) for result in undo.values()):
+                        self.release_partitions(group, {key: pending[key] for key in created})
+                if any(isinstance(results[key], NoNodeError) for key in failed):  # an owners directory is missing
                     for topic in {topic for topic, _ in pending}:
                         self._client.ensure_path(paths.topic_owners_path(group, topic))
                     continue
-                reads = {key: self._client.get_async(path) for key, path in nodes.items()}
+                reads = {key: self._client.get_async(nodes[key]) for key in failed}  # who is in the way
                 session = self._session_id()
                 owners = {}
                 for key, request in reads.items():
                     if _failed_with(request, NoNodeError):
                         continue
-                    data, stat = request.get()
-                    if stat.ephemeralOwner == session and data == encode_owner(pending[key]):
+                    node_data, stat = request.get()
+                    if stat.ephemeralOwner == session and node_data == data[key]:
                         del pending[key]  # ours already (a create retried after its reply was lost)
                     else:
-                        owners[key] = decode_owner(self.full_path(nodes[key]), data)
+                        owners[key] = decode_owner(self.full_path(nodes[key]), node_data)
             if owners:
                 return owners
         return owners or {key: None for key in pending}
@@ -215,13 +255,12 @@ class _Groups(_Nodes):
                     versions[key] = stat.version
             if not versions:
                 return released
-            txn = self._client.transaction()
-            for key, version in versions.items():
-                txn.delete(nodes[key], version=version)
-            if not any(isinstance(result, Exception) for result in txn.commit()):
-                return set(versions)
-            # one of them changed in between (the transaction deleted none): one by one
-            deletes = {key: self._client.delete_async(nodes[key], version=version) for key, version in versions.items()}
+            results = self._multi({key: (partial(_delete_op, nodes[key], version), len(nodes[key]))
+                                   for key, version in versions.items()})
+            retry = {key: version for key, version in versions.items() if isinstance(results[key], Exception)}
+            released = set(versions) - set(retry)
+            # one of them changed in between (its multi-op deleted none): those one by one
+            deletes = {key: self._client.delete_async(nodes[key], version=version) for key, version in retry.items()}
             for key, request in deletes.items():
                 if not _failed_with(request, NoNodeError, BadVersionError):  # else: not ours to delete any more
                     released.add(key)

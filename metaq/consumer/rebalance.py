@@ -364,14 +364,13 @@ class ZKRebalancerListener:
                 if topic in topic_threads:
                     topic_threads[topic].extend(make_thread_ids(member, streams))
         topic_partitions: dict[str, list[int]] = {}
-        for topic in my_topics:
-            assignment = self._layout.topic_assignment(topic, watch=watch)
-            if assignment is None:
+        for topic, partition_ids in self._layout.topic_partition_ids(my_topics, watch=watch).items():
+            if partition_ids is None:
                 if topic not in self._warned_missing:
                     log.warning("consumer %s: topic %s does not exist yet; waiting for it", self._consumer_id, topic)
                     self._warned_missing.add(topic)
                 continue
-            topic_partitions[topic] = sorted(assignment.partitions)
+            topic_partitions[topic] = list(partition_ids)
         return topic_threads, topic_partitions
 
     def _needs_topic_watch(self) -> bool:
@@ -388,13 +387,10 @@ class ZKRebalancerListener:
         metaq members assign among the ephemeral, i.e. live, members only. A Kafka 0.8 member of the same
         group still counts such a node, so the two disagree until it is deleted: the warning says so."""
         members: dict[str, TopicCount] = {}
-        for member in self._layout.consumer_ids(self._group, watch=self._on_watch):
-            try:
-                node = self._layout.consumer_node(self._group, member)
-            except MalformedNodeError as e:
-                log.warning("ignoring member with a malformed registration: %s", e)
-                continue
-            if node is None:
+        ids = self._layout.consumer_ids(self._group, watch=self._on_watch)
+        for member, node in self._layout.read_consumer_nodes(self._group, ids).items():  # pipelined
+            if isinstance(node, MalformedNodeError):
+                log.warning("ignoring member with a malformed registration: %s", node)
                 continue
             if not node.ephemeral:
                 if member not in self._warned_persistent:
