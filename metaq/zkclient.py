@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import math
+import select
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooException, SessionExpiredError
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
+from kazoo.handlers.utils import fileobj_to_fd
 from kazoo.retry import KazooRetry
 
 from metaq.errors import ConfigError, ZooKeeperError, ZooKeeperUnavailableError
@@ -32,6 +35,34 @@ from zk_layout.paths import split_connect
 log = logging.getLogger(__name__)
 
 __all__ = ["connect", "session"]
+
+
+_READABLE = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP | select.POLLNVAL
+_WRITABLE = select.POLLOUT | select.POLLERR | select.POLLHUP | select.POLLNVAL
+
+
+class PollHandler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo is untyped
+    """kazoo's threading handler with a cheaper ``select``.
+
+    kazoo's connection thread calls ``select`` once per request sent and once per reply read, and kazoo's
+    own implementation builds (and closes) an epoll selector each time: four system calls and several
+    objects per call, about a third of a busy client's CPU in the scale benchmark (bench/scale.py). A
+    ``poll`` object is one call and has no descriptor limit either (why kazoo left ``select.select``)."""
+
+    def select(self, rlist: Sequence[Any], wlist: Sequence[Any], xlist: Sequence[Any],
+               timeout: float | None = None) -> tuple[list[Any], list[Any], list[Any]]:
+        poller = select.poll()
+        wanted: dict[int, int] = {}
+        for objects, mask in ((rlist, select.POLLIN | select.POLLPRI), (wlist, select.POLLOUT)):
+            for obj in objects:
+                fd = fileobj_to_fd(obj)
+                wanted[fd] = wanted.get(fd, 0) | mask
+        for fd, mask in wanted.items():
+            poller.register(fd, mask)
+        ready = dict(poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000))))
+        readable = [obj for obj in rlist if ready.get(fileobj_to_fd(obj), 0) & _READABLE]
+        writable = [obj for obj in wlist if ready.get(fileobj_to_fd(obj), 0) & _WRITABLE]
+        return readable, writable, []
 
 
 def reconnect_policy(session_timeout_ms: int) -> KazooRetry:
@@ -60,6 +91,7 @@ def connect(
     """
     hosts, chroot = split_connect(connect_string)
     kazoo_options.setdefault("connection_retry", reconnect_policy(session_timeout_ms))
+    kazoo_options.setdefault("handler", PollHandler())
     try:
         client = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000.0, read_only=read_only, **kazoo_options)
     except (ValueError, KazooException) as e:
