@@ -182,6 +182,10 @@ class _Nodes:
                 start = end
         return results
 
+    def session_id(self) -> int | None:
+        """This client's ZooKeeper session (None while it has none): what ephemeral nodes belong to."""
+        return self._session_id()
+
     def _session_id(self) -> int | None:
         client_id = self._client.client_id
         return client_id[0] if client_id else None

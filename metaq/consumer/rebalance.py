@@ -38,7 +38,7 @@ from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.errors import ConsumerRebalanceFailedError as ConsumerRebalanceFailedError  # re-exported (old home)
 from metaq.errors import MalformedNodeError, MetaqError
 from metaq.metrics.consumer import ConsumerMetrics
-from zk_layout import TopicCount, ZkLayout, paths
+from zk_layout import ConsumerNode, TopicCount, ZkLayout, paths
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,8 @@ class ZKRebalancerListener:
         self._warned_missing: set[str] = set()
         self._warned_persistent: set[str] = set()  # persistent member nodes already warned about
         self._conflicts: dict[TopicPartition, str] | None = None  # owner nodes in the way of the last claims
+        self._claim_session: int | None = None  # the ZooKeeper session that created our owner nodes
+        self._member_nodes: dict[str, ConsumerNode] = {}  # registrations read, by member id (they never change)
         self._thread = threading.Thread(
             target=self._run, name=f"{consumer_id}_watcher_executor", daemon=True
         )
@@ -388,7 +390,13 @@ class ZKRebalancerListener:
         group still counts such a node, so the two disagree until it is deleted: the warning says so."""
         members: dict[str, TopicCount] = {}
         ids = self._layout.consumer_ids(self._group, watch=self._on_watch)
-        for member, node in self._layout.read_consumer_nodes(self._group, ids).items():  # pipelined
+        # A member's registration never changes (one subscription per connector, and consumer ids are unique
+        # per process start): read only the members not seen before, pipelined, instead of every member at
+        # every rebalance of every member (N x N reads per membership change).
+        known = {member: self._member_nodes[member] for member in ids if member in self._member_nodes}
+        fresh = self._layout.read_consumer_nodes(self._group, [member for member in ids if member not in known])
+        self._member_nodes = {**known, **{m: n for m, n in fresh.items() if not isinstance(n, MalformedNodeError)}}
+        for member, node in sorted({**known, **fresh}.items()):
             if isinstance(node, MalformedNodeError):
                 log.warning("ignoring member with a malformed registration: %s", node)
                 continue
@@ -408,8 +416,10 @@ class ZKRebalancerListener:
     def _claim_all(self, mine: Mapping[TopicPartition, str]) -> bool:
         """Create every owner node of ``mine`` or none (one ZooKeeper transaction). On a conflict, the
         partitions still held by others are remembered for :meth:`_backoff` to wait on."""
+        session = self._layout.session_id()  # before claiming: a session that ends meanwhile never matches
         in_the_way = self._layout.claim_partitions(self._group, mine)
         if not in_the_way:
+            self._claim_session = session
             return True
         self._conflicts = {key: owner for key, owner in in_the_way.items() if owner is not None}
         (topic, partition), owner = min(in_the_way.items())
@@ -450,7 +460,7 @@ class ZKRebalancerListener:
             changed.wait(min(remaining, EXECUTOR_TICK_S))  # ticks to notice shutdown
 
     def _release_claims(self, claims: Mapping[TopicPartition, str]) -> None:
-        self._layout.release_partitions(self._group, claims)
+        self._layout.release_partitions(self._group, claims, claimed_in_session=self._claim_session)
 
     def _publish(self, mine: Mapping[TopicPartition, str], offsets: Mapping[TopicPartition, int | None]) -> None:
         self.generation += 1
@@ -478,7 +488,8 @@ class ZKRebalancerListener:
             self._safe_hook(self._listener.before_release, grouped)
         if owned:
             try:  # pipelined: two ZooKeeper round trips for all of them
-                self._layout.release_partitions(self._group, {key: info.thread_id for key, info in owned.items()})
+                self._layout.release_partitions(self._group, {key: info.thread_id for key, info in owned.items()},
+                                                claimed_in_session=self._claim_session)
             except MetaqError as e:  # they die with the session anyway
                 log.warning("could not release %s: %s", sorted(owned), e)
         self._store.release(owned)
