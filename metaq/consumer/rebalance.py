@@ -214,6 +214,8 @@ class ZKRebalancerListener:
             if self._shutdown.is_set():
                 return
             try:
+                if triggered and not lost:
+                    self._coalesce()
                 if lost:
                     self._handle_session_loss()  # raises while ZooKeeper is not back: retried on a backoff
                 if lost or triggered or self._retry_due() or (rearm and self._recheck()) or self._self_check_fails():
@@ -228,6 +230,25 @@ class ZKRebalancerListener:
                 log.exception("consumer %s: rebalance executor error", self._consumer_id)
                 self.last_error = repr(e)
                 self.trigger_later(self._config.backoff_ms / 1000.0)
+
+    def _coalesce(self) -> None:
+        """Let a burst of events end before rebalancing: wait until no event came for
+        metaq.rebalance.coalesce.ms, at most rebalance.backoff.ms in all (a steady trickle of changes
+        still gets its rebalances). A burst of N joins then costs every member one rebalance instead of
+        up to N, each of which would mostly fail to claim what the others have not released yet."""
+        quiet = self._config.rebalance_coalesce_ms / 1000.0
+        if quiet <= 0:
+            return
+        deadline = time.monotonic() + self._config.backoff_ms / 1000.0
+        with self._wakeup:
+            while not self._shutdown.is_set() and not self._session_lost:
+                self._triggered = False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._wakeup.wait(min(quiet, remaining))
+                if not self._triggered:
+                    return
 
     def trigger_later(self, delay_s: float) -> None:
         self._retry_at = time.monotonic() + delay_s
