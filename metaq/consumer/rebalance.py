@@ -215,7 +215,7 @@ class ZKRebalancerListener:
                 return
             try:
                 if triggered and not lost:
-                    self._coalesce()
+                    self.wait_for_quiet_group()
                 if lost:
                     self._handle_session_loss()  # raises while ZooKeeper is not back: retried on a backoff
                 if lost or triggered or self._retry_due() or (rearm and self._recheck()) or self._self_check_fails():
@@ -231,22 +231,30 @@ class ZKRebalancerListener:
                 self.last_error = repr(e)
                 self.trigger_later(self._config.backoff_ms / 1000.0)
 
-    def _coalesce(self) -> None:
-        """Let a burst of events end before rebalancing: wait until no event came for
-        metaq.rebalance.coalesce.ms, at most rebalance.backoff.ms in all (a steady trickle of changes
-        still gets its rebalances). A burst of N joins then costs every member one rebalance instead of
-        up to N, each of which would mostly fail to claim what the others have not released yet."""
+    def wait_for_quiet_group(self) -> None:
+        """Let a burst of events end before rebalancing: wait until the group's member list has not changed
+        for metaq.rebalance.coalesce.ms, at most rebalance.backoff.ms in all (a steady trickle of changes
+        still gets its rebalances). A burst of N joins then costs every member one rebalance instead of up
+        to N, each of which would mostly fail to claim what the others have not released yet. Before the
+        first rebalance too, so that members starting together compute their first assignment from the
+        whole group. The members watch is re-armed at each step (watches are one-shot)."""
         quiet = self._config.rebalance_coalesce_ms / 1000.0
         if quiet <= 0:
             return
         deadline = time.monotonic() + self._config.backoff_ms / 1000.0
-        with self._wakeup:
-            while not self._shutdown.is_set() and not self._session_lost:
+        while not self._shutdown.is_set():
+            with self._wakeup:
                 self._triggered = False
+            try:
+                self._layout.consumer_ids(self._group, watch=self._on_watch)  # the next change wakes us
+            except MetaqError:
+                return  # the rebalance that follows reports it
+            with self._wakeup:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if self._session_lost or remaining <= 0:
                     return
-                self._wakeup.wait(min(quiet, remaining))
+                if not self._triggered:
+                    self._wakeup.wait(min(quiet, remaining))
                 if not self._triggered:
                     return
 
