@@ -116,14 +116,16 @@ class _Groups(_Nodes):
         one per member: a rebalance reads every member's registration); a registration that does not decode
         is returned as its error, one that goes away while being read is left out. Decoded registrations are
         memoised by their bytes: every member re-reads the same ones at each rebalance."""
-        reads = {cid: (path, self._client.get_async(path))
-                 for cid in consumer_ids for path in (paths.consumer_id_path(group, cid),)}
+        nodes = {cid: paths.consumer_id_path(group, cid) for cid in consumer_ids}
         result: dict[str, ConsumerNode | MalformedNodeError] = {}
         with self._translated("read", paths.consumer_ids_path(group)):
-            for cid, (path, request) in reads.items():
-                if _failed_with(request, NoNodeError):
+            for cid, read in self._read_many(nodes).items():
+                if isinstance(read, NoNodeError):
                     continue
-                data, stat = request.get()
+                if isinstance(read, Exception):
+                    raise read
+                path = nodes[cid]
+                data, stat = read
                 try:
                     result[cid] = ConsumerNode(_decode_topic_count(self.full_path(path), data), stat.ephemeralOwner)
                 except MalformedNodeError as e:

@@ -13,7 +13,7 @@ from kazoo.protocol.states import ZnodeStat
 
 from metaq.errors import ConfigError, MalformedNodeError, ZooKeeperError
 from zk_layout import paths
-from zk_layout._nodes import _failed_with, _Nodes, _rolled_back
+from zk_layout._nodes import _Nodes, _rolled_back
 from zk_layout.formats import decode_offset, encode_offset
 
 NO_OFFSET = b"-1"  # what a fenced partition holds before its first commit; Kafka 0.8 reads -1 as "none"
@@ -107,17 +107,22 @@ class _Offsets(_Nodes):
         nodes = {key: paths.offset_path(group, *key) for key in partitions}
         fenced: dict[tuple[str, int], FencedOffset] = {}
         with self._translated("fence offsets of", paths.offsets_path(group)):
-            # A few requests in all rather than two or three per partition: pipelined reads, then pipelined
-            # multi-ops of bounded size that rewrite every node (a missing one is created holding -1 and
-            # rewritten in the same multi-op, so no second read). Whatever that does not settle (a node
-            # written or created in between, e.g. by the previous owner's last commit) is fenced again
+            # A few requests in all rather than two or three per partition: batched reads (multiRead), then
+            # pipelined multi-ops of bounded size that rewrite every node (a missing one is created holding
+            # -1 and rewritten in the same multi-op, so no second read). Whatever that does not settle (a
+            # node written or created in between, e.g. by the previous owner's last commit) is fenced again
             # below, one at a time, exactly as before.
-            reads = {key: self._client.get_async(path) for key, path in nodes.items()}
-            missing = [key for key, request in reads.items() if _failed_with(request, NoNodeError)]
+            reads = self._read_many(nodes)
+            missing = [key for key, read in reads.items() if isinstance(read, NoNodeError)]
+            failure = next((read for read in reads.values() if isinstance(read, Exception)
+                            and not isinstance(read, NoNodeError)), None)
+            if failure is not None:
+                raise failure
             for topic in sorted({topic for topic, _ in missing}):
                 self._client.ensure_path(paths.topic_offsets_path(group, topic))
-            current = {key: NO_OFFSET if key in missing else reads[key].get()[0] for key in nodes}
-            ops = {key: (partial(_rewrite_op, path, current[key], None if key in missing else reads[key].get()[1]),
+            stats = {key: read for key, read in reads.items() if isinstance(read, tuple)}
+            current = {key: stats[key][0] if key in stats else NO_OFFSET for key in nodes}
+            ops = {key: (partial(_rewrite_op, path, current[key], stats[key][1] if key in stats else None),
                          2 * (len(path) + len(current[key]))) for key, path in nodes.items()}
             for key, result in self._multi(ops).items():
                 if isinstance(result, ZnodeStat):

@@ -67,12 +67,13 @@ class _Topics(_Nodes):
         nodes = {key: paths.partition_state_path(*key) for key in partitions}
         result: dict[tuple[str, int], PartitionState | None] = {}
         with self._translated("read", paths.BROKER_TOPICS):
-            reads = {key: self._client.get_async(path) for key, path in nodes.items()}
-            for key, request in reads.items():
-                if _failed_with(request, NoNodeError):
+            for key, read in self._read_many(nodes).items():
+                if isinstance(read, NoNodeError):
                     result[key] = None
+                elif isinstance(read, Exception):
+                    raise read
                 else:
-                    result[key] = PartitionState.decode(self.full_path(nodes[key]), request.get()[0])
+                    result[key] = PartitionState.decode(self.full_path(nodes[key]), read[0])
         return result
 
     def partition_state_versioned(

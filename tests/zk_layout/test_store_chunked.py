@@ -70,3 +70,19 @@ def test_fence_and_commit_more_than_one_multi_op_holds(zk_layout: ZkLayout) -> N
     versions, lost = zk_layout.commit_fenced_offsets("g", {key: (i, fenced[key].version) for i, key in enumerate(keys)})
     assert len(versions) == len(keys) and not lost
     assert zk_layout.read_offset("g", *keys[-1]) == len(keys) - 1
+
+
+@pytest.mark.parametrize("multi_read", [True, False], ids=["multiRead", "pipelined getData"])
+def test_read_many_matches_get(zk_layout: ZkLayout, monkeypatch: pytest.MonkeyPatch, multi_read: bool) -> None:
+    monkeypatch.setattr(_nodes._Nodes, "_multi_read", multi_read)
+    client = zk_layout.client
+    client.ensure_path("/r")
+    for i in range(5):
+        client.create(f"/r/n{i}", f"value-{i}".encode() * i)
+    wanted = {i: f"/r/n{i}" for i in range(7)}  # 5 and 6 do not exist
+    got = zk_layout._read_many(wanted)
+    assert list(got) == list(wanted)
+    for i in range(5):
+        assert got[i] == client.get(f"/r/n{i}")
+    assert all(type(got[i]).__name__ == "NoNodeError" for i in (5, 6))
+    assert zk_layout._read_many({}) == {}
