@@ -250,12 +250,11 @@ class ZKRebalancerListener:
             except MetaqError:
                 return  # the rebalance that follows reports it
             with self._wakeup:
-                remaining = deadline - time.monotonic()
-                if self._session_lost or remaining <= 0:
-                    return
-                if not self._triggered:
-                    self._wakeup.wait(min(quiet, remaining))
-                if not self._triggered:
+                end = min(time.monotonic() + quiet, deadline)
+                # the whole window even after an event: one re-read per window, not one per join per member
+                while not self._shutdown.is_set() and not self._session_lost and time.monotonic() < end:
+                    self._wakeup.wait(end - time.monotonic())
+                if not self._triggered or self._session_lost or time.monotonic() >= deadline:
                     return
 
     def trigger_later(self, delay_s: float) -> None:
