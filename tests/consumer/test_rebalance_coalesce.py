@@ -4,45 +4,17 @@ coalesced rebalance still converges on the range assignment of the final group."
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offsets import ZooKeeperOffsetStore
-from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
 from metaq.testing.wait import wait_until
+from tests.consumer.test_rebalance_conflict import _Fetcher, _Subscription
 from zk_layout import BrokerInfo, PartitionState, TopicCount, ZkLayout
 
 STATE = PartitionState(leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)
 PARTITIONS = 12
 JOINERS = 5
-
-
-class _Subscription:
-    is_wildcard = False
-
-    def __init__(self) -> None:
-        self.queue = ChunkQueue(2)
-
-    def topic_count(self) -> TopicCount:
-        return TopicCount(subscription={"t": 1})
-
-    def queue_for(self, topic: str, thread_id: str) -> ChunkQueue:
-        return self.queue
-
-    def clear_queues(self) -> None:
-        pass
-
-
-class _Fetcher:
-    def __init__(self) -> None:
-        self.started: list[tuple[str, int]] = []
-
-    def start_connections(self, infos: Iterable[PartitionTopicInfo]) -> None:
-        self.started = sorted(info.key for info in infos)
-
-    def stop_connections(self) -> None:
-        pass
 
 
 def test_a_burst_of_joins_is_one_rebalance_and_converges(zk_layout: ZkLayout) -> None:
