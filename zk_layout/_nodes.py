@@ -7,7 +7,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from kazoo.client import KazooClient, TransactionRequest
@@ -187,6 +187,12 @@ class _Nodes:
     def _ensure(self, path: str) -> None:
         with self._translated("create", path):
             self._client.ensure_path(path)
+
+    def _ensure_paths(self, paths: Iterable[str]) -> None:
+        """``ensure_path`` of each, pipelined: one or two round trips in all rather than one or more each
+        (the per-topic directories of a new group). Errors are raised (callers translate them)."""
+        for request in [self._client.ensure_path_async(path) for path in sorted(set(paths))]:
+            request.get()
 
     def _upsert(self, path: str, data: bytes) -> None:
         """Kafka's ``updatePersistentPath``: set, or create with parents; a racing creator is overwritten."""

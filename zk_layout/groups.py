@@ -223,8 +223,7 @@ class _Groups(_Nodes):
                     if any(isinstance(result, Exception) for result in undo.values()):
                         self.release_partitions(group, {key: pending[key] for key in created})
                 if any(isinstance(results[key], NoNodeError) for key in failed):  # an owners directory is missing
-                    for topic in {topic for topic, _ in pending}:
-                        self._client.ensure_path(paths.topic_owners_path(group, topic))
+                    self._ensure_paths(paths.topic_owners_path(group, topic) for topic, _ in pending)
                     continue
                 reads = {key: self._client.get_async(nodes[key]) for key in failed}  # who is in the way
                 session = self._session_id()

@@ -118,8 +118,7 @@ class _Offsets(_Nodes):
                             and not isinstance(read, NoNodeError)), None)
             if failure is not None:
                 raise failure
-            for topic in sorted({topic for topic, _ in missing}):
-                self._client.ensure_path(paths.topic_offsets_path(group, topic))
+            self._ensure_paths(paths.topic_offsets_path(group, topic) for topic, _ in missing)
             stats = {key: read for key, read in reads.items() if isinstance(read, tuple)}
             current = {key: stats[key][0] if key in stats else NO_OFFSET for key in nodes}
             ops = {key: (partial(_rewrite_op, path, current[key], stats[key][1] if key in stats else None),
