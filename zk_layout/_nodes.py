@@ -16,7 +16,6 @@ from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
     KazooException,
-    MarshallingError,
     NoAuthError,
     NodeExistsError,
     NoNodeError,
@@ -24,7 +23,6 @@ from kazoo.exceptions import (
     RolledBackError,
     RuntimeInconsistency,
     SessionExpiredError,
-    UnimplementedError,
     ZookeeperStoppedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
@@ -257,7 +255,10 @@ class _Nodes:
                 for chunk, request in requests:
                     result.update(zip(chunk, request.get(), strict=True))
                 return result
-            except (UnimplementedError, MarshallingError) as e:
+            except _UNAVAILABLE:
+                raise
+            except Exception as e:  # noqa: BLE001 - an older server: UnimplementedError, or (3.4/3.5) an
+                # empty reply that does not decode; either way, fall back for good
                 log.info("ZooKeeper has no multiRead (%r): reading nodes one request each", e)
                 _Nodes._multi_read = False
         gets = {key: self._client.get_async(path) for key, path in paths.items()}

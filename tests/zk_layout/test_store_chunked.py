@@ -3,6 +3,7 @@ multi-ops keep the outcomes of one transaction (claims all or nothing, fencing i
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
 import pytest
@@ -86,3 +87,18 @@ def test_read_many_matches_get(zk_layout: ZkLayout, monkeypatch: pytest.MonkeyPa
         assert got[i] == client.get(f"/r/n{i}")
     assert all(type(got[i]).__name__ == "NoNodeError" for i in (5, 6))
     assert zk_layout._read_many({}) == {}
+
+
+def test_read_many_falls_back_on_a_server_without_multi_read(zk_layout: ZkLayout,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """ZooKeeper 3.4/3.5 answer the unknown opcode with an empty reply (nothing to decode)."""
+    monkeypatch.setattr(_nodes._Nodes, "_multi_read", True)
+
+    def empty_reply(data: bytes, offset: int) -> list[object]:
+        raise struct.error("unpack_from requires a buffer of at least 9 bytes")
+
+    monkeypatch.setattr(_nodes._MultiRead, "deserialize", staticmethod(empty_reply))
+    zk_layout.client.create("/old", b"v", makepath=True)
+    got = zk_layout._read_many({"a": "/old", "b": "/missing"})
+    assert got["a"] == zk_layout.client.get("/old") and type(got["b"]).__name__ == "NoNodeError"
+    assert _nodes._Nodes._multi_read is False  # remembered: no second try
