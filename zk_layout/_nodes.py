@@ -37,6 +37,7 @@ from kazoo.protocol.serialization import (
     write_string,
 )
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
+from kazoo.security import ACL
 
 from metaq.errors import ConfigError, StaleVersionError, ZooKeeperError, ZooKeeperUnavailableError
 
@@ -186,10 +187,11 @@ class _Nodes:
         with self._translated("create", path):
             self._client.ensure_path(path)
 
-    def _ensure_paths(self, paths: Iterable[str]) -> None:
-        """``ensure_path`` of each, pipelined: one or two round trips in all rather than one or more each
-        (the per-topic directories of a new group). Errors are raised (callers translate them)."""
-        for request in [self._client.ensure_path_async(path) for path in sorted(set(paths))]:
+    def _ensure_paths(self, paths: Iterable[str], acl: Sequence[ACL] | None = None) -> None:
+        """``ensure_path`` of each (nodes it creates get ``acl``; None: the client's default), pipelined: one
+        or two round trips in all rather than one or more each (the per-topic directories of a new group).
+        Errors are raised (callers translate them)."""
+        for request in [self._client.ensure_path_async(path, acl=acl) for path in sorted(set(paths))]:
             request.get()
 
     def _upsert(self, path: str, data: bytes) -> None:

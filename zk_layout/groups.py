@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
 from kazoo.client import TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.security import ACL
 
 from metaq.errors import MalformedNodeError, StaleVersionError
 from zk_layout import paths
@@ -47,8 +48,8 @@ def _decode_topic_count(path: str, data: bytes) -> TopicCount:
     return TopicCount.decode(path, data)
 
 
-def _create_ephemeral_op(path: str, data: bytes, txn: TransactionRequest) -> None:
-    txn.create(path, data, ephemeral=True)
+def _create_ephemeral_op(path: str, data: bytes, txn: TransactionRequest, acl: Sequence[ACL] | None = None) -> None:
+    txn.create(path, data, acl=acl, ephemeral=True)
 
 
 def _delete_op(path: str, version: int, txn: TransactionRequest) -> None:

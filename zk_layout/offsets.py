@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
 from kazoo.client import TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
+from kazoo.security import ACL
 
 from metaq.errors import ConfigError, MalformedNodeError, ZooKeeperError
 from zk_layout import paths
@@ -206,11 +207,12 @@ def _set_op(path: str, data: bytes, version: int, txn: TransactionRequest) -> No
     txn.set_data(path, data, version=version)
 
 
-def _rewrite_op(path: str, data: bytes, stat: ZnodeStat | None, txn: TransactionRequest) -> None:
+def _rewrite_op(path: str, data: bytes, stat: ZnodeStat | None, txn: TransactionRequest,
+                acl: Sequence[ACL] | None = None) -> None:
     """The fence: rewrite the node's own value conditional on the version read (``stat``), or create it
     holding ``data`` and rewrite that (``stat`` None: it did not exist), so its version moves either way."""
     if stat is None:
-        txn.create(path, data)
+        txn.create(path, data, acl=acl)
         txn.set_data(path, data, version=0)
     else:
         txn.set_data(path, data, version=stat.version)
