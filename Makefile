@@ -40,7 +40,7 @@ lint: install
 	$(VENV)/bin/python tools/typecheck.py
 
 bench: install
-	$(VENV)/bin/python -m bench
+	$(VENV)/bin/python -m bench $(BENCH_ARGS)
 
 spark-examples: install
 	for job in batch streaming; do \

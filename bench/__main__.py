@@ -22,6 +22,9 @@ ends with one set of tables:
 7. security: the metaq consumer's throughput over PLAINTEXT, SSL and SASL_SSL (with confluent-kafka's) and the
    time to open a TLS/SASL connection with metaq's client (bench/consumer_security.py); confluent-kafka's produce
    and fetch per listener and the raw SCRAM login time (bench/security.py).
+8. scale: N members x P partitions (10 x 1,000, 50 x 5,000, 100 x 10,000), settle time after a join burst
+   and a leave, attempts, ZooKeeper requests and claim conflicts; fence and commit of 10,000 offsets
+   (bench/scale.py; --only scale).
 
 ``ZOOKEEPER_CONNECT=host:port`` uses an existing ZooKeeper instead of the embedded one.
 """
@@ -42,6 +45,7 @@ import psutil
 
 from bench import consumer as bench_consumer
 from bench import rebalance as bench_rebalance
+from bench import scale as bench_scale
 from bench.consumer import print_table
 from bench.environment import Environment, environment
 from metaq.broker.process import BrokerProcess
@@ -215,11 +219,13 @@ class Plan:
     kill_reps: int
     session_timeout_ms: int
     commit_reps: int
+    scale_sizes: tuple[tuple[int, int], ...]
+    scale_reps: int
 
 
-FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20)
-QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5)
-SECTIONS = ("broker", "consumer", "rebalance", "commit", "offsets", "spark", "security")
+FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20, bench_scale.SIZES, 2)
+QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5, ((10, 1_000),), 1)
+SECTIONS = ("broker", "consumer", "rebalance", "commit", "offsets", "spark", "security", "scale")
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -271,6 +277,11 @@ def main() -> None:
             fence, times = bench_rebalance.measure_commit(env.client, reps=plan.commit_reps,
                                                           report=lambda line: print(line, flush=True))
             tables.append(("4. Offset commit over ZooKeeper", bench_rebalance.commit_table(1000, fence, times)))
+        if "scale" in only:
+            print("== 7. group scale (members are threads of this process, one ZooKeeper session each)", flush=True)
+            phases, offset_rows = bench_scale.run(env.zk, env.layout, env.broker.broker_id, list(plan.scale_sizes),
+                                                  plan.scale_reps, report=lambda line: print(line, flush=True))
+            tables.extend(bench_scale.tables(phases, offset_rows))
     # The last two sections bring their own ZooKeeper, broker (and SparkSession) and print their own tables.
     late: list[Callable[[], None]] = []
     if "offsets" in only:

@@ -7,10 +7,12 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import TypeVar
 
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (
+    EXCEPTIONS,
     BadVersionError,
     ConnectionLoss,
     KazooException,
@@ -18,12 +20,23 @@ from kazoo.exceptions import (
     NodeExistsError,
     NoNodeError,
     OperationTimeoutError,
+    RolledBackError,
+    RuntimeInconsistency,
     SessionClosedRequireSaslError,
     SessionExpiredError,
     ZookeeperStoppedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
+from kazoo.protocol.serialization import (
+    GetData,
+    MultiHeader,
+    int_struct,
+    multiheader_struct,
+    read_buffer,
+    stat_struct,
+    write_string,
+)
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 from kazoo.security import ACL
 
@@ -47,10 +60,81 @@ _ACTIONS = {"Create": "create", "Create2": "create", "SetData": "write", "Delete
 Watch = Callable[[WatchedEvent], None]
 """A one-shot kazoo watch. It runs on kazoo's event thread and must not block."""
 
+K = TypeVar("K", bound=Hashable)
+
+MULTI_MAX_OPS = 1000
+"""Keys (one or two operations each) per ZooKeeper multi-op at most. A multi is one request, and a request
+larger than the server's ``jute.maxbuffer`` (1 MB by default) is refused by closing the connection, so big
+batches are split."""
+MULTI_MAX_BYTES = 512 * 1024
+"""Estimated request bytes per multi-op at most: half of the default ``jute.maxbuffer``."""
+MULTI_OP_OVERHEAD = 64
+"""Bytes per operation besides path and data in the estimate: op header, version, flags, an ACL."""
+
+
+def multi_chunks(keys: Sequence[K], size: Callable[[K], int], *, max_ops: int | None = None,
+                 max_bytes: int | None = None) -> list[list[K]]:
+    """``keys`` split, in order, into runs of at most ``max_ops`` (default :data:`MULTI_MAX_OPS`) whose
+    estimated sizes (``size(key)`` plus :data:`MULTI_OP_OVERHEAD` each) add up to at most ``max_bytes``
+    (default :data:`MULTI_MAX_BYTES`): one multi-op each."""
+    max_ops = MULTI_MAX_OPS if max_ops is None else max_ops
+    max_bytes = MULTI_MAX_BYTES if max_bytes is None else max_bytes
+    chunks: list[list[K]] = []
+    current: list[K] = []
+    used = 0
+    for key in keys:
+        cost = size(key) + MULTI_OP_OVERHEAD
+        if current and (len(current) >= max_ops or used + cost > max_bytes):
+            chunks.append(current)
+            current, used = [], 0
+        current.append(key)
+        used += cost
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+class _MultiRead:
+    """ZooKeeper's ``multiRead`` request (opcode 22, servers 3.6+): many getData in one request and one
+    reply, where pipelined ``get_async`` calls cost kazoo a request, a reply and two passes of its
+    connection loop each. kazoo 2.11 does not offer it; this is its jute encoding, as kazoo's own
+    ``Transaction`` is written. Each result is (data, stat) or the exception of that path (NoNodeError)."""
+
+    type = 22
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.paths = paths
+
+    def serialize(self) -> bytearray:
+        b = bytearray()
+        for path in self.paths:
+            b.extend(MultiHeader(GetData.type, False, -1).serialize())
+            b.extend(write_string(path))
+            b.extend(b"\0")  # no watch
+        b.extend(multiheader_struct.pack(-1, True, -1))
+        return b
+
+    @staticmethod
+    def deserialize(data: bytes, offset: int) -> list[tuple[bytes, ZnodeStat] | Exception]:
+        results: list[tuple[bytes, ZnodeStat] | Exception] = []
+        header, offset = MultiHeader.deserialize(data, offset)
+        while not header.done:
+            if header.type == GetData.type:
+                value, offset = read_buffer(data, offset)
+                results.append((value or b"", ZnodeStat._make(stat_struct.unpack_from(data, offset))))
+                offset += stat_struct.size
+            else:  # -1: an error result
+                results.append(EXCEPTIONS[int_struct.unpack_from(data, offset)[0]]())
+                offset += int_struct.size
+            header, offset = MultiHeader.deserialize(data, offset)
+        return results
+
 
 class _Nodes:
     """The client, the chroot-aware paths in messages and the node primitives every concept module uses."""
 
+
+    _multi_read = True  # the server answers multiRead; False once one did not (see _read_many)
 
     def __init__(self, client: KazooClient, *, stale_node_wait_s: float = 10.0,
                  acls: ZnodeAcls | None = None) -> None:
@@ -133,6 +217,14 @@ class _Nodes:
         with self._translated("create", path):
             self._client.ensure_path(path, acl=self._acl(path))
 
+    def _ensure_paths(self, paths: Iterable[str], acl: Sequence[ACL] | None = None) -> None:
+        """``ensure_path`` of each (nodes it creates get ``acl``; None: the client's default), pipelined: one
+        or two round trips in all rather than one or more each (the per-topic directories of a new group).
+        Errors are raised (callers translate them)."""
+        for request in [self._client.ensure_path_async(path, acl=acl if acl is not None else self._acl(path))
+                        for path in sorted(set(paths))]:
+            request.get()
+
     def _upsert(self, path: str, data: bytes) -> None:
         """Kafka's ``updatePersistentPath``: set, or create with parents; a racing creator is overwritten."""
         with self._translated("write", path):
@@ -151,6 +243,73 @@ class _Nodes:
                 return True
             except NoNodeError:
                 return False
+
+    def _multi(self, ops: Mapping[K, tuple[Callable[[TransactionRequest], None], int]], *,
+               raise_no_auth: bool = True) -> dict[K, object]:
+        """Run the operations of each key as pipelined multi-ops of bounded size (:func:`multi_chunks`).
+        ``ops[key]`` is (a function adding the key's ops to a transaction, their path and data bytes). Each
+        chunk is all or nothing, the chunks are independent (an ACL refusal raises, unless ``raise_no_auth`` is
+        false: then it is a key's result like any other). Returns each key's result: its last op's, or
+        the exception of a failed chunk (the op that failed, ``RolledBackError`` for the others). Connection
+        errors are raised (callers translate them)."""
+        pending = []
+        for chunk in multi_chunks(list(ops), lambda key: ops[key][1]):
+            txn = self._client.transaction()
+            ends = []
+            for key in chunk:
+                ops[key][0](txn)
+                ends.append(len(txn.operations))
+            pending.append((chunk, ends, txn, txn.commit_async()))
+        results: dict[K, object] = {}
+        for chunk, ends, txn, request in pending:
+            outcome = request.get()
+            if raise_no_auth:
+                self._raise_if_no_auth(txn, outcome)
+            start = 0
+            for key, end in zip(chunk, ends, strict=True):
+                mine = outcome[start:end]
+                failure = (r for r in mine if isinstance(r, Exception) and not _rolled_back(r))
+                results[key] = next(failure, mine[-1])
+                start = end
+        return results
+
+    def _read_many(self, paths: Mapping[K, str]) -> dict[K, tuple[bytes, ZnodeStat] | Exception]:
+        """Data and stat of each path (or its exception, e.g. NoNodeError), read with ``multiRead`` requests
+        of bounded size (:func:`multi_chunks`), pipelined; with pipelined getData requests on a server
+        without ``multiRead`` (before 3.6), which this client then remembers. Connection errors are raised
+        (callers translate them)."""
+        keys = list(paths)
+        if _Nodes._multi_read and keys:
+            chroot = self._client.chroot or ""
+            chunks = multi_chunks(keys, lambda key: len(paths[key]))
+            requests = []
+            for chunk in chunks:
+                request = self._client.handler.async_result()
+                self._client._call(_MultiRead([chroot + paths[key] for key in chunk]), request)
+                requests.append((chunk, request))
+            try:
+                result: dict[K, tuple[bytes, ZnodeStat] | Exception] = {}
+                for chunk, request in requests:
+                    result.update(zip(chunk, request.get(), strict=True))
+                return result
+            except _UNAVAILABLE:
+                raise
+            except Exception as e:  # noqa: BLE001 - an older server: UnimplementedError, or (3.4/3.5) an
+                # empty reply that does not decode; either way, fall back for good
+                log.info("ZooKeeper has no multiRead (%r): reading nodes one request each", e)
+                _Nodes._multi_read = False
+        gets = {key: self._client.get_async(path) for key, path in paths.items()}
+        out: dict[K, tuple[bytes, ZnodeStat] | Exception] = {}
+        for key, request in gets.items():
+            try:
+                out[key] = request.get()
+            except NoNodeError as e:
+                out[key] = e
+        return out
+
+    def session_id(self) -> int | None:
+        """This client's ZooKeeper session (None while it has none): what ephemeral nodes belong to."""
+        return self._session_id()
 
     def _session_id(self) -> int | None:
         client_id = self._client.client_id
@@ -222,6 +381,12 @@ class _Nodes:
                 else:
                     log.warning("ignoring %s/%s: not a Kafka partition number", self.full_path(directory), name)
         return sorted(pairs)
+
+
+def _rolled_back(result: object) -> bool:
+    """An op of a failed multi-op that did not fail itself (those before the failing op report
+    RolledBackError, those after it RuntimeInconsistency): it can be sent again without the failing one."""
+    return isinstance(result, RolledBackError | RuntimeInconsistency)
 
 
 def _failed_with(request: IAsyncResult, *errors: type[Exception]) -> bool:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache, partial
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.client import TransactionRequest
+from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
+from kazoo.security import ACL
 
-from metaq.errors import StaleVersionError
+from metaq.errors import MalformedNodeError, StaleVersionError
 from zk_layout import paths
 from zk_layout._nodes import Watch, _failed_with, _Nodes
 from zk_layout.formats import TopicCount, decode_owner, encode_owner
@@ -38,6 +41,19 @@ class OwnerNode:
     @property
     def ephemeral(self) -> bool:
         return self.session_id != 0
+
+
+@lru_cache(maxsize=4096)
+def _decode_topic_count(path: str, data: bytes) -> TopicCount:
+    return TopicCount.decode(path, data)
+
+
+def _create_ephemeral_op(path: str, data: bytes, txn: TransactionRequest, acl: Sequence[ACL] | None = None) -> None:
+    txn.create(path, data, acl=acl, ephemeral=True)
+
+
+def _delete_op(path: str, version: int, txn: TransactionRequest) -> None:
+    txn.delete(path, version=version)
 
 
 class _Groups(_Nodes):
@@ -91,10 +107,32 @@ class _Groups(_Nodes):
     def consumer_nodes(self, group: str) -> dict[str, ConsumerNode]:
         """consumer id -> registration node, leaving out consumers that go away while being read."""
         result = {}
-        for consumer_id in self.consumer_ids(group):
-            node = self.consumer_node(group, consumer_id)
-            if node is not None:
-                result[consumer_id] = node
+        for consumer_id, node in self.read_consumer_nodes(group, self.consumer_ids(group)).items():
+            if isinstance(node, MalformedNodeError):
+                raise node
+            result[consumer_id] = node
+        return result
+
+    def read_consumer_nodes(self, group: str, consumer_ids: Iterable[str]
+                            ) -> dict[str, ConsumerNode | MalformedNodeError]:
+        """:meth:`consumer_node` of each of ``consumer_ids`` with pipelined reads (one round trip rather than
+        one per member: a rebalance reads every member's registration); a registration that does not decode
+        is returned as its error, one that goes away while being read is left out. Decoded registrations are
+        memoised by their bytes: every member re-reads the same ones at each rebalance."""
+        nodes = {cid: paths.consumer_id_path(group, cid) for cid in consumer_ids}
+        result: dict[str, ConsumerNode | MalformedNodeError] = {}
+        with self._translated("read", paths.consumer_ids_path(group)):
+            for cid, read in self._read_many(nodes).items():
+                if isinstance(read, NoNodeError):
+                    continue
+                if isinstance(read, Exception):
+                    raise read
+                path = nodes[cid]
+                data, stat = read
+                try:
+                    result[cid] = ConsumerNode(_decode_topic_count(self.full_path(path), data), stat.ephemeralOwner)
+                except MalformedNodeError as e:
+                    result[cid] = e
         return result
 
     def consumer_registrations(self, group: str) -> dict[str, TopicCount]:
@@ -164,51 +202,68 @@ class _Groups(_Nodes):
         return node is not None and node[1].ephemeralOwner == self._session_id() and node[0] == encode_owner(thread_id)
 
     def claim_partitions(self, group: str, claims: Mapping[tuple[str, int], str]) -> dict[tuple[str, int], str | None]:
-        """Create the ephemeral owner nodes of all ``claims`` ({(topic, partition): thread id}) in one
-        transaction, so either all or none: one round trip, and no half-made claim is ever visible. A node
-        this session already holds for the same thread id counts as claimed (as in :meth:`claim_partition`).
-        Returns {} on success, else the partitions in the way and their owners (None: gone meanwhile); then
-        nothing was created."""
+        """Create the ephemeral owner nodes of all ``claims`` ({(topic, partition): thread id}), all or none:
+        pipelined multi-ops of bounded size (one round trip for a few thousand), and if any of them fails,
+        the nodes the others created are deleted before this returns. A node this session already holds
+        for the same thread id counts as claimed (as in :meth:`claim_partition`). Returns {} on success,
+        else the partitions in the way and their owners (None: gone meanwhile); then nothing was created."""
         pending = dict(claims)
         owners: dict[tuple[str, int], str | None] = {}
         for _ in range(3):
             if not pending:
                 return {}
             nodes = {key: paths.owner_path(group, *key) for key in pending}
+            data = {key: encode_owner(thread_id) for key, thread_id in pending.items()}
             with self._translated("claim", paths.owners_path(group)):
-                txn = self._client.transaction()
-                for key, path in nodes.items():
-                    txn.create(path, encode_owner(pending[key]), ephemeral=True, acl=self._acl(path))
-                results = txn.commit()
-                if not any(isinstance(r, Exception) for r in results):
+                results = self._multi({key: (partial(_create_ephemeral_op, path, data[key], acl=self._acl(path)),
+                                             len(path) + len(data[key]))
+                                       for key, path in nodes.items()}, raise_no_auth=False)
+                failed = {key for key, result in results.items() if isinstance(result, Exception)}
+                if not failed:
                     return {}
-                self._raise_if_no_auth(txn, results)
-                if any(isinstance(r, NoNodeError) for r in results):  # a topic's owners directory is missing
-                    for topic in {topic for topic, _ in pending}:
-                        owners_dir = paths.topic_owners_path(group, topic)
-                        self._client.ensure_path(owners_dir, acl=self._acl(owners_dir))
+                created = [key for key in nodes if key not in failed]
+                if created:  # all or none: undo what the other chunks created (ours, version 0)
+                    undo = self._multi({key: (partial(_delete_op, nodes[key], 0), len(nodes[key])) for key in created})
+                    if any(isinstance(result, Exception) for result in undo.values()):
+                        self.release_partitions(group, {key: pending[key] for key in created})
+                refused = next((key for key in failed if isinstance(results[key], NoAuthError)), None)
+                if refused is not None:  # after the undo: an ACL refusal leaves nothing claimed either
+                    raise self._no_auth("create", nodes[refused]) from results[refused]
+                if any(isinstance(results[key], NoNodeError) for key in failed):  # an owners directory is missing
+                    self._ensure_paths(paths.topic_owners_path(group, topic) for topic, _ in pending)
                     continue
-                reads = {key: self._client.get_async(path) for key, path in nodes.items()}
+                reads = {key: self._client.get_async(nodes[key]) for key in failed}  # who is in the way
                 session = self._session_id()
                 owners = {}
                 for key, request in reads.items():
                     if _failed_with(request, NoNodeError):
                         continue
-                    data, stat = request.get()
-                    if stat.ephemeralOwner == session and data == encode_owner(pending[key]):
+                    node_data, stat = request.get()
+                    if stat.ephemeralOwner == session and node_data == data[key]:
                         del pending[key]  # ours already (a create retried after its reply was lost)
                     else:
-                        owners[key] = decode_owner(self.full_path(nodes[key]), data)
+                        owners[key] = decode_owner(self.full_path(nodes[key]), node_data)
             if owners:
                 return owners
         return owners or {key: None for key in pending}
 
-    def release_partitions(self, group: str, claims: Mapping[tuple[str, int], str]) -> set[tuple[str, int]]:
+    def release_partitions(self, group: str, claims: Mapping[tuple[str, int], str], *,
+                           claimed_in_session: int | None = None) -> set[tuple[str, int]]:
         """:meth:`release_partition` for each of ``claims`` ({(topic, partition): thread id}), pipelined: two
-        round trips in all. Returns the partitions whose owner node was deleted."""
+        round trips in all. Returns the partitions whose owner node was deleted.
+
+        ``claimed_in_session``: the session that created these nodes with :meth:`claim_partitions`. While it
+        is still this client's session, the nodes are ours at version 0 (owner nodes are never rewritten, and
+        another member deletes only nodes naming its own threads), so they are deleted without reading them
+        first: one round trip, and half the requests. Any that is not (deleted meanwhile, e.g. by an
+        operator) is released the careful way below."""
         released: set[tuple[str, int]] = set()
         with self._translated("release", paths.owners_path(group)):
             nodes = {key: paths.owner_path(group, *key) for key in claims}
+            if claimed_in_session is not None and claimed_in_session == self._session_id():
+                results = self._multi({key: (partial(_delete_op, path, 0), len(path)) for key, path in nodes.items()})
+                released = {key for key, result in results.items() if not isinstance(result, Exception)}
+                nodes = {key: path for key, path in nodes.items() if key not in released}
             reads = {key: self._client.get_async(path) for key, path in nodes.items()}
             versions = {}
             for key, request in reads.items():
@@ -219,15 +274,12 @@ class _Groups(_Nodes):
                     versions[key] = stat.version
             if not versions:
                 return released
-            txn = self._client.transaction()
-            for key, version in versions.items():
-                txn.delete(nodes[key], version=version)
-            results = txn.commit()
-            if not any(isinstance(result, Exception) for result in results):
-                return set(versions)
-            self._raise_if_no_auth(txn, results)
-            # one of them changed in between (the transaction deleted none): one by one
-            deletes = {key: self._client.delete_async(nodes[key], version=version) for key, version in versions.items()}
+            results = self._multi({key: (partial(_delete_op, nodes[key], version), len(nodes[key]))
+                                   for key, version in versions.items()})
+            retry = {key: version for key, version in versions.items() if isinstance(results[key], Exception)}
+            released |= set(versions) - set(retry)
+            # one of them changed in between (its multi-op deleted none): those one by one
+            deletes = {key: self._client.delete_async(nodes[key], version=version) for key, version in retry.items()}
             for key, request in deletes.items():
                 if not _failed_with(request, NoNodeError, BadVersionError):  # else: not ours to delete any more
                     released.add(key)

@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
+from kazoo.client import TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
+from kazoo.security import ACL
 
 from metaq.errors import ConfigError, MalformedNodeError, ZooKeeperError
 from zk_layout import paths
-from zk_layout._nodes import _failed_with, _Nodes
+from zk_layout._nodes import _Nodes, _rolled_back
 from zk_layout.formats import decode_offset, encode_offset
 
 NO_OFFSET = b"-1"  # what a fenced partition holds before its first commit; Kafka 0.8 reads -1 as "none"
@@ -104,31 +108,26 @@ class _Offsets(_Nodes):
         nodes = {key: paths.offset_path(group, *key) for key in partitions}
         fenced: dict[tuple[str, int], FencedOffset] = {}
         with self._translated("fence offsets of", paths.offsets_path(group)):
-            # A few requests in all rather than two or three per partition: pipelined reads, the missing
-            # nodes created in one transaction, and every rewrite in one transaction. Whatever that does not
-            # settle (a node written in between, e.g. by the previous owner's last commit) is fenced again
+            # A few requests in all rather than two or three per partition: batched reads (multiRead), then
+            # pipelined multi-ops of bounded size that rewrite every node (a missing one is created holding
+            # -1 and rewritten in the same multi-op, so no second read). Whatever that does not settle (a
+            # node written or created in between, e.g. by the previous owner's last commit) is fenced again
             # below, one at a time, exactly as before.
-            reads = {key: self._client.get_async(path) for key, path in nodes.items()}
-            missing = [key for key, request in reads.items() if _failed_with(request, NoNodeError)]
-            if missing:
-                for topic in sorted({topic for topic, _ in missing}):
-                    offsets_dir = paths.topic_offsets_path(group, topic)
-                    self._client.ensure_path(offsets_dir, acl=self._acl(offsets_dir))
-                txn = self._client.transaction()
-                for key in missing:
-                    txn.create(nodes[key], NO_OFFSET, acl=self._acl(nodes[key]))
-                txn.commit()  # if one exists by now, none is created: those are fenced one at a time
-                for key in missing:
-                    reads[key] = self._client.get_async(nodes[key])
-            current = {key: request.get() for key, request in reads.items() if not _failed_with(request, NoNodeError)}
-            if current:
-                txn = self._client.transaction()
-                for key, (data, stat) in current.items():
-                    txn.set_data(nodes[key], data, version=stat.version)
-                results = txn.commit()
-                if not any(isinstance(result, Exception) for result in results):
-                    for (key, (data, _)), result in zip(current.items(), results, strict=True):
-                        fenced[key] = self._fenced(nodes[key], data, result.version)
+            reads = self._read_many(nodes)
+            missing = [key for key, read in reads.items() if isinstance(read, NoNodeError)]
+            failure = next((read for read in reads.values() if isinstance(read, Exception)
+                            and not isinstance(read, NoNodeError)), None)
+            if failure is not None:
+                raise failure
+            self._ensure_paths(paths.topic_offsets_path(group, topic) for topic, _ in missing)
+            stats = {key: read for key, read in reads.items() if isinstance(read, tuple)}
+            current = {key: stats[key][0] if key in stats else NO_OFFSET for key in nodes}
+            ops = {key: (partial(_rewrite_op, path, current[key], stats[key][1] if key in stats else None,
+                                 acl=self._acl(path)),
+                         2 * (len(path) + len(current[key]))) for key, path in nodes.items()}
+            for key, result in self._multi(ops).items():
+                if isinstance(result, ZnodeStat):
+                    fenced[key] = self._fenced(nodes[key], current[key], result.version)
         return {key: fenced[key] if key in fenced else self._fence_one(path) for key, path in nodes.items()}
 
     def _fence_one(self, path: str) -> FencedOffset:
@@ -180,22 +179,41 @@ class _Offsets(_Nodes):
         committed: dict[tuple[str, int], int] = {}
         lost: set[tuple[str, int]] = set()
         while pending:
-            keys = list(pending)
-            txn = self._client.transaction()
-            for key in keys:
-                offset, version = pending[key]
-                txn.set_data(paths.offset_path(group, *key), encode_offset(offset), version=version)
+            nodes = {key: paths.offset_path(group, *key) for key in pending}
+            data = {key: encode_offset(offset) for key, (offset, _) in pending.items()}
             with self._translated("commit offsets of", paths.offsets_path(group)):
-                results = txn.commit()
-            self._raise_if_no_auth(txn, results)
-            failed = [k for k, r in zip(keys, results, strict=True) if isinstance(r, BadVersionError | NoNodeError)]
-            if not failed:
-                errors = [r for r in results if isinstance(r, Exception)]
-                if errors:
-                    raise ZooKeeperError(f"offset commit for group {group} failed: {errors[0]!r}")
-                committed.update({k: r.version for k, r in zip(keys, results, strict=True)})
-                return committed, lost
-            for key in failed:
-                lost.add(key)
-                del pending[key]
+                results = self._multi({key: (partial(_set_op, path, data[key], pending[key][1]),
+                                             len(path) + len(data[key])) for key, path in nodes.items()})
+            failed = {key for key, result in results.items() if isinstance(result, BadVersionError | NoNodeError)}
+            errors = [r for r in results.values() if isinstance(r, Exception) and not _rolled_back(r)
+                      and not isinstance(r, BadVersionError | NoNodeError)]
+            if errors:
+                raise ZooKeeperError(f"offset commit for group {group} failed: {errors[0]!r}")
+            committed.update({key: result.version for key, result in results.items() if isinstance(result, ZnodeStat)})
+            lost |= failed
+            # The other partitions of a multi-op that failed were rolled back: commit them again without it,
+            # and without those whose version moved too (a new owner usually fenced many at once: found
+            # with one pipelined round of reads rather than one failed multi-op each).
+            again = [key for key, result in results.items() if _rolled_back(result)]
+            stats = {key: self._client.exists_async(nodes[key]) for key in again}
+            with self._translated("commit offsets of", paths.offsets_path(group)):
+                moved = {key for key, request in stats.items()
+                         if (stat := request.get()) is None or stat.version != pending[key][1]}
+            lost |= moved
+            pending = {key: pending[key] for key in again if key not in moved}
         return committed, lost
+
+
+def _set_op(path: str, data: bytes, version: int, txn: TransactionRequest) -> None:
+    txn.set_data(path, data, version=version)
+
+
+def _rewrite_op(path: str, data: bytes, stat: ZnodeStat | None, txn: TransactionRequest,
+                acl: Sequence[ACL] | None = None) -> None:
+    """The fence: rewrite the node's own value conditional on the version read (``stat``), or create it
+    holding ``data`` and rewrite that (``stat`` None: it did not exist), so its version moves either way."""
+    if stat is None:
+        txn.create(path, data, acl=acl)
+        txn.set_data(path, data, version=0)
+    else:
+        txn.set_data(path, data, version=stat.version)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 
 from kazoo.client import TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
@@ -16,6 +17,11 @@ from zk_layout.brokers import new_cluster_id
 from zk_layout.formats import ConfigChange, PartitionState, TopicAssignment, TopicConfig
 
 log = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=1024)
+def _partition_ids(path: str, data: bytes) -> tuple[int, ...]:
+    return tuple(sorted(TopicAssignment.decode(path, data).partitions))
 
 
 class _Topics(_Nodes):
@@ -31,6 +37,23 @@ class _Topics(_Nodes):
         node = self._read(path, watch)
         return None if node is None else TopicAssignment.decode(self.full_path(path), node[0])
 
+    def topic_partition_ids(self, topics: Iterable[str],
+                            watch: Watch | None = None) -> dict[str, tuple[int, ...] | None]:
+        """Each topic's partition ids, sorted (None: no such topic), with pipelined reads: what a rebalance
+        needs of :meth:`topic_assignment`, for all its topics in one round trip. ``watch`` as there (a missing
+        topic gets an exists watch). Decoded assignments are memoised by their bytes."""
+        reads = {topic: (path, self._client.get_async(path, watch=watch))
+                 for topic in topics for path in (paths.topic_path(topic),)}
+        result: dict[str, tuple[int, ...] | None] = {}
+        with self._translated("read", paths.BROKER_TOPICS):
+            for topic, (path, request) in reads.items():
+                if _failed_with(request, NoNodeError):
+                    assignment = self.topic_assignment(topic, watch)  # sets the exists watch; created meanwhile?
+                    result[topic] = None if assignment is None else tuple(sorted(assignment.partitions))
+                    continue
+                result[topic] = _partition_ids(self.full_path(path), request.get()[0])
+        return result
+
     def topic_config(self, topic: str) -> TopicConfig | None:
         path = paths.topic_config_path(topic)
         node = self._read(path)
@@ -45,12 +68,13 @@ class _Topics(_Nodes):
         nodes = {key: paths.partition_state_path(*key) for key in partitions}
         result: dict[tuple[str, int], PartitionState | None] = {}
         with self._translated("read", paths.BROKER_TOPICS):
-            reads = {key: self._client.get_async(path) for key, path in nodes.items()}
-            for key, request in reads.items():
-                if _failed_with(request, NoNodeError):
+            for key, read in self._read_many(nodes).items():
+                if isinstance(read, NoNodeError):
                     result[key] = None
+                elif isinstance(read, Exception):
+                    raise read
                 else:
-                    result[key] = PartitionState.decode(self.full_path(nodes[key]), request.get()[0])
+                    result[key] = PartitionState.decode(self.full_path(nodes[key]), read[0])
         return result
 
     def partition_state_versioned(

@@ -58,8 +58,7 @@ def range_split(members: Sequence[str], items: Sequence[T]) -> dict[T, str]:
     for pos, member in enumerate(members):
         start = n * pos + min(pos, extra)
         count = n + (1 if pos + 1 <= extra else 0)
-        for item in items[start : start + count]:
-            result[item] = member
+        result.update(dict.fromkeys(items[start : start + count], member))
     return result
 
 
@@ -71,9 +70,8 @@ def range_assign(
     assignment: Assignment = {}
     for topic in sorted(topic_threads):
         threads = sort_thread_ids(topic_threads[topic])
-        partitions = sorted(set(topic_partitions.get(topic, ())))
-        for partition, thread_id in range_split(threads, partitions).items():
-            assignment[(topic, partition)] = thread_id
+        partitions = [(topic, p) for p in sorted(set(topic_partitions.get(topic, ())))]
+        assignment.update(range_split(threads, partitions))  # keyed by (topic, partition) directly
     return assignment
 
 

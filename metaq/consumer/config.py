@@ -97,6 +97,9 @@ class ConsumerConfig(ZooKeeperClientConfig, SecurityConfig):
     recover_max_attempts: int = prop("metaq.recover.max.attempts", 20, check=positive)
     # how often each member re-checks that ZooKeeper's owner nodes match the assignment (0 = never)
     self_check_interval_ms: int = prop("metaq.self.check.interval.ms", 30000, check=non_negative)
+    # a watch-triggered rebalance waits until the group has been quiet this long (a burst of joins or leaves
+    # is one rebalance, not one per member), at most rebalance.backoff.ms in all; 0 = at once, as Kafka 0.8
+    rebalance_coalesce_ms: int = prop("metaq.rebalance.coalesce.ms", 200, check=non_negative)
     # delivery only while the session is proven alive: for this fraction of the negotiated session timeout
     # after the last answered ZooKeeper request was sent (metaq.zklease; 0 = off, SUSPENDED only)
     session_lease_fraction: float = prop("metaq.session.lease.fraction", 2 / 3, check=_lease_fraction)

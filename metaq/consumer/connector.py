@@ -179,6 +179,7 @@ class Consumer:
             listener=self._listener, on_failure=self._failures.fail, metrics=self.metrics,
         )
         try:
+            self._rebalancer.wait_for_quiet_group()  # members starting together: one assignment, not N
             self._rebalancer.synced_rebalance()  # the first one on the caller's thread: failures raise here
         except MetaqError:
             # Leave no half-started member behind: release, leave the group, and let the caller try again.

@@ -38,7 +38,7 @@ from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.errors import ConsumerRebalanceFailedError as ConsumerRebalanceFailedError  # re-exported (old home)
 from metaq.errors import MalformedNodeError, MetaqError
 from metaq.metrics.consumer import ConsumerMetrics
-from zk_layout import TopicCount, ZkLayout, paths
+from zk_layout import ConsumerNode, TopicCount, ZkLayout, paths
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,8 @@ class ZKRebalancerListener:
         self._warned_missing: set[str] = set()
         self._warned_persistent: set[str] = set()  # persistent member nodes already warned about
         self._conflicts: dict[TopicPartition, str] | None = None  # owner nodes in the way of the last claims
+        self._claim_session: int | None = None  # the ZooKeeper session that created our owner nodes
+        self._member_nodes: dict[str, ConsumerNode] = {}  # registrations read, by member id (they never change)
         self._thread = threading.Thread(
             target=self._run, name=f"{consumer_id}_watcher_executor", daemon=True
         )
@@ -212,6 +214,8 @@ class ZKRebalancerListener:
             if self._shutdown.is_set():
                 return
             try:
+                if triggered and not lost:
+                    self.wait_for_quiet_group()
                 if lost:
                     self._handle_session_loss()  # raises while ZooKeeper is not back: retried on a backoff
                 if lost or triggered or self._retry_due() or (rearm and self._recheck()) or self._self_check_fails():
@@ -226,6 +230,32 @@ class ZKRebalancerListener:
                 log.exception("consumer %s: rebalance executor error", self._consumer_id)
                 self.last_error = repr(e)
                 self.trigger_later(self._config.backoff_ms / 1000.0)
+
+    def wait_for_quiet_group(self) -> None:
+        """Let a burst of events end before rebalancing: wait until the group's member list has not changed
+        for metaq.rebalance.coalesce.ms, at most rebalance.backoff.ms in all (a steady trickle of changes
+        still gets its rebalances). A burst of N joins then costs every member one rebalance instead of up
+        to N, each of which would mostly fail to claim what the others have not released yet. Before the
+        first rebalance too, so that members starting together compute their first assignment from the
+        whole group. The members watch is re-armed at each step (watches are one-shot)."""
+        quiet = self._config.rebalance_coalesce_ms / 1000.0
+        if quiet <= 0:
+            return
+        deadline = time.monotonic() + self._config.backoff_ms / 1000.0
+        while not self._shutdown.is_set():
+            with self._wakeup:
+                self._triggered = False
+            try:
+                self._layout.consumer_ids(self._group, watch=self._on_watch)  # the next change wakes us
+            except MetaqError:
+                return  # the rebalance that follows reports it
+            with self._wakeup:
+                end = min(time.monotonic() + quiet, deadline)
+                # the whole window even after an event: one re-read per window, not one per join per member
+                while not self._shutdown.is_set() and not self._session_lost and time.monotonic() < end:
+                    self._wakeup.wait(end - time.monotonic())
+                if not self._triggered or self._session_lost or time.monotonic() >= deadline:
+                    return
 
     def trigger_later(self, delay_s: float) -> None:
         self._retry_at = time.monotonic() + delay_s
@@ -364,14 +394,13 @@ class ZKRebalancerListener:
                 if topic in topic_threads:
                     topic_threads[topic].extend(make_thread_ids(member, streams))
         topic_partitions: dict[str, list[int]] = {}
-        for topic in my_topics:
-            assignment = self._layout.topic_assignment(topic, watch=watch)
-            if assignment is None:
+        for topic, partition_ids in self._layout.topic_partition_ids(my_topics, watch=watch).items():
+            if partition_ids is None:
                 if topic not in self._warned_missing:
                     log.warning("consumer %s: topic %s does not exist yet; waiting for it", self._consumer_id, topic)
                     self._warned_missing.add(topic)
                 continue
-            topic_partitions[topic] = sorted(assignment.partitions)
+            topic_partitions[topic] = list(partition_ids)
         return topic_threads, topic_partitions
 
     def _needs_topic_watch(self) -> bool:
@@ -388,13 +417,16 @@ class ZKRebalancerListener:
         metaq members assign among the ephemeral, i.e. live, members only. A Kafka 0.8 member of the same
         group still counts such a node, so the two disagree until it is deleted: the warning says so."""
         members: dict[str, TopicCount] = {}
-        for member in self._layout.consumer_ids(self._group, watch=self._on_watch):
-            try:
-                node = self._layout.consumer_node(self._group, member)
-            except MalformedNodeError as e:
-                log.warning("ignoring member with a malformed registration: %s", e)
-                continue
-            if node is None:
+        ids = self._layout.consumer_ids(self._group, watch=self._on_watch)
+        # A member's registration never changes (one subscription per connector, and consumer ids are unique
+        # per process start): read only the members not seen before, pipelined, instead of every member at
+        # every rebalance of every member (N x N reads per membership change).
+        known = {member: self._member_nodes[member] for member in ids if member in self._member_nodes}
+        fresh = self._layout.read_consumer_nodes(self._group, [member for member in ids if member not in known])
+        self._member_nodes = {**known, **{m: n for m, n in fresh.items() if not isinstance(n, MalformedNodeError)}}
+        for member, node in sorted({**known, **fresh}.items()):
+            if isinstance(node, MalformedNodeError):
+                log.warning("ignoring member with a malformed registration: %s", node)
                 continue
             if not node.ephemeral:
                 if member not in self._warned_persistent:
@@ -412,8 +444,10 @@ class ZKRebalancerListener:
     def _claim_all(self, mine: Mapping[TopicPartition, str]) -> bool:
         """Create every owner node of ``mine`` or none (one ZooKeeper transaction). On a conflict, the
         partitions still held by others are remembered for :meth:`_backoff` to wait on."""
+        session = self._layout.session_id()  # before claiming: a session that ends meanwhile never matches
         in_the_way = self._layout.claim_partitions(self._group, mine)
         if not in_the_way:
+            self._claim_session = session
             return True
         self._conflicts = {key: owner for key, owner in in_the_way.items() if owner is not None}
         (topic, partition), owner = min(in_the_way.items())
@@ -454,7 +488,7 @@ class ZKRebalancerListener:
             changed.wait(min(remaining, EXECUTOR_TICK_S))  # ticks to notice shutdown
 
     def _release_claims(self, claims: Mapping[TopicPartition, str]) -> None:
-        self._layout.release_partitions(self._group, claims)
+        self._layout.release_partitions(self._group, claims, claimed_in_session=self._claim_session)
 
     def _publish(self, mine: Mapping[TopicPartition, str], offsets: Mapping[TopicPartition, int | None]) -> None:
         self.generation += 1
@@ -482,7 +516,8 @@ class ZKRebalancerListener:
             self._safe_hook(self._listener.before_release, grouped)
         if owned:
             try:  # pipelined: two ZooKeeper round trips for all of them
-                self._layout.release_partitions(self._group, {key: info.thread_id for key, info in owned.items()})
+                self._layout.release_partitions(self._group, {key: info.thread_id for key, info in owned.items()},
+                                                claimed_in_session=self._claim_session)
             except MetaqError as e:  # they die with the session anyway
                 log.warning("could not release %s: %s", sorted(owned), e)
         self._store.release(owned)

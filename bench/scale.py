@@ -1,0 +1,486 @@
+"""Consumer-group scale: N members x P partitions, rebalance settle time, attempts, ZooKeeper ops, conflicts.
+
+    python -m bench.scale [--sizes 10x1000,50x5000,100x10000] [--reps 2]   # its own ZooKeeper and broker
+
+Every member is a real :class:`metaq.consumer.Consumer` on a thread of this process, each with its own
+ZooKeeper session (the embedded ZooKeeper child process), all in one group subscribed to P partitions
+(``P / 1000`` topics of 1,000 partitions each: one topic's nodes are created in one ZooKeeper transaction,
+and 1,000 is what fits). The rebalance needs only ZooKeeper: the registered broker (one real broker
+process) and the topics' nodes. The fetchers are not started: a member counts as fetching again when its
+fetcher is handed its partitions (``FetcherManager.start_connections`` is replaced by a recorder), because
+100 members fetching 10,000 partitions from one broker on a shared 2-CPU machine measure the broker, not the
+rebalance (tried: the broker stopped answering within 30 s).
+
+Phases, each measured from a membership change until every partition is owned (the members' registries
+are disjoint and cover all P) and fetching again (each member's fetcher was started on exactly its
+registry), and nothing is pending (no rebalance running or triggered):
+
+- join: all N members start at once (a burst); the clock starts at the last registration;
+- leave: one member (the middle one, so that most ranges shift) shuts down cleanly; the clock starts at
+  its shutdown call.
+
+Counted per phase: rebalance attempts per member (max and mean; for the join, those after the last
+registration and in the whole burst), ZooKeeper requests made by rebalances (a multi-op counts as one;
+per attempt), owner-claim conflicts (attempts whose claim found nodes in the way, and partitions in the
+way), CPU seconds of this process (all members) and wall seconds. The owner nodes in ZooKeeper are
+checked against the members' registries at the end of each phase.
+
+Also: ``ZooKeeperOffsetStore`` fencing (``take_ownership``) and commit of 10,000 partitions (all changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.protocol.serialization import Transaction
+
+from metaq.broker.topics import create_topic
+from metaq.consumer import Consumer
+from metaq.consumer.fetcher import FetcherManager
+from metaq.consumer.offsets import ZooKeeperOffsetStore
+from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
+from metaq.errors import MetaqError
+from zk_layout import ZkLayout, paths
+
+log = logging.getLogger(__name__)
+
+SIZES = ((10, 1_000), (50, 5_000), (100, 10_000))
+TOPIC_PARTITIONS = 1_000
+SETTLE_TIMEOUT_S = 300.0
+POLL_S = 0.1
+CONFIRM_S = 1.0  # settled means: still settled, with no new rebalance, this long after
+
+
+# -- instrumentation (class-level wrappers, keyed by instance) ------------------------------------------------
+
+
+@dataclass
+class Counters:
+    """What the wrapped methods recorded; every list entry is (monotonic time, value)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    attempts: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))  # rebalancer -> times
+    conflicts: list[tuple[float, int]] = field(default_factory=list)  # (time, partitions in the way)
+    zk_requests: list[float] = field(default_factory=list)  # times of requests made inside a rebalance
+    zk_ops: int = 0  # requests counting every op of a multi
+    in_rebalance: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # rebalancer -> depth
+    started: dict[int, tuple[float, frozenset[tuple[str, int]]]] = field(default_factory=dict)  # fetcher -> last
+    registered: dict[str, float] = field(default_factory=dict)  # consumer id -> time
+
+
+COUNTERS = Counters()
+_local = threading.local()
+
+
+@contextmanager
+def instrumented() -> Iterator[Counters]:
+    """Wrap the methods the counters come from; undone on exit."""
+    originals: list[tuple[type, str, Any]] = []
+
+    def wrap(cls: type, name: str, make: Callable[[Any], Any]) -> None:
+        original = cls.__dict__[name]
+        originals.append((cls, name, original))
+        setattr(cls, name, make(original))
+
+    def call(original: Any) -> Any:
+        def wrapper(self: KazooClient, request: Any, async_object: Any) -> Any:
+            if getattr(_local, "rebalancing", 0):
+                with COUNTERS.lock:
+                    COUNTERS.zk_requests.append(time.monotonic())
+                    COUNTERS.zk_ops += len(request.operations) if isinstance(request, Transaction) else 1
+            return original(self, request, async_object)
+        return wrapper
+
+    def synced(original: Any) -> Any:
+        def wrapper(self: ZKRebalancerListener) -> Any:
+            _local.rebalancing = getattr(_local, "rebalancing", 0) + 1
+            with COUNTERS.lock:
+                COUNTERS.in_rebalance[id(self)] += 1
+            try:
+                return original(self)
+            finally:
+                _local.rebalancing -= 1
+                with COUNTERS.lock:
+                    COUNTERS.in_rebalance[id(self)] -= 1
+        return wrapper
+
+    def attempt(original: Any) -> Any:
+        def wrapper(self: ZKRebalancerListener) -> Any:
+            with COUNTERS.lock:
+                COUNTERS.attempts[id(self)].append(time.monotonic())
+            return original(self)
+        return wrapper
+
+    def claim(original: Any) -> Any:
+        def wrapper(self: ZKRebalancerListener, mine: Any) -> Any:
+            ok = original(self, mine)
+            if not ok:
+                with COUNTERS.lock:
+                    COUNTERS.conflicts.append((time.monotonic(), len(self._conflicts or {})))
+            return ok
+        return wrapper
+
+    def start(original: Any) -> Any:
+        def wrapper(self: FetcherManager, infos: Any) -> None:  # records instead of fetching (see above)
+            keys = frozenset(i.key for i in infos if not i.revoked)
+            with COUNTERS.lock:
+                COUNTERS.started[id(self)] = (time.monotonic(), keys)
+        return wrapper
+
+    def register(original: Any) -> Any:
+        def wrapper(self: ZkLayout, group: str, consumer_id: str, topic_count: Any) -> Any:
+            result = original(self, group, consumer_id, topic_count)
+            with COUNTERS.lock:
+                COUNTERS.registered[consumer_id] = time.monotonic()
+            return result
+        return wrapper
+
+    from zk_layout.groups import _Groups
+
+    wrap(KazooClient, "_call", call)
+    wrap(ZKRebalancerListener, "synced_rebalance", synced)
+    wrap(ZKRebalancerListener, "_attempt", attempt)
+    wrap(ZKRebalancerListener, "_claim_all", claim)
+    wrap(FetcherManager, "start_connections", start)
+    wrap(_Groups, "register_consumer", register)
+    try:
+        yield COUNTERS
+    finally:
+        for cls, name, original in reversed(originals):
+            setattr(cls, name, original)
+
+
+# -- the group -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Phase:
+    kind: str
+    members: int
+    partitions: int
+    settle_s: float
+    attempts_max: int
+    attempts_mean: float
+    attempts_burst_max: int
+    zk_requests: int
+    zk_ops: int
+    rebalance_attempts: int
+    conflict_attempts: int
+    conflict_partitions: int
+    cpu_s: float
+    wall_s: float
+
+    @property
+    def requests_per_attempt(self) -> float:
+        return self.zk_requests / max(self.rebalance_attempts, 1)
+
+    def cells(self) -> list[str]:
+        burst = f" ({self.attempts_burst_max} in burst)" if self.kind == "join" else ""
+        return [f"{self.members} x {self.partitions:,}", self.kind, f"{self.settle_s:.2f}",
+                f"{self.attempts_max}{burst}", f"{self.attempts_mean:.1f}",
+                f"{self.requests_per_attempt:,.0f}", f"{self.zk_ops / max(self.rebalance_attempts, 1):,.0f}",
+                f"{self.conflict_attempts} / {self.conflict_partitions:,}", f"{self.cpu_s:.1f}",
+                f"{self.wall_s:.1f}"]
+
+
+HEADER = ["N x P", "change", "settle s", "attempts/member max", "mean", "ZK requests/attempt",
+          "ZK ops/attempt", "conflicts (attempts / partitions)", "CPU s", "wall s"]
+
+
+class ScaleGroup:
+    def __init__(self, zk: str, topics: list[str], partitions: int, group: str) -> None:
+        self.zk = zk
+        self.topics = topics
+        self.partitions = partitions
+        self.group = group
+        self.members: list[Consumer] = []
+
+    def config(self) -> dict[str, Any]:
+        return {"group.id": self.group, "zookeeper.connect": self.zk, "metrics.enabled": False,
+                "zookeeper.session.timeout.ms": 10000, "fetch.wait.max.ms": 1000, "consumer.timeout.ms": 100,
+                "auto.commit.enable": False, "metaq.self.check.interval.ms": 0}
+
+    def join(self, n: int) -> None:
+        """Start ``n`` members at once: connected first, then all subscribe together."""
+        consumers = [Consumer(self.config()) for _ in range(n)]
+        barrier = threading.Barrier(n)
+        errors: list[BaseException] = []
+
+        def subscribe(consumer: Consumer) -> None:
+            barrier.wait()
+            try:
+                consumer.create_message_streams(dict.fromkeys(self.topics, 1))
+            except BaseException as e:  # reported by the caller
+                errors.append(e)
+
+        threads = [threading.Thread(target=subscribe, args=(c,), name=f"scale-join-{i}", daemon=True)
+                   for i, c in enumerate(consumers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(SETTLE_TIMEOUT_S)
+        self.members.extend(consumers)
+        if errors:
+            raise RuntimeError(f"{len(errors)} members failed to join: {errors[0]!r}")
+
+    def leave(self, member: Consumer) -> None:
+        self.members.remove(member)
+        member.shutdown()
+
+    def stop(self) -> None:
+        threads = [threading.Thread(target=m.shutdown, name="scale-stop", daemon=True) for m in self.members]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.members.clear()
+
+    def settled(self) -> float | str:
+        """When the last member started fetching its final assignment, or what is still missing."""
+        seen: set[tuple[str, int]] = set()
+        total = 0
+        latest = 0.0
+        with COUNTERS.lock:
+            started = dict(COUNTERS.started)
+            busy = {k for k, v in COUNTERS.in_rebalance.items() if v}
+        for member in self.members:
+            rebalancer = member._rebalancer
+            if rebalancer is None or rebalancer.state != STABLE:
+                return f"{member.consumer_id} is {None if rebalancer is None else rebalancer.state}"
+            if id(rebalancer) in busy or rebalancer._triggered:
+                return f"{member.consumer_id} is rebalancing"
+            owned = set(rebalancer.registry)
+            fetch = started.get(id(member._fetcher))
+            if owned and (fetch is None or fetch[1] != owned):
+                return f"{member.consumer_id} is not fetching its partitions"
+            seen |= owned
+            total += len(owned)
+            if fetch is not None:
+                latest = max(latest, fetch[0])
+        if len(seen) != self.partitions or total != self.partitions:
+            return f"{len(seen)} of {self.partitions} partitions owned ({total} claims)"
+        return latest
+
+    def wait_settled(self) -> float:
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        state: float | str = "not checked"
+        while time.monotonic() < deadline:
+            state = self.settled()
+            if not isinstance(state, str):
+                time.sleep(CONFIRM_S)
+                again = self.settled()
+                if again == state:
+                    return state
+                state = again
+            time.sleep(POLL_S)
+        raise RuntimeError(f"group {self.group} did not settle within {SETTLE_TIMEOUT_S}s: {state}")
+
+    def check_owner_nodes(self, layout: ZkLayout) -> None:
+        """The owner nodes in ZooKeeper are exactly the members' registries (pipelined reads)."""
+        expected = {key: info.thread_id for m in self.members if m._rebalancer
+                    for key, info in m._rebalancer.registry.items()}
+        client = layout.client
+        requests = {(t, p): client.get_async(paths.owner_path(self.group, t, p))
+                    for t in self.topics for p in range(TOPIC_PARTITIONS)}
+        actual = {}
+        for key, request in requests.items():
+            try:
+                actual[key] = request.get(30)[0].decode()
+            except Exception:  # noqa: BLE001 - no owner node: reported below
+                continue
+        if actual != expected:
+            wrong = sorted(k for k in set(actual) | set(expected) if actual.get(k) != expected.get(k))
+            raise RuntimeError(f"owner nodes differ from the members' registries at {len(wrong)} partitions, "
+                               f"e.g. {wrong[:3]}")
+
+
+def _phase(kind: str, group: ScaleGroup, t0: float, since: float, settled_at: float, cpu0: float,
+           wall0: float) -> Phase:
+    with COUNTERS.lock:
+        per_member = [len([t for t in times if t >= t0]) for times in COUNTERS.attempts.values()]
+        burst = [len([t for t in times if t >= since]) for times in COUNTERS.attempts.values()]
+        attempts = sum(burst)
+        requests = len([t for t in COUNTERS.zk_requests if t >= since])
+        ops = COUNTERS.zk_ops
+        conflicts = [n for t, n in COUNTERS.conflicts if t >= since]
+    live = [n for n in per_member if n] or [0]
+    return Phase(kind, len(group.members) + (1 if kind == "leave" else 0), group.partitions,
+                 settled_at - t0, max(live), statistics.mean(per_member) if per_member else 0.0,
+                 max(burst or [0]), requests, ops, attempts, len(conflicts), sum(conflicts),
+                 time.process_time() - cpu0, time.monotonic() - wall0)
+
+
+def _reset() -> None:
+    with COUNTERS.lock:
+        COUNTERS.attempts.clear()
+        COUNTERS.conflicts.clear()
+        COUNTERS.zk_requests.clear()
+        COUNTERS.zk_ops = 0
+        COUNTERS.registered.clear()
+
+
+def measure_group(zk: str, layout: ZkLayout, broker_id: int, members: int, partitions: int, rep: int,
+                  report: Callable[[str], None] = print) -> list[Phase]:
+    """One join burst and one leave for ``members`` x ``partitions``."""
+    topics = []
+    for i in range(max(1, partitions // TOPIC_PARTITIONS)):
+        name = f"scale-{members}x{partitions}-{rep}-{i}"
+        if name not in layout.topics():
+            create_topic(layout, name, TOPIC_PARTITIONS, assignment={p: [broker_id]
+                                                                     for p in range(TOPIC_PARTITIONS)})
+        topics.append(name)
+    group = ScaleGroup(zk, topics, len(topics) * TOPIC_PARTITIONS, f"scale-{members}x{partitions}-{rep}-{os.getpid()}")
+    phases = []
+    try:
+        _reset()
+        cpu0, wall0, since = time.process_time(), time.monotonic(), time.monotonic()
+        group.join(members)
+        with COUNTERS.lock:
+            last_join = max(COUNTERS.registered.values())
+        settled_at = group.wait_settled()
+        phases.append(_phase("join", group, last_join, since, settled_at, cpu0, wall0))
+        group.check_owner_nodes(layout)
+        report("  " + " | ".join(phases[-1].cells()))
+        _reset()
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        t0 = time.monotonic()
+        group.leave(group.members[len(group.members) // 2])
+        settled_at = group.wait_settled()
+        phases.append(_phase("leave", group, t0, t0, settled_at, cpu0, wall0))
+        group.check_owner_nodes(layout)
+        report("  " + " | ".join(phases[-1].cells()))
+    finally:
+        group.stop()
+    return phases
+
+
+# -- offsets: fence and commit ----------------------------------------------------------------------------------
+
+
+@dataclass
+class OffsetRow:
+    what: str
+    partitions: int
+    seconds: float
+    cpu_s: float
+    error: str = ""
+
+    def cells(self) -> list[str]:
+        if self.error:
+            return [self.what, f"{self.partitions:,}", f"failed: {self.error}", "", ""]
+        return [self.what, f"{self.partitions:,}", f"{self.seconds * 1000:.0f}",
+                f"{self.seconds / self.partitions * 1000:.3f}", f"{self.cpu_s * 1000:.0f}"]
+
+
+OFFSET_HEADER = ["ZooKeeper offsets", "partitions", "ms", "ms/partition", "CPU ms"]
+
+
+def measure_offsets(layout: ZkLayout, partitions: int, rep: int) -> list[OffsetRow]:
+    """Fence (take_ownership, nodes missing: a new group) and re-fence (nodes present: the next owner),
+    then commit every offset changed; the first store must then be fenced out. A step that fails is
+    reported as such and ends the measurement."""
+    group = f"scale-offsets-{partitions}-{rep}-{os.getpid()}"
+    keys = [(f"scale-offsets-{i // TOPIC_PARTITIONS}", i % TOPIC_PARTITIONS) for i in range(partitions)]
+    rows: list[OffsetRow] = []
+
+    def timed(what: str, fn: Callable[[], object]) -> None:
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        fn()
+        rows.append(OffsetRow(what, partitions, time.perf_counter() - t0, time.process_time() - cpu0))
+
+    first = ZooKeeperOffsetStore(layout, group)
+    second = ZooKeeperOffsetStore(layout, group)
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("fence at claim (new group: nodes created)", lambda: first.take_ownership(keys)),
+        ("commit, all changed", lambda: first.commit({key: 1000 + i for i, key in enumerate(keys)})),
+        ("fence at claim (taking over: nodes exist)", lambda: second.take_ownership(keys)),
+        ("commit, all changed", lambda: second.commit({key: 2000 + i for i, key in enumerate(keys)})),
+    ]
+    for what, step in steps:
+        try:
+            timed(what, step)
+        except MetaqError as e:
+            rows.append(OffsetRow(what, partitions, 0.0, 0.0, type(e.__cause__ or e).__name__))
+            return rows
+    quiet = logging.getLogger("metaq.consumer.offsets")
+    level, quiet.level = quiet.level, logging.ERROR  # one "fenced" warning per partition is expected here
+    try:
+        fenced_out = first.commit(dict.fromkeys(keys, 10**9)).lost  # an offset neither store committed
+    finally:
+        quiet.setLevel(level)
+    if fenced_out != set(keys):
+        raise RuntimeError(f"the fenced-out store could still commit: {len(fenced_out)} of {len(keys)} refused")
+    if layout.read_offset(group, *keys[-1]) != 2000 + partitions - 1:
+        raise RuntimeError("the offsets read back differ from the last commit")
+    return rows
+
+
+# -- running it ------------------------------------------------------------------------------------------------
+
+
+def run(zk: str, layout: ZkLayout, broker_id: int, sizes: list[tuple[int, int]], reps: int,
+        offsets_partitions: tuple[int, ...] = (1_000, 10_000), report: Callable[[str], None] = print
+        ) -> tuple[list[Phase], list[OffsetRow]]:
+    phases: list[Phase] = []
+    offsets: list[OffsetRow] = []
+    report("  " + " | ".join(HEADER))
+    with instrumented():
+        for rep in range(reps):
+            for members, partitions in sizes:
+                phases.extend(measure_group(zk, layout, broker_id, members, partitions, rep, report))
+    for rep in range(reps):
+        for partitions in offsets_partitions:
+            rows = measure_offsets(layout, partitions, rep)
+            for row in rows:
+                report("  " + " | ".join(row.cells()))
+            offsets.extend(rows)
+    return phases, offsets
+
+
+def tables(phases: list[Phase], offsets: list[OffsetRow]) -> list[tuple[str, tuple[list[str], list[list[str]]]]]:
+    return [
+        ("7. Group scale: settle time after the last join / a leave, every run (targets at 100 x 10,000: <= 5 s, "
+         "<= 2 attempts per member)", (HEADER, [p.cells() for p in phases])),
+        ("   ZooKeeper offsets at scale, every run (targets: commit of 10,000 <= 1 s; fence <= 0.2 ms/partition)",
+         (OFFSET_HEADER, [r.cells() for r in offsets])),
+    ]
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    sizes = []
+    for item in text.split(","):
+        n, _, p = item.strip().partition("x")
+        sizes.append((int(n), int(p)))
+    return sizes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=",".join(f"{n}x{p}" for n, p in SIZES), help="NxP,...")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--offsets", default="1000,10000", help="partitions of the fence/commit rows, comma separated")
+    args = parser.parse_args()
+    logging.basicConfig(level=os.environ.get("METAQ_BENCH_LOG_LEVEL", "WARNING"))
+    from bench.consumer import print_table
+    from bench.environment import environment
+
+    with environment() as env:
+        phases, offsets = run(env.zk, env.layout, env.broker.broker_id, parse_sizes(args.sizes) if args.sizes else [],
+                              args.reps, tuple(int(x) for x in args.offsets.split(",")))
+    for title, (header, rows) in tables(phases, offsets):
+        print_table(header, rows, title)
+
+
+if __name__ == "__main__":
+    main()

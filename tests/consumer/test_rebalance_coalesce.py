@@ -1,0 +1,44 @@
+"""A burst of membership changes is one rebalance per member (metaq.rebalance.coalesce.ms), and the
+coalesced rebalance still converges on the range assignment of the final group."""
+
+from __future__ import annotations
+
+import time
+
+from metaq.consumer.config import ConsumerConfig
+from metaq.consumer.offsets import ZooKeeperOffsetStore
+from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
+from metaq.testing.wait import wait_until
+from tests.consumer.test_rebalance_conflict import _Fetcher, _Subscription
+from zk_layout import BrokerInfo, PartitionState, TopicCount, ZkLayout
+
+STATE = PartitionState(leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)
+PARTITIONS = 12
+JOINERS = 5
+
+
+def test_a_burst_of_joins_is_one_rebalance_and_converges(zk_layout: ZkLayout) -> None:
+    zk_layout.register_broker(BrokerInfo.plaintext(0, "127.0.0.1", 9092))
+    zk_layout.create_topic("t", {p: [0] for p in range(PARTITIONS)}, {p: STATE for p in range(PARTITIONS)})
+    config = ConsumerConfig.from_properties({"group.id": "g", "zookeeper.connect": "unused:2181",
+                                             "rebalance.backoff.ms": 10000, "auto.commit.enable": False,
+                                             "metaq.rebalance.coalesce.ms": 1500})
+    zk_layout.register_consumer("g", "c0", TopicCount(subscription={"t": 1}))
+    fetcher = _Fetcher()
+    listener = ZKRebalancerListener(config, zk_layout, "c0", _Subscription(), fetcher,
+                                    ZooKeeperOffsetStore(zk_layout, "g"))
+    listener.synced_rebalance()
+    assert fetcher.started == [("t", p) for p in range(PARTITIONS)]
+    listener.start()
+    try:
+        before = listener.generation
+        for i in range(1, JOINERS + 1):  # joins spread over ~1 s: without coalescing, one rebalance each
+            zk_layout.register_consumer("g", f"c{i}", TopicCount(subscription={"t": 1}))
+            time.sleep(0.2)
+        # c0 sorts first among the 6 thread ids: range assignment gives it partitions 0 and 1
+        wait_until(lambda: fetcher.started == [("t", 0), ("t", 1)] and listener.state == STABLE, 30,
+                   "c0 to take its share of the final group")
+        assert zk_layout.owners("g") == {("t", 0): "c0-0", ("t", 1): "c0-0"}
+        assert listener.generation - before <= 2, listener.generation - before  # not one per join
+    finally:
+        listener.shutdown(commit=False)
