@@ -226,9 +226,9 @@ class _Groups(_Nodes):
                     undo = self._multi({key: (partial(_delete_op, nodes[key], 0), len(nodes[key])) for key in created})
                     if any(isinstance(result, Exception) for result in undo.values()):
                         self.release_partitions(group, {key: pending[key] for key in created})
-                refused = next((key for key in failed if isinstance(results[key], NoAuthError)), None)
+                refused = next(((key, r) for key in failed if isinstance(r := results[key], NoAuthError)), None)
                 if refused is not None:  # after the undo: an ACL refusal leaves nothing claimed either
-                    raise self._no_auth("create", nodes[refused]) from results[refused]
+                    raise self._no_auth("create", nodes[refused[0]]) from refused[1]
                 if any(isinstance(results[key], NoNodeError) for key in failed):  # an owners directory is missing
                     self._ensure_paths(paths.topic_owners_path(group, topic) for topic, _ in pending)
                     continue
