@@ -30,7 +30,7 @@ from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.registration import BrokerRegistration
 from metaq.broker.topic_admin import TopicAdmin
 from metaq.broker.topics import create_topic
-from metaq.errors import TopicExistsError
+from metaq.errors import TopicError, TopicExistsError
 from metaq.metrics import MetricsServer, serve_metrics
 from metaq.metrics.broker import BrokerMetrics, ClusterState, LogState
 from metaq.metrics.off import disabled
@@ -238,14 +238,19 @@ class Broker:
         """``__consumer_offsets`` on first use, spread over the live brokers (as Kafka does)."""
         await self._create_and_wait(OFFSETS_TOPIC, partitions)
 
-    async def _create_and_wait(self, topic: str, partitions: int) -> None:
+    async def _create_and_wait(self, topic: str, partitions: int, replication_factor: int = 1) -> None:
         try:
-            await asyncio.to_thread(create_topic, self._layout, topic, partitions)
+            await asyncio.to_thread(partial(create_topic, self._layout, topic, partitions,
+                                            replication_factor=replication_factor))
         except TopicExistsError:
             pass
         self.metadata.request_reload()
         await asyncio.to_thread(self.metadata.wait_for, lambda s: topic in s.topics, AUTO_CREATE_WAIT_S)
 
     async def _auto_create(self, topic: str) -> None:
-        """Create a topic on first use (auto.create.topics.enable), then wait for it to be visible."""
-        await self._create_and_wait(topic, self.config.num_partitions)
+        """Create a topic on first use (auto.create.topics.enable), then wait for it to be visible. A
+        ``default.replication.factor`` above the live brokers creates nothing (logged; the client retries)."""
+        try:
+            await self._create_and_wait(topic, self.config.num_partitions, self.config.default_replication_factor)
+        except TopicError as e:
+            log.warning("cannot auto-create topic %s: %s", topic, e)
