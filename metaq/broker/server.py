@@ -28,6 +28,8 @@ from metaq.broker.metadata import MetadataWatcher
 from metaq.broker.network import BrokerServer, ConnectionLimits
 from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.registration import BrokerRegistration
+from metaq.broker.replication.controller import Controller
+from metaq.broker.replication.manager import ReplicaManager
 from metaq.broker.topic_admin import TopicAdmin
 from metaq.broker.topics import create_topic
 from metaq.errors import TopicError, TopicExistsError
@@ -57,6 +59,8 @@ class Broker:
         self.metrics = BrokerMetrics() if config.metrics_enabled else disabled(BrokerMetrics)
         self._metrics_server: MetricsServer | None = None
         self.topic_admin: TopicAdmin | None = None
+        self.replication: ReplicaManager | None = None
+        self.controller: Controller | None = None
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
@@ -145,6 +149,12 @@ class Broker:
                                                 session_timeout_ms=config.session_timeout_ms)
         await asyncio.to_thread(self._registration.register)
         await asyncio.to_thread(self.metadata.start)
+        self.replication = ReplicaManager(config, self.logs, self.metadata, layout, context.notifier)
+        await self.replication.start()
+        context.replication = self.replication
+        self.controller = Controller(config.broker_id, layout, self._zk,
+                                     unclean=config.unclean_leader_election_enable)
+        self.controller.start()
         self.topic_admin = TopicAdmin(config.broker_id, layout, self.logs, self.metadata, config.log_config())
         await self.topic_admin.start()  # topic configs applied before the first request is served
         self.coordinator.start()
@@ -192,6 +202,8 @@ class Broker:
         """Watcher thread: a new topic's config (written with it, without a notification) is applied at once."""
         if self.topic_admin is not None:
             self.topic_admin.kick()
+        if self.replication is not None:
+            self.replication.on_metadata(_)
 
     async def _shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.broker_id)
@@ -202,6 +214,10 @@ class Broker:
             task.cancel()
         if self._server is not None:
             await self._server.close()
+        if self.controller is not None:
+            await asyncio.to_thread(self.controller.stop)  # the others elect a new controller at once
+        if self.replication is not None:
+            await self.replication.stop()
         if self._zk is not None:
             if self.topic_admin is not None:
                 await self.topic_admin.stop()

@@ -1,0 +1,200 @@
+"""Replicated partitions on three real broker processes and a real ZooKeeper (docs/architecture.md,
+"Replication"): assignment, the controller's failover, followers, the high watermark and acks=all."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import confluent_kafka
+import confluent_kafka.admin
+import pytest
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from integration_tests import peers
+from metaq.broker.process import BrokerProcess
+from metaq.broker.topics import create_topic
+from metaq.testing.batches import good_batch
+from metaq.testing.broker import BrokerCluster, request
+from metaq.testing.wait import wait_until
+from zk_layout import PartitionState, ZkLayout
+
+SESSION_MS = 4000
+FAST = {"zookeeper.session.timeout.ms": SESSION_MS, "replica.lag.time.max.ms": 3000,
+        "replica.fetch.wait.max.ms": 200, "replica.fetch.backoff.ms": 200}
+
+
+@pytest.fixture
+def three(broker_cluster: BrokerCluster) -> Callable[..., list[BrokerProcess]]:
+    def start(**properties: Any) -> list[BrokerProcess]:
+        return [broker_cluster.add(i, **{**FAST, **properties}) for i in range(3)]
+
+    return start
+
+
+def _state(zk_layout: ZkLayout, topic: str, partition: int = 0) -> PartitionState:
+    state = zk_layout.partition_state(topic, partition)
+    assert state is not None
+    return state
+
+
+def _rf3_topic(zk_layout: ZkLayout, brokers: list[BrokerProcess], topic: str, **config: str) -> int:
+    """Create a one-partition RF-3 topic; wait until every broker serves it; return its leader."""
+    create_topic(zk_layout, topic, 1, replication_factor=3, config=config)
+    for b in brokers:
+        wait_until(lambda b=b: _metadata(b.bootstrap, topic) is not None, 20, f"{topic} on broker {b.broker_id}")
+    return _state(zk_layout, topic).leader
+
+
+def _metadata(bootstrap: str, topic: str) -> Any:
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+    meta = admin.list_topics(topic, timeout=10).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        return None
+    return meta.partitions[0]
+
+
+def _produce_all(bootstrap: str, topic: str, values: list[bytes], **conf: Any) -> list[peers.Msg]:
+    items = [(b"k", v, 1_700_000_000_000 + i) for i, v in enumerate(values)]
+    return peers.confluent_produce(bootstrap, topic, 0, items, acks="all", **conf)
+
+
+def _raw_produce(bootstrap: str, topic: str, acks: int, timeout_ms: int = 5000) -> tuple[int, int]:
+    req = ProduceRequest[7](transactional_id=None, acks=acks, timeout_ms=timeout_ms, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=good_batch(3))])])
+    part = request(bootstrap, req, ProduceResponse, 7, timeout=30).responses[0].partition_responses[0]
+    return part.error_code, part.base_offset
+
+
+def _consumer_fetch(bootstrap: str, topic: str, offset: int = 0) -> tuple[int, int, bytes]:
+    """(error, high watermark, record bytes) of a consumer's Fetch v4."""
+    req = FetchRequest[4](replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                          topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                              FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=offset,
+                                                                     partition_max_bytes=1 << 20)])])
+    part = request(bootstrap, req, FetchResponse, 4).responses[0].partitions[0]
+    return part.error_code, part.high_watermark, bytes(part.records or b"")
+
+
+def _latest(bootstrap: str, topic: str) -> int:
+    req = ListOffsetsRequest[1](replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, timestamp=-1)])])
+    part = request(bootstrap, req, ListOffsetsResponse, 1).topics[0].partitions[0]
+    assert part.error_code == 0
+    return int(part.offset)
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[BrokerProcess]]:
+    paused: list[BrokerProcess] = []
+    yield paused
+    for b in paused:
+        b.resume()
+
+
+def test_rf3_topic_is_assigned_and_described_with_its_isr(three, zk_layout: ZkLayout) -> None:
+    brokers = three()
+    create_topic(zk_layout, "rf3", 3, replication_factor=3)
+    assignment = zk_layout.topic_assignment("rf3")
+    assert assignment is not None
+    assert all(sorted(r) == [0, 1, 2] for r in assignment.partitions.values())
+    assert sorted(r[0] for r in assignment.partitions.values()) == [0, 1, 2]  # one preferred leader each
+    for p in range(3):
+        state = _state(zk_layout, "rf3", p)
+        assert state.leader == assignment.partitions[p][0] and sorted(state.isr) == [0, 1, 2]
+    wait_until(lambda: _metadata(brokers[1].bootstrap, "rf3") is not None, 20, "rf3 visible")
+    meta = _metadata(brokers[1].bootstrap, "rf3")
+    assert sorted(meta.replicas) == [0, 1, 2] and sorted(meta.isrs) == [0, 1, 2]
+    out = subprocess.run([peers.KCAT, "-b", brokers[2].bootstrap, "-L", "-t", "rf3", "-J"], capture_output=True,
+                         check=True, timeout=30).stdout
+    listed = json.loads(out)["topics"][0]["partitions"]
+    assert len(listed) == 3
+    for part in listed:
+        assert sorted(r["id"] for r in part["replicas"]) == [0, 1, 2]
+        assert sorted(r["id"] for r in part["isrs"]) == [0, 1, 2]
+
+
+def test_leader_kill_elects_from_isr_and_keeps_every_acknowledged_record(three, zk_layout: ZkLayout,
+                                                                      broker_cluster: BrokerCluster) -> None:
+    brokers = three()
+    leader = _rf3_topic(zk_layout, brokers, "failover")
+    first = _produce_all(brokers[0].bootstrap, "failover", [b"a%d" % i for i in range(200)])
+    assert [m.offset for m in first] == list(range(200))
+    # every follower has them before the leader dies (acks=all answered once the ISR had them)
+    epoch = _state(zk_layout, "failover").leader_epoch
+    killed_at = time.monotonic()
+    brokers[leader].kill()
+    wait_until(lambda: _state(zk_layout, "failover").leader not in (leader, -1), 30, "a new leader")
+    elected_after = time.monotonic() - killed_at
+    state = _state(zk_layout, "failover")
+    assert state.leader_epoch == epoch + 1 and leader not in state.isr
+    assert elected_after < SESSION_MS / 1000 + 10  # session timeout plus the controller's work (loaded host)
+    survivor = brokers[state.leader]
+    second = _produce_all(survivor.bootstrap, "failover", [b"b%d" % i for i in range(100)],
+                          retries=100, **{"retry.backoff.ms": 200})
+    assert [m.offset for m in second] == list(range(200, 300))
+    got = peers.confluent_consume(survivor.bootstrap, "failover", 0, confluent_kafka.OFFSET_BEGINNING, 300)
+    assert [(m.offset, m.value) for m in got] == [(m.offset, m.value) for m in first + second]
+
+    # the old leader returns as a follower, catches up and rejoins the ISR
+    brokers[leader].start()
+    wait_until(lambda: sorted(_state(zk_layout, "failover").isr) == [0, 1, 2], 60, "the old leader back in the ISR")
+    assert _state(zk_layout, "failover").leader == state.leader
+    # ... holding the same records at the same offsets: kill the others, it is the only one left to lead
+    for b in brokers:
+        if b.broker_id != leader:
+            b.kill()
+    wait_until(lambda: _state(zk_layout, "failover").leader == leader, 30, "the old leader leads again")
+    got = peers.confluent_consume(brokers[leader].bootstrap, "failover", 0, confluent_kafka.OFFSET_BEGINNING, 300)
+    assert [(m.offset, m.value) for m in got] == [(m.offset, m.value) for m in first + second]
+
+
+def test_consumers_never_read_above_the_high_watermark(three, zk_layout: ZkLayout, cleanup) -> None:
+    brokers = three(**{"zookeeper.session.timeout.ms": 15000, "replica.lag.time.max.ms": 30000})
+    leader = _rf3_topic(zk_layout, brokers, "hw")
+    bootstrap = brokers[leader].bootstrap
+    followers = [b for b in brokers if b.broker_id != leader]
+    for b in followers:
+        b.pause()
+        cleanup.append(b)
+    error, offset = _raw_produce(bootstrap, "hw", acks=1)
+    assert (error, offset) == (0, 0)  # the leader wrote it ...
+    error, hw, records = _consumer_fetch(bootstrap, "hw")
+    assert (error, hw, records) == (0, 0, b"")  # ... but no follower has it: consumers do not see it
+    assert _latest(bootstrap, "hw") == 0
+    for b in followers:
+        b.resume()
+    wait_until(lambda: _consumer_fetch(bootstrap, "hw")[1] == 3, 30, "the high watermark reaches 3")
+    assert len(_consumer_fetch(bootstrap, "hw")[2]) > 0
+    assert _latest(bootstrap, "hw") == 3
+
+
+def test_min_insync_replicas_refuses_acks_all_when_the_isr_shrank_to_the_leader(three, zk_layout: ZkLayout) -> None:
+    """Jepsen 2013: with the ISR down to the leader alone, an acks=all write must fail, not be acknowledged
+    and then lost when another replica takes over."""
+    brokers = three()
+    leader = _rf3_topic(zk_layout, brokers, "jepsen", **{"min.insync.replicas": "2"})
+    bootstrap = brokers[leader].bootstrap
+    assert _raw_produce(bootstrap, "jepsen", acks=-1) == (0, 0)
+    followers = [b for b in brokers if b.broker_id != leader]
+    for b in followers:
+        b.kill()
+    wait_until(lambda: _state(zk_layout, "jepsen").isr == (leader,), 30, "the ISR shrinks to the leader")
+    wait_until(lambda: _raw_produce(bootstrap, "jepsen", acks=-1)[0] == 19, 10, "NOT_ENOUGH_REPLICAS")
+    assert _raw_produce(bootstrap, "jepsen", acks=1)[0] == 0  # acks=1 is the client's choice to risk it
+    # the leader dies too: the followers come back, but neither was in the ISR: offline, nothing elected
+    brokers[leader].kill()
+    for b in followers:
+        b.start()
+    wait_until(lambda: _state(zk_layout, "jepsen").leader == -1, 30, "offline without unclean election")
+    time.sleep(1.0)
+    assert _state(zk_layout, "jepsen").leader == -1
+    brokers[leader].start()
+    wait_until(lambda: _state(zk_layout, "jepsen").leader == leader, 30, "the last ISR member leads again")
+    got = peers.confluent_consume(brokers[leader].bootstrap, "jepsen", 0, confluent_kafka.OFFSET_BEGINNING, 3)
+    assert [m.offset for m in got] == [0, 1, 2]  # the acknowledged batch
