@@ -52,6 +52,7 @@ class Controller:
 
     def start(self) -> None:
         self._client.add_listener(self._on_state)
+        self._wake.set()  # run for controller at once
         self._thread.start()
 
     def stop(self) -> None:

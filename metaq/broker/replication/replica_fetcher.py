@@ -64,6 +64,7 @@ class ReplicaFetcher(threading.Thread):
 
     def run(self) -> None:
         backoff = self._config.replica_fetch_backoff_ms / 1000.0
+        failures = 0
         while not self._stopped.is_set():
             with self._lock:
                 partitions = dict(self._partitions)
@@ -74,9 +75,12 @@ class ReplicaFetcher(threading.Thread):
             try:
                 if not self._fetch_once(partitions):
                     self._stopped.wait(backoff)
+                failures = 0
             except (MetaqError, OSError) as e:
-                if not self._stopped.is_set():
-                    log.warning("replica fetch from broker %d failed (retrying in %.1fs): %s", self.leader, backoff, e)
+                failures += 1
+                if not self._stopped.is_set():  # the first failure of a run loudly, the rest quietly
+                    log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                            "replica fetch from broker %d failed (retrying every %.1fs): %s", self.leader, backoff, e)
                 self._close()
                 self._stopped.wait(backoff)
             except Exception:
