@@ -198,3 +198,22 @@ def test_min_insync_replicas_refuses_acks_all_when_the_isr_shrank_to_the_leader(
     wait_until(lambda: _state(zk_layout, "jepsen").leader == leader, 30, "the last ISR member leads again")
     got = peers.confluent_consume(brokers[leader].bootstrap, "jepsen", 0, confluent_kafka.OFFSET_BEGINNING, 3)
     assert [m.offset for m in got] == [0, 1, 2]  # the acknowledged batch
+
+
+def test_a_stalled_follower_leaves_the_isr_after_the_lag_time_and_rejoins(three, zk_layout: ZkLayout,
+                                                                         cleanup) -> None:
+    """SIGSTOP a follower for longer than replica.lag.time.max.ms but shorter than its ZooKeeper session:
+    the leader (not the controller) shrinks the ISR, and the acks=all produce that waited for it completes."""
+    brokers = three(**{"zookeeper.session.timeout.ms": 30000, "replica.lag.time.max.ms": 2000})
+    leader = _rf3_topic(zk_layout, brokers, "lag")
+    stalled = next(b for b in brokers if b.broker_id != leader)
+    stalled.pause()
+    cleanup.append(stalled)
+    error, offset = _raw_produce(brokers[leader].bootstrap, "lag", acks=-1, timeout_ms=25000)
+    assert (error, offset) == (0, 0)  # answered once the ISR no longer waited for the stalled follower
+    state = _state(zk_layout, "lag")
+    assert stalled.broker_id not in state.isr and len(state.isr) == 2
+    assert zk_layout.broker(stalled.broker_id) is not None  # still registered: the leader shrank the ISR
+    stalled.resume()
+    wait_until(lambda: sorted(_state(zk_layout, "lag").isr) == [0, 1, 2], 30, "the follower rejoins the ISR")
+    assert _state(zk_layout, "lag").leader_epoch == state.leader_epoch
