@@ -94,7 +94,8 @@ def cleanup() -> Iterator[list[BrokerProcess]]:
     paused: list[BrokerProcess] = []
     yield paused
     for b in paused:
-        b.resume()
+        if b.proc is not None and b.proc.poll() is None:
+            b.resume()
 
 
 def test_rf3_topic_is_assigned_and_described_with_its_isr(three, zk_layout: ZkLayout) -> None:
@@ -217,3 +218,47 @@ def test_a_stalled_follower_leaves_the_isr_after_the_lag_time_and_rejoins(three,
     stalled.resume()
     wait_until(lambda: sorted(_state(zk_layout, "lag").isr) == [0, 1, 2], 30, "the follower rejoins the ISR")
     assert _state(zk_layout, "lag").leader_epoch == state.leader_epoch
+
+
+def test_a_returning_leader_truncates_what_it_alone_had_by_leader_epoch(broker_cluster: BrokerCluster,
+                                                                       zk_layout: ZkLayout, cleanup) -> None:
+    """KIP-101: the old leader wrote records (acks=1) that no follower had, died, and a follower took over
+    and wrote other records at the same offsets. Back as a follower, the old leader must cut its own tail
+    (found with OffsetForLeaderEpoch) so that every offset holds one record on every replica."""
+    brokers = [broker_cluster.add(0, **{**FAST, "zookeeper.session.timeout.ms": 4000}),
+               *(broker_cluster.add(i, **{**FAST, "zookeeper.session.timeout.ms": 20000,
+                                          "replica.lag.time.max.ms": 30000}) for i in (1, 2))]
+    brokers[0].stop()  # broker 0 must lead with a long lag time too, so that its ISR does not shrink
+    brokers[0].properties["replica.lag.time.max.ms"] = 30000
+    brokers[0].start()
+    create_topic(zk_layout, "diverge", 1, assignment={0: [0, 1, 2]})
+    for b in brokers:
+        wait_until(lambda b=b: _metadata(b.bootstrap, "diverge") is not None, 20, f"visible on {b.broker_id}")
+    first = _produce_all(brokers[0].bootstrap, "diverge", [b"a%d" % i for i in range(10)])
+    assert [m.offset for m in first] == list(range(10))
+    followers = brokers[1:]
+    for b in followers:
+        b.pause()
+        cleanup.append(b)
+    time.sleep(1.0)  # the followers' pending long polls get their (empty) answers before the next writes
+    for _ in range(2):  # offsets 10..15 on the leader alone
+        assert _raw_produce(brokers[0].bootstrap, "diverge", acks=1)[0] == 0
+    brokers[0].kill()
+    for b in followers:
+        b.resume()
+    wait_until(lambda: _state(zk_layout, "diverge").leader == 1, 30, "broker 1 leads")
+    second = _produce_all(brokers[1].bootstrap, "diverge", [b"b%d" % i for i in range(4)],
+                          retries=100, **{"retry.backoff.ms": 200})
+    end = second[-1].offset + 1
+    assert second[0].offset < 16  # the new leader reuses offsets the old one had written
+    truth = peers.confluent_consume(brokers[1].bootstrap, "diverge", 0, confluent_kafka.OFFSET_BEGINNING, end)
+    assert [m.offset for m in truth] == list(range(end))
+    brokers[0].start()
+    wait_until(lambda: sorted(_state(zk_layout, "diverge").isr) == [0, 1, 2], 60, "broker 0 back in the ISR")
+    for b in followers:
+        b.kill()
+    wait_until(lambda: _state(zk_layout, "diverge").leader == 0, 30, "broker 0 leads again")
+    got = peers.confluent_consume(brokers[0].bootstrap, "diverge", 0, confluent_kafka.OFFSET_BEGINNING, end)
+    assert [(m.offset, m.value) for m in got] == [(m.offset, m.value) for m in truth]
+    assert got[:10] == first and got[-4:] == second
+    assert _latest(brokers[0].bootstrap, "diverge") == end  # what only broker 0 had is gone

@@ -10,6 +10,7 @@ import pytest
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.replication.election import elect
+from metaq.broker.replication.leader_epochs import LeaderEpochCache
 from metaq.broker.replication.partition_state import LeaderState, high_watermark
 from metaq.errors import StorageError
 from metaq.protocol.batches import valid_prefix
@@ -128,3 +129,43 @@ def test_consumer_reads_stop_at_the_high_watermark(tmp_path: Path) -> None:
     assert plog.read(4, 1 << 20, max_offset=4) is None
     whole = plog.read(0, 1 << 20)
     assert whole is not None and len(decode(whole.read_bytes())) == 8
+
+
+# -- leader epochs (KIP-101) ---------------------------------------------------------------------------
+
+
+def test_epoch_lookup_answers_the_start_of_the_next_epoch(tmp_path: Path) -> None:
+    cache = LeaderEpochCache(tmp_path)
+    assert cache.end_offset_for(0, 10) == (-1, -1)  # nothing known
+    assert cache.assign(0, 0) and cache.assign(2, 10) and cache.assign(5, 25)
+    assert not cache.assign(4, 30)  # older than the latest: ignored
+    assert cache.end_offset_for(0, 40) == (0, 10)
+    assert cache.end_offset_for(1, 40) == (0, 10)  # epoch 1 never led here: the largest epoch below it
+    assert cache.end_offset_for(2, 40) == (2, 25)
+    assert cache.end_offset_for(5, 40) == (5, 40)  # the latest epoch ends at the log end
+    assert cache.end_offset_for(9, 40) == (5, 40)
+    assert LeaderEpochCache.load(tmp_path).entries == [(0, 0), (2, 10), (5, 25)]
+    assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n3\n0 0\n2 10\n5 25\n"
+
+
+def test_epochs_that_began_past_a_truncation_are_forgotten(tmp_path: Path) -> None:
+    cache = LeaderEpochCache(tmp_path, [(0, 0), (2, 10), (5, 25)])
+    cache.truncate_from_end(25)
+    assert cache.entries == [(0, 0), (2, 10)]
+    assert cache.assign(6, 10)  # a new epoch starting where epoch 2 did (it wrote nothing) replaces it
+    assert LeaderEpochCache.load(tmp_path).entries == [(0, 0), (6, 10)]
+
+
+def test_an_unreadable_epoch_file_is_treated_as_empty(tmp_path: Path) -> None:
+    (tmp_path / "leader-epoch-checkpoint").write_text("garbage")
+    assert LeaderEpochCache.load(tmp_path).entries == []
+
+
+def test_the_leader_stamps_its_epoch_into_appended_batches(tmp_path: Path) -> None:
+    plog = _log(tmp_path)
+    plog.append(make_batch(make_values(2, 20)), leader_epoch=7)
+    plog.append(make_batch(make_values(2, 20)))
+    piece = plog.read(0, 1 << 20)
+    assert piece is not None
+    epochs = [h.partition_leader_epoch for h in valid_prefix(piece.read_bytes())[1]]  # CRCs still valid
+    assert epochs[0] == 7 and epochs[1] != 7

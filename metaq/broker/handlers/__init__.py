@@ -13,6 +13,7 @@ from metaq.broker.handlers import (
     init_producer_id,
     list_offsets,
     metadata,
+    offset_for_leader_epoch,
     offsets,
     produce,
     topic_admin,
@@ -45,4 +46,5 @@ HANDLERS = {
     ApiKey.ALTER_CONFIGS: configs.alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: describe_cluster.handle,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch.handle,
 }

@@ -53,7 +53,8 @@ def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tup
         return ErrorCode.CORRUPT_MESSAGE, -1, None
     plog = ctx.log_for(topic, partition)
     try:
-        result = plog.append(records)
+        result = plog.append(records, leader_epoch=ctx.replication.append_epoch(topic, partition)
+                             if ctx.replication is not None else None)
     except (CorruptRecordError, MessageSizeTooLargeError) as e:
         log.warning("produce to %s-%d rejected: %s", topic, partition, e)
         return _rejection_code(e), -1, plog

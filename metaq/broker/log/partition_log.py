@@ -33,7 +33,7 @@ from metaq.broker.log.segment import (
 from metaq.broker.log.validator import decompressed_limit, validate_records
 from metaq.errors import MessageSizeTooLargeError, OffsetOutOfRangeError, StorageError
 from metaq.fileio import fsync_dir
-from metaq.protocol.batches import BatchHeader, Buffer, assign_offsets, validate_batches
+from metaq.protocol.batches import BatchHeader, Buffer, assign_offsets, set_leader_epoch, validate_batches
 
 __all__ = ["AppendResult", "FetchSlice", "PartitionLog"]
 
@@ -125,7 +125,7 @@ class PartitionLog:
 
     # ---------------------------------------------------------------------------------------- writing
 
-    def append(self, records: Buffer, *, now_ms: int | None = None) -> AppendResult:
+    def append(self, records: Buffer, *, now_ms: int | None = None, leader_epoch: int | None = None) -> AppendResult:
         """Validate the batches of a produce request, assign offsets and write them to the active segment.
 
         Nothing of an invalid request is written: CorruptRecordError or one of its subclasses
@@ -138,14 +138,16 @@ class PartitionLog:
         validate_records(records, headers, decompressed_limit(self.config.max_message_bytes))
         now = _now_ms() if now_ms is None else now_ms
         data = bytearray(records)
+        if leader_epoch is not None:  # a replicated partition's leader stamps its epoch (KIP-101)
+            set_leader_epoch(data, headers, leader_epoch)
         first_offset = self.log_end_offset
         next_offset = assign_offsets(data, headers, first_offset)
         return self._write(data, headers, first_offset, next_offset, now)
 
-    def append_replica(self, records: Buffer, *, now_ms: int | None = None) -> AppendResult:
+    def append_replica(self, records: Buffer, *, now_ms: int | None = None) -> list[BatchHeader]:
         """Append batches fetched from the partition's leader as they are: the leader's offsets and leader
-        epochs are kept. They must start exactly at the log end offset and follow each other (StorageError
-        otherwise: the follower's position and the leader's answer disagree)."""
+        epochs are kept; returns their headers. They must start exactly at the log end offset and follow
+        each other (StorageError otherwise: the follower's position and the leader's answer disagree)."""
         self._check_open()
         headers = validate_batches(records)
         expected = self.log_end_offset
@@ -155,7 +157,8 @@ class PartitionLog:
                                    f"{header.base_offset} does not continue the log at {expected}")
             expected = header.next_offset
         now = _now_ms() if now_ms is None else now_ms
-        return self._write(bytearray(records), headers, self.log_end_offset, expected, now)
+        self._write(bytearray(records), headers, self.log_end_offset, expected, now)
+        return headers
 
     def _write(self, data: bytearray, headers: list[BatchHeader], first_offset: int, next_offset: int,
                now: int) -> AppendResult:

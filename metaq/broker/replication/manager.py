@@ -33,6 +33,7 @@ from metaq.broker.log.manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher, PartitionMeta
 from metaq.broker.purgatory import AppendNotifier
+from metaq.broker.replication.leader_epochs import LeaderEpochCache
 from metaq.broker.replication.partition_state import LeaderState
 from metaq.broker.replication.replica_fetcher import ReplicaFetcher
 from metaq.errors import ErrorCode, MetaqError, StaleVersionError, StorageError
@@ -63,6 +64,7 @@ class _Follower:
     leader: int
     leader_epoch: int
     hw: int
+    truncated: bool = False  # KIP-101: cut to where our log and the leader's diverge before fetching
 
 
 @dataclass
@@ -86,6 +88,7 @@ class ReplicaManager:
         self._checkpointed: dict[TopicPartition, int] = {}
         self._min_isr: dict[str, tuple[int, float]] = {}
         self._isr_writes: set[TopicPartition] = set()
+        self._epochs: dict[TopicPartition, LeaderEpochCache] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -155,8 +158,28 @@ class ReplicaManager:
         for leader_id in [b for b, f in self._fetchers.items() if f.idle()]:
             self._fetchers.pop(leader_id).shutdown()
 
+    def epoch_cache(self, key: TopicPartition, plog: PartitionLog) -> LeaderEpochCache:
+        cache = self._epochs.get(key)
+        if cache is None or cache.path.parent != plog.directory:  # a re-created topic has a new directory
+            cache = self._epochs[key] = LeaderEpochCache.load(plog.directory)
+        return cache
+
+    def append_epoch(self, topic: str, partition: int) -> int | None:
+        """The leader epoch a produce to this partition is stamped with (None: not replicated, unchanged)."""
+        replica = self._replicas.get((topic, partition))
+        return replica.leader.leader_epoch if replica is not None and replica.leader is not None else None
+
+    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch on the leader: (epoch, end offset) from the log's epoch cache; a
+        single-replica log, which keeps none, answers its log end at the asked epoch (nothing diverges)."""
+        plog = self._logs.get_or_create(topic, partition)
+        if (topic, partition) not in self._replicas:
+            return epoch, plog.log_end_offset
+        return self.epoch_cache((topic, partition), plog).end_offset_for(epoch, plog.log_end_offset)
+
     def _drop(self, key: TopicPartition) -> None:
         replica = self._replicas.pop(key)
+        self._epochs.pop(key, None)
         self._fail_waiters(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         for fetcher in self._fetchers.values():
             fetcher.remove(key)
@@ -170,6 +193,7 @@ class ReplicaManager:
         plog = self._logs.get_or_create(*key)
         hw = self._initial_hw(key, replica, plog)
         replica.follower = None
+        self.epoch_cache(key, plog).assign(meta.leader_epoch, plog.log_end_offset)
         replica.leader = LeaderState(self._id, meta.leader_epoch, hw, _now_ms(), epoch_start_offset=plog.log_end_offset)
         log.info("%s-%d: leader at epoch %d (log end %d, high watermark %d, ISR %s)", *key, meta.leader_epoch,
                  plog.log_end_offset, hw, list(meta.isr))
@@ -186,6 +210,7 @@ class ReplicaManager:
         for fetcher in self._fetchers.values():
             fetcher.remove(key)
         plog = self._logs.get_or_create(*key)
+        self.epoch_cache(key, plog)  # loaded before a fetcher asks for our latest epoch
         hw = current.hw if current is not None else min(self._checkpointed.get(key, 0), plog.log_end_offset)
         if meta.leader < 0 or meta.leader not in snapshot.brokers:
             replica.follower = None  # offline, or the leader is not registered (yet): wait for the next state
@@ -324,13 +349,43 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------------------------------ follower
 
-    def fetch_position(self, key: TopicPartition) -> tuple[int, int] | None:
-        """(fetch offset, leader epoch) for a fetcher thread (any thread), or None if not following."""
+    def fetch_position(self, key: TopicPartition) -> tuple[int, int, int | None] | None:
+        """For a fetcher thread (any thread): (fetch offset, leader epoch followed, our latest epoch if the
+        log must first be truncated (KIP-101) else None), or None if not following."""
         replica = self._replicas.get(key)
         plog = self._logs.get(*key)
-        if replica is None or replica.follower is None or plog is None:
+        follower = replica.follower if replica is not None else None
+        if follower is None or plog is None:
             return None
-        return plog.log_end_offset, replica.follower.leader_epoch
+        cache = self._epochs.get(key)
+        pending = None if follower.truncated else (cache.latest_epoch if cache is not None else -1)
+        return plog.log_end_offset, follower.leader_epoch, pending
+
+    def truncate_follower(self, key: TopicPartition, leader: int, leader_epoch: int, epoch: int,
+                          end_offset: int) -> None:
+        """Event loop: the leader answered OffsetForLeaderEpoch for our latest epoch with (``epoch``,
+        ``end_offset``): cut our log where it stops agreeing with the leader's (KIP-101, with KIP-279's
+        refinement when the leader knows only an older epoch). Without epochs on either side, the high
+        watermark is the fallback (what every ISR member had)."""
+        replica = self._replicas.get(key)
+        follower = replica.follower if replica is not None else None
+        plog = self._logs.get(*key)
+        if follower is None or follower.leader != leader or follower.leader_epoch != leader_epoch or plog is None:
+            return
+        cache = self.epoch_cache(key, plog)
+        if epoch < 0 or end_offset < 0 or cache.latest_epoch < 0:
+            target = follower.hw
+        elif epoch == cache.latest_epoch:
+            target = end_offset
+        else:
+            target = min(end_offset, cache.end_offset_for(epoch, plog.log_end_offset)[1])
+        if target < plog.log_end_offset:
+            log.warning("%s-%d: truncating from %d to %d, where our log and leader %d's diverge (epoch %d)",
+                        *key, plog.log_end_offset, target, leader, epoch)
+            plog.truncate_to(target)
+            cache.truncate_from_end(plog.log_end_offset)
+            follower.hw = min(follower.hw, plog.log_end_offset)
+        follower.truncated = True
 
     def append_fetched(self, key: TopicPartition, leader: int, leader_epoch: int, records: bytes,
                        leader_hw: int) -> None:
@@ -340,12 +395,17 @@ class ReplicaManager:
         follower = replica.follower if replica is not None else None
         if follower is None or follower.leader != leader or follower.leader_epoch != leader_epoch:
             return
+        if not follower.truncated:
+            return  # a fetch sent before the truncation check was decided
         plog = self._logs.get_or_create(*key)
         if records:
             try:
-                plog.append_replica(records)
+                headers = plog.append_replica(records)
             except (MetaqError, OSError) as e:
                 raise StorageError(f"{key[0]}-{key[1]}: appending batches from broker {leader} failed: {e}") from e
+            cache = self.epoch_cache(key, plog)
+            for header in headers:
+                cache.assign(header.partition_leader_epoch, header.base_offset)
         follower.hw = max(follower.hw, min(leader_hw, plog.log_end_offset))
 
     def leader_out_of_range(self, key: TopicPartition, leader: int, leader_epoch: int, leader_end: int) -> None:
@@ -360,6 +420,7 @@ class ReplicaManager:
             log.warning("%s-%d: truncating from %d to the leader's log end %d", *key, plog.log_end_offset,
                         leader_end)
             plog.truncate_to(leader_end)
+            self.epoch_cache(key, plog).truncate_from_end(plog.log_end_offset)
             follower.hw = min(follower.hw, plog.log_end_offset)
 
     # ------------------------------------------------------------------------------------------ ISR

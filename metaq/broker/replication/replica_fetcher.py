@@ -1,10 +1,12 @@
 """A follower's replica fetcher: one thread per leader broker, named ``metaq-replica-fetcher-<leader id>``.
 
-It sends ordinary Fetch requests through :mod:`metaq.client` with ``replica_id`` = this broker's id (the
-leader learns the follower's LEO from the fetch offsets) and ``current_leader_epoch`` = the epoch it follows
-(a leader at another epoch answers FENCED/UNKNOWN_LEADER_EPOCH instead of data). Complete batches are
-appended on the event loop by :meth:`ReplicaManager.append_fetched`, which drops them if the role changed
-meanwhile. Errors back off for ``replica.fetch.backoff.ms``; the partition moves when the state node does.
+Before fetching from a new leader it truncates the log where it diverges from the leader's, asking the
+leader with OffsetForLeaderEpoch (KIP-101). Then it sends ordinary Fetch requests through
+:mod:`metaq.client` with ``replica_id`` = this broker's id (the leader learns the follower's LEO from the
+fetch offsets) and ``current_leader_epoch`` = the epoch it follows (a leader at another epoch answers
+FENCED/UNKNOWN_LEADER_EPOCH instead of data). Complete batches are appended on the event loop by
+:meth:`ReplicaManager.append_fetched`, which drops them if the role changed meanwhile. Errors back off for
+``replica.fetch.backoff.ms``; the partition moves when the state node does.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
 from metaq.broker.config import BrokerConfig
 from metaq.client.connection import BrokerConnection
@@ -110,16 +112,22 @@ class ReplicaFetcher(threading.Thread):
         """One Fetch round; False if nothing could be fetched (back off)."""
         positions: dict[TopicPartition, tuple[int, int]] = {}
         topics: dict[str, list[dict[str, int]]] = {}
+        truncating: dict[TopicPartition, tuple[int, int]] = {}
         for key, epoch in partitions.items():
             position = self._manager.fetch_position(key)
             if position is None or position[1] != epoch:
                 continue
-            positions[key] = position
+            if position[2] is not None:
+                truncating[key] = (epoch, position[2])
+                continue
+            positions[key] = position[:2]
             topics.setdefault(key[0], []).append({
                 "partition": key[1], "current_leader_epoch": epoch, "fetch_offset": position[0],
                 "log_start_offset": -1, "partition_max_bytes": self._config.replica_fetch_max_bytes})
+        if truncating:
+            self._truncate(truncating)
         if not positions:
-            return False
+            return bool(truncating)
         fields: dict[str, Any] = {
             "replica_id": self._manager.broker_id,
             "max_wait_ms": self._config.replica_fetch_wait_max_ms,
@@ -148,6 +156,32 @@ class ReplicaFetcher(threading.Thread):
                 self._hand_over(self._manager.append_fetched, key, self.leader, positions[key][1],
                                 records[:complete], part.high_watermark)
         return ok
+
+    def _truncate(self, truncating: dict[TopicPartition, tuple[int, int]]) -> None:
+        """KIP-101: ask the leader where our latest epoch ends (OffsetForLeaderEpoch) and truncate there."""
+        asked: dict[str, list[dict[str, int]]] = {}
+        for (topic, partition), (followed, latest) in truncating.items():
+            if latest < 0:  # no epochs in our log: the manager falls back to the high watermark
+                self._hand_over(self._manager.truncate_follower, (topic, partition), self.leader, followed, -1, -1)
+                continue
+            asked.setdefault(topic, []).append(
+                {"partition": partition, "current_leader_epoch": followed, "leader_epoch": latest})
+        if not asked:
+            return
+        response = self._connection().send(OffsetForLeaderEpochRequest, {
+            "replica_id": self._manager.broker_id,
+            "topics": [{"topic": topic, "partitions": parts} for topic, parts in asked.items()]})
+        for topic in response.topics:
+            for part in topic.partitions:
+                key = (topic.topic, part.partition)
+                if key not in truncating:
+                    continue
+                if part.error_code:
+                    log.info("OffsetForLeaderEpoch of %s-%d from broker %d: %s", *key, self.leader,
+                             for_code(part.error_code).message)
+                    continue
+                self._hand_over(self._manager.truncate_follower, key, self.leader, truncating[key][0],
+                                part.leader_epoch, part.end_offset)
 
     def _hand_over(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` on the broker's event loop (logs are single-threaded) and wait for it."""
