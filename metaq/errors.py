@@ -306,7 +306,7 @@ class FencedLeaderEpochError(BrokerResponseError):
     """The request's leader epoch is older than the broker's: the client's metadata is stale."""
 
 
-@_broker_error(ErrorCode.UNKNOWN_LEADER_EPOCH, retriable=True, invalid_metadata=True)
+@_broker_error(ErrorCode.UNKNOWN_LEADER_EPOCH, retriable=True)
 class UnknownLeaderEpochError(BrokerResponseError):
     """The request's leader epoch is newer than the broker's: the broker has not caught up yet."""
 
