@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -262,3 +263,36 @@ def test_a_returning_leader_truncates_what_it_alone_had_by_leader_epoch(broker_c
     assert [(m.offset, m.value) for m in got] == [(m.offset, m.value) for m in truth]
     assert got[:10] == first and got[-4:] == second
     assert _latest(brokers[0].bootstrap, "diverge") == end  # what only broker 0 had is gone
+
+
+def test_sigterm_moves_leadership_away_before_the_broker_stops(three, zk_layout: ZkLayout) -> None:
+    """Controlled shutdown: the stopping leader leaves /brokers/ids first, so the controller elects another
+    ISR member at once (not after the session timeout) and the partition is never offline."""
+    brokers = three(**{"zookeeper.session.timeout.ms": 30000})
+    leader = _rf3_topic(zk_layout, brokers, "rolling")
+    first = _produce_all(brokers[leader].bootstrap, "rolling", [b"a%d" % i for i in range(50)])
+    seen: list[int] = []
+    done = threading.Event()
+
+    def watch_leader() -> None:
+        while not done.is_set():
+            seen.append(_state(zk_layout, "rolling").leader)
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch_leader, name="test-leader-watch")
+    watcher.start()
+    started = time.monotonic()
+    try:
+        assert brokers[leader].stop() == 0
+        stopped_after = time.monotonic() - started
+    finally:
+        done.set()
+        watcher.join()
+    state = _state(zk_layout, "rolling")
+    assert state.leader not in (leader, -1) and leader not in state.isr
+    assert -1 not in seen  # never offline
+    assert stopped_after < 20  # well inside the 30 s session timeout an unclean stop would cost
+    survivor = brokers[state.leader]
+    second = _produce_all(survivor.bootstrap, "rolling", [b"b%d" % i for i in range(50)])
+    got = peers.confluent_consume(survivor.bootstrap, "rolling", 0, confluent_kafka.OFFSET_BEGINNING, 100)
+    assert [(m.offset, m.value) for m in got] == [(m.offset, m.value) for m in first + second]

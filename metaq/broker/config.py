@@ -82,6 +82,7 @@ class BrokerConfig(Config):
     replica_fetch_wait_max_ms: int = prop("replica.fetch.wait.max.ms", 500, check=positive)
     replica_fetch_max_bytes: int = prop("replica.fetch.max.bytes", 1048576, check=positive)
     replica_fetch_backoff_ms: int = prop("replica.fetch.backoff.ms", 1000, check=positive)
+    controlled_shutdown_enable: bool = prop("controlled.shutdown.enable", True)
     replica_high_watermark_checkpoint_interval_ms: int = prop(
         "replica.high.watermark.checkpoint.interval.ms", 5000, check=positive)
     auto_create_topics_enable: bool = prop("auto.create.topics.enable", True)

@@ -207,6 +207,7 @@ class Broker:
 
     async def _shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.broker_id)
+        await self._controlled_shutdown()
         if self._metrics_server is not None:
             self._metrics_server.close()
         self.metrics.close()
@@ -229,6 +230,26 @@ class Broker:
             await asyncio.to_thread(self._zk.stop)
             await asyncio.to_thread(self._zk.close)
         log.info("broker %d stopped", self.config.broker_id)
+
+    async def _controlled_shutdown(self) -> None:
+        """Move the leadership of replicated partitions away before stopping (docs/architecture.md,
+        "Replication"): give up the controller, leave /brokers/ids so the controller elects other ISR members
+        at once, and wait (bounded by the session timeout) until no partition we lead could move. A broker
+        leading none keeps its registration to the end, as before."""
+        if (not self.config.controlled_shutdown_enable or self.replication is None or self.controller is None
+                or not self.replication.movable_leaderships()):
+            return
+        started = time.monotonic()
+        await asyncio.to_thread(self.controller.stop)
+        self._registration.close()
+        await asyncio.to_thread(self._layout.deregister_broker, self.config.broker_id)
+        self.metadata.request_reload()
+        deadline = started + self.config.session_timeout_ms / 1000.0
+        while self.replication.movable_leaderships() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        left = self.replication.movable_leaderships()
+        log.info("controlled shutdown: leadership moved away in %.2fs%s", time.monotonic() - started,
+                 f"; still leading {left}" if left else "")
 
     async def _every(self, interval_ms: int, job: object) -> None:
         while True:

@@ -230,6 +230,14 @@ class ReplicaManager:
             return min(replica.follower.hw, plog.log_end_offset)
         return min(self._checkpointed.get(key, 0), plog.log_end_offset)
 
+    def movable_leaderships(self) -> list[TopicPartition]:
+        """Replicated partitions this broker leads that another live ISR member could take over (what a
+        controlled shutdown waits to see moved)."""
+        snapshot = self._metadata.snapshot
+        return [key for key in self._replicas
+                if (meta := snapshot.partition(*key)) is not None and meta.leader == self._id
+                and any(b != self._id and b in snapshot.brokers for b in meta.isr)]
+
     # ------------------------------------------------------------------------------------------ reads
 
     def high_watermark(self, topic: str, partition: int, plog: PartitionLog) -> int:
