@@ -112,6 +112,10 @@ def test_rf3_topic_is_assigned_and_described_with_its_isr(three, zk_layout: ZkLa
     wait_until(lambda: _metadata(brokers[1].bootstrap, "rf3") is not None, 20, "rf3 visible")
     meta = _metadata(brokers[1].bootstrap, "rf3")
     assert sorted(meta.replicas) == [0, 1, 2] and sorted(meta.isrs) == [0, 1, 2]
+    holder = zk_layout.controller()
+    assert holder is not None and zk_layout.controller_epoch() == 1
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": brokers[2].bootstrap})
+    wait_until(lambda: admin.list_topics(timeout=10).controller_id == holder.broker_id, 20, "the controller named")
     out = subprocess.run([peers.KCAT, "-b", brokers[2].bootstrap, "-L", "-t", "rf3", "-J"], capture_output=True,
                          check=True, timeout=30).stdout
     listed = json.loads(out)["topics"][0]["partitions"]

@@ -41,10 +41,13 @@ class ClusterSnapshot:
     topics: dict[str, dict[int, PartitionMeta]] = field(default_factory=dict)
     cluster_id: str | None = None
     topic_ids: dict[str, str] = field(default_factory=dict)  # topics created with an id (node version 3)
+    controller: int | None = None  # the broker in /controller
 
     @property
     def controller_id(self) -> int:
-        """metaq has no controller; clients get the lowest live broker id, as a stable answer."""
+        """The elected controller; between elections the lowest live broker id, as a stable answer."""
+        if self.controller is not None and self.controller in self.brokers:
+            return self.controller
         return min(self.brokers) if self.brokers else -1
 
     def partition(self, topic: str, partition: int) -> PartitionMeta | None:
@@ -122,8 +125,14 @@ class MetadataWatcher:
         except MalformedNodeError as e:
             skipped[e.path] = str(e)
             cluster_id = None
+        try:
+            holder = self._layout.controller(watch=watch)
+        except MalformedNodeError as e:
+            skipped[e.path] = str(e)
+            holder = None
         self._report(skipped)
-        snapshot = ClusterSnapshot(brokers=brokers, topics=topics, cluster_id=cluster_id, topic_ids=topic_ids)
+        snapshot = ClusterSnapshot(brokers=brokers, topics=topics, cluster_id=cluster_id, topic_ids=topic_ids,
+                                   controller=holder.broker_id if holder is not None else None)
         with self._reloaded:
             self.snapshot = snapshot
             self._reloaded.notify_all()
