@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -88,6 +89,19 @@ def _latest(bootstrap: str, topic: str) -> int:
     part = request(bootstrap, req, ListOffsetsResponse, 1).topics[0].partitions[0]
     assert part.error_code == 0
     return int(part.offset)
+
+
+def _metaq_json(zk_layout: ZkLayout, *args: str) -> Any:
+    """Run the metaq CLI against the test's ZooKeeper (its chroot included) and parse its --json output."""
+    connect = zk_layout.client.hosts[0][0] + ":" + str(zk_layout.client.hosts[0][1]) + (zk_layout.client.chroot or "")
+    out = subprocess.run([sys.executable, "-m", "metaq", *args, "--zookeeper", connect, "--json"],
+                         capture_output=True, check=True, timeout=60).stdout
+    return json.loads(out)
+
+
+def _unhealthy(zk_layout: ZkLayout) -> list[tuple[str, int, int | None, str]]:
+    found = _metaq_json(zk_layout, "topics", "list", "--under-replicated")["partitions"]
+    return [(p["topic"], p["partition"], p["leader"], p["status"]) for p in found]
 
 
 @pytest.fixture
@@ -192,6 +206,7 @@ def test_min_insync_replicas_refuses_acks_all_when_the_isr_shrank_to_the_leader(
         b.kill()
     wait_until(lambda: _state(zk_layout, "jepsen").isr == (leader,), 30, "the ISR shrinks to the leader")
     wait_until(lambda: _raw_produce(bootstrap, "jepsen", acks=-1)[0] == 19, 10, "NOT_ENOUGH_REPLICAS")
+    assert _unhealthy(zk_layout) == [("jepsen", 0, leader, "under-replicated")]
     assert _raw_produce(bootstrap, "jepsen", acks=1)[0] == 0  # acks=1 is the client's choice to risk it
     # the leader dies too: the followers come back, but neither was in the ISR: offline, nothing elected
     brokers[leader].kill()
@@ -200,6 +215,9 @@ def test_min_insync_replicas_refuses_acks_all_when_the_isr_shrank_to_the_leader(
     wait_until(lambda: _state(zk_layout, "jepsen").leader == -1, 30, "offline without unclean election")
     time.sleep(1.0)
     assert _state(zk_layout, "jepsen").leader == -1
+    assert _unhealthy(zk_layout) == [("jepsen", 0, None, "offline")]
+    described = _metaq_json(zk_layout, "topics", "describe", "jepsen")["topics"][0]["partitions"][0]
+    assert (described["status"], described["isr"]) == ("offline", [leader])
     brokers[leader].start()
     wait_until(lambda: _state(zk_layout, "jepsen").leader == leader, 30, "the last ISR member leads again")
     got = peers.confluent_consume(brokers[leader].bootstrap, "jepsen", 0, confluent_kafka.OFFSET_BEGINNING, 3)
