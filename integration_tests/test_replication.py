@@ -27,7 +27,8 @@ from zk_layout import PartitionState, ZkLayout
 
 SESSION_MS = 4000
 FAST = {"zookeeper.session.timeout.ms": SESSION_MS, "replica.lag.time.max.ms": 3000,
-        "replica.fetch.wait.max.ms": 200, "replica.fetch.backoff.ms": 200}
+        "replica.fetch.wait.max.ms": 200, "replica.fetch.backoff.ms": 200,
+        "replica.high.watermark.checkpoint.interval.ms": 500}
 
 
 @pytest.fixture
@@ -165,6 +166,9 @@ def test_leader_kill_elects_from_isr_and_keeps_every_acknowledged_record(three, 
     brokers[leader].start()
     wait_until(lambda: sorted(_state(zk_layout, "failover").isr) == [0, 1, 2], 60, "the old leader back in the ISR")
     assert _state(zk_layout, "failover").leader == state.leader
+    # followers keep the high watermark they hear from the leader
+    checkpoint = brokers[leader].data_dir / f"logs-{leader}" / "replication-offset-checkpoint"
+    wait_until(lambda: checkpoint.exists() and "failover 0 300\n" in checkpoint.read_text(), 30, "the HW checkpoint")
     # ... holding the same records at the same offsets: kill the others, it is the only one left to lead
     for b in brokers:
         if b.broker_id != leader:

@@ -477,18 +477,25 @@ class ReplicaManager:
     # ------------------------------------------------------------------------------------------ checkpoint
 
     async def _checkpoint_async(self) -> None:
-        await asyncio.to_thread(self.checkpoint_high_watermarks)
+        await asyncio.to_thread(self._write_high_watermarks, self._high_watermarks())
 
     def checkpoint_high_watermarks(self) -> None:
         """``replication-offset-checkpoint`` in each log dir: the HW of every replicated partition."""
+        self._write_high_watermarks(self._high_watermarks())
+
+    def _high_watermarks(self) -> dict[Path, dict[TopicPartition, int]]:
+        """Event loop: each log dir's HWs (collected here, where the replicas change, written elsewhere)."""
         by_dir: dict[Path, dict[TopicPartition, int]] = {}
-        for key in list(self._replicas):
+        for key in self._replicas:
             plog = self._logs.get(*key)
             if plog is None:
                 continue
             hw = self.high_watermark(key[0], key[1], plog)
             by_dir.setdefault(plog.directory.parent, {})[key] = hw
             self._checkpointed[key] = hw
+        return by_dir
+
+    def _write_high_watermarks(self, by_dir: dict[Path, dict[TopicPartition, int]]) -> None:
         for directory, entries in by_dir.items():
             try:
                 write_checkpoint(directory / HW_CHECKPOINT, entries)
