@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
@@ -138,24 +139,31 @@ class ReplicaFetcher(threading.Thread):
         }
         response = self._connection().send(FetchRequest, fields)
         ok = False
-        for topic in response.responses:
+        for key, part in self._answers(response.responses, "partition_index", positions, "replica fetch"):
+            if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                self._hand_over(self._manager.leader_out_of_range, key, self.leader, positions[key][1],
+                                part.high_watermark)
+            if part.error_code:
+                continue
+            ok = True
+            records = bytes(part.records or b"")
+            complete, _ = valid_prefix(records)
+            self._hand_over(self._manager.append_fetched, key, self.leader, positions[key][1],
+                            records[:complete], part.high_watermark)
+        return ok
+
+    def _answers(self, topics: Any, index: str, wanted: Collection[TopicPartition],
+                 what: str) -> Iterator[tuple[TopicPartition, Any]]:
+        """(key, answer) of each partition of a response that was asked for; errors are logged here."""
+        for topic in topics:
             for part in topic.partitions:
-                key = (topic.topic, part.partition_index)
-                if key not in positions:
+                key = (topic.topic, getattr(part, index))
+                if key not in wanted:
                     continue
                 if part.error_code:
-                    log.info("replica fetch of %s-%d from broker %d: %s", *key, self.leader,
+                    log.info("%s of %s-%d from broker %d: %s", what, *key, self.leader,
                              for_code(part.error_code).message)
-                    if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                        self._hand_over(self._manager.leader_out_of_range, key, self.leader, positions[key][1],
-                                        part.high_watermark)
-                    continue
-                ok = True
-                records = bytes(part.records or b"")
-                complete, _ = valid_prefix(records)
-                self._hand_over(self._manager.append_fetched, key, self.leader, positions[key][1],
-                                records[:complete], part.high_watermark)
-        return ok
+                yield key, part
 
     def _truncate(self, truncating: dict[TopicPartition, tuple[int, int]]) -> None:
         """KIP-101: ask the leader where our latest epoch ends (OffsetForLeaderEpoch) and truncate there."""
@@ -171,15 +179,8 @@ class ReplicaFetcher(threading.Thread):
         response = self._connection().send(OffsetForLeaderEpochRequest, {
             "replica_id": self._manager.broker_id,
             "topics": [{"topic": topic, "partitions": parts} for topic, parts in asked.items()]})
-        for topic in response.topics:
-            for part in topic.partitions:
-                key = (topic.topic, part.partition)
-                if key not in truncating:
-                    continue
-                if part.error_code:
-                    log.info("OffsetForLeaderEpoch of %s-%d from broker %d: %s", *key, self.leader,
-                             for_code(part.error_code).message)
-                    continue
+        for key, part in self._answers(response.topics, "partition", truncating, "OffsetForLeaderEpoch"):
+            if not part.error_code:
                 self._hand_over(self._manager.truncate_follower, key, self.leader, truncating[key][0],
                                 part.leader_epoch, part.end_offset)
 
