@@ -322,3 +322,47 @@ def test_sigterm_moves_leadership_away_before_the_broker_stops(three, zk_layout:
     second = _produce_all(survivor.bootstrap, "rolling", [b"b%d" % i for i in range(50)])
     got = peers.confluent_consume(survivor.bootstrap, "rolling", 0, confluent_kafka.OFFSET_BEGINNING, 100)
     assert [(m.offset, m.value) for m in got] == [(m.offset, m.value) for m in first + second]
+
+
+def test_acks_all_under_load_survives_a_leader_kill(three, zk_layout: ZkLayout) -> None:
+    """confluent-kafka produces acks=all without pause while the leader is killed (kill -9): after the
+    client's own retries nothing failed, and every acknowledged record is at its acknowledged offset on
+    the new leader."""
+    brokers = three()
+    leader = _rf3_topic(zk_layout, brokers, "load", **{"min.insync.replicas": "2"})
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    acked: dict[int, bytes] = {}
+    errors: list[object] = []
+
+    def on_delivery(err: object, msg: confluent_kafka.Message) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[msg.offset()] = msg.value()
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                                         "message.timeout.ms": 60000, "retry.backoff.ms": 200,
+                                         "enable.idempotence": False})
+    sent = 0
+
+    def produce_for(seconds: float) -> None:
+        nonlocal sent
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            producer.produce("load", value=b"v%d" % sent, partition=0, on_delivery=on_delivery)
+            sent += 1
+            producer.poll(0.005)
+
+    produce_for(2.0)
+    brokers[leader].kill()
+    produce_for(2.0)
+    wait_until(lambda: _state(zk_layout, "load").leader not in (leader, -1), 30, "a new leader")
+    produce_for(2.0)
+    assert producer.flush(90) == 0
+    assert not errors, errors[:3]
+    assert len(acked) == sent  # one delivery report per record, each at its own offset
+    new_leader = brokers[_state(zk_layout, "load").leader]
+    end = max(acked) + 1
+    got = peers.confluent_consume(new_leader.bootstrap, "load", 0, confluent_kafka.OFFSET_BEGINNING, end, timeout=60)
+    stored = {m.offset: m.value for m in got}
+    assert all(stored.get(offset) == value for offset, value in acked.items())
