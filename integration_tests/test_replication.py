@@ -366,3 +366,29 @@ def test_acks_all_under_load_survives_a_leader_kill(three, zk_layout: ZkLayout) 
     got = peers.confluent_consume(new_leader.bootstrap, "load", 0, confluent_kafka.OFFSET_BEGINNING, end, timeout=60)
     stored = {m.offset: m.value for m in got}
     assert all(stored.get(offset) == value for offset, value in acked.items())
+
+
+def test_a_zombie_leader_acknowledges_nothing_with_acks_all(three, zk_layout: ZkLayout, cleanup) -> None:
+    """SIGSTOP the leader past its ZooKeeper session: another ISR member leads. Resumed, the old leader
+    (a zombie until it reads the new state) must not acknowledge an acks=all write, and once it follows
+    again every replica agrees with the new leader."""
+    brokers = three()
+    leader = _rf3_topic(zk_layout, brokers, "zombie")
+    first = _produce_all(brokers[leader].bootstrap, "zombie", [b"a%d" % i for i in range(20)])
+    zombie = brokers[leader]
+    zombie.pause()
+    cleanup.append(zombie)
+    wait_until(lambda: _state(zk_layout, "zombie").leader not in (leader, -1), 30, "a new leader")
+    new_leader = brokers[_state(zk_layout, "zombie").leader]
+    second = _produce_all(new_leader.bootstrap, "zombie", [b"b%d" % i for i in range(20)])
+    zombie.resume()
+    error, _ = _raw_produce(zombie.bootstrap, "zombie", acks=-1, timeout_ms=3000)
+    assert error in (6, 7, 19, 20)  # NOT_LEADER, timed out, or too few replicas: never acknowledged
+    wait_until(lambda: sorted(_state(zk_layout, "zombie").isr) == [0, 1, 2], 60, "the old leader rejoins")
+    for b in brokers:
+        if b is not zombie:
+            b.kill()
+    wait_until(lambda: _state(zk_layout, "zombie").leader == leader, 30, "the old leader leads again")
+    got = peers.confluent_consume(zombie.bootstrap, "zombie", 0, confluent_kafka.OFFSET_BEGINNING, 40)
+    assert [(m.offset, m.value) for m in got] == [(m.offset, m.value) for m in first + second]
+    assert _latest(zombie.bootstrap, "zombie") == 40
