@@ -89,6 +89,7 @@ class ReplicaManager:
         self._min_isr: dict[str, tuple[int, float]] = {}
         self._isr_writes: set[TopicPartition] = set()
         self._epochs: dict[TopicPartition, LeaderEpochCache] = {}
+        self._retry_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -151,10 +152,16 @@ class ReplicaManager:
                 self._drop(key)
         for key, meta in wanted.items():
             replica = self._replicas.setdefault(key, _Replica())
-            if meta.leader == self._id:
-                self._become_leader(key, replica, meta)
-            else:
-                self._become_follower(key, replica, meta, snapshot)
+            try:
+                if meta.leader == self._id:
+                    self._become_leader(key, replica, meta)
+                else:
+                    self._become_follower(key, replica, meta, snapshot)
+            except (MetaqError, OSError) as e:  # one partition's log must not stop the others' roles
+                log.error("%s-%d: cannot take the role the state node gives (retrying in 1s): %s", *key, e)
+                if self._loop is not None and not self._retry_scheduled:
+                    self._retry_scheduled = True
+                    self._loop.call_later(1.0, self._retry_reconcile)
         for leader_id in [b for b, f in self._fetchers.items() if f.idle()]:
             self._fetchers.pop(leader_id).shutdown()
 
@@ -176,6 +183,10 @@ class ReplicaManager:
         if (topic, partition) not in self._replicas:
             return epoch, plog.log_end_offset
         return self.epoch_cache((topic, partition), plog).end_offset_for(epoch, plog.log_end_offset)
+
+    def _retry_reconcile(self) -> None:
+        self._retry_scheduled = False
+        self.reconcile(self._metadata.snapshot)
 
     def _drop(self, key: TopicPartition) -> None:
         replica = self._replicas.pop(key)
