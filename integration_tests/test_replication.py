@@ -92,10 +92,15 @@ def _latest(bootstrap: str, topic: str) -> int:
     return int(part.offset)
 
 
+def _connect(zk_layout: ZkLayout) -> str:
+    """The test's zookeeper.connect, chroot included."""
+    host, port = zk_layout.client.hosts[0]
+    return f"{host}:{port}{zk_layout.client.chroot or ''}"
+
+
 def _metaq_json(zk_layout: ZkLayout, *args: str) -> Any:
-    """Run the metaq CLI against the test's ZooKeeper (its chroot included) and parse its --json output."""
-    connect = zk_layout.client.hosts[0][0] + ":" + str(zk_layout.client.hosts[0][1]) + (zk_layout.client.chroot or "")
-    out = subprocess.run([sys.executable, "-m", "metaq", *args, "--zookeeper", connect, "--json"],
+    """Run the metaq CLI against the test's ZooKeeper and parse its --json output."""
+    out = subprocess.run([sys.executable, "-m", "metaq", *args, "--zookeeper", _connect(zk_layout), "--json"],
                          capture_output=True, check=True, timeout=60).stdout
     return json.loads(out)
 
@@ -138,6 +143,21 @@ def test_rf3_topic_is_assigned_and_described_with_its_isr(three, zk_layout: ZkLa
     for part in listed:
         assert sorted(r["id"] for r in part["replicas"]) == [0, 1, 2]
         assert sorted(r["id"] for r in part["isrs"]) == [0, 1, 2]
+
+
+def test_cli_creates_replicated_topics_and_refuses_more_replicas_than_brokers(three, zk_layout: ZkLayout) -> None:
+    three()
+    created = _metaq_json(zk_layout, "topics", "create", "--topic", "cli", "--partitions", "3",
+                          "--replication-factor", "3")
+    assert created["partitions"] == 3
+    assignment = zk_layout.topic_assignment("cli")
+    assert assignment is not None and all(len(r) == 3 for r in assignment.partitions.values())
+    refused = subprocess.run([sys.executable, "-m", "metaq", "topics", "create", "--topic", "big",
+                              "--replication-factor", "4", "--zookeeper", _connect(zk_layout)],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "replication factor: 4 larger than available brokers: 3" in refused.stderr
+    assert zk_layout.topic_assignment("big") is None
 
 
 def test_leader_kill_elects_from_isr_and_keeps_every_acknowledged_record(three, zk_layout: ZkLayout,
