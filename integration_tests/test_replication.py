@@ -412,3 +412,73 @@ def test_a_zombie_leader_acknowledges_nothing_with_acks_all(three, zk_layout: Zk
     got = peers.confluent_consume(zombie.bootstrap, "zombie", 0, confluent_kafka.OFFSET_BEGINNING, 40)
     assert [(m.offset, m.value) for m in got] == [(m.offset, m.value) for m in first + second]
     assert _latest(zombie.bootstrap, "zombie") == 40
+
+
+def _replica_logs(brokers: list[BrokerProcess], topic: str) -> dict[int, dict[int, bytes | None]]:
+    """offset -> value of every record each (stopped) broker's log of ``topic``-0 holds, read from disk."""
+    from metaq.broker.log.config import LogConfig
+    from metaq.broker.log.partition_log import PartitionLog
+    from tests.broker import decode
+
+    logs = {}
+    for b in brokers:
+        plog = PartitionLog.open(b.data_dir / f"logs-{b.broker_id}" / f"{topic}-0", topic, 0, LogConfig(),
+                                 recover=True)
+        try:
+            piece = plog.read(plog.log_start_offset, 1 << 30)
+            logs[b.broker_id] = {o: v for o, _, v in decode(piece.read_bytes())} if piece is not None else {}
+        finally:
+            plog.close()
+    return logs
+
+
+def test_ten_leader_kills_under_acks_all_load_lose_nothing_acknowledged(three, zk_layout: ZkLayout) -> None:
+    """kill -9 the leader, restart it, ten times, under a steady acks=all load with min.insync.replicas 2.
+    Afterwards every replica's log holds every acknowledged record at its acknowledged offset, and all
+    replicas agree on every offset they all have."""
+    brokers = three()
+    _rf3_topic(zk_layout, brokers, "loop", **{"min.insync.replicas": "2"})
+    acked: dict[int, bytes] = {}
+    errors: list[object] = []
+    stop = threading.Event()
+
+    def on_delivery(err: object, msg: confluent_kafka.Message) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[msg.offset()] = msg.value()
+
+    def produce() -> None:
+        producer = confluent_kafka.Producer({"bootstrap.servers": ",".join(b.bootstrap for b in brokers),
+                                             "acks": "all", "linger.ms": 5, "message.timeout.ms": 120000,
+                                             "retry.backoff.ms": 200, "enable.idempotence": False})
+        n = 0
+        while not stop.is_set():
+            producer.produce("loop", value=b"v%d" % n, partition=0, on_delivery=on_delivery)
+            n += 1
+            producer.poll(0.01)
+        unflushed.append(producer.flush(120))
+
+    unflushed: list[int] = []
+    thread = threading.Thread(target=produce, name="test-loop-producer")
+    thread.start()
+    try:
+        for _ in range(10):
+            leader = _state(zk_layout, "loop").leader
+            brokers[leader].kill()
+            wait_until(lambda leader=leader: _state(zk_layout, "loop").leader not in (leader, -1), 30, "new leader")
+            brokers[leader].start()
+            wait_until(lambda: sorted(_state(zk_layout, "loop").isr) == [0, 1, 2], 60, "full ISR again")
+    finally:
+        stop.set()
+        thread.join(180)
+    assert unflushed == [0] and not errors, (unflushed, errors[:3])
+    assert len(acked) > 100
+    for b in brokers:
+        b.stop()
+    logs = _replica_logs(brokers, "loop")
+    for broker_id, records in logs.items():
+        missing = [o for o, v in acked.items() if records.get(o) != v]
+        assert not missing, f"broker {broker_id} lacks acknowledged offsets {missing[:10]}"
+    common = set.intersection(*(set(r) for r in logs.values()))
+    assert all(len({logs[b][o] for b in logs}) == 1 for o in common)
