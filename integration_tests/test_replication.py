@@ -343,6 +343,16 @@ def test_sigterm_moves_leadership_away_before_the_broker_stops(three, zk_layout:
     got = peers.confluent_consume(survivor.bootstrap, "rolling", 0, confluent_kafka.OFFSET_BEGINNING, 100)
     assert [(m.offset, m.value) for m in got] == [(m.offset, m.value) for m in first + second]
 
+    # back, in sync, and made leader again by a preferred leader election (it is the first replica)
+    brokers[leader].start()
+    wait_until(lambda: sorted(_state(zk_layout, "rolling").isr) == [0, 1, 2], 60, "the restarted broker in sync")
+    elected = _metaq_json(zk_layout, "topics", "elect-leaders", "rolling")
+    assert elected == {"leaders": [{"topic": "rolling", "partition": 0, "leader": leader}]}
+    assert _state(zk_layout, "rolling").leader_epoch == state.leader_epoch + 1
+    assert zk_layout.preferred_election_request() is None  # the controller deleted the request
+    got = peers.confluent_consume(brokers[leader].bootstrap, "rolling", 0, confluent_kafka.OFFSET_BEGINNING, 100)
+    assert [(m.offset, m.value) for m in got] == [(m.offset, m.value) for m in first + second]
+
 
 def test_acks_all_under_load_survives_a_leader_kill(three, zk_layout: ZkLayout) -> None:
     """confluent-kafka produces acks=all without pause while the leader is killed (kill -9): after the

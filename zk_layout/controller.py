@@ -1,6 +1,6 @@
 """The controller's nodes (part of :class:`zk_layout.store.ZkLayout`): the ephemeral ``/controller``, the
-persistent ``/controller_epoch``, partition state writes fenced by that epoch, and the
-``/isr_change_notification/isr_change_<seq>`` announcements.
+persistent ``/controller_epoch``, partition state writes fenced by that epoch, the
+``/isr_change_notification/isr_change_<seq>`` announcements and ``/admin/preferred_replica_election``.
 
 Fencing, as Kafka's ``KafkaZkClient`` does it: every state write of a controller is one multi-op that first
 checks ``/controller_epoch`` is still at the zkVersion the controller's own increment left it at. A
@@ -36,7 +36,8 @@ class ControllerEpoch:
 
 
 def encode_isr_change(partitions: Iterable[TopicPartition]) -> bytes:
-    """``{"version":1,"partitions":[{"topic":"t","partition":0}]}`` (Kafka's IsrChangeNotificationSequenceZNode)."""
+    """``{"version":1,"partitions":[{"topic":"t","partition":0}]}`` (Kafka's IsrChangeNotificationSequenceZNode;
+    ``/admin/preferred_replica_election`` has the same form)."""
     body = {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in sorted(partitions)]}
     return json.dumps(body, separators=(",", ":")).encode("utf-8")
 
@@ -142,6 +143,30 @@ class _Controller(_Nodes):
 
     def delete_isr_change(self, name: str) -> bool:
         return self._delete(f"{paths.ISR_CHANGE_NOTIFICATION}/{name}")
+
+    def request_preferred_election(self, partitions: Iterable[TopicPartition]) -> bool:
+        """Kafka's ``/admin/preferred_replica_election`` request (``{"version":1,"partitions":[...]}``), which
+        the controller carries out and deletes; False if a request is already pending (as Kafka refuses)."""
+        with self._translated("create", paths.PREFERRED_REPLICA_ELECTION):
+            try:
+                self._client.create(paths.PREFERRED_REPLICA_ELECTION, encode_isr_change(partitions), makepath=True)
+            except NodeExistsError:
+                return False
+        return True
+
+    def preferred_election_request(self, watch: Watch | None = None) -> list[TopicPartition] | None:
+        """The pending preferred leader election's partitions, or None; ``watch`` fires when one is made."""
+        node = self._read(paths.PREFERRED_REPLICA_ELECTION, watch)
+        if node is None:
+            return None
+        try:
+            return decode_isr_change(self.full_path(paths.PREFERRED_REPLICA_ELECTION), node[0])
+        except MalformedNodeError as e:
+            log.warning("ignoring %s", e)
+            return []
+
+    def finish_preferred_election(self) -> None:
+        self._delete(paths.PREFERRED_REPLICA_ELECTION)
 
     def partition_states_versioned(
         self, partitions: Iterable[TopicPartition]

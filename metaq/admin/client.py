@@ -39,6 +39,7 @@ from metaq.admin.topics import (
     alter_topic_config,
     delete_topics,
     describe_topic,
+    elect_preferred_leaders,
     list_topics,
     unhealthy_partitions,
 )
@@ -149,6 +150,10 @@ class Admin:
 
     def list_topics(self) -> list[TopicSummary]:
         return list_topics(self.layout)
+
+    def elect_preferred_leaders(self, topics: Iterable[str] = (), *,
+                                wait_s: float = 30.0) -> dict[tuple[str, int], int]:
+        return elect_preferred_leaders(self.layout, topics, wait_s=wait_s)
 
     def unhealthy_partitions(self) -> list[PartitionHealth]:
         return unhealthy_partitions(self.layout)

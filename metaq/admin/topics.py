@@ -178,3 +178,25 @@ def alter_topic_config(layout: ZkLayout, topic: str, updates: Mapping[str, str],
     config.update(valid)
     layout.set_topic_config(topic, config)
     return config
+
+
+def elect_preferred_leaders(layout: ZkLayout, topics: Iterable[str] = (), *,
+                            wait_s: float = 30.0) -> dict[tuple[str, int], int]:
+    """Ask the controller to move each replicated partition of ``topics`` (default: all) back to its first
+    replica (Kafka's ``/admin/preferred_replica_election``), wait up to ``wait_s`` for it to finish, and
+    return each partition's leader afterwards. ConfigError if a request is already pending."""
+    names = list(topics) or layout.topics()
+    partitions = []
+    for topic in names:
+        validate_topic(topic)
+        assignment = layout.topic_assignment(topic)
+        if assignment is None:
+            raise UnknownTopicError(f"topic {topic!r} does not exist")
+        partitions += [(topic, p) for p, r in assignment.partitions.items() if len(r) > 1]
+    if partitions and not layout.request_preferred_election(partitions):
+        raise ConfigError("a preferred leader election is already pending in /admin/preferred_replica_election")
+    deadline = time.monotonic() + wait_s
+    while partitions and layout.preferred_election_request() is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    states = layout.partition_states(partitions)
+    return {key: state.leader if state is not None else -1 for key, state in states.items()}

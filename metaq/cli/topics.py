@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     delete.add_argument("--wait-s", type=float, default=30.0,
                         help="how long to wait for the brokers to finish (0: only mark the topics)")
     delete.set_defaults(func=_delete)
+    elect = add_parser(actions, "elect-leaders", "move leadership back to each partition's preferred replica")
+    elect.add_argument("topic", nargs="*", help="topics (default: all)")
+    elect.add_argument("--wait-s", type=float, default=30.0, help="how long to wait for the controller")
+    elect.set_defaults(func=_elect_leaders)
     alter = add_parser(actions, "alter-config", "set or remove topic config overrides; brokers apply them live")
     alter.add_argument("topic")
     alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -127,6 +131,16 @@ def _delete(args: argparse.Namespace) -> int:
     emit(args, {"deleted": deleted, "marked": pending},
          lambda: "\n".join([f"Deleted topic {t}" for t in deleted]
                            + [f"Topic {t} is marked for deletion" for t in pending]))
+    return 0
+
+
+def _elect_leaders(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        leaders = admin.elect_preferred_leaders(args.topic, wait_s=args.wait_s)
+    rows = sorted(leaders.items())
+    emit(args, {"leaders": [{"topic": t, "partition": p, "leader": b} for (t, p), b in rows]},
+         lambda: table(["TOPIC", "PARTITION", "LEADER"], [(t, p, b) for (t, p), b in rows]) if rows
+         else "No replicated partitions.")
     return 0
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
-from metaq.broker.replication.election import elect
+from metaq.broker.replication.election import elect, elect_preferred
 from metaq.broker.replication.leader_epochs import LeaderEpochCache
 from metaq.broker.replication.partition_state import LeaderState, high_watermark
 from metaq.errors import StorageError
@@ -51,6 +51,14 @@ def test_a_dead_follower_leaves_the_isr_without_a_new_epoch() -> None:
     new = elect(_state(0, (0, 1, 2)), (0, 1, 2), live={0, 1}, controller_epoch=2)
     assert new == PartitionState(leader=0, leader_epoch=5, isr=(0, 1), controller_epoch=2)
     assert elect(_state(0, (0, 1, 2)), (0, 1, 2), live={0, 1, 2}, controller_epoch=2) is None
+
+
+def test_preferred_election_needs_the_first_replica_alive_and_in_sync() -> None:
+    assert elect_preferred(_state(2, (2, 0)), (0, 1, 2), live={0, 1, 2}, controller_epoch=3) == PartitionState(
+        leader=0, leader_epoch=6, isr=(2, 0), controller_epoch=3)
+    assert elect_preferred(_state(2, (2, 1)), (0, 1, 2), live={0, 1, 2}, controller_epoch=3) is None  # not in sync
+    assert elect_preferred(_state(2, (2, 0)), (0, 1, 2), live={1, 2}, controller_epoch=3) is None  # dead
+    assert elect_preferred(_state(0, (0, 2)), (0, 1, 2), live={0, 1, 2}, controller_epoch=3) is None  # leads
 
 
 # -- high watermark and lag ----------------------------------------------------------------------------

@@ -6,7 +6,9 @@ Every broker runs a :class:`Controller`; the one whose create of ``/controller``
 on every change of ``/brokers/ids`` (and periodically, in case a watch was missed), decide each replicated
 partition's state with :func:`metaq.broker.replication.election.elect` and write what changed, each write
 fenced by the controller epoch (:meth:`zk_layout.ZkLayout.set_partition_state_fenced`), so a controller that
-lost its session cannot overwrite a newer one's decisions. ISR change notifications are consumed (deleted):
+lost its session cannot overwrite a newer one's decisions. A ``/admin/preferred_replica_election`` request
+(``metaq topics elect-leaders``) moves leadership back to each named partition's first replica where it is
+alive and in the ISR, and is deleted when done. ISR change notifications are consumed (deleted):
 brokers learn states by watching the state nodes themselves, so the notification carries no extra work.
 
 Partitions with one replica are left alone: their only replica leads whenever it is up, as before.
@@ -21,7 +23,7 @@ from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 
-from metaq.broker.replication.election import elect
+from metaq.broker.replication.election import elect, elect_preferred
 from metaq.errors import ControllerMovedError, MetaqError, StaleVersionError
 from zk_layout import ZkLayout
 from zk_layout.controller import ControllerEpoch
@@ -118,6 +120,7 @@ class Controller:
         self._layout.topics(watch=self.kick)  # a new topic: its partitions are checked at once
         for name in self._layout.isr_changes(watch=self.kick):
             self._layout.delete_isr_change(name)
+        preferred = self._layout.preferred_election_request(watch=self.kick)
         for topic in self._layout.topics():
             assignment = self._layout.topic_assignment(topic)
             if assignment is None:
@@ -126,11 +129,16 @@ class Controller:
             states = self._layout.partition_states_versioned((topic, p) for p in replicated)
             for (_, partition), versioned in states.items():
                 if versioned is not None:
-                    self._decide(fence, topic, partition, replicated[partition], live, *versioned)
+                    self._decide(fence, topic, partition, replicated[partition], live, *versioned,
+                                 preferred=preferred is not None and (topic, partition) in preferred)
+        if preferred is not None:
+            self._layout.finish_preferred_election()
 
     def _decide(self, fence: ControllerEpoch, topic: str, partition: int, replicas: tuple[int, ...],
-                live: set[int], state: Any, version: int) -> None:
+                live: set[int], state: Any, version: int, *, preferred: bool = False) -> None:
         new = elect(state, replicas, live, controller_epoch=fence.epoch, unclean=self._unclean)
+        if new is None and preferred:
+            new = elect_preferred(state, replicas, live, controller_epoch=fence.epoch)
         if new is None:
             return
         try:

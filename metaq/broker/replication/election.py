@@ -46,3 +46,13 @@ def elect(
                               controller_epoch=controller_epoch)
     return PartitionState(leader=leader, leader_epoch=state.leader_epoch + 1, isr=isr,
                           controller_epoch=controller_epoch)
+
+
+def elect_preferred(state: PartitionState, replicas: Sequence[int], live: Collection[int], *,
+                    controller_epoch: int) -> PartitionState | None:
+    """Leadership back to the preferred (first) replica if it is alive and in the ISR, else None."""
+    preferred = replicas[0] if replicas else NO_LEADER
+    if preferred == state.leader or preferred not in live or preferred not in state.isr:
+        return None
+    return PartitionState(leader=preferred, leader_epoch=state.leader_epoch + 1, isr=state.isr,
+                          controller_epoch=controller_epoch)
