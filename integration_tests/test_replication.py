@@ -492,3 +492,13 @@ def test_ten_leader_kills_under_acks_all_load_lose_nothing_acknowledged(three, z
         assert not missing, f"broker {broker_id} lacks acknowledged offsets {missing[:10]}"
     common = set.intersection(*(set(r) for r in logs.values()))
     assert all(len({logs[b][o] for b in logs}) == 1 for o in common)
+
+
+def test_auto_leader_rebalance_gives_leadership_back_to_the_preferred_replica(three, zk_layout: ZkLayout) -> None:
+    brokers = three(**{"leader.imbalance.check.interval.seconds": 2})
+    preferred = _rf3_topic(zk_layout, brokers, "rebalance")
+    brokers[preferred].kill()
+    wait_until(lambda: _state(zk_layout, "rebalance").leader not in (preferred, -1), 30, "a new leader")
+    brokers[preferred].start()
+    wait_until(lambda: _state(zk_layout, "rebalance").leader == preferred, 60, "the preferred leader back")
+    assert sorted(_state(zk_layout, "rebalance").isr) == [0, 1, 2]

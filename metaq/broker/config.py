@@ -83,6 +83,11 @@ class BrokerConfig(Config):
     replica_fetch_max_bytes: int = prop("replica.fetch.max.bytes", 1048576, check=positive)
     replica_fetch_backoff_ms: int = prop("replica.fetch.backoff.ms", 1000, check=positive)
     controlled_shutdown_enable: bool = prop("controlled.shutdown.enable", True)
+    auto_leader_rebalance_enable: bool = prop("auto.leader.rebalance.enable", True)
+    leader_imbalance_check_interval_seconds: int = prop("leader.imbalance.check.interval.seconds", 300,
+                                                        check=positive)
+    leader_imbalance_per_broker_percentage: int = prop("leader.imbalance.per.broker.percentage", 10,
+                                                       check=non_negative)
     replica_high_watermark_checkpoint_interval_ms: int = prop(
         "replica.high.watermark.checkpoint.interval.ms", 5000, check=positive)
     auto_create_topics_enable: bool = prop("auto.create.topics.enable", True)

@@ -152,8 +152,11 @@ class Broker:
         self.replication = ReplicaManager(config, self.logs, self.metadata, layout, context.notifier)
         await self.replication.start()
         context.replication = self.replication
-        self.controller = Controller(config.broker_id, layout, self._zk,
-                                     unclean=config.unclean_leader_election_enable)
+        self.controller = Controller(
+            config.broker_id, layout, self._zk, unclean=config.unclean_leader_election_enable,
+            rebalance_interval_s=(config.leader_imbalance_check_interval_seconds
+                                  if config.auto_leader_rebalance_enable else None),
+            imbalance_percentage=config.leader_imbalance_per_broker_percentage)
         self.controller.start()
         self.topic_admin = TopicAdmin(config.broker_id, layout, self.logs, self.metadata, config.log_config())
         await self.topic_admin.start()  # topic configs applied before the first request is served

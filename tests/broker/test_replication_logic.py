@@ -9,7 +9,7 @@ import pytest
 
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
-from metaq.broker.replication.election import elect, elect_preferred
+from metaq.broker.replication.election import elect, elect_preferred, imbalanced_brokers
 from metaq.broker.replication.leader_epochs import LeaderEpochCache
 from metaq.broker.replication.partition_state import LeaderState, high_watermark
 from metaq.errors import StorageError
@@ -59,6 +59,18 @@ def test_preferred_election_needs_the_first_replica_alive_and_in_sync() -> None:
     assert elect_preferred(_state(2, (2, 1)), (0, 1, 2), live={0, 1, 2}, controller_epoch=3) is None  # not in sync
     assert elect_preferred(_state(2, (2, 0)), (0, 1, 2), live={1, 2}, controller_epoch=3) is None  # dead
     assert elect_preferred(_state(0, (0, 2)), (0, 1, 2), live={0, 1, 2}, controller_epoch=3) is None  # leads
+
+
+def test_brokers_leading_too_few_of_their_preferred_partitions_are_imbalanced() -> None:
+    leaders = {("t", p): (leader, replicas) for p, (leader, replicas) in enumerate([
+        (0, (0, 1, 2)), (1, (0, 1, 2)),  # broker 0 prefers two partitions and lost one: 50 %
+        (1, (1, 2, 0)), (1, (1, 0, 2)), (1, (1, 2, 0)), (1, (1, 0, 2)), (1, (1, 2, 0)),
+        (1, (1, 0, 2)), (1, (1, 2, 0)), (1, (1, 0, 2)), (1, (1, 2, 0)), (2, (1, 0, 2)),  # broker 1: 1 of 10
+        (0, (2, 0, 1)),  # broker 2: 100 %, but it is dead
+    ])}
+    assert imbalanced_brokers(leaders, live={0, 1}, percentage=10) == {0}
+    assert imbalanced_brokers(leaders, live={0, 1}, percentage=50) == set()
+    assert imbalanced_brokers(leaders, live={0, 1, 2}, percentage=10) == {0, 2}
 
 
 # -- high watermark and lag ----------------------------------------------------------------------------

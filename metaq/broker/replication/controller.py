@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 
-from metaq.broker.replication.election import elect, elect_preferred
+from metaq.broker.replication.election import elect, elect_preferred, imbalanced_brokers
 from metaq.errors import ControllerMovedError, MetaqError, StaleVersionError
 from zk_layout import ZkLayout
 from zk_layout.controller import ControllerEpoch
@@ -36,11 +37,17 @@ SAFETY_RUN_S = 10.0  # act even without events, in case a watch was missed
 class Controller:
     """Runs for controller and, while elected, keeps partition leaders on live brokers."""
 
-    def __init__(self, broker_id: int, layout: ZkLayout, client: KazooClient, *, unclean: bool = False) -> None:
+    def __init__(self, broker_id: int, layout: ZkLayout, client: KazooClient, *, unclean: bool = False,
+                 rebalance_interval_s: float | None = None, imbalance_percentage: int = 10) -> None:
+        """``rebalance_interval_s``: check leader imbalance that often (``auto.leader.rebalance.enable``);
+        None: never."""
         self._broker_id = broker_id
         self._layout = layout
         self._client = client
         self._unclean = unclean
+        self._rebalance_interval_s = rebalance_interval_s
+        self._imbalance_percentage = imbalance_percentage
+        self._next_rebalance = 0.0
         self._fence: ControllerEpoch | None = None
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -120,7 +127,10 @@ class Controller:
         self._layout.topics(watch=self.kick)  # a new topic: its partitions are checked at once
         for name in self._layout.isr_changes(watch=self.kick):
             self._layout.delete_isr_change(name)
-        preferred = self._layout.preferred_election_request(watch=self.kick)
+        requested = self._layout.preferred_election_request(watch=self.kick)
+        preferred = set(requested or ())
+        rebalance = self._rebalance_due()
+        seen: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
         for topic in self._layout.topics():
             assignment = self._layout.topic_assignment(topic)
             if assignment is None:
@@ -129,10 +139,29 @@ class Controller:
             states = self._layout.partition_states_versioned((topic, p) for p in replicated)
             for (_, partition), versioned in states.items():
                 if versioned is not None:
+                    seen[(topic, partition)] = (versioned[0].leader, replicated[partition])
                     self._decide(fence, topic, partition, replicated[partition], live, *versioned,
-                                 preferred=preferred is not None and (topic, partition) in preferred)
-        if preferred is not None:
+                                 preferred=(topic, partition) in preferred)
+        if requested is not None:
             self._layout.finish_preferred_election()
+        if rebalance:
+            brokers = imbalanced_brokers(seen, live, self._imbalance_percentage)
+            moves = [key for key, (leader, replicas) in seen.items()
+                     if replicas[0] in brokers and leader != replicas[0]]
+            if moves:
+                log.info("leader imbalance on brokers %s: moving %d partitions to their preferred replica",
+                         sorted(brokers), len(moves))
+                self._layout.request_preferred_election(moves)  # carried out by the next pass (its watch)
+
+    def _rebalance_due(self) -> bool:
+        if self._rebalance_interval_s is None:
+            return False
+        now = time.monotonic()
+        if now < self._next_rebalance:
+            return False
+        first = self._next_rebalance == 0.0
+        self._next_rebalance = now + self._rebalance_interval_s
+        return not first  # not right after the election: returning brokers first catch up
 
     def _decide(self, fence: ControllerEpoch, topic: str, partition: int, replicas: tuple[int, ...],
                 live: set[int], state: Any, version: int, *, preferred: bool = False) -> None:

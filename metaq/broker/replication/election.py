@@ -9,7 +9,7 @@ takes any live replica, accepting the loss of what only the ISR had.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from zk_layout import PartitionState
 
@@ -56,3 +56,19 @@ def elect_preferred(state: PartitionState, replicas: Sequence[int], live: Collec
         return None
     return PartitionState(leader=preferred, leader_epoch=state.leader_epoch + 1, isr=state.isr,
                           controller_epoch=controller_epoch)
+
+
+def imbalanced_brokers(leaders: Mapping[tuple[str, int], tuple[int, Sequence[int]]], live: Collection[int],
+                       percentage: int) -> set[int]:
+    """Brokers whose share of partitions they prefer (first replica) but do not lead exceeds ``percentage``
+    (Kafka's ``leader.imbalance.per.broker.percentage``): ``auto.leader.rebalance.enable`` moves those
+    partitions back. ``leaders`` maps each partition to (current leader, replicas)."""
+    preferred: dict[int, int] = {}
+    displaced: dict[int, int] = {}
+    for leader, replicas in leaders.values():
+        if not replicas or replicas[0] not in live:
+            continue
+        preferred[replicas[0]] = preferred.get(replicas[0], 0) + 1
+        if leader != replicas[0]:
+            displaced[replicas[0]] = displaced.get(replicas[0], 0) + 1
+    return {b for b, n in displaced.items() if n * 100 > percentage * preferred[b]}
