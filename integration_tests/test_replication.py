@@ -502,3 +502,30 @@ def test_auto_leader_rebalance_gives_leadership_back_to_the_preferred_replica(th
     brokers[preferred].start()
     wait_until(lambda: _state(zk_layout, "rebalance").leader == preferred, 60, "the preferred leader back")
     assert sorted(_state(zk_layout, "rebalance").isr) == [0, 1, 2]
+
+
+def test_a_follower_behind_the_leaders_log_start_restarts_there_and_rejoins(three, zk_layout: ZkLayout,
+                                                                           cleanup) -> None:
+    """The leader deletes records (DeleteRecords, bounded by its high watermark) that a stalled, shrunk-out
+    follower never fetched: resumed, the follower restarts its log at the leader's log start and rejoins."""
+    brokers = three(**{"zookeeper.session.timeout.ms": 30000, "replica.lag.time.max.ms": 2000})
+    leader = _rf3_topic(zk_layout, brokers, "start")
+    stalled = next(b for b in brokers if b.broker_id != leader)
+    stalled.pause()
+    cleanup.append(stalled)
+    wait_until(lambda: stalled.broker_id not in _state(zk_layout, "start").isr, 30, "the ISR shrinks")
+    acked = _produce_all(brokers[leader].bootstrap, "start", [b"a%d" % i for i in range(10)])
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": brokers[leader].bootstrap})
+    tp = confluent_kafka.TopicPartition("start", 0, 8)
+    assert admin.delete_records([tp])[tp].result(timeout=30).low_watermark == 8
+    beyond = confluent_kafka.TopicPartition("start", 0, 11)
+    with pytest.raises(confluent_kafka.KafkaException):  # above the high watermark (10): refused
+        admin.delete_records([beyond])[beyond].result(timeout=30)
+    stalled.resume()
+    wait_until(lambda: sorted(_state(zk_layout, "start").isr) == [0, 1, 2], 60, "the follower rejoins")
+    for b in brokers:
+        if b is not stalled:
+            b.kill()
+    wait_until(lambda: _state(zk_layout, "start").leader == stalled.broker_id, 60, "the follower leads")
+    got = peers.confluent_consume(stalled.bootstrap, "start", 0, confluent_kafka.OFFSET_BEGINNING, 2)
+    assert [(m.offset, m.value) for m in got] == [(m.offset, m.value) for m in acked[8:]]

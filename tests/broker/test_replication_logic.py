@@ -189,3 +189,15 @@ def test_the_leader_stamps_its_epoch_into_appended_batches(tmp_path: Path) -> No
     assert piece is not None
     epochs = [h.partition_leader_epoch for h in valid_prefix(piece.read_bytes())[1]]  # CRCs still valid
     assert epochs[0] == 7 and epochs[1] != 7
+
+
+def test_a_follower_below_the_leaders_log_start_restarts_its_log_there(tmp_path: Path) -> None:
+    plog = _log(tmp_path)
+    for i in range(6):
+        plog.append(make_batch(make_values(3, 40, tag=f"b{i}-")))
+    plog.truncate_fully_and_start_at(40)
+    assert (plog.log_start_offset, plog.log_end_offset, plog.segment_base_offsets()) == (40, 40, [40])
+    assert plog.append(make_batch(make_values(2, 20))).base_offset == 40
+    plog.close()
+    reopened = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(segment_bytes=1000), recover=True)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (40, 42)

@@ -203,6 +203,22 @@ class PartitionLog:
         logger.info("Truncated log %s-%d to offset %d", self.topic, self.partition, self.log_end_offset)
         return self.log_end_offset
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart empty at ``offset``: a follower whose log ends below the leader's
+        log start (retention or DeleteRecords on the leader) continues from there, as Kafka's
+        ``truncateFullyAndStartAt``."""
+        self._check_open()
+        with self._lock:
+            old, self._segments, self._bases = self._segments, [], []
+        for segment in old:
+            _remove_quietly(segment)
+        new = LogSegment.create(self.directory, offset, self.config)
+        with self._lock:
+            self._segments, self._bases = [new], [offset]
+            self.log_start_offset = self.log_end_offset = self.recovery_point = offset
+            self._dir_dirty = True
+        logger.warning("Log %s-%d emptied and restarted at offset %d", self.topic, self.partition, offset)
+
     def _check_sizes(self, headers: list[BatchHeader], total: int) -> None:
         limit = self.config.max_message_bytes
         for header in headers:

@@ -37,6 +37,7 @@ from metaq.broker.replication.leader_epochs import LeaderEpochCache
 from metaq.broker.replication.partition_state import LeaderState
 from metaq.broker.replication.replica_fetcher import ReplicaFetcher
 from metaq.errors import ErrorCode, MetaqError, StaleVersionError, StorageError
+from metaq.protocol.batches import read_header
 from zk_layout import PartitionState, ZkLayout
 
 log = logging.getLogger(__name__)
@@ -407,7 +408,7 @@ class ReplicaManager:
         follower.truncated = True
 
     def append_fetched(self, key: TopicPartition, leader: int, leader_epoch: int, records: bytes,
-                       leader_hw: int) -> None:
+                       leader_hw: int, leader_start: int = -1) -> None:
         """Event loop: batches a fetcher got from ``leader`` at ``leader_epoch``; dropped if the role
         changed since the request was sent."""
         replica = self._replicas.get(key)
@@ -418,6 +419,11 @@ class ReplicaManager:
             return  # a fetch sent before the truncation check was decided
         plog = self._logs.get_or_create(*key)
         if records:
+            first = read_header(records)
+            if plog.log_start_offset == plog.log_end_offset and first.base_offset < plog.log_end_offset:
+                # an empty log restarted inside the leader's first batch: start where that batch does (Kafka)
+                plog.truncate_fully_and_start_at(first.base_offset)
+                self.epoch_cache(key, plog).truncate_from_end(0)
             try:
                 headers = plog.append_replica(records)
             except (MetaqError, OSError) as e:
@@ -426,10 +432,14 @@ class ReplicaManager:
             for header in headers:
                 cache.assign(header.partition_leader_epoch, header.base_offset)
         follower.hw = max(follower.hw, min(leader_hw, plog.log_end_offset))
+        if plog.log_start_offset < leader_start <= plog.log_end_offset:  # the leader's DeleteRecords/retention
+            self._logs.delete_records(*key, leader_start, _now_ms())
 
-    def leader_out_of_range(self, key: TopicPartition, leader: int, leader_epoch: int, leader_end: int) -> None:
-        """Event loop: the leader's log ends before our fetch offset, so our tail was never replicated (never
-        acknowledged with acks=all): cut it and continue from the leader's end."""
+    def leader_out_of_range(self, key: TopicPartition, leader: int, leader_epoch: int, leader_end: int,
+                            leader_start: int) -> None:
+        """Event loop: our fetch offset is outside the leader's log. Past its end: our tail was never
+        replicated (never acknowledged with acks=all), cut it. Below its start (the leader's retention or
+        DeleteRecords removed what we lack): restart our log empty at the leader's start."""
         replica = self._replicas.get(key)
         follower = replica.follower if replica is not None else None
         plog = self._logs.get(*key)
@@ -441,6 +451,12 @@ class ReplicaManager:
             plog.truncate_to(leader_end)
             self.epoch_cache(key, plog).truncate_from_end(plog.log_end_offset)
             follower.hw = min(follower.hw, plog.log_end_offset)
+        elif plog.log_end_offset < leader_start:
+            log.warning("%s-%d: our log ends at %d, below leader %d's log start %d: restarting it there", *key,
+                        plog.log_end_offset, leader, leader_start)
+            plog.truncate_fully_and_start_at(leader_start)
+            self.epoch_cache(key, plog).truncate_from_end(0)
+            follower.hw = leader_start
 
     # ------------------------------------------------------------------------------------------ ISR
 

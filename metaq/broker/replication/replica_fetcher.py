@@ -142,14 +142,14 @@ class ReplicaFetcher(threading.Thread):
         for key, part in self._answers(response.responses, "partition_index", positions, "replica fetch"):
             if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 self._hand_over(self._manager.leader_out_of_range, key, self.leader, positions[key][1],
-                                part.high_watermark)
+                                part.high_watermark, part.log_start_offset)
             if part.error_code:
                 continue
             ok = True
             records = bytes(part.records or b"")
             complete, _ = valid_prefix(records)
             self._hand_over(self._manager.append_fetched, key, self.leader, positions[key][1],
-                            records[:complete], part.high_watermark)
+                            records[:complete], part.high_watermark, part.log_start_offset)
         return ok
 
     def _answers(self, topics: Any, index: str, wanted: Collection[TopicPartition],
