@@ -156,7 +156,7 @@ def test_refusals_name_what_is_wrong_and_change_nothing(broker, zk_layout: ZkLay
             CreatePartitionsRequest.CreatePartitionsTopic.CreatePartitionsAssignment(broker_ids=[0, 1])])],
         timeout_ms=5000, validate_only=False)
     [result] = request(bootstrap, req, CreatePartitionsResponse, 3).results
-    assert result.error_code == 39 and "do not replicate" in result.error_message  # INVALID_REPLICA_ASSIGNMENT
+    assert result.error_code == 39 and "broker 1 is not a live broker" in result.error_message
 
     Resource = AlterConfigsRequest.AlterConfigsResource
     req = AlterConfigsRequest[2](resources=[Resource(resource_type=4, resource_name="0", configs=[

@@ -9,6 +9,7 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     │   ├── ZooKeeperUnavailableError   no connection within the timeout (retriable)
     │   ├── ZooKeeperServerError        the embedded server cannot be found or started
     │   ├── StaleVersionError           a conditional write lost a race (the node changed)
+    │   │   └── ControllerMovedError       a zombie controller's fenced write (a newer controller won)
     │   └── MalformedNodeError          a node's data does not parse (names the path)
     ├── ProtocolError                a frame that cannot be decoded or is not allowed (names the frame)
     ├── CorruptRecordError           a record batch failed its size, magic or CRC check
@@ -81,6 +82,10 @@ class ZooKeeperServerError(ZooKeeperError):
 
 class StaleVersionError(ZooKeeperError):
     """A conditional write lost a race: the node's version is no longer the one read."""
+
+
+class ControllerMovedError(StaleVersionError):
+    """A controller's fenced write failed: ``/controller_epoch`` moved on, another broker controls now."""
 
 
 class MalformedNodeError(ZooKeeperError):
@@ -216,6 +221,8 @@ class ErrorCode(IntEnum):
     NOT_COORDINATOR = 16
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     INVALID_REQUIRED_ACKS = 21
     ILLEGAL_GENERATION = 22
     INCONSISTENT_GROUP_PROTOCOL = 23
@@ -244,6 +251,8 @@ class ErrorCode(IntEnum):
     SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
     UNSUPPORTED_COMPRESSION_TYPE = 76
     MEMBER_ID_REQUIRED = 79
     FENCED_INSTANCE_ID = 82
@@ -315,6 +324,26 @@ class NotLeaderForPartitionError(BrokerResponseError):
 @_broker_error(ErrorCode.REQUEST_TIMED_OUT, retriable=True)
 class RequestTimedOutError(BrokerResponseError):
     pass
+
+
+@_broker_error(ErrorCode.NOT_ENOUGH_REPLICAS, retriable=True)
+class NotEnoughReplicasError(BrokerResponseError):
+    """Fewer in-sync replicas than min.insync.replicas: an acks=all produce was refused before the append."""
+
+
+@_broker_error(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, retriable=True)
+class NotEnoughReplicasAfterAppendError(BrokerResponseError):
+    """The ISR shrank below min.insync.replicas after an acks=all batch was appended (not acknowledged)."""
+
+
+@_broker_error(ErrorCode.FENCED_LEADER_EPOCH, retriable=True, invalid_metadata=True)
+class FencedLeaderEpochError(BrokerResponseError):
+    """The request's leader epoch is older than the broker's: the client's metadata is stale."""
+
+
+@_broker_error(ErrorCode.UNKNOWN_LEADER_EPOCH, retriable=True)
+class UnknownLeaderEpochError(BrokerResponseError):
+    """The request's leader epoch is newer than the broker's: the broker has not caught up yet."""
 
 
 @_broker_error(ErrorCode.MESSAGE_TOO_LARGE)

@@ -67,6 +67,15 @@ class _Brokers(_Nodes):
 
         self._create_ephemeral(path, info.encode(), f"broker id {info.id}", holder, stale_wait_s)
 
+    def deregister_broker(self, broker_id: int) -> bool:
+        """Delete ``/brokers/ids/<id>`` if this session holds it (a controlled shutdown: the controller moves
+        the broker's leaderships at once instead of after its session timeout). True if deleted."""
+        path = paths.broker_path(broker_id)
+        node = self._read(path)
+        if node is None or node[1].ephemeralOwner != self._session_id():
+            return False
+        return self._delete(path, node[1].version)
+
     def broker_ids(self, watch: Watch | None = None, *, skipped: list[MalformedNodeError] | None = None) -> list[int]:
         """Live broker ids; ``watch`` fires when a broker comes or goes. A child whose name is not a broker id
         Kafka clients can be told about (0..2^31-1) is left out: logged, or appended to ``skipped``."""

@@ -33,12 +33,15 @@ from metaq.admin.log_offsets import BrokerLogOffsets, LogOffsets
 from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress, ResetSpec, apply_plan, plan_reset
 from metaq.admin.owners import OwnersReport, delete_orphans, owners_report
 from metaq.admin.topics import (
+    PartitionHealth,
     TopicDetail,
     TopicSummary,
     alter_topic_config,
     delete_topics,
     describe_topic,
+    elect_preferred_leaders,
     list_topics,
+    unhealthy_partitions,
 )
 from metaq.admin.transfer import OffsetRecord, export_offsets, plan_import
 from metaq.client.security import SecurityConfig
@@ -160,6 +163,13 @@ class Admin:
 
     def list_topics(self) -> list[TopicSummary]:
         return list_topics(self.layout)
+
+    def elect_preferred_leaders(self, topics: Iterable[str] = (), *,
+                                wait_s: float = 30.0) -> dict[tuple[str, int], int]:
+        return elect_preferred_leaders(self.layout, topics, wait_s=wait_s)
+
+    def unhealthy_partitions(self) -> list[PartitionHealth]:
+        return unhealthy_partitions(self.layout)
 
     def describe_topic(self, topic: str) -> TopicDetail:
         return describe_topic(self.layout, self.log_offsets, topic)

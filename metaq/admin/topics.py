@@ -37,6 +37,7 @@ class PartitionDetail:
     log_start: int | None
     log_end: int | None
     error: str | None = None
+    status: str = "ok"  # see partition_status
 
     @property
     def messages(self) -> int | None:
@@ -48,7 +49,53 @@ class PartitionDetail:
     def to_json(self) -> dict[str, Any]:
         return {"partition": self.partition, "leader": self.leader, "replicas": list(self.replicas),
                 "isr": list(self.isr), "log_start_offset": self.log_start, "log_end_offset": self.log_end,
-                "messages": self.messages, "error": self.error}
+                "messages": self.messages, "error": self.error, "status": self.status}
+
+
+OK, UNDER_REPLICATED, OFFLINE = "ok", "under-replicated", "offline"
+
+
+def partition_status(leader: int | None, replicas: Iterable[int], isr: Iterable[int], live: Iterable[int]) -> str:
+    """``offline`` without a live leader, ``under-replicated`` with fewer live in-sync replicas than replicas
+    (as Kafka's ``--under-replicated-partitions`` counts them), else ``ok``."""
+    alive = set(live)
+    if leader is None or leader not in alive:
+        return OFFLINE
+    return UNDER_REPLICATED if len([b for b in isr if b in alive]) < len(list(replicas)) else OK
+
+
+@dataclass(frozen=True)
+class PartitionHealth:
+    topic: str
+    partition: int
+    leader: int | None
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    status: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "leader": self.leader,
+                "replicas": list(self.replicas), "isr": list(self.isr), "status": self.status}
+
+
+def unhealthy_partitions(layout: ZkLayout) -> list[PartitionHealth]:
+    """Every under-replicated or offline partition of every topic (``metaq topics list --under-replicated``)."""
+    live = set(layout.broker_ids())
+    found = []
+    for topic in layout.topics():
+        assignment = layout.topic_assignment(topic)
+        if assignment is None:
+            continue
+        states = layout.partition_states((topic, p) for p in assignment.partition_ids)
+        for partition in assignment.partition_ids:
+            state = states.get((topic, partition))
+            leader = state.leader if state is not None and state.leader >= 0 else None
+            isr = tuple(state.isr) if state is not None else ()
+            replicas = tuple(assignment.partitions[partition])
+            status = partition_status(leader, replicas, isr, live)
+            if status != OK:
+                found.append(PartitionHealth(topic, partition, leader, replicas, isr, status))
+    return found
 
 
 @dataclass(frozen=True)
@@ -78,14 +125,16 @@ def describe_topic(layout: ZkLayout, log_offsets: LogOffsets, topic: str,
     if assignment is None:
         raise UnknownTopicError(f"topic {topic!r} does not exist")
     marks = log_offsets.watermarks((topic, p) for p in assignment.partition_ids)
+    live = layout.broker_ids()
     details = []
     for partition in assignment.partition_ids:
         state = layout.partition_state(topic, partition)
         m = marks.get((topic, partition))
         leader = state.leader if state is not None and state.leader >= 0 else None
-        details.append(PartitionDetail(partition, leader, tuple(assignment.partitions[partition]),
-                                       tuple(state.isr) if state is not None else (),
-                                       m.start if m else None, m.end if m else None, m.error if m else None))
+        replicas, isr = tuple(assignment.partitions[partition]), tuple(state.isr) if state is not None else ()
+        details.append(PartitionDetail(partition, leader, replicas, isr,
+                                       m.start if m else None, m.end if m else None, m.error if m else None,
+                                       partition_status(leader, replicas, isr, live)))
         if progress is not None:
             progress(1)
     config = layout.topic_config(topic)
@@ -129,3 +178,25 @@ def alter_topic_config(layout: ZkLayout, topic: str, updates: Mapping[str, str],
     config.update(valid)
     layout.set_topic_config(topic, config)
     return config
+
+
+def elect_preferred_leaders(layout: ZkLayout, topics: Iterable[str] = (), *,
+                            wait_s: float = 30.0) -> dict[tuple[str, int], int]:
+    """Ask the controller to move each replicated partition of ``topics`` (default: all) back to its first
+    replica (Kafka's ``/admin/preferred_replica_election``), wait up to ``wait_s`` for it to finish, and
+    return each partition's leader afterwards. ConfigError if a request is already pending."""
+    names = list(topics) or layout.topics()
+    partitions = []
+    for topic in names:
+        validate_topic(topic)
+        assignment = layout.topic_assignment(topic)
+        if assignment is None:
+            raise UnknownTopicError(f"topic {topic!r} does not exist")
+        partitions += [(topic, p) for p, r in assignment.partitions.items() if len(r) > 1]
+    if partitions and not layout.request_preferred_election(partitions):
+        raise ConfigError("a preferred leader election is already pending in /admin/preferred_replica_election")
+    deadline = time.monotonic() + wait_s
+    while partitions and layout.preferred_election_request() is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    states = layout.partition_states(partitions)
+    return {key: state.leader if state is not None else -1 for key, state in states.items()}

@@ -103,7 +103,22 @@ class BrokerConfig(ZooKeeperClientConfig):
     zookeeper_session_timeout_ms: int = prop("zookeeper.session.timeout.ms", 18000, check=positive)
     zookeeper_connection_timeout_ms: int | None = prop("zookeeper.connection.timeout.ms", None)
     num_partitions: int = prop("num.partitions", 1, check=positive)
-    default_replication_factor: int = prop("default.replication.factor", 1, check=one_of(1))
+    default_replication_factor: int = prop("default.replication.factor", 1, check=positive)
+    # replication (docs/architecture.md, "Replication")
+    min_insync_replicas: int = prop("min.insync.replicas", 1, check=positive)
+    unclean_leader_election_enable: bool = prop("unclean.leader.election.enable", False)
+    replica_lag_time_max_ms: int = prop("replica.lag.time.max.ms", 30000, check=positive)
+    replica_fetch_wait_max_ms: int = prop("replica.fetch.wait.max.ms", 500, check=positive)
+    replica_fetch_max_bytes: int = prop("replica.fetch.max.bytes", 1048576, check=positive)
+    replica_fetch_backoff_ms: int = prop("replica.fetch.backoff.ms", 1000, check=positive)
+    controlled_shutdown_enable: bool = prop("controlled.shutdown.enable", True)
+    auto_leader_rebalance_enable: bool = prop("auto.leader.rebalance.enable", True)
+    leader_imbalance_check_interval_seconds: int = prop("leader.imbalance.check.interval.seconds", 300,
+                                                        check=positive)
+    leader_imbalance_per_broker_percentage: int = prop("leader.imbalance.per.broker.percentage", 10,
+                                                       check=non_negative)
+    replica_high_watermark_checkpoint_interval_ms: int = prop(
+        "replica.high.watermark.checkpoint.interval.ms", 5000, check=positive)
     auto_create_topics_enable: bool = prop("auto.create.topics.enable", True)
     offsets_topic_num_partitions: int = prop("offsets.topic.num.partitions", 50, check=positive)
     offsets_retention_minutes: int = prop("offsets.retention.minutes", 10080, check=positive)

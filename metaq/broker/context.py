@@ -7,7 +7,7 @@ import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metaq.broker.auth.session import current_session
 from metaq.broker.config import BrokerConfig
@@ -21,6 +21,9 @@ from metaq.errors import ErrorCode, StorageError, for_code
 from metaq.metrics.broker import BrokerMetrics
 from zk_layout import BrokerInfo, ZkLayout
 from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
+
+if TYPE_CHECKING:
+    from metaq.broker.replication.manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,7 @@ class BrokerContext:
     layout: ZkLayout
     coordinator: GroupCoordinator
     metrics: BrokerMetrics
+    replication: ReplicaManager | None = None  # set once started (metaq/broker/replication)
     authorizer: Authorizer | None = None
     """None unless ``authorizer.class.name`` is set: then every check below allows everything."""
 
@@ -124,6 +128,18 @@ class BrokerContext:
             log.error("cannot check the topic id of %s-%d: %s", topic, partition, e)
             return ErrorCode.KAFKA_STORAGE_ERROR
         return ErrorCode.NONE if matches else ErrorCode.INCONSISTENT_TOPIC_ID
+
+    def high_watermark(self, topic: str, partition: int, plog: PartitionLog) -> int:
+        """What consumers may read up to: the HW of a replicated partition, else the log end offset."""
+        if self.replication is None:
+            return plog.log_end_offset
+        return self.replication.high_watermark(topic, partition, plog)
+
+    def epoch_error(self, topic: str, partition: int, current_leader_epoch: int) -> int:
+        """FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH if a request's ``current_leader_epoch`` disagrees."""
+        if self.replication is None:
+            return ErrorCode.NONE
+        return self.replication.epoch_error(topic, partition, current_leader_epoch)
 
     def count_error(self, api: str, code: int) -> None:
         """One Kafka error answered for a partition or a request (metrics: metaq_broker_request_errors_total)."""

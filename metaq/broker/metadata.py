@@ -47,10 +47,13 @@ class ClusterSnapshot:
     def address(self, broker_id: int, listener: str) -> tuple[str, int] | None:
         """(host, port) of broker ``broker_id`` on ``listener``; None if it has no such listener."""
         return self.endpoints.get(broker_id, {}).get(listener)
+    controller: int | None = None  # the broker in /controller
 
     @property
     def controller_id(self) -> int:
-        """metaq has no controller; clients get the lowest live broker id, as a stable answer."""
+        """The elected controller; between elections the lowest live broker id, as a stable answer."""
+        if self.controller is not None and self.controller in self.brokers:
+            return self.controller
         return min(self.brokers) if self.brokers else -1
 
     def partition(self, topic: str, partition: int) -> PartitionMeta | None:
@@ -140,9 +143,15 @@ class MetadataWatcher:
         except MalformedNodeError as e:
             skipped[e.path] = str(e)
             cluster_id = None
+        try:
+            holder = self._layout.controller(watch=watch)
+        except MalformedNodeError as e:
+            skipped[e.path] = str(e)
+            holder = None
         self._report(skipped)
         snapshot = ClusterSnapshot(brokers=brokers, topics=topics, cluster_id=cluster_id, topic_ids=topic_ids,
-                                   endpoints={b: _endpoints(info) for b, info in brokers.items()})
+                                   endpoints={b: _endpoints(info) for b, info in brokers.items()},
+                                   controller=holder.broker_id if holder is not None else None)
         with self._reloaded:
             self.snapshot = snapshot
             self._reloaded.notify_all()

@@ -31,11 +31,13 @@ from metaq.broker.metadata import MetadataWatcher
 from metaq.broker.network import BrokerServer, ConnectionLimits
 from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.registration import BrokerRegistration
+from metaq.broker.replication.controller import Controller
+from metaq.broker.replication.manager import ReplicaManager
 from metaq.broker.security.acl_rules import Rules
 from metaq.broker.security.authorizer import Authorizer, parse_super_users
 from metaq.broker.topic_admin import TopicAdmin
 from metaq.broker.topics import create_topic
-from metaq.errors import TopicExistsError
+from metaq.errors import TopicError, TopicExistsError
 from metaq.metrics import MetricsServer, serve_metrics
 from metaq.metrics.broker import BrokerMetrics, ClusterState, LogState
 from metaq.metrics.off import disabled
@@ -65,6 +67,8 @@ class Broker:
         self.topic_admin: TopicAdmin | None = None
         self.authorizer: Authorizer | None = None
         self.scram = ScramCredentialCache()
+        self.replication: ReplicaManager | None = None
+        self.controller: Controller | None = None
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
@@ -150,6 +154,15 @@ class Broker:
         await asyncio.to_thread(self._registration.register)
         await asyncio.to_thread(self.metadata.start)
         await asyncio.to_thread(self.scram.load_all, layout)  # before serving: SCRAM users can log in at once
+        self.replication = ReplicaManager(config, self.logs, self.metadata, layout, context.notifier)
+        await self.replication.start()
+        context.replication = self.replication
+        self.controller = Controller(
+            config.broker_id, layout, self._zk, unclean=config.unclean_leader_election_enable,
+            rebalance_interval_s=(config.leader_imbalance_check_interval_seconds
+                                  if config.auto_leader_rebalance_enable else None),
+            imbalance_percentage=config.leader_imbalance_per_broker_percentage)
+        self.controller.start()
         self.topic_admin = TopicAdmin(config.broker_id, layout, self.logs, self.metadata, config.log_config(),
                                       on_user_change=self.scram.reload)
         await self.topic_admin.start()  # topic configs applied before the first request is served
@@ -198,9 +211,12 @@ class Broker:
         """Watcher thread: a new topic's config (written with it, without a notification) is applied at once."""
         if self.topic_admin is not None:
             self.topic_admin.kick()
+        if self.replication is not None:
+            self.replication.on_metadata(_)
 
     async def _shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.broker_id)
+        await self._controlled_shutdown()
         if self._metrics_server is not None:
             self._metrics_server.close()
         self.metrics.close()
@@ -208,6 +224,10 @@ class Broker:
             task.cancel()
         if self._server is not None:
             await self._server.close()
+        if self.controller is not None:
+            await asyncio.to_thread(self.controller.stop)  # the others elect a new controller at once
+        if self.replication is not None:
+            await self.replication.stop()
         if self._zk is not None:
             if self.topic_admin is not None:
                 await self.topic_admin.stop()
@@ -221,6 +241,26 @@ class Broker:
             await asyncio.to_thread(self._zk.stop)
             await asyncio.to_thread(self._zk.close)
         log.info("broker %d stopped", self.config.broker_id)
+
+    async def _controlled_shutdown(self) -> None:
+        """Move the leadership of replicated partitions away before stopping (docs/architecture.md,
+        "Replication"): give up the controller, leave /brokers/ids so the controller elects other ISR members
+        at once, and wait (bounded by the session timeout) until no partition we lead could move. A broker
+        leading none keeps its registration to the end, as before."""
+        if (not self.config.controlled_shutdown_enable or self.replication is None or self.controller is None
+                or not self.replication.movable_leaderships()):
+            return
+        started = time.monotonic()
+        await asyncio.to_thread(self.controller.stop)
+        self._registration.close()
+        await asyncio.to_thread(self._layout.deregister_broker, self.config.broker_id)
+        self.metadata.request_reload()
+        deadline = started + self.config.session_timeout_ms / 1000.0
+        while self.replication.movable_leaderships() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        left = self.replication.movable_leaderships()
+        log.info("controlled shutdown: leadership moved away in %.2fs%s", time.monotonic() - started,
+                 f"; still leading {left}" if left else "")
 
     async def _every(self, interval_ms: int, job: object) -> None:
         while True:
@@ -246,14 +286,19 @@ class Broker:
         """``__consumer_offsets`` on first use, spread over the live brokers (as Kafka does)."""
         await self._create_and_wait(OFFSETS_TOPIC, partitions)
 
-    async def _create_and_wait(self, topic: str, partitions: int) -> None:
+    async def _create_and_wait(self, topic: str, partitions: int, replication_factor: int = 1) -> None:
         try:
-            await asyncio.to_thread(create_topic, self._layout, topic, partitions)
+            await asyncio.to_thread(partial(create_topic, self._layout, topic, partitions,
+                                            replication_factor=replication_factor))
         except TopicExistsError:
             pass
         self.metadata.request_reload()
         await asyncio.to_thread(self.metadata.wait_for, lambda s: topic in s.topics, AUTO_CREATE_WAIT_S)
 
     async def _auto_create(self, topic: str) -> None:
-        """Create a topic on first use (auto.create.topics.enable), then wait for it to be visible."""
-        await self._create_and_wait(topic, self.config.num_partitions)
+        """Create a topic on first use (auto.create.topics.enable), then wait for it to be visible. A
+        ``default.replication.factor`` above the live brokers creates nothing (logged; the client retries)."""
+        try:
+            await self._create_and_wait(topic, self.config.num_partitions, self.config.default_replication_factor)
+        except TopicError as e:
+            log.warning("cannot auto-create topic %s: %s", topic, e)

@@ -2,8 +2,9 @@
 described and applied to a topic's logs.
 
 Each supported topic config overrides one :class:`LogConfig` field, whose default is the broker's
-``log.*`` property (Kafka's topic-level / broker-level pairs). ``min.insync.replicas`` is stored and described
-but changes nothing: metaq does not replicate. ``cleanup.policy`` accepts only ``delete`` (no compaction).
+``log.*`` property (Kafka's topic-level / broker-level pairs). ``min.insync.replicas`` is read by acks=all
+produces to replicated partitions (metaq/broker/replication/acks.py). ``cleanup.policy`` accepts only
+``delete`` (no compaction).
 """
 
 from __future__ import annotations

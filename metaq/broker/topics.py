@@ -1,7 +1,9 @@
 """Topic creation: spread partitions over the live brokers and write the topic's nodes in ZooKeeper.
 
-Used by ``metaq topics create`` and by the broker's auto-creation. metaq does not replicate, so every
-partition has one replica, which is its leader (as in a Kafka cluster with replication factor 1).
+Used by ``metaq topics create`` and by the broker's auto-creation. Replicas are placed as Kafka's
+``AdminUtils.assignReplicasToBrokers`` (rack unaware) places them: the first replicas round-robin from a
+random broker, the followers shifted by a second random amount that grows by one per round of brokers, so
+leaders and followers both spread evenly. The first replica is the preferred leader.
 """
 
 from __future__ import annotations
@@ -17,16 +19,39 @@ log = logging.getLogger(__name__)
 
 
 def assign_replicas(
-    broker_ids: Sequence[int], partitions: int, *, start_index: int | None = None
+    broker_ids: Sequence[int],
+    partitions: int,
+    replication_factor: int = 1,
+    *,
+    start_index: int | None = None,
+    replica_shift: int | None = None,
+    first_partition: int = 0,
 ) -> dict[int, list[int]]:
-    """Round-robin placement from a random start, as Kafka's ``assignReplicasToBrokers`` does for RF 1."""
+    """Partition -> replicas for partitions ``first_partition..first_partition+partitions-1`` (Kafka's
+    rack-unaware assignment; ``start_index`` and ``replica_shift`` fix its two random choices, for tests)."""
     if partitions <= 0:
         raise ConfigError(f"partitions: {partitions} must be > 0")
+    if replication_factor <= 0:
+        raise ConfigError(f"replication factor: {replication_factor} must be > 0")
     brokers = sorted(broker_ids)
     if not brokers:
         raise TopicError("no live brokers are registered in ZooKeeper (/brokers/ids is empty)")
-    start = random.randrange(len(brokers)) if start_index is None else start_index
-    return {p: [brokers[(start + p) % len(brokers)]] for p in range(partitions)}
+    n = len(brokers)
+    if replication_factor > n:
+        raise TopicError(f"replication factor: {replication_factor} larger than available brokers: {n} "
+                         f"(live brokers {brokers})")
+    start = random.randrange(n) if start_index is None else start_index
+    shift = random.randrange(n) if replica_shift is None else replica_shift
+    result: dict[int, list[int]] = {}
+    for partition in range(first_partition, first_partition + partitions):
+        if partition > 0 and partition % n == 0:
+            shift += 1
+        first = (partition + start) % n
+        replicas = [brokers[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
+        result[partition] = replicas
+    return result
 
 
 def create_topic(
@@ -41,19 +66,16 @@ def create_topic(
     """Create ``topic`` with ``partitions`` partitions (or the explicit ``assignment``) and its config
     overrides (``/config/topics/<t>``); TopicExistsError if it exists."""
     validate_topic(topic)
-    if replication_factor != 1:
-        raise ConfigError(
-            f"replication factor {replication_factor}: metaq brokers do not replicate; use 1"
-        )
     if assignment is None:
-        assignment = assign_replicas(layout.broker_ids(), partitions)
+        assignment = assign_replicas(layout.broker_ids(), partitions, replication_factor)
     layout.create_topic(topic, assignment, initial_states(assignment), config=config)
     log.info("created topic %s with %d partitions: %s", topic, len(assignment), dict(assignment))
     return TopicAssignment(partitions={p: tuple(r) for p, r in assignment.items()})
 
 
 def initial_states(assignment: Mapping[int, Sequence[int]]) -> dict[int, PartitionState]:
-    """The ``state`` node of each new partition: its only replica leads, at leader epoch 0."""
+    """The ``state`` node of each new partition: the first (preferred) replica leads at leader epoch 0 and
+    every replica is in the ISR (they are all empty)."""
     return {
         p: PartitionState(leader=replicas[0], leader_epoch=0, isr=tuple(replicas), controller_epoch=1)
         for p, replicas in assignment.items()
@@ -75,8 +97,8 @@ def add_partitions(
             if count < have else f"Topic already has {have} partitions."
         )
     if new_assignment is None:
-        placed = assign_replicas(layout.broker_ids(), count - have)
-        added = {have + p: r for p, r in placed.items()}
+        factor = len(current.partitions[min(current.partitions)]) if current.partitions else 1
+        added = assign_replicas(layout.broker_ids(), count - have, factor, first_partition=have)
     else:
         added = {have + i: list(r) for i, r in enumerate(new_assignment)}
     full = {**{p: list(r) for p, r in current.partitions.items()}, **added}

@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         help=f"a topic config override (repeatable): {', '.join(TOPIC_CONFIG_KEYS)}")
     create.set_defaults(func=_create)
     listing = add_parser(actions, "list", "list topics with their partition counts")
+    listing.add_argument("--under-replicated", action="store_true",
+                         help="list the partitions with fewer live in-sync replicas than replicas, or offline")
     listing.set_defaults(func=_list)
     describe = add_parser(actions, "describe", "partitions with leader, replicas, ISR, log start and end offsets")
     describe.add_argument("topic", nargs="*", help="topics to describe (default: all)")
@@ -38,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     delete.add_argument("--wait-s", type=float, default=30.0,
                         help="how long to wait for the brokers to finish (0: only mark the topics)")
     delete.set_defaults(func=_delete)
+    elect = add_parser(actions, "elect-leaders", "move leadership back to each partition's preferred replica")
+    elect.add_argument("topic", nargs="*", help="topics (default: all)")
+    elect.add_argument("--wait-s", type=float, default=30.0, help="how long to wait for the controller")
+    elect.set_defaults(func=_elect_leaders)
     alter = add_parser(actions, "alter-config", "set or remove topic config overrides; brokers apply them live")
     alter.add_argument("topic")
     alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -68,11 +74,24 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    if args.under_replicated:
+        return _list_unhealthy(args)
     with open_admin(args) as admin:
         topics = admin.list_topics()
     emit(args, {"topics": [t.to_json() for t in topics]},
          lambda: table(["TOPIC", "PARTITIONS"], [(t.topic, t.partitions) for t in topics]) if topics
          else "No topics.")
+    return 0
+
+
+def _list_unhealthy(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        found = admin.unhealthy_partitions()
+    emit(args, {"partitions": [p.to_json() for p in found]},
+         lambda: table(["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR", "STATUS"],
+                       [(p.topic, p.partition, p.leader, ",".join(map(str, p.replicas)),
+                         ",".join(map(str, p.isr)) or None, p.status) for p in found])
+         if found else "No under-replicated or offline partitions.")
     return 0
 
 
@@ -95,10 +114,10 @@ def render(details: list[TopicDetail]) -> str:
     for d in details:
         config = ",".join(f"{k}={v}" for k, v in sorted(d.config.items())) or "-"
         rows = [(p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)) or None,
-                 p.log_start, p.log_end, p.messages, p.error) for p in d.partitions]
+                 p.status, p.log_start, p.log_end, p.messages, p.error) for p in d.partitions]
         parts.append(f"Topic {d.topic}: {len(d.partitions)} partitions, config {config}\n" + table(
-            ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START-OFFSET", "LOG-END-OFFSET", "MESSAGES", "ERROR"],
-            rows))
+            ["PARTITION", "LEADER", "REPLICAS", "ISR", "STATUS", "LOG-START-OFFSET", "LOG-END-OFFSET", "MESSAGES",
+             "ERROR"], rows))
     return "\n\n".join(parts)
 
 
@@ -112,6 +131,16 @@ def _delete(args: argparse.Namespace) -> int:
     emit(args, {"deleted": deleted, "marked": pending},
          lambda: "\n".join([f"Deleted topic {t}" for t in deleted]
                            + [f"Topic {t} is marked for deletion" for t in pending]))
+    return 0
+
+
+def _elect_leaders(args: argparse.Namespace) -> int:
+    with open_admin(args) as admin:
+        leaders = admin.elect_preferred_leaders(args.topic, wait_s=args.wait_s)
+    rows = sorted(leaders.items())
+    emit(args, {"leaders": [{"topic": t, "partition": p, "leader": b} for (t, p), b in rows]},
+         lambda: table(["TOPIC", "PARTITION", "LEADER"], [(t, p, b) for (t, p), b in rows]) if rows
+         else "No replicated partitions.")
     return 0
 
 

@@ -26,6 +26,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.FIND_COORDINATOR: (0, 2),
     ApiKey.OFFSET_COMMIT: (2, 7),
     ApiKey.OFFSET_FETCH: (1, 5),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (3, 3),  # replica fetchers (replica_id from v3)
     ApiKey.SASL_HANDSHAKE: (1, 1),  # v1: the tokens go in SaslAuthenticate, not as raw frames
     ApiKey.SASL_AUTHENTICATE: (0, 1),
 }

@@ -55,6 +55,8 @@ from kafka.protocol.consumer import (
     OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -100,6 +102,7 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -131,6 +134,8 @@ BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
     # from v0: the 0.8 consumer with offsets.storage=kafka sends v1, and v0 is served from ZooKeeper
     ApiKey.OFFSET_COMMIT: (OffsetCommitRequest, OffsetCommitResponse, 0, 7),
     ApiKey.OFFSET_FETCH: (OffsetFetchRequest, OffsetFetchResponse, 0, 5),
+    # KIP-101 truncation of followers (v3 adds replica_id); librdkafka validates positions with v2
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 3),
     # DeleteTopics 4, DeleteRecords 2, CreatePartitions 2, AlterConfigs 2, IncrementalAlterConfigs 1,
     # DescribeConfigs 1). The flexible versions among them are answered with no tagged fields.
     # Topic admin, up to the highest versions kafka-python 3.0.12 sends (librdkafka 2.16 stops at CreateTopics 4,

@@ -230,3 +230,16 @@ def assign_offsets(buf: bytearray | memoryview, headers: Sequence[BatchHeader], 
         offset += header.last_offset_delta + 1
         pos += header.size
     return offset
+
+
+_LEADER_EPOCH = struct.Struct(">i")
+_LEADER_EPOCH_POSITION = 12  # partition_leader_epoch: after the base offset (8) and the batch length (4)
+
+
+def set_leader_epoch(buf: bytearray | memoryview, headers: Sequence[BatchHeader], epoch: int) -> None:
+    """Stamp ``partition_leader_epoch`` into each batch in place (a replicated partition's leader does, see
+    metaq/broker/replication/leader_epochs.py). The field is outside the CRC, so CRCs stay valid."""
+    pos = 0
+    for header in headers:
+        _LEADER_EPOCH.pack_into(buf, pos + _LEADER_EPOCH_POSITION, epoch)
+        pos += header.size

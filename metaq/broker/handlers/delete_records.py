@@ -31,7 +31,12 @@ def _delete(ctx: BrokerContext, topic: str, partition: int, offset: int) -> tupl
     if error:
         return error, -1
     plog = ctx.log_for(topic, partition)
-    target = plog.log_end_offset if offset == HIGH_WATERMARK else offset
+    hw = ctx.high_watermark(topic, partition, plog)  # the log end offset of a single-replica partition
+    target = hw if offset == HIGH_WATERMARK else offset
+    if target > hw:  # past what every in-sync replica has (Kafka refuses it too)
+        log.info("DeleteRecords refused: offset %d is above the high watermark %d of %s-%d", target, hw, topic,
+                 partition)
+        return ErrorCode.OFFSET_OUT_OF_RANGE, -1
     try:
         return 0, ctx.logs.delete_records(topic, partition, target, int(time.time() * 1000))
     except OffsetOutOfRangeError as e:

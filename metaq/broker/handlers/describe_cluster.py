@@ -1,5 +1,5 @@
-"""DescribeCluster v0..2 (KIP-700): the live brokers, the cluster id and the "controller" (the lowest live
-broker id: metaq has no controller, see :class:`metaq.broker.metadata.ClusterSnapshot`)."""
+"""DescribeCluster v0..2 (KIP-700): the live brokers, the cluster id and the controller (the broker in
+``/controller``, see :class:`metaq.broker.metadata.ClusterSnapshot`)."""
 
 from __future__ import annotations
 

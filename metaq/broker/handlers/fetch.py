@@ -6,6 +6,10 @@ The answer's size is bounded as Kafka bounds it: by the request's ``max_bytes`` 
 ``partition_max_bytes``. Only the first partition that has data may exceed them, by returning its first
 batch whole (KIP-74), so a consumer always makes progress. A partition named twice is answered once,
 with the parameters of its last mention (Kafka keeps the request's partitions in a map).
+
+A follower's fetch (``replica_id`` >= 0) tells the leader its log end offset and is served up to the log
+end; a consumer's (``replica_id`` -1) is served below the high watermark only, which ``high_watermark``
+answers (metaq/broker/replication; for a single-replica partition it is the log end offset).
 """
 
 from __future__ import annotations
@@ -47,32 +51,47 @@ def response_budget(ctx: BrokerContext, request: Any, version: int) -> int:
     return max(0, min(asked, cap))
 
 
+def _denied(ctx: BrokerContext, topic: str, replica_id: int) -> int:
+    """A follower (``replica_id`` >= 0) needs ClusterAction on the cluster, a consumer Read on the topic (as
+    Kafka's KafkaApis); either is refused per partition with TOPIC_AUTHORIZATION_FAILED."""
+    if replica_id >= 0:
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED if ctx.denied(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER) \
+            else ErrorCode.NONE
+    return ctx.denied(AclOperation.READ, ResourceType.TOPIC, topic)
+
+
 def _read_partition(
-    ctx: BrokerContext, topic: str, p: Any, limit: int, min_one: bool
+    ctx: BrokerContext, topic: str, p: Any, limit: int, min_one: bool, replica_id: int = -1
 ) -> tuple[PartitionPart, int]:
     """One partition's part of the answer and the number of record bytes it carries.
 
     With ``min_one`` the first batch comes whole even past ``limit``; otherwise a first batch that does
     not fit leaves the partition empty in this answer (the client asks again)."""
-    error = ctx.denied(AclOperation.READ, ResourceType.TOPIC, topic) or ctx.serving_error(topic, p.partition)
+    error = _denied(ctx, topic, replica_id) or ctx.serving_error(topic, p.partition) or ctx.epoch_error(
+        topic, p.partition, getattr(p, "current_leader_epoch", -1))
     if error:
         return PartitionPart(p.partition, error, -1, -1, -1, None), 0
     plog = ctx.log_for(topic, p.partition)
+    if replica_id >= 0 and ctx.replication is not None:  # a follower: its fetch offset is its log end
+        ctx.replication.follower_fetched(topic, p.partition, replica_id, p.fetch_offset, plog)
     end, start = plog.log_end_offset, plog.log_start_offset
+    hw = ctx.high_watermark(topic, p.partition, plog)
     try:
-        piece = plog.read(p.fetch_offset, limit) if limit > 0 or min_one else None
+        # consumers never get records at or above the high watermark (they could still be truncated)
+        piece = (plog.read(p.fetch_offset, limit, None if replica_id >= 0 else hw)
+                 if limit > 0 or min_one else None)
     except OffsetOutOfRangeError:
         return PartitionPart(p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, end, end, start, None), 0
     except Exception:
         log.exception("reading %s-%d at offset %d failed", topic, p.partition, p.fetch_offset)
-        return PartitionPart(p.partition, ErrorCode.UNKNOWN_SERVER_ERROR, end, end, start, None), 0
+        return PartitionPart(p.partition, ErrorCode.UNKNOWN_SERVER_ERROR, hw, hw, start, None), 0
     if piece is None or (piece.size > limit and not min_one):
-        return PartitionPart(p.partition, 0, end, end, start, b""), 0
-    return PartitionPart(p.partition, 0, end, end, start, piece), piece.size
+        return PartitionPart(p.partition, 0, hw, hw, start, b""), 0
+    return PartitionPart(p.partition, 0, hw, hw, start, piece), piece.size
 
 
 def _collect(
-    ctx: BrokerContext, wanted: list[tuple[str, list[Any]]], budget: int
+    ctx: BrokerContext, wanted: list[tuple[str, list[Any]]], budget: int, replica_id: int = -1
 ) -> tuple[list[TopicPart], int, bool]:
     """(topics, total record bytes, whether any partition has an error)."""
     total = 0
@@ -82,7 +101,7 @@ def _collect(
         parts = []
         for p in partitions:
             limit = min(max(p.partition_max_bytes, 0), budget - total)
-            part, size = _read_partition(ctx, topic, p, limit, min_one=total == 0)
+            part, size = _read_partition(ctx, topic, p, limit, min_one=total == 0, replica_id=replica_id)
             total += size
             errors = errors or part.error_code != 0
             parts.append(part)
@@ -110,7 +129,7 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> FetchReply:
     budget = response_budget(ctx, request, version)
     keys = [(topic, p.partition) for topic, partitions in wanted for p in partitions]
     while True:
-        topics, total, errors = _collect(ctx, wanted, budget)
+        topics, total, errors = _collect(ctx, wanted, budget, request.replica_id)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
             _count(ctx, topics)

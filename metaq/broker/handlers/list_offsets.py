@@ -25,14 +25,17 @@ TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
 PartitionResponse = TopicResponse.ListOffsetsPartitionResponse
 
 
-def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int) -> tuple[int, int, int]:
-    """(error_code, timestamp, offset)."""
-    error = ctx.denied(AclOperation.DESCRIBE, ResourceType.TOPIC, topic) or ctx.serving_error(topic, partition)
+def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int,
+            current_leader_epoch: int = -1) -> tuple[int, int, int]:
+    """(error_code, timestamp, offset). LATEST is the high watermark (the log end offset of a
+    single-replica partition): consumers cannot read past it."""
+    error = ctx.denied(AclOperation.DESCRIBE, ResourceType.TOPIC, topic) or ctx.serving_error(topic, partition) \
+        or ctx.epoch_error(topic, partition, current_leader_epoch)
     if error:
         return error, -1, -1
     plog = ctx.log_for(topic, partition)
     if timestamp == LATEST:
-        return 0, -1, plog.log_end_offset
+        return 0, -1, ctx.high_watermark(topic, partition, plog)
     if timestamp == EARLIEST:
         return 0, -1, plog.log_start_offset
     found = plog.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
@@ -47,7 +50,8 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     for topic in request.topics:
         parts = []
         for p in topic.partitions:
-            error, ts, offset = _lookup(ctx, topic.name, p.partition_index, p.timestamp)
+            error, ts, offset = _lookup(ctx, topic.name, p.partition_index, p.timestamp,
+                                        getattr(p, "current_leader_epoch", -1))
             if version == 0:
                 old = [offset] if not error and offset >= 0 else []
                 parts.append(PartitionResponse(partition_index=p.partition_index, error_code=error,

@@ -1,11 +1,11 @@
 """Metadata v0..8: live brokers, and topics with their leaders, from the ZooKeeper snapshot.
 
 v5 adds offline replicas (none: a replica is either live or left out of the ISR), v7 the partition leader
-epoch and v8 authorized operations (not computed: INT32_MIN, Kafka's "not requested"). The leader epoch is
-answered -1 (unknown) on purpose: a client that knows epochs (librdkafka >= 1.9) then validates its fetch
-position with OffsetForLeaderEpoch (API 23), which metaq does not serve; with -1 it skips that validation,
-as against a pre-2.1 broker. sarama sends v5 and kafka-python with ``api_version=(2,1)`` v7 without asking
-ApiVersions first (docs/wire-protocol.md section 1)."""
+epoch and v8 authorized operations (not computed: INT32_MIN, Kafka's "not requested"). The leader epoch of a
+single-replica partition is answered -1 (unknown) on purpose: its leader never changes, and with -1 a client
+that knows epochs (librdkafka >= 1.9) skips validating its fetch position, as against a pre-2.1 broker. A
+replicated partition answers its epoch from the state node (docs/architecture.md, "Replication"). sarama sends
+v5 and kafka-python with ``api_version=(2,1)`` v7 without asking ApiVersions first (docs/wire-protocol.md section 1)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def _topic_entry(snapshot: ClusterSnapshot, name: str, error: int = 0) -> Any:
                 error_code=0 if alive else ErrorCode.LEADER_NOT_AVAILABLE,
                 partition_index=index,
                 leader_id=meta.leader if alive else -1,
-                leader_epoch=-1,  # unknown: see the module doc
+                leader_epoch=meta.leader_epoch if len(meta.replicas) > 1 else -1,  # see the module doc
                 replica_nodes=list(meta.replicas),
                 isr_nodes=[b for b in meta.isr if b in snapshot.brokers],
             )

@@ -5,7 +5,8 @@ enables gzip, snappy and lz4 only when the Produce range starts at v0 (KAFKA-186
 carries a magic 0 or 1 message set, gets UNSUPPORTED_FOR_MESSAGE_FORMAT for every partition.
 
 A batch is acknowledged only after it is written to the segment file (and fsynced first when the flush
-policy says so). ``acks=0`` requests get no response at all, as in Kafka. Every batch is validated inside
+policy says so). ``acks=0`` requests get no response at all, as in Kafka. ``acks=all`` to a replicated
+partition also waits for its ISR (metaq/broker/replication/acks.py). Every batch is validated inside
 its CRC first (see metaq/broker/log/validator.py); an invalid one gets Kafka's error code for its partition
 and nothing of that partition's records is appended. Internal topics (``__consumer_offsets``) are written
 by the broker only: clients get INVALID_TOPIC_EXCEPTION, as from Kafka.
@@ -20,6 +21,7 @@ from kafka.protocol.producer import ProduceResponse
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.log.partition_log import PartitionLog
+from metaq.broker.replication import acks as replication
 from metaq.errors import (
     CorruptRecordError,
     ErrorCode,
@@ -54,7 +56,8 @@ def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tup
         return ErrorCode.CORRUPT_MESSAGE, -1, None
     plog = ctx.log_for(topic, partition)
     try:
-        result = plog.append(records)
+        result = plog.append(records, leader_epoch=ctx.replication.append_epoch(topic, partition)
+                             if ctx.replication is not None else None)
     except (CorruptRecordError, MessageSizeTooLargeError) as e:
         log.warning("produce to %s-%d rejected: %s", topic, partition, e)
         return _rejection_code(e), -1, plog
@@ -63,6 +66,8 @@ def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tup
         return ErrorCode.KAFKA_STORAGE_ERROR, -1, plog
     ctx.notifier.notify((topic, partition))
     ctx.metrics.appended(topic, result.record_count, len(records))
+    if ctx.replication is not None:
+        ctx.replication.leader_appended(topic, partition)
     return 0, result.base_offset, plog
 
 
@@ -81,10 +86,11 @@ def _rejection_code(error: Exception) -> int:
 
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     acks = request.acks
-    responses = []
+    responses: list[tuple[str, list[tuple[int, int, int, int]]]] = []
     to_flush: dict[int, PartitionLog] = {}
+    waits: list[tuple[int, int, int]] = []  # acks=all: (topic index, partition index, offset to reach)
     for topic_data in request.topic_data:
-        parts = []
+        parts: list[tuple[int, int, int, int]] = []
         for pdata in topic_data.partition_data:
             error: int
             if acks not in (-1, 0, 1):
@@ -95,7 +101,13 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
                 error, base, plog = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, None
             else:
                 try:
-                    error, base, plog = _append(ctx, topic_data.name, pdata.index, pdata.records)
+                    error = await replication.check_min_isr(ctx, topic_data.name, pdata.index, acks)
+                    if error:
+                        base, plog = -1, None
+                    else:
+                        error, base, plog = _append(ctx, topic_data.name, pdata.index, pdata.records)
+                        if not error and plog is not None:
+                            waits.append((len(responses), len(parts), plog.log_end_offset))
                 except Exception:  # one bad partition must not take the connection down
                     log.exception("unexpected error appending to %s-%d", topic_data.name, pdata.index)
                     error, base, plog = ErrorCode.UNKNOWN_SERVER_ERROR, -1, None
@@ -105,6 +117,8 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
                 to_flush[id(plog)] = plog
             parts.append((pdata.index, error, base, plog.log_start_offset if plog else -1))
         responses.append((topic_data.name, parts))
+    if acks == -1 and waits:
+        await replication.await_isr(ctx, responses, waits, request.timeout_ms)
     for plog in to_flush.values():
         await ctx.in_thread(plog.flush)  # ack after fsync when the flush policy asks for it
     if acks == 0:

@@ -1,6 +1,6 @@
 """CreateTopics v0..7, DeleteTopics v0..6 and CreatePartitions v0..3, written to ZooKeeper as Kafka's admin
 tools write them (``/brokers/topics``, ``/config/topics``, ``/admin/delete_topics``). Any broker answers them
-(metaq has no controller); the brokers apply them through their watches (:mod:`metaq.broker.topic_admin`).
+(the controller only moves leaders); the brokers apply them through their watches (:mod:`metaq.broker.topic_admin`).
 """
 
 from __future__ import annotations
@@ -84,18 +84,20 @@ def _check_name(topic: str) -> None:
 
 def _check_replicas(ctx: BrokerContext, replicas: list[int], where: str) -> None:
     live = ctx.snapshot.brokers
-    if len(replicas) != 1:
+    if not replicas or len(set(replicas)) != len(replicas):
         raise AdminError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                         f"{where}: {len(replicas)} replicas {replicas}; metaq brokers do not replicate (give one)")
-    if replicas[0] not in live:
-        raise AdminError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: broker {replicas[0]} is not a live broker")
+                         f"{where}: replicas {replicas} must be distinct broker ids (at least one)")
+    for broker_id in replicas:
+        if broker_id not in live:
+            raise AdminError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: broker {broker_id} is not a live broker")
 
 
 # ------------------------------------------------------------------------------------------ CreateTopics
 
 
-def _plan_topic(ctx: BrokerContext, topic: Any) -> tuple[int, dict[int, list[int]] | None, dict[str, str]]:
-    """(partitions, explicit assignment or None, config overrides) of one CreatableTopic, or AdminError."""
+def _plan_topic(ctx: BrokerContext, topic: Any) -> tuple[int, int, dict[int, list[int]] | None, dict[str, str]]:
+    """(partitions, replication factor, explicit assignment or None, config overrides) of one CreatableTopic,
+    or AdminError."""
     assignment = None
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
@@ -108,6 +110,7 @@ def _plan_topic(ctx: BrokerContext, topic: Any) -> tuple[int, dict[int, list[int
         for partition, replicas in assignment.items():
             _check_replicas(ctx, replicas, f"partition {partition}")
         partitions = len(assignment)
+        factor = len(assignment[0])
     else:
         partitions = ctx.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
         if partitions <= 0:
@@ -119,19 +122,16 @@ def _plan_topic(ctx: BrokerContext, topic: Any) -> tuple[int, dict[int, list[int
         if factor > live:
             raise AdminError(ErrorCode.INVALID_REPLICATION_FACTOR,
                              f"Replication factor: {factor} larger than available brokers: {live}.")
-        if factor != 1:
-            raise AdminError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                             f"Replication factor: {factor}: metaq brokers do not replicate; use 1.")
     try:
         config = validate_topic_config({c.name: c.value for c in topic.configs})
     except ConfigError as e:
         raise AdminError(ErrorCode.INVALID_CONFIG, str(e)) from e
-    return partitions, assignment, config
+    return partitions, factor, assignment, config
 
 
 async def _create_one(
     ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int
-) -> tuple[int, dict[str, str]]:
+) -> tuple[int, int, dict[str, str]]:
     if not ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER):
         require(ctx, AclOperation.CREATE, ResourceType.TOPIC, topic.name)
     _check_name(topic.name)
@@ -139,17 +139,17 @@ async def _create_one(
         raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' is marked for deletion.")
     if topic.name in ctx.snapshot.topics or await ctx.in_thread(ctx.layout.topic_assignment, topic.name):
         raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
-    partitions, assignment, config = _plan_topic(ctx, topic)
+    partitions, factor, assignment, config = _plan_topic(ctx, topic)
     if validate_only:
-        return partitions, config
+        return partitions, factor, config
     try:
         await ctx.in_thread(lambda: create_topic(ctx.layout, topic.name, partitions, config=config,
-                                                 assignment=assignment))
+                                                 assignment=assignment, replication_factor=factor))
     except TopicExistsError as e:
         raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.") from e
     ctx.metadata.request_reload()
     await _wait_until(ctx, lambda: topic.name in ctx.snapshot.topics, timeout_ms)
-    return partitions, config
+    return partitions, factor, config
 
 
 async def _refuse(code: int, message: str) -> Any:
@@ -170,9 +170,9 @@ async def create_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
         code, message, created = await attempt(f"CreateTopics {topic.name}", work)
         fields: dict[str, Any] = {"name": topic.name, "error_code": code, "error_message": message}
         if created is not None and version >= 5:
-            partitions, config = created
+            partitions, factor, config = created
             base = ctx.config.log_config()
-            fields.update(num_partitions=partitions, replication_factor=1, configs=[
+            fields.update(num_partitions=partitions, replication_factor=factor, configs=[
                 Result.CreatableTopicConfigs(
                     name=name, value=config.get(name, default_value(base, name)), read_only=False,
                     config_source=DYNAMIC_TOPIC_CONFIG if name in config else DEFAULT_CONFIG,

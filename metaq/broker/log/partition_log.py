@@ -33,7 +33,7 @@ from metaq.broker.log.segment import (
 from metaq.broker.log.validator import decompressed_limit, validate_records
 from metaq.errors import MessageSizeTooLargeError, OffsetOutOfRangeError, StorageError
 from metaq.fileio import fsync_dir
-from metaq.protocol.batches import BatchHeader, Buffer, assign_offsets, validate_batches
+from metaq.protocol.batches import BatchHeader, Buffer, assign_offsets, set_leader_epoch, validate_batches
 
 __all__ = ["AppendResult", "FetchSlice", "PartitionLog"]
 
@@ -125,7 +125,7 @@ class PartitionLog:
 
     # ---------------------------------------------------------------------------------------- writing
 
-    def append(self, records: Buffer, *, now_ms: int | None = None) -> AppendResult:
+    def append(self, records: Buffer, *, now_ms: int | None = None, leader_epoch: int | None = None) -> AppendResult:
         """Validate the batches of a produce request, assign offsets and write them to the active segment.
 
         Nothing of an invalid request is written: CorruptRecordError or one of its subclasses
@@ -138,8 +138,30 @@ class PartitionLog:
         validate_records(records, headers, decompressed_limit(self.config.max_message_bytes))
         now = _now_ms() if now_ms is None else now_ms
         data = bytearray(records)
+        if leader_epoch is not None:  # a replicated partition's leader stamps its epoch (KIP-101)
+            set_leader_epoch(data, headers, leader_epoch)
         first_offset = self.log_end_offset
         next_offset = assign_offsets(data, headers, first_offset)
+        return self._write(data, headers, first_offset, next_offset, now)
+
+    def append_replica(self, records: Buffer, *, now_ms: int | None = None) -> list[BatchHeader]:
+        """Append batches fetched from the partition's leader as they are: the leader's offsets and leader
+        epochs are kept; returns their headers. They must start exactly at the log end offset and follow
+        each other (StorageError otherwise: the follower's position and the leader's answer disagree)."""
+        self._check_open()
+        headers = validate_batches(records)
+        expected = self.log_end_offset
+        for header in headers:
+            if header.base_offset != expected:
+                raise StorageError(f"{self.topic}-{self.partition}: a replicated batch at offset "
+                                   f"{header.base_offset} does not continue the log at {expected}")
+            expected = header.next_offset
+        now = _now_ms() if now_ms is None else now_ms
+        self._write(bytearray(records), headers, self.log_end_offset, expected, now)
+        return headers
+
+    def _write(self, data: bytearray, headers: list[BatchHeader], first_offset: int, next_offset: int,
+               now: int) -> AppendResult:
         segment = self._segments[-1]
         reason = segment.should_roll(len(data), next_offset - 1, now)
         if reason:
@@ -156,6 +178,46 @@ class PartitionLog:
             log_start_offset=self.log_start_offset,
             record_count=sum(header.record_count for header in headers),
         )
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every record at or after ``offset`` (whole batches: a batch holding ``offset`` goes too) and
+        return the new log end offset. A follower does this before fetching from a new leader whose log
+        diverges from its own (KIP-101); never below the log start offset."""
+        self._check_open()
+        offset = max(offset, self.log_start_offset)
+        if offset >= self.log_end_offset:
+            return self.log_end_offset
+        with self._lock:
+            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                doomed = self._segments.pop()
+                self._bases.pop()
+                _remove_quietly(doomed)
+                self._dir_dirty = True
+            segment = self._segments[-1]
+            try:
+                segment.truncate_to(offset)
+            except OSError as e:
+                raise StorageError(f"cannot truncate {self.topic}-{self.partition} to {offset}: {e}") from e
+            self.log_end_offset = segment.next_offset
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        logger.info("Truncated log %s-%d to offset %d", self.topic, self.partition, self.log_end_offset)
+        return self.log_end_offset
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart empty at ``offset``: a follower whose log ends below the leader's
+        log start (retention or DeleteRecords on the leader) continues from there, as Kafka's
+        ``truncateFullyAndStartAt``."""
+        self._check_open()
+        with self._lock:
+            old, self._segments, self._bases = self._segments, [], []
+        for segment in old:
+            _remove_quietly(segment)
+        new = LogSegment.create(self.directory, offset, self.config)
+        with self._lock:
+            self._segments, self._bases = [new], [offset]
+            self.log_start_offset = self.log_end_offset = self.recovery_point = offset
+            self._dir_dirty = True
+        logger.warning("Log %s-%d emptied and restarted at offset %d", self.topic, self.partition, offset)
 
     def _check_sizes(self, headers: list[BatchHeader], total: int) -> None:
         limit = self.config.max_message_bytes
@@ -254,22 +316,23 @@ class PartitionLog:
 
     # ---------------------------------------------------------------------------------------- reading
 
-    def read(self, offset: int, max_bytes: int) -> FetchSlice | None:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FetchSlice | None:
         """Bytes to answer a fetch at ``offset``: whole batches from the one holding ``offset``, at most
         ``max_bytes`` (the last batch may be cut; a first batch larger than ``max_bytes`` is returned whole),
-        all from one segment. None at the log end; OffsetOutOfRangeError outside the log."""
+        all from one segment. None at the log end (or at ``max_offset``, a consumer's high watermark, past
+        which nothing is returned); OffsetOutOfRangeError outside the log."""
         self._check_open()
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is out of range for {self.topic}-{self.partition}"
                 f" (log start {self.log_start_offset}, log end {self.log_end_offset})"
             )
-        if offset == self.log_end_offset:
+        if offset == self.log_end_offset or (max_offset is not None and offset >= max_offset):
             return None
         segments = self._segments
         try:
             for i in range(max(0, bisect_right(self._bases, offset) - 1), len(segments)):
-                found = segments[i].read(offset, max_bytes)
+                found = segments[i].read(offset, max_bytes, max_offset)
                 if found is not None:
                     return found
         except OSError as e:

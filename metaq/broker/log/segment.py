@@ -259,6 +259,15 @@ class LogSegment:
         self.dirty = True  # rebuilt indexes (and a truncation) are not on stable storage yet
         return truncated
 
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch from the one holding ``offset`` on (a follower cutting a divergent tail, see
+        metaq/broker/replication): the ``.log`` is cut there and the indexes rebuilt from what stays."""
+        found = self._find_batch(offset, self.size)
+        if found is None:
+            return
+        self._truncate_log(found[0])
+        self.recover()
+
     def _truncate_log(self, size: int) -> None:
         try:
             os.ftruncate(self._writer(), size)
@@ -424,14 +433,19 @@ class LogSegment:
                 return position, header
         return None
 
-    def read(self, offset: int, max_bytes: int) -> FetchSlice | None:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FetchSlice | None:
         """A slice starting at the batch holding ``offset``, at most ``max_bytes`` long (but always the whole
-        first batch, KIP-74), or None if the segment has nothing at or after ``offset``."""
+        first batch, KIP-74), or None if the segment has nothing at or after ``offset``. With ``max_offset``
+        (a consumer's high watermark) the slice ends before the batch holding that offset."""
         end = self.size
+        if max_offset is not None and max_offset < self.next_offset:
+            bound = self._find_batch(max_offset, end)
+            if bound is not None:
+                end = bound[0]
         if offset >= self.next_offset or end == 0:
             return None
         found = self._find_batch(offset, end)
-        if found is None:
+        if found is None or found[0] >= end:
             return None
         position, header = found
         size = min(max(max_bytes, header.size), end - position)

@@ -1,0 +1,556 @@
+"""The broker's side of replication: partition state nodes in ZooKeeper become roles.
+
+Brokers learn their roles by watching the partition state nodes (the metadata watcher already does, see
+:mod:`metaq.broker.metadata`), not through LeaderAndIsr requests from the controller: after every reload
+:meth:`ReplicaManager.reconcile` runs on the event loop and, for each replicated partition hosting a replica
+here, becomes
+
+* **leader** when the state names this broker: tracks the followers' fetch offsets, keeps the high
+  watermark (:mod:`.partition_state`), answers acks=all produces once the ISR has the batch, and shrinks
+  or expands the ISR with writes conditional on the state node's zkVersion, announced through
+  ``/isr_change_notification``;
+* **follower** of the named leader: a :class:`~.replica_fetcher.ReplicaFetcher` thread per leader
+  broker copies the leader's batches with their offsets and leader epochs, and the HW the leader sends is
+  kept in ``replication-offset-checkpoint``;
+* nothing (offline, leader -1).
+
+Single-replica partitions are not tracked at all: their HW is their log end offset, as before.
+Everything here runs on the event loop except the fetchers' network I/O and ZooKeeper writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from metaq.broker.auth.listeners import Listener
+from metaq.broker.config import BrokerConfig
+from metaq.broker.log.checkpoint import read_checkpoint, write_checkpoint
+from metaq.broker.log.manager import LogManager
+from metaq.broker.log.partition_log import PartitionLog
+from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher, PartitionMeta
+from metaq.broker.purgatory import AppendNotifier
+from metaq.broker.replication.leader_epochs import LeaderEpochCache
+from metaq.broker.replication.partition_state import LeaderState
+from metaq.broker.replication.replica_fetcher import ReplicaFetcher
+from metaq.errors import ErrorCode, MetaqError, StaleVersionError, StorageError
+from metaq.protocol.batches import read_header
+from zk_layout import PartitionState, ZkLayout
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+HW_CHECKPOINT = "replication-offset-checkpoint"
+MIN_ISR_CACHE_S = 2.0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class _Waiter:
+    """An acks=all produce waiting for the ISR to reach ``required`` (its last offset + 1)."""
+
+    required: int
+    min_isr: int
+    future: asyncio.Future[int]
+
+
+@dataclass
+class _Follower:
+    leader: int
+    leader_epoch: int
+    hw: int
+    truncated: bool = False  # KIP-101: cut to where our log and the leader's diverge before fetching
+
+
+@dataclass
+class _Replica:
+    leader: LeaderState | None = None
+    follower: _Follower | None = None
+    waiters: list[_Waiter] = field(default_factory=list)
+
+
+class ReplicaManager:
+    def __init__(self, config: BrokerConfig, logs: LogManager, metadata: MetadataWatcher, layout: ZkLayout,
+                 notifier: AppendNotifier) -> None:
+        self._config = config
+        self._id = config.broker_id
+        self._logs = logs
+        self._metadata = metadata
+        self._layout = layout
+        self._notifier = notifier
+        self._replicas: dict[TopicPartition, _Replica] = {}
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+        self._checkpointed: dict[TopicPartition, int] = {}
+        self._min_isr: dict[str, tuple[int, float]] = {}
+        self._isr_writes: set[TopicPartition] = set()
+        self._epochs: dict[TopicPartition, LeaderEpochCache] = {}
+        self._retry_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        inter = self.inter_broker_listener()
+        if inter.protocol != "PLAINTEXT":
+            log.warning("inter-broker listener %s is %s: replica fetchers speak PLAINTEXT only, so replicated "
+                        "partitions will not replicate (set inter.broker.listener.name to a PLAINTEXT listener)",
+                        inter.name, inter.protocol)
+        for log_dir in self._logs.log_dirs:
+            path = Path(log_dir) / HW_CHECKPOINT
+            if path.exists():
+                try:
+                    self._checkpointed.update(read_checkpoint(path))
+                except MetaqError as e:
+                    log.warning("ignoring %s: %s", path, e)
+        self.reconcile(self._metadata.snapshot)
+        interval = max(self._config.replica_lag_time_max_ms / 2, 50) / 1000.0
+        self._tasks = [
+            asyncio.create_task(self._every(interval, self._update_isrs), name="metaq-broker-isr"),
+            asyncio.create_task(self._every(self._config.replica_high_watermark_checkpoint_interval_ms / 1000.0,
+                                            self._checkpoint_async), name="metaq-broker-hw-checkpoint"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for fetcher in self._fetchers.values():
+            fetcher.shutdown()
+        for fetcher in self._fetchers.values():
+            await asyncio.to_thread(fetcher.join, 5)
+        self._fetchers.clear()
+        for replica in self._replicas.values():
+            self._fail_waiters(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.checkpoint_high_watermarks()
+
+    def on_metadata(self, _snapshot: ClusterSnapshot) -> None:
+        """Metadata watcher thread: reconcile on the event loop (never blocks)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(lambda: self.reconcile(self._metadata.snapshot))
+
+    async def _every(self, interval_s: float, job: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                result = job()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("replication job %s failed", getattr(job, "__name__", job))
+
+    # ------------------------------------------------------------------------------------------ roles
+
+    def reconcile(self, snapshot: ClusterSnapshot) -> None:
+        """Take the roles the state nodes give this broker (idempotent; runs after every metadata reload)."""
+        wanted: dict[TopicPartition, PartitionMeta] = {
+            (topic, p): meta for topic, parts in snapshot.topics.items() for p, meta in parts.items()
+            if len(meta.replicas) > 1 and self._id in meta.replicas}
+        for key in list(self._replicas):
+            if key not in wanted:
+                self._drop(key)
+        for key, meta in wanted.items():
+            replica = self._replicas.setdefault(key, _Replica())
+            try:
+                if meta.leader == self._id:
+                    self._become_leader(key, replica, meta)
+                else:
+                    self._become_follower(key, replica, meta, snapshot)
+            except (MetaqError, OSError) as e:  # one partition's log must not stop the others' roles
+                log.error("%s-%d: cannot take the role the state node gives (retrying in 1s): %s", *key, e)
+                if self._loop is not None and not self._retry_scheduled:
+                    self._retry_scheduled = True
+                    self._loop.call_later(1.0, self._retry_reconcile)
+        for leader_id in [b for b, f in self._fetchers.items() if f.idle()]:
+            self._fetchers.pop(leader_id).shutdown()
+
+    def epoch_cache(self, key: TopicPartition, plog: PartitionLog) -> LeaderEpochCache:
+        cache = self._epochs.get(key)
+        if cache is None or cache.path.parent != plog.directory:  # a re-created topic has a new directory
+            cache = self._epochs[key] = LeaderEpochCache.load(plog.directory)
+        return cache
+
+    def append_epoch(self, topic: str, partition: int) -> int | None:
+        """The leader epoch a produce to this partition is stamped with (None: not replicated, unchanged)."""
+        replica = self._replicas.get((topic, partition))
+        return replica.leader.leader_epoch if replica is not None and replica.leader is not None else None
+
+    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch on the leader: (epoch, end offset) from the log's epoch cache; a
+        single-replica log, which keeps none, answers its log end at the asked epoch (nothing diverges)."""
+        plog = self._logs.get_or_create(topic, partition)
+        if (topic, partition) not in self._replicas:
+            return epoch, plog.log_end_offset
+        return self.epoch_cache((topic, partition), plog).end_offset_for(epoch, plog.log_end_offset)
+
+    def _retry_reconcile(self) -> None:
+        self._retry_scheduled = False
+        self.reconcile(self._metadata.snapshot)
+
+    def _drop(self, key: TopicPartition) -> None:
+        replica = self._replicas.pop(key)
+        self._epochs.pop(key, None)
+        self._fail_waiters(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        for fetcher in self._fetchers.values():
+            fetcher.remove(key)
+
+    def _become_leader(self, key: TopicPartition, replica: _Replica, meta: PartitionMeta) -> None:
+        if replica.leader is not None and replica.leader.leader_epoch == meta.leader_epoch:
+            self._update_hw(key, replica, meta)
+            return
+        for fetcher in self._fetchers.values():
+            fetcher.remove(key)
+        plog = self._logs.get_or_create(*key)
+        hw = self._initial_hw(key, replica, plog)
+        replica.follower = None
+        self.epoch_cache(key, plog).assign(meta.leader_epoch, plog.log_end_offset)
+        replica.leader = LeaderState(self._id, meta.leader_epoch, hw, _now_ms(), epoch_start_offset=plog.log_end_offset)
+        log.info("%s-%d: leader at epoch %d (log end %d, high watermark %d, ISR %s)", *key, meta.leader_epoch,
+                 plog.log_end_offset, hw, list(meta.isr))
+        self._update_hw(key, replica, meta)
+
+    def _become_follower(self, key: TopicPartition, replica: _Replica, meta: PartitionMeta,
+                         snapshot: ClusterSnapshot) -> None:
+        if replica.leader is not None:
+            self._fail_waiters(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            replica.leader = None
+        current = replica.follower
+        if current is not None and current.leader == meta.leader and current.leader_epoch == meta.leader_epoch:
+            return
+        for fetcher in self._fetchers.values():
+            fetcher.remove(key)
+        plog = self._logs.get_or_create(*key)
+        self.epoch_cache(key, plog)  # loaded before a fetcher asks for our latest epoch
+        hw = current.hw if current is not None else min(self._checkpointed.get(key, 0), plog.log_end_offset)
+        if meta.leader < 0 or meta.leader not in snapshot.brokers:
+            replica.follower = None  # offline, or the leader is not registered (yet): wait for the next state
+            return
+        replica.follower = _Follower(meta.leader, meta.leader_epoch, hw)
+        log.info("%s-%d: follower of broker %d at leader epoch %d (log end %d)", *key, meta.leader,
+                 meta.leader_epoch, plog.log_end_offset)
+        source = self._fetchers.get(meta.leader)
+        if source is None:
+            source = ReplicaFetcher(self, self._config, meta.leader)
+            self._fetchers[meta.leader] = source
+            source.start()
+        source.add(key, meta.leader_epoch)
+
+    def _initial_hw(self, key: TopicPartition, replica: _Replica, plog: PartitionLog) -> int:
+        if replica.follower is not None:
+            return min(replica.follower.hw, plog.log_end_offset)
+        return min(self._checkpointed.get(key, 0), plog.log_end_offset)
+
+    def movable_leaderships(self) -> list[TopicPartition]:
+        """Replicated partitions this broker leads that another live ISR member could take over (what a
+        controlled shutdown waits to see moved)."""
+        snapshot = self._metadata.snapshot
+        return [key for key in self._replicas
+                if (meta := snapshot.partition(*key)) is not None and meta.leader == self._id
+                and any(b != self._id and b in snapshot.brokers for b in meta.isr)]
+
+    # ------------------------------------------------------------------------------------------ reads
+
+    def high_watermark(self, topic: str, partition: int, plog: PartitionLog) -> int:
+        """What consumers may read up to: the HW of a replicated partition, else the log end offset."""
+        replica = self._replicas.get((topic, partition))
+        if replica is None:
+            return plog.log_end_offset
+        if replica.leader is not None:
+            return min(replica.leader.hw, plog.log_end_offset)
+        if replica.follower is not None:
+            return min(replica.follower.hw, plog.log_end_offset)
+        return min(self._checkpointed.get((topic, partition), 0), plog.log_end_offset)
+
+    def epoch_error(self, topic: str, partition: int, current_leader_epoch: int) -> int:
+        """FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for a request's ``current_leader_epoch`` (-1: none)."""
+        if current_leader_epoch < 0:
+            return ErrorCode.NONE
+        meta = self._metadata.snapshot.partition(topic, partition)
+        if meta is None or len(meta.replicas) <= 1:
+            return ErrorCode.NONE
+        if current_leader_epoch < meta.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if current_leader_epoch > meta.leader_epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        return ErrorCode.NONE
+
+    def follower_fetched(self, topic: str, partition: int, replica_id: int, fetch_offset: int,
+                         plog: PartitionLog) -> None:
+        """A follower's Fetch at ``fetch_offset``: its LEO; may move the HW."""
+        key = (topic, partition)
+        replica = self._replicas.get(key)
+        if replica is None or replica.leader is None:
+            return
+        replica.leader.record_fetch(replica_id, fetch_offset, plog.log_end_offset, _now_ms())
+        meta = self._metadata.snapshot.partition(topic, partition)
+        if meta is not None:
+            self._update_hw(key, replica, meta)
+
+    def leader_appended(self, topic: str, partition: int) -> None:
+        """After a produce append: with the leader alone in the ISR the HW moves at once."""
+        key = (topic, partition)
+        replica = self._replicas.get(key)
+        meta = self._metadata.snapshot.partition(topic, partition)
+        if replica is not None and replica.leader is not None and meta is not None:
+            self._update_hw(key, replica, meta)
+
+    def _update_hw(self, key: TopicPartition, replica: _Replica, meta: PartitionMeta) -> None:
+        state = replica.leader
+        plog = self._logs.get(*key)
+        if state is None or plog is None:
+            return
+        if state.update_hw(plog.log_end_offset, meta.isr):
+            self._notifier.notify(key)  # consumers waiting in a long poll may now read more
+        self._check_waiters(replica, meta)
+
+    # ------------------------------------------------------------------------------------------ acks=all
+
+    async def min_insync_replicas(self, topic: str) -> int:
+        cached = self._min_isr.get(topic)
+        if cached is not None and time.monotonic() - cached[1] < MIN_ISR_CACHE_S:
+            return cached[0]
+        value = self._config.min_insync_replicas
+        try:
+            stored = await asyncio.to_thread(self._layout.topic_config, topic)
+            if stored is not None and "min.insync.replicas" in stored.config:
+                value = int(stored.config["min.insync.replicas"])
+        except (MetaqError, ValueError) as e:
+            log.warning("min.insync.replicas of topic %s unreadable (using %d): %s", topic, value, e)
+        self._min_isr[topic] = (value, time.monotonic())
+        return value
+
+    def replicated(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self._replicas
+
+    def isr_size(self, topic: str, partition: int) -> int:
+        meta = self._metadata.snapshot.partition(topic, partition)
+        return len(meta.isr) if meta is not None else 0
+
+    async def wait_replicated(self, topic: str, partition: int, required: int, min_isr: int,
+                              timeout_s: float) -> int:
+        """Wait until the HW reaches ``required``: 0, or the error code to answer the produce with."""
+        key = (topic, partition)
+        replica = self._replicas.get(key)
+        if replica is None or replica.leader is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert self._loop is not None
+        waiter = _Waiter(required, min_isr, self._loop.create_future())
+        replica.waiters.append(waiter)
+        meta = self._metadata.snapshot.partition(topic, partition)
+        if meta is not None:
+            self._check_waiters(replica, meta)
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
+        except TimeoutError:
+            return ErrorCode.REQUEST_TIMED_OUT
+        finally:
+            if waiter in replica.waiters:
+                replica.waiters.remove(waiter)
+
+    def _check_waiters(self, replica: _Replica, meta: PartitionMeta) -> None:
+        state = replica.leader
+        if state is None:
+            return
+        for waiter in list(replica.waiters):
+            if waiter.future.done():
+                continue
+            if state.hw >= waiter.required:
+                waiter.future.set_result(ErrorCode.NONE)
+            elif len(meta.isr) < waiter.min_isr:
+                waiter.future.set_result(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+
+    def _fail_waiters(self, replica: _Replica, code: int) -> None:
+        for waiter in replica.waiters:
+            if not waiter.future.done():
+                waiter.future.set_result(code)
+        replica.waiters.clear()
+
+    # ------------------------------------------------------------------------------------------ follower
+
+    def fetch_position(self, key: TopicPartition) -> tuple[int, int, int | None] | None:
+        """For a fetcher thread (any thread): (fetch offset, leader epoch followed, our latest epoch if the
+        log must first be truncated (KIP-101) else None), or None if not following."""
+        replica = self._replicas.get(key)
+        plog = self._logs.get(*key)
+        follower = replica.follower if replica is not None else None
+        if follower is None or plog is None:
+            return None
+        cache = self._epochs.get(key)
+        pending = None if follower.truncated else (cache.latest_epoch if cache is not None else -1)
+        return plog.log_end_offset, follower.leader_epoch, pending
+
+    def truncate_follower(self, key: TopicPartition, leader: int, leader_epoch: int, epoch: int,
+                          end_offset: int) -> None:
+        """Event loop: the leader answered OffsetForLeaderEpoch for our latest epoch with (``epoch``,
+        ``end_offset``): cut our log where it stops agreeing with the leader's (KIP-101, with KIP-279's
+        refinement when the leader knows only an older epoch). Without epochs on either side, the high
+        watermark is the fallback (what every ISR member had)."""
+        replica = self._replicas.get(key)
+        follower = replica.follower if replica is not None else None
+        plog = self._logs.get(*key)
+        if follower is None or follower.leader != leader or follower.leader_epoch != leader_epoch or plog is None:
+            return
+        cache = self.epoch_cache(key, plog)
+        if epoch < 0 or end_offset < 0 or cache.latest_epoch < 0:
+            target = follower.hw
+        elif epoch == cache.latest_epoch:
+            target = end_offset
+        else:
+            target = min(end_offset, cache.end_offset_for(epoch, plog.log_end_offset)[1])
+        if target < plog.log_end_offset:
+            log.warning("%s-%d: truncating from %d to %d, where our log and leader %d's diverge (epoch %d)",
+                        *key, plog.log_end_offset, target, leader, epoch)
+            plog.truncate_to(target)
+            cache.truncate_from_end(plog.log_end_offset)
+            follower.hw = min(follower.hw, plog.log_end_offset)
+        follower.truncated = True
+
+    def append_fetched(self, key: TopicPartition, leader: int, leader_epoch: int, records: bytes,
+                       leader_hw: int, leader_start: int = -1) -> None:
+        """Event loop: batches a fetcher got from ``leader`` at ``leader_epoch``; dropped if the role
+        changed since the request was sent."""
+        replica = self._replicas.get(key)
+        follower = replica.follower if replica is not None else None
+        if follower is None or follower.leader != leader or follower.leader_epoch != leader_epoch:
+            return
+        if not follower.truncated:
+            return  # a fetch sent before the truncation check was decided
+        plog = self._logs.get_or_create(*key)
+        if records:
+            first = read_header(records)
+            if plog.log_start_offset == plog.log_end_offset and first.base_offset < plog.log_end_offset:
+                # an empty log restarted inside the leader's first batch: start where that batch does (Kafka)
+                plog.truncate_fully_and_start_at(first.base_offset)
+                self.epoch_cache(key, plog).truncate_from_end(0)
+            try:
+                headers = plog.append_replica(records)
+            except (MetaqError, OSError) as e:
+                raise StorageError(f"{key[0]}-{key[1]}: appending batches from broker {leader} failed: {e}") from e
+            cache = self.epoch_cache(key, plog)
+            for header in headers:
+                cache.assign(header.partition_leader_epoch, header.base_offset)
+        follower.hw = max(follower.hw, min(leader_hw, plog.log_end_offset))
+        if plog.log_start_offset < leader_start <= plog.log_end_offset:  # the leader's DeleteRecords/retention
+            self._logs.delete_records(*key, leader_start, _now_ms())
+
+    def leader_out_of_range(self, key: TopicPartition, leader: int, leader_epoch: int, leader_end: int,
+                            leader_start: int) -> None:
+        """Event loop: our fetch offset is outside the leader's log. Past its end: our tail was never
+        replicated (never acknowledged with acks=all), cut it. Below its start (the leader's retention or
+        DeleteRecords removed what we lack): restart our log empty at the leader's start."""
+        replica = self._replicas.get(key)
+        follower = replica.follower if replica is not None else None
+        plog = self._logs.get(*key)
+        if follower is None or follower.leader != leader or follower.leader_epoch != leader_epoch or plog is None:
+            return
+        if 0 <= leader_end < plog.log_end_offset:
+            log.warning("%s-%d: truncating from %d to the leader's log end %d", *key, plog.log_end_offset,
+                        leader_end)
+            plog.truncate_to(leader_end)
+            self.epoch_cache(key, plog).truncate_from_end(plog.log_end_offset)
+            follower.hw = min(follower.hw, plog.log_end_offset)
+        elif plog.log_end_offset < leader_start:
+            log.warning("%s-%d: our log ends at %d, below leader %d's log start %d: restarting it there", *key,
+                        plog.log_end_offset, leader, leader_start)
+            plog.truncate_fully_and_start_at(leader_start)
+            self.epoch_cache(key, plog).truncate_from_end(0)
+            follower.hw = leader_start
+
+    # ------------------------------------------------------------------------------------------ ISR
+
+    async def _update_isrs(self) -> None:
+        """Leader: shrink the ISR by followers that lag more than replica.lag.time.max.ms, expand it by
+        followers that caught up; each change a conditional write of the state node."""
+        now = _now_ms()
+        snapshot = self._metadata.snapshot
+        for key, replica in list(self._replicas.items()):
+            state = replica.leader
+            meta = snapshot.partition(*key)
+            if state is None or meta is None or meta.leader != self._id or key in self._isr_writes:
+                continue
+            lagging = state.lagging(meta.isr, now, self._config.replica_lag_time_max_ms)
+            joining = state.caught_up(meta.replicas, meta.isr)
+            if not lagging and not joining:
+                continue
+            isr = tuple(b for b in meta.isr if b not in lagging) + tuple(joining)
+            self._isr_writes.add(key)
+            try:
+                await asyncio.to_thread(self._write_isr, key, state.leader_epoch, isr)
+            finally:
+                self._isr_writes.discard(key)
+
+    def _write_isr(self, key: TopicPartition, leader_epoch: int, isr: tuple[int, ...]) -> None:
+        """Worker thread: the ISR change, only if the node still names us leader at our epoch."""
+        current = self._layout.partition_state_versioned(*key)
+        if current is None:
+            return
+        state, version = current
+        if state.leader != self._id or state.leader_epoch != leader_epoch or state.isr == isr:
+            return
+        new = PartitionState(leader=self._id, leader_epoch=leader_epoch, isr=isr,
+                             controller_epoch=state.controller_epoch)
+        try:
+            self._layout.set_partition_state(*key, new, version)
+        except StaleVersionError:
+            log.info("%s-%d: ISR change lost a race (the state node changed): re-reading", *key)
+            self._metadata.request_reload()
+            return
+        log.info("%s-%d: ISR %s -> %s", *key, list(state.isr), list(isr))
+        self._layout.announce_isr_change([key])
+        self._metadata.request_reload()
+
+    # ------------------------------------------------------------------------------------------ checkpoint
+
+    async def _checkpoint_async(self) -> None:
+        await asyncio.to_thread(self._write_high_watermarks, self._high_watermarks())
+
+    def checkpoint_high_watermarks(self) -> None:
+        """``replication-offset-checkpoint`` in each log dir: the HW of every replicated partition."""
+        self._write_high_watermarks(self._high_watermarks())
+
+    def _high_watermarks(self) -> dict[Path, dict[TopicPartition, int]]:
+        """Event loop: each log dir's HWs (collected here, where the replicas change, written elsewhere)."""
+        by_dir: dict[Path, dict[TopicPartition, int]] = {}
+        for key in self._replicas:
+            plog = self._logs.get(*key)
+            if plog is None:
+                continue
+            hw = self.high_watermark(key[0], key[1], plog)
+            by_dir.setdefault(plog.directory.parent, {})[key] = hw
+            self._checkpointed[key] = hw
+        return by_dir
+
+    def _write_high_watermarks(self, by_dir: dict[Path, dict[TopicPartition, int]]) -> None:
+        for directory, entries in by_dir.items():
+            try:
+                write_checkpoint(directory / HW_CHECKPOINT, entries)
+            except (MetaqError, OSError) as e:
+                log.warning("cannot write %s: %s", directory / HW_CHECKPOINT, e)
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    @property
+    def broker_id(self) -> int:
+        return self._id
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop
+
+    def leader_address(self, broker_id: int) -> tuple[str, int] | None:
+        """Where the replica fetchers reach ``broker_id``: its endpoint on the inter-broker listener
+        (``inter.broker.listener.name``; the first listener by default), as Kafka's followers do."""
+        return self._metadata.snapshot.address(broker_id, self.inter_broker_listener().name)
+
+    def inter_broker_listener(self) -> Listener:
+        listeners = self._config.listener_list
+        name = self._config.inter_broker_listener
+        return next((listener for listener in listeners if listener.name == name), listeners[0])
