@@ -7,7 +7,7 @@
 The offsets channel is Kafka 0.8's ``channelToOffsetManager``: a coordinator lookup (FindCoordinator) sent
 to a randomly chosen live broker from ``/brokers/ids``, then a connection to the coordinator it names. On
 NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or a connection error the channel
-is dropped and the next attempt looks the coordinator up again. Attempts follow tenacity policies: commits
+is dropped and the next attempt looks the coordinator up again. Attempts follow the policies of metaq/retry.py: commits
 wait ``offsets.channel.backoff.ms`` and give up after ``offsets.commit.max.retries`` retries; fetches
 wait the same and give up at a deadline (``metaq.offsets.fetch.timeout.ms``), so a rebalance is never
 blocked for ever by an unreachable coordinator (it fails the attempt and the rebalancer retries).
@@ -61,6 +61,7 @@ from metaq.errors import (
     UnsupportedVersionError,
     for_code,
 )
+from metaq.retry import RetryPolicy, offsets_commit, offsets_fetch
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
@@ -68,11 +69,6 @@ log = logging.getLogger(__name__)
 COMMIT_VERSION = 2  # generation -1 / member "" / retention -1: a commit from outside the group protocol
 
 T = TypeVar("T")
-
-
-def _retriable(error: BaseException) -> bool:
-    """Connection and coordinator errors, and a frame that did not decode (the channel is rebuilt)."""
-    return isinstance(error, ProtocolError) or (isinstance(error, MetaqError) and error.retriable)
 
 
 def look_again(code: int) -> bool:
@@ -218,18 +214,10 @@ class KafkaOffsetStore:
                                        socket_timeout_ms=config.offsets_channel_socket_timeout_ms)
         self._zk_last: dict[TopicPartition, int | None] = {}  # in ZooKeeper under our fence, as far as we know
         self._kafka_last: dict[TopicPartition, int | None] = {}  # in Kafka, as far as we know
-        backoff = tenacity.wait_fixed(config.offsets_channel_backoff_ms / 1000.0)
-        common: dict[str, Any] = dict(wait=backoff, retry=tenacity.retry_if_exception(_retriable), reraise=True,
-                                      sleep=self._sleep, before_sleep=self._before_retry)
-        self._commit_policy = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(config.offsets_commit_max_retries + 1)
-            | tenacity.stop_when_event_set(self._closing), **common)
-        self._fetch_policy = tenacity.Retrying(
-            stop=tenacity.stop_after_delay(config.offsets_fetch_timeout_ms / 1000.0)
-            | tenacity.stop_when_event_set(self._closing), **common)
-
-    def _sleep(self, seconds: float) -> None:
-        self._closing.wait(seconds)  # close() cuts a backoff short
+        self._commit_policy = offsets_commit(offsets_channel_backoff_ms=config.offsets_channel_backoff_ms,
+                                             offsets_commit_max_retries=config.offsets_commit_max_retries)
+        self._fetch_policy = offsets_fetch(offsets_channel_backoff_ms=config.offsets_channel_backoff_ms,
+                                           deadline_ms=config.offsets_fetch_timeout_ms)
 
     def _before_retry(self, state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
@@ -238,10 +226,12 @@ class KafkaOffsetStore:
         log.info("group %s: offsets channel attempt %d failed (%s); retrying in %.2fs", self._group,
                  state.attempt_number, error, state.upcoming_sleep)
 
-    def _run(self, policy: tenacity.Retrying, attempt: Callable[[], T]) -> T:
+    def _run(self, policy: RetryPolicy, attempt: Callable[[], T]) -> T:
         if self._closing.is_set():
             raise MetaqError(f"group {self._group}: the offset store is closed")
-        return policy(attempt)
+        # close() cuts a backoff short
+        return policy.call(attempt, sleep=self._closing.wait, stop_event=self._closing,
+                           before_sleep=self._before_retry)
 
     # -- OffsetStore -------------------------------------------------------------------------------
 
