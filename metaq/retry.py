@@ -30,12 +30,16 @@ from metaq.errors import MetaqError, ProtocolError
 __all__ = [
     "RetryPolicy", "admin_reader", "broker_registration", "consumer_registration", "fetcher", "is_retriable",
     "offsets_commit", "offsets_fetch", "producer_send", "rebalance_attempts", "rebalance_rounds", "spark_fetch",
-    "spark_list_offsets", "wait_jittered",
+    "spark_list_offsets", "wait_jittered", "wait_uniform",
 ]
 
 T = TypeVar("T")
 
 BeforeSleep = Callable[[tenacity.RetryCallState], None]
+
+_RNG = random.Random()
+"""Jitter comes from a generator of our own: the global one is the application's (and a test's: hypothesis
+reports draws from it made by other threads while it generates data)."""
 
 
 def is_retriable(error: BaseException) -> bool:
@@ -47,7 +51,7 @@ class wait_jittered(wait_base):  # noqa: N801 (tenacity's naming of wait strateg
     """``inner`` scaled by a random factor in [low, high], so members of a group do not retry in lockstep."""
 
     def __init__(self, inner: wait_base, low: float = 0.8, high: float = 1.2,
-                 uniform: Callable[[float, float], float] = random.uniform) -> None:
+                 uniform: Callable[[float, float], float] = _RNG.uniform) -> None:
         self._inner = inner
         self._low = low
         self._high = high
@@ -55,6 +59,17 @@ class wait_jittered(wait_base):  # noqa: N801 (tenacity's naming of wait strateg
 
     def __call__(self, retry_state: tenacity.RetryCallState) -> float:
         return float(self._inner(retry_state)) * self._uniform(self._low, self._high)
+
+
+class wait_uniform(wait_base):  # noqa: N801 (tenacity's naming of wait strategies)
+    """A random wait in [low, high] (tenacity's wait_random, drawn from :data:`_RNG`)."""
+
+    def __init__(self, low: float, high: float) -> None:
+        self._low = low
+        self._high = high
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        return _RNG.uniform(self._low, self._high)
 
 
 @dataclass(frozen=True)
@@ -132,7 +147,7 @@ def fetcher(*, refresh_leader_backoff_ms: int, max_s: float, min_s: float) -> Re
     jitter so runners sharing a dead broker do not retry in lockstep."""
     initial = max(refresh_leader_backoff_ms / 1000.0, min_s)
     return RetryPolicy("consumer.fetcher", tenacity.wait_exponential(
-        multiplier=initial, min=initial, max=max(initial, max_s)) + tenacity.wait_random(0, initial))
+        multiplier=initial, min=initial, max=max(initial, max_s)) + wait_uniform(0, initial))
 
 
 def producer_send(*, retries: int, retry_backoff_ms: int, retry_backoff_max_ms: int) -> RetryPolicy:
@@ -141,7 +156,7 @@ def producer_send(*, retries: int, retry_backoff_ms: int, retry_backoff_max_ms: 
     backoff = retry_backoff_ms / 1000.0
     return RetryPolicy("producer.send", tenacity.wait_exponential(
         multiplier=backoff, min=backoff, max=max(backoff, retry_backoff_max_ms / 1000.0))
-        + tenacity.wait_random(0, backoff * 0.2), max_attempts=retries + 1)
+        + wait_uniform(0, backoff * 0.2), max_attempts=retries + 1)
 
 
 def broker_registration(*, deadline_s: float = 30.0) -> RetryPolicy:
