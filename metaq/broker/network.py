@@ -20,17 +20,18 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from metaq.broker.context import CLIENT_HOST
+from metaq.broker.context import CLIENT_HOST, BrokerContext
 from metaq.broker.handlers.api_versions import unsupported_version_response
 from metaq.broker.handlers.fetch import FetchReply
 from metaq.errors import ConfigError, ProtocolError
 from metaq.protocol.apis import BROKER_APIS, ApiKey, api_name
 from metaq.protocol.fetch_response import encode_fetch_response
 from metaq.protocol.framing import SIZE, decode_request, peek_request
+from metaq.protocol.messages import ApiRequest, ApiResponse
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,8 @@ READ_BUFFER_LIMIT = 1 << 20
 # At most one log line per this many seconds about connections refused for a limit.
 REFUSAL_LOG_INTERVAL_S = 10.0
 
-Handler = Callable[[Any, Any, int], Awaitable[Any]]
+Handler = Callable[[BrokerContext, ApiRequest, int], Awaitable[ApiResponse | FetchReply | None]]
+"""A request handler: (context, decoded request, its version) -> response; None answers nothing (acks=0)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ class ClientConnection:
 class BrokerServer:
     def __init__(
         self,
-        handlers: dict[ApiKey, Handler],
+        handlers: Mapping[ApiKey, Handler],
         *,
         host: str,
         port: int,
@@ -284,7 +286,7 @@ class BrokerServer:
             raise ProtocolError(f"connection closed after {len(body)} of a {size}-byte frame")
         return body
 
-    def _decode(self, frame: bytes | bytearray) -> tuple[int, int, int, Any]:
+    def _decode(self, frame: bytes | bytearray) -> tuple[int, int, int, ApiRequest | None]:
         """(api key, version, correlation id, request); the request is None for an ApiVersions request
         of a version the broker does not serve (answered with the versions it does, KIP-511)."""
         api_key, version, correlation_id = peek_request(frame)
@@ -304,7 +306,7 @@ class BrokerServer:
             ) from e
         return api_key, version, correlation_id, request
 
-    async def _handle(self, conn: ClientConnection, decoded: tuple[int, int, int, Any]) -> None:
+    async def _handle(self, conn: ClientConnection, decoded: tuple[int, int, int, ApiRequest | None]) -> None:
         api_key, version, correlation_id, request = decoded
         if request is None:
             await self._send_response(conn, unsupported_version_response(), correlation_id)
@@ -318,7 +320,7 @@ class BrokerServer:
             await self._send_response(conn, reply, correlation_id)
         self._context.metrics.request(api_name(api_key), time.monotonic() - started)
 
-    async def _send_response(self, conn: ClientConnection, response: Any, correlation_id: int) -> None:
+    async def _send_response(self, conn: ClientConnection, response: ApiResponse, correlation_id: int) -> None:
         response.with_header(correlation_id=correlation_id)
         conn.writer.write(response.encode(header=True, framed=True))
         await conn.writer.drain()

@@ -41,9 +41,10 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import tenacity
+from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 
@@ -61,6 +62,7 @@ from metaq.errors import (
     UnsupportedVersionError,
     for_code,
 )
+from metaq.protocol.messages import ApiRequest, ApiResponse, RequestFields
 from metaq.retry import RetryPolicy, offsets_commit, offsets_fetch
 from zk_layout import ZkLayout
 
@@ -84,18 +86,19 @@ def _check(code: int, context: str) -> None:
         raise cls(f"{cls.message} ({code}) {context}")
 
 
-def commit_request(group: str, offsets: Mapping[TopicPartition, int]) -> Any:
+def commit_request(group: str, offsets: Mapping[TopicPartition, int]) -> ApiRequest:
     """An OffsetCommit v2 from outside the group protocol (generation -1, no member, no retention)."""
-    return OffsetCommitRequest[COMMIT_VERSION](
+    request: ApiRequest = OffsetCommitRequest[COMMIT_VERSION](
         group_id=group, generation_id_or_member_epoch=-1, member_id="", retention_time_ms=-1,
         topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
             OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
                 partition_index=p, committed_offset=o, committed_metadata="")
             for (t, p), o in sorted(offsets.items()) if t == topic])
             for topic in sorted({t for t, _ in offsets})])
+    return request
 
 
-def commit_codes(response: Any, group: str, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+def commit_codes(response: ApiResponse, group: str, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
     """Error code per partition of an OffsetCommit answer; every partition sent must be answered."""
     codes = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
     missing = set(offsets) - set(codes)
@@ -104,7 +107,7 @@ def commit_codes(response: Any, group: str, offsets: Mapping[TopicPartition, int
     return codes
 
 
-def fetched_offsets(response: Any, context: str) -> dict[TopicPartition, int]:
+def fetched_offsets(response: ApiResponse, context: str) -> dict[TopicPartition, int]:
     """Committed offsets of an OffsetFetch answer (group-level and partition errors raised; partitions
     without an offset left out)."""
     _check(getattr(response, "error_code", 0) or 0, context)  # v2+: group-level errors
@@ -159,16 +162,17 @@ class OffsetsChannel:
 
     def _lookup(self) -> BrokerConnection:
         self.lookups += 1
-        query = self._any_broker()
+        first = self._any_broker()
+        query: BrokerConnection | None = first  # closed at the end unless it is the coordinator
         try:
-            response = query.send(FindCoordinatorRequest, {"key": self._group, "key_type": 0})
-            _check(response.error_code, f"from the coordinator lookup of group {self._group} at {query.address}")
+            response = first.send(FindCoordinatorRequest, {"key": self._group, "key_type": 0})
+            _check(response.error_code, f"from the coordinator lookup of group {self._group} at {first.address}")
             if response.node_id < 0 or not response.host or response.port <= 0:
                 raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                        f"for group {self._group}: no coordinator named")
             self.coordinator = (response.node_id, response.host, response.port)
-            if (response.host, response.port) == (query.host, query.port):
-                conn, query = query, None  # the random broker is the coordinator: keep its connection
+            if (response.host, response.port) == (first.host, first.port):
+                conn, query = first, None  # the random broker is the coordinator: keep its connection
             else:
                 conn = self._connect(response.host, response.port)
         finally:
@@ -177,7 +181,7 @@ class OffsetsChannel:
         log.info("group %s: offsets channel to coordinator %d at %s", self._group, response.node_id, conn.address)
         return conn
 
-    def send(self, request_class: Any, request: Any) -> Any:
+    def send(self, request_class: type[ApiMessage], request: RequestFields | ApiMessage) -> ApiResponse:
         """One request over the channel; any failure drops the channel (the next call looks up again)."""
         conn = self.connection()
         try:

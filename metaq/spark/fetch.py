@@ -117,6 +117,7 @@ class _RangeReader:
         except (BrokerConnectionError, ZooKeeperError, _NoLeader) as e:
             self._retry(f"cannot fetch from {self._where()}: {e}")
             return None, None
+        assert response is not None  # a Fetch always has a response
         for topic in response.responses:
             for part in topic.partitions:
                 if topic.topic == self.range.topic and part.partition_index == self.range.partition:
