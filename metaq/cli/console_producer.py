@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from metaq.cli.output import ProgressBar, add_parser, connect_string, note, print_json
+from metaq.cli.output import ProgressBar, add_parser, apply_overrides, connect_string, note, print_json
 from metaq.errors import ConfigError, MetaqError
 from metaq.producer import Producer, RecordMetadata
 
@@ -60,13 +60,7 @@ class _Outcomes:
 def _run(args: argparse.Namespace) -> int:
     connect, timeout_ms = connect_string(args)
     props: dict[str, Any] = {"zookeeper.connect": connect, "linger.ms": 5}
-    if timeout_ms:
-        props["zookeeper.connection.timeout.ms"] = timeout_ms
-    for item in args.property:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ConfigError(f"--property {item!r}: expected KEY=VALUE")
-        props[key.strip()] = value.strip()
+    apply_overrides(props, args, timeout_ms)
     outcomes = _Outcomes()
     sent = 0
     with _input_lines(args.input) as lines, Producer(props) as producer:

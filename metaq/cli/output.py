@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from metaq.admin import Admin, format_ms
 from metaq.admin.client import resolve_connect
+from metaq.errors import ConfigError
 
 Row = Sequence[object]
 
@@ -60,6 +61,17 @@ def connect_string(args: argparse.Namespace) -> tuple[str, int | None]:
     quiet_libraries()
     connect, file_timeout = resolve_connect(args.zookeeper, args.config)
     return connect, args.zookeeper_timeout_ms or file_timeout
+
+
+def apply_overrides(props: dict[str, Any], args: argparse.Namespace, timeout_ms: int | None) -> None:
+    """The command line wins over the config file: ``--zookeeper-timeout-ms``, then each ``--property KEY=VALUE``."""
+    if timeout_ms:
+        props["zookeeper.connection.timeout.ms"] = timeout_ms
+    for item in args.property:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ConfigError(f"--property {item!r}: expected KEY=VALUE")
+        props[key.strip()] = value.strip()
 
 
 def open_admin(args: argparse.Namespace) -> Admin:
