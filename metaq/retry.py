@@ -81,7 +81,7 @@ class RetryPolicy:
     max_attempts: int | None = None
     """Attempts in all, the first included; None: no limit."""
     deadline_s: float | None = None
-    """No attempt starts after this long since the first one; None: no limit."""
+    """No retry after an attempt that failed this long after the first one started; None: no limit."""
     also: tuple[type[BaseException], ...] = ()
     """Classes retried besides the retriable ones."""
 
