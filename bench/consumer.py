@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.environment import Environment, environment
+from bench.environment import Environment, environment, produce_round_robin
 from metaq.childproc import die_with_parent
 
 VALUE_SIZE = 100
@@ -269,20 +269,9 @@ class Result:
 
 def produce(bootstrap: str, topic: str, partitions: int, messages: int) -> None:
     """``messages`` 100-byte values, round-robin over the partitions, with confluent-kafka."""
-    import confluent_kafka
-
-    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1000000,
-                                         "queue.buffering.max.messages": 2000000, "acks": 1})
-    value = b"v" * VALUE_SIZE
-    for i in range(messages):
-        while True:
-            try:
-                producer.produce(topic, value, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    if producer.flush(120) != 0:
-        raise RuntimeError("produce did not complete")
+    produce_round_robin({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1000000,
+                         "queue.buffering.max.messages": 2000000, "acks": 1}, topic, partitions, messages,
+                        b"v" * VALUE_SIZE)
 
 
 def run_worker(kind: str, args: WorkerArgs) -> dict[str, Any]:

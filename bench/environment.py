@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kazoo.client import KazooClient
 
@@ -56,3 +57,20 @@ def environment(configure: Callable[[str, BrokerProcess, Path], None] | None = N
         if zk_server:
             zk_server.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def produce_round_robin(config: dict[str, Any], topic: str, partitions: int, messages: int, value: bytes) -> None:
+    """``messages`` copies of ``value``, round-robin over the partitions, with a confluent-kafka producer of
+    ``config`` (waiting out a full local queue); raises if not every message was acknowledged."""
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer(config)
+    for i in range(messages):
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(120) != 0:
+        raise RuntimeError(f"producing to {topic}: not every message was acknowledged")

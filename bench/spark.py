@@ -17,7 +17,6 @@ fixed 0.05-0.3 s. ``run()`` returns the rows for
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -25,10 +24,11 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.environment import Environment, environment, produce_round_robin
 
 VALUE_SIZE = 100
 TOPIC = "bench-spark"
@@ -71,60 +71,16 @@ def tree_cpu() -> float:
     return total
 
 
-@dataclass
-class Environment:
-    zk: str
-    bootstrap: str
-    layout: Any
-
-
-@contextlib.contextmanager
-def standalone() -> Iterator[Environment]:
-    """An embedded ZooKeeper (or ``$ZOOKEEPER_CONNECT``) and one broker process."""
-    from metaq.broker.process import BrokerProcess
-    from metaq.zkclient import connect
-    from metaq.zkserver import ZooKeeperServer
-    from zk_layout import ZkLayout
-
-    work = Path(tempfile.mkdtemp(prefix="metaq-bench-spark-"))
-    external = os.environ.get("ZOOKEEPER_CONNECT")
-    zk_server = None if external else ZooKeeperServer(data_dir=work / "zk", force_sync=False).start()
-    zk = f"{external or zk_server.connect_string}/metaq-bench-spark-{os.getpid()}"  # type: ignore[union-attr]
-    client = connect(zk)
-    broker = BrokerProcess(zk, 0, work, log_level="WARNING").start()
-    try:
-        yield Environment(zk, broker.bootstrap, ZkLayout(client))
-    finally:
-        broker.stop()
-        client.stop()
-        client.close()
-        if zk_server is not None:
-            zk_server.stop()
-        shutil.rmtree(work, ignore_errors=True)
-
-
 def produce(env: Environment, messages: int, partitions: int) -> float:
     """Create and fill the topic; returns the seconds the produce took."""
-    import confluent_kafka
-
     from metaq.broker.topics import create_topic
     from metaq.testing.broker import topic_leaders, wait_until
 
     create_topic(env.layout, TOPIC, partitions)
     wait_until(lambda: len(topic_leaders(env.bootstrap, TOPIC)) == partitions, 20, f"topic {TOPIC}")
-    producer = confluent_kafka.Producer({"bootstrap.servers": env.bootstrap, "linger.ms": 20,
-                                         "batch.size": 1_000_000, "queue.buffering.max.messages": 2_000_000})
-    value = b"v" * VALUE_SIZE
     t0 = time.perf_counter()
-    for i in range(messages):
-        while True:
-            try:
-                producer.produce(TOPIC, value, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    if producer.flush(120) != 0:
-        raise RuntimeError("bench.spark: not every message was acknowledged")
+    produce_round_robin({"bootstrap.servers": env.bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                         "queue.buffering.max.messages": 2_000_000}, TOPIC, partitions, messages, b"v" * VALUE_SIZE)
     return time.perf_counter() - t0
 
 
@@ -205,7 +161,7 @@ def stream_batches(spark: Any, zk: str, messages: int, batch_rows: int, work: Pa
 
 def run(messages: int = 1_000_000, partitions: int = 12, repeat: int = 3, batch_rows: int = 200_000) -> list[Row]:
     """Every figure of this benchmark, in its own ZooKeeper, broker and SparkSession."""
-    with standalone() as env:
+    with environment() as env:  # its own ZooKeeper and broker
         seconds = produce(env, messages, partitions)
         print(f"  produced {messages:,} x {VALUE_SIZE} B on {partitions} partitions in {seconds:.1f}s", flush=True)
         t0 = time.perf_counter()

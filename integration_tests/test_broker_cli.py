@@ -69,20 +69,20 @@ def test_the_example_config_starts_prints_one_line_and_stops_cleanly(zk_connect:
     it serves in one line on stdout, and SIGTERM ends it with exit 0."""
     example = Path(__file__).resolve().parent.parent / "examples" / "server.properties"
     port = free_port()
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-m", "metaq", "broker", "start", "--config", str(example),
          "--override", f"zookeeper.connect={zk_connect}", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
          "--override", f"log.dirs={tmp_path / 'logs'}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        assert line == (f"metaq broker 0 serving PLAINTEXT://127.0.0.1:{port} (ZooKeeper {zk_connect}; "
-                        f"logs in {tmp_path / 'logs'})")
-        with socket.create_connection(("127.0.0.1", port), timeout=5):
-            pass
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:  # closes the pipes
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().strip()
+            assert line == (f"metaq broker 0 serving PLAINTEXT://127.0.0.1:{port} (ZooKeeper {zk_connect}; "
+                            f"logs in {tmp_path / 'logs'})")
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                pass
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()

@@ -36,6 +36,7 @@ from metaq.testing.broker import topic_leaders
 from metaq.testing.certs import Certs, make_certs
 from metaq.testing.secure import SecureBroker, secure_broker
 from metaq.testing.wait import wait_until
+from metaq.testing.zookeeper import delete_chroot
 from metaq.zkclient import connect as zk_connect_client
 from zk_layout import ZkLayout, split_connect
 
@@ -62,7 +63,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 
 @pytest.fixture(scope="module")
-def secure(zk_server: Any, _zk_admin: Any, certs: Certs, tmp_path_factory: pytest.TempPathFactory
+def secure(zk_server: Any, certs: Certs, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[SecureBroker]:
     hosts, base = split_connect(zk_server.connect_string)
     chroot = f"/metaq-client-security-{uuid.uuid4().hex}"
@@ -73,7 +74,7 @@ def secure(zk_server: Any, _zk_admin: Any, certs: Certs, tmp_path_factory: pytes
         yield broker
     finally:
         broker.process.stop()
-        _zk_admin.delete(chroot, recursive=True)
+        delete_chroot(zk_server, chroot)
 
 
 @pytest.fixture(scope="module")

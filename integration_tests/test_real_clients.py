@@ -75,7 +75,8 @@ def test_kcat_reads_every_way(broker, produced) -> None:
     finally:
         proc.kill()
         reader.join(10)
-    assert peers.parse_kcat_output(proc.stdout.read()) == later, notes
+    with proc:  # closes its pipes
+        assert peers.parse_kcat_output(proc.stdout.read()) == later, notes
 
 
 def test_confluent_kafka_reads_every_way(broker, produced) -> None:

@@ -41,6 +41,7 @@ from metaq.broker.process import BrokerProcess, free_port
 from metaq.testing.broker import call, read_frame, request
 from metaq.testing.certs import Certs, make_certs
 from metaq.testing.wait import wait_until
+from metaq.testing.zookeeper import delete_chroot
 from metaq.zkclient import connect as zk_connect_client
 from zk_layout import ZkLayout, split_connect
 
@@ -64,7 +65,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 
 @pytest.fixture(scope="module")
-def secure(zk_server: Any, _zk_admin: Any, certs: Certs, tmp_path_factory: pytest.TempPathFactory
+def secure(zk_server: Any, certs: Certs, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[SecureBroker]:
     hosts, base = split_connect(zk_server.connect_string)
     chroot = f"/metaq-test-{uuid.uuid4().hex}"
@@ -87,7 +88,7 @@ def secure(zk_server: Any, _zk_admin: Any, certs: Certs, tmp_path_factory: pytes
         yield SecureBroker(process, ports, certs, connect)
     finally:
         process.stop()
-        _zk_admin.delete(chroot, recursive=True)
+        delete_chroot(zk_server, chroot)
 
 
 def _ssl_conf(certs: Certs) -> dict[str, str]:

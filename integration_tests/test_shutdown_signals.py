@@ -90,18 +90,19 @@ _SLOW_STOP = textwrap.dedent("""
 
 
 def test_a_second_signal_exits_at_once_while_the_first_stop_is_still_running(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", _SLOW_STOP], stdout=subprocess.PIPE, preexec_fn=die_with_parent())
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-        proc.send_signal(signal.SIGTERM)
-        assert proc.stdout.readline() == b"stopping\n"  # the first stop is now sleeping in on_stop
-        assert proc.poll() is None, "the first signal must not exit at once"
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 128 + signal.SIGINT
-        assert b"stopped cleanly" not in proc.stdout.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    with subprocess.Popen([sys.executable, "-c", _SLOW_STOP], stdout=subprocess.PIPE,
+                          preexec_fn=die_with_parent()) as proc:  # closes the pipe
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+            proc.send_signal(signal.SIGTERM)
+            assert proc.stdout.readline() == b"stopping\n"  # the first stop is now sleeping in on_stop
+            assert proc.poll() is None, "the first signal must not exit at once"
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(10) == 128 + signal.SIGINT
+            assert b"stopped cleanly" not in proc.stdout.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 _LISTENER_MEMBER = textwrap.dedent("""
@@ -141,14 +142,14 @@ def test_message_consumer_stop_on_signals_commits_what_listeners_processed(
     try:
         for n in range(2):
             out = tmp_path / f"member-{n}.jsonl"
-            member = subprocess.Popen([sys.executable, str(script), zk_connect, str(out)], stdout=subprocess.PIPE,
-                                      stderr=open(tmp_path / f"member-{n}.err", "wb"), cwd=env_dir,
-                                      env={**os.environ, "HOME": str(env_dir)}, preexec_fn=die_with_parent())
-            assert member.stdout is not None and member.stdout.readline() == b"ready\n"
-            wait_until(lambda out=out: len(_lines(out)) >= 800, 60, f"member {n} to process 800 messages")
-            member.send_signal(signal.SIGTERM)
-            assert member.wait(45) == 0, (tmp_path / f"member-{n}.err").read_text()
-            assert member.stdout.read() == b"closed\n"
+            with open(tmp_path / f"member-{n}.err", "wb") as err, subprocess.Popen(
+                    [sys.executable, str(script), zk_connect, str(out)], stdout=subprocess.PIPE, stderr=err,
+                    cwd=env_dir, env={**os.environ, "HOME": str(env_dir)}, preexec_fn=die_with_parent()) as member:
+                assert member.stdout is not None and member.stdout.readline() == b"ready\n"
+                wait_until(lambda out=out: len(_lines(out)) >= 800, 60, f"member {n} to process 800 messages")
+                member.send_signal(signal.SIGTERM)
+                assert member.wait(45) == 0, (tmp_path / f"member-{n}.err").read_text()
+                assert member.stdout.read() == b"closed\n"
             runs.append(_positions(_lines(out)))
             assert zk_layout.owners("lg") == {} and zk_layout.consumer_ids("lg") == []
     finally:

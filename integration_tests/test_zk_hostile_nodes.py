@@ -126,6 +126,7 @@ def test_restart_after_kill_waits_for_the_old_session_and_a_live_holder_is_refus
             assert node is not None and node.port == broker.port
         finally:
             client.stop()
+            client.close()  # and its wakeup socket pair
 
         other = BrokerProcess(slow_expiry_zk, 0, tmp_path / "other",
                               properties={"zookeeper.session.timeout.ms": 4000})

@@ -17,7 +17,6 @@ create it), there is nothing to read and :meth:`KafkaGroupOffsets.available` is 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
@@ -29,6 +28,7 @@ from metaq.client.versions import ApiKey
 from metaq.consumer.kafka_offsets import OffsetsChannel, commit_codes, commit_request, fetched_offsets, look_again
 from metaq.errors import BrokerConnectionError, CoordinatorError, ErrorCode, MetaqError, ProtocolError, for_code
 from metaq.errors import KafkaOffsetsUnavailable as KafkaOffsetsUnavailable  # re-exported (old home)
+from metaq.retry import offsets_fetch
 from zk_layout import ZkLayout
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -84,17 +84,19 @@ class KafkaGroupOffsets:
         """Retry coordinator and connection errors until the deadline; KafkaOffsetsUnavailable after it."""
         channel = OffsetsChannel(self._layout, group, client_id=self._client_id, socket_timeout_ms=self._timeout_ms,
                                  security=self._security)
-        deadline = time.monotonic() + self._timeout_ms / 1000
+
+        def once() -> T:
+            try:
+                return attempt(channel)
+            except (CoordinatorError, BrokerConnectionError, ProtocolError):
+                channel.drop()  # the next attempt looks the coordinator up again
+                raise
+
+        policy = offsets_fetch(offsets_channel_backoff_ms=self._backoff_ms, deadline_ms=self._timeout_ms)
         try:
-            while True:
-                try:
-                    return attempt(channel)
-                except (CoordinatorError, BrokerConnectionError, ProtocolError) as e:
-                    channel.drop()
-                    if time.monotonic() + self._backoff_ms / 1000 > deadline:
-                        raise KafkaOffsetsUnavailable(
-                            f"the coordinator of group {group!r} is unavailable: {e}") from e
-                    time.sleep(self._backoff_ms / 1000)
+            return policy.call(once)
+        except (CoordinatorError, BrokerConnectionError, ProtocolError) as e:
+            raise KafkaOffsetsUnavailable(f"the coordinator of group {group!r} is unavailable: {e}") from e
         finally:
             channel.close()
 

@@ -26,14 +26,14 @@ from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, UnknownTopicError, for_code
 from metaq.protocol.records import Record, decode_records
+from metaq.retry import admin_reader
 from zk_layout import ZkLayout, validate_topic
 
 log = logging.getLogger(__name__)
 
 
 _MAX_WAIT_MS = 500  # long poll: an idle partition costs one request per half second
-_RETRY_BACKOFF_S = 0.5  # after a broker error, before looking the leader up again
-_MAX_FAILURES = 20  # consecutive failed fetches before giving up (about 10 s of backoff)
+_POLICY = admin_reader()  # after a broker error, before looking the leader up again
 
 
 class PartitionReader:
@@ -73,11 +73,11 @@ class PartitionReader:
                 part = self._fetch(position)
             except (BrokerConnectionError, _Retry) as e:
                 failures += 1
-                if failures >= _MAX_FAILURES:
+                if _POLICY.exhausted(failures):
                     raise MetaqError(f"cannot read {self.topic}-{self.partition}: {e}") from e
                 log.info("reading %s-%d: %s; retrying", self.topic, self.partition, e)
                 self._close_connection()
-                time.sleep(_RETRY_BACKOFF_S)
+                time.sleep(_POLICY.delay(failures))
                 continue
             failures = 0
             result = decode_records(part.records or b"", position)
@@ -156,3 +156,5 @@ class PartitionReader:
 
 class _Retry(MetaqError):
     """A condition that a new leader look-up may cure."""
+
+    retriable = True

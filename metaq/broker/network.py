@@ -21,7 +21,7 @@ import socket
 import ssl
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -37,13 +37,14 @@ from metaq.broker.auth.sasl import (
 )
 from metaq.broker.auth.session import ANONYMOUS, SESSION, Session
 from metaq.broker.auth.tls import certificate_principal
-from metaq.broker.context import CLIENT_HOST
+from metaq.broker.context import CLIENT_HOST, BrokerContext
 from metaq.broker.handlers.api_versions import unsupported_version_response
 from metaq.broker.handlers.fetch import FetchReply
 from metaq.errors import ConfigError, ProtocolError
 from metaq.protocol.apis import BROKER_APIS, ApiKey, api_name
 from metaq.protocol.fetch_response import encode_fetch_response
 from metaq.protocol.framing import SIZE, decode_request, peek_request
+from metaq.protocol.messages import ApiRequest, ApiResponse
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ READ_BUFFER_LIMIT = 1 << 20
 # At most one log line per this many seconds about connections refused for a limit.
 REFUSAL_LOG_INTERVAL_S = 10.0
 
-Handler = Callable[[Any, Any, int], Awaitable[Any]]
+Handler = Callable[[BrokerContext, ApiRequest, int], Awaitable[ApiResponse | FetchReply | None]]
+"""A request handler: (context, decoded request, its version) -> response; None answers nothing (acks=0)."""
 SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
@@ -133,7 +135,7 @@ class ClientConnection:
 class BrokerServer:
     def __init__(
         self,
-        handlers: dict[ApiKey, Handler],
+        handlers: Mapping[ApiKey, Handler],
         *,
         listeners: list[ServedListener],
         limits: ConnectionLimits | None = None,
@@ -355,7 +357,7 @@ class BrokerServer:
             raise ProtocolError(f"connection closed after {len(body)} of a {size}-byte frame")
         return body
 
-    def _decode(self, frame: bytes | bytearray) -> tuple[int, int, int, Any]:
+    def _decode(self, frame: bytes | bytearray) -> tuple[int, int, int, ApiRequest | None]:
         """(api key, version, correlation id, request); the request is None for an ApiVersions request
         of a version the broker does not serve (answered with the versions it does, KIP-511)."""
         api_key, version, correlation_id = peek_request(frame)
@@ -375,7 +377,7 @@ class BrokerServer:
             ) from e
         return api_key, version, correlation_id, request
 
-    async def _handle(self, conn: ClientConnection, decoded: tuple[int, int, int, Any]) -> None:
+    async def _handle(self, conn: ClientConnection, decoded: tuple[int, int, int, ApiRequest | None]) -> None:
         api_key, version, correlation_id, request = decoded
         if request is None:
             await self._send_response(conn, unsupported_version_response(), correlation_id)
@@ -428,7 +430,7 @@ class BrokerServer:
             SESSION.set(Session(conn.listener_name, conn.sasl.principal))
             log.debug("%s authenticated as %s with %s", conn, conn.sasl.principal, conn.sasl.mechanism)
 
-    async def _send_response(self, conn: ClientConnection, response: Any, correlation_id: int) -> None:
+    async def _send_response(self, conn: ClientConnection, response: ApiResponse, correlation_id: int) -> None:
         response.with_header(correlation_id=correlation_id)
         conn.writer.write(response.encode(header=True, framed=True))
         await conn.writer.drain()

@@ -22,9 +22,8 @@ import time
 from collections.abc import Callable
 
 from kazoo.client import KazooClient, KazooState
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from metaq.errors import MetaqError
+from metaq.retry import broker_registration
 from zk_layout import BrokerInfo, ZkLayout
 
 log = logging.getLogger(__name__)
@@ -62,14 +61,7 @@ class BrokerRegistration:
         """Create /brokers/ids/<id>; a node of another session is waited for (see the module docstring)."""
         self._layout.ensure_persistent_paths()
         self._layout.ensure_cluster_id()
-        for attempt in Retrying(
-            retry=retry_if_exception(lambda e: isinstance(e, MetaqError) and e.retriable),
-            stop=stop_after_delay(30),
-            wait=wait_exponential(multiplier=0.1, max=2),
-            reraise=True,
-        ):
-            with attempt:
-                self._layout.register_broker(self._info, stale_wait_s=self._stale_wait_s)
+        broker_registration().call(lambda: self._layout.register_broker(self._info, stale_wait_s=self._stale_wait_s))
         with self._lock:
             self._set_state(REGISTERED)
         self._client.add_listener(self._on_session_event)

@@ -27,7 +27,7 @@ from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordin
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.broker.handlers import HANDLERS
 from metaq.broker.log.manager import LogManager
-from metaq.broker.metadata import MetadataWatcher
+from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.network import BrokerServer, ConnectionLimits
 from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.registration import BrokerRegistration
@@ -207,12 +207,12 @@ class Broker:
             members=sum(len(g["members"]) for g in groups.values()),
         )
 
-    def _on_metadata_change(self, _: object) -> None:
+    def _on_metadata_change(self, snapshot: ClusterSnapshot) -> None:
         """Watcher thread: a new topic's config (written with it, without a notification) is applied at once."""
         if self.topic_admin is not None:
             self.topic_admin.kick()
         if self.replication is not None:
-            self.replication.on_metadata(_)
+            self.replication.on_metadata(snapshot)
 
     async def _shutdown(self) -> None:
         log.info("broker %d shutting down", self.config.broker_id)

@@ -27,6 +27,7 @@ from typing import Any
 from metaq.admin import EARLIEST, LATEST, PartitionReader
 from metaq.cli.output import (
     add_parser,
+    apply_overrides,
     command_properties,
     command_security,
     connect_string,
@@ -36,7 +37,7 @@ from metaq.cli.output import (
 )
 from metaq.config import load_properties
 from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
-from metaq.errors import ConfigError, MetaqError
+from metaq.errors import MetaqError
 from metaq.signals import TerminationHandler
 from metaq.zkclient import session
 from metaq.zksecurity import ZooKeeperSecurity
@@ -146,13 +147,7 @@ def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Pri
         props["group.id"] = args.group
     if args.from_beginning:
         props["auto.offset.reset"] = "smallest"
-    if timeout_ms:
-        props["zookeeper.connection.timeout.ms"] = timeout_ms
-    for item in args.property:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ConfigError(f"--property {item!r}: expected KEY=VALUE")
-        props[key.strip()] = value.strip()
+    apply_overrides(props, args, timeout_ms)
     generated = "group.id" not in props
     props.setdefault("group.id", f"console-consumer-{random.randrange(100000)}")
     try:

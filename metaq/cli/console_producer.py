@@ -22,6 +22,7 @@ from typing import Any
 from metaq.cli.output import (
     ProgressBar,
     add_parser,
+    apply_overrides,
     command_properties,
     connect_string,
     note,
@@ -69,13 +70,7 @@ def _run(args: argparse.Namespace) -> int:
     connect, timeout_ms = connect_string(args)
     props: dict[str, Any] = {"zookeeper.connect": connect, "linger.ms": 5, **zk_security_properties(args),
                              **command_properties(args)}
-    if timeout_ms:
-        props["zookeeper.connection.timeout.ms"] = timeout_ms
-    for item in args.property:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise ConfigError(f"--property {item!r}: expected KEY=VALUE")
-        props[key.strip()] = value.strip()
+    apply_overrides(props, args, timeout_ms)
     outcomes = _Outcomes()
     sent = 0
     with _input_lines(args.input) as lines, Producer(props) as producer:

@@ -110,6 +110,17 @@ def command_security(args: argparse.Namespace) -> SecurityConfig:
     return SecurityConfig.from_properties(command_properties(args))
 
 
+def apply_overrides(props: dict[str, Any], args: argparse.Namespace, timeout_ms: int | None) -> None:
+    """The command line wins over the config file: ``--zookeeper-timeout-ms``, then each ``--property KEY=VALUE``."""
+    if timeout_ms:
+        props["zookeeper.connection.timeout.ms"] = timeout_ms
+    for item in args.property:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ConfigError(f"--property {item!r}: expected KEY=VALUE")
+        props[key.strip()] = value.strip()
+
+
 def open_admin(args: argparse.Namespace) -> Admin:
     security = command_security(args)  # before connecting: a bad file is reported first
     connect, timeout_ms = connect_string(args)

@@ -39,6 +39,7 @@ from kafka.protocol.consumer import ListOffsetsRequest
 from metaq.client.connection import BrokerConnection, InFlightRequest
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, ProtocolError, UnknownTopicError, for_code
+from metaq.protocol.messages import ApiResponse, RequestFields
 from zk_layout import parse_endpoint
 
 log = logging.getLogger(__name__)
@@ -135,8 +136,10 @@ def send_list_offsets(conn: BrokerConnection, keys: Iterable[TopicPartition], ti
     return conn.send_async(ListOffsetsRequest, fields)
 
 
-def list_offsets_answers(response: Any) -> dict[TopicPartition, Any]:
+def list_offsets_answers(response: ApiResponse | None) -> dict[TopicPartition, Any]:
     """A ListOffsets response's partitions by key (each with ``error_code`` and ``offset``)."""
+    if response is None:
+        raise ProtocolError("ListOffsets got no response")  # it always expects one: a bug if reached
     return {(t.name, p.partition_index): p for t in response.topics for p in t.partitions}
 
 
@@ -336,7 +339,7 @@ class ClusterClient:
         settings = self.settings.with_limits(**limits) if limits else self.settings
         return settings.new_connection(leader.host, leader.port)
 
-    def request(self, leader: Leader, request_class: type[ApiMessage], fields: Mapping[str, Any]) -> Any:
+    def request(self, leader: Leader, request_class: type[ApiMessage], fields: RequestFields) -> ApiResponse:
         """One request on the shared connection to ``leader``; a failed connection is dropped (and the next
         request reconnects). Raises BrokerConnectionError or ProtocolError."""
         with self._io_lock:

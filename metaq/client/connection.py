@@ -36,7 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.api_message import ApiMessage
@@ -53,6 +53,7 @@ from metaq.errors import (
     UnsupportedVersionError,
     raise_for_code,
 )
+from metaq.protocol.messages import ApiResponse, RequestFields
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +86,15 @@ class InFlightRequest:
         self.response_class = response_class
         self.deadline = deadline  # time.monotonic() after which the broker is considered stuck
         self._done = False
-        self._response: Any = None
+        self._response: ApiResponse | None = None
         self._error: BaseException | None = None
 
     def done(self) -> bool:
         return self._done
 
-    def result(self, timeout: float | None = None) -> Any:
-        """The decoded response; waits up to ``timeout`` seconds (None: until the request times out)."""
+    def result(self, timeout: float | None = None) -> ApiResponse | None:
+        """The decoded response (None when none is expected); waits up to ``timeout`` seconds (None: until the
+        request times out)."""
         if not self._done:
             self._conn._wait_for(self, timeout)
         if self._error is not None:
@@ -102,7 +104,7 @@ class InFlightRequest:
     def describe(self) -> str:
         return f"{api_name(self.api_key)} v{self.api_version} (correlation id {self.correlation_id})"
 
-    def _set_response(self, response: Any) -> None:
+    def _set_response(self, response: ApiResponse | None) -> None:
         self._response = response
         self._done = True
 
@@ -352,12 +354,20 @@ class BrokerConnection:
 
     # -- requests --------------------------------------------------------------------------------------------
 
-    def send(self, request_class: type[ApiMessage], fields: Mapping[str, Any] | ApiMessage, *,
-             expect_response: bool = True) -> Any:
+    @overload
+    def send(self, request_class: type[ApiMessage], fields: RequestFields | ApiMessage, *,
+             expect_response: Literal[True] = ...) -> ApiResponse: ...
+
+    @overload
+    def send(self, request_class: type[ApiMessage], fields: RequestFields | ApiMessage, *,
+             expect_response: bool) -> ApiResponse | None: ...
+
+    def send(self, request_class: type[ApiMessage], fields: RequestFields | ApiMessage, *,
+             expect_response: bool = True) -> ApiResponse | None:
         """Send one request and wait for its decoded response (None when none is expected)."""
         return self.send_async(request_class, fields, expect_response=expect_response).result()
 
-    def send_async(self, request_class: type[ApiMessage], fields: Mapping[str, Any] | ApiMessage, *,
+    def send_async(self, request_class: type[ApiMessage], fields: RequestFields | ApiMessage, *,
                    expect_response: bool = True) -> InFlightRequest:
         """Write one request and return at once; responses are matched to requests in order."""
         request = self._build(request_class, fields)
@@ -376,7 +386,7 @@ class BrokerConnection:
             handle._set_response(None)
         return handle
 
-    def _build(self, request_class: type[ApiMessage], fields: Mapping[str, Any] | ApiMessage) -> ApiMessage:
+    def _build(self, request_class: type[ApiMessage], fields: RequestFields | ApiMessage) -> ApiMessage:
         if isinstance(fields, ApiMessage):
             if fields.API_KEY != request_class.API_KEY:
                 raise ValueError(f"a {type(fields).__name__} was given as a {request_class.__name__}")
@@ -468,7 +478,7 @@ class BrokerConnection:
             raise _PeerClosed()
         return n
 
-    def _decode(self, head: InFlightRequest, frame: memoryview) -> Any:
+    def _decode(self, head: InFlightRequest, frame: memoryview) -> ApiResponse:
         if len(frame) < 4:
             raise ProtocolError(f"response frame of {len(frame)} bytes has no correlation id")
         correlation_id = _SIZE.unpack_from(frame, 0)[0]
@@ -486,7 +496,8 @@ class BrokerConnection:
             if head.api_key == ApiKey.API_VERSIONS and version > 0 and len(body) >= 2 \
                     and _ERROR_CODE.unpack_from(body, 0)[0] == ErrorCode.UNSUPPORTED_VERSION:
                 version = 0  # KIP-511: the broker answers a version it does not speak with a v0 body
-            return response_class.decode(body, version=version)
+            response: ApiResponse = response_class.decode(body, version=version)
+            return response
         except Exception as e:  # the codec raises struct.error, ValueError, IndexError, UnicodeDecodeError...
             raise ProtocolError(f"cannot decode the {api_name(head.api_key)} v{version} response "
                                 f"({len(frame)} bytes): {e!r}") from e

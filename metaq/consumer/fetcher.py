@@ -41,7 +41,6 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-import tenacity
 from kafka.protocol.consumer import FetchRequest
 
 from metaq.client.cluster import ClusterClient, Leader, list_offsets_answers, send_list_offsets
@@ -64,11 +63,12 @@ from metaq.hashing import java_string_hash
 from metaq.metrics.consumer import ConsumerMetrics
 from metaq.protocol.batches import LOG_OVERHEAD
 from metaq.protocol.records import DecodeResult, Record, decode_records
+from metaq.retry import fetcher as fetcher_policy
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Backoff", "FetchRequestRunner", "FetcherManager", "fetcher_id"]
+__all__ = ["FetchRequestRunner", "FetcherManager", "fetcher_id"]
 
 HANDOFF_AFTER_FAILURES = 3
 """Consecutive connection failures after which a runner gives its partitions to the leader finder."""
@@ -107,27 +107,6 @@ def connection_settings(config: ConsumerConfig) -> ConnectionSettings:
         security=config.security())
 
 
-class Backoff:
-    """The delay before retrying after ``attempt`` failures in a row: tenacity's exponential wait plus jitter,
-    capped, so that runners sharing a dead broker do not retry in lockstep::
-
-        Backoff(0.2, 1.0).delay(1)    # 0.2-0.4 s
-        Backoff(0.2, 1.0).delay(10)   # 1.0-1.2 s
-    """
-
-    def __init__(self, initial_s: float, max_s: float) -> None:
-        initial_s = max(initial_s, _MIN_BACKOFF_S)
-        self._retrying = tenacity.Retrying(
-            wait=tenacity.wait_exponential(multiplier=initial_s, min=initial_s, max=max(initial_s, max_s))
-            + tenacity.wait_random(0, initial_s)
-        )
-
-    def delay(self, attempt: int) -> float:
-        state = tenacity.RetryCallState(self._retrying, fn=None, args=(), kwargs={})
-        state.attempt_number = max(attempt, 1)
-        return float(self._retrying.wait(state))
-
-
 class _Owner(Protocol):
     """What a runner needs from its manager (a seam for tests)."""
 
@@ -159,7 +138,8 @@ class FetchRequestRunner(threading.Thread):
         self._conn: BrokerConnection | None = None
         self._stopped = threading.Event()
         self._wakeup = threading.Event()
-        self._backoff = Backoff(config.refresh_leader_backoff_ms / 1000.0, BACKOFF_MAX_S)
+        self._backoff = fetcher_policy(refresh_leader_backoff_ms=config.refresh_leader_backoff_ms, max_s=BACKOFF_MAX_S,
+                                       min_s=_MIN_BACKOFF_S)
         self._failures = 0  # consecutive failed requests; reset by a good response
         self._rotation = 0  # start index of the partition order, so that no partition starves
 

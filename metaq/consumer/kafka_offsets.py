@@ -7,7 +7,7 @@
 The offsets channel is Kafka 0.8's ``channelToOffsetManager``: a coordinator lookup (FindCoordinator) sent
 to a randomly chosen live broker from ``/brokers/ids``, then a connection to the coordinator it names. On
 NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or a connection error the channel
-is dropped and the next attempt looks the coordinator up again. Attempts follow tenacity policies: commits
+is dropped and the next attempt looks the coordinator up again. Attempts follow the policies of metaq/retry.py: commits
 wait ``offsets.channel.backoff.ms`` and give up after ``offsets.commit.max.retries`` retries; fetches
 wait the same and give up at a deadline (``metaq.offsets.fetch.timeout.ms``), so a rebalance is never
 blocked for ever by an unreachable coordinator (it fails the attempt and the rebalancer retries).
@@ -41,9 +41,10 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import tenacity
+from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 
@@ -63,6 +64,8 @@ from metaq.errors import (
     UnsupportedVersionError,
     for_code,
 )
+from metaq.protocol.messages import ApiRequest, ApiResponse, RequestFields
+from metaq.retry import RetryPolicy, offsets_commit, offsets_fetch
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
@@ -70,11 +73,6 @@ log = logging.getLogger(__name__)
 COMMIT_VERSION = 2  # generation -1 / member "" / retention -1: a commit from outside the group protocol
 
 T = TypeVar("T")
-
-
-def _retriable(error: BaseException) -> bool:
-    """Connection and coordinator errors, and a frame that did not decode (the channel is rebuilt)."""
-    return isinstance(error, ProtocolError) or (isinstance(error, MetaqError) and error.retriable)
 
 
 def look_again(code: int) -> bool:
@@ -90,18 +88,19 @@ def _check(code: int, context: str) -> None:
         raise cls(f"{cls.message} ({code}) {context}")
 
 
-def commit_request(group: str, offsets: Mapping[TopicPartition, int]) -> Any:
+def commit_request(group: str, offsets: Mapping[TopicPartition, int]) -> ApiRequest:
     """An OffsetCommit v2 from outside the group protocol (generation -1, no member, no retention)."""
-    return OffsetCommitRequest[COMMIT_VERSION](
+    request: ApiRequest = OffsetCommitRequest[COMMIT_VERSION](
         group_id=group, generation_id_or_member_epoch=-1, member_id="", retention_time_ms=-1,
         topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
             OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
                 partition_index=p, committed_offset=o, committed_metadata="")
             for (t, p), o in sorted(offsets.items()) if t == topic])
             for topic in sorted({t for t, _ in offsets})])
+    return request
 
 
-def commit_codes(response: Any, group: str, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+def commit_codes(response: ApiResponse, group: str, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
     """Error code per partition of an OffsetCommit answer; every partition sent must be answered."""
     codes = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
     missing = set(offsets) - set(codes)
@@ -110,7 +109,7 @@ def commit_codes(response: Any, group: str, offsets: Mapping[TopicPartition, int
     return codes
 
 
-def fetched_offsets(response: Any, context: str) -> dict[TopicPartition, int]:
+def fetched_offsets(response: ApiResponse, context: str) -> dict[TopicPartition, int]:
     """Committed offsets of an OffsetFetch answer (group-level and partition errors raised; partitions
     without an offset left out)."""
     _check(getattr(response, "error_code", 0) or 0, context)  # v2+: group-level errors
@@ -168,16 +167,17 @@ class OffsetsChannel:
 
     def _lookup(self) -> BrokerConnection:
         self.lookups += 1
-        query = self._any_broker()
+        first = self._any_broker()
+        query: BrokerConnection | None = first  # closed at the end unless it is the coordinator
         try:
-            response = query.send(FindCoordinatorRequest, {"key": self._group, "key_type": 0})
-            _check(response.error_code, f"from the coordinator lookup of group {self._group} at {query.address}")
+            response = first.send(FindCoordinatorRequest, {"key": self._group, "key_type": 0})
+            _check(response.error_code, f"from the coordinator lookup of group {self._group} at {first.address}")
             if response.node_id < 0 or not response.host or response.port <= 0:
                 raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                        f"for group {self._group}: no coordinator named")
             self.coordinator = (response.node_id, response.host, response.port)
-            if (response.host, response.port) == (query.host, query.port):
-                conn, query = query, None  # the random broker is the coordinator: keep its connection
+            if (response.host, response.port) == (first.host, first.port):
+                conn, query = first, None  # the random broker is the coordinator: keep its connection
             else:
                 conn = self._connect(response.host, response.port)
         finally:
@@ -186,7 +186,7 @@ class OffsetsChannel:
         log.info("group %s: offsets channel to coordinator %d at %s", self._group, response.node_id, conn.address)
         return conn
 
-    def send(self, request_class: Any, request: Any) -> Any:
+    def send(self, request_class: type[ApiMessage], request: RequestFields | ApiMessage) -> ApiResponse:
         """One request over the channel; any failure drops the channel (the next call looks up again)."""
         conn = self.connection()
         try:
@@ -224,18 +224,10 @@ class KafkaOffsetStore:
                                        security=config.security())
         self._zk_last: dict[TopicPartition, int | None] = {}  # in ZooKeeper under our fence, as far as we know
         self._kafka_last: dict[TopicPartition, int | None] = {}  # in Kafka, as far as we know
-        backoff = tenacity.wait_fixed(config.offsets_channel_backoff_ms / 1000.0)
-        common: dict[str, Any] = dict(wait=backoff, retry=tenacity.retry_if_exception(_retriable), reraise=True,
-                                      sleep=self._sleep, before_sleep=self._before_retry)
-        self._commit_policy = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(config.offsets_commit_max_retries + 1)
-            | tenacity.stop_when_event_set(self._closing), **common)
-        self._fetch_policy = tenacity.Retrying(
-            stop=tenacity.stop_after_delay(config.offsets_fetch_timeout_ms / 1000.0)
-            | tenacity.stop_when_event_set(self._closing), **common)
-
-    def _sleep(self, seconds: float) -> None:
-        self._closing.wait(seconds)  # close() cuts a backoff short
+        self._commit_policy = offsets_commit(offsets_channel_backoff_ms=config.offsets_channel_backoff_ms,
+                                             offsets_commit_max_retries=config.offsets_commit_max_retries)
+        self._fetch_policy = offsets_fetch(offsets_channel_backoff_ms=config.offsets_channel_backoff_ms,
+                                           deadline_ms=config.offsets_fetch_timeout_ms)
 
     def _before_retry(self, state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
@@ -244,10 +236,12 @@ class KafkaOffsetStore:
         log.info("group %s: offsets channel attempt %d failed (%s); retrying in %.2fs", self._group,
                  state.attempt_number, error, state.upcoming_sleep)
 
-    def _run(self, policy: tenacity.Retrying, attempt: Callable[[], T]) -> T:
+    def _run(self, policy: RetryPolicy, attempt: Callable[[], T]) -> T:
         if self._closing.is_set():
             raise MetaqError(f"group {self._group}: the offset store is closed")
-        return policy(attempt)
+        # close() cuts a backoff short
+        return policy.call(attempt, sleep=self._closing.wait, stop_event=self._closing,
+                           before_sleep=self._before_retry)
 
     # -- OffsetStore -------------------------------------------------------------------------------
 

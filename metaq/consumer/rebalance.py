@@ -21,7 +21,6 @@ call the ``assigned`` hook.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -38,6 +37,7 @@ from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.errors import ConsumerRebalanceFailedError as ConsumerRebalanceFailedError  # re-exported (old home)
 from metaq.errors import MalformedNodeError, MetaqError
 from metaq.metrics.consumer import ConsumerMetrics
+from metaq.retry import consumer_registration, rebalance_attempts, rebalance_rounds
 from zk_layout import ConsumerNode, TopicCount, ZkLayout, paths
 
 log = logging.getLogger(__name__)
@@ -124,6 +124,10 @@ class ZKRebalancerListener:
         self._state_before_suspend = STARTING
         self.last_error: str | None = None
         self._failed_rounds = 0
+        self._attempt_policy = rebalance_attempts(rebalance_backoff_ms=config.backoff_ms,
+                                                  rebalance_max_retries=config.rebalance_max_retries)
+        self._round_policy = rebalance_rounds(rebalance_backoff_ms=config.backoff_ms, max_s=MAX_FAILED_BACKOFF_S)
+        self._registration_policy = consumer_registration(rebalance_backoff_ms=config.backoff_ms)
         self._retry_at: float | None = None
         self._next_self_check = time.monotonic() + config.self_check_interval_ms / 1000.0
         self._warned_missing: set[str] = set()
@@ -225,11 +229,11 @@ class ZKRebalancerListener:
             except MetaqError as e:  # ZooKeeper not back yet (e.g. re-registering right after LOST): expected
                 log.info("consumer %s: %s; retrying", self._consumer_id, e)
                 self.last_error = str(e)
-                self.trigger_later(self._config.backoff_ms / 1000.0)
+                self.trigger_later(self._registration_policy.delay(1))
             except Exception as e:  # the executor must survive anything
                 log.exception("consumer %s: rebalance executor error", self._consumer_id)
                 self.last_error = repr(e)
-                self.trigger_later(self._config.backoff_ms / 1000.0)
+                self.trigger_later(self._registration_policy.delay(1))
 
     def wait_for_quiet_group(self) -> None:
         """Let a burst of events end before rebalancing: wait until the group's member list has not changed
@@ -297,7 +301,7 @@ class ZKRebalancerListener:
                     error = e
                     log.info("consumer %s: rebalance attempt %d failed: %s", self._consumer_id, attempt + 1, e)
                 self._release_all(commit=False)
-                self._backoff(self._jittered(self._config.backoff_ms / 1000.0))
+                self._backoff(self._attempt_policy.delay(attempt + 1))
             self._count_rebalance(started, ok=False)
             self._failed(error)
 
@@ -325,18 +329,14 @@ class ZKRebalancerListener:
         )
         self.last_error = str(error)
         self._set_state(FAILED)
-        delay = min(self._config.backoff_ms / 1000.0 * 2 ** self._failed_rounds, MAX_FAILED_BACKOFF_S)
-        self.trigger_later(self._jittered(delay))
+        delay = self._round_policy.delay(self._failed_rounds)
+        self.trigger_later(delay)
         log.error("%s; retrying in %.1fs", error, delay)
         if self._on_failure is not None:
             self._on_failure(error)
         if self._listener is not None:
             self._safe_hook(self._listener.rebalance_failed, error)
         raise error
-
-    @staticmethod
-    def _jittered(seconds: float) -> float:
-        return seconds * random.uniform(0.8, 1.2)
 
     def _attempt(self) -> bool:
         if not self._layout.broker_ids(watch=None):
@@ -570,7 +570,7 @@ class ZKRebalancerListener:
             except MetaqError:
                 with self._wakeup:  # not connected yet: handle the loss again on the next tick
                     self._session_lost = True
-                self.trigger_later(self._config.backoff_ms / 1000.0)
+                self.trigger_later(self._registration_policy.delay(1))
                 raise
             if self.state == LOST:
                 self._set_state(REBALANCING)  # registered again: the rebalance that follows is under way

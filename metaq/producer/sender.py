@@ -7,9 +7,10 @@ Each loop the thread (named "metaq-producer-sender")
 3. sends one ProduceRequest per broker (up to ``max.in.flight.requests.per.connection`` pipelined),
 4. waits on the brokers' sockets and a wakeup socket until a response, a new batch or a deadline.
 
-A failed batch is retried as its :class:`RetryPolicy` says (retriable errors only, exponential backoff, at most
-``retries`` times) and otherwise fails its futures with the error: a :class:`BrokerResponseError` for a code the
-broker answered, :class:`BrokerConnectionError` when it could not be reached.
+A failed batch is retried as the :func:`metaq.retry.producer_send` policy says (retriable errors only,
+exponential backoff, at most ``retries`` times) and otherwise fails its futures with the error: a
+:class:`BrokerResponseError` for a code the broker answered, :class:`BrokerConnectionError` when it could not be
+reached.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import tenacity
 from kafka.protocol.producer import ProduceRequest
 
 from metaq.client.connection import BrokerConnection, InFlightRequest
@@ -43,44 +43,12 @@ from metaq.errors import (
 from metaq.producer.accumulator import ProducerBatch, RecordAccumulator, TopicPartition
 from metaq.producer.config import ProducerConfig
 from metaq.producer.metadata import ClusterMetadata, Leader
+from metaq.retry import producer_send
 
 log = logging.getLogger(__name__)
 
 THREAD_NAME = "metaq-producer-sender"
 _IDLE_POLL = 1.0  # seconds; bounds how stale the "stopping" flag can get if a wakeup is lost
-
-
-def _is_retriable(error: BaseException) -> bool:
-    return isinstance(error, MetaqError) and error.retriable
-
-
-class RetryPolicy:
-    """How a failed batch is retried, as tenacity strategies evaluated per batch (the sender cannot block in
-    a retry loop, so it asks the policy for the next delay instead)::
-
-        policy = RetryPolicy(retries=5, backoff_ms=100, backoff_max_ms=1000)
-        policy.delay_after(1, NotLeaderForPartitionError("..."))    # ~0.1 s
-        policy.delay_after(6, NotLeaderForPartitionError("..."))    # None: out of retries
-        policy.delay_after(1, MessageSizeTooLargeError("..."))      # None: not retriable
-    """
-
-    def __init__(self, *, retries: int, backoff_ms: int, backoff_max_ms: int) -> None:
-        backoff = backoff_ms / 1000.0
-        self.retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(retries + 1),
-            wait=tenacity.wait_exponential(multiplier=backoff, min=backoff, max=max(backoff, backoff_max_ms / 1000.0))
-            + tenacity.wait_random(0, backoff * 0.2),  # jitter, so producers do not retry in lockstep
-            retry=tenacity.retry_if_exception(_is_retriable),
-        )
-
-    def delay_after(self, attempt: int, error: BaseException) -> float | None:
-        """Seconds to wait before attempt ``attempt + 1`` after ``error``, or None to give up."""
-        state = tenacity.RetryCallState(self.retrying, fn=None, args=(), kwargs={})
-        state.attempt_number = attempt
-        state.set_exception((type(error), error, error.__traceback__))
-        if not self.retrying.retry(state) or self.retrying.stop(state):
-            return None
-        return float(self.retrying.wait(state))
 
 
 @dataclass
@@ -109,8 +77,8 @@ class Sender(threading.Thread):
         self._acc = accumulator
         self._metadata = metadata
         self._connect = connection_factory
-        self._policy = RetryPolicy(retries=config.retries, backoff_ms=config.retry_backoff_ms,
-                                   backoff_max_ms=config.retry_backoff_max_ms)
+        self._policy = producer_send(retries=config.retries, retry_backoff_ms=config.retry_backoff_ms,
+                                     retry_backoff_max_ms=config.retry_backoff_max_ms)
         self._nodes: dict[int, _Node] = {}
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()

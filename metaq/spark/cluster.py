@@ -29,6 +29,7 @@ from metaq.errors import (
     UnknownTopicError,
     ZooKeeperUnavailableError,
 )
+from metaq.retry import spark_list_offsets
 from metaq.spark.offsets import Offsets, TopicPartition
 from metaq.spark.options import ReadOptions, Subscription
 from metaq.zkclient import connect
@@ -37,8 +38,7 @@ from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
-_LIST_OFFSETS_ATTEMPTS = 5
-_RETRY_BACKOFF_S = 0.2  # doubled per attempt: a leader moves or a broker restarts within a few seconds
+_LIST_OFFSETS_POLICY = spark_list_offsets()
 
 
 @dataclass
@@ -179,17 +179,21 @@ class Cluster:
         reachable leader after a few attempts raise :class:`MetaqError` naming them."""
         pending = sorted(set(keys))
         result: Offsets = {}
-        for attempt in range(_LIST_OFFSETS_ATTEMPTS):
+        attempt = 0
+        while True:
+            attempt += 1
             failures = self._list_offsets_once(pending, which, result)
             pending = sorted(failures)
             if not pending:
                 return result
-            log.info("metaq: ListOffsets failed for %s (attempt %d): %s", pending, attempt + 1,
+            log.info("metaq: ListOffsets failed for %s (attempt %d): %s", pending, attempt,
                      "; ".join(sorted(set(failures.values()))))
             self.invalidate()
             if self._subscription is not None:
                 self._read_topology(self._subscription)
-            time.sleep(_RETRY_BACKOFF_S * 2 ** attempt)
+            if _LIST_OFFSETS_POLICY.exhausted(attempt):
+                break
+            time.sleep(_LIST_OFFSETS_POLICY.delay(attempt))
         raise MetaqError(f"metaq: cannot list offsets of {', '.join(f'{t}-{p}' for t, p in pending)}: "
                          f"{'; '.join(sorted(set(failures.values())))}")
 

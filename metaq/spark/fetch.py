@@ -27,6 +27,7 @@ from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, ZooKeeperError, for_code
 from metaq.protocol.records import Record, decode_records
+from metaq.retry import spark_fetch
 from metaq.spark.offsets import DataLossError
 from metaq.spark.planning import OffsetRange
 from metaq.zkclient import session
@@ -35,9 +36,7 @@ from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
-_ATTEMPTS = 8
-_BACKOFF_S = 0.1  # doubled per attempt up to _MAX_BACKOFF_S: a restarting broker is back within seconds
-_MAX_BACKOFF_S = 2.0
+_POLICY = spark_fetch()  # a restarting broker is back within seconds
 _MAX_WAIT_MS = 500  # planned offsets are below the high watermark, so the broker answers at once anyway
 _BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
 _LAST_DELTA = struct.Struct(">i")
@@ -127,6 +126,7 @@ class _RangeReader:
         except (BrokerConnectionError, ZooKeeperError, _NoLeader) as e:
             self._retry(f"cannot fetch from {self._where()}: {e}")
             return None, None
+        assert response is not None  # a Fetch always has a response
         for topic in response.responses:
             for part in topic.partitions:
                 if topic.topic == self.range.topic and part.partition_index == self.range.partition:
@@ -219,10 +219,10 @@ class _RangeReader:
             if conn is not None:
                 conn.close()
         self.address = None
-        if self.failures >= _ATTEMPTS:
+        if _POLICY.exhausted(self.failures):
             raise MetaqError(f"metaq: giving up on {self.range.describe()} after {self.failures} attempts: {reason}")
         log.info("metaq: %s; retrying (attempt %d)", reason, self.failures)
-        time.sleep(min(_BACKOFF_S * 2 ** (self.failures - 1), _MAX_BACKOFF_S))
+        time.sleep(_POLICY.delay(self.failures))
 
 
 class _NoLeader(MetaqError):

@@ -28,6 +28,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
+from metaq.errors import MetaqError
 from metaq.zkclient import connect
 from metaq.zkserver import ZooKeeperServer
 from zk_layout import ZkLayout, split_connect
@@ -101,26 +102,36 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnd
         server.stop()
 
 
-@pytest.fixture(scope="session")
-def _zk_admin(zk_server: ZooKeeperEndpoint) -> Iterator[KazooClient]:
-    """A client without a test chroot, to delete each test's chroot afterwards (as the super user: the test
-    may have created nodes only their creator may delete)."""
-    client = connect(zk_server.connect_string, session_timeout_ms=10000,
-                     auth_data=[("digest", ":".join(TEST_SUPER_AUTH))])
-    yield client
-    _close_quietly(client)
+def delete_chroot(zk_server: ZooKeeperEndpoint, chroot: str) -> None:
+    """Delete a test's chroot (relative to the server's own base chroot) with a client connected for that
+    only, as the super user: the test may have created nodes only their creator may delete. A failure is
+    logged, not raised (cleanup must not fail the test)."""
+    _, base = split_connect(zk_server.connect_string)
+    try:
+        admin = connect(zk_server.connect_string, session_timeout_ms=10000,
+                        auth_data=[("digest", ":".join(TEST_SUPER_AUTH))])
+    except MetaqError as e:
+        log.warning("could not connect to delete test chroot %s%s: %r", base, chroot, e)
+        return
+    try:
+        admin.delete(chroot, recursive=True)  # relative to the admin client's own chroot (``base``)
+    except (KazooException, KazooTimeoutError) as e:
+        log.warning("could not delete test chroot %s%s: %r", base, chroot, e)
+    finally:
+        _close_quietly(admin)
 
 
 @pytest.fixture
-def zk_connect(zk_server: ZooKeeperEndpoint, _zk_admin: KazooClient) -> Iterator[str]:
-    """A connect string with a chroot of its own, ``<hosts>[/base]/metaq-test-<uuid hex>``."""
+def zk_connect(zk_server: ZooKeeperEndpoint) -> Iterator[str]:
+    """A connect string with a chroot of its own, ``<hosts>[/base]/metaq-test-<uuid hex>``.
+
+    The chroot is deleted afterwards by a client connected for that only: a session-long client would keep
+    a kazoo connection thread alive through every test, and that thread draws from the global ``random``
+    module (its ping jitter), which hypothesis reports as randomness inside strategies."""
     hosts, base = split_connect(zk_server.connect_string)
     chroot = f"/metaq-test-{uuid.uuid4().hex}"
     yield f"{hosts}{base}{chroot}"
-    try:
-        _zk_admin.delete(chroot, recursive=True)  # relative to the admin client's own chroot (``base``)
-    except (KazooException, KazooTimeoutError) as e:
-        log.warning("could not delete test chroot %s%s: %r", base, chroot, e)
+    delete_chroot(zk_server, chroot)
 
 
 @pytest.fixture

@@ -467,6 +467,22 @@ class ZooKeeperServer:
         with self._lock:
             self._send(signal.SIGSTOP)
             self._paused = True
+            self._wait_stopped()
+
+    def _wait_stopped(self, timeout: float = 5.0) -> None:
+        """SIGSTOP is delivered asynchronously: a loaded machine may let the JVM answer a request or two after
+        kill() returned. Wait (bounded) until Linux reports the process stopped; elsewhere, return at once."""
+        proc = self._proc
+        stat = Path(f"/proc/{proc.pid}/stat") if proc is not None else None
+        deadline = time.monotonic() + timeout
+        while stat is not None and time.monotonic() < deadline:
+            try:
+                state = stat.read_text().rpartition(")")[2].split()[0]  # the field after "(comm)"
+            except (OSError, IndexError):
+                return
+            if state in ("T", "t"):
+                return
+            time.sleep(0.01)
 
     def resume(self) -> None:
         """SIGCONT after :meth:`pause`."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 
 import pytest
@@ -9,7 +10,8 @@ import pytest
 from metaq.admin.groups import GroupDescription, Member, PartitionLag
 from metaq.cli.groups import render_description
 from metaq.cli.main import main
-from metaq.cli.output import ProgressBar, table
+from metaq.cli.output import ProgressBar, apply_overrides, table
+from metaq.errors import ConfigError
 
 
 def test_table_aligns_columns_and_shows_unknown_as_dash() -> None:
@@ -74,3 +76,14 @@ def test_missing_config_file_is_an_error_not_usage(capsys: pytest.CaptureFixture
     (tmp_path / "c.properties").write_text("group.id=etl\n")
     assert main(["groups", "list", "--config", str(tmp_path / "c.properties")]) == 1
     assert "has no zookeeper.connect" in capsys.readouterr().err
+
+
+def test_command_line_overrides_win_over_the_config_file() -> None:
+    args = argparse.Namespace(property=["linger.ms = 50", "client.id=a=b"])
+    props: dict[str, object] = {"linger.ms": 5, "zookeeper.connection.timeout.ms": 6000}
+    apply_overrides(props, args, 1500)
+    assert props == {"linger.ms": "50", "zookeeper.connection.timeout.ms": 1500, "client.id": "a=b"}
+    apply_overrides(props, argparse.Namespace(property=[]), None)  # no timeout given: the file's stays
+    assert props["zookeeper.connection.timeout.ms"] == 1500
+    with pytest.raises(ConfigError, match=r"--property 'linger\.ms': expected KEY=VALUE"):
+        apply_overrides({}, argparse.Namespace(property=["linger.ms"]), None)

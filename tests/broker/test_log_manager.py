@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,20 @@ def test_duplicate_partition_across_dirs(tmp_path: Path) -> None:
     (tmp_path / "b" / "t-0").mkdir(parents=True)
     with pytest.raises(StorageError, match="duplicate"):
         new_manager([tmp_path / "a", tmp_path / "b"])
+    assert _open_files_under(tmp_path) == []  # the log of "a" that load() opened was closed again
+
+
+def _open_files_under(directory: Path) -> list[str]:
+    """The files below ``directory`` this process holds open (Linux: /proc/self/fd)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed since the listing (the listing's own descriptor, for one)
+            continue
+        if target.startswith(f"{directory}/"):
+            found.append(target)
+    return found
 
 
 def test_flush_due(tmp_path: Path) -> None:

@@ -21,14 +21,20 @@ from tests.client.client_fake_broker import CLOSE, FakeBroker, Received, respons
 pytestmark = pytest.mark.timeout(30)
 
 
+_opened: list[BrokerConnection] = []
+
+
 @pytest.fixture
 def broker():
     with FakeBroker() as b:
         yield b
+    while _opened:  # the client sockets the test opened (idempotent for those it closed itself)
+        _opened.pop().close()
 
 
 def connect(broker: FakeBroker, **kw) -> BrokerConnection:
     conn = BrokerConnection("127.0.0.1", broker.port, **kw)
+    _opened.append(conn)
     conn.connect()
     return conn
 

@@ -15,10 +15,11 @@ import pytest
 
 from metaq.consumer import fetcher as fetcher_module
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.fetcher import BACKOFF_MAX_S, Backoff, FetcherManager, fetcher_id
+from metaq.consumer.fetcher import BACKOFF_MAX_S, FetcherManager, fetcher_id
 from metaq.consumer.partition_info import ChunkQueue, FetchedChunk, PartitionTopicInfo
 from metaq.errors import MessageSizeTooLargeError
 from metaq.hashing import java_string_hash
+from metaq.retry import fetcher as fetcher_policy
 from metaq.testing.broker import BrokerCluster, wait_until
 from zk_layout import ZkLayout
 
@@ -121,7 +122,7 @@ def test_java_string_hash_known_values() -> None:
 
 
 def test_backoff_grows_and_is_capped() -> None:
-    backoff = Backoff(0.05, BACKOFF_MAX_S)
+    backoff = fetcher_policy(refresh_leader_backoff_ms=50, max_s=BACKOFF_MAX_S, min_s=0.01)
     assert 0.05 <= backoff.delay(1) <= 0.1
     assert backoff.delay(3) >= 0.2
     assert all(backoff.delay(n) <= BACKOFF_MAX_S + 0.05 for n in range(1, 50))

@@ -1,4 +1,4 @@
-"""RetryPolicy: tenacity strategies deciding per batch whether and when to retry."""
+"""The producer.send retry policy: tenacity strategies deciding per batch whether and when to retry."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from metaq.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from metaq.producer.sender import RetryPolicy
+from metaq.retry import producer_send
 
 
 @pytest.mark.parametrize("error", [
@@ -19,12 +19,12 @@ from metaq.producer.sender import RetryPolicy
     BrokerConnectionError("x"),
 ])
 def test_retriable_errors_are_retried_up_to_retries(error):
-    policy = RetryPolicy(retries=3, backoff_ms=100, backoff_max_ms=1000)
+    policy = producer_send(retries=3, retry_backoff_ms=100, retry_backoff_max_ms=1000)
     assert [policy.delay_after(n, error) is not None for n in (1, 2, 3, 4)] == [True, True, True, False]
 
 
 def test_backoff_grows_and_is_capped():
-    policy = RetryPolicy(retries=10, backoff_ms=100, backoff_max_ms=500)
+    policy = producer_send(retries=10, retry_backoff_ms=100, retry_backoff_max_ms=500)
     delays = [policy.delay_after(n, BrokerConnectionError("x")) for n in range(1, 8)]
     assert 0.1 <= delays[0] <= 0.12
     assert 0.2 <= delays[1] <= 0.22
@@ -33,8 +33,9 @@ def test_backoff_grows_and_is_capped():
 
 @pytest.mark.parametrize("error", [MessageSizeTooLargeError("x"), ValueError("x")])
 def test_fatal_errors_are_not_retried(error):
-    assert RetryPolicy(retries=5, backoff_ms=1, backoff_max_ms=1).delay_after(1, error) is None
+    assert producer_send(retries=5, retry_backoff_ms=1, retry_backoff_max_ms=1).delay_after(1, error) is None
 
 
 def test_zero_retries():
-    assert RetryPolicy(retries=0, backoff_ms=1, backoff_max_ms=1).delay_after(1, BrokerConnectionError("x")) is None
+    policy = producer_send(retries=0, retry_backoff_ms=1, retry_backoff_max_ms=1)
+    assert policy.delay_after(1, BrokerConnectionError("x")) is None

@@ -85,6 +85,10 @@ class LogManager:
             for log_dir in self.log_dirs:
                 self._load_dir(log_dir)
         except BaseException:
+            for log in self._logs.values():  # opened before the failure: nobody else will close them
+                _try(log.close, f"close {log.topic}-{log.partition}")
+            self._logs.clear()
+            self._dir_of.clear()
             self.release_locks()
             raise
 

@@ -18,6 +18,7 @@ fails, the segment stays "torn" and is cut before anything else is written to it
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -142,8 +143,9 @@ class LogSegment:
         finally:
             os.close(fd)
         segment = cls(directory, base_offset, config)
-        segment.index.create()
-        segment.time_index.create()
+        with segment._closed_on_error():
+            segment.index.create()
+            segment.time_index.create()
         return segment
 
     @classmethod
@@ -159,17 +161,28 @@ class LogSegment:
         ``end_limit``: the next segment's base offset. This segment's offsets must stay below it: a batch
         reaching it was written by an append that failed before the log rolled, and is cut as invalid."""
         segment = cls(directory, base_offset, config)
-        if recover:
+        with segment._closed_on_error():
+            if recover:
+                return segment, segment.recover(end_limit)
+            problem = segment._load_trusted(end_limit)
+            if problem is None:
+                return segment, 0
+            if problem is _NO_INDEX_ENTRIES:
+                # Legit for a segment of a few large batches; reading its tail means reading it all anyway.
+                logger.debug("Rebuilding the indexes of %s: %s", segment.log_path, problem)
+            else:
+                logger.warning("Rebuilding the indexes of %s: %s", segment.log_path, problem)
             return segment, segment.recover(end_limit)
-        problem = segment._load_trusted(end_limit)
-        if problem is None:
-            return segment, 0
-        if problem is _NO_INDEX_ENTRIES:
-            # Legit for a segment of a few large batches; reading its tail means reading it all anyway.
-            logger.debug("Rebuilding the indexes of %s: %s", segment.log_path, problem)
-        else:
-            logger.warning("Rebuilding the indexes of %s: %s", segment.log_path, problem)
-        return segment, segment.recover(end_limit)
+
+    @contextlib.contextmanager
+    def _closed_on_error(self) -> Iterator[None]:
+        """A segment that fails to load or be created is closed before the error propagates: its caller
+        never gets it, so nobody else would close its files."""
+        try:
+            yield
+        except BaseException:
+            self.close()
+            raise
 
     def _file_size(self) -> int:
         return os.fstat(self.file.fileno()).st_size
