@@ -4,7 +4,8 @@
     certs.ca, certs.server_cert, certs.server_key, certs.client_cert, certs.client_key   # PEM paths
 
 The client certificate's subject is ``/O=test/CN=client``, so Kafka's principal for it is
-``User:CN=client,O=test`` (:data:`CLIENT_PRINCIPAL`).
+``User:CN=client,O=test`` (:data:`CLIENT_PRINCIPAL`). The server certificate also allows clientAuth, as a
+broker's must: its replica fetchers present it to leaders that ask for client certificates.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 from metaq.errors import MetaqError
 
 CLIENT_PRINCIPAL = "User:CN=client,O=test"
+SERVER_PRINCIPAL = "User:CN=localhost,O=test"
+"""The server certificate's principal: a broker's, when its replica fetchers present it (mTLS)."""
 DAYS = "2"
 
 
@@ -52,7 +55,7 @@ def make_certs(directory: Path) -> Certs:
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
              "-days", DAYS, "-subj", "/O=test/CN=metaq-test-ca", cwd=directory)
     _leaf(directory, "server", "/O=test/CN=localhost",
-          "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+          "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n")
     _leaf(directory, "client", "/O=test/CN=client", "extendedKeyUsage=clientAuth\n")
     return Certs(directory / "ca.pem", directory / "server.pem", directory / "server.key",
                  directory / "client.pem", directory / "client.key")
