@@ -10,7 +10,6 @@ fetchers) are accepted for drop-in compatibility with existing files and logged 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -58,11 +57,6 @@ def _broker_id(value: int) -> str | None:
     return None if 0 <= value <= INT32_MAX else f"must be in 0..{INT32_MAX}"
 
 
-def _secret(key: str, doc: str) -> Any:
-    """A property whose value never shows in repr() (DescribeConfigs hides keys with "password" too)."""
-    return dataclasses.field(default=None, repr=False, metadata={"key": key, "check": None, "doc": doc})
-
-
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
@@ -87,7 +81,7 @@ class BrokerConfig(ZooKeeperClientConfig):
                                                       check=one_of(*SECURITY_PROTOCOLS))
     ssl_certificate_location: str | None = prop("ssl.certificate.location", None, doc="server certificate (PEM)")
     ssl_key_location: str | None = prop("ssl.key.location", None, doc="server private key (PEM)")
-    ssl_key_password: str | None = _secret("ssl.key.password", "password of an encrypted ssl.key.location")
+    ssl_key_password: Secret | None = prop("ssl.key.password", None, doc="password of an encrypted ssl.key.location")
     ssl_ca_location: str | None = prop("ssl.ca.location", None, doc="CA certificates (PEM) for client certificates")
     ssl_truststore_location: str | None = prop("ssl.truststore.location", None,
                                                doc="same as ssl.ca.location (PEM only)")
@@ -243,7 +237,7 @@ class BrokerConfig(ZooKeeperClientConfig):
             ssl_ca_location=ca if tls else None,
             ssl_certificate_location=self.ssl_certificate_location if tls else None,
             ssl_key_location=self.ssl_key_location if tls else None,
-            ssl_key_password=Secret(self.ssl_key_password) if tls and self.ssl_key_password else None,
+            ssl_key_password=self.ssl_key_password if tls else None,
             ssl_endpoint_identification_algorithm=self.ssl_endpoint_identification_algorithm or "none",
             sasl_mechanism=self.sasl_mechanism_inter_broker_protocol,
             sasl_username=self.inter_broker_sasl_username if sasl else None,
@@ -273,7 +267,8 @@ class BrokerConfig(ZooKeeperClientConfig):
 
     @property
     def tls_settings(self) -> TlsSettings:
-        return TlsSettings(self.ssl_certificate_location, self.ssl_key_location, self.ssl_key_password,
+        password = self.ssl_key_password.reveal() if self.ssl_key_password else None
+        return TlsSettings(self.ssl_certificate_location, self.ssl_key_location, password,
                            self.ssl_ca_location or self.ssl_truststore_location, self.ssl_client_auth,
                            self.ssl_enabled_protocols)
 

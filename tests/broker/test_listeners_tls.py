@@ -124,7 +124,7 @@ def test_key_password_never_in_repr() -> None:
     config = BrokerConfig.from_properties({**ZK, "ssl.key.password": "hunter2-secret"})
     assert "hunter2-secret" not in repr(config)
     assert "hunter2-secret" not in repr(config.tls_settings)
-    assert config.ssl_key_password == "hunter2-secret"
+    assert config.ssl_key_password is not None and config.ssl_key_password.reveal() == "hunter2-secret"
 
 
 @pytest.fixture(scope="module")
