@@ -156,3 +156,13 @@ def test_acl_lists() -> None:
     private = ZnodeAcls((OPS,), world_read=False)
     assert world not in {a.id for a in private.acl_for("group")}
     assert world in {a.id for a in private.acl_for("cluster")}
+
+
+def test_describe_configs_values_never_show_zookeeper_auth() -> None:
+    """DescribeConfigs hides keys named *password*; zookeeper.auth is not, so its value must mask itself."""
+    from metaq.broker.topic_config import config_properties
+
+    config = BrokerConfig.from_properties({"zookeeper.connect": "z:2181", "zookeeper.auth": f"digest:b:{SECRET}",
+                                           "inter.broker.sasl.password": SECRET})
+    shown = config_properties(config)
+    assert shown["zookeeper.auth"] == "********" and shown["inter.broker.sasl.password"] == "********"
