@@ -374,3 +374,19 @@ def test_mechanism_not_enabled_and_unknown_user_are_fatal(zk_connect: str, certs
         with Producer({"zookeeper.connect": zk_connect, **nobody}) as producer:
             with pytest.raises(SaslAuthenticationFailedError, match="as 'nobody'"):
                 producer.send(topic, b"never", partition=0).result(timeout=60)
+
+
+def test_wrong_password_with_kafka_offsets_fails_the_first_rebalance_attempt(
+        secure: SecureBroker, scram_users: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """offsets.storage=kafka: taking ownership logs in to the coordinator; a refused login is fatal, so the
+    rebalance stops at its first attempt instead of trying rebalance.max.retries times (one login, not 4+)."""
+    topic = topic_on(secure, "sec-wrong-password-kafka-offsets")
+    logins = _CountingLogins(monkeypatch)
+    bad = security(secure, "SASL_PLAINTEXT", "SCRAM-SHA-256", WRONG)
+    with consumer(secure, "g-wrong-password-kafka", bad, **{"offsets.storage": "kafka",
+                                                            "rebalance.max.retries": 4,
+                                                            "rebalance.backoff.ms": 200}) as c:
+        with pytest.raises(AuthenticationError, match="SASL_AUTHENTICATION_FAILED") as raised:
+            c.create_message_streams({topic: 1})
+    assert WRONG not in str(raised.value)
+    assert logins.count == 1, f"{logins.count} logins: the rebalance retried a refused login"

@@ -37,26 +37,15 @@ from kafka.protocol.sasl import (
 )
 
 from integration_tests import peers
-from metaq.broker.process import BrokerProcess, free_port
 from metaq.testing.broker import call, read_frame, request
 from metaq.testing.certs import Certs, make_certs
+from metaq.testing.secure import SecureBroker, secure_broker
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import delete_chroot
 from metaq.zkclient import connect as zk_connect_client
 from zk_layout import ZkLayout, split_connect
 
 N = 20
-
-
-class SecureBroker:
-    def __init__(self, process: BrokerProcess, ports: dict[str, int], certs: Certs, zk_connect: str) -> None:
-        self.process = process
-        self.ports = ports
-        self.certs = certs
-        self.zk_connect = zk_connect
-
-    def bootstrap(self, listener: str) -> str:
-        return f"127.0.0.1:{self.ports[listener]}"
 
 
 @pytest.fixture(scope="module")
@@ -70,24 +59,13 @@ def secure(zk_server: Any, certs: Certs, tmp_path_factory: pytest.TempPathFactor
     hosts, base = split_connect(zk_server.connect_string)
     chroot = f"/metaq-test-{uuid.uuid4().hex}"
     connect = f"{hosts}{base}{chroot}"
-    tmp = tmp_path_factory.mktemp("secure")
-    users = tmp / "plain-users"
-    users.write_text("# user:password\nalice:alice-secret\nbob:b0b:with:colons\n")
-    process = BrokerProcess(connect, 0, tmp)
-    ports = {"PLAINTEXT": process.port, "SSL": free_port(), "SASL_PLAINTEXT": free_port(), "SASL_SSL": free_port()}
-    process.properties.update({
-        "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
-        "ssl.certificate.location": certs.server_cert,
-        "ssl.key.location": certs.server_key,
-        "ssl.ca.location": certs.ca,
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "sasl.plain.users.file": users,
-    })
-    process.start()
+    broker = secure_broker(connect, tmp_path_factory.mktemp("secure"), certs,
+                           plain_users={"alice": "alice-secret", "bob": "b0b:with:colons"})
+    broker.process.start()
     try:
-        yield SecureBroker(process, ports, certs, connect)
+        yield broker
     finally:
-        process.stop()
+        broker.process.stop()
         delete_chroot(zk_server, chroot)
 
 
@@ -238,14 +216,11 @@ def test_plaintext_client_on_the_ssl_port_is_refused_and_broker_serves_on(secure
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 def test_client_certificate_required(zk_connect: str, tmp_path: Path, certs: Certs) -> None:
-    port = free_port()
-    process = BrokerProcess(zk_connect, 0, tmp_path, properties={
-        "listeners": f"PLAINTEXT://127.0.0.1:{free_port()},SSL://127.0.0.1:{port}",
-        "ssl.certificate.location": certs.server_cert, "ssl.key.location": certs.server_key,
-        "ssl.ca.location": certs.ca, "ssl.client.auth": "required"})
-    process.port = int(process.properties["listeners"].split(",")[0].rsplit(":", 1)[1])
+    broker = secure_broker(zk_connect, tmp_path, certs, plain_users={}, listeners=("SSL",),
+                           **{"ssl.client.auth": "required"})
+    process, port = broker.process, broker.ports["SSL"]
     with process:
-        bootstrap = f"127.0.0.1:{port}"
+        bootstrap = broker.bootstrap("SSL")
         meta_conf = {"bootstrap.servers": bootstrap, **_ssl_conf(certs)}
         without = AdminClient(meta_conf)
         with pytest.raises(confluent_kafka.KafkaException):

@@ -20,8 +20,8 @@ from metaq.consumer import Consumer, ConsumerTimeoutError
 from metaq.errors import MetaqError, ZooKeeperAuthError
 from metaq.producer import Producer
 from metaq.testing.broker import topic_leaders
+from metaq.testing.certs import Certs, make_certs
 from metaq.testing.wait import wait_until
-from metaq.testing.zk_tls import Pki, make_pki
 from metaq.zkclient import session
 from metaq.zksecurity import security_from_properties
 from metaq.zkserver import ZooKeeperServer, ZooKeeperTls
@@ -127,24 +127,24 @@ def test_group_with_set_acl_runs_and_other_identities_can_only_read(zk_connect: 
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
-def secure_zk(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+def secure_zk(pki: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     """Digest authentication enforced on both ports; TLS on the secure one."""
     server = ZooKeeperServer(tick_time_ms=200, force_sync=False, enforce_auth=True,
                              log_path=tmp_path_factory.mktemp("secure-zk") / "zookeeper.log",
-                             tls=ZooKeeperTls(pki.server_pem, pki.ca_pem))
+                             tls=ZooKeeperTls(pki.server_pem, pki.ca))
     server.start()
     yield server
     server.stop()
 
 
-def test_broker_and_group_over_tls_with_enforced_auth(secure_zk: ZooKeeperServer, pki: Pki, tmp_path: Path) -> None:
+def test_broker_and_group_over_tls_with_enforced_auth(secure_zk: ZooKeeperServer, pki: Certs, tmp_path: Path) -> None:
     connect = f"{secure_zk.secure_connect_string}/tls-{uuid.uuid4().hex}"
-    tls = {"zookeeper.ssl.client.enable": "true", "zookeeper.ssl.truststore.location": str(pki.ca_pem),
+    tls = {"zookeeper.ssl.client.enable": "true", "zookeeper.ssl.truststore.location": str(pki.ca),
            "zookeeper.clientCnxnSocket": "org.apache.zookeeper.ClientCnxnSocketNetty"}
     broker = BrokerProcess(connect, 0, tmp_path, properties={**BROKER_PROPS, **tls}).start()
     try:

@@ -62,11 +62,10 @@ class Secret:
         return Secret, (self._value,)
 
 
-def prop(key: str, default: Any, *, check: Check | None = None, doc: str = "", secret: bool = False) -> Any:
-    """Declare a config field with its Kafka property name, default, optional check and doc. A ``secret``
-    (a password) is left out of ``repr()`` and of error messages."""
-    return dataclasses.field(default=default, repr=not secret,
-                             metadata={"key": key, "check": check, "doc": doc, "secret": secret})
+def prop(key: str, default: Any, *, check: Check | None = None, doc: str = "") -> Any:
+    """Declare a config field with its Kafka property name, default, optional check and doc. A password is
+    a field of type :class:`Secret` (the one way secrets are kept out of logs, errors and ``repr()``)."""
+    return dataclasses.field(default=default, metadata={"key": key, "check": check, "doc": doc})
 
 
 def positive(value: Any) -> str | None:

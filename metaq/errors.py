@@ -29,6 +29,8 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     │   └── GroupActiveError         an ops change refused while the group has live members
     ├── ConsumerTimeoutError         no message within consumer.timeout.ms (retriable)
     ├── ConsumerRebalanceFailedError every attempt of a rebalance failed (retriable)
+    │   └── ConsumerRebalanceRefusedError  an attempt met a fatal error (a refused login): also an
+    │                                      AuthenticationError, not retriable
     ├── CoordinatorError             the group coordinator moved, is loading or unavailable (retriable)
     ├── KafkaOffsetsUnavailable      the coordinator could not be reached within the deadline
     ├── DataLossError                offsets a read needs are no longer in the log
@@ -180,6 +182,13 @@ class ConsumerRebalanceFailedError(MetaqError):
     """Every attempt of a rebalance failed; the member keeps retrying on the next event or backoff."""
 
     retriable = True
+
+
+class ConsumerRebalanceRefusedError(ConsumerRebalanceFailedError, AuthenticationError):
+    """A rebalance attempt met an AuthenticationError (the offsets channel's login was refused): the
+    rebalance stopped at that attempt, since every retry would be refused the same way."""
+
+    retriable = False
 
 
 class CoordinatorError(MetaqError):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metaq.config import Config, prop, read_small_file
+from metaq.config import Config, Secret, prop, read_small_file
 from metaq.errors import ConfigError
 from zk_layout.znode_acls import ZnodeAcls
 
@@ -50,8 +50,8 @@ def _identification(value: str) -> str | None:
 class ZooKeeperClientConfig(Config):
     """The ZooKeeper security keys shared by every metaq config with ``zookeeper.connect``."""
 
-    zookeeper_auth: str | None = prop("zookeeper.auth", None, secret=True,
-                                      doc="digest:user:password, or file:/path to a file holding it")
+    zookeeper_auth: Secret | None = prop("zookeeper.auth", None,
+                                         doc="digest:user:password, or file:/path to a file holding it")
     zookeeper_set_acl: bool = prop("zookeeper.set.acl", False,
                                    doc="create nodes with ACLs (docs/zookeeper-layout.md); needs zookeeper.auth")
     zookeeper_acl_ops_identity: tuple[str, ...] = prop(
@@ -63,13 +63,13 @@ class ZooKeeperClientConfig(Config):
         "zookeeper.clientCnxnSocket", None, doc="accepted for Kafka files (Java's Netty socket); no effect")
     zookeeper_ssl_keystore_location: str | None = prop("zookeeper.ssl.keystore.location", None,
                                                        doc="PEM file with the client certificate and its key")
-    zookeeper_ssl_keystore_password: str | None = prop("zookeeper.ssl.keystore.password", None, secret=True,
-                                                       doc="the key's passphrase, if it is encrypted")
+    zookeeper_ssl_keystore_password: Secret | None = prop("zookeeper.ssl.keystore.password", None,
+                                                          doc="the key's passphrase, if it is encrypted")
     zookeeper_ssl_keystore_type: str = prop("zookeeper.ssl.keystore.type", "PEM", check=_pem_only)
     zookeeper_ssl_truststore_location: str | None = prop("zookeeper.ssl.truststore.location", None,
                                                          doc="PEM file with the CA certificates to trust")
-    zookeeper_ssl_truststore_password: str | None = prop("zookeeper.ssl.truststore.password", None, secret=True,
-                                                         doc="accepted for Kafka files; PEM needs none")
+    zookeeper_ssl_truststore_password: Secret | None = prop("zookeeper.ssl.truststore.password", None,
+                                                            doc="accepted for Kafka files; PEM needs none")
     zookeeper_ssl_truststore_type: str = prop("zookeeper.ssl.truststore.type", "PEM", check=_pem_only)
     zookeeper_ssl_endpoint_identification_algorithm: str = prop(
         "zookeeper.ssl.endpoint.identification.algorithm", "HTTPS", check=_identification)
@@ -80,7 +80,7 @@ class ZooKeeperClientConfig(Config):
 
     def zookeeper_security(self) -> ZooKeeperSecurity:
         """Resolve the keys (read the auth file, check the files exist); ConfigError naming the key at fault."""
-        auth = _auth_data(self.zookeeper_auth)
+        auth = _auth_data(self.zookeeper_auth.reveal() if self.zookeeper_auth else None)
         acls = None
         if self.zookeeper_set_acl:
             if not auth:
@@ -94,7 +94,8 @@ class ZooKeeperClientConfig(Config):
         ca = _existing("zookeeper.ssl.truststore.location", self.zookeeper_ssl_truststore_location)
         cert = _existing("zookeeper.ssl.keystore.location", self.zookeeper_ssl_keystore_location)
         return ZooKeeperSecurity(auth, acls, use_ssl=True, ca=ca, certfile=cert,
-                                 keyfile_password=self.zookeeper_ssl_keystore_password,
+                                 keyfile_password=(self.zookeeper_ssl_keystore_password.reveal()
+                                                   if self.zookeeper_ssl_keystore_password else None),
                                  check_hostname=self.zookeeper_ssl_endpoint_identification_algorithm.upper() == "HTTPS")
 
 

@@ -10,7 +10,6 @@ fetchers) are accepted for drop-in compatibility with existing files and logged 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,7 +26,8 @@ from metaq.broker.auth.listeners import (
 from metaq.broker.auth.tls import CLIENT_AUTH, TlsSettings
 from metaq.broker.log.config import LogConfig
 from metaq.broker.security.authorizer import check_authorizer_class, check_super_users
-from metaq.config import ConfigError, non_negative, one_of, positive, prop
+from metaq.client.security import ENDPOINT_IDENTIFICATION, SecurityConfig
+from metaq.config import ConfigError, Secret, non_negative, one_of, positive, prop
 from metaq.metrics.off import check_metrics
 from metaq.zksecurity import ZooKeeperClientConfig
 from zk_layout.paths import INT32_MAX
@@ -57,11 +57,6 @@ def _broker_id(value: int) -> str | None:
     return None if 0 <= value <= INT32_MAX else f"must be in 0..{INT32_MAX}"
 
 
-def _secret(key: str, doc: str) -> Any:
-    """A property whose value never shows in repr() (DescribeConfigs hides keys with "password" too)."""
-    return dataclasses.field(default=None, repr=False, metadata={"key": key, "check": None, "doc": doc})
-
-
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
@@ -86,7 +81,7 @@ class BrokerConfig(ZooKeeperClientConfig):
                                                       check=one_of(*SECURITY_PROTOCOLS))
     ssl_certificate_location: str | None = prop("ssl.certificate.location", None, doc="server certificate (PEM)")
     ssl_key_location: str | None = prop("ssl.key.location", None, doc="server private key (PEM)")
-    ssl_key_password: str | None = _secret("ssl.key.password", "password of an encrypted ssl.key.location")
+    ssl_key_password: Secret | None = prop("ssl.key.password", None, doc="password of an encrypted ssl.key.location")
     ssl_ca_location: str | None = prop("ssl.ca.location", None, doc="CA certificates (PEM) for client certificates")
     ssl_truststore_location: str | None = prop("ssl.truststore.location", None,
                                                doc="same as ssl.ca.location (PEM only)")
@@ -96,6 +91,17 @@ class BrokerConfig(ZooKeeperClientConfig):
                                                     check=_mechanisms)
     sasl_plain_users_file: str | None = prop(
         "sasl.plain.users.file", None, doc="users of SASL/PLAIN: one 'user:password' a line (docs/security.md)")
+    # the replica fetchers' side of the inter-broker listener (docs/security.md, "Inter-broker traffic")
+    sasl_mechanism_inter_broker_protocol: str = prop(
+        "sasl.mechanism.inter.broker.protocol", "PLAIN", check=one_of(*SASL_MECHANISMS),
+        doc="SASL mechanism of replica fetchers when the inter-broker listener uses SASL")
+    inter_broker_sasl_username: str | None = prop(
+        "inter.broker.sasl.username", None, doc="SASL user replica fetchers log in as (a super user under ACLs)")
+    inter_broker_sasl_password: Secret | None = prop("inter.broker.sasl.password", None,
+                                                     doc="password of inter.broker.sasl.username")
+    ssl_endpoint_identification_algorithm: str = prop(
+        "ssl.endpoint.identification.algorithm", "https", check=one_of(*ENDPOINT_IDENTIFICATION, ""),
+        doc="replica fetchers: https checks a leader's certificate names its host; none (or empty) does not")
     broker_rack: str | None = prop("broker.rack", None)
     log_dirs: tuple[str, ...] = prop("log.dirs", ())
     log_dir: str = prop("log.dir", "/tmp/metaq-logs")
@@ -202,6 +208,40 @@ class BrokerConfig(ZooKeeperClientConfig):
         sasl = any(listener.sasl for listener in listeners)
         if sasl and "PLAIN" in self.sasl_enabled_mechanisms and not self.sasl_plain_users_file:
             raise ConfigError("config 'sasl.enabled.mechanisms' has PLAIN: 'sasl.plain.users.file' is required")
+        self.inter_broker_security()  # a SASL inter-broker listener without credentials fails here, not later
+
+    def inter_broker_listener_of(self) -> Listener:
+        """The listener replica fetchers connect to on other brokers (:attr:`inter_broker_listener`)."""
+        listeners = self.listener_list
+        name = self.inter_broker_listener
+        return next((listener for listener in listeners if listener.name == name), listeners[0])
+
+    def inter_broker_security(self) -> SecurityConfig:
+        """The client security options of replica fetchers: the inter-broker listener's protocol, TLS with
+        this broker's own CA, certificate and key (its certificate is the client certificate when the
+        leader asks for one, so it must allow clientAuth), SASL as ``inter.broker.sasl.username``."""
+        listener = self.inter_broker_listener_of()
+        tls, sasl = listener.tls, listener.sasl
+        if sasl:
+            for key, value in (("inter.broker.sasl.username", self.inter_broker_sasl_username),
+                               ("inter.broker.sasl.password", self.inter_broker_sasl_password)):
+                if not value:
+                    raise ConfigError(f"config {key!r}: a value is required: the inter-broker listener "
+                                      f"{listener.name} is {listener.protocol}")
+            if self.sasl_mechanism_inter_broker_protocol not in self.sasl_enabled_mechanisms:
+                raise ConfigError(f"config 'sasl.mechanism.inter.broker.protocol': "
+                                  f"{self.sasl_mechanism_inter_broker_protocol} is not in 'sasl.enabled.mechanisms'")
+        ca = self.ssl_ca_location or self.ssl_truststore_location
+        return SecurityConfig(
+            security_protocol=listener.protocol,
+            ssl_ca_location=ca if tls else None,
+            ssl_certificate_location=self.ssl_certificate_location if tls else None,
+            ssl_key_location=self.ssl_key_location if tls else None,
+            ssl_key_password=self.ssl_key_password if tls else None,
+            ssl_endpoint_identification_algorithm=self.ssl_endpoint_identification_algorithm or "none",
+            sasl_mechanism=self.sasl_mechanism_inter_broker_protocol,
+            sasl_username=self.inter_broker_sasl_username if sasl else None,
+            sasl_password=self.inter_broker_sasl_password if sasl else None)
 
     @property
     def protocol_map(self) -> dict[str, str]:
@@ -227,7 +267,8 @@ class BrokerConfig(ZooKeeperClientConfig):
 
     @property
     def tls_settings(self) -> TlsSettings:
-        return TlsSettings(self.ssl_certificate_location, self.ssl_key_location, self.ssl_key_password,
+        password = self.ssl_key_password.reveal() if self.ssl_key_password else None
+        return TlsSettings(self.ssl_certificate_location, self.ssl_key_location, password,
                            self.ssl_ca_location or self.ssl_truststore_location, self.ssl_client_auth,
                            self.ssl_enabled_protocols)
 

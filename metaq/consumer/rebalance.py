@@ -8,6 +8,7 @@ States of the member (only ``_set_state`` changes them)::
     STARTING --first rebalance--> STABLE | FAILED
     STABLE --watch fired--> REBALANCING --ok--> STABLE
                                         --retries used up--> FAILED (reported; retried with backoff)
+                                        --login refused--> FAILED (reported at once; no retry timer)
     any --ZooKeeper SUSPENDED--> SUSPENDED --CONNECTED (same session)--> previous state
     any --session LOST--> LOST (ownership void, owns nothing) --re-registered--> REBALANCING --ok--> STABLE
     any --shutdown--> CLOSED (terminal)
@@ -34,8 +35,8 @@ from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.ids import make_thread_ids
 from metaq.consumer.offsets import OffsetStore, TopicPartition
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
+from metaq.errors import AuthenticationError, ConsumerRebalanceRefusedError, MalformedNodeError, MetaqError
 from metaq.errors import ConsumerRebalanceFailedError as ConsumerRebalanceFailedError  # re-exported (old home)
-from metaq.errors import MalformedNodeError, MetaqError
 from metaq.metrics.consumer import ConsumerMetrics
 from metaq.retry import consumer_registration, rebalance_attempts, rebalance_rounds
 from zk_layout import ConsumerNode, TopicCount, ZkLayout, paths
@@ -301,6 +302,8 @@ class ZKRebalancerListener:
                     error = e
                     log.info("consumer %s: rebalance attempt %d failed: %s", self._consumer_id, attempt + 1, e)
                 self._release_all(commit=False)
+                if isinstance(error, AuthenticationError):  # fatal: every retry would be refused the same way
+                    break
                 self._backoff(self._attempt_policy.delay(attempt + 1))
             self._count_rebalance(started, ok=False)
             self._failed(error)
@@ -323,15 +326,21 @@ class ZKRebalancerListener:
 
     def _failed(self, cause: BaseException | None) -> None:
         self._failed_rounds += 1
-        error = ConsumerRebalanceFailedError(
-            f"{self._consumer_id} can't rebalance after {self._config.rebalance_max_retries} retries"
-            + (f": {cause}" if cause else " (partitions owned by others were not released)")
-        )
+        error: ConsumerRebalanceFailedError
+        if isinstance(cause, AuthenticationError):
+            error = ConsumerRebalanceRefusedError(f"{self._consumer_id} can't rebalance: {cause}")
+        else:
+            error = ConsumerRebalanceFailedError(
+                f"{self._consumer_id} can't rebalance after {self._config.rebalance_max_retries} retries"
+                + (f": {cause}" if cause else " (partitions owned by others were not released)"))
         self.last_error = str(error)
         self._set_state(FAILED)
-        delay = self._round_policy.delay(self._failed_rounds)
-        self.trigger_later(delay)
-        log.error("%s; retrying in %.1fs", error, delay)
+        if error.retriable:
+            delay = self._round_policy.delay(self._failed_rounds)
+            self.trigger_later(delay)
+            log.error("%s; retrying in %.1fs", error, delay)
+        else:  # no timer: the next change in the group tries again (once)
+            log.error("%s; not retrying (fix the settings)", error)
         if self._on_failure is not None:
             self._on_failure(error)
         if self._listener is not None:

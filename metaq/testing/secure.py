@@ -57,9 +57,10 @@ class SecureBroker:
 
 def secure_broker(zk_connect: str, data_dir: Path, certs: Certs, *, plain_users: Mapping[str, str],
                   listeners: Sequence[str] = LISTENERS, broker_id: int = 0, process: BrokerProcess | None = None,
-                  **properties: Any) -> SecureBroker:
+                  plaintext: bool = True, **properties: Any) -> SecureBroker:
     """A broker (not started; ``process``, or a new one) with one listener per protocol in ``listeners``
-    (PLAINTEXT is always there: the process is ready when it accepts on it), the server certificate of
+    (PLAINTEXT too unless ``plaintext`` is false; the first listener is on the process's port, where
+    :meth:`BrokerProcess.start` waits for it to accept), the server certificate of
     ``certs``, every SASL mechanism enabled and ``plain_users`` for SASL/PLAIN (SCRAM users are added in
     ZooKeeper: :meth:`SecureBroker.add_scram_user`)."""
     users = data_dir / f"plain-users-{broker_id}"
@@ -67,8 +68,9 @@ def secure_broker(zk_connect: str, data_dir: Path, certs: Certs, *, plain_users:
     users.write_text("".join(f"{user}:{password}\n" for user, password in plain_users.items()))
     if process is None:
         process = BrokerProcess(zk_connect, broker_id, data_dir)
-    ports = {name: process.port if name == "PLAINTEXT" else free_port()
-             for name in ("PLAINTEXT", *[n for n in listeners if n != "PLAINTEXT"])}
+    names = [n for n in listeners if n != "PLAINTEXT"]
+    names = ["PLAINTEXT", *names] if plaintext else names
+    ports = {name: process.port if i == 0 else free_port() for i, name in enumerate(names)}
     process.properties.update({
         "listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
         "ssl.certificate.location": certs.server_cert,

@@ -37,6 +37,9 @@ def test_custom_listener_names_and_registration() -> None:
         "listener.security.protocol.map": "INTERNAL:SASL_PLAINTEXT,EXTERNAL:SASL_SSL,CLEAR:PLAINTEXT",
         "inter.broker.listener.name": "INTERNAL",
         "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "inter.broker.sasl.username": "broker",
+        "inter.broker.sasl.password": "broker-pw",
     })
     assert [(li.name, li.protocol, li.host) for li in config.listener_list] == [
         ("INTERNAL", "SASL_PLAINTEXT", ""), ("EXTERNAL", "SASL_SSL", "0.0.0.0"), ("CLEAR", "PLAINTEXT", "127.0.0.1")]
@@ -80,11 +83,48 @@ def test_bad_listener_config_names_the_key(props: dict[str, str], fault: str) ->
         BrokerConfig.from_properties({**ZK, **props})
 
 
+INTER_SASL = {"listeners": "SASL_SSL://h:1", "sasl.enabled.mechanisms": "SCRAM-SHA-256"}
+
+
+@pytest.mark.parametrize(("props", "fault"), [
+    ({**INTER_SASL, "inter.broker.sasl.password": "pw"}, "'inter.broker.sasl.username': a value is required: the "
+                                                          "inter-broker listener SASL_SSL is SASL_SSL"),
+    ({**INTER_SASL, "inter.broker.sasl.username": "b"}, "'inter.broker.sasl.password': a value is required"),
+    ({**INTER_SASL, "inter.broker.sasl.username": "b", "inter.broker.sasl.password": "pw"},
+     "'sasl.mechanism.inter.broker.protocol': PLAIN is not in 'sasl.enabled.mechanisms'"),
+    ({"sasl.mechanism.inter.broker.protocol": "GSSAPI"}, "sasl.mechanism.inter.broker.protocol"),
+])
+def test_sasl_inter_broker_listener_needs_credentials(props: dict[str, str], fault: str) -> None:
+    with pytest.raises(ConfigError, match=fault):
+        BrokerConfig.from_properties({**ZK, **props})
+
+
+def test_inter_broker_security_is_the_listener_protocol_with_the_broker_tls_files() -> None:
+    config = BrokerConfig.from_properties({
+        **ZK, **INTER_SASL, "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
+        "inter.broker.sasl.username": "broker", "inter.broker.sasl.password": "broker-secret",
+        "ssl.ca.location": "/ca.pem", "ssl.certificate.location": "/b.pem", "ssl.key.location": "/b.key",
+        "ssl.key.password": "key-secret", "ssl.endpoint.identification.algorithm": ""})
+    security = config.inter_broker_security()
+    assert (security.security_protocol, security.sasl_mechanism, security.sasl_username) == (
+        "SASL_SSL", "SCRAM-SHA-256", "broker")
+    assert (security.ssl_ca_location, security.ssl_certificate_location, security.ssl_key_location) == (
+        "/ca.pem", "/b.pem", "/b.key")
+    assert security.ssl_endpoint_identification_algorithm == "none"
+    assert security.sasl_password is not None and security.sasl_password.reveal() == "broker-secret"
+    assert security.ssl_key_password is not None and security.ssl_key_password.reveal() == "key-secret"
+    for text in (repr(config), repr(security), str(config)):
+        assert "broker-secret" not in text and "key-secret" not in text
+    plain = BrokerConfig.from_properties({**ZK, "listeners": "PLAINTEXT://h:1,SSL://h:2",
+                                          "ssl.ca.location": "/ca.pem"}).inter_broker_security()
+    assert (plain.security_protocol, plain.ssl_ca_location, plain.sasl_username) == ("PLAINTEXT", None, None)
+
+
 def test_key_password_never_in_repr() -> None:
     config = BrokerConfig.from_properties({**ZK, "ssl.key.password": "hunter2-secret"})
     assert "hunter2-secret" not in repr(config)
     assert "hunter2-secret" not in repr(config.tls_settings)
-    assert config.ssl_key_password == "hunter2-secret"
+    assert config.ssl_key_password is not None and config.ssl_key_password.reveal() == "hunter2-secret"
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from kazoo.security import CREATOR_ALL_ACL
 
 from metaq.errors import ZooKeeperAuthError, ZooKeeperUnavailableError
-from metaq.testing.zk_tls import Pki, make_pki
+from metaq.testing.certs import Certs, make_certs
 from metaq.zkclient import session
 from metaq.zksecurity import security_from_properties
 from metaq.zkserver import ZooKeeperServer, ZooKeeperTls, server_mode
@@ -24,16 +24,16 @@ SUPER = ("super", "super-pw")
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
-def secure_zk(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+def secure_zk(pki: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     log_path = tmp_path_factory.mktemp("secure-zk") / "zookeeper.log"
     server = ZooKeeperServer(tick_time_ms=200, force_sync=False, log_path=log_path,
                              super_digest=digest_identity(*SUPER), enforce_auth=True,
-                             tls=ZooKeeperTls(pki.server_pem, pki.ca_pem, client_auth="want"))
+                             tls=ZooKeeperTls(pki.server_pem, pki.ca, client_auth="want"))
     server.start()
     yield server
     server.stop()
@@ -52,8 +52,8 @@ def test_unauthenticated_session_is_refused_clearly(secure_zk: ZooKeeperServer) 
             pass
 
 
-def test_tls_port_with_digest_and_acls(secure_zk: ZooKeeperServer, pki: Pki) -> None:
-    tls = {"zookeeper.ssl.client.enable": "true", "zookeeper.ssl.truststore.location": str(pki.ca_pem)}
+def test_tls_port_with_digest_and_acls(secure_zk: ZooKeeperServer, pki: Certs) -> None:
+    tls = {"zookeeper.ssl.client.enable": "true", "zookeeper.ssl.truststore.location": str(pki.ca)}
     alice = security_from_properties({**tls, **_auth("alice"), "zookeeper.set.acl": "true"})
     with session(secure_zk.secure_connect_string + "/tls", security=alice, connection_timeout_ms=10000) as client:
         ZkLayout(client).write_offset("g", "t", 0, 5)
@@ -69,9 +69,9 @@ def test_tls_port_with_digest_and_acls(secure_zk: ZooKeeperServer, pki: Pki) -> 
             ZkLayout(client).write_offset("g", "t", 0, 0)
 
 
-def test_tls_with_an_untrusted_server_certificate_fails_naming_tls(secure_zk: ZooKeeperServer, pki: Pki) -> None:
+def test_tls_with_an_untrusted_server_certificate_fails_naming_tls(secure_zk: ZooKeeperServer, pki: Certs) -> None:
     wrong_ca = security_from_properties({"zookeeper.ssl.client.enable": "true", **_auth("alice"),
-                                         "zookeeper.ssl.truststore.location": str(pki.other_ca_pem)})
+                                         "zookeeper.ssl.truststore.location": str(pki.other_ca)})
     with pytest.raises(ZooKeeperUnavailableError, match="over TLS .*zookeeper.ssl"):
         with session(secure_zk.secure_connect_string, security=wrong_ca, connection_timeout_ms=2000):
             pass
@@ -85,10 +85,10 @@ def test_super_user_passes_every_acl(secure_zk: ZooKeeperServer) -> None:
         admin.delete("/private-to-alice")
 
 
-def test_cli_starts_a_secure_server(pki: Pki, tmp_path: Path) -> None:
+def test_cli_starts_a_secure_server(pki: Certs, tmp_path: Path) -> None:
     command = [sys.executable, "-m", "metaq", "zookeeper", "start", "--tick-time", "200", "--enforce-auth",
                "--super-digest", digest_identity(*SUPER), "--tls-keystore", str(pki.server_pem),
-               "--tls-truststore", str(pki.ca_pem)]
+               "--tls-truststore", str(pki.ca)]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as cli:
         try:
             assert cli.stdout is not None and cli.stderr is not None
@@ -98,7 +98,7 @@ def test_cli_starts_a_secure_server(pki: Pki, tmp_path: Path) -> None:
                 note = cli.stderr.readline()
             secure = note.rsplit(" ", 1)[-1].strip()
             tls = security_from_properties({"zookeeper.ssl.client.enable": "true", **_auth(*SUPER),
-                                            "zookeeper.ssl.truststore.location": str(pki.ca_pem)})
+                                            "zookeeper.ssl.truststore.location": str(pki.ca)})
             with session(secure, security=tls, connection_timeout_ms=10000) as client:
                 assert client.exists("/zookeeper") is not None
             with pytest.raises(ZooKeeperAuthError):

@@ -26,9 +26,6 @@ from metaq.errors import ErrorCode, MetaqError
 log = logging.getLogger(__name__)
 
 SASL_SERVER_MAX_RECEIVE_SIZE = 524288  # Kafka's sasl.server.max.receive.size: frames before authentication
-ILLEGAL_SASL_STATE = 34
-UNSUPPORTED_SASL_MECHANISM = 33
-SASL_AUTHENTICATION_FAILED = 58
 HANDSHAKE, AUTHENTICATE, COMPLETE = "HANDSHAKE", "AUTHENTICATE", "COMPLETE"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 INVALID_CREDENTIALS = "Authentication failed: Invalid username or password"
@@ -70,9 +67,9 @@ class SaslExchange:
     def handshake(self, mechanism: str, version: int) -> int:
         """The error code to answer (0, UNSUPPORTED_SASL_MECHANISM or ILLEGAL_SASL_STATE)."""
         if self.state != HANDSHAKE:
-            return ILLEGAL_SASL_STATE
+            return ErrorCode.ILLEGAL_SASL_STATE
         if mechanism not in self._auth.mechanisms:
-            return UNSUPPORTED_SASL_MECHANISM
+            return ErrorCode.UNSUPPORTED_SASL_MECHANISM
         self.mechanism = mechanism
         self.state = AUTHENTICATE
         self.raw_tokens = version == 0
@@ -128,7 +125,7 @@ class SaslExchange:
 def handshake_response(exchange: SaslExchange | None, request: Any, version: int,
                        mechanisms: tuple[str, ...]) -> Any:
     """SaslHandshake answer; on a listener without SASL, ILLEGAL_SASL_STATE (as Kafka)."""
-    error = exchange.handshake(request.mechanism, version) if exchange is not None else ILLEGAL_SASL_STATE
+    error = ErrorCode.ILLEGAL_SASL_STATE if exchange is None else exchange.handshake(request.mechanism, version)
     return SaslHandshakeResponse[version](error_code=error, mechanisms=list(mechanisms))
 
 
@@ -137,12 +134,12 @@ def authenticate_response(exchange: SaslExchange | None, request: Any, version: 
     fields: dict[str, Any] = {"session_lifetime_ms": 0} if version >= 1 else {}
     if exchange is None or exchange.raw_tokens:
         message = "SaslAuthenticate is not expected on this connection"
-        return SaslAuthenticateResponse[version](error_code=ILLEGAL_SASL_STATE, error_message=message,
-                                                 auth_bytes=b"", **fields), message
+        return SaslAuthenticateResponse[version](error_code=ErrorCode.ILLEGAL_SASL_STATE,
+                                                 error_message=message, auth_bytes=b"", **fields), message
     try:
         answer = exchange.evaluate(bytes(request.auth_bytes))
     except SaslAuthenticationError as e:
-        return SaslAuthenticateResponse[version](error_code=SASL_AUTHENTICATION_FAILED, error_message=str(e),
-                                                 auth_bytes=b"", **fields), str(e)
+        return SaslAuthenticateResponse[version](error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+                                                 error_message=str(e), auth_bytes=b"", **fields), str(e)
     return SaslAuthenticateResponse[version](error_code=ErrorCode.NONE, error_message=None, auth_bytes=answer,
                                              **fields), None

@@ -99,11 +99,6 @@ class ReplicaManager:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        inter = self.inter_broker_listener()
-        if inter.protocol != "PLAINTEXT":
-            log.warning("inter-broker listener %s is %s: replica fetchers speak PLAINTEXT only, so replicated "
-                        "partitions will not replicate (set inter.broker.listener.name to a PLAINTEXT listener)",
-                        inter.name, inter.protocol)
         for log_dir in self._logs.log_dirs:
             path = Path(log_dir) / HW_CHECKPOINT
             if path.exists():
@@ -551,6 +546,4 @@ class ReplicaManager:
         return self._metadata.snapshot.address(broker_id, self.inter_broker_listener().name)
 
     def inter_broker_listener(self) -> Listener:
-        listeners = self._config.listener_list
-        name = self._config.inter_broker_listener
-        return next((listener for listener in listeners if listener.name == name), listeners[0])
+        return self._config.inter_broker_listener_of()

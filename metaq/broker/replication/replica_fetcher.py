@@ -2,9 +2,10 @@
 
 Before fetching from a new leader it truncates the log where it diverges from the leader's, asking the
 leader with OffsetForLeaderEpoch (KIP-101). Then it sends ordinary Fetch requests through
-:mod:`metaq.client` with ``replica_id`` = this broker's id (the leader learns the follower's LEO from the
-fetch offsets) and ``current_leader_epoch`` = the epoch it follows (a leader at another epoch answers
-FENCED/UNKNOWN_LEADER_EPOCH instead of data). Complete batches are appended on the event loop by
+:mod:`metaq.client` (with the inter-broker listener's TLS and SASL, as any client: see
+:meth:`BrokerConfig.inter_broker_security`) with ``replica_id`` = this broker's id (the leader learns the
+follower's LEO from the fetch offsets) and ``current_leader_epoch`` = the epoch it follows (a leader at
+another epoch answers FENCED/UNKNOWN_LEADER_EPOCH instead of data). Complete batches are appended on the event loop by
 :meth:`ReplicaManager.append_fetched`, which drops them if the role changed meanwhile. Errors back off for
 ``replica.fetch.backoff.ms``; the partition moves when the state node does.
 """
@@ -21,6 +22,7 @@ from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
 from metaq.broker.config import BrokerConfig
 from metaq.client.connection import BrokerConnection
+from metaq.client.settings import ConnectionSettings
 from metaq.errors import ErrorCode, MetaqError, for_code
 from metaq.protocol.batches import valid_prefix
 
@@ -44,6 +46,12 @@ class ReplicaFetcher(threading.Thread):
         self._stopped = threading.Event()
         self._changed = threading.Event()
         self._conn: BrokerConnection | None = None
+        # the inter-broker listener's protocol, as any client would speak it (TLS, SASL: BrokerConfig)
+        self._settings = ConnectionSettings(
+            client_id=f"metaq-replica-fetcher-{manager.broker_id}",
+            request_timeout_ms=config.replica_fetch_wait_max_ms + 30000,
+            max_response_bytes=max(104857600, 2 * config.replica_fetch_response_max_bytes),
+            security=config.inter_broker_security())
 
     def add(self, key: TopicPartition, leader_epoch: int) -> None:
         with self._lock:
@@ -102,10 +110,7 @@ class ReplicaFetcher(threading.Thread):
             address = self._manager.leader_address(self.leader)
             if address is None:
                 raise MetaqError(f"broker {self.leader} is not registered")
-            self._conn = BrokerConnection(
-                address[0], address[1], client_id=f"metaq-replica-fetcher-{self._manager.broker_id}",
-                request_timeout_ms=self._config.replica_fetch_wait_max_ms + 30000,
-                max_response_bytes=max(104857600, 2 * self._config.replica_fetch_response_max_bytes))
+            self._conn = self._settings.new_connection(address[0], address[1])
         self._conn.connect()
         return self._conn
 
