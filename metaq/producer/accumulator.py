@@ -24,7 +24,7 @@ from concurrent.futures._base import FINISHED, PENDING
 from typing import Any, NamedTuple
 
 from metaq.errors import MessageSizeTooLargeError, MetaqError
-from metaq.protocol.builder import BATCH_HEADER, BatchBuilder, Header
+from metaq.protocol.builder import BATCH_HEADER, AnyBatchBuilder, BatchBuilder, Header
 
 RECORD_OVERHEAD = 21  # most bytes a record adds besides key, value and headers (5 length, 10 ts, 5 offset, 1 attrs)
 
@@ -47,31 +47,43 @@ _CONDITION_LOCK = threading.Lock()  # guards the lazy creation of every RecordFu
 
 
 class RecordFuture(Future[RecordMetadata]):
-    """A Future that creates its ``threading.Condition`` only when someone waits, cancels or adds a callback.
+    """A Future that creates its ``threading.Condition`` and its waiter and callback lists only when someone
+    waits, cancels or adds a callback.
 
     ``send()`` returns a future per record and most are never waited on one by one. Future's eager Condition
-    (with its RLock and bound methods, all tracked by the cyclic GC) made ``send()`` about 3x slower. This
-    relies on Future's private fields (``_state``, ``_result``, ``_exception``, ``_waiters``,
-    ``_done_callbacks``), unchanged since Python 3.2; the tests exercise the public API and ``wait()`` over them.
+    (with its RLock and bound methods, all tracked by the cyclic GC) made ``send()`` about 3x slower, and its
+    two lists, also tracked, doubled the garbage collector's share of ``send()``. This relies on Future's
+    private fields (``_state``, ``_result``, ``_exception``, ``_waiters``, ``_done_callbacks``; Future only
+    reads the lists, always after taking ``_condition``), unchanged since Python 3.2; the tests exercise the
+    public API and ``wait()`` over them.
     """
 
-    def __init__(self) -> None:  # Future.__init__ is skipped on purpose: it builds the Condition
-        self._lazy_condition: threading.Condition | None = None
+    def __init__(self) -> None:  # Future.__init__ is skipped on purpose: it builds the Condition and lists
+        self._lazy: tuple[threading.Condition, list[Any], list[Any]] | None = None
         self._state = PENDING
         self._result = None
         self._exception = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+
+    def _parts(self) -> tuple[threading.Condition, list[Any], list[Any]]:
+        parts = self._lazy
+        if parts is None:
+            with _CONDITION_LOCK:
+                parts = self._lazy
+                if parts is None:
+                    parts = self._lazy = (threading.Condition(), [], [])
+        return parts
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
-        condition = self._lazy_condition
-        if condition is None:
-            with _CONDITION_LOCK:
-                condition = self._lazy_condition
-                if condition is None:
-                    condition = self._lazy_condition = threading.Condition()
-        return condition
+        return self._parts()[0]
+
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
+        return self._parts()[1]
+
+    @property
+    def _done_callbacks(self) -> list[Any]:  # type: ignore[override]
+        return self._parts()[2]
 
     def resolve(self, result: RecordMetadata) -> None:
         self._finish(result, None)
@@ -81,15 +93,40 @@ class RecordFuture(Future[RecordMetadata]):
 
     def _finish(self, result: RecordMetadata | None, error: BaseException | None) -> None:
         with _CONDITION_LOCK:
-            if self._lazy_condition is None:  # no waiter, canceller or callback can exist: nobody to notify
+            if self._lazy is None:  # no waiter, canceller or callback can exist: nobody to notify
                 if self._state == PENDING:
                     self._result, self._exception, self._state = result, error, FINISHED
                 return
-        if self.set_running_or_notify_cancel():  # someone used the condition: Future's own path
+        self._notify(result, error)
+
+    def _notify(self, result: RecordMetadata | None, error: BaseException | None) -> None:
+        """Future's own path, for a future someone waits on, cancelled or added a callback to."""
+        if self.set_running_or_notify_cancel():
             if error is None:
                 self.set_result(result)  # type: ignore[arg-type]
             else:
                 self.set_exception(error)
+
+
+_new_metadata = tuple.__new__  # RecordMetadata's own __new__ is a Python function: this skips a frame per record
+
+
+def resolve_all(futures: Sequence[RecordFuture], topic: str, partition: int, base_offset: int,
+                timestamps: Sequence[int], log_append_time_ms: int) -> None:
+    """``RecordFuture.resolve`` for every record of a batch (record i at ``base_offset + i``, -1 for acks=0),
+    taking the lock once for the batch; the few futures someone waits on are notified after."""
+    watched: list[tuple[RecordFuture, RecordMetadata]] = []
+    with _CONDITION_LOCK:
+        for index, (future, timestamp) in enumerate(zip(futures, timestamps, strict=True)):
+            metadata = _new_metadata(RecordMetadata, (
+                topic, partition, base_offset + index if base_offset >= 0 else -1,
+                log_append_time_ms if log_append_time_ms >= 0 else timestamp))
+            if future._lazy is not None:
+                watched.append((future, metadata))
+            elif future._state == PENDING:
+                future._result, future._state = metadata, FINISHED
+    for future, metadata in watched:
+        future._notify(metadata, None)
 
 
 def record_size_bound(key: bytes | None, value: bytes | None, headers: Sequence[Header] | None) -> int:
@@ -112,7 +149,7 @@ class ProducerBatch:
         self.attempts = 0  # failed sends so far
         self.retry_at = 0.0  # time.monotonic() before which a retry must not be sent
         self.size = 0  # bytes counted against buffer.memory
-        self._builder: BatchBuilder | None = BatchBuilder(batch_size, compression)
+        self._builder: AnyBatchBuilder | None = BatchBuilder(batch_size, compression)
         self._data: bytes | None = None
         self._futures: list[RecordFuture] = []
         self._timestamps: list[int] = []
@@ -162,10 +199,7 @@ class ProducerBatch:
         if self._done.is_set():  # already resolved (e.g. failed by a forced close): outcomes are final
             return
         topic, partition = self.tp
-        for index, (future, timestamp) in enumerate(zip(self._futures, self._timestamps, strict=True)):
-            offset = base_offset + index if base_offset >= 0 else -1
-            ts = log_append_time_ms if log_append_time_ms >= 0 else timestamp
-            future.resolve(RecordMetadata(topic, partition, offset, ts))
+        resolve_all(self._futures, topic, partition, base_offset, self._timestamps, log_append_time_ms)
         self._done.set()
 
     def fail(self, error: BaseException) -> None:

@@ -8,7 +8,7 @@ from concurrent.futures import CancelledError, as_completed, wait
 import pytest
 
 from metaq.errors import NotLeaderForPartitionError
-from metaq.producer.accumulator import RecordFuture, RecordMetadata
+from metaq.producer.accumulator import RecordFuture, RecordMetadata, resolve_all
 
 MD = RecordMetadata("t", 0, 5, 1000)
 
@@ -16,7 +16,7 @@ MD = RecordMetadata("t", 0, 5, 1000)
 def test_resolve_without_waiters_needs_no_condition():
     f = RecordFuture()
     f.resolve(MD)
-    assert f._lazy_condition is None
+    assert f._lazy is None  # no condition, waiter or callback list was made
     assert f.done() and not f.cancelled() and f.result(0) == MD and f.exception(0) is None
 
 
@@ -87,3 +87,21 @@ def test_many_waiters_race_with_resolution():
     for t in threads:
         t.join(10)
     assert len(results) == 2000
+
+
+def test_resolve_all_notifies_only_the_watched_futures():
+    futures = [RecordFuture() for _ in range(4)]
+    called = []
+    futures[1].add_done_callback(lambda f: called.append(f.result()))
+    futures[3].cancel()
+    resolve_all(futures, "t", 2, 100, [10, 11, 12, 13], -1)
+    assert called == [RecordMetadata("t", 2, 101, 11)]
+    assert futures[0]._lazy is None and futures[0].result(0) == RecordMetadata("t", 2, 100, 10)
+    assert futures[2].result(0) == RecordMetadata("t", 2, 102, 12)
+    assert futures[3].cancelled()
+
+
+def test_resolve_all_with_acks_0_and_log_append_time():
+    futures = [RecordFuture(), RecordFuture()]
+    resolve_all(futures, "t", 0, -1, [5, 6], 999)
+    assert [f.result(0) for f in futures] == [RecordMetadata("t", 0, -1, 999)] * 2
