@@ -148,7 +148,7 @@ class ProducerBatch:
         self.created = now  # time.monotonic() of the first record: linger counts from here
         self.attempts = 0  # failed sends so far
         self.retry_at = 0.0  # time.monotonic() before which a retry must not be sent
-        self.size = 0  # bytes counted against buffer.memory
+        self.size = BATCH_HEADER.size  # bytes counted against buffer.memory: the batch being built
         self._builder: AnyBatchBuilder | None = BatchBuilder(batch_size, compression)
         self._data: bytes | None = None
         self._futures: list[RecordFuture] = []
@@ -179,8 +179,12 @@ class ProducerBatch:
                    headers: Sequence[Header] | None) -> RecordFuture | None:
         """A future for the record, or None if the batch is full or already sealed."""
         builder = self._builder
-        if builder is None or not builder.append(timestamp, key, value, headers):
+        if builder is None:
             return None
+        added = builder.append(timestamp, key, value, headers)
+        if not added:
+            return None
+        self.size += added
         future = RecordFuture()
         self._futures.append(future)
         self._timestamps.append(timestamp)
@@ -240,34 +244,40 @@ class RecordAccumulator:
     def append(self, tp: TopicPartition, timestamp: int, key: bytes | None, value: bytes | None,
                headers: Sequence[Header] | None = None) -> Future[RecordMetadata]:
         """Add a record to its partition's newest batch (or a new one); blocks while the buffer is full."""
-        bound = record_size_bound(key, value, headers)
+        if headers:
+            bound = record_size_bound(key, value, headers)
+        else:  # the common case, inlined: send() spends most of its time here
+            bound = RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
         if bound + BATCH_HEADER.size > self._max_record_size:
             raise MessageSizeTooLargeError(
                 f"a record of about {bound} bytes for {tp.topic}-{tp.partition} is larger than "
                 f"max.request.size ({self._max_record_size})")
-        wake = False
         with self._lock:
             if self._closing:
                 raise MetaqError("send() on a closed producer")
-            self._reserve(bound)
+            if self._used + bound > self._buffer_memory:
+                self._reserve(bound)
             queue = self._batches.get(tp)
-            if queue is None:
-                queue = self._batches[tp] = deque()
-            batch = queue[-1] if queue else None
-            future = batch.try_append(timestamp, key, value, headers) if batch is not None else None
-            if future is None:
-                batch = ProducerBatch(tp, self._batch_size, self._compression, time.monotonic())
+            if queue:
+                batch = queue[-1]
+                size = batch.size
                 future = batch.try_append(timestamp, key, value, headers)
-                assert future is not None  # a first record always fits
-                queue.append(batch)
-                self._incomplete.add(batch)
-                wake = True  # a new batch: the sender must learn its linger deadline (or send the full one)
-            assert batch is not None
-            grown = batch.open_size - batch.size
-            batch.size += grown
-            self._used += grown
-        if wake:
-            self._wakeup()
+                if future is not None:
+                    self._used += batch.size - size
+                    return future
+            future = self._new_batch(tp, timestamp, key, value, headers)
+        self._wakeup()  # a new batch: the sender must learn its linger deadline (or send the full one)
+        return future
+
+    def _new_batch(self, tp: TopicPartition, timestamp: int, key: bytes | None, value: bytes | None,
+                   headers: Sequence[Header] | None) -> RecordFuture:
+        """Start the partition's next batch with this record (holding the lock)."""
+        batch = ProducerBatch(tp, self._batch_size, self._compression, time.monotonic())
+        future = batch.try_append(timestamp, key, value, headers)
+        assert future is not None  # a first record always fits
+        self._batches.setdefault(tp, deque()).append(batch)
+        self._incomplete.add(batch)
+        self._used += batch.size
         return future
 
     def _reserve(self, size: int) -> None:

@@ -82,8 +82,9 @@ class PyBatchBuilder:
 
     def append(self, timestamp: int, key: bytes | None, value: bytes | None,
                headers: Sequence[Header] | None = None,
-               _table: list[bytes] = _VARINTS, _n: int = _NVARINTS) -> bool:
-        """Add a record; False (and nothing added) if it would overflow the batch. A first record always fits."""
+               _table: list[bytes] = _VARINTS, _n: int = _NVARINTS) -> int:
+        """Add a record: the bytes it took, or 0 (and nothing added) if it would overflow the batch. A first
+        record always fits."""
         count = self._count
         delta = timestamp - self._first_ts if count else 0
         if key is None:
@@ -105,8 +106,9 @@ class PyBatchBuilder:
         length = len(head) + len(value) + len(tail)
         prefix = _table[length] if length < _n else _zigzag_varint(length)
         buf = self._buf
-        if count and len(buf) + len(prefix) + length > self._limit:
-            return False
+        added = len(prefix) + length
+        if count and len(buf) + added > self._limit:
+            return 0
         buf += prefix
         buf += head
         buf += value
@@ -116,7 +118,7 @@ class PyBatchBuilder:
         elif timestamp > self._max_ts:
             self._max_ts = timestamp
         self._count = count + 1
-        return True
+        return added
 
     def build(self) -> bytes:
         """The finished batch (base offset 0; the broker assigns offsets)."""
@@ -162,13 +164,14 @@ class CompiledBatchBuilder:
         return int(self._builder.size()) >= self._limit
 
     def append(self, timestamp: int, key: bytes | None, value: bytes | None,
-               headers: Sequence[Header] | None = None) -> bool:
-        """Add a record; False (and nothing added) if it would overflow the batch. A first record always fits."""
-        if self._builder.append(self._count, timestamp, key, value,
-                                list(headers) if headers else _NO_HEADERS) is None:
-            return False
+               headers: Sequence[Header] | None = None) -> int:
+        """Add a record: the bytes it took, or 0 (and nothing added) if it would overflow the batch. A first
+        record always fits."""
+        added = self._builder.append(self._count, timestamp, key, value, list(headers) if headers else _NO_HEADERS)
+        if added is None:
+            return 0
         self._count += 1
-        return True
+        return int(added.size)
 
     def build(self) -> bytes:
         """The finished batch (base offset 0; the broker assigns offsets)."""
