@@ -58,11 +58,26 @@ class RecordFuture(Future[RecordMetadata]):
     public API and ``wait()`` over them.
     """
 
-    def __init__(self) -> None:  # Future.__init__ is skipped on purpose: it builds the Condition and lists
+    def __init__(self, outcome: BatchOutcome | None = None, index: int = 0) -> None:
+        # Future.__init__ is skipped on purpose: it builds the Condition and lists
         self._lazy: tuple[threading.Condition, list[Any], list[Any]] | None = None
         self._state = PENDING
-        self._result = None
+        self._value: RecordMetadata | None = None
         self._exception = None
+        self._outcome = outcome  # where a batch's record reads its metadata from once the batch succeeded
+        self._index = index
+
+    @property
+    def _result(self) -> RecordMetadata | None:  # type: ignore[override]
+        """Future's result field, made from the batch's outcome on first read: most results are never read."""
+        value = self._value
+        if value is None and self._state == FINISHED and self._exception is None and self._outcome is not None:
+            value = self._value = self._outcome.metadata(self._index)
+        return value
+
+    @_result.setter
+    def _result(self, value: RecordMetadata | None) -> None:
+        self._value = value
 
     def _parts(self) -> tuple[threading.Condition, list[Any], list[Any]]:
         parts = self._lazy
@@ -108,25 +123,40 @@ class RecordFuture(Future[RecordMetadata]):
                 self.set_exception(error)
 
 
-_new_metadata = tuple.__new__  # RecordMetadata's own __new__ is a Python function: this skips a frame per record
+class BatchOutcome:
+    """A sent batch's offsets, which its records' futures make their RecordMetadata from when read (it holds
+    no future, so futures and outcome form no reference cycle for the garbage collector)."""
+
+    __slots__ = ("topic", "partition", "timestamps", "base_offset", "log_append_time_ms")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.timestamps: list[int] = []  # of the records, in order
+        self.base_offset = -1  # -1 for acks=0 (the broker does not say)
+        self.log_append_time_ms = -1
+
+    def metadata(self, index: int) -> RecordMetadata:
+        """Record ``index``'s metadata: offset base_offset + index (-1 stays -1), the log append time if set."""
+        offset = self.base_offset + index if self.base_offset >= 0 else -1
+        ts = self.log_append_time_ms if self.log_append_time_ms >= 0 else self.timestamps[index]
+        return RecordMetadata(self.topic, self.partition, offset, ts)
 
 
-def resolve_all(futures: Sequence[RecordFuture], topic: str, partition: int, base_offset: int,
-                timestamps: Sequence[int], log_append_time_ms: int) -> None:
-    """``RecordFuture.resolve`` for every record of a batch (record i at ``base_offset + i``, -1 for acks=0),
-    taking the lock once for the batch; the few futures someone waits on are notified after."""
-    watched: list[tuple[RecordFuture, RecordMetadata]] = []
+def resolve_all(futures: Sequence[RecordFuture], outcome: BatchOutcome, base_offset: int,
+                log_append_time_ms: int) -> None:
+    """``resolve`` every record future of a batch whose ``outcome`` they share, taking the lock once for the
+    batch; their RecordMetadata is made when read, and the few futures someone waits on are notified after."""
+    outcome.base_offset, outcome.log_append_time_ms = base_offset, log_append_time_ms
+    watched: list[RecordFuture] = []
     with _CONDITION_LOCK:
-        for index, (future, timestamp) in enumerate(zip(futures, timestamps, strict=True)):
-            metadata = _new_metadata(RecordMetadata, (
-                topic, partition, base_offset + index if base_offset >= 0 else -1,
-                log_append_time_ms if log_append_time_ms >= 0 else timestamp))
+        for future in futures:
             if future._lazy is not None:
-                watched.append((future, metadata))
+                watched.append(future)
             elif future._state == PENDING:
-                future._result, future._state = metadata, FINISHED
-    for future, metadata in watched:
-        future._notify(metadata, None)
+                future._state = FINISHED
+    for future in watched:
+        future._notify(outcome.metadata(future._index), None)
 
 
 def record_size_bound(key: bytes | None, value: bytes | None, headers: Sequence[Header] | None) -> int:
@@ -141,7 +171,7 @@ class ProducerBatch:
     """One partition's records in one record batch, and the futures of ``send()`` calls waiting on it."""
 
     __slots__ = ("tp", "created", "attempts", "retry_at", "size", "_builder", "_data", "_futures",
-                 "_timestamps", "_done")
+                 "_outcome", "_done")
 
     def __init__(self, tp: TopicPartition, batch_size: int, compression: str, now: float) -> None:
         self.tp = tp
@@ -152,7 +182,7 @@ class ProducerBatch:
         self._builder: AnyBatchBuilder | None = BatchBuilder(batch_size, compression)
         self._data: bytes | None = None
         self._futures: list[RecordFuture] = []
-        self._timestamps: list[int] = []
+        self._outcome = BatchOutcome(tp.topic, tp.partition)
         self._done = threading.Event()
 
     def __repr__(self) -> str:
@@ -185,9 +215,10 @@ class ProducerBatch:
         if not added:
             return None
         self.size += added
-        future = RecordFuture()
-        self._futures.append(future)
-        self._timestamps.append(timestamp)
+        futures = self._futures
+        future = RecordFuture(self._outcome, len(futures))
+        futures.append(future)
+        self._outcome.timestamps.append(timestamp)
         return future
 
     def seal(self) -> bytes:
@@ -202,8 +233,7 @@ class ProducerBatch:
         """Resolve every record's future: record i has offset base_offset + i (-1 stays -1 for acks=0)."""
         if self._done.is_set():  # already resolved (e.g. failed by a forced close): outcomes are final
             return
-        topic, partition = self.tp
-        resolve_all(self._futures, topic, partition, base_offset, self._timestamps, log_append_time_ms)
+        resolve_all(self._futures, self._outcome, base_offset, log_append_time_ms)
         self._done.set()
 
     def fail(self, error: BaseException) -> None:
