@@ -68,7 +68,7 @@ class RecordFuture(Future[RecordMetadata]):
         self._index = index
 
     @property
-    def _result(self) -> RecordMetadata | None:  # type: ignore[override]
+    def _result(self) -> RecordMetadata | None:
         """Future's result field, made from the batch's outcome on first read: most results are never read."""
         value = self._value
         if value is None and self._state == FINISHED and self._exception is None and self._outcome is not None:
@@ -97,7 +97,7 @@ class RecordFuture(Future[RecordMetadata]):
         return self._parts()[1]
 
     @property
-    def _done_callbacks(self) -> list[Any]:  # type: ignore[override]
+    def _done_callbacks(self) -> list[Any]:
         return self._parts()[2]
 
     def resolve(self, result: RecordMetadata) -> None:
