@@ -9,7 +9,8 @@ ends with one set of tables:
 
 1. broker: produce and fetch throughput of confluent-kafka, kcat and metaq.Producer (100-byte and 1 KiB
    values; confluent-kafka also gzip-compressed): msgs/s, MB/s and the broker's CPU seconds per million
-   messages (user+system of the broker process during that job, scaled). Produce rows include the broker's
+   messages (user+system of the broker process during that job, scaled) and the client's (the bench process
+   for confluent-kafka and metaq, kcat's own process for kcat). Produce rows include the broker's
    validation of every record (metaq/broker/log/validator.py); then the broker's CPU for confluent-kafka's
    100-byte produce and fetch with metrics on (the shared broker) and off (a second broker started with
    metrics.enabled=false), alternated;
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import time
@@ -64,13 +66,14 @@ class Row:
     messages: int
     seconds: float
     broker_cpu: float
+    client_cpu: float = 0.0  # this process (confluent-kafka, metaq) and the clients it ran and waited for (kcat)
 
     def cells(self) -> list[str]:
         rate = self.messages / self.seconds
         mb = rate * self.size / 1e6
         cpu_per_m = self.broker_cpu / self.messages * 1e6
         return [self.client, self.job, str(self.size), f"{self.messages:,}", f"{rate:,.0f}", f"{mb:,.1f}",
-                f"{cpu_per_m:.2f}"]
+                f"{cpu_per_m:.2f}", f"{self.client_cpu / self.messages * 1e6:.2f}"]
 
 
 class Bench:
@@ -92,12 +95,20 @@ class Bench:
 
     def measure(self, client: str, job: str, size: int, n: int, fn: Callable[..., None], *args: object) -> None:
         cpu0 = sum(self.proc.cpu_times()[:2])
+        client0 = _client_cpu()
         t0 = time.perf_counter()
         fn(*args)
         seconds = time.perf_counter() - t0
         cpu = sum(self.proc.cpu_times()[:2]) - cpu0
-        self.rows.append(Row(client, job, size, n, seconds, cpu))
+        self.rows.append(Row(client, job, size, n, seconds, cpu, _client_cpu() - client0))
         print("  " + " | ".join(self.rows[-1].cells()), flush=True)
+
+
+def _client_cpu() -> float:
+    """CPU seconds of this process and of its finished children (kcat): steadier than wall time on a busy
+    machine. This process also runs the ZooKeeper client's threads, idle during a job."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def confluent_produce(bootstrap: str, topic: str, value: bytes, n: int, compression: str = "none") -> None:
@@ -146,7 +157,8 @@ def metaq_produce(zk: str, topic: str, value: bytes, n: int) -> None:
 def run_broker(env: Environment, messages: int, sizes: list[int]) -> list[Row]:
     """Section 1: produce and fetch throughput on the shared broker."""
     bench = Bench(env.broker, env.layout)
-    print("  client | job | value bytes | messages | msgs/s | MB/s | broker CPU s / 1M msgs", flush=True)
+    print("  client | job | value bytes | messages | msgs/s | MB/s | broker CPU s / 1M msgs | client CPU s / 1M msgs",
+          flush=True)
     for size in sizes:
         n = messages if size <= 100 else max(messages // 4, 1000)
         value = b"x" * size
@@ -202,7 +214,7 @@ def broker_metrics_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
 
 
 def broker_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
-    header = ["client", "job", "value B", "messages", "msgs/s", "MB/s", "broker CPU s/1M"]
+    header = ["client", "job", "value B", "messages", "msgs/s", "MB/s", "broker CPU s/1M", "client CPU s/1M"]
     return header, [r.cells() for r in rows]
 
 
@@ -260,7 +272,8 @@ def main() -> None:
                                          plan.consumer_partitions, args.repeat or plan.consumer_repeat)
             tables.append((f"2. Consumer throughput (one process each, 100-byte values, {plan.consumer_partitions} "
                            "partitions, best of the runs)", bench_consumer.table(results)))
-            tables.append(("   Ratios (targets: issue 3, section 11)", bench_consumer.ratio_table(results)))
+            tables.append(("   Ratios (targets: issue 12, section 1; CPU/msg ratio: CPU seconds per message)",
+                           bench_consumer.ratio_table(results)))
             tables.append(("   metaq consumer with metrics on and off (metrics.enabled)",
                            bench_consumer.metrics_table(results)))
         if "rebalance" in only:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from metaq.protocol.records import Record
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,4 +50,27 @@ def make_message(topic: str, partition: int, offset: int, key: Any, value: Any, 
     return message  # type: ignore[no-any-return]
 
 
-__all__ = ["MessageAndMetadata", "make_message"]
+def make_messages(topic: str, partition: int, records: Iterable[Record], min_offset: int) -> list[MessageAndMetadata]:
+    """``[make_message(topic, partition, ...) for each record at or above min_offset]`` in less than half the
+    time (the batch listeners' hot path): one loop of plain slot stores, without a call per message."""
+    out: list[MessageAndMetadata] = []
+    append = out.append
+    new = object.__new__
+    unfrozen, frozen = _Unfrozen, MessageAndMetadata
+    for offset, timestamp, key, value, headers in records:
+        if offset < min_offset:
+            continue
+        message: Any = new(unfrozen)
+        message.topic = topic
+        message.partition = partition
+        message.offset = offset
+        message.key = key
+        message.value = value
+        message.timestamp = timestamp
+        message.headers = headers
+        message.__class__ = frozen
+        append(message)
+    return out
+
+
+__all__ = ["MessageAndMetadata", "make_message", "make_messages"]

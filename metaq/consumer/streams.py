@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from metaq.consumer.message import MessageAndMetadata, make_message
+from metaq.consumer.message import MessageAndMetadata, make_message, make_messages
 from metaq.consumer.partition_info import ChunkQueue, FetchedChunk, PartitionTopicInfo
 from metaq.consumer.serde import describe_position, deserialize, get_deserializer
 from metaq.errors import ConsumerTimeoutError as ConsumerTimeoutError  # re-exported (old home)
@@ -273,10 +273,9 @@ class KafkaStream:
             consumed = info.get_consumed_offset()
             records = chunk.records
             if self._raw:  # nothing can fail to deserialize: one comprehension (the batch listeners' hot path)
-                topic, partition, make = info.topic, info.partition, make_message
                 rest = records if self._pos == 0 else records[self._pos:]
                 self._pos = len(records)
-                raw = [make(topic, partition, o, k, v, ts, h) for o, ts, k, v, h in rest if o >= consumed]
+                raw = make_messages(info.topic, info.partition, rest, consumed)
                 if raw:
                     return raw
                 continue

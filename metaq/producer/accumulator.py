@@ -24,7 +24,7 @@ from concurrent.futures._base import FINISHED, PENDING
 from typing import Any, NamedTuple
 
 from metaq.errors import MessageSizeTooLargeError, MetaqError
-from metaq.protocol.builder import BATCH_HEADER, BatchBuilder, Header
+from metaq.protocol.builder import BATCH_HEADER, AnyBatchBuilder, BatchBuilder, Header
 
 RECORD_OVERHEAD = 21  # most bytes a record adds besides key, value and headers (5 length, 10 ts, 5 offset, 1 attrs)
 
@@ -47,31 +47,58 @@ _CONDITION_LOCK = threading.Lock()  # guards the lazy creation of every RecordFu
 
 
 class RecordFuture(Future[RecordMetadata]):
-    """A Future that creates its ``threading.Condition`` only when someone waits, cancels or adds a callback.
+    """A Future that creates its ``threading.Condition`` and its waiter and callback lists only when someone
+    waits, cancels or adds a callback.
 
     ``send()`` returns a future per record and most are never waited on one by one. Future's eager Condition
-    (with its RLock and bound methods, all tracked by the cyclic GC) made ``send()`` about 3x slower. This
-    relies on Future's private fields (``_state``, ``_result``, ``_exception``, ``_waiters``,
-    ``_done_callbacks``), unchanged since Python 3.2; the tests exercise the public API and ``wait()`` over them.
+    (with its RLock and bound methods, all tracked by the cyclic GC) made ``send()`` about 3x slower, and its
+    two lists, also tracked, doubled the garbage collector's share of ``send()``. This relies on Future's
+    private fields (``_state``, ``_result``, ``_exception``, ``_waiters``, ``_done_callbacks``; Future only
+    reads the lists, always after taking ``_condition``), unchanged since Python 3.2; the tests exercise the
+    public API and ``wait()`` over them.
     """
 
-    def __init__(self) -> None:  # Future.__init__ is skipped on purpose: it builds the Condition
-        self._lazy_condition: threading.Condition | None = None
+    def __init__(self, outcome: BatchOutcome | None = None, index: int = 0) -> None:
+        # Future.__init__ is skipped on purpose: it builds the Condition and lists
+        self._lazy: tuple[threading.Condition, list[Any], list[Any]] | None = None
         self._state = PENDING
-        self._result = None
+        self._value: RecordMetadata | None = None
         self._exception = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+        self._outcome = outcome  # where a batch's record reads its metadata from once the batch succeeded
+        self._index = index
+
+    @property
+    def _result(self) -> RecordMetadata | None:
+        """Future's result field, made from the batch's outcome on first read: most results are never read."""
+        value = self._value
+        if value is None and self._state == FINISHED and self._exception is None and self._outcome is not None:
+            value = self._value = self._outcome.metadata(self._index)
+        return value
+
+    @_result.setter
+    def _result(self, value: RecordMetadata | None) -> None:
+        self._value = value
+
+    def _parts(self) -> tuple[threading.Condition, list[Any], list[Any]]:
+        parts = self._lazy
+        if parts is None:
+            with _CONDITION_LOCK:
+                parts = self._lazy
+                if parts is None:
+                    parts = self._lazy = (threading.Condition(), [], [])
+        return parts
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
-        condition = self._lazy_condition
-        if condition is None:
-            with _CONDITION_LOCK:
-                condition = self._lazy_condition
-                if condition is None:
-                    condition = self._lazy_condition = threading.Condition()
-        return condition
+        return self._parts()[0]
+
+    @property
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
+        return self._parts()[1]
+
+    @property
+    def _done_callbacks(self) -> list[Any]:
+        return self._parts()[2]
 
     def resolve(self, result: RecordMetadata) -> None:
         self._finish(result, None)
@@ -81,15 +108,55 @@ class RecordFuture(Future[RecordMetadata]):
 
     def _finish(self, result: RecordMetadata | None, error: BaseException | None) -> None:
         with _CONDITION_LOCK:
-            if self._lazy_condition is None:  # no waiter, canceller or callback can exist: nobody to notify
+            if self._lazy is None:  # no waiter, canceller or callback can exist: nobody to notify
                 if self._state == PENDING:
                     self._result, self._exception, self._state = result, error, FINISHED
                 return
-        if self.set_running_or_notify_cancel():  # someone used the condition: Future's own path
+        self._notify(result, error)
+
+    def _notify(self, result: RecordMetadata | None, error: BaseException | None) -> None:
+        """Future's own path, for a future someone waits on, cancelled or added a callback to."""
+        if self.set_running_or_notify_cancel():
             if error is None:
                 self.set_result(result)  # type: ignore[arg-type]
             else:
                 self.set_exception(error)
+
+
+class BatchOutcome:
+    """A sent batch's offsets, which its records' futures make their RecordMetadata from when read (it holds
+    no future, so futures and outcome form no reference cycle for the garbage collector)."""
+
+    __slots__ = ("topic", "partition", "timestamps", "base_offset", "log_append_time_ms")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.timestamps: list[int] = []  # of the records, in order
+        self.base_offset = -1  # -1 for acks=0 (the broker does not say)
+        self.log_append_time_ms = -1
+
+    def metadata(self, index: int) -> RecordMetadata:
+        """Record ``index``'s metadata: offset base_offset + index (-1 stays -1), the log append time if set."""
+        offset = self.base_offset + index if self.base_offset >= 0 else -1
+        ts = self.log_append_time_ms if self.log_append_time_ms >= 0 else self.timestamps[index]
+        return RecordMetadata(self.topic, self.partition, offset, ts)
+
+
+def resolve_all(futures: Sequence[RecordFuture], outcome: BatchOutcome, base_offset: int,
+                log_append_time_ms: int) -> None:
+    """``resolve`` every record future of a batch whose ``outcome`` they share, taking the lock once for the
+    batch; their RecordMetadata is made when read, and the few futures someone waits on are notified after."""
+    outcome.base_offset, outcome.log_append_time_ms = base_offset, log_append_time_ms
+    watched: list[RecordFuture] = []
+    with _CONDITION_LOCK:
+        for future in futures:
+            if future._lazy is not None:
+                watched.append(future)
+            elif future._state == PENDING:
+                future._state = FINISHED
+    for future in watched:
+        future._notify(outcome.metadata(future._index), None)
 
 
 def record_size_bound(key: bytes | None, value: bytes | None, headers: Sequence[Header] | None) -> int:
@@ -104,18 +171,18 @@ class ProducerBatch:
     """One partition's records in one record batch, and the futures of ``send()`` calls waiting on it."""
 
     __slots__ = ("tp", "created", "attempts", "retry_at", "size", "_builder", "_data", "_futures",
-                 "_timestamps", "_done")
+                 "_outcome", "_done")
 
     def __init__(self, tp: TopicPartition, batch_size: int, compression: str, now: float) -> None:
         self.tp = tp
         self.created = now  # time.monotonic() of the first record: linger counts from here
         self.attempts = 0  # failed sends so far
         self.retry_at = 0.0  # time.monotonic() before which a retry must not be sent
-        self.size = 0  # bytes counted against buffer.memory
-        self._builder: BatchBuilder | None = BatchBuilder(batch_size, compression)
+        self.size = BATCH_HEADER.size  # bytes counted against buffer.memory: the batch being built
+        self._builder: AnyBatchBuilder | None = BatchBuilder(batch_size, compression)
         self._data: bytes | None = None
         self._futures: list[RecordFuture] = []
-        self._timestamps: list[int] = []
+        self._outcome = BatchOutcome(tp.topic, tp.partition)
         self._done = threading.Event()
 
     def __repr__(self) -> str:
@@ -142,11 +209,16 @@ class ProducerBatch:
                    headers: Sequence[Header] | None) -> RecordFuture | None:
         """A future for the record, or None if the batch is full or already sealed."""
         builder = self._builder
-        if builder is None or not builder.append(timestamp, key, value, headers):
+        if builder is None:
             return None
-        future = RecordFuture()
-        self._futures.append(future)
-        self._timestamps.append(timestamp)
+        added = builder.append(timestamp, key, value, headers)
+        if not added:
+            return None
+        self.size += added
+        futures = self._futures
+        future = RecordFuture(self._outcome, len(futures))
+        futures.append(future)
+        self._outcome.timestamps.append(timestamp)
         return future
 
     def seal(self) -> bytes:
@@ -161,11 +233,7 @@ class ProducerBatch:
         """Resolve every record's future: record i has offset base_offset + i (-1 stays -1 for acks=0)."""
         if self._done.is_set():  # already resolved (e.g. failed by a forced close): outcomes are final
             return
-        topic, partition = self.tp
-        for index, (future, timestamp) in enumerate(zip(self._futures, self._timestamps, strict=True)):
-            offset = base_offset + index if base_offset >= 0 else -1
-            ts = log_append_time_ms if log_append_time_ms >= 0 else timestamp
-            future.resolve(RecordMetadata(topic, partition, offset, ts))
+        resolve_all(self._futures, self._outcome, base_offset, log_append_time_ms)
         self._done.set()
 
     def fail(self, error: BaseException) -> None:
@@ -206,34 +274,40 @@ class RecordAccumulator:
     def append(self, tp: TopicPartition, timestamp: int, key: bytes | None, value: bytes | None,
                headers: Sequence[Header] | None = None) -> Future[RecordMetadata]:
         """Add a record to its partition's newest batch (or a new one); blocks while the buffer is full."""
-        bound = record_size_bound(key, value, headers)
+        if headers:
+            bound = record_size_bound(key, value, headers)
+        else:  # the common case, inlined: send() spends most of its time here
+            bound = RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
         if bound + BATCH_HEADER.size > self._max_record_size:
             raise MessageSizeTooLargeError(
                 f"a record of about {bound} bytes for {tp.topic}-{tp.partition} is larger than "
                 f"max.request.size ({self._max_record_size})")
-        wake = False
         with self._lock:
             if self._closing:
                 raise MetaqError("send() on a closed producer")
-            self._reserve(bound)
+            if self._used + bound > self._buffer_memory:
+                self._reserve(bound)
             queue = self._batches.get(tp)
-            if queue is None:
-                queue = self._batches[tp] = deque()
-            batch = queue[-1] if queue else None
-            future = batch.try_append(timestamp, key, value, headers) if batch is not None else None
-            if future is None:
-                batch = ProducerBatch(tp, self._batch_size, self._compression, time.monotonic())
+            if queue:
+                batch = queue[-1]
+                size = batch.size
                 future = batch.try_append(timestamp, key, value, headers)
-                assert future is not None  # a first record always fits
-                queue.append(batch)
-                self._incomplete.add(batch)
-                wake = True  # a new batch: the sender must learn its linger deadline (or send the full one)
-            assert batch is not None
-            grown = batch.open_size - batch.size
-            batch.size += grown
-            self._used += grown
-        if wake:
-            self._wakeup()
+                if future is not None:
+                    self._used += batch.size - size
+                    return future
+            future = self._new_batch(tp, timestamp, key, value, headers)
+        self._wakeup()  # a new batch: the sender must learn its linger deadline (or send the full one)
+        return future
+
+    def _new_batch(self, tp: TopicPartition, timestamp: int, key: bytes | None, value: bytes | None,
+                   headers: Sequence[Header] | None) -> RecordFuture:
+        """Start the partition's next batch with this record (holding the lock)."""
+        batch = ProducerBatch(tp, self._batch_size, self._compression, time.monotonic())
+        future = batch.try_append(timestamp, key, value, headers)
+        assert future is not None  # a first record always fits
+        self._batches.setdefault(tp, deque()).append(batch)
+        self._incomplete.add(batch)
+        self._used += batch.size
         return future
 
     def _reserve(self, size: int) -> None:

@@ -25,6 +25,7 @@ from metaq.protocol.builder import Header
 log = logging.getLogger(__name__)
 
 _BYTES = (bytes, bytearray, memoryview)
+_new_tp = tuple.__new__  # TopicPartition's own __new__ is a Python function: this skips a frame per send()
 _FORCED_JOIN = 5.0  # seconds to wait for the sender after interrupting it; it only has to fail futures then
 
 
@@ -83,9 +84,12 @@ class Producer:
         Raises at once for a closed producer, an unknown topic or partition, a record larger than
         max.request.size, or (``TimeoutError``) no buffer space within max.block.ms.
         """
-        self._check_open()
-        _check_bytes("value", value)
-        _check_bytes("key", key)
+        if self._closed or self._sender.failure is not None:
+            self._check_open()
+        if type(value) is not bytes and value is not None:  # the checks cost a call each: most values are bytes
+            _check_bytes("value", value)
+        if key is not None and type(key) is not bytes:
+            _check_bytes("key", key)
         if headers:
             _check_headers(headers)
         info = self._metadata.topic(topic)
@@ -95,7 +99,7 @@ class Producer:
             _check_partition(self._metadata.refresh(topic), topic, partition)
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
-        return self._accumulator.append(TopicPartition(topic, partition), timestamp_ms, key, value, headers)
+        return self._accumulator.append(_new_tp(TopicPartition, (topic, partition)), timestamp_ms, key, value, headers)
 
     def partitions_for(self, topic: str) -> list[int]:
         """The topic's partitions (sorted); raises UnknownTopicError."""

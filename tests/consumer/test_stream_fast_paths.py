@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from metaq.consumer.listener import _size, split_by_size
-from metaq.consumer.message import MessageAndMetadata, make_message
+from metaq.consumer.message import MessageAndMetadata, make_message, make_messages
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.streams import ConsumerTimeoutError, DeliveryGate, KafkaStream
 
@@ -23,6 +23,18 @@ def test_make_message_is_a_frozen_message_and_metadata() -> None:
     assert dataclasses.replace(fast, value=b"w").value == b"w"
     assert pickle.loads(pickle.dumps(fast)) == slow
     assert make_message("t", 0, 1, None, None, 2).headers == ()
+
+
+def test_make_messages_is_make_message_per_record_from_min_offset() -> None:
+    records = [(5, 1700, b"k", b"v", ()), (6, 1701, None, None, (("h", None),)), (7, 1702, b"", b"x", ())]
+    fast = make_messages("t", 2, records, 6)
+    assert fast == [MessageAndMetadata("t", 2, o, k, v, ts, h) for o, ts, k, v, h in records[1:]]
+    assert all(type(m) is MessageAndMetadata for m in fast)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast[0].offset = 0  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(fast[1])) == fast[1] and hash(fast[1]) == hash(make_message("t", 2, 7, b"", b"x",
+                                                                                                   1702))
+    assert make_messages("t", 2, records, 8) == []
 
 
 def test_a_gate_timeout_keeps_the_record_for_the_next_call() -> None:

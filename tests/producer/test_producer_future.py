@@ -8,7 +8,7 @@ from concurrent.futures import CancelledError, as_completed, wait
 import pytest
 
 from metaq.errors import NotLeaderForPartitionError
-from metaq.producer.accumulator import RecordFuture, RecordMetadata
+from metaq.producer.accumulator import BatchOutcome, RecordFuture, RecordMetadata, resolve_all
 
 MD = RecordMetadata("t", 0, 5, 1000)
 
@@ -16,7 +16,7 @@ MD = RecordMetadata("t", 0, 5, 1000)
 def test_resolve_without_waiters_needs_no_condition():
     f = RecordFuture()
     f.resolve(MD)
-    assert f._lazy_condition is None
+    assert f._lazy is None  # no condition, waiter or callback list was made
     assert f.done() and not f.cancelled() and f.result(0) == MD and f.exception(0) is None
 
 
@@ -87,3 +87,36 @@ def test_many_waiters_race_with_resolution():
     for t in threads:
         t.join(10)
     assert len(results) == 2000
+
+
+def batch_futures(timestamps):
+    outcome = BatchOutcome("t", 2)
+    outcome.timestamps.extend(timestamps)
+    return outcome, [RecordFuture(outcome, i) for i in range(len(timestamps))]
+
+
+def test_resolve_all_notifies_only_the_watched_futures():
+    outcome, futures = batch_futures([10, 11, 12, 13])
+    called = []
+    futures[1].add_done_callback(lambda f: called.append(f.result()))
+    futures[3].cancel()
+    resolve_all(futures, outcome, 100, -1)
+    assert called == [RecordMetadata("t", 2, 101, 11)]
+    assert futures[0]._lazy is None and futures[0]._value is None  # made when read, below
+    assert futures[0].result(0) == RecordMetadata("t", 2, 100, 10)
+    assert futures[2].result(0) == RecordMetadata("t", 2, 102, 12) and futures[2].exception(0) is None
+    assert futures[3].cancelled()
+
+
+def test_resolve_all_with_acks_0_and_log_append_time():
+    outcome, futures = batch_futures([5, 6])
+    resolve_all(futures, outcome, -1, 999)
+    assert [f.result(0) for f in futures] == [RecordMetadata("t", 2, -1, 999)] * 2
+
+
+def test_a_rejected_batch_future_has_no_result():
+    _, futures = batch_futures([5])
+    futures[0].reject(NotLeaderForPartitionError("gone"))
+    with pytest.raises(NotLeaderForPartitionError):
+        futures[0].result(0)
+    assert futures[0]._result is None
