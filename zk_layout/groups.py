@@ -247,29 +247,21 @@ class _Groups(_Nodes):
                 return owners
         return owners or {key: None for key in pending}
 
-    def release_partitions(self, group: str, claims: Mapping[tuple[str, int], str], *,
-                           claimed_in_session: int | None = None) -> set[tuple[str, int]]:
-        """:meth:`release_partition` for each of ``claims`` ({(topic, partition): thread id}), pipelined: two
-        round trips in all. Returns the partitions whose owner node was deleted.
-
-        ``claimed_in_session``: the session that created these nodes with :meth:`claim_partitions`. While it
-        is still this client's session, the nodes are ours at version 0 (owner nodes are never rewritten, and
-        another member deletes only nodes naming its own threads), so they are deleted without reading them
-        first: one round trip, and half the requests. Any that is not (deleted meanwhile, e.g. by an
-        operator) is released the careful way below."""
+    def release_partitions(self, group: str, claims: Mapping[tuple[str, int], str]) -> set[tuple[str, int]]:
+        """:meth:`release_partition` for each of ``claims`` ({(topic, partition): thread id}), pipelined: one
+        batched read and one batched conditional delete in all. Returns the partitions whose owner node was
+        deleted. A node is deleted only if it still names our thread, at the version read: a node an
+        operator released and another member claimed meanwhile is theirs, never ours to delete."""
         released: set[tuple[str, int]] = set()
         with self._translated("release", paths.owners_path(group)):
             nodes = {key: paths.owner_path(group, *key) for key in claims}
-            if claimed_in_session is not None and claimed_in_session == self._session_id():
-                results = self._multi({key: (partial(_delete_op, path, 0), len(path)) for key, path in nodes.items()})
-                released = {key for key, result in results.items() if not isinstance(result, Exception)}
-                nodes = {key: path for key, path in nodes.items() if key not in released}
-            reads = {key: self._client.get_async(path) for key, path in nodes.items()}
             versions = {}
-            for key, request in reads.items():
-                if _failed_with(request, NoNodeError):
+            for key, read in self._read_many(nodes).items():
+                if isinstance(read, NoNodeError):
                     continue
-                data, stat = request.get()
+                if isinstance(read, Exception):
+                    raise read
+                data, stat = read
                 if data == encode_owner(claims[key]):
                     versions[key] = stat.version
             if not versions:

@@ -81,7 +81,11 @@ class BrokerProcess:
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent(),
             )
-        self._wait_ready(timeout)
+        try:
+            self._wait_ready(timeout)
+        except MetaqError:
+            self.kill()  # not left running behind a failed start
+            raise
         return self
 
     def _wait_ready(self, timeout: float) -> None:

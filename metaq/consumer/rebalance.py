@@ -134,7 +134,6 @@ class ZKRebalancerListener:
         self._warned_missing: set[str] = set()
         self._warned_persistent: set[str] = set()  # persistent member nodes already warned about
         self._conflicts: dict[TopicPartition, str] | None = None  # owner nodes in the way of the last claims
-        self._claim_session: int | None = None  # the ZooKeeper session that created our owner nodes
         self._member_nodes: dict[str, ConsumerNode] = {}  # registrations read, by member id (they never change)
         self._thread = threading.Thread(
             target=self._run, name=f"{consumer_id}_watcher_executor", daemon=True
@@ -453,10 +452,8 @@ class ZKRebalancerListener:
     def _claim_all(self, mine: Mapping[TopicPartition, str]) -> bool:
         """Create every owner node of ``mine`` or none (one ZooKeeper transaction). On a conflict, the
         partitions still held by others are remembered for :meth:`_backoff` to wait on."""
-        session = self._layout.session_id()  # before claiming: a session that ends meanwhile never matches
         in_the_way = self._layout.claim_partitions(self._group, mine)
         if not in_the_way:
-            self._claim_session = session
             return True
         self._conflicts = {key: owner for key, owner in in_the_way.items() if owner is not None}
         (topic, partition), owner = min(in_the_way.items())
@@ -497,7 +494,7 @@ class ZKRebalancerListener:
             changed.wait(min(remaining, EXECUTOR_TICK_S))  # ticks to notice shutdown
 
     def _release_claims(self, claims: Mapping[TopicPartition, str]) -> None:
-        self._layout.release_partitions(self._group, claims, claimed_in_session=self._claim_session)
+        self._layout.release_partitions(self._group, claims)
 
     def _publish(self, mine: Mapping[TopicPartition, str], offsets: Mapping[TopicPartition, int | None]) -> None:
         self.generation += 1
@@ -525,8 +522,7 @@ class ZKRebalancerListener:
             self._safe_hook(self._listener.before_release, grouped)
         if owned:
             try:  # pipelined: two ZooKeeper round trips for all of them
-                self._layout.release_partitions(self._group, {key: info.thread_id for key, info in owned.items()},
-                                                claimed_in_session=self._claim_session)
+                self._layout.release_partitions(self._group, {key: info.thread_id for key, info in owned.items()})
             except MetaqError as e:  # they die with the session anyway
                 log.warning("could not release %s: %s", sorted(owned), e)
         self._store.release(owned)

@@ -3,6 +3,7 @@ at test time with openssl), reached through metaq.zkclient with the zookeeper.au
 
 from __future__ import annotations
 
+import gc
 import signal
 import subprocess
 import sys
@@ -69,12 +70,15 @@ def test_tls_port_with_digest_and_acls(secure_zk: ZooKeeperServer, pki: Certs) -
             ZkLayout(client).write_offset("g", "t", 0, 0)
 
 
+# kazoo does not close the TLS socket whose handshake failed (kazoo.handlers.utils.create_tcp_connection)
+@pytest.mark.filterwarnings("ignore:unclosed <ssl.SSLSocket:ResourceWarning")
 def test_tls_with_an_untrusted_server_certificate_fails_naming_tls(secure_zk: ZooKeeperServer, pki: Certs) -> None:
     wrong_ca = security_from_properties({"zookeeper.ssl.client.enable": "true", **_auth("alice"),
                                          "zookeeper.ssl.truststore.location": str(pki.other_ca)})
     with pytest.raises(ZooKeeperUnavailableError, match="over TLS .*zookeeper.ssl"):
         with session(secure_zk.secure_connect_string, security=wrong_ca, connection_timeout_ms=2000):
             pass
+    gc.collect()
 
 
 def test_super_user_passes_every_acl(secure_zk: ZooKeeperServer) -> None:
