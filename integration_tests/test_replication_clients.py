@@ -6,6 +6,7 @@ whose members did not fail."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -172,21 +173,117 @@ def test_metaq_group_and_acks_all_producer_follow_a_killed_leader(broker_cluster
           f"{len(acked)} acked, {report.duplicates} duplicates")
 
 
-def _third_party_readers(bootstrap: str, topic: str, count: int) -> dict[str, Callable[[], list[peers.Msg]]]:
-    """Name -> a function reading ``count`` records of partition 0 from the beginning with that client."""
-    return {
-        "kcat": lambda: peers.kcat_consume(bootstrap, topic, 0, "beginning", count),
-        "kafka-python": lambda: _kafka_python(bootstrap, topic, count),
-    }
+class _Reader(threading.Thread):
+    """Reads partition 0 of ``topic`` from the beginning with one third-party client until ``count``
+    records arrived (or the deadline passed), keeping what it read."""
+
+    def __init__(self, name: str, read: Callable[[_Reader], None], count: int) -> None:
+        super().__init__(name=f"test-reader-{name}", daemon=True)
+        self.client = name
+        self._read = read
+        self.count = count
+        self.got: list[peers.Msg] = []
+        self.error: BaseException | None = None
+        self.done_at = 0.0
+
+    def run(self) -> None:
+        try:
+            self._read(self)
+        except BaseException as e:  # reported by the test
+            self.error = e
+        self.done_at = time.monotonic()
 
 
-def _kafka_python(bootstrap: str, topic: str, count: int) -> list[peers.Msg]:
-    import kafka
+def _confluent_group(bootstrap: str, topic: str, deadline: float) -> Callable[[_Reader], None]:
+    def read(reader: _Reader) -> None:
+        consumer = confluent_kafka.Consumer({
+            "bootstrap.servers": bootstrap, "group.id": "failover-group", "auto.offset.reset": "earliest",
+            "enable.auto.commit": True, "auto.commit.interval.ms": 500, "fetch.wait.max.ms": 100,
+            "session.timeout.ms": 30000, "topic.metadata.refresh.interval.ms": 1000})
+        try:
+            consumer.subscribe([topic])
+            while len(reader.got) < reader.count and time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is None or msg.error() is not None:
+                    continue  # transport errors while the leader is down are expected; the client retries
+                reader.got.append(peers.Msg(msg.partition(), msg.offset(), msg.timestamp()[1], msg.key(),
+                                            msg.value()))
+        finally:
+            consumer.close()
 
-    consumer = peers.kafka_python_consumer(bootstrap)
-    try:
-        consumer.assign([kafka.TopicPartition(topic, 0)])
-        consumer.seek_to_beginning()
-        return peers.kafka_python_read(consumer, count)
-    finally:
-        consumer.close()
+    return read
+
+
+def _kafka_python(bootstrap: str, topic: str, deadline: float) -> Callable[[_Reader], None]:
+    def read(reader: _Reader) -> None:
+        import kafka
+
+        consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=None,
+                                       enable_auto_commit=False, fetch_max_wait_ms=100, metadata_max_age_ms=1000)
+        try:
+            consumer.assign([kafka.TopicPartition(topic, 0)])
+            consumer.seek_to_beginning()
+            while len(reader.got) < reader.count and time.monotonic() < deadline:
+                for records in consumer.poll(200).values():
+                    reader.got += [peers.Msg(r.partition, r.offset, r.timestamp, r.key, r.value) for r in records]
+        finally:
+            consumer.close()
+
+    return read
+
+
+def _kcat(bootstrap: str, topic: str, deadline: float) -> Callable[[_Reader], None]:
+    def read(reader: _Reader) -> None:
+        proc = subprocess.Popen([peers.KCAT, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning",
+                                 "-f", peers.FORMAT, "-q", "-c", str(reader.count), "-X", "fetch.wait.max.ms=100",
+                                 "-X", "topic.metadata.refresh.interval.ms=1000"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        reader.got = peers.parse_kcat_output(out)
+
+    return read
+
+
+def test_third_party_consumers_read_through_a_leader_kill(broker_cluster: BrokerCluster,
+                                                         zk_layout: ZkLayout) -> None:
+    """A confluent-kafka consumer group, kcat and kafka-python read a RF-3 partition while its leader is
+    killed (kill -9) and confluent-kafka keeps producing acks=all: each reads every record once, in order,
+    at its acknowledged offset."""
+    topic = "readers"
+    brokers = _cluster(broker_cluster, zk_layout, topic, partitions=1)
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    produce = {"acks": "all", "retries": 1000, "retry.backoff.ms": 200, "message.timeout.ms": 120000,
+               "enable.idempotence": False}
+    first = peers.confluent_produce(bootstrap, topic, 0, [(b"k", b"a%d" % i, 1_700_000_000_000 + i)
+                                                          for i in range(300)], **produce)
+    total = 600
+    deadline = time.monotonic() + 150
+    readers = [_Reader("confluent-group", _confluent_group(bootstrap, topic, deadline), total),
+               _Reader("kafka-python", _kafka_python(bootstrap, topic, deadline), total),
+               _Reader("kcat", _kcat(bootstrap, topic, deadline), total)]
+    for r in readers:
+        r.start()
+    in_client = [r for r in readers if r.client != "kcat"]
+    wait_until(lambda: all(len(r.got) >= 300 for r in in_client), 60, "the readers to read the first records")
+    victim = _leader(zk_layout, topic)
+    killed_at = time.monotonic()
+    brokers[victim].kill()
+    second = peers.confluent_produce(bootstrap, topic, 0, [(b"k", b"b%d" % i, 1_700_000_001_000 + i)
+                                                           for i in range(300)], **produce)
+    produced_after = time.monotonic() - killed_at
+    for r in readers:
+        r.join(max(1.0, deadline - time.monotonic()) + 5)
+    read_after = time.monotonic() - killed_at
+    expected = [(m.offset, m.value) for m in first + second]
+    assert [o for o, _ in expected] == list(range(total))
+    for r in readers:
+        assert r.error is None, f"{r.client}: {r.error!r}"
+        got = [(m.offset, m.value) for m in r.got]
+        assert got == expected, f"{r.client} read {len(got)} records: {got[:3]} ... {got[-3:]}"
+    print(f"\nthird-party failover: acks=all produce done {produced_after:.2f}s after the kill, "
+          f"all readers done {read_after:.2f}s after it: "
+          + ", ".join(f"{r.client} {r.done_at - killed_at:.2f}s" for r in readers))
