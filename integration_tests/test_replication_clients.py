@@ -7,9 +7,10 @@ whose members did not fail."""
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,15 @@ FAST = {"zookeeper.session.timeout.ms": SESSION_MS, "replica.lag.time.max.ms": 3
         "replica.fetch.wait.max.ms": 200, "replica.fetch.backoff.ms": 200,
         "replica.high.watermark.checkpoint.interval.ms": 500}
 PARTITIONS = 3
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[BrokerProcess]]:
+    paused: list[BrokerProcess] = []
+    yield paused
+    for b in paused:
+        if b.proc is not None and b.proc.poll() is None:
+            b.resume()
 
 
 def _connect(zk_layout: ZkLayout) -> str:
@@ -287,3 +297,152 @@ def test_third_party_consumers_read_through_a_leader_kill(broker_cluster: Broker
     print(f"\nthird-party failover: acks=all produce done {produced_after:.2f}s after the kill, "
           f"all readers done {read_after:.2f}s after it: "
           + ", ".join(f"{r.client} {r.done_at - killed_at:.2f}s" for r in readers))
+
+
+# -- the group coordinator follows the leadership of __consumer_offsets -------------------------------
+
+
+def _committed(bootstrap: str, group: str, topic: str) -> int | None:
+    """The offset ``group`` committed for ``topic``-0, as the coordinator answers now (None: no answer)."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                         "enable.auto.commit": False})
+    try:
+        found = consumer.committed([confluent_kafka.TopicPartition(topic, 0)], timeout=10)
+        return int(found[0].offset)
+    except confluent_kafka.KafkaException:
+        return None
+    finally:
+        consumer.close()
+
+
+def _commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def test_the_group_coordinator_moves_with_the_offsets_partition_leader(broker_cluster: BrokerCluster,
+                                                                       zk_layout: ZkLayout, cleanup) -> None:
+    """__consumer_offsets gets offsets.topic.replication.factor (3) replicas; a commit made through one
+    coordinator is answered by the next after the leader of the group's offsets partition changes, and a
+    broker that led it before and leads it again (elect-leaders) answers what the other wrote meanwhile,
+    not the offsets it had cached."""
+    from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
+
+    brokers = [broker_cluster.add(i, **FAST, **{"offsets.topic.num.partitions": 5}) for i in range(3)]
+    create_topic(zk_layout, "tracked", 1, replication_factor=3)
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    group = "movers"
+    wait_until(lambda: _commit_ok(bootstrap, group, "tracked", 60), 60, "a first commit")
+    assignment = zk_layout.topic_assignment(OFFSETS_TOPIC)
+    assert assignment is not None and all(len(r) == 3 for r in assignment.partitions.values())
+    index = partition_for(group, 5)
+    first = _leader(zk_layout, OFFSETS_TOPIC, index)
+    assert first == assignment.partitions[index][0]  # the preferred replica leads
+    wait_until(lambda: sorted(zk_layout.partition_state(OFFSETS_TOPIC, index).isr) == [0, 1, 2], 30, "full ISR")
+    assert _committed(bootstrap, group, "tracked") == 60
+
+    # the coordinator stalls past its session: another ISR member leads the offsets partition
+    brokers[first].pause()
+    cleanup.append(brokers[first])
+    wait_until(lambda: _leader(zk_layout, OFFSETS_TOPIC, index) not in (first, -1), 30, "a new coordinator")
+    survivors = ",".join(b.bootstrap for b in brokers if b.broker_id != first)
+    wait_until(lambda: _committed(survivors, group, "tracked") == 60, 60, "the commit from the new coordinator")
+    _commit(survivors, group, "tracked", 80)
+    brokers[first].resume()
+    wait_until(lambda: sorted(zk_layout.partition_state(OFFSETS_TOPIC, index).isr) == [0, 1, 2], 60,
+               "the old coordinator back in the ISR")
+    # back as follower: it no longer coordinates the group (its cache said 60)
+    assert _committed(brokers[first].bootstrap, group, "tracked") == 80  # (the client is sent to the leader)
+
+    subprocess.run([sys.executable, "-m", "metaq", "topics", "elect-leaders", OFFSETS_TOPIC,
+                    "--zookeeper", _connect(zk_layout)], check=True, capture_output=True, timeout=60)
+    wait_until(lambda: _leader(zk_layout, OFFSETS_TOPIC, index) == first, 30, "the preferred coordinator back")
+    wait_until(lambda: _committed(bootstrap, group, "tracked") is not None, 30, "an answer")
+    assert _committed(bootstrap, group, "tracked") == 80
+
+
+def _commit_ok(bootstrap: str, group: str, topic: str, offset: int) -> bool:
+    try:
+        _commit(bootstrap, group, topic, offset)
+    except confluent_kafka.KafkaException:
+        return False
+    return True
+
+
+# -- rolling restart -----------------------------------------------------------------------------------
+
+
+def test_a_rolling_restart_under_acks_all_load_fails_nothing(broker_cluster: BrokerCluster,
+                                                              zk_layout: ZkLayout) -> None:
+    """SIGTERM and restart each of the three brokers in turn while confluent-kafka produces acks=all (its
+    default retries) to an RF-3 topic with min.insync.replicas 2: no partition is ever offline, no produce
+    fails, and every replica's log holds every acknowledged record at its acknowledged offset."""
+    from integration_tests.test_replication import _replica_logs
+
+    topic = "rolling"
+    brokers = _cluster(broker_cluster, zk_layout, topic, partitions=1)
+    acked: dict[int, bytes] = {}
+    errors: list[object] = []
+    offline: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def on_delivery(err: object, msg: confluent_kafka.Message) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[msg.offset()] = msg.value()
+
+    def produce() -> None:
+        producer = confluent_kafka.Producer({"bootstrap.servers": ",".join(b.bootstrap for b in brokers),
+                                             "acks": "all", "linger.ms": 5, "message.timeout.ms": 120000,
+                                             "enable.idempotence": False})
+        n = 0
+        while not stop.is_set():
+            producer.produce(topic, value=b"v%d" % n, partition=0, on_delivery=on_delivery)
+            n += 1
+            producer.poll(0.005)
+        unflushed.append(producer.flush(120))
+
+    def watch() -> None:
+        while not stop.is_set():
+            state = zk_layout.partition_state(topic, 0)
+            if state is not None and state.leader < 0:
+                offline.append((0, state.leader_epoch))
+            time.sleep(0.02)
+
+    unflushed: list[int] = []
+    threads = [threading.Thread(target=produce, name="test-rolling-producer"),
+               threading.Thread(target=watch, name="test-rolling-watch")]
+    for t in threads:
+        t.start()
+    moves = []
+    try:
+        wait_until(lambda: len(acked) > 100, 30, "acknowledged records before the restarts")
+        for b in brokers:
+            before = _leader(zk_layout, topic)
+            started = time.monotonic()
+            assert b.stop() == 0
+            moves.append((b.broker_id, before, time.monotonic() - started))
+            b.start()
+            wait_until(lambda: sorted(zk_layout.partition_state(topic, 0).isr) == [0, 1, 2], 60,
+                       f"broker {b.broker_id} back in the ISR")
+            count = len(acked)
+            wait_until(lambda count=count: len(acked) > count + 50, 30, "more acknowledged records")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(180)
+    assert unflushed == [0] and not errors, (unflushed, errors[:3])
+    assert not offline, offline[:3]
+    for b in brokers:
+        assert b.stop() == 0
+    logs = _replica_logs(brokers, topic)
+    for broker_id, records in logs.items():
+        missing = [o for o, v in acked.items() if records.get(o) != v]
+        assert not missing, f"broker {broker_id} lacks acknowledged offsets {missing[:10]}"
+    print(f"\nrolling restart: {len(acked)} acked, 0 failed, 0 offline; stop times "
+          + ", ".join(f"broker {bid} (leader {lead}) {s:.2f}s" for bid, lead, s in moves))
