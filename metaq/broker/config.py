@@ -44,7 +44,6 @@ INERT_KEYS = frozenset(
         "num.io.threads",
         "num.recovery.threads.per.data.dir",
         "num.replica.fetchers",
-        "offsets.topic.replication.factor",
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
         "queued.max.requests",
