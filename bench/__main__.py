@@ -103,9 +103,10 @@ class Bench:
         print("  " + " | ".join(self.rows[-1].cells()), flush=True)
 
 
-def confluent_produce(bootstrap: str, topic: str, value: bytes, n: int, compression: str = "none") -> None:
+def confluent_produce(bootstrap: str, topic: str, value: bytes, n: int, compression: str = "none",
+                      acks: int | str = 1) -> None:
     p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1000000,
-                                  "queue.buffering.max.messages": 2000000, "acks": 1,
+                                  "queue.buffering.max.messages": 2000000, "acks": acks,
                                   "compression.type": compression})
     for _ in range(n):
         try:

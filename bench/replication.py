@@ -46,21 +46,14 @@ def _cpu(proc: psutil.Process) -> float:
 
 
 def _producer(bootstrap: str, acks: Any, **extra: Any) -> confluent_kafka.Producer:
-    return confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1000000,
-                                     "queue.buffering.max.messages": 2000000, "acks": acks,
+    return confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": acks,
                                      "enable.idempotence": False, **extra})
 
 
 def _produce(bootstrap: str, topic: str, n: int, acks: Any) -> None:
-    p = _producer(bootstrap, acks)
-    value = b"x" * 100
-    for _ in range(n):
-        try:
-            p.produce(topic, value, partition=0)
-        except BufferError:
-            p.poll(0.01)
-            p.produce(topic, value, partition=0)
-    assert p.flush(120) == 0
+    from bench.__main__ import confluent_produce  # late: bench.__main__ imports this module lazily too
+
+    confluent_produce(bootstrap, topic, b"x" * 100, n, acks=acks)
 
 
 def _topic(env: Environment, brokers: list[BrokerProcess], name: str, replicas: list[int]) -> str:

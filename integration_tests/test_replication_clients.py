@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import confluent_kafka
 import pytest
 
 from integration_tests import peers
+from integration_tests.test_replication import _connect, _replica_logs, cleanup  # noqa: F401 (a fixture)
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.testing.broker import BrokerCluster
@@ -32,20 +33,6 @@ FAST = {"zookeeper.session.timeout.ms": SESSION_MS, "replica.lag.time.max.ms": 3
         "replica.fetch.wait.max.ms": 200, "replica.fetch.backoff.ms": 200,
         "replica.high.watermark.checkpoint.interval.ms": 500}
 PARTITIONS = 3
-
-
-@pytest.fixture
-def cleanup() -> Iterator[list[BrokerProcess]]:
-    paused: list[BrokerProcess] = []
-    yield paused
-    for b in paused:
-        if b.proc is not None and b.proc.poll() is None:
-            b.resume()
-
-
-def _connect(zk_layout: ZkLayout) -> str:
-    host, port = zk_layout.client.hosts[0]
-    return f"{host}:{port}{zk_layout.client.chroot or ''}"
 
 
 def _leader(zk_layout: ZkLayout, topic: str, partition: int = 0) -> int:
@@ -315,17 +302,9 @@ def _committed(bootstrap: str, group: str, topic: str) -> int | None:
         consumer.close()
 
 
-def _commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                         "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, offset)], asynchronous=False)
-    finally:
-        consumer.close()
-
-
 def test_the_group_coordinator_moves_with_the_offsets_partition_leader(broker_cluster: BrokerCluster,
-                                                                       zk_layout: ZkLayout, cleanup) -> None:
+                                                                       zk_layout: ZkLayout,
+                                                                       request: pytest.FixtureRequest) -> None:
     """__consumer_offsets gets offsets.topic.replication.factor (3) replicas; a commit made through one
     coordinator is answered by the next after the leader of the group's offsets partition changes, and a
     broker that led it before and leads it again (elect-leaders) answers what the other wrote meanwhile,
@@ -347,11 +326,11 @@ def test_the_group_coordinator_moves_with_the_offsets_partition_leader(broker_cl
 
     # the coordinator stalls past its session: another ISR member leads the offsets partition
     brokers[first].pause()
-    cleanup.append(brokers[first])
+    request.getfixturevalue("cleanup").append(brokers[first])  # resumed at the end if the test fails
     wait_until(lambda: _leader(zk_layout, OFFSETS_TOPIC, index) not in (first, -1), 30, "a new coordinator")
     survivors = ",".join(b.bootstrap for b in brokers if b.broker_id != first)
     wait_until(lambda: _committed(survivors, group, "tracked") == 60, 60, "the commit from the new coordinator")
-    _commit(survivors, group, "tracked", 80)
+    peers.confluent_commit(survivors, group, "tracked", 80)
     brokers[first].resume()
     wait_until(lambda: sorted(zk_layout.partition_state(OFFSETS_TOPIC, index).isr) == [0, 1, 2], 60,
                "the old coordinator back in the ISR")
@@ -367,7 +346,7 @@ def test_the_group_coordinator_moves_with_the_offsets_partition_leader(broker_cl
 
 def _commit_ok(bootstrap: str, group: str, topic: str, offset: int) -> bool:
     try:
-        _commit(bootstrap, group, topic, offset)
+        peers.confluent_commit(bootstrap, group, topic, offset)
     except confluent_kafka.KafkaException:
         return False
     return True
@@ -381,20 +360,12 @@ def test_a_rolling_restart_under_acks_all_load_fails_nothing(broker_cluster: Bro
     """SIGTERM and restart each of the three brokers in turn while confluent-kafka produces acks=all (its
     default retries) to an RF-3 topic with min.insync.replicas 2: no partition is ever offline, no produce
     fails, and every replica's log holds every acknowledged record at its acknowledged offset."""
-    from integration_tests.test_replication import _replica_logs
-
     topic = "rolling"
     brokers = _cluster(broker_cluster, zk_layout, topic, partitions=1)
-    acked: dict[int, bytes] = {}
-    errors: list[object] = []
+    deliveries = peers.AckLog()
+    acked, errors = deliveries.acked, deliveries.errors
     offline: list[tuple[int, int]] = []
     stop = threading.Event()
-
-    def on_delivery(err: object, msg: confluent_kafka.Message) -> None:
-        if err is not None:
-            errors.append(err)
-        else:
-            acked[msg.offset()] = msg.value()
 
     def produce() -> None:
         producer = confluent_kafka.Producer({"bootstrap.servers": ",".join(b.bootstrap for b in brokers),
@@ -402,7 +373,7 @@ def test_a_rolling_restart_under_acks_all_load_fails_nothing(broker_cluster: Bro
                                              "enable.idempotence": False})
         n = 0
         while not stop.is_set():
-            producer.produce(topic, value=b"v%d" % n, partition=0, on_delivery=on_delivery)
+            producer.produce(topic, value=b"v%d" % n, partition=0, on_delivery=deliveries)
             n += 1
             producer.poll(0.005)
         unflushed.append(producer.flush(120))
