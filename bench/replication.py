@@ -101,6 +101,8 @@ def failover(env: Environment, brokers: list[BrokerProcess], how: str) -> tuple[
     p.produce(topic, b"warm", partition=0)
     assert p.flush(30) == 0
     acked: list[float] = []
+    before = env.layout.partition_state(topic, 0)
+    assert before is not None and before.leader == leader.broker_id, before
     started = time.monotonic()
     if how == "kill":
         leader.kill()
