@@ -26,6 +26,9 @@ ends with one set of tables:
 8. scale: N members x P partitions (10 x 1,000, 50 x 5,000, 100 x 10,000), settle time after a join burst
    and a leave, attempts, ZooKeeper requests and claim conflicts; fence and commit of 10,000 offsets
    (bench/scale.py; --only scale).
+9. replication: confluent-kafka produce to RF1 acks=1, RF3 acks=1, RF3 acks=all on three brokers (leader's and
+   a follower's CPU), and the failover time after SIGKILL / SIGTERM of a leader (bench/replication.py;
+   --only replication).
 
 ``ZOOKEEPER_CONNECT=host:port`` uses an existing ZooKeeper instead of the embedded one.
 """
@@ -111,9 +114,10 @@ def _client_cpu() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def confluent_produce(bootstrap: str, topic: str, value: bytes, n: int, compression: str = "none") -> None:
+def confluent_produce(bootstrap: str, topic: str, value: bytes, n: int, compression: str = "none",
+                      acks: int | str = 1) -> None:
     p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1000000,
-                                  "queue.buffering.max.messages": 2000000, "acks": 1,
+                                  "queue.buffering.max.messages": 2000000, "acks": acks,
                                   "compression.type": compression})
     for _ in range(n):
         try:
@@ -237,7 +241,7 @@ class Plan:
 
 FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20, bench_scale.SIZES, 2)
 QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5, ((10, 1_000),), 1)
-SECTIONS = ("broker", "consumer", "rebalance", "commit", "offsets", "spark", "security", "scale")
+SECTIONS = ("broker", "consumer", "rebalance", "commit", "offsets", "spark", "security", "scale", "replication")
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -295,6 +299,12 @@ def main() -> None:
             phases, offset_rows = bench_scale.run(env.zk, env.layout, env.broker.broker_id, list(plan.scale_sizes),
                                                   plan.scale_reps, report=lambda line: print(line, flush=True))
             tables.extend(bench_scale.tables(phases, offset_rows))
+        if "replication" in only:
+            print("== 9. replication: produce throughput by replication factor and acks; leader failover", flush=True)
+            from bench import replication as bench_replication
+
+            repl_rows, failovers = bench_replication.run(env, args.messages or plan.broker_messages)
+            tables.extend(bench_replication.tables(repl_rows, failovers))
     # The last two sections bring their own ZooKeeper, broker (and SparkSession) and print their own tables.
     late: list[Callable[[], None]] = []
     if "offsets" in only:

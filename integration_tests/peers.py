@@ -141,3 +141,27 @@ def kafka_python_read(consumer: kafka.KafkaConsumer, count: int) -> list[Msg]:
         if len(out) >= count:
             break
     return out
+
+
+class AckLog:
+    """A confluent-kafka ``on_delivery`` callback keeping acknowledged offset -> value and the errors."""
+
+    def __init__(self) -> None:
+        self.acked: dict[int, bytes] = {}
+        self.errors: list[object] = []
+
+    def __call__(self, err: object, msg: confluent_kafka.Message) -> None:
+        if err is not None:
+            self.errors.append(err)
+        else:
+            self.acked[msg.offset()] = msg.value()
+
+
+def confluent_commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    """Commit ``offset`` of ``topic``-0 for ``group`` (outside any group generation)."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        consumer.close()

@@ -149,20 +149,11 @@ def _committed(bootstrap: str, group: str, topic: str) -> int:
         consumer.close()
 
 
-def _commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                         "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, offset)], asynchronous=False)
-    finally:
-        consumer.close()
-
-
 def test_coordinator_skips_an_undecodable_batch_in_its_log(broker_cluster, make_topic) -> None:
     broker = broker_cluster.add(0, **{"offsets.topic.num.partitions": 1})
     topic = make_topic("data", partitions=1)
-    _commit(broker.bootstrap, "g", topic, 7)
-    _commit(broker.bootstrap, "h", topic, 3)
+    peers.confluent_commit(broker.bootstrap, "g", topic, 7)
+    peers.confluent_commit(broker.bootstrap, "h", topic, 3)
     broker.stop()
 
     # A batch with a valid CRC and garbage records at the log end, as a produce to the internal topic could
@@ -179,7 +170,7 @@ def test_coordinator_skips_an_undecodable_batch_in_its_log(broker_cluster, make_
     broker.start()
     assert _committed(broker.bootstrap, "g", topic) == 7
     assert _committed(broker.bootstrap, "h", topic) == 3
-    _commit(broker.bootstrap, "g", topic, 9)
+    peers.confluent_commit(broker.bootstrap, "g", topic, 9)
     assert _committed(broker.bootstrap, "g", topic) == 9
     assert "skipping unreadable batch" in Path(broker.log_path).read_text()
 

@@ -382,8 +382,10 @@ class _Committer(threading.Thread):
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_coordinator_restart_loses_no_acknowledged_commit(how, broker_cluster, zk_connect, zk_layout,
                                                           make_zk_client) -> None:
-    b0 = broker_cluster.add(0, **{"offsets.topic.num.partitions": 4})
-    b1 = broker_cluster.add(1, **{"offsets.topic.num.partitions": 4})
+    # one replica per offsets partition: its coordinator's death leaves the groups without one until it returns
+    single = {"offsets.topic.num.partitions": 4, "offsets.topic.replication.factor": 1}
+    b0 = broker_cluster.add(0, **single)
+    b1 = broker_cluster.add(1, **single)
     wait_until(lambda: _find_coordinator(b0.bootstrap, "probe")[0] == 0, 15, "the offsets topic")
     leaders = topic_leaders(b0.bootstrap, OFFSETS_TOPIC)
     assert set(leaders.values()) == {0, 1}, leaders  # spread over both brokers

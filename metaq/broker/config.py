@@ -44,7 +44,6 @@ INERT_KEYS = frozenset(
         "num.io.threads",
         "num.recovery.threads.per.data.dir",
         "num.replica.fetchers",
-        "offsets.topic.replication.factor",
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
         "queued.max.requests",
@@ -127,6 +126,9 @@ class BrokerConfig(ZooKeeperClientConfig):
         "replica.high.watermark.checkpoint.interval.ms", 5000, check=positive)
     auto_create_topics_enable: bool = prop("auto.create.topics.enable", True)
     offsets_topic_num_partitions: int = prop("offsets.topic.num.partitions", 50, check=positive)
+    # Kafka's default; capped at the live brokers when __consumer_offsets is created (Kafka before 0.11 did
+    # the same; 0.11+ refuses instead), so that a one-broker cluster keeps working without setting it
+    offsets_topic_replication_factor: int = prop("offsets.topic.replication.factor", 3, check=positive)
     offsets_retention_minutes: int = prop("offsets.retention.minutes", 10080, check=positive)
     offsets_retention_check_interval_ms: int = prop("offsets.retention.check.interval.ms", 600000, check=positive)
     offset_metadata_max_bytes: int = prop("offset.metadata.max.bytes", 4096, check=non_negative)

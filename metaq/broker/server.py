@@ -133,6 +133,7 @@ class Broker:
                 group_max_session_timeout_ms=config.group_max_session_timeout_ms,
                 group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                 flush_each_commit=config.log_flush_interval_messages <= 1,
+                offsets_commit_required_acks=config.offsets_commit_required_acks,
             ),
             self.logs,
             lambda: self.metadata.snapshot,
@@ -157,6 +158,8 @@ class Broker:
         self.replication = ReplicaManager(config, self.logs, self.metadata, layout, context.notifier)
         await self.replication.start()
         context.replication = self.replication
+        self.coordinator.replication = self.replication
+        self.coordinator.notify = context.notifier.notify
         self.controller = Controller(
             config.broker_id, layout, self._zk, unclean=config.unclean_leader_election_enable,
             rebalance_interval_s=(config.leader_imbalance_check_interval_seconds
@@ -283,8 +286,15 @@ class Broker:
         await asyncio.to_thread(self.logs.checkpoint_recovery_points)
 
     async def _create_offsets_topic(self, partitions: int) -> None:
-        """``__consumer_offsets`` on first use, spread over the live brokers (as Kafka does)."""
-        await self._create_and_wait(OFFSETS_TOPIC, partitions)
+        """``__consumer_offsets`` on first use, spread over the live brokers (as Kafka does), with
+        ``offsets.topic.replication.factor`` replicas, or as many as there are live brokers if fewer."""
+        wanted = self.config.offsets_topic_replication_factor
+        live = len(self.metadata.snapshot.brokers)
+        factor = max(1, min(wanted, live))
+        if factor < wanted:
+            log.warning("creating %s with replication factor %d: offsets.topic.replication.factor is %d but "
+                        "only %d brokers are live", OFFSETS_TOPIC, factor, wanted, live)
+        await self._create_and_wait(OFFSETS_TOPIC, partitions, factor)
 
     async def _create_and_wait(self, topic: str, partitions: int, replication_factor: int = 1) -> None:
         try:

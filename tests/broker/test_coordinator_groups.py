@@ -18,6 +18,7 @@ import pytest
 from metaq.broker.coordinator import group as g
 from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from metaq.broker.coordinator.group import JoinResult
+from metaq.broker.coordinator.offsets import CommittedOffset, OffsetsPartition
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
@@ -341,3 +342,43 @@ def test_commits_from_outside_the_group_protocol_only_while_the_group_is_empty(t
         assert await c.commit_offsets(GROUP, -1, "", None, {tp: (5, "")}) == {tp: NONE}
 
     run(tmp_path, scenario)
+
+
+def test_the_coordinator_follows_the_offsets_partitions_leadership(tmp_path: Path) -> None:
+    """Another broker leads the offsets partition: the group is forgotten (NOT_COORDINATOR). Leading it again
+    in a later leader epoch replays the log, with what the other leader wrote (replicated) meanwhile."""
+    logs = FakeLogs(tmp_path)
+    current = [LEADING]
+
+    def led(leader: int, epoch: int) -> ClusterSnapshot:
+        return ClusterSnapshot(brokers=LEADING.brokers, topics={OFFSETS_TOPIC: {
+            0: PartitionMeta(leader=leader, leader_epoch=epoch, replicas=(0, 1), isr=(0, 1))}})
+
+    async def main() -> None:
+        c = GroupCoordinator(CoordinatorConfig(broker_id=0, group_min_session_timeout_ms=50), logs,  # type: ignore[arg-type]
+                             lambda: current[0], _no_topic_creation, _inline)
+        c.start()
+        try:
+            await loaded(c)
+            a = await within(join(c))
+            await c.sync_group(GROUP, 1, a.member_id, None, {a.member_id: b"all"})
+            assert await c.commit_offsets(GROUP, 1, a.member_id, None, {("t", 0): (5, "")}) == {("t", 0): NONE}
+            current[0] = led(1, 1)
+            assert c.heartbeat(GROUP, 1, a.member_id, None) == NOT_COORDINATOR
+            assert c.fetch_offsets(GROUP, None)[0] == NOT_COORDINATOR
+            assert c.describe() == {}  # the group is forgotten with the partition
+            # the other leader's commit, as replication appends it to this broker's copy of the log
+            OffsetsPartition(logs.get_or_create(OFFSETS_TOPIC, 0)).append_commits(
+                GROUP, {("t", 0): CommittedOffset(9, "", 1_700_000_000_000)})
+            current[0] = led(0, 2)
+            await loaded(c)
+            error, offsets = c.fetch_offsets(GROUP, None)
+            assert (error, offsets[("t", 0)].offset) == (NONE, 9)
+        finally:
+            await c.stop()
+
+    try:
+        asyncio.run(main())
+    finally:
+        for log in logs.logs.values():
+            log.close()

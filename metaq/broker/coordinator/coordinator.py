@@ -5,6 +5,14 @@ thread while requests for its groups get COORDINATOR_LOAD_IN_PROGRESS. Rebalance
 every known member has rejoined (no fixed delay unless ``group.initial.rebalance.delay.ms`` asks for one
 for empty groups); members that do not rejoin within the rebalance timeout, or stop heartbeating for
 their session timeout, are removed.
+
+The coordinator moves with the leadership of ``__consumer_offsets`` partitions (replicated like any topic,
+docs/architecture.md "Replication"): a partition is replayed from the local log when this broker first
+serves it as leader, and forgotten, with its groups, as soon as the snapshot names another leader or a new
+leader epoch (the groups' requests then get NOT_COORDINATOR and their clients look the coordinator up
+again; leading it again later replays the log, which now holds what the other leader wrote). The leader stamps
+its appends with its leader epoch and, with ``offsets.commit.required.acks`` -1 (the default, as in Kafka),
+answers a commit only once every ISR member has it, so a commit survives the leader's death.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from metaq.broker.auth.session import current_session
 from metaq.broker.coordinator import group as g
@@ -29,6 +37,26 @@ from metaq.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 SESSION_CHECK_S = 0.1  # how often member sessions are checked
+COMMIT_TIMEOUT_S = 5.0  # Kafka's offsets.commit.timeout.ms: how long a commit waits for the ISR
+# a commit the ISR did not take (as Kafka's GroupMetadataManager maps them): the client finds the coordinator
+_REPLICATION_ERRORS: dict[int, int] = {ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                       ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                       ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE}
+
+
+class Replication(Protocol):
+    """What the coordinator needs of the broker's replica manager (metaq.broker.replication.manager)."""
+
+    def append_epoch(self, topic: str, partition: int) -> int | None: ...
+
+    def leader_appended(self, topic: str, partition: int) -> None: ...
+
+    def replicated(self, topic: str, partition: int) -> bool: ...
+
+    async def min_insync_replicas(self, topic: str) -> int: ...
+
+    async def wait_replicated(self, topic: str, partition: int, required: int, min_isr: int,
+                              timeout_s: float) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -42,6 +70,7 @@ class CoordinatorConfig:
     group_max_session_timeout_ms: int = 1800000
     group_initial_rebalance_delay_ms: int = 0
     flush_each_commit: bool = False
+    offsets_commit_required_acks: int = -1
 
 
 class GroupCoordinator:
@@ -59,9 +88,13 @@ class GroupCoordinator:
         self._create_offsets_topic = create_offsets_topic
         self._in_thread = in_thread
         self._partitions: dict[int, OffsetsPartition] = {}
+        self._epochs: dict[int, int] = {}  # offsets partition -> the leader epoch its cache was loaded in
         self._groups: dict[str, Group] = {}
         self._loads: dict[int, asyncio.Task[None]] = {}  # partitions being replayed
         self._tasks: list[asyncio.Task[None]] = []
+        # set by the broker once its replica manager exists; with it, appends are stamped and replicated
+        self.replication: Replication | None = None
+        self.notify: Callable[[tuple[str, int]], None] = lambda _key: None  # wakes followers' long polls
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -102,11 +135,12 @@ class GroupCoordinator:
         snapshot = self._snapshot()
         if OFFSETS_TOPIC not in snapshot.topics:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        self._resign(snapshot)
         index = partition_for(group_id, self.offsets_partitions(snapshot))
         meta = snapshot.partition(OFFSETS_TOPIC, index)
         if meta is None or meta.leader != self._config.broker_id:
             return ErrorCode.NOT_COORDINATOR
-        part = self._partition(index)
+        part = self._partition(index, meta.leader_epoch)
         if part.state == LOADING:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         if part.state != LOADED:
@@ -114,11 +148,32 @@ class GroupCoordinator:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return ErrorCode.NONE
 
-    def _partition(self, index: int) -> OffsetsPartition:
+    def _resign(self, snapshot: ClusterSnapshot) -> None:
+        """Forget the offsets partitions this broker no longer leads, or led in an older leader epoch, and
+        their groups (members waiting in a join or sync get NOT_COORDINATOR)."""
+        parts = snapshot.topics.get(OFFSETS_TOPIC) or {}
+        lost = [i for i in self._partitions if (meta := parts.get(i)) is None
+                or meta.leader != self._config.broker_id or meta.leader_epoch != self._epochs.get(i)]
+        if not lost:
+            return
+        total = self.offsets_partitions(snapshot)
+        for index in lost:
+            self._partitions.pop(index, None)
+            self._epochs.pop(index, None)
+            for group_id in [gid for gid in self._groups if partition_for(gid, total) == index]:
+                self._fail_waiters(self._groups.pop(group_id), ErrorCode.NOT_COORDINATOR)
+            log.info("no longer coordinating the groups of %s-%d: its leadership moved", OFFSETS_TOPIC, index)
+
+    def _partition(self, index: int, leader_epoch: int | None = None) -> OffsetsPartition:
         """The cache of an offsets partition this broker leads; its replay starts on first use."""
         part = self._partitions.get(index)
         if part is None:
+            if leader_epoch is None:
+                meta = self._snapshot().partition(OFFSETS_TOPIC, index)
+                leader_epoch = meta.leader_epoch if meta is not None else -1
+            self._epochs[index] = leader_epoch
             part = self._partitions[index] = OffsetsPartition(self._logs.get_or_create(OFFSETS_TOPIC, index))
+            part.leader_epoch = self._append_epoch(index)
             self._loads[index] = asyncio.get_running_loop().create_task(self._load(index, part))
         return part
 
@@ -387,6 +442,7 @@ class GroupCoordinator:
     async def _session_loop(self) -> None:
         while True:
             await asyncio.sleep(SESSION_CHECK_S)
+            self._resign(self._snapshot())
             now = _now()
             for group in list(self._groups.values()):
                 for member in list(group.members.values()):
@@ -411,13 +467,39 @@ class GroupCoordinator:
                    if tp not in errors}
         part = self._partition_of(group_id)
         try:
+            part.leader_epoch = self._append_epoch(part.partition)
             part.append_commits(group_id, commits)
             if self._config.flush_each_commit:
                 await self._in_thread(part.log.flush)
         except Exception as e:
             log.error("group %s: appending offsets to %s-%d failed: %s", group_id, OFFSETS_TOPIC, part.partition, e)
             return {tp: ErrorCode.KAFKA_STORAGE_ERROR for tp in offsets}
+        error = await self._replicated(part)
+        if error:
+            return {tp: error for tp in offsets}
         return {tp: errors.get(tp, ErrorCode.NONE) for tp in offsets}
+
+    def _append_epoch(self, index: int) -> int | None:
+        return self.replication.append_epoch(OFFSETS_TOPIC, index) if self.replication is not None else None
+
+    async def _replicated(self, part: OffsetsPartition) -> int:
+        """After an append to a replicated offsets partition: wake the followers and, with
+        offsets.commit.required.acks -1, wait until the ISR has it. 0 or the error to answer."""
+        replication = self.replication
+        if replication is None or not replication.replicated(OFFSETS_TOPIC, part.partition):
+            return ErrorCode.NONE
+        replication.leader_appended(OFFSETS_TOPIC, part.partition)
+        self.notify((OFFSETS_TOPIC, part.partition))
+        if self._config.offsets_commit_required_acks != -1:
+            return ErrorCode.NONE
+        min_isr = await replication.min_insync_replicas(OFFSETS_TOPIC)
+        code = await replication.wait_replicated(OFFSETS_TOPIC, part.partition, part.log.log_end_offset, min_isr,
+                                                 COMMIT_TIMEOUT_S)
+        if code:
+            log.warning("a commit to %s-%d was not replicated: error %d", OFFSETS_TOPIC, part.partition, code)
+        if not code:
+            return ErrorCode.NONE
+        return int(_REPLICATION_ERRORS.get(code, ErrorCode.NOT_COORDINATOR))
 
     def _commit_error(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
         group = self._group(group_id, create=False)
@@ -443,6 +525,7 @@ class GroupCoordinator:
         or a known protocol, and those with offsets only (Empty, protocol type "" unless known), as Kafka lists
         its group cache. ``states`` filters (case-insensitively). Waits for the partitions to load."""
         snapshot = self._snapshot()
+        self._resign(snapshot)
         led = [i for i, meta in (snapshot.topics.get(OFFSETS_TOPIC) or {}).items()
                if meta.leader == self._config.broker_id]
         await self._loaded(led)
@@ -544,6 +627,7 @@ class GroupCoordinator:
     async def _housekeeping_loop(self) -> None:
         while True:
             await asyncio.sleep(min(self._config.offsets_retention_check_interval_ms / 1000.0, 30.0))
+            self._resign(self._snapshot())
             now = int(time.time() * 1000)
             active = {gid for gid, grp in self._groups.items() if grp.members}
             for part in list(self._partitions.values()):

@@ -60,6 +60,7 @@ class OffsetsPartition:
         self.state = LOADING
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._appended_since_rewrite = 0
+        self.leader_epoch: int | None = None  # stamped on appends when the partition is replicated (KIP-101)
         self._lock = threading.Lock()  # replay runs on a worker thread; everything else on the event loop
 
     def _set_state(self, state: str) -> None:
@@ -172,7 +173,7 @@ class OffsetsPartition:
         builder = BatchBuilder(1 << 30)
         for key, value in records:
             builder.append(now, key, value)
-        self.log.append(builder.build())
+        self.log.append(builder.build(), leader_epoch=self.leader_epoch)
         self._appended_since_rewrite += len(records)
 
     def fetch(self, group: str, partitions: list[TopicPartition] | None) -> dict[TopicPartition, CommittedOffset]:
