@@ -46,6 +46,17 @@ from metaq.testing.zookeeper import delete_chroot
 from metaq.zkclient import connect as zk_connect_client
 from zk_layout import ZkLayout, split_connect
 
+# kafka-python (whose clients several tests here make fail on purpose: wrong passwords, refused certificates) leaves
+# the sockets of failed connection attempts to the garbage collector; they are collected at the end of this module
+pytestmark = pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _collect_client_leftovers() -> Iterator[None]:
+    yield
+    gc.collect()
+
+
 N = 20
 
 
