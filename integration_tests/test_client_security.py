@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,9 +35,9 @@ from metaq.testing.broker import topic_leaders
 from metaq.testing.certs import Certs, make_certs
 from metaq.testing.secure import SecureBroker, secure_broker
 from metaq.testing.wait import wait_until
-from metaq.testing.zookeeper import delete_chroot
+from metaq.testing.zookeeper import own_chroot
 from metaq.zkclient import connect as zk_connect_client
-from zk_layout import ZkLayout, split_connect
+from zk_layout import ZkLayout
 
 pytestmark = pytest.mark.slow
 
@@ -65,16 +64,10 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 @pytest.fixture(scope="module")
 def secure(zk_server: Any, certs: Certs, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[SecureBroker]:
-    hosts, base = split_connect(zk_server.connect_string)
-    chroot = f"/metaq-client-security-{uuid.uuid4().hex}"
-    connect = f"{hosts}{base}{chroot}"
-    broker = secure_broker(connect, tmp_path_factory.mktemp("client-secure"), certs, plain_users=PLAIN_USERS)
-    broker.process.start()
-    try:
-        yield broker
-    finally:
-        broker.process.stop()
-        delete_chroot(zk_server, chroot)
+    with own_chroot(zk_server, "metaq-client-security") as connect:
+        broker = secure_broker(connect, tmp_path_factory.mktemp("client-secure"), certs, plain_users=PLAIN_USERS)
+        with broker.process:
+            yield broker
 
 
 @pytest.fixture(scope="module")

@@ -42,9 +42,9 @@ from metaq.testing.broker import call, read_frame, request
 from metaq.testing.certs import Certs, make_certs
 from metaq.testing.secure import SecureBroker, secure_broker
 from metaq.testing.wait import wait_until
-from metaq.testing.zookeeper import delete_chroot
+from metaq.testing.zookeeper import own_chroot
 from metaq.zkclient import connect as zk_connect_client
-from zk_layout import ZkLayout, split_connect
+from zk_layout import ZkLayout
 
 # kafka-python (whose clients several tests here make fail on purpose: wrong passwords, refused certificates) leaves
 # the sockets of failed connection attempts to the garbage collector; they are collected at the end of this module
@@ -68,17 +68,11 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 @pytest.fixture(scope="module")
 def secure(zk_server: Any, certs: Certs, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[SecureBroker]:
-    hosts, base = split_connect(zk_server.connect_string)
-    chroot = f"/metaq-test-{uuid.uuid4().hex}"
-    connect = f"{hosts}{base}{chroot}"
-    broker = secure_broker(connect, tmp_path_factory.mktemp("secure"), certs,
-                           plain_users={"alice": "alice-secret", "bob": "b0b:with:colons"})
-    broker.process.start()
-    try:
-        yield broker
-    finally:
-        broker.process.stop()
-        delete_chroot(zk_server, chroot)
+    with own_chroot(zk_server, "metaq-test") as connect:
+        broker = secure_broker(connect, tmp_path_factory.mktemp("secure"), certs,
+                               plain_users={"alice": "alice-secret", "bob": "b0b:with:colons"})
+        with broker.process:
+            yield broker
 
 
 def _ssl_conf(certs: Certs) -> dict[str, str]:

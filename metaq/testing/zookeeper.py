@@ -16,6 +16,7 @@ a test that used ZooKeeper fails, the tail of the server log is added to its rep
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import uuid
@@ -121,6 +122,18 @@ def delete_chroot(zk_server: ZooKeeperEndpoint, chroot: str) -> None:
         _close_quietly(admin)
 
 
+@contextlib.contextmanager
+def own_chroot(zk_server: ZooKeeperEndpoint, prefix: str = "metaq-test") -> Iterator[str]:
+    """A connect string with a fresh chroot ``<hosts>[/base]/<prefix>-<uuid hex>``, deleted on exit
+    (:func:`delete_chroot`), for fixtures of any scope."""
+    hosts, base = split_connect(zk_server.connect_string)
+    chroot = f"/{prefix}-{uuid.uuid4().hex}"
+    try:
+        yield f"{hosts}{base}{chroot}"
+    finally:
+        delete_chroot(zk_server, chroot)
+
+
 @pytest.fixture
 def zk_connect(zk_server: ZooKeeperEndpoint) -> Iterator[str]:
     """A connect string with a chroot of its own, ``<hosts>[/base]/metaq-test-<uuid hex>``.
@@ -128,10 +141,8 @@ def zk_connect(zk_server: ZooKeeperEndpoint) -> Iterator[str]:
     The chroot is deleted afterwards by a client connected for that only: a session-long client would keep
     a kazoo connection thread alive through every test, and that thread draws from the global ``random``
     module (its ping jitter), which hypothesis reports as randomness inside strategies."""
-    hosts, base = split_connect(zk_server.connect_string)
-    chroot = f"/metaq-test-{uuid.uuid4().hex}"
-    yield f"{hosts}{base}{chroot}"
-    delete_chroot(zk_server, chroot)
+    with own_chroot(zk_server) as connect_string:
+        yield connect_string
 
 
 @pytest.fixture
