@@ -122,8 +122,8 @@ class DemoBrokers:
         catches up from the leaders)."""
         f = self.failover
         assert f is not None and f.restarted_at is None
+        f.restarted_at = time.monotonic()  # the rejoin is timed from here, the process start included
         self.brokers[f.victim].start()
-        f.restarted_at = time.monotonic()
         return f"*** restarted broker {f.victim} at {self.brokers[f.victim].bootstrap}; it catches up as a follower"
 
     def leaders_view(self, layout: ZkLayout, topic: str, partitions: int) -> str:
