@@ -211,7 +211,14 @@ def _verdict(group: GroupHarness, acked: dict[tuple[int, int], bytes], producer:
     _say("")
     _say("Summary")
     _say(f"  produced (acknowledged): {len(acked)}")
-    _say(f"  consumed, distinct:      {sum(len(c) for c in report.consumed.values())}")
+    distinct = sum(len(c) for c in report.consumed.values())
+    extra = distinct - (len(acked) - len(report.missing))
+    # every send was acknowledged once (or failed): an offset consumed but never acknowledged holds a second
+    # copy, written by an attempt whose answer the broker kill cut off, then resent (the producer is not
+    # idempotent; at least once)
+    _say(f"  consumed, distinct:      {distinct}"
+         + (f" ({extra} offsets never acknowledged: sends resent after the broker kill cut off the answer)"
+            if extra > 0 else ""))
     _say(f"  duplicates:              {report.duplicates} (allowed only from {failed[0]}'s uncommitted window)")
     _say(f"  missing:                 {len(report.missing)}")
     _say("  per member:              " + ", ".join(f"{k}={v}" for k, v in sorted(per_member.items())))
