@@ -26,6 +26,9 @@ from metaq.testing.broker import topic_leaders, wait_until
 SESSION_MS = 6000
 FAST_REPLICAS = {"replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 200,
                  "zookeeper.session.timeout.ms": SESSION_MS}
+# librdkafka's syslog level for the failover's clients: its lines about the connections the kill refuses
+# (level 3 and 6) would bury the table
+QUIET = 2
 
 
 @dataclass
@@ -108,7 +111,7 @@ def failover(env: Environment, brokers: list[BrokerProcess], how: str) -> Failov
     topic = _topic(env, brokers, f"failover-{how}", order)
     bootstrap = ",".join(b.bootstrap for b in brokers)
     p = _producer(bootstrap, "all", **{"retry.backoff.ms": 50, "message.timeout.ms": 60000,
-                                       "topic.metadata.refresh.interval.ms": 500})
+                                       "topic.metadata.refresh.interval.ms": 500, "log_level": QUIET})
     p.produce(topic, b"warm", partition=0)
     assert p.flush(30) == 0
     c = _reader(bootstrap, topic)
@@ -152,7 +155,7 @@ def _reader(bootstrap: str, topic: str) -> confluent_kafka.Consumer:
     c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-failover",
                                   "enable.auto.commit": False, "fetch.wait.max.ms": 50,
                                   "topic.metadata.refresh.interval.ms": 500, "retry.backoff.ms": 50,
-                                  "reconnect.backoff.max.ms": 200})
+                                  "reconnect.backoff.max.ms": 200, "log_level": QUIET})
     c.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
     return c
 
