@@ -36,6 +36,7 @@ def test_demo_kills_the_busiest_leader_and_loses_nothing() -> None:
     assert re.search(rf"^\*\*\* leaders moved off broker {victim} ", out, re.MULTILINE), out
     assert re.search(rf"^\*\*\* broker {victim} is back in the ISR of all 8 partitions", out, re.MULTILINE), out
     assert "*** SIGKILL member-0" in out and "*** adding member-3" in out
+    assert "member-3=" in _summary(out, "per member"), out  # the added member took partitions over
     assert _summary(out, "missing") == "0"
     assert int(_summary(out, "produced \\(acknowledged\\)")) >= 30000
     failover = _summary(out, "broker failover")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from metaq.broker.topics import create_topic
 from metaq.cli.demo_failover import DemoBrokers, Failover
-from metaq.cli.demo_harness import GroupHarness, SteadyProducer, check_delivery
+from metaq.cli.demo_harness import ConsumerProcess, GroupHarness, SteadyProducer, check_delivery
 from metaq.zkclient import connect
 from zk_layout import ZkLayout
 
@@ -123,10 +123,11 @@ def _watch(args: argparse.Namespace, group: GroupHarness, layout: ZkLayout, prod
            brokers: DemoBrokers) -> None:
     """The live view, one line a second, and the scripted failures: a member killed at 20% of the messages,
     the busiest broker killed at 35%, a member added at 55%, the broker restarted at 65% (once its partitions
-    have new leaders). Production goes on past ``--messages`` until the broker is back in the ISR (at most
-    60 s after its restart)."""
+    have new leaders). Production goes on past ``--messages`` until the added member owns partitions and the
+    broker is back in the ISR (each at most 60 s)."""
     failover_wanted = len(brokers.brokers) > 1
-    killed = added = False
+    killed = False
+    added: tuple[ConsumerProcess, float] | None = None
     start = last_line = time.monotonic()
     while True:
         time.sleep(0.1)
@@ -138,16 +139,22 @@ def _watch(args: argparse.Namespace, group: GroupHarness, layout: ZkLayout, prod
             killed = True
         if failover_wanted:
             _broker_step(done, layout, brokers, args.partitions)
-        if done > 0.55 and not added:
-            member = group.add_member()
-            _say(f"*** adding {member.name}")
-            added = True
+        if done > 0.55 and added is None:
+            added = group.add_member(), time.monotonic()
+            _say(f"*** adding {added[0].name}")
         if time.monotonic() - last_line >= 1.0:
             last_line = time.monotonic()
             _say(_status_line(last_line - start, group, layout, len(producer.acked), args, brokers))
-        if done >= 1.0 and added and (not failover_wanted or _failover_over(brokers.failover)):
+        if done >= 1.0 and added is not None and (not failover_wanted or _failover_over(brokers.failover)) \
+                and (_owns_some(layout, added[0]) or time.monotonic() - added[1] > 60):
             break
     producer.stop_event.set()
+
+
+def _owns_some(layout: ZkLayout, member: ConsumerProcess) -> bool:
+    consumer_id = member.consumer_id()
+    return consumer_id is not None and any(
+        owner.rsplit("-", 1)[0] == consumer_id for owner in layout.owners("demo-group").values())
 
 
 def _broker_step(done: float, layout: ZkLayout, brokers: DemoBrokers, partitions: int) -> None:
@@ -167,7 +174,7 @@ def _broker_step(done: float, layout: ZkLayout, brokers: DemoBrokers, partitions
 def _failover_over(f: Failover | None) -> bool:
     if f is None or f.restarted_at is None:
         return False
-    return f.rejoined_at is not None or time.monotonic() - f.restarted_at > 60
+    return f.rejoined_at is not None or f.restart_error is not None or time.monotonic() - f.restarted_at > 60
 
 
 def _status_line(elapsed: float, group: GroupHarness, layout: ZkLayout, produced: int,
@@ -246,7 +253,10 @@ def _failover_summary(f: Failover, group: GroupHarness, producer: SteadyProducer
         parts.append(f"acks=all produce resumed after {secs(f.produce_resumed(producer.acked_at))}")
         parts.append(f"group read a post-failover record after "
                      f"{secs(f.read_resumed(group.events(), producer.acked_at))}")
-    parts.append("back in the ISR" + ("" if f.rejoined_at is None or f.restarted_at is None
-                                      else f" {f.rejoined_at - f.restarted_at:.1f}s after its restart")
-                 if f.rejoined_at is not None else "NOT back in the ISR")
+    if f.restart_error is not None:
+        parts.append(f"NOT restarted: {f.restart_error}")
+    elif f.rejoined_at is None or f.restarted_at is None:
+        parts.append("NOT back in the ISR")
+    else:
+        parts.append(f"back in the ISR {f.rejoined_at - f.restarted_at:.1f}s after its restart")
     return "; ".join(parts)

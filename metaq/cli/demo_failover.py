@@ -9,6 +9,7 @@ produce and until the group read a record produced after the failover, when the 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from metaq.broker.process import BrokerProcess
+from metaq.errors import MetaqError
 from zk_layout import PartitionState, ZkLayout
 
 # replicas re-fetch soon after an error, so the restarted broker catches up (and rejoins the ISR) quickly
@@ -34,6 +36,7 @@ class Failover:
     moved: dict[int, int] = field(default_factory=dict)  # partition -> its new leader
     elected_at: float | None = None
     restarted_at: float | None = None
+    restart_error: str | None = None
     rejoined_at: float | None = None
 
     def produce_resumed(self, acked_at: Mapping[tuple[int, int], float]) -> float | None:
@@ -68,6 +71,7 @@ class DemoBrokers:
         self.brokers = [BrokerProcess(zk_connect, i, work_dir, log_level="WARNING", properties=props)
                         for i in range(count)]
         self.failover: Failover | None = None
+        self._restart: threading.Thread | None = None
 
     def start(self) -> DemoBrokers:
         for broker in self.brokers:
@@ -75,6 +79,8 @@ class DemoBrokers:
         return self
 
     def stop(self) -> None:
+        if self._restart is not None:
+            self._restart.join(60)
         for broker in self.brokers:
             broker.stop()
 
@@ -110,7 +116,7 @@ class DemoBrokers:
                 moves = ", ".join(f"p{p} {f.victim}->{b}" for p, b in sorted(new.items()))
                 news.append(f"*** leaders moved off broker {f.victim} {now - f.killed_at:.1f}s after the kill: "
                             f"{moves}")
-        if f.restarted_at is not None and f.rejoined_at is None:
+        if f.restarted_at is not None and f.rejoined_at is None and f.restart_error is None:
             if all(s is not None and f.victim in s.isr for s in states.values()):
                 f.rejoined_at = now
                 news.append(f"*** broker {f.victim} is back in the ISR of all {partitions} partitions "
@@ -119,12 +125,20 @@ class DemoBrokers:
 
     def restart(self) -> str:
         """Start the killed broker again, on its port and data (it truncates to the high watermark and
-        catches up from the leaders)."""
+        catches up from the leaders), in a thread: the live view goes on while it starts."""
         f = self.failover
         assert f is not None and f.restarted_at is None
         f.restarted_at = time.monotonic()  # the rejoin is timed from here, the process start included
-        self.brokers[f.victim].start()
-        return f"*** restarted broker {f.victim} at {self.brokers[f.victim].bootstrap}; it catches up as a follower"
+        self._restart = threading.Thread(target=self._start_victim, args=(f,), name="metaq-demo-broker-restart",
+                                         daemon=True)
+        self._restart.start()
+        return f"*** restarting broker {f.victim} at {self.brokers[f.victim].bootstrap}; it catches up as a follower"
+
+    def _start_victim(self, f: Failover) -> None:
+        try:
+            self.brokers[f.victim].start()
+        except MetaqError as e:  # the demo fails: the broker is not back in the ISR
+            f.restart_error = str(e).splitlines()[0]
 
     def leaders_view(self, layout: ZkLayout, topic: str, partitions: int) -> str:
         """``0:3 1:down 2:5``: partitions each broker leads (``down`` while it is killed)."""
