@@ -9,7 +9,6 @@ produce and until the group read a record produced after the failover, when the 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -71,7 +70,6 @@ class DemoBrokers:
         self.brokers = [BrokerProcess(zk_connect, i, work_dir, log_level="WARNING", properties=props)
                         for i in range(count)]
         self.failover: Failover | None = None
-        self._restart: threading.Thread | None = None
 
     def start(self) -> DemoBrokers:
         for broker in self.brokers:
@@ -79,8 +77,6 @@ class DemoBrokers:
         return self
 
     def stop(self) -> None:
-        if self._restart is not None:
-            self._restart.join(60)
         for broker in self.brokers:
             broker.stop()
 
@@ -125,20 +121,19 @@ class DemoBrokers:
 
     def restart(self) -> str:
         """Start the killed broker again, on its port and data (it truncates to the high watermark and
-        catches up from the leaders), in a thread: the live view goes on while it starts."""
+        catches up from the leaders). On this thread, though the live view waits for the start: a child
+        process dies with the thread that started it (PR_SET_PDEATHSIG, metaq/childproc.py), so a helper
+        thread would kill the broker as it ends."""
         f = self.failover
         assert f is not None and f.restarted_at is None
         f.restarted_at = time.monotonic()  # the rejoin is timed from here, the process start included
-        self._restart = threading.Thread(target=self._start_victim, args=(f,), name="metaq-demo-broker-restart",
-                                         daemon=True)
-        self._restart.start()
-        return f"*** restarting broker {f.victim} at {self.brokers[f.victim].bootstrap}; it catches up as a follower"
-
-    def _start_victim(self, f: Failover) -> None:
+        broker = self.brokers[f.victim]
         try:
-            self.brokers[f.victim].start()
+            broker.start()
         except MetaqError as e:  # the demo fails: the broker is not back in the ISR
             f.restart_error = str(e).splitlines()[0]
+            return f"*** broker {f.victim} did not start again: {f.restart_error}"
+        return f"*** restarted broker {f.victim} at {broker.bootstrap}; it catches up as a follower"
 
     def leaders_view(self, layout: ZkLayout, topic: str, partitions: int) -> str:
         """``0:3 1:down 2:5``: partitions each broker leads (``down`` while it is killed)."""
