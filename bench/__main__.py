@@ -27,8 +27,8 @@ ends with one set of tables:
    and a leave, attempts, ZooKeeper requests and claim conflicts; fence and commit of 10,000 offsets
    (bench/scale.py; --only scale).
 9. replication: confluent-kafka produce to RF1 acks=1, RF3 acks=1, RF3 acks=all on three brokers (leader's and
-   a follower's CPU), and the failover time after SIGKILL / SIGTERM of a leader (bench/replication.py;
-   --only replication).
+   a follower's CPU), and the failover time after SIGKILL / SIGTERM of a leader, to the first acks=all produce
+   and to the first record fetched that was produced after it (bench/replication.py; --only replication).
 
 ``ZOOKEEPER_CONNECT=host:port`` uses an existing ZooKeeper instead of the embedded one.
 """

@@ -1,7 +1,8 @@
 """Replication (issue 9 §3): confluent-kafka produce throughput of 100-byte values to one partition, RF 1
 acks=1, RF 3 acks=1 and RF 3 acks=all (msgs/s, CPU seconds per 1M messages of the leader and of a
 follower), and failover: SIGKILL of the leader (zookeeper.session.timeout.ms 6000) and a controlled shutdown
-(SIGTERM), each timed to the first acks=all produce the new leader acknowledges.
+(SIGTERM), each timed to the first acks=all produce the new leader acknowledges and to the first record
+produced after the kill that a consumer (confluent-kafka) fetches.
 
 Three broker processes on the shared environment's ZooKeeper (the shared broker is broker 0 and leads every
 partition measured here; brokers 1 and 2 are started for this section and stopped after it).
@@ -25,6 +26,9 @@ from metaq.testing.broker import topic_leaders, wait_until
 SESSION_MS = 6000
 FAST_REPLICAS = {"replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 200,
                  "zookeeper.session.timeout.ms": SESSION_MS}
+# librdkafka's syslog level for the failover's clients: its lines about the connections the kill refuses
+# (level 3 and 6) would bury the table
+QUIET = 2
 
 
 @dataclass
@@ -89,63 +93,104 @@ def _high_watermark(bootstrap: str, topic: str) -> int:
         c.close()
 
 
-def failover(env: Environment, brokers: list[BrokerProcess], how: str) -> tuple[float, float]:
-    """(seconds to a new leader in ZooKeeper, seconds to the first acknowledged acks=all produce) after
-    ``how`` ("kill" or "sigterm") of the leader of a fresh RF-3 topic."""
+@dataclass
+class FailoverTimes:
+    """Seconds after the SIGKILL / SIGTERM of the leader."""
+
+    how: str
+    elected: float  # a new leader in ZooKeeper
+    produced: float  # the first acks=all produce acknowledged
+    fetched: float  # the first record produced after the kill, fetched by a consumer
+
+
+def failover(env: Environment, brokers: list[BrokerProcess], how: str) -> FailoverTimes:
+    """``how`` ("kill" or "sigterm") the leader of a fresh RF-3 topic while probes are produced (acks=all)
+    and a confluent-kafka consumer, assigned to the partition, reads."""
     leader = brokers[2] if how == "kill" else brokers[1]  # started here, with the 6 s session
     order = [leader.broker_id] + [b.broker_id for b in brokers if b is not leader]
     topic = _topic(env, brokers, f"failover-{how}", order)
     bootstrap = ",".join(b.bootstrap for b in brokers)
     p = _producer(bootstrap, "all", **{"retry.backoff.ms": 50, "message.timeout.ms": 60000,
-                                       "topic.metadata.refresh.interval.ms": 500})
+                                       "topic.metadata.refresh.interval.ms": 500, "log_level": QUIET})
     p.produce(topic, b"warm", partition=0)
     assert p.flush(30) == 0
+    c = _reader(bootstrap, topic)
     acked: list[float] = []
-    before = env.layout.partition_state(topic, 0)
-    assert before is not None and before.leader == leader.broker_id, before
-    started = time.monotonic()
-    if how == "kill":
-        leader.kill()
-    else:
-        assert leader.proc is not None
-        leader.proc.send_signal(signal.SIGTERM)  # not stop(): it waits for the exit, and we time the move
-    elected = 0.0
-    while not acked and time.monotonic() - started < 60:
-        state = env.layout.partition_state(topic, 0)
-        if not elected and state is not None and state.leader not in (leader.broker_id, -1):
-            elected = time.monotonic() - started
-        p.produce(topic, b"probe", partition=0,
-                  on_delivery=lambda err, _m: acked.append(time.monotonic()) if err is None else None)
-        p.poll(0.05)
-    assert acked, f"no acks=all produce acknowledged within 60 s of the {how}"
+    fetched: list[float] = []
+    try:
+        wait_until(lambda: _read(c) == b"warm", 30, f"the consumer of {topic} to read the warm-up record")
+        before = env.layout.partition_state(topic, 0)
+        assert before is not None and before.leader == leader.broker_id, before
+        started = time.monotonic()
+        if how == "kill":
+            leader.kill()
+        else:
+            assert leader.proc is not None
+            leader.proc.send_signal(signal.SIGTERM)  # not stop(): it waits for the exit, and we time the move
+        elected = 0.0
+        while not (acked and fetched) and time.monotonic() - started < 60:
+            state = env.layout.partition_state(topic, 0)
+            if not elected and state is not None and state.leader not in (leader.broker_id, -1):
+                elected = time.monotonic() - started
+            if not acked:
+                p.produce(topic, b"probe", partition=0,
+                          on_delivery=lambda err, _m: acked.append(time.monotonic()) if err is None else None)
+            p.poll(0.05)
+            if not fetched and _read(c) == b"probe":  # every probe was produced after the kill
+                fetched.append(time.monotonic())
+        assert acked, f"no acks=all produce acknowledged within 60 s of the {how}"
+        assert fetched, f"no record produced after the {how} fetched within 60 s"
+    finally:
+        c.close()
     p.flush(60)
     leader.stop()  # reaps the SIGTERMed broker (a no-op after the kill)
     leader.start()
     wait_until(lambda: sorted(env.layout.partition_state(topic, 0).isr) == [0, 1, 2], 60, "the ISR back")
-    return elected, acked[0] - started
+    return FailoverTimes(how, elected, acked[0] - started, fetched[0] - started)
 
 
-def run(env: Environment, messages: int) -> tuple[list[ThroughputRow], list[tuple[str, float, float]]]:
+def _reader(bootstrap: str, topic: str) -> confluent_kafka.Consumer:
+    """A consumer of partition 0 from its beginning that follows the leader quickly (short fetch wait and
+    metadata refresh, as the producer's)."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-failover",
+                                  "enable.auto.commit": False, "fetch.wait.max.ms": 50,
+                                  "topic.metadata.refresh.interval.ms": 500, "retry.backoff.ms": 50,
+                                  "reconnect.backoff.max.ms": 200, "log_level": QUIET})
+    c.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+    return c
+
+
+def _read(c: confluent_kafka.Consumer) -> bytes | None:
+    """The value of the next record, if one is there within 50 ms (errors while the leader moves: None)."""
+    msg = c.poll(0.05)
+    if msg is None or msg.error() is not None:
+        return None
+    value = msg.value()
+    return bytes(value) if value is not None else None
+
+
+def run(env: Environment, messages: int) -> tuple[list[ThroughputRow], list[FailoverTimes]]:
     brokers = [env.broker]
     try:
         for i in (1, 2):
             brokers.append(BrokerProcess(env.zk, i, env.work_dir, log_level="WARNING",
                                          properties=FAST_REPLICAS).start())
         rows = throughput(env, brokers, messages)
-        times = [(how, *failover(env, brokers, how)) for how in ("kill", "sigterm")]
+        times = [failover(env, brokers, how) for how in ("kill", "sigterm")]
     finally:
         for b in brokers[1:]:
             b.stop()
     return rows, times
 
 
-def tables(rows: list[ThroughputRow], times: list[tuple[str, float, float]]) -> list[tuple[str, Any]]:
+def tables(rows: list[ThroughputRow], times: list[FailoverTimes]) -> list[tuple[str, Any]]:
     base = rows[0].messages / rows[0].seconds
     header = ["setup", "messages", "msgs/s", "leader CPU s/1M", "follower CPU s/1M"]
     ratio = [[r.setup, "", f"{r.messages / r.seconds / base:.2f}x RF1 acks=1", "", ""] for r in rows[1:]]
-    failovers = [[f"SIGKILL (session {SESSION_MS} ms)" if how == "kill" else "SIGTERM (controlled shutdown)",
-                  f"{elected:.2f}", f"{first:.2f}"] for how, elected, first in times]
+    failovers = [[f"SIGKILL (session {SESSION_MS} ms)" if t.how == "kill" else "SIGTERM (controlled shutdown)",
+                  f"{t.elected:.2f}", f"{t.produced:.2f}", f"{t.fetched:.2f}"] for t in times]
     return [("9. Replication: confluent-kafka produce, 100-byte values, one partition (target: RF3 acks=all "
              ">= 0.5x RF1 acks=1)", (header, [r.cells() for r in rows] + ratio)),
             ("   Failover of the leader (targets: SIGKILL <= session + 1 s; controlled shutdown <= 1 s)",
-             (["how", "new leader after s", "first acks=all produce after s"], failovers))]
+             (["how", "new leader after s", "first acks=all produce after s", "first fetched record after s"],
+              failovers))]

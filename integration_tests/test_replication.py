@@ -218,6 +218,22 @@ def test_consumers_never_read_above_the_high_watermark(three, zk_layout: ZkLayou
     assert _latest(bootstrap, "hw") == 3
 
 
+def test_a_restarted_follower_rejoins_the_isr_on_the_fetch_that_catches_it_up(three, zk_layout: ZkLayout) -> None:
+    """Kafka expands the ISR on the follower's fetch (maybeExpandIsr), not at the periodic lag check: with
+    replica.lag.time.max.ms 10 minutes (a check every 5 minutes), a killed and restarted follower is back in
+    the ISR as soon as it has caught up, so acks=all does not run with a smaller ISR for minutes."""
+    brokers = three(**{"replica.lag.time.max.ms": 600000})
+    leader = _rf3_topic(zk_layout, brokers, "rejoin")
+    follower = brokers[(leader + 1) % 3]
+    _produce_all(brokers[leader].bootstrap, "rejoin", [b"a%d" % i for i in range(100)])
+    follower.kill()
+    wait_until(lambda: follower.broker_id not in _state(zk_layout, "rejoin").isr, 30, "the controller shrinks the ISR")
+    _produce_all(brokers[leader].bootstrap, "rejoin", [b"b%d" % i for i in range(100)])  # the follower lacks these
+    follower.start()
+    wait_until(lambda: sorted(_state(zk_layout, "rejoin").isr) == [0, 1, 2], 60, "the follower back in the ISR")
+    assert _state(zk_layout, "rejoin").leader == leader
+
+
 def test_min_insync_replicas_refuses_acks_all_when_the_isr_shrank_to_the_leader(three, zk_layout: ZkLayout) -> None:
     """Jepsen 2013: with the ISR down to the leader alone, an acks=all write must fail, not be acknowledged
     and then lost when another replica takes over."""

@@ -169,17 +169,19 @@ def ownership_problem(layout: ZkLayout, group: str, topic: str, partitions: int,
 
 
 class SteadyProducer(threading.Thread):
-    """Produces (seq) values at a steady rate with metaq.Producer; records acknowledged offsets."""
+    """Produces (seq) values at a steady rate with metaq.Producer; records acknowledged offsets and when each
+    acknowledgement arrived (``time.monotonic()``). ``acks="all"`` for a replicated topic."""
 
-    def __init__(self, zk_connect: str, topic: str, rate: float = 500.0) -> None:
+    def __init__(self, zk_connect: str, topic: str, rate: float = 500.0, acks: int | str = 1) -> None:
         super().__init__(name="steady-producer", daemon=True)
         from metaq.producer import Producer
 
-        self._producer = Producer({"zookeeper.connect": zk_connect, "linger.ms": 5, "retries": 50})
+        self._producer = Producer({"zookeeper.connect": zk_connect, "linger.ms": 5, "retries": 50, "acks": acks})
         self.topic = topic
         self.rate = rate
         self.stop_event = threading.Event()
         self.acked: dict[tuple[int, int], bytes] = {}
+        self.acked_at: dict[tuple[int, int], float] = {}
         self.failed = 0
         self._lock = threading.Lock()
 
@@ -190,8 +192,10 @@ class SteadyProducer(threading.Thread):
             with self._lock:
                 self.failed += 1
             return
+        now = time.monotonic()
         with self._lock:
             self.acked[(md.partition, md.offset)] = b""
+            self.acked_at[(md.partition, md.offset)] = now
 
     def run(self) -> None:
         seq = 0

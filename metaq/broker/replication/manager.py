@@ -90,6 +90,7 @@ class ReplicaManager:
         self._checkpointed: dict[TopicPartition, int] = {}
         self._min_isr: dict[str, tuple[int, float]] = {}
         self._isr_writes: set[TopicPartition] = set()
+        self._isr_tasks: set[asyncio.Task[None]] = set()  # ISR expansions started by a fetch (kept referenced)
         self._epochs: dict[TopicPartition, LeaderEpochCache] = {}
         self._retry_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -115,7 +116,7 @@ class ReplicaManager:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        for task in [*self._tasks, *self._isr_tasks]:
             task.cancel()
         for fetcher in self._fetchers.values():
             fetcher.shutdown()
@@ -288,6 +289,30 @@ class ReplicaManager:
         meta = self._metadata.snapshot.partition(topic, partition)
         if meta is not None:
             self._update_hw(key, replica, meta)
+            if replica_id not in meta.isr:
+                self._expand_isr(key, replica.leader, meta)
+
+    def _expand_isr(self, key: TopicPartition, state: LeaderState, meta: PartitionMeta) -> None:
+        """Event loop, on a fetch of a follower outside the ISR: add it back as soon as it caught up (Kafka's
+        maybeExpandIsr on the fetch path), not at the next periodic check, which comes only every
+        replica.lag.time.max.ms / 2 (15 s by default) and would leave acks=all writes that long with a
+        smaller ISR after a broker restart."""
+        joining = state.caught_up(meta.replicas, meta.isr)
+        if not joining or key in self._isr_writes or self._loop is None:
+            return
+        self._isr_writes.add(key)
+        task = self._loop.create_task(self._write_isr_async(key, state.leader_epoch, meta.isr + tuple(joining)),
+                                      name="metaq-broker-isr-expand")
+        self._isr_tasks.add(task)
+        task.add_done_callback(self._isr_tasks.discard)
+
+    async def _write_isr_async(self, key: TopicPartition, leader_epoch: int, isr: tuple[int, ...]) -> None:
+        try:
+            await asyncio.to_thread(self._write_isr, key, leader_epoch, isr)
+        except Exception:
+            log.exception("%s-%d: adding caught-up followers to the ISR failed (the periodic check retries)", *key)
+        finally:
+            self._isr_writes.discard(key)
 
     def leader_appended(self, topic: str, partition: int) -> None:
         """After a produce append: with the leader alone in the ISR the HW moves at once."""
