@@ -243,6 +243,7 @@ class RecordAccumulator:
         self._max_block = max_block_ms / 1000.0
         self._compression = compression
         self._max_record_size = max_record_size if max_record_size is not None else buffer_memory
+        self._max_bound = self._max_record_size - BATCH_HEADER.size  # a record alone in a batch must fit
         self._wakeup = wakeup
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)  # notified when buffer memory is released
@@ -269,11 +270,13 @@ class RecordAccumulator:
         else:
             bound = RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
             header_list = _NO_HEADERS
-        if bound + BATCH_HEADER.size > self._max_record_size:
+        if bound > self._max_bound:
             raise MessageSizeTooLargeError(
                 f"a record of about {bound} bytes for {topic}-{partition} is larger than "
                 f"max.request.size ({self._max_record_size})")
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not ``with``: its __enter__/__exit__ calls cost as much as the lock itself
+        try:
             if self._closing:
                 raise MetaqError("send() on a closed producer")
             if self._used + bound > self._buffer_memory:
@@ -287,6 +290,8 @@ class RecordAccumulator:
                     self._used += bound
                     return RecordFuture(batch.outcome, index, timestamp)
             future = self._new_batch(TopicPartition(topic, partition), timestamp, key, value, headers)
+        finally:
+            lock.release()
         self._wakeup()  # a new batch: the sender must learn its linger deadline (or send the full one)
         return future
 

@@ -62,6 +62,8 @@ class Producer:
                 max_record_size=cfg.max_request_size, wakeup=self._wakeup)
             self._sender = Sender(cfg, self._accumulator, metadata, connection_factory)
             self._sender.start()
+            self._append = self._accumulator.append  # send()'s two calls, looked up once
+            self._topic = metadata.topic
         except BaseException:
             metadata.close()  # do not leak the ZooKeeper session of a producer that never ran
             raise
@@ -91,14 +93,14 @@ class Producer:
             _check_bytes("key", key)
         if headers:
             _check_headers(headers)
-        info = self._metadata.topic(topic)
+        info = self._topic(topic)
         if partition is None:
             partition = self._partitioner(topic, key, info.partitions, info.available)
         elif partition not in info.partitions:
             _check_partition(self._metadata.refresh(topic), topic, partition)
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
-        return self._accumulator.append(topic, partition, timestamp_ms, key, value, headers)
+        return self._append(topic, partition, timestamp_ms, key, value, headers)
 
     def partitions_for(self, topic: str) -> list[int]:
         """The topic's partitions (sorted); raises UnknownTopicError."""
