@@ -8,9 +8,12 @@ import time
 import weakref
 
 import pytest
+from kafka.record.memory_records import MemoryRecords
 
 from metaq.errors import MessageSizeTooLargeError, MetaqError
+from metaq.producer import accumulator
 from metaq.producer.accumulator import RecordAccumulator, TopicPartition
+from metaq.protocol.builder import CompiledBatchBuilder, PyBatchBuilder
 
 TP = TopicPartition("t", 0)
 TS = 1700000000000
@@ -140,3 +143,16 @@ def test_a_pending_batch_does_not_keep_dropped_futures_alive():
         assert [r() for r in refs] == [None, None, None]
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("builder", [PyBatchBuilder, CompiledBatchBuilder])
+def test_batches_read_back_with_either_builder(monkeypatch, builder):
+    monkeypatch.setattr(accumulator, "BatchBuilder", builder)
+    acc, _ = make_acc(linger_ms=0)
+    futures = [acc.append(*TP, TS + i, b"k", b"v%d" % i, [("h", b"x")] if i == 1 else None) for i in range(3)]
+    (batches,) = acc.drain([[TP]], 1 << 20, time.monotonic())
+    (batch,) = list(MemoryRecords(batches[0].seal()))
+    assert [(r.offset, r.timestamp, r.value, list(r.headers)) for r in batch] == [
+        (0, TS, b"v0", []), (1, TS + 1, b"v1", [("h", b"x")]), (2, TS + 2, b"v2", [])]
+    batches[0].complete(7)
+    assert [f.result(0).offset for f in futures] == [7, 8, 9]
