@@ -63,7 +63,7 @@ class Producer:
             self._sender = Sender(cfg, self._accumulator, metadata, connection_factory)
             self._sender.start()
             self._append = self._accumulator.append  # send()'s two calls, looked up once
-            self._topic = metadata.topic
+            self._known_topic = metadata.known_topics.get
         except BaseException:
             metadata.close()  # do not leak the ZooKeeper session of a producer that never ran
             raise
@@ -93,7 +93,11 @@ class Producer:
             _check_bytes("key", key)
         if headers:
             _check_headers(headers)
-        info = self._topic(topic)
+        # metadata as last read, as Kafka's producer does: the sender re-reads it when older than
+        # metadata.max.age.ms (it asks for every batch it sends) or after an error; an unknown topic is read now
+        info = self._known_topic(topic)
+        if info is None:
+            info = self._metadata.topic(topic)
         if partition is None:
             partition = self._partitioner(topic, key, info.partitions, info.available)
         elif partition not in info.partitions:
