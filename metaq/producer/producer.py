@@ -39,6 +39,13 @@ class Producer:
     ``send()`` is thread-safe and returns at once (unless the buffer is full); records to one partition are
     delivered in ``send()`` order, even across retries. Future callbacks run on the sender thread and must not
     block. ``metadata`` and ``connection_factory`` are seams for tests.
+
+    A future nobody uses costs three fields and is freed when dropped (its batch does not hold it), so
+    fire-and-forget sends leave nothing for the cyclic garbage collector; waiting on, cancelling or adding a
+    callback to a future gives it Future's usual condition. Keeping every future of a long run alive does
+    bring the collector back: an application that must can ``gc.freeze()`` its long-lived state after setup
+    (its choice; the producer does not). ``send()`` reads topic metadata as last read, and the sender re-reads
+    it after ``metadata.max.age.ms`` or an error, as Kafka's producer does.
     """
 
     def __init__(self, config: ProducerConfig | Mapping[str, Any] | None = None, *,
