@@ -14,6 +14,8 @@ ends with one set of tables:
    validation of every record (metaq/broker/log/validator.py); then the broker's CPU for confluent-kafka's
    100-byte produce and fetch with metrics on (the shared broker) and off (a second broker started with
    metrics.enabled=false), alternated;
+1c. producer: confluent-kafka and metaq.Producer 100-byte produce (1M messages each) in alternating order, three
+   rounds, with each round's metaq / confluent ratios of msgs/s and CPU and their medians (--only producer);
 2. consumer: one consumer process per client on the same pre-produced data (bench/consumer.py), with the
    ratios the targets are stated in, and the metaq stream iterator and batch listener with metrics on and off;
 3. rebalance: 4 consumer processes x 64 partitions, clean leave/join and SIGKILL (bench/rebalance.py);
@@ -39,6 +41,7 @@ import argparse
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -183,6 +186,53 @@ def run_broker(env: Environment, messages: int, sizes: list[int]) -> list[Row]:
     return bench.rows
 
 
+PRODUCER_MESSAGES = 1_000_000
+PRODUCER_TARGET = 0.6  # issue 12: metaq.Producer's msgs/s >= 0.6x confluent-kafka's, same broker, same run
+
+
+def run_producer_ratio(env: Environment, messages: int, repeat: int) -> list[Row]:
+    """confluent-kafka and metaq.Producer (acks=1, linger.ms=5, 100-byte values, one partition) in alternating
+    order, ``repeat`` rounds on the shared broker: on a loaded machine only interleaved runs compare."""
+    bench = Bench(env.broker, env.layout, "producer-ratio")
+    value = b"x" * 100
+    jobs = [("confluent-kafka", confluent_produce, env.bootstrap), ("metaq.Producer", metaq_produce, env.zk)]
+    for rep in range(repeat):
+        for client, fn, address in jobs[::-1] if rep % 2 else jobs:
+            bench.measure(client, "produce", 100, messages, fn, address, bench.topic(), value, messages)
+    return bench.rows
+
+
+def producer_ratio_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    """Each round's metaq / confluent ratios (msgs/s, client and broker CPU per message), then the medians."""
+    ours = [r for r in rows if r.client == "metaq.Producer"]
+    theirs = [r for r in rows if r.client == "confluent-kafka"]
+    header = ["round", "confluent msgs/s", "metaq msgs/s", "msgs/s ratio", "target", "met",
+              "client CPU s/1M c | m", "broker CPU s/1M c | m"]
+    table = []
+    ratios = []
+    for n, (m, c) in enumerate(zip(ours, theirs, strict=True), 1):
+        ratio = (m.messages / m.seconds) / (c.messages / c.seconds)
+        ratios.append(ratio)
+        table.append([str(n), f"{c.messages / c.seconds:,.0f}", f"{m.messages / m.seconds:,.0f}", f"{ratio:.2f}x",
+                      f">= {PRODUCER_TARGET}x", "yes" if ratio >= PRODUCER_TARGET else "NO",
+                      f"{_per_m(c.client_cpu, c)} | {_per_m(m.client_cpu, m)}",
+                      f"{_per_m(c.broker_cpu, c)} | {_per_m(m.broker_cpu, m)}"])
+    if ratios:
+        med = statistics.median(ratios)
+        table.append(["median", f"{statistics.median(c.messages / c.seconds for c in theirs):,.0f}",
+                      f"{statistics.median(m.messages / m.seconds for m in ours):,.0f}", f"{med:.2f}x",
+                      f">= {PRODUCER_TARGET}x", "yes" if med >= PRODUCER_TARGET else "NO",
+                      f"{statistics.median(c.client_cpu / c.messages * 1e6 for c in theirs):.2f} | "
+                      f"{statistics.median(m.client_cpu / m.messages * 1e6 for m in ours):.2f}",
+                      f"{statistics.median(c.broker_cpu / c.messages * 1e6 for c in theirs):.2f} | "
+                      f"{statistics.median(m.broker_cpu / m.messages * 1e6 for m in ours):.2f}"])
+    return header, table
+
+
+def _per_m(cpu: float, row: Row) -> str:
+    return f"{cpu / row.messages * 1e6:.2f}"
+
+
 METRICS_MESSAGES = 500_000
 """At least this many per run: the broker's CPU clock ticks in 10 ms, a small run would measure only that."""
 
@@ -237,11 +287,13 @@ class Plan:
     commit_reps: int
     scale_sizes: tuple[tuple[int, int], ...]
     scale_reps: int
+    producer_repeat: int
 
 
-FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20, bench_scale.SIZES, 2)
-QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5, ((10, 1_000),), 1)
-SECTIONS = ("broker", "consumer", "rebalance", "commit", "offsets", "spark", "security", "scale", "replication")
+FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20, bench_scale.SIZES, 2, 3)
+QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5, ((10, 1_000),), 1, 1)
+SECTIONS = ("broker", "producer", "consumer", "rebalance", "commit", "offsets", "spark", "security", "scale",
+            "replication")
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -252,7 +304,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=None, help="broker section: messages per 100-byte run")
     parser.add_argument("--sizes", default=None, help="broker section: value sizes in bytes, comma separated")
     parser.add_argument("--consumer-messages", type=int, default=None, help="consumer section: messages")
-    parser.add_argument("--repeat", type=int, default=None, help="consumer section: runs per client (best)")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="consumer section: runs per client (best); producer section: rounds")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     only = {s.strip() for s in args.only.split(",") if s.strip()}
@@ -270,6 +323,12 @@ def main() -> None:
             rows = run_broker_metrics(env, max(args.messages or plan.broker_messages, METRICS_MESSAGES),
                                       max(2, plan.consumer_repeat))
             tables.append(("   Broker CPU with metrics on and off (best of the runs)", broker_metrics_table(rows)))
+        if "producer" in only:
+            print("== 1c. producer: metaq.Producer vs confluent-kafka, interleaved", flush=True)
+            rows = run_producer_ratio(env, args.messages or (plan.broker_messages if args.quick else PRODUCER_MESSAGES),
+                                      args.repeat or plan.producer_repeat)
+            tables.append(("1c. metaq.Producer / confluent-kafka produce (acks=1, linger.ms=5, 100 B, one partition; "
+                           "c | m: confluent | metaq; issue 12)", producer_ratio_table(rows)))
         if "consumer" in only:
             print("== 2. consumer throughput", flush=True)
             results = bench_consumer.run(env, args.consumer_messages or plan.consumer_messages,

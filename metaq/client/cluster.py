@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import threading
 import time
+import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -175,6 +176,9 @@ class ClusterClient:
         self._assume_preferred = assume_preferred_leader
         self._on_close = on_close
         self._topics: dict[str, TopicInfo] = {}
+        self.known_topics: Mapping[str, TopicInfo] = types.MappingProxyType(self._topics)
+        """The topics as last read, even if older than metadata.max.age.ms or invalidated: for a hot path
+        whose staleness something else bounds by calling :meth:`topic` (the producer's sender, per batch)."""
         self._read_lock = threading.Lock()  # serialises topic reads so that concurrent misses do one read
         self._conn_lock = threading.Lock()  # guards _connections
         self._io_lock = threading.RLock()  # one request at a time on the shared connections

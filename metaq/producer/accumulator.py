@@ -4,7 +4,7 @@
 batch when it is full, its linger time has passed, or a flush or close asks for everything::
 
     acc = RecordAccumulator(batch_size=262144, buffer_memory=32 << 20, linger_ms=5, max_block_ms=60000)
-    future = acc.append(TopicPartition("clicks", 0), 1700000000000, b"key", b"value")
+    future = acc.append("clicks", 0, 1700000000000, b"key", b"value")
     acc.ready_partitions(time.monotonic())       # -> ([TopicPartition("clicks", 0)], next check) once ready
 
 A partition with a batch in flight is *muted*: its next batch waits, so a retried batch never overtakes a later
@@ -43,120 +43,113 @@ class RecordMetadata(NamedTuple):
     timestamp_ms: int
 
 
-_CONDITION_LOCK = threading.Lock()  # guards the lazy creation of every RecordFuture's condition
+_LOCK = threading.Lock()  # guards every RecordFuture's materialisation and every BatchOutcome's completion
+_FUTURE_FIELDS = frozenset({"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"})
 
 
 class RecordFuture(Future[RecordMetadata]):
-    """A Future that creates its ``threading.Condition`` and its waiter and callback lists only when someone
-    waits, cancels or adds a callback.
+    """A record's future: until someone uses it, three fields and a reference to its batch's shared outcome.
 
-    ``send()`` returns a future per record and most are never waited on one by one. Future's eager Condition
-    (with its RLock and bound methods, all tracked by the cyclic GC) made ``send()`` about 3x slower, and its
-    two lists, also tracked, doubled the garbage collector's share of ``send()``. This relies on Future's
-    private fields (``_state``, ``_result``, ``_exception``, ``_waiters``, ``_done_callbacks``; Future only
-    reads the lists, always after taking ``_condition``), unchanged since Python 3.2; the tests exercise the
-    public API and ``wait()`` over them.
+    ``send()`` returns a future per record and most are dropped unread. Future's own fields (a Condition with
+    its RLock, two lists) made ``send()`` about 3x slower; and a batch that held its records' futures to
+    resolve them kept every one alive, and tracked by the cyclic GC, until the broker answered. So the batch
+    holds none: the outcome is one object per batch, and a future first used (waited on, cancelled, given a
+    callback, read) *materialises* Future's fields under a lock, either from the finished outcome or, while
+    the batch is pending, registering with the outcome to be notified. This relies on Future's private
+    fields (``_condition``, ``_state``, ``_result``, ``_exception``, ``_waiters``, ``_done_callbacks``;
+    Future and concurrent.futures.wait/as_completed touch the others only after taking ``_condition``),
+    unchanged since Python 3.2; tests/producer/test_producer_future.py exercises the public API over them.
     """
 
-    def __init__(self, outcome: BatchOutcome | None = None, index: int = 0) -> None:
-        # Future.__init__ is skipped on purpose: it builds the Condition and lists
-        self._lazy: tuple[threading.Condition, list[Any], list[Any]] | None = None
-        self._state = PENDING
-        self._value: RecordMetadata | None = None
-        self._exception = None
-        self._outcome = outcome  # where a batch's record reads its metadata from once the batch succeeded
-        self._index = index
+    __slots__ = ("_outcome", "_index", "_timestamp")
 
-    @property
-    def _result(self) -> RecordMetadata | None:
-        """Future's result field, made from the batch's outcome on first read: most results are never read."""
-        value = self._value
-        if value is None and self._state == FINISHED and self._exception is None and self._outcome is not None:
-            value = self._value = self._outcome.metadata(self._index)
-        return value
+    def __init__(self, outcome: BatchOutcome, index: int, timestamp: int) -> None:
+        # Future.__init__ is skipped on purpose: _materialize makes its fields if they are ever used
+        self._outcome = outcome
+        self._index = index  # the record's place in its batch: its offset is the batch's base offset + index
+        self._timestamp = timestamp
 
-    @_result.setter
-    def _result(self, value: RecordMetadata | None) -> None:
-        self._value = value
+    def __getattr__(self, name: str) -> Any:
+        """Only reached for fields not yet made: Future's are made on first use, anything else is missing."""
+        if name not in _FUTURE_FIELDS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self._materialize()
+        return object.__getattribute__(self, name)
 
-    def _parts(self) -> tuple[threading.Condition, list[Any], list[Any]]:
-        parts = self._lazy
-        if parts is None:
-            with _CONDITION_LOCK:
-                parts = self._lazy
-                if parts is None:
-                    parts = self._lazy = (threading.Condition(), [], [])
-        return parts
-
-    @property
-    def _condition(self) -> threading.Condition:  # type: ignore[override]
-        return self._parts()[0]
-
-    @property
-    def _waiters(self) -> list[Any]:  # type: ignore[override]
-        return self._parts()[1]
-
-    @property
-    def _done_callbacks(self) -> list[Any]:
-        return self._parts()[2]
-
-    def resolve(self, result: RecordMetadata) -> None:
-        self._finish(result, None)
-
-    def reject(self, error: BaseException) -> None:
-        self._finish(None, error)
-
-    def _finish(self, result: RecordMetadata | None, error: BaseException | None) -> None:
-        with _CONDITION_LOCK:
-            if self._lazy is None:  # no waiter, canceller or callback can exist: nobody to notify
-                if self._state == PENDING:
-                    self._result, self._exception, self._state = result, error, FINISHED
+    def _materialize(self) -> None:
+        with _LOCK:
+            if "_condition" in self.__dict__:  # another thread made them first
                 return
-        self._notify(result, error)
-
-    def _notify(self, result: RecordMetadata | None, error: BaseException | None) -> None:
-        """Future's own path, for a future someone waits on, cancelled or added a callback to."""
-        if self.set_running_or_notify_cancel():
-            if error is None:
-                self.set_result(result)  # type: ignore[arg-type]
+            outcome = self._outcome
+            self._waiters = []
+            self._done_callbacks: list[Callable[[Future[RecordMetadata]], object]] = []
+            self._result = None
+            self._exception = None
+            if outcome.done:
+                self._state = FINISHED
+                if outcome.error is None:
+                    self._result = outcome.metadata(self._index, self._timestamp)
+                else:
+                    self._exception = outcome.error
             else:
-                self.set_exception(error)
+                self._state = PENDING
+                outcome.watch(self)
+            self._condition = threading.Condition()  # last: its presence says the rest is made
+
+    def _notify(self) -> None:
+        """Future's own path, for a materialised future of a batch that just finished (not under _LOCK)."""
+        outcome = self._outcome
+        if self.set_running_or_notify_cancel():  # False if it was cancelled: its waiters were told so
+            if outcome.error is None:
+                self.set_result(outcome.metadata(self._index, self._timestamp))
+            else:
+                self.set_exception(outcome.error)
 
 
 class BatchOutcome:
-    """A sent batch's offsets, which its records' futures make their RecordMetadata from when read (it holds
-    no future, so futures and outcome form no reference cycle for the garbage collector)."""
+    """What became of a batch, shared by its records' futures, which make their RecordMetadata from it when
+    read. It references only the futures someone waits on, until it has notified them."""
 
-    __slots__ = ("topic", "partition", "timestamps", "base_offset", "log_append_time_ms")
+    __slots__ = ("topic", "partition", "base_offset", "log_append_time_ms", "error", "done", "_watchers")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
-        self.timestamps: list[int] = []  # of the records, in order
         self.base_offset = -1  # -1 for acks=0 (the broker does not say)
         self.log_append_time_ms = -1
+        self.error: BaseException | None = None
+        self.done = False
+        self._watchers: list[RecordFuture] | None = None
 
-    def metadata(self, index: int) -> RecordMetadata:
+    def metadata(self, index: int, timestamp: int) -> RecordMetadata:
         """Record ``index``'s metadata: offset base_offset + index (-1 stays -1), the log append time if set."""
         offset = self.base_offset + index if self.base_offset >= 0 else -1
-        ts = self.log_append_time_ms if self.log_append_time_ms >= 0 else self.timestamps[index]
+        ts = self.log_append_time_ms if self.log_append_time_ms >= 0 else timestamp
         return RecordMetadata(self.topic, self.partition, offset, ts)
 
+    def watch(self, future: RecordFuture) -> None:
+        """Notify ``future`` when the batch finishes (called holding _LOCK, while not done)."""
+        if self._watchers is None:
+            self._watchers = []
+        self._watchers.append(future)
 
-def resolve_all(futures: Sequence[RecordFuture], outcome: BatchOutcome, base_offset: int,
-                log_append_time_ms: int) -> None:
-    """``resolve`` every record future of a batch whose ``outcome`` they share, taking the lock once for the
-    batch; their RecordMetadata is made when read, and the few futures someone waits on are notified after."""
-    outcome.base_offset, outcome.log_append_time_ms = base_offset, log_append_time_ms
-    watched: list[RecordFuture] = []
-    with _CONDITION_LOCK:
-        for future in futures:
-            if future._lazy is not None:
-                watched.append(future)
-            elif future._state == PENDING:
-                future._state = FINISHED
-    for future in watched:
-        future._notify(outcome.metadata(future._index), None)
+    def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
+        """Every record succeeded: record i has offset base_offset + i. Does nothing if already finished."""
+        self._finish(base_offset, log_append_time_ms, None)
+
+    def fail(self, error: BaseException) -> None:
+        """Every record failed with ``error``. Does nothing if already finished."""
+        self._finish(-1, -1, error)
+
+    def _finish(self, base_offset: int, log_append_time_ms: int, error: BaseException | None) -> None:
+        with _LOCK:
+            if self.done:
+                return
+            self.base_offset, self.log_append_time_ms, self.error = base_offset, log_append_time_ms, error
+            self.done = True
+            watchers, self._watchers = self._watchers, None
+        for future in watchers or ():
+            future._notify()
 
 
 def record_size_bound(key: bytes | None, value: bytes | None, headers: Sequence[Header] | None) -> int:
@@ -167,59 +160,54 @@ def record_size_bound(key: bytes | None, value: bytes | None, headers: Sequence[
     return size
 
 
-class ProducerBatch:
-    """One partition's records in one record batch, and the futures of ``send()`` calls waiting on it."""
+_NO_HEADERS: list[Header] = []  # the compiled builder wants a list; it only reads it
 
-    __slots__ = ("tp", "created", "attempts", "retry_at", "size", "_builder", "_data", "_futures",
-                 "_outcome", "_done")
+
+class ProducerBatch:
+    """One partition's records in one record batch, and the outcome its records' futures read."""
+
+    __slots__ = ("tp", "created", "attempts", "retry_at", "size", "record_count", "add", "outcome", "_builder",
+                 "_data", "_done")
 
     def __init__(self, tp: TopicPartition, batch_size: int, compression: str, now: float) -> None:
         self.tp = tp
         self.created = now  # time.monotonic() of the first record: linger counts from here
         self.attempts = 0  # failed sends so far
         self.retry_at = 0.0  # time.monotonic() before which a retry must not be sent
-        self.size = BATCH_HEADER.size  # bytes counted against buffer.memory: the batch being built
-        self._builder: AnyBatchBuilder | None = BatchBuilder(batch_size, compression)
+        self.size = BATCH_HEADER.size  # bytes counted against buffer.memory: the header and each record's bound
+        self.record_count = 0
+        builder = BatchBuilder(batch_size, compression)
+        self._builder: AnyBatchBuilder | None = builder
+        # the builder's add(offset, timestamp, key, value, headers), None when full: the accumulator calls it
+        # directly, under its lock, only while the batch is open (not sealed)
+        self.add = builder.add
+        self.outcome = BatchOutcome(tp.topic, tp.partition)
         self._data: bytes | None = None
-        self._futures: list[RecordFuture] = []
-        self._outcome = BatchOutcome(tp.topic, tp.partition)
         self._done = threading.Event()
 
     def __repr__(self) -> str:
         return f"<ProducerBatch {self.tp.topic}-{self.tp.partition} records={self.record_count}>"
 
     @property
-    def record_count(self) -> int:
-        return len(self._futures)
-
-    @property
     def is_full(self) -> bool:
         return self._builder is None or self._builder.full
-
-    @property
-    def open_size(self) -> int:
-        """Bytes in the batch being built (0 once sealed)."""
-        return self._builder.size if self._builder is not None else 0
 
     @property
     def sealed(self) -> bool:
         return self._builder is None
 
     def try_append(self, timestamp: int, key: bytes | None, value: bytes | None,
-                   headers: Sequence[Header] | None) -> RecordFuture | None:
-        """A future for the record, or None if the batch is full or already sealed."""
-        builder = self._builder
-        if builder is None:
+                   headers: Sequence[Header] | None = None) -> RecordFuture | None:
+        """A future for the record, or None if the batch is full or already sealed (the accumulator's
+        append does the same inline)."""
+        if self._builder is None:
             return None
-        added = builder.append(timestamp, key, value, headers)
-        if not added:
+        index = self.record_count
+        if self.add(index, timestamp, key, value, list(headers) if headers else _NO_HEADERS) is None:
             return None
-        self.size += added
-        futures = self._futures
-        future = RecordFuture(self._outcome, len(futures))
-        futures.append(future)
-        self._outcome.timestamps.append(timestamp)
-        return future
+        self.record_count = index + 1
+        self.size += record_size_bound(key, value, headers)
+        return RecordFuture(self.outcome, index, timestamp)
 
     def seal(self) -> bytes:
         """The finished batch bytes; no record can be added afterwards."""
@@ -230,17 +218,13 @@ class ProducerBatch:
         return self._data
 
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
-        """Resolve every record's future: record i has offset base_offset + i (-1 stays -1 for acks=0)."""
-        if self._done.is_set():  # already resolved (e.g. failed by a forced close): outcomes are final
-            return
-        resolve_all(self._futures, self._outcome, base_offset, log_append_time_ms)
+        """Resolve every record's future: record i has offset base_offset + i (-1 stays -1 for acks=0).
+        Outcomes are final: a batch already failed (e.g. by a forced close) stays failed."""
+        self.outcome.complete(base_offset, log_append_time_ms)
         self._done.set()
 
     def fail(self, error: BaseException) -> None:
-        if self._done.is_set():
-            return
-        for future in self._futures:
-            future.reject(error)
+        self.outcome.fail(error)
         self._done.set()
 
     def wait(self, timeout: float | None) -> bool:
@@ -259,10 +243,12 @@ class RecordAccumulator:
         self._max_block = max_block_ms / 1000.0
         self._compression = compression
         self._max_record_size = max_record_size if max_record_size is not None else buffer_memory
+        self._max_bound = self._max_record_size - BATCH_HEADER.size  # a record alone in a batch must fit
         self._wakeup = wakeup
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)  # notified when buffer memory is released
         self._batches: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._open: dict[tuple[str, int], ProducerBatch] = {}  # each partition's newest batch while unsealed
         self._incomplete: set[ProducerBatch] = set()
         self._muted: set[TopicPartition] = set()
         self._used = 0
@@ -271,44 +257,61 @@ class RecordAccumulator:
 
     # -- the send() side -------------------------------------------------------------------------------------
 
-    def append(self, tp: TopicPartition, timestamp: int, key: bytes | None, value: bytes | None,
+    def append(self, topic: str, partition: int, timestamp: int, key: bytes | None, value: bytes | None,
                headers: Sequence[Header] | None = None) -> Future[RecordMetadata]:
-        """Add a record to its partition's newest batch (or a new one); blocks while the buffer is full."""
+        """Add a record to its partition's open batch (or a new one); blocks while the buffer is full.
+
+        The common case (the open batch has room) is inline and costs one lock, one dict lookup, one compiled
+        append and the future: send() spends most of its time here.
+        """
         if headers:
             bound = record_size_bound(key, value, headers)
-        else:  # the common case, inlined: send() spends most of its time here
+            header_list = list(headers)
+        else:
             bound = RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
-        if bound + BATCH_HEADER.size > self._max_record_size:
+            header_list = _NO_HEADERS
+        if bound > self._max_bound:
             raise MessageSizeTooLargeError(
-                f"a record of about {bound} bytes for {tp.topic}-{tp.partition} is larger than "
+                f"a record of about {bound} bytes for {topic}-{partition} is larger than "
                 f"max.request.size ({self._max_record_size})")
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not ``with``: its __enter__/__exit__ calls cost as much as the lock itself
+        try:
             if self._closing:
                 raise MetaqError("send() on a closed producer")
             if self._used + bound > self._buffer_memory:
                 self._reserve(bound)
-            queue = self._batches.get(tp)
-            if queue:
-                batch = queue[-1]
-                size = batch.size
-                future = batch.try_append(timestamp, key, value, headers)
-                if future is not None:
-                    self._used += batch.size - size
-                    return future
-            future = self._new_batch(tp, timestamp, key, value, headers)
+            batch = self._open.get((topic, partition))  # a plain tuple finds the TopicPartition key
+            if batch is not None:
+                index = batch.record_count
+                if batch.add(index, timestamp, key, value, header_list) is not None:
+                    batch.record_count = index + 1
+                    batch.size += bound
+                    self._used += bound
+                    return RecordFuture(batch.outcome, index, timestamp)
+            future = self._new_batch(TopicPartition(topic, partition), timestamp, key, value, headers)
+        finally:
+            lock.release()
         self._wakeup()  # a new batch: the sender must learn its linger deadline (or send the full one)
         return future
 
     def _new_batch(self, tp: TopicPartition, timestamp: int, key: bytes | None, value: bytes | None,
                    headers: Sequence[Header] | None) -> RecordFuture:
-        """Start the partition's next batch with this record (holding the lock)."""
+        """Start the partition's next batch with this record, the new open batch (holding the lock)."""
         batch = ProducerBatch(tp, self._batch_size, self._compression, time.monotonic())
         future = batch.try_append(timestamp, key, value, headers)
         assert future is not None  # a first record always fits
         self._batches.setdefault(tp, deque()).append(batch)
+        self._open[tp] = batch
         self._incomplete.add(batch)
         self._used += batch.size
         return future
+
+    def _seal(self, batch: ProducerBatch) -> bytes:
+        """Seal ``batch`` (holding the lock): appends go to a new batch from now on."""
+        if self._open.get(batch.tp) is batch:
+            del self._open[batch.tp]
+        return batch.seal()
 
     def _reserve(self, size: int) -> None:
         """Wait (holding the condition) until ``size`` more bytes fit in buffer.memory."""
@@ -358,7 +361,7 @@ class RecordAccumulator:
                     if not queue or tp in self._muted or queue[0].retry_at > now:
                         continue
                     batch = queue[0]
-                    size = len(batch.seal())
+                    size = len(self._seal(batch))
                     if taken and total + size > max_request_size:
                         break  # the rest waits for the next request
                     queue.popleft()
@@ -375,7 +378,7 @@ class RecordAccumulator:
             if not queue or tp in self._muted:
                 return None
             batch = queue.popleft()
-            batch.seal()
+            self._seal(batch)
             self._muted.add(tp)
             return batch
 
@@ -400,7 +403,7 @@ class RecordAccumulator:
             batches = [batch for queue in self._batches.values() for batch in queue]
             self._batches.clear()
             for batch in batches:
-                batch.seal()
+                self._seal(batch)
             return batches
 
     # -- flush and close -------------------------------------------------------------------------------------

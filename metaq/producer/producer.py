@@ -15,7 +15,7 @@ from typing import Any
 from metaq.client.connection import BrokerConnection
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import MetaqError
-from metaq.producer.accumulator import RecordAccumulator, RecordMetadata, TopicPartition
+from metaq.producer.accumulator import RecordAccumulator, RecordMetadata
 from metaq.producer.config import ProducerConfig
 from metaq.producer.metadata import ClusterMetadata, TopicInfo
 from metaq.producer.partitioner import make_partitioner
@@ -25,7 +25,6 @@ from metaq.protocol.builder import Header
 log = logging.getLogger(__name__)
 
 _BYTES = (bytes, bytearray, memoryview)
-_new_tp = tuple.__new__  # TopicPartition's own __new__ is a Python function: this skips a frame per send()
 _FORCED_JOIN = 5.0  # seconds to wait for the sender after interrupting it; it only has to fail futures then
 
 
@@ -40,6 +39,13 @@ class Producer:
     ``send()`` is thread-safe and returns at once (unless the buffer is full); records to one partition are
     delivered in ``send()`` order, even across retries. Future callbacks run on the sender thread and must not
     block. ``metadata`` and ``connection_factory`` are seams for tests.
+
+    A future nobody uses costs three fields and is freed when dropped (its batch does not hold it), so
+    fire-and-forget sends leave nothing for the cyclic garbage collector; waiting on, cancelling or adding a
+    callback to a future gives it Future's usual condition. Keeping every future of a long run alive does
+    bring the collector back: an application that must can ``gc.freeze()`` its long-lived state after setup
+    (its choice; the producer does not). ``send()`` reads topic metadata as last read, and the sender re-reads
+    it after ``metadata.max.age.ms`` or an error, as Kafka's producer does.
     """
 
     def __init__(self, config: ProducerConfig | Mapping[str, Any] | None = None, *,
@@ -63,6 +69,8 @@ class Producer:
                 max_record_size=cfg.max_request_size, wakeup=self._wakeup)
             self._sender = Sender(cfg, self._accumulator, metadata, connection_factory)
             self._sender.start()
+            self._append = self._accumulator.append  # send()'s two calls, looked up once
+            self._known_topic = metadata.known_topics.get
         except BaseException:
             metadata.close()  # do not leak the ZooKeeper session of a producer that never ran
             raise
@@ -92,14 +100,18 @@ class Producer:
             _check_bytes("key", key)
         if headers:
             _check_headers(headers)
-        info = self._metadata.topic(topic)
+        # metadata as last read, as Kafka's producer does: the sender re-reads it when older than
+        # metadata.max.age.ms (it asks for every batch it sends) or after an error; an unknown topic is read now
+        info = self._known_topic(topic)
+        if info is None:
+            info = self._metadata.topic(topic)
         if partition is None:
             partition = self._partitioner(topic, key, info.partitions, info.available)
         elif partition not in info.partitions:
             _check_partition(self._metadata.refresh(topic), topic, partition)
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
-        return self._accumulator.append(_new_tp(TopicPartition, (topic, partition)), timestamp_ms, key, value, headers)
+        return self._append(topic, partition, timestamp_ms, key, value, headers)
 
     def partitions_for(self, topic: str) -> list[int]:
         """The topic's partitions (sorted); raises UnknownTopicError."""

@@ -11,7 +11,7 @@ ours (cramjam, metaq/protocol/compression.py): the compiled builder writes an un
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import crc32c
 
@@ -30,6 +30,8 @@ _CRC_OFFSET = 17
 _LEADER_EPOCH_OFFSET = 12  # outside the CRC, which covers the batch from its attributes on
 _ZERO_EPOCH = bytes(4)
 _ATTRIBUTES_OFFSET = 21
+_RECORD_COUNT = struct.Struct(">i")
+_RECORD_COUNT_OFFSET = 57  # the header's last field
 
 
 def _zigzag_varint(value: int) -> bytes:
@@ -120,6 +122,14 @@ class PyBatchBuilder:
         self._count = count + 1
         return added
 
+    def add(self, offset: int, timestamp: int, key: bytes | None, value: bytes | None,
+            headers: list[Header]) -> int | None:
+        """:meth:`append` with the compiled builder's signature (``offset`` is the record's index, 0, 1, 2...):
+        None if the batch is full, else the bytes the record took."""
+        if offset != self._count:
+            raise ValueError(f"record offset {offset} out of order: the batch has {self._count} records")
+        return self.append(timestamp, key, value, headers) or None
+
     def build(self) -> bytes:
         """The finished batch (base offset 0; the broker assigns offsets)."""
         records = self._buf
@@ -141,18 +151,24 @@ _NO_HEADERS: list[Header] = []  # only read by the compiled builder, never chang
 class CompiledBatchBuilder:
     """:class:`PyBatchBuilder`'s interface and bytes, appending with aiokafka's compiled builder."""
 
-    __slots__ = ("_builder", "_count", "_limit", "_compression", "_built")
+    __slots__ = ("_builder", "_count", "_limit", "_compression", "_built", "add")
 
     def __init__(self, batch_size: int, compression: str = "none") -> None:
         assert _CompiledBuilder is not None
         self._builder = _CompiledBuilder(2, 0, 0, -1, -1, -1, batch_size)
         self._count = 0
+        self.add: Callable[[int, int, bytes | None, bytes | None, list[Header]], object | None] = (
+            self._builder.append)
+        """The compiled append itself, for a caller that counts its records (the producer): ``add(offset,
+        timestamp, key, value, headers)`` with offsets 0, 1, 2... in order and headers a list; None if the
+        batch is full. No Python frame runs per record. Records added so are not in :attr:`count`."""
         self._limit = batch_size
         self._compression = codec_id(compression)
         self._built: bytes | None = None
 
     @property
     def count(self) -> int:
+        """Records added with :meth:`append` (not :attr:`add`)."""
         return self._count
 
     @property
@@ -182,7 +198,7 @@ class CompiledBatchBuilder:
     def _finish(self, records: bytearray) -> bytes:
         """The compiled builder's uncompressed batch, compressed with our codec when that makes it smaller."""
         records[_LEADER_EPOCH_OFFSET:_LEADER_EPOCH_OFFSET + 4] = _ZERO_EPOCH  # aiokafka writes -1, kafka-python 0
-        if not (self._compression and self._count):
+        if not (self._compression and _RECORD_COUNT.unpack_from(records, _RECORD_COUNT_OFFSET)[0]):
             return bytes(records)
         packed = compress(self._compression, bytes(memoryview(records)[BATCH_HEADER.size:]))
         if len(packed) >= len(records) - BATCH_HEADER.size:

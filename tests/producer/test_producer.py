@@ -193,6 +193,30 @@ def test_new_partition_is_found_by_a_refresh(broker, layout):
         assert producer.send("t1", b"v", partition=3).result(5).partition == 3
 
 
+def test_send_reads_no_metadata_the_sender_refreshes_it_when_old(broker, layout):
+    """send() uses the topic as last read (no ZooKeeper read, no clock per record); the sender re-reads it once
+    older than metadata.max.age.ms (or a send names a partition it does not know), and later sends see the
+    new partitions, round robin included."""
+    config = {"linger.ms": 10000, "request.timeout.ms": 5000}
+    with Producer(config, metadata=ClusterMetadata(layout, max_age_ms=100)) as producer:
+        producer.send("t1", b"v", partition=0)
+        producer.flush(5)
+        reads = layout.reads
+        time.sleep(0.15)  # older than max age, but send() does not read it
+        layout.add_topic("t1", 4)
+        producer.send("t1", b"v", partition=0)
+        assert layout.reads == reads
+        producer.send("t1", b"v", partition=3)  # a partition it does not know: read now
+        assert layout.reads == reads + 1
+        time.sleep(0.15)
+        layout.add_topic("t1", 5)
+        producer.flush(5)  # the sender asks for the topic per batch: the old entry is re-read
+        assert layout.reads > reads + 1
+        futures = [producer.send("t1", b"v", partition=4)] + [producer.send("t1", b"v") for _ in range(10)]
+        producer.flush(5)
+        assert {f.result(0).partition for f in futures} == {0, 1, 2, 3, 4}
+
+
 def test_thread_name_and_orderly_close(broker, layout):
     closed = []
     producer = Producer({"linger.ms": 10000}, metadata=ClusterMetadata(layout, on_close=lambda: closed.append(1)))

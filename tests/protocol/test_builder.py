@@ -113,3 +113,31 @@ def test_incompressible_records_stay_uncompressed(builder):
     b.append(TS, None, bytes(range(256)))
     (batch,) = list(MemoryRecords(b.build()))
     assert batch.compression_type == 0 and batch.validate_crc()
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip"])
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_add_builds_what_append_builds(builder, codec):
+    """add(offset, ...) is the producer's per-record path (the compiled append itself where compiled); the
+    batch, compressed or not, is the same as append's."""
+    records = [(TS + i, b"k%d" % (i % 3), b"value %d " % i * 5, [("h", b"x")] if i % 7 else []) for i in range(50)]
+    appended, added = builder(1 << 20, compression=codec), builder(1 << 20, compression=codec)
+    for i, (ts, key, value, headers) in enumerate(records):
+        assert appended.append(ts, key, value, headers)
+        assert added.add(i, ts, key, value, headers) is not None
+    assert added.build() == appended.build()
+    (batch,) = list(MemoryRecords(added.build()))
+    assert batch.compression_type == (1 if codec == "gzip" else 0) and batch.validate_crc()
+
+
+@pytest.mark.parametrize("builder", BUILDERS)
+def test_add_says_none_when_full(builder):
+    b = builder(200)
+    assert b.add(0, TS, None, b"x" * 500, []) is not None  # a first record always fits
+    assert b.add(1, TS, None, b"y", []) is None
+
+
+def test_the_python_add_refuses_offsets_out_of_order():
+    b = PyBatchBuilder(1 << 20)
+    with pytest.raises(ValueError, match="record offset 1 out of order: the batch has 0 records"):
+        b.add(1, TS, None, b"v", [])
