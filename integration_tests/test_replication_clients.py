@@ -592,3 +592,50 @@ def test_a_rolling_restart_under_load_loses_nothing_for_two_consumer_groups(
     print(f"\nrolling restart with two groups: {len(acked)} acked over {ROLLING_PARTITIONS} partitions, "
           f"0 failed, 0 offline; metaq group 0 duplicates, confluent group {again} re-read after commits; "
           + ", ".join(f"broker {bid} stopped in {s:.2f}s, back in every ISR after {t:.2f}s" for bid, s, t in moves))
+
+
+def test_a_confluent_consumer_follows_a_leader_that_moves_while_the_old_one_keeps_running(
+        broker_cluster: BrokerCluster, zk_layout: ZkLayout) -> None:
+    """A preferred-leader election moves the leadership away from a broker that stays up: its Fetch answers
+    say NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH, with an empty record set as Kafka sends it (librdkafka
+    rejects a null one as a parse failure of the whole answer, so it never saw the error and fetched in a
+    loop until its next periodic metadata refresh, five minutes by default)."""
+    topic = "moving"
+    brokers = _cluster(broker_cluster, zk_layout, topic, partitions=1, leader_of=lambda brokers: 0)
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    produce = {"acks": "all", "retries": 1000, "retry.backoff.ms": 200, "message.timeout.ms": 60000}
+    assert brokers[0].stop() == 0  # controlled shutdown: broker 1 or 2 leads while 0 is away
+    brokers[0].start()
+    wait_until(lambda: sorted(zk_layout.partition_state(topic, 0).isr) == [0, 1, 2], 60, "broker 0 back in the ISR")
+    old = _leader(zk_layout, topic)
+    assert old != 0
+    first = peers.confluent_produce(bootstrap, topic, 0, [(b"k", b"a%d" % i, 1_700_000_000_000 + i)
+                                                          for i in range(50)], **produce)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "movers",
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                         "fetch.wait.max.ms": 100})
+    got: list[tuple[int, bytes]] = []
+
+    def read_until(count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append((msg.offset(), msg.value()))
+
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+        read_until(50, 60)
+        assert len(got) == 50
+        moved_at = time.monotonic()
+        subprocess.run([sys.executable, "-m", "metaq", "topics", "elect-leaders", topic,
+                        "--zookeeper", _connect(zk_layout)], check=True, capture_output=True, timeout=60)
+        wait_until(lambda: _leader(zk_layout, topic) == 0, 30, "broker 0 to lead again")
+        second = peers.confluent_produce(bootstrap, topic, 0, [(b"k", b"b%d" % i, 1_700_000_001_000 + i)
+                                                               for i in range(50)], **produce)
+        read_until(100, 60)
+        followed = time.monotonic() - moved_at
+    finally:
+        consumer.close()
+    assert got == [(m.offset, m.value) for m in first + second]
+    print(f"\nleader {old} -> 0 with {old} still up: the confluent consumer read on after {followed:.2f}s")
