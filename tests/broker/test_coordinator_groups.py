@@ -382,3 +382,61 @@ def test_the_coordinator_follows_the_offsets_partitions_leadership(tmp_path: Pat
     finally:
         for log in logs.logs.values():
             log.close()
+
+
+def test_a_coordinator_taking_a_group_over_keeps_its_members(tmp_path: Path) -> None:
+    """The membership of a completed rebalance is stored in the offsets partition: a coordinator that takes
+    the group over (this one, leading again after another broker did) knows the members, their generation
+    and assignment, so their heartbeats go on and a commit in that generation is accepted. Without it, a
+    member that came to the new coordinator first made a generation of its own while the others still
+    consumed the partitions of the old one: two members read the same partitions."""
+    logs = FakeLogs(tmp_path)
+    current = [LEADING]
+
+    def led(leader: int, epoch: int) -> ClusterSnapshot:
+        return ClusterSnapshot(brokers=LEADING.brokers, topics={OFFSETS_TOPIC: {
+            0: PartitionMeta(leader=leader, leader_epoch=epoch, replicas=(0, 1), isr=(0, 1))}})
+
+    async def main() -> None:
+        c = GroupCoordinator(CoordinatorConfig(broker_id=0, group_min_session_timeout_ms=50), logs,  # type: ignore[arg-type]
+                             lambda: current[0], _no_topic_creation, _inline)
+        c.start()
+        try:
+            await loaded(c)
+            a, b = await within(asyncio.gather(join(c), join(c)))
+            leader, follower = (a, b) if a.members else (b, a)
+            assignments = {leader.member_id: b"p0", follower.member_id: b"p1"}
+            await within(asyncio.gather(c.sync_group(GROUP, 1, leader.member_id, None, assignments),
+                                        c.sync_group(GROUP, 1, follower.member_id, None, {})))
+            current[0] = led(1, 1)
+            assert c.heartbeat(GROUP, 1, leader.member_id, None) == NOT_COORDINATOR
+            current[0] = led(0, 2)
+            await loaded(c)
+            assert c.heartbeat(GROUP, 1, follower.member_id, None) == NONE
+            assert c.heartbeat(GROUP, 1, leader.member_id, None) == NONE
+            summary = (await c.describe_group(GROUP))[1]
+            assert (summary.state, {m.member_id: m.assignment for m in summary.members}) == (g.STABLE, assignments)
+            assert await c.commit_offsets(GROUP, 1, follower.member_id, None, {("t", 1): (5, "")}) == {("t", 1): NONE}
+            assert await c.sync_group(GROUP, 1, follower.member_id, None, {}) == (NONE, b"p1")
+            # everybody left: an empty group is stored, and nobody is restored from the older membership
+            assert c.leave_group(GROUP, leader.member_id) == NONE
+            assert c.leave_group(GROUP, follower.member_id) == NONE
+            await within(_until(lambda: c.describe().get(GROUP, {}).get("state") == g.EMPTY))
+            current[0] = led(1, 3)
+            c.heartbeat(GROUP, 1, leader.member_id, None)
+            current[0] = led(0, 4)
+            await loaded(c)
+            assert c.heartbeat(GROUP, 1, leader.member_id, None) == UNKNOWN_MEMBER_ID
+        finally:
+            await c.stop()
+
+    try:
+        asyncio.run(main())
+    finally:
+        for log in logs.logs.values():
+            log.close()
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
