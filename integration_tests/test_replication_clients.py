@@ -565,7 +565,8 @@ def test_a_rolling_restart_under_load_loses_nothing_for_two_consumer_groups(
             assert b.stop() == 0
             stopped = time.monotonic() - started
             b.start()
-            wait_until(full_isr, 60, f"broker {b.broker_id} back in every ISR")
+            wait_until(full_isr, 60, lambda b=b: f"broker {b.broker_id} back in every ISR: " + ", ".join(
+                f"{t}-{p} {zk_layout.partition_state(t, p)}" for t, p in watched))
             back = time.monotonic()
             wait_until(lambda back=back: producer.acks_after(back) > 50, 30, "more acknowledged records")
             wait_consuming(metaq_group, range(ROLLING_PARTITIONS), back, 30)

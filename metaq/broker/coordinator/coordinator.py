@@ -236,9 +236,14 @@ class GroupCoordinator:
                         for m in group.members.values())
         value = GroupValue(group.protocol_type or "", group.generation_id, group.protocol_name, group.leader_id,
                            members, int(time.time() * 1000))
+        if self.check(group.group_id):
+            return  # no longer its coordinator (the log is another leader's to write)
         try:
             part = self._partition_of(group.group_id)
             part.leader_epoch = self._append_epoch(part.partition)
+            if part.leader_epoch is None and self.replication is not None \
+                    and self.replication.replicated(OFFSETS_TOPIC, part.partition):
+                return  # the replica manager no longer has us lead it either
             part.store_membership(group.group_id, value)
         except Exception as e:
             log.warning("group %s: storing its membership in %s failed: %s", group.group_id, OFFSETS_TOPIC, e)
