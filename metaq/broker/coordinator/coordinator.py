@@ -589,6 +589,8 @@ class GroupCoordinator:
                 continue
             for group_id in part.groups():
                 listed[group_id] = ("", g.EMPTY)
+            for group_id in list(part.memberships):
+                self._group(group_id, create=False)  # a stored membership is restored as requests would
         mine = set(led)
         total = self.offsets_partitions(snapshot)
         for group_id, group in self._groups.items():
@@ -602,9 +604,9 @@ class GroupCoordinator:
         """(error, summary); a group the coordinator does not know is Dead (DescribeGroups < v6 says so with
         no error). A group with offsets only is Empty."""
         error = await self._ready(group_id)
-        group = self._groups.get(group_id)
         if error:
             return error, GroupSummary(group_id, g.DEAD, "", "", [])
+        group = self._group(group_id, create=False)
         if group is not None and not group.is_(g.DEAD):
             return ErrorCode.NONE, group.describe()
         if self._partition_of(group_id).fetch(group_id, None):
