@@ -42,9 +42,10 @@ def _leader(zk_layout: ZkLayout, topic: str, partition: int = 0) -> int:
 
 
 def _cluster(broker_cluster: BrokerCluster, zk_layout: ZkLayout, topic: str, partitions: int = PARTITIONS,
-             leader_of: Callable[[list[BrokerProcess]], int] | None = None) -> list[BrokerProcess]:
-    """Three brokers and an RF-3 topic; ``leader_of(brokers)``: the broker to lead its (one) partition."""
-    brokers = [broker_cluster.add(i, **FAST) for i in range(3)]
+             leader_of: Callable[[list[BrokerProcess]], int] | None = None, **config: Any) -> list[BrokerProcess]:
+    """Three brokers (``config`` added to their settings) and an RF-3 topic; ``leader_of(brokers)``: the
+    broker to lead its (one) partition."""
+    brokers = [broker_cluster.add(i, **FAST, **config) for i in range(3)]
     if leader_of is None:
         create_topic(zk_layout, topic, partitions, replication_factor=3, config={"min.insync.replicas": "2"})
     else:
@@ -435,3 +436,207 @@ def test_a_rolling_restart_under_acks_all_load_fails_nothing(broker_cluster: Bro
         assert not missing, f"broker {broker_id} lacks acknowledged offsets {missing[:10]}"
     print(f"\nrolling restart: {len(acked)} acked, 0 failed, 0 offline; stop times "
           + ", ".join(f"broker {bid} (leader {lead}) {s:.2f}s" for bid, lead, s in moves))
+
+
+class _ConfluentGroup:
+    """Members of one confluent-kafka consumer group (subscribe, auto-commit to the broker's coordinator),
+    each on its own thread, logging what they read and every offset they tried to commit."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, members: int) -> None:
+        self.bootstrap, self.group, self.topic = bootstrap, group, topic
+        self.stop_event = threading.Event()
+        self.read: list[tuple[int, int, bytes]] = []  # (partition, offset, value) in arrival order
+        self.commits: dict[int, set[int]] = {}
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, name=f"test-confluent-member-{i}", daemon=True)
+                        for i in range(members)]
+        for t in self.threads:
+            t.start()
+
+    def _on_commit(self, err: Any, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        # a commit that reports an error may still have been written (the coordinator died after the write)
+        with self._lock:
+            for tp in partitions:
+                if tp.topic == self.topic and tp.offset >= 0:
+                    self.commits.setdefault(tp.partition, set()).add(tp.offset)
+
+    def _run(self) -> None:
+        consumer = confluent_kafka.Consumer({
+            "bootstrap.servers": self.bootstrap, "group.id": self.group, "auto.offset.reset": "earliest",
+            "enable.auto.commit": True, "auto.commit.interval.ms": 300, "on_commit": self._on_commit,
+            "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000, "fetch.wait.max.ms": 100,
+            "topic.metadata.refresh.interval.ms": 1000})
+        try:
+            consumer.subscribe([self.topic])
+            while not self.stop_event.is_set():
+                msg = consumer.poll(0.1)
+                if msg is None:
+                    continue
+                if msg.error() is not None:  # transport errors during a restart are expected; the client retries
+                    continue
+                with self._lock:
+                    self.read.append((msg.partition(), msg.offset(), msg.value()))
+        except BaseException as e:  # reported by the test
+            self.errors.append(repr(e))
+        finally:
+            consumer.close()  # commits what was read
+
+    def missing(self, acked: dict[tuple[int, int], bytes]) -> list[tuple[int, int]]:
+        with self._lock:
+            got = {(p, o): v for p, o, v in self.read}
+        return sorted(k for k, v in acked.items() if got.get(k) != v)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in self.threads), "a confluent-kafka member did not stop"
+
+    def rereads(self) -> tuple[int, list[str]]:
+        """(records read again, re-reads that did not start at an offset the group committed): a Kafka group
+        may re-read what it consumed after its last commit of a partition that moved, nothing else."""
+        high: dict[int, int] = {}
+        last: dict[int, int] = {}
+        again, wrong = 0, []
+        for p, o, _ in self.read:
+            top = high.get(p, -1)
+            if o <= top:
+                again += 1
+                if o != last[p] + 1 and o != 0 and o not in self.commits.get(p, set()):
+                    wrong.append(f"partition {p} re-read from offset {o} (read up to {top}; commits "
+                                 f"{sorted(self.commits.get(p, set()))[-5:]})")
+            high[p], last[p] = max(top, o), o
+        return again, wrong
+
+
+ROLLING_PARTITIONS = 4
+OFFSETS_PARTITIONS = 3
+
+
+def test_a_rolling_restart_under_load_loses_nothing_for_two_consumer_groups(
+        broker_cluster: BrokerCluster, zk_layout: ZkLayout, tmp_path: Path) -> None:
+    """SIGTERM and restart each broker in turn while metaq.Producer writes acks=all to a 4-partition RF-3
+    topic (min.insync.replicas 2), a two-member metaq ZooKeeper group and a two-member confluent-kafka group
+    (committing to the coordinator, which moves with __consumer_offsets' leaders) consume: no partition of
+    the topic or of __consumer_offsets is ever offline, no produce fails, both groups consume every
+    acknowledged record; the metaq group reads none twice (no member failed, docs/delivery-guarantees.md),
+    the confluent group re-reads only from offsets it committed."""
+    from metaq.broker.coordinator.schema import OFFSETS_TOPIC
+
+    topic = "rolling-groups"
+    brokers = _cluster(broker_cluster, zk_layout, topic, partitions=ROLLING_PARTITIONS,
+                       **{"offsets.topic.num.partitions": OFFSETS_PARTITIONS})
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    wait_until(lambda: _commit_ok(bootstrap, "rolling-confluent", topic, 0), 60, "the offsets topic")
+    watched = [(topic, p) for p in range(ROLLING_PARTITIONS)] + [(OFFSETS_TOPIC, p)
+                                                                  for p in range(OFFSETS_PARTITIONS)]
+    offline: list[tuple[str, int]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.05):
+            for t, p in watched:
+                state = zk_layout.partition_state(t, p)
+                if state is not None and state.leader < 0:
+                    offline.append((t, p))
+
+    def full_isr() -> bool:
+        return all(sorted(zk_layout.partition_state(t, p).isr) == [0, 1, 2] for t, p in watched)
+
+    connect = _connect(zk_layout)
+    metaq_group = GroupHarness(connect, "rolling-metaq", topic, tmp_path / "group")
+    members = [metaq_group.add_member() for _ in range(2)]
+    confluent_group = _ConfluentGroup(bootstrap, "rolling-confluent", topic, 2)
+    producer = AcksAllProducer(connect, topic, rate=150)
+    watcher = threading.Thread(target=watch, name="test-rolling-watch", daemon=True)
+    watcher.start()
+    producer.start()
+    moves = []
+    try:
+        for m in members:
+            m.wait_started()
+        metaq_group.wait_stable(zk_layout, ROLLING_PARTITIONS, members=2, timeout=60)
+        wait_consuming(metaq_group, range(ROLLING_PARTITIONS), time.monotonic(), 30)
+        wait_until(lambda: {p for p, _, _ in confluent_group.read} == set(range(ROLLING_PARTITIONS)), 60,
+                   "the confluent-kafka group to read every partition")
+        for b in brokers:
+            started = time.monotonic()
+            assert b.stop() == 0
+            stopped = time.monotonic() - started
+            b.start()
+            wait_until(full_isr, 60, lambda b=b: f"broker {b.broker_id} back in every ISR: " + ", ".join(
+                f"{t}-{p} {zk_layout.partition_state(t, p)}" for t, p in watched))
+            back = time.monotonic()
+            wait_until(lambda back=back: producer.acks_after(back) > 50, 30, "more acknowledged records")
+            wait_consuming(metaq_group, range(ROLLING_PARTITIONS), back, 30)
+            moves.append((b.broker_id, stopped, back - started))
+    finally:
+        stop.set()
+        acked = producer.finish()
+    watcher.join(10)
+    assert not producer.failures, producer.failures[:3]
+    assert not offline, sorted(set(offline))
+    drained = wait_drained(metaq_group, acked, 60)
+    assert not drained.missing, f"metaq group: {len(drained.missing)} acked records not consumed {drained.missing[:5]}"
+    wait_until(lambda: not confluent_group.missing(acked), 60,
+               lambda: f"the confluent-kafka group to read {confluent_group.missing(acked)[:5]} ...")
+    confluent_group.stop()
+    for m in members:
+        assert m.stop() == 0
+    report = check_delivery(metaq_group.events(), acked)
+    report.assert_ok()
+    assert report.duplicates == 0
+    assert not confluent_group.errors, confluent_group.errors
+    again, wrong = confluent_group.rereads()
+    assert not wrong, wrong[:5]
+    print(f"\nrolling restart with two groups: {len(acked)} acked over {ROLLING_PARTITIONS} partitions, "
+          f"0 failed, 0 offline; metaq group 0 duplicates, confluent group {again} re-read after commits; "
+          + ", ".join(f"broker {bid} stopped in {s:.2f}s, back in every ISR after {t:.2f}s" for bid, s, t in moves))
+
+
+def test_a_confluent_consumer_follows_a_leader_that_moves_while_the_old_one_keeps_running(
+        broker_cluster: BrokerCluster, zk_layout: ZkLayout) -> None:
+    """A preferred-leader election moves the leadership away from a broker that stays up: its Fetch answers
+    say NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH, with an empty record set as Kafka sends it (librdkafka
+    rejects a null one as a parse failure of the whole answer, so it never saw the error and fetched in a
+    loop until its next periodic metadata refresh, five minutes by default)."""
+    topic = "moving"
+    brokers = _cluster(broker_cluster, zk_layout, topic, partitions=1, leader_of=lambda brokers: 0)
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    produce = {"acks": "all", "retries": 1000, "retry.backoff.ms": 200, "message.timeout.ms": 60000}
+    assert brokers[0].stop() == 0  # controlled shutdown: broker 1 or 2 leads while 0 is away
+    brokers[0].start()
+    wait_until(lambda: sorted(zk_layout.partition_state(topic, 0).isr) == [0, 1, 2], 60, "broker 0 back in the ISR")
+    old = _leader(zk_layout, topic)
+    assert old != 0
+    first = peers.confluent_produce(bootstrap, topic, 0, [(b"k", b"a%d" % i, 1_700_000_000_000 + i)
+                                                          for i in range(50)], **produce)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "movers",
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                         "fetch.wait.max.ms": 100})
+    got: list[tuple[int, bytes]] = []
+
+    def read_until(count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append((msg.offset(), msg.value()))
+
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+        read_until(50, 60)
+        assert len(got) == 50
+        moved_at = time.monotonic()
+        subprocess.run([sys.executable, "-m", "metaq", "topics", "elect-leaders", topic,
+                        "--zookeeper", _connect(zk_layout)], check=True, capture_output=True, timeout=60)
+        wait_until(lambda: _leader(zk_layout, topic) == 0, 30, "broker 0 to lead again")
+        second = peers.confluent_produce(bootstrap, topic, 0, [(b"k", b"b%d" % i, 1_700_000_001_000 + i)
+                                                               for i in range(50)], **produce)
+        read_until(100, 60)
+        followed = time.monotonic() - moved_at
+    finally:
+        consumer.close()
+    assert got == [(m.offset, m.value) for m in first + second]
+    print(f"\nleader {old} -> 0 with {old} still up: the confluent consumer read on after {followed:.2f}s")

@@ -6,8 +6,10 @@ chroot, broker and topics. Data is produced with confluent-kafka, as a foreign c
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -138,6 +140,105 @@ def test_batch_job_reads_from_group_offsets_and_commits(spark, broker, make_topi
     assert metaq.spark.commit_offsets(options, {("ledger", 0): 5}) == {}  # never backwards
     assert zk_layout.read_offset("ledger-job", "ledger", 0) == 30
     assert spark.read.format("metaq").options(**options).load().count() == 0  # committed: nothing new
+
+
+class _AcksAllProducer(threading.Thread):
+    """confluent-kafka, acks=all, over every partition of ``topic`` until stopped; keeps (partition, offset)
+    -> value of what was acknowledged, and the errors."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        super().__init__(name="test-spark-acks-all-producer", daemon=True)
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.acked: dict[tuple[int, int], bytes] = {}
+        self.errors: list[object] = []
+        self.unflushed = -1
+        self.stop_event = threading.Event()
+
+    def _done(self, err: object, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(err)
+        else:
+            self.acked[(msg.partition(), msg.offset())] = msg.value()
+
+    def run(self) -> None:
+        import confluent_kafka
+
+        producer = confluent_kafka.Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5,
+                                             "message.timeout.ms": 120000, "enable.idempotence": False})
+        n = 0
+        while not self.stop_event.is_set():
+            producer.produce(self.topic, value=b"v%d" % n, partition=n % self.partitions, on_delivery=self._done)
+            n += 1
+            producer.poll(0.002)
+        self.unflushed = producer.flush(120)
+
+    def finish(self) -> dict[tuple[int, int], bytes]:
+        self.stop_event.set()
+        self.join(150)
+        assert self.unflushed == 0 and not self.errors, (self.unflushed, self.errors[:3])
+        return dict(self.acked)
+
+
+def _exactly_once(rows: list[Msg], acked: dict[tuple[int, int], bytes], ends: dict[int, int]) -> None:
+    """``rows`` hold each offset below ``ends`` once (and nothing else), acknowledged ones with their value."""
+    offsets = sorted((m.partition, m.offset) for m in rows)
+    assert offsets == [(p, o) for p in sorted(ends) for o in range(ends[p])], \
+        f"{len(offsets)} rows, expected {sum(ends.values())}: offsets read twice or missing"
+    got = {(m.partition, m.offset): m.value for m in rows}
+    wrong = [k for k, v in acked.items() if k[1] < ends[k[0]] and got.get(k) != v]
+    assert not wrong, f"acknowledged records not read as acknowledged: {wrong[:5]}"
+
+
+def test_batch_read_follows_killed_leaders(spark, broker_cluster, zk_layout, zk_connect) -> None:
+    """kill -9 the leader of partition 0 of an RF-3 topic while confluent-kafka produces acks=all, and read at
+    once up to given ends (the tasks are sent to the dead leader, look the next one up in ZooKeeper and
+    retry); restart it, kill the leader of partition 1 and read at once up to the latest offsets (the
+    driver's ListOffsets waits for the election). Each read holds every record acknowledged before it
+    started, exactly once; so does a read of everything after the producer finished."""
+    from integration_tests.test_replication_clients import _cluster, _leader
+
+    topic = "failover"
+    brokers = _cluster(broker_cluster, zk_layout, topic, partitions=2)
+    producer = _AcksAllProducer(",".join(b.bootstrap for b in brokers), topic, 2)
+    producer.start()
+    options = {"zookeeper.connect": zk_connect, "subscribe": topic}
+    reads = []
+
+    def kill_leader_and_read(partition: int, ending: str | None) -> tuple[list[Msg], dict[int, int]]:
+        acked = dict(producer.acked)
+        ends = {p: max(o for q, o in acked if q == p) + 1 for p in range(2)}
+        victim = _leader(zk_layout, topic, partition)
+        killed_at = time.monotonic()
+        brokers[victim].kill()
+        extra = {"endingOffsets": ending or json.dumps({topic: {str(p): e for p, e in ends.items()}})}
+        rows = read_rows(spark.read.format("metaq").options(**options, **extra).load())
+        reads.append((victim, len(rows), time.monotonic() - killed_at))
+        wait_until(lambda: _leader(zk_layout, topic, partition) not in (victim, -1), 30, "a new leader")
+        count = len(producer.acked)
+        wait_until(lambda: len(producer.acked) > count + 100, 60, "acknowledged records after the failover")
+        brokers[victim].start()
+        wait_until(lambda: all(sorted(zk_layout.partition_state(topic, p).isr) == [0, 1, 2] for p in range(2)),
+                   60, f"broker {victim} back in the ISR")
+        return rows, ends
+
+    try:
+        wait_until(lambda: len(producer.acked) > 400, 30, "acknowledged records before the kill")
+        given, given_ends = kill_leader_and_read(0, None)
+        latest, before = kill_leader_and_read(1, "latest")
+    finally:
+        acked = producer.finish()
+    _exactly_once(given, acked, given_ends)
+    ends = {p: max((m.offset + 1 for m in latest if m.partition == p), default=0) for p in range(2)}
+    assert all(ends[p] >= before[p] for p in range(2)), f"latest read ends {ends}, acknowledged before {before}"
+    _exactly_once(latest, acked, ends)
+    started = time.monotonic()
+    everything = read_rows(spark.read.format("metaq").options(**options).load())
+    settled = time.monotonic() - started
+    final = {p: max(o for q, o in acked if q == p) + 1 for p in range(2)}
+    _exactly_once(everything, acked, final)
+    print("\nspark batch reads across leader kills: "
+          + ", ".join(f"{n} rows read {t:.2f}s after broker {v} was killed" for v, n, t in reads)
+          + f"; then {len(everything)} rows ({len(acked)} acknowledged) in {settled:.2f}s")
 
 
 # -- streaming -----------------------------------------------------------------------------------------------

@@ -273,6 +273,59 @@ def test_retention_hole_follows_fail_on_data_loss(broker_cluster, make_topic, zk
     close_connections()
 
 
+def test_reader_and_list_offsets_wait_out_a_leader_failover(broker_cluster, zk_layout, zk_connect) -> None:
+    """kill -9 the leader of an RF-3 partition: the next leader is elected only once the dead one's ZooKeeper
+    session expired (4 s here, the test server's cap; 18 s by default). The executor's range reader, sent to
+    the dead leader, and the driver's ListOffsets both wait that out (ListOffsets gave up after ~3 s, the
+    reader after ~7 s, both shorter than a default failover) and read exactly the acknowledged records from
+    the new leader."""
+    import threading
+
+    from integration_tests.test_replication_clients import FAST
+    from metaq.broker.topics import create_topic
+    from metaq.spark.cluster import Cluster
+
+    brokers = [broker_cluster.add(i, **FAST) for i in range(3)]
+    create_topic(zk_layout, "slowfail", 1, assignment={0: [0, 1, 2]}, config={"min.insync.replicas": "2"})
+    for b in brokers:
+        wait_until(lambda b=b: _leaders(b.bootstrap, "slowfail") == {0: 0}, 30, f"the topic on broker {b.broker_id}")
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    acked = confluent_produce(bootstrap, "slowfail", 0, [(b"k", b"v%03d" % i, 1000 + i) for i in range(300)],
+                              acks="all", **{"batch.num.messages": 7})
+    wait_until(lambda: sorted(zk_layout.partition_state("slowfail", 0).isr) == [0, 1, 2], 30, "a full ISR")
+    latest: list[object] = []
+
+    def list_latest() -> None:
+        try:
+            with Cluster(zk_connect) as cluster:
+                cluster.topics(ReadOptions.parse({"zookeeper.connect": zk_connect, "subscribe": "slowfail"},
+                                                 streaming=False).subscription)
+                latest.append(cluster.log_offsets([("slowfail", 0)], -1)[("slowfail", 0)])
+        except Exception as e:  # reported below
+            latest.append(e)
+
+    killed_at = time.monotonic()
+    brokers[0].kill()
+    lister = threading.Thread(target=list_latest, name="test-list-offsets")
+    lister.start()
+    r = OffsetRange("slowfail", 0, 0, 300, "127.0.0.1", brokers[0].port)
+    read = [(rec[0], rec[3]) for c in read_range(r, _settings(zk_connect, True)) for rec in c]
+    read_after = time.monotonic() - killed_at
+    lister.join(90)
+    close_connections()
+    assert read == [(m.offset, m.value) for m in acked]
+    assert latest == [300]
+    assert zk_layout.partition_state("slowfail", 0).leader in (1, 2)
+    print(f"\nrange reader done {read_after:.2f}s after the leader was killed")
+
+
+def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    try:
+        return topic_leaders(bootstrap, topic)
+    except Exception:  # the broker is still starting
+        return {}
+
+
 def _log_start(broker, topic: str) -> int:
     from metaq.spark.cluster import Cluster
 

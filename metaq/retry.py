@@ -94,9 +94,10 @@ class RetryPolicy:
         state.attempt_number = max(attempt, 1)
         return float(self.wait(state))
 
-    def exhausted(self, attempt: int) -> bool:
-        """Whether ``attempt`` attempts are all this policy allows."""
-        return self.max_attempts is not None and attempt >= self.max_attempts
+    def exhausted(self, attempt: int, elapsed_s: float = 0.0) -> bool:
+        """Whether ``attempt`` attempts, the first of them ``elapsed_s`` ago, are all this policy allows."""
+        return (self.max_attempts is not None and attempt >= self.max_attempts) or (
+            self.deadline_s is not None and elapsed_s >= self.deadline_s)
 
     def delay_after(self, attempt: int, error: BaseException) -> float | None:
         """Seconds to wait before attempt ``attempt + 1`` after ``error``, or None to give up."""
@@ -198,17 +199,24 @@ def offsets_fetch(*, offsets_channel_backoff_ms: int, deadline_ms: int) -> Retry
                        deadline_s=deadline_ms / 1000.0, also=(ProtocolError,))
 
 
-def spark_list_offsets(*, attempts: int = 5, backoff_s: float = 0.2) -> RetryPolicy:
-    """ListOffsets from a Spark driver: doubled per attempt, as a leader moves or a broker restarts
-    within a few seconds."""
-    return RetryPolicy("spark.list_offsets", tenacity.wait_exponential(multiplier=backoff_s),
-                       max_attempts=attempts)
+SPARK_FAILOVER_S = 60.0
+"""How long the Spark source waits out a partition without a reachable leader: a SIGKILLed leader is
+replaced only once its ZooKeeper session expires (the broker's zookeeper.session.timeout.ms, 18 s by
+default), then elected; Spark's Kafka source waits 120 s (spark.network.timeout)."""
 
 
-def spark_fetch(*, attempts: int = 8, backoff_s: float = 0.1, max_s: float = 2.0) -> RetryPolicy:
-    """A Spark task's fetch of one offset range: doubled per attempt up to ``max_s``."""
+def spark_list_offsets(*, backoff_s: float = 0.2, max_s: float = 2.0,
+                       deadline_s: float = SPARK_FAILOVER_S) -> RetryPolicy:
+    """ListOffsets from a Spark driver: doubled per attempt up to ``max_s``, through a leader failover."""
+    return RetryPolicy("spark.list_offsets", tenacity.wait_exponential(multiplier=backoff_s, max=max_s),
+                       deadline_s=deadline_s)
+
+
+def spark_fetch(*, backoff_s: float = 0.1, max_s: float = 2.0, deadline_s: float = SPARK_FAILOVER_S) -> RetryPolicy:
+    """A Spark task's fetch of one offset range: doubled per attempt up to ``max_s``, through a leader
+    failover."""
     return RetryPolicy("spark.fetch", tenacity.wait_exponential(multiplier=backoff_s, max=max_s),
-                       max_attempts=attempts)
+                       deadline_s=deadline_s)
 
 
 def admin_reader(*, attempts: int = 20, backoff_s: float = 0.5) -> RetryPolicy:

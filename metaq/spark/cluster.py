@@ -176,10 +176,12 @@ class Cluster:
 
     def log_offsets(self, keys: Iterable[TopicPartition], which: int) -> Offsets:
         """Earliest (-2) or latest (-1) offset of each partition, from its leader. Partitions without a
-        reachable leader after a few attempts raise :class:`MetaqError` naming them."""
+        reachable leader after a failover's time (metaq.retry.SPARK_FAILOVER_S) raise :class:`MetaqError`
+        naming them."""
         pending = sorted(set(keys))
         result: Offsets = {}
         attempt = 0
+        started = time.monotonic()
         while True:
             attempt += 1
             failures = self._list_offsets_once(pending, which, result)
@@ -191,7 +193,7 @@ class Cluster:
             self.invalidate()
             if self._subscription is not None:
                 self._read_topology(self._subscription)
-            if _LIST_OFFSETS_POLICY.exhausted(attempt):
+            if _LIST_OFFSETS_POLICY.exhausted(attempt, time.monotonic() - started):
                 break
             time.sleep(_LIST_OFFSETS_POLICY.delay(attempt))
         raise MetaqError(f"metaq: cannot list offsets of {', '.join(f'{t}-{p}' for t, p in pending)}: "

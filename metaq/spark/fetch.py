@@ -36,7 +36,11 @@ from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
-_POLICY = spark_fetch()  # a restarting broker is back within seconds
+_POLICY = spark_fetch()  # through a leader failover: the dead leader's ZooKeeper session must expire first
+_HW_LAG_ATTEMPTS = 6
+"""Empty answers at or above the high watermark but below the planned end retried before they count as
+data loss (~3 s): a newly elected leader's high watermark stays where it was until every ISR member fetched
+from it (metaq/broker/replication/partition_state.py), so it can lag the old leader's, which planned the end."""
 _MAX_WAIT_MS = 500  # planned offsets are below the high watermark, so the broker answers at once anyway
 _BATCH_HEAD = struct.Struct(">qi")  # base offset, batch length
 _LAST_DELTA = struct.Struct(">i")
@@ -80,6 +84,8 @@ class _RangeReader:
         self.address: tuple[str, int] | None = (
             (offset_range.leader_host, offset_range.leader_port) if offset_range.leader_host else None)
         self.failures = 0
+        self.failing_since = 0.0
+        self.hw_waits = 0
 
     def records(self) -> Iterator[list[Record]]:
         r = self.range
@@ -100,7 +106,7 @@ class _RangeReader:
             if result.next_offset is None:
                 pos = self._on_empty(pos, part, result.first_batch_size)
                 continue
-            self.failures = 0
+            self.failures = self.hw_waits = 0
             chunk = result.records
             if chunk and chunk[-1][0] >= r.end:
                 del chunk[bisect.bisect_left(chunk, r.end, key=_offset_of):]
@@ -200,6 +206,11 @@ class _RangeReader:
             self.max_bytes = first_batch_size
             return pos
         if pos >= part.high_watermark:
+            self.hw_waits += 1
+            if pos < self.range.end and self.hw_waits < _HW_LAG_ATTEMPTS:
+                self._retry(f"the high watermark {part.high_watermark} is below the planned end "
+                            f"{self.range.end} (a new leader?)")
+                return pos
             return self._out_of_range(pos, part.log_start_offset, part.high_watermark)
         self._retry(f"an empty answer below the high watermark {part.high_watermark} at offset {pos}")
         return pos
@@ -212,15 +223,18 @@ class _RangeReader:
         log.warning("metaq: %s; skipping them (failOnDataLoss=false)", message)
 
     def _retry(self, reason: str) -> None:
-        """Back off, forget the leader (it is looked up again) and give up after a few attempts."""
+        """Back off, forget the leader (it is looked up again); give up once a failover had its time."""
+        if self.failures == 0:
+            self.failing_since = time.monotonic()
         self.failures += 1
         if self.address is not None:
             conn = _connections.pop((*self.address, self.settings.security), None)
             if conn is not None:
                 conn.close()
         self.address = None
-        if _POLICY.exhausted(self.failures):
-            raise MetaqError(f"metaq: giving up on {self.range.describe()} after {self.failures} attempts: {reason}")
+        if _POLICY.exhausted(self.failures, time.monotonic() - self.failing_since):
+            raise MetaqError(f"metaq: giving up on {self.range.describe()} after {self.failures} attempts in "
+                             f"{time.monotonic() - self.failing_since:.0f} s: {reason}")
         log.info("metaq: %s; retrying (attempt %d)", reason, self.failures)
         time.sleep(_POLICY.delay(self.failures))
 

@@ -344,14 +344,15 @@ def test_commits_from_outside_the_group_protocol_only_while_the_group_is_empty(t
     run(tmp_path, scenario)
 
 
-def test_the_coordinator_follows_the_offsets_partitions_leadership(tmp_path: Path) -> None:
-    """Another broker leads the offsets partition: the group is forgotten (NOT_COORDINATOR). Leading it again
-    in a later leader epoch replays the log, with what the other leader wrote (replicated) meanwhile."""
+def run_moving(tmp_path: Path,
+               scenario: Callable[[GroupCoordinator, Callable[[int, int], None], FakeLogs], Awaitable[None]]) -> None:
+    """Run ``scenario(coordinator, lead, logs)`` with the offsets partition replicated on brokers 0 and 1;
+    ``lead(broker, epoch)`` makes ``broker`` its leader at ``epoch`` (the coordinator is broker 0)."""
     logs = FakeLogs(tmp_path)
     current = [LEADING]
 
-    def led(leader: int, epoch: int) -> ClusterSnapshot:
-        return ClusterSnapshot(brokers=LEADING.brokers, topics={OFFSETS_TOPIC: {
+    def lead(leader: int, epoch: int) -> None:
+        current[0] = ClusterSnapshot(brokers=LEADING.brokers, topics={OFFSETS_TOPIC: {
             0: PartitionMeta(leader=leader, leader_epoch=epoch, replicas=(0, 1), isr=(0, 1))}})
 
     async def main() -> None:
@@ -360,20 +361,7 @@ def test_the_coordinator_follows_the_offsets_partitions_leadership(tmp_path: Pat
         c.start()
         try:
             await loaded(c)
-            a = await within(join(c))
-            await c.sync_group(GROUP, 1, a.member_id, None, {a.member_id: b"all"})
-            assert await c.commit_offsets(GROUP, 1, a.member_id, None, {("t", 0): (5, "")}) == {("t", 0): NONE}
-            current[0] = led(1, 1)
-            assert c.heartbeat(GROUP, 1, a.member_id, None) == NOT_COORDINATOR
-            assert c.fetch_offsets(GROUP, None)[0] == NOT_COORDINATOR
-            assert c.describe() == {}  # the group is forgotten with the partition
-            # the other leader's commit, as replication appends it to this broker's copy of the log
-            OffsetsPartition(logs.get_or_create(OFFSETS_TOPIC, 0)).append_commits(
-                GROUP, {("t", 0): CommittedOffset(9, "", 1_700_000_000_000)})
-            current[0] = led(0, 2)
-            await loaded(c)
-            error, offsets = c.fetch_offsets(GROUP, None)
-            assert (error, offsets[("t", 0)].offset) == (NONE, 9)
+            await scenario(c, lead, logs)
         finally:
             await c.stop()
 
@@ -382,3 +370,65 @@ def test_the_coordinator_follows_the_offsets_partitions_leadership(tmp_path: Pat
     finally:
         for log in logs.logs.values():
             log.close()
+
+
+def test_the_coordinator_follows_the_offsets_partitions_leadership(tmp_path: Path) -> None:
+    """Another broker leads the offsets partition: the group is forgotten (NOT_COORDINATOR). Leading it again
+    in a later leader epoch replays the log, with what the other leader wrote (replicated) meanwhile."""
+
+    async def scenario(c: GroupCoordinator, lead: Callable[[int, int], None], logs: FakeLogs) -> None:
+        a = await within(join(c))
+        await c.sync_group(GROUP, 1, a.member_id, None, {a.member_id: b"all"})
+        assert await c.commit_offsets(GROUP, 1, a.member_id, None, {("t", 0): (5, "")}) == {("t", 0): NONE}
+        lead(1, 1)
+        assert c.heartbeat(GROUP, 1, a.member_id, None) == NOT_COORDINATOR
+        assert c.fetch_offsets(GROUP, None)[0] == NOT_COORDINATOR
+        assert c.describe() == {}  # the group is forgotten with the partition
+        # the other leader's commit, as replication appends it to this broker's copy of the log
+        OffsetsPartition(logs.get_or_create(OFFSETS_TOPIC, 0)).append_commits(
+            GROUP, {("t", 0): CommittedOffset(9, "", 1_700_000_000_000)})
+        lead(0, 2)
+        await loaded(c)
+        error, offsets = c.fetch_offsets(GROUP, None)
+        assert (error, offsets[("t", 0)].offset) == (NONE, 9)
+
+    run_moving(tmp_path, scenario)
+
+
+def test_a_coordinator_taking_a_group_over_keeps_its_members(tmp_path: Path) -> None:
+    """The membership of a completed rebalance is stored in the offsets partition: a coordinator that takes
+    the group over (this one, leading again after another broker did) knows the members, their generation
+    and assignment, so their heartbeats go on and a commit in that generation is accepted. Without it, a
+    member that came to the new coordinator first made a generation of its own while the others still
+    consumed the partitions of the old one: two members read the same partitions."""
+
+    async def scenario(c: GroupCoordinator, lead: Callable[[int, int], None], logs: FakeLogs) -> None:
+        leader, follower = await stable_pair(c)
+        gen = leader.generation_id
+        lead(1, 1)
+        assert c.heartbeat(GROUP, gen, leader.member_id, None) == NOT_COORDINATOR
+        lead(0, 2)
+        await loaded(c)
+        assert c.heartbeat(GROUP, gen, follower.member_id, None) == NONE
+        assert c.heartbeat(GROUP, gen, leader.member_id, None) == NONE
+        summary = (await c.describe_group(GROUP))[1]
+        assert (summary.state, {m.member_id: m.assignment for m in summary.members}) == (
+            g.STABLE, {leader.member_id: b"L", follower.member_id: b"F"})
+        assert await c.commit_offsets(GROUP, gen, follower.member_id, None, {("t", 1): (5, "")}) == {("t", 1): NONE}
+        assert await c.sync_group(GROUP, gen, follower.member_id, None, {}) == (NONE, b"F")
+        # everybody left: an empty group is stored, and nobody is restored from the older membership
+        assert c.leave_group(GROUP, leader.member_id) == NONE
+        assert c.leave_group(GROUP, follower.member_id) == NONE
+        await within(_until(lambda: c.describe().get(GROUP, {}).get("state") == g.EMPTY))
+        lead(1, 3)
+        c.heartbeat(GROUP, gen, leader.member_id, None)
+        lead(0, 4)
+        await loaded(c)
+        assert c.heartbeat(GROUP, gen, leader.member_id, None) == UNKNOWN_MEMBER_ID
+
+    run_moving(tmp_path, scenario)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)

@@ -8,10 +8,15 @@ from hypothesis import strategies as st
 
 from metaq.broker.coordinator.schema import (
     GroupKey,
+    GroupValue,
     OffsetKey,
     OffsetValue,
+    StoredMember,
+    decode_group_value,
     decode_key,
     decode_offset_value,
+    encode_group_key,
+    encode_group_value,
     encode_offset_key,
     encode_offset_value,
     partition_for,
@@ -63,3 +68,22 @@ def test_arbitrary_bytes_only_raise_corrupt_record(data: bytes) -> None:
             fn(data)
         except CorruptRecordError:
             pass
+
+
+def test_group_metadata_round_trip_and_kafka_v0() -> None:
+    """Kafka's GroupMetadataKey (version 2) and GroupMetadataValue: metaq writes v3 and reads v0..v3."""
+    assert decode_key(encode_group_key("g1")) == GroupKey("g1")
+    assert encode_group_key("g1").hex() == "0002" "0002" "6731"
+    members = (StoredMember("m-1", None, "c", "/h", 300, 100, b"sub", b"asg"),
+               StoredMember("m-2", "static", "c", "/h", 300, 100, b"", b""))
+    value = GroupValue("consumer", 7, "range", "m-1", members, 1_700_000_000_000)
+    assert decode_group_value(encode_group_value(value)) == value
+    empty = GroupValue("consumer", 8, None, None, ())
+    assert decode_group_value(encode_group_value(empty)) == empty
+    v0 = bytes.fromhex("0000" "0008" + b"consumer".hex() + "00000007" "0005" + b"range".hex() + "0003"
+                       + b"m-1".hex() + "00000001" "0003" + b"m-1".hex() + "0001" + b"c".hex() + "0002"
+                       + b"/h".hex() + "00000064" "00000003" + b"sub".hex() + "00000003" + b"asg".hex())
+    assert decode_group_value(v0) == GroupValue("consumer", 7, "range", "m-1", (
+        StoredMember("m-1", None, "c", "/h", 100, 100, b"sub", b"asg"),))
+    with pytest.raises(CorruptRecordError, match="group value"):
+        decode_group_value(encode_group_value(value)[:-2])

@@ -29,7 +29,7 @@ from metaq.broker.auth.session import current_session
 from metaq.broker.coordinator import group as g
 from metaq.broker.coordinator.group import Group, GroupSummary, JoinResult, Member
 from metaq.broker.coordinator.offsets import LOADED, LOADING, CommittedOffset, OffsetsPartition
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
+from metaq.broker.coordinator.schema import OFFSETS_TOPIC, GroupValue, StoredMember, partition_for
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import ClusterSnapshot
 from metaq.errors import ErrorCode
@@ -205,10 +205,50 @@ class GroupCoordinator:
         return self._partitions[partition_for(group_id, self.offsets_partitions(self._snapshot()))]
 
     def _group(self, group_id: str, *, create: bool) -> Group | None:
-        group = self._groups.get(group_id)
+        group = self._groups.get(group_id) or self._restore(group_id)
         if group is None and create:
             group = self._groups[group_id] = Group(group_id)
         return group
+
+    def _restore(self, group_id: str) -> Group | None:
+        """The group's membership as the offsets partition last stored it (written by this or a former
+        coordinator), or None."""
+        part = self._partitions.get(partition_for(group_id, self.offsets_partitions(self._snapshot())))
+        stored = part.membership(group_id) if part is not None and part.state == LOADED else None
+        if stored is None or not stored.members:
+            return None
+        now = _now()
+        members = [Member(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout_ms,
+                          m.rebalance_timeout_ms, stored.protocol_type, [(stored.protocol or "", m.subscription)],
+                          last_heartbeat=now, assignment=m.assignment) for m in stored.members]
+        group = self._groups[group_id] = Group.restore(group_id, stored.generation, stored.protocol_type,
+                                                       stored.protocol, stored.leader, members)
+        log.info("group %s: generation %d with %d members restored from %s-%d", group_id, stored.generation,
+                 len(members), OFFSETS_TOPIC, part.partition if part is not None else -1)
+        return group
+
+    def _store_membership(self, group: Group) -> None:
+        """Write the group's membership (after a completed rebalance, or empty) to its offsets partition,
+        best effort: a coordinator that takes the group over without it starts with an empty group."""
+        members = tuple(StoredMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                     m.rebalance_timeout_ms, m.session_timeout_ms,
+                                     m.metadata_for(group.protocol_name or ""), m.assignment)
+                        for m in group.members.values())
+        value = GroupValue(group.protocol_type or "", group.generation_id, group.protocol_name, group.leader_id,
+                           members, int(time.time() * 1000))
+        if self.check(group.group_id):
+            return  # no longer its coordinator (the log is another leader's to write)
+        try:
+            part = self._partition_of(group.group_id)
+            part.leader_epoch = self._append_epoch(part.partition)
+            if part.leader_epoch is None and self.replication is not None \
+                    and self.replication.replicated(OFFSETS_TOPIC, part.partition):
+                return  # the replica manager no longer has us lead it either
+            part.store_membership(group.group_id, value)
+        except Exception as e:
+            log.warning("group %s: storing its membership in %s failed: %s", group.group_id, OFFSETS_TOPIC, e)
+            return
+        self._wake_followers(part)
 
     # -- JoinGroup ---------------------------------------------------------------------------------
 
@@ -343,6 +383,7 @@ class GroupCoordinator:
         if not group.members:
             group.protocol_name = None
             group.transition(g.EMPTY)
+            self._store_membership(group)
             return
         group.protocol_name = group.select_protocol()
         group.transition(g.COMPLETING_REBALANCE)
@@ -390,6 +431,7 @@ class GroupCoordinator:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
             group.transition(g.STABLE)
+            self._store_membership(group)
             for m in group.members.values():
                 w, m.sync_waiter = m.sync_waiter, None
                 if w is not None and not w.done():
@@ -486,10 +528,8 @@ class GroupCoordinator:
         """After an append to a replicated offsets partition: wake the followers and, with
         offsets.commit.required.acks -1, wait until the ISR has it. 0 or the error to answer."""
         replication = self.replication
-        if replication is None or not replication.replicated(OFFSETS_TOPIC, part.partition):
+        if replication is None or not self._wake_followers(part):
             return ErrorCode.NONE
-        replication.leader_appended(OFFSETS_TOPIC, part.partition)
-        self.notify((OFFSETS_TOPIC, part.partition))
         if self._config.offsets_commit_required_acks != -1:
             return ErrorCode.NONE
         min_isr = await replication.min_insync_replicas(OFFSETS_TOPIC)
@@ -500,6 +540,16 @@ class GroupCoordinator:
         if not code:
             return ErrorCode.NONE
         return int(_REPLICATION_ERRORS.get(code, ErrorCode.NOT_COORDINATOR))
+
+    def _wake_followers(self, part: OffsetsPartition) -> bool:
+        """After an append: move the HW of a leader alone in its ISR, wake the followers' long polls.
+        False if the partition is not replicated."""
+        replication = self.replication
+        if replication is None or not replication.replicated(OFFSETS_TOPIC, part.partition):
+            return False
+        replication.leader_appended(OFFSETS_TOPIC, part.partition)
+        self.notify((OFFSETS_TOPIC, part.partition))
+        return True
 
     def _commit_error(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
         group = self._group(group_id, create=False)
@@ -539,6 +589,8 @@ class GroupCoordinator:
                 continue
             for group_id in part.groups():
                 listed[group_id] = ("", g.EMPTY)
+            for group_id in list(part.memberships):
+                self._group(group_id, create=False)  # a stored membership is restored as requests would
         mine = set(led)
         total = self.offsets_partitions(snapshot)
         for group_id, group in self._groups.items():
@@ -552,9 +604,9 @@ class GroupCoordinator:
         """(error, summary); a group the coordinator does not know is Dead (DescribeGroups < v6 says so with
         no error). A group with offsets only is Empty."""
         error = await self._ready(group_id)
-        group = self._groups.get(group_id)
         if error:
             return error, GroupSummary(group_id, g.DEAD, "", "", [])
+        group = self._group(group_id, create=False)
         if group is not None and not group.is_(g.DEAD):
             return ErrorCode.NONE, group.describe()
         if self._partition_of(group_id).fetch(group_id, None):
@@ -576,6 +628,13 @@ class GroupCoordinator:
         error = await self._delete_offsets(group_id, part, None)
         if error:
             return error
+        if part.membership(group_id) is not None:
+            try:
+                part.store_membership(group_id, None)
+            except Exception as e:
+                log.error("group %s: writing its tombstone to %s-%d failed: %s", group_id, OFFSETS_TOPIC,
+                          part.partition, e)
+                return ErrorCode.KAFKA_STORAGE_ERROR
         group = self._groups.pop(group_id, None)
         if group is not None:
             if group.join_timer is not None:

@@ -116,6 +116,21 @@ class Group:
         # not running; while it runs only its timer completes the join (group.initial.rebalance.delay.ms)
         self.initial_delay_until: float | None = None
 
+    @classmethod
+    def restore(cls, group_id: str, generation_id: int, protocol_type: str, protocol_name: str | None,
+                leader_id: str | None, members: list[Member]) -> Group:
+        """The group as stored at its last completed rebalance, Stable: a coordinator that takes it over
+        (the offsets partition's leadership moved) keeps its members and their assignment, as Kafka's
+        GroupMetadataManager loads it, instead of starting a generation the old members know nothing of."""
+        group = cls(group_id)
+        for member in members:
+            group.add(member)
+        group.generation_id, group.protocol_type, group.protocol_name = generation_id, protocol_type, protocol_name
+        if leader_id in group.members:
+            group.leader_id = leader_id
+        group.state = STABLE
+        return group
+
     def transition(self, state: str) -> None:
         if state not in _ALLOWED[self.state]:
             raise RuntimeError(f"group {self.group_id}: illegal transition {self.state} -> {state}")

@@ -20,10 +20,15 @@ from dataclasses import dataclass
 
 from metaq.broker.coordinator.schema import (
     OFFSETS_TOPIC,
+    GroupKey,
+    GroupValue,
     OffsetKey,
     OffsetValue,
+    decode_group_value,
     decode_key,
     decode_offset_value,
+    encode_group_key,
+    encode_group_value,
     encode_offset_key,
     encode_offset_value,
 )
@@ -59,6 +64,7 @@ class OffsetsPartition:
         self.partition = log_.partition
         self.state = LOADING
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        self.memberships: dict[str, GroupValue] = {}  # each group's last stored membership
         self._appended_since_rewrite = 0
         self.leader_epoch: int | None = None  # stamped on appends when the partition is replicated (KIP-101)
         self._lock = threading.Lock()  # replay runs on a worker thread; everything else on the event loop
@@ -73,20 +79,22 @@ class OffsetsPartition:
         """Replay the log into the cache (blocking; run on a worker thread)."""
         started = time.monotonic()
         try:
-            offsets, count = self._replay()
+            offsets, memberships, count = self._replay()
         except Exception:
             log.exception("loading %s-%d failed", OFFSETS_TOPIC, self.partition)
             self._set_state(FAILED)
             return
         with self._lock:
             self.offsets = offsets
+            self.memberships = memberships
             self._appended_since_rewrite = count
         self._set_state(LOADED)
         log.info("loaded %d offsets of %d groups from %s-%d in %.3fs", sum(map(len, offsets.values())),
                  len(offsets), OFFSETS_TOPIC, self.partition, time.monotonic() - started)
 
-    def _replay(self) -> tuple[dict[str, dict[TopicPartition, CommittedOffset]], int]:
+    def _replay(self) -> tuple[dict[str, dict[TopicPartition, CommittedOffset]], dict[str, GroupValue], int]:
         offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        memberships: dict[str, GroupValue] = {}
         position = self.log.log_start_offset
         end = self.log.log_end_offset
         count = 0
@@ -107,9 +115,9 @@ class OffsetsPartition:
                 continue
             for _, _, key, value, _ in result.records:
                 count += 1
-                self._apply(offsets, key, value)
+                self._apply(offsets, memberships, key, value)
             position = max(result.next_offset, position + 1)
-        return offsets, count
+        return offsets, memberships, count
 
     def _decode_batch_by_batch(self, data: bytes, position: int) -> DecodeResult:
         """The records of the complete batches of ``data``, skipping (and logging) those that do not decode:
@@ -132,14 +140,18 @@ class OffsetsPartition:
         return DecodeResult(records, next_offset, pos, None)
 
     @staticmethod
-    def _apply(offsets: dict[str, dict[TopicPartition, CommittedOffset]], key: bytes | None,
-               value: bytes | None) -> None:
+    def _apply(offsets: dict[str, dict[TopicPartition, CommittedOffset]], memberships: dict[str, GroupValue],
+               key: bytes | None, value: bytes | None) -> None:
         if key is None:
             return
         try:
             decoded = decode_key(key)
-            if not isinstance(decoded, OffsetKey):
-                return  # group metadata records: metaq keeps group membership in memory only
+            if isinstance(decoded, GroupKey):
+                if value is None:
+                    memberships.pop(decoded.group, None)
+                else:
+                    memberships[decoded.group] = decode_group_value(value)
+                return
             tp = (decoded.topic, decoded.partition)
             if value is None:
                 group = offsets.get(decoded.group)
@@ -165,6 +177,19 @@ class OffsetsPartition:
         self._append(records)
         with self._lock:
             self.offsets.setdefault(group, {}).update(commits)
+
+    def store_membership(self, group: str, value: GroupValue | None) -> None:
+        """Append the group's membership (None: a tombstone), then update the cache."""
+        self._append([(encode_group_key(group), None if value is None else encode_group_value(value))])
+        with self._lock:
+            if value is None:
+                self.memberships.pop(group, None)
+            else:
+                self.memberships[group] = value
+
+    def membership(self, group: str) -> GroupValue | None:
+        with self._lock:
+            return self.memberships.get(group)
 
     def _append(self, records: list[tuple[bytes, bytes | None]]) -> None:
         if not records:
@@ -231,7 +256,8 @@ class OffsetsPartition:
         """Snapshot compaction: rewrite the live offsets in a fresh segment, delete everything older."""
         with self._lock:
             live = [(g, tp, c) for g, entries in self.offsets.items() for tp, c in entries.items()]
-        if self._appended_since_rewrite < max(COMPACT_MIN_RECORDS, 2 * len(live)):
+            memberships = list(self.memberships.items())
+        if self._appended_since_rewrite < max(COMPACT_MIN_RECORDS, 2 * (len(live) + len(memberships))):
             return False
         self.log.roll("offsets compaction")
         start = self.log.log_end_offset
@@ -241,7 +267,9 @@ class OffsetsPartition:
             self._append([(encode_offset_key(OffsetKey(g, t, p)), encode_offset_value(
                 OffsetValue(c.offset, c.metadata, c.commit_timestamp, c.expire_timestamp)))
                 for g, (t, p), c in chunk])
-        self._appended_since_rewrite = len(live)
+        for i in range(0, len(memberships), 1000):
+            self._append([(encode_group_key(g), encode_group_value(v)) for g, v in memberships[i:i + 1000]])
+        self._appended_since_rewrite = len(live) + len(memberships)
         deleted = self.log.delete_segments_before(start, now_ms)
         log.info("compacted %s-%d: %d live offsets rewritten at %d, %d old segments deleted",
                  OFFSETS_TOPIC, self.partition, len(live), start, deleted)

@@ -69,8 +69,8 @@ def _read_partition(
     not fit leaves the partition empty in this answer (the client asks again)."""
     error = _denied(ctx, topic, replica_id) or ctx.serving_error(topic, p.partition) or ctx.epoch_error(
         topic, p.partition, getattr(p, "current_leader_epoch", -1))
-    if error:
-        return PartitionPart(p.partition, error, -1, -1, -1, None), 0
+    if error:  # an empty record set with an error, never a null one: librdkafka rejects the whole answer
+        return PartitionPart(p.partition, error, -1, -1, -1, b""), 0
     plog = ctx.log_for(topic, p.partition)
     if replica_id >= 0 and ctx.replication is not None:  # a follower: its fetch offset is its log end
         ctx.replication.follower_fetched(topic, p.partition, replica_id, p.fetch_offset, plog)
@@ -81,10 +81,10 @@ def _read_partition(
         piece = (plog.read(p.fetch_offset, limit, None if replica_id >= 0 else hw)
                  if limit > 0 or min_one else None)
     except OffsetOutOfRangeError:
-        return PartitionPart(p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, end, end, start, None), 0
+        return PartitionPart(p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, end, end, start, b""), 0
     except Exception:
         log.exception("reading %s-%d at offset %d failed", topic, p.partition, p.fetch_offset)
-        return PartitionPart(p.partition, ErrorCode.UNKNOWN_SERVER_ERROR, hw, hw, start, None), 0
+        return PartitionPart(p.partition, ErrorCode.UNKNOWN_SERVER_ERROR, hw, hw, start, b""), 0
     if piece is None or (piece.size > limit and not min_one):
         return PartitionPart(p.partition, 0, hw, hw, start, b""), 0
     return PartitionPart(p.partition, 0, hw, hw, start, piece), piece.size
