@@ -26,11 +26,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from metaq.consumer.assignors import assign
+from metaq.consumer.assignors import assign, assign_for
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.ids import make_thread_ids
 from metaq.consumer.offsets import OffsetStore, TopicPartition
@@ -352,7 +353,7 @@ class ZKRebalancerListener:
             log.info("consumer %s: no brokers registered; waiting", self._consumer_id)
             return True
         self._release_all(commit=self._config.auto_commit_enable)
-        assignment, mine = self._assignment()
+        whole, mine = self._assignment()
         if not self._claim_all(mine):
             return False
         try:
@@ -371,22 +372,26 @@ class ZKRebalancerListener:
             return False
         if self._listener is not None:
             global_view: dict[str, dict[int, str]] = {}
-            for (topic, partition), tid in assignment.items():
+            for (topic, partition), tid in whole().items():
                 global_view.setdefault(topic, {})[partition] = tid
             self._safe_hook(self._listener.assigned, self._consumer_id, global_view)
         self._fetcher.start_connections(self.registry.values())
         log.info("consumer %s owns %s (generation %d)", self._consumer_id, sorted(mine), self.generation)
         return True
 
-    def _assignment(self) -> tuple[dict[TopicPartition, str], dict[TopicPartition, str]]:
-        """The group's assignment as computed from ZooKeeper now (watches re-armed), and my part of it."""
+    def _assignment(self) -> tuple[Callable[[], dict[TopicPartition, str]], dict[TopicPartition, str]]:
+        """My part of the group's assignment as computed from ZooKeeper now (watches re-armed), and how to
+        compute the whole of it (only the ``assigned`` hook wants that: at 10,000 partitions it is most of
+        a rebalance's CPU, times every member)."""
         with self._wakeup:
             self._rearm = False  # reading the group sets every watch again
         topic_threads, topic_partitions = self._read_group()
-        assignment = assign(self._config.partition_assignment_strategy, topic_threads, topic_partitions)
-        mine = {tp: tid for tp, tid in assignment.items() if tid.startswith(self._consumer_id + "-")
-                and tid[len(self._consumer_id) + 1:].isdigit()}
-        return assignment, mine
+        prefix = self._consumer_id + "-"
+        my_threads = {tid for threads in topic_threads.values() for tid in threads
+                      if tid.startswith(prefix) and tid[len(prefix):].isdigit()}
+        strategy = self._config.partition_assignment_strategy
+        mine = assign_for(strategy, topic_threads, topic_partitions, my_threads)
+        return partial(assign, strategy, topic_threads, topic_partitions), mine
 
     def _read_group(self) -> tuple[dict[str, list[str]], dict[str, list[int]]]:
         """Every member's thread ids per topic I subscribe to, and those topics' partitions."""
