@@ -5,7 +5,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+from kazoo.security import make_acl
 
 from zk_layout import PartitionState, ZkLayout, paths
 
@@ -75,3 +78,17 @@ def test_partition_states(zk_layout: ZkLayout) -> None:
     zk_layout.create_topic("t", {0: [0], 1: [0]}, {0: STATE})
     assert zk_layout.partition_states([("t", 0), ("t", 1), ("nope", 0)]) == {
         ("t", 0): STATE, ("t", 1): None, ("nope", 0): None}
+
+
+def test_ensure_paths_creates_parents_first_and_accepts_existing_nodes_it_may_not_create(
+        zk_layout: ZkLayout, zk: KazooClient) -> None:
+    """All creates are sent at once, parents first. ZooKeeper checks the parent's CREATE permission before
+    whether the node exists, so an existing node under a parent that refuses creates answers NoAuth: no
+    error, as with kazoo's ensure_path (which asks first). A missing one there is an error."""
+    zk.create("/locked/sub", makepath=True)
+    zk.set_acls("/locked", [make_acl("world", "anyone", read=True)])
+    zk_layout._ensure_paths(["/locked/sub/a/b", "/new/x", "/new/y/z"])
+    assert all(zk.exists(path) for path in ("/locked/sub/a/b", "/new/x", "/new/y/z"))
+    zk_layout._ensure_paths(["/locked/sub/a/b", "/new/x"])  # all there already
+    with pytest.raises(NoAuthError):
+        zk_layout._ensure_paths(["/locked/other/z"])
