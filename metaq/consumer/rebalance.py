@@ -136,6 +136,8 @@ class ZKRebalancerListener:
         self._warned_persistent: set[str] = set()  # persistent member nodes already warned about
         self._conflicts: dict[TopicPartition, str] | None = None  # owner nodes in the way of the last claims
         self._member_nodes: dict[str, ConsumerNode] = {}  # registrations read, by member id (they never change)
+        self._partition_ids: dict[str, list[int]] = {}  # subscribed topics' partitions, while their watch is armed
+        self._topic_events = 0  # topic watch events (and connection drops) so far: see _read_group
         self._thread = threading.Thread(
             target=self._run, name=f"{consumer_id}_watcher_executor", daemon=True
         )
@@ -173,6 +175,13 @@ class ZKRebalancerListener:
             return
         self.trigger()
 
+    def _on_topic_watch(self, event: WatchedEvent | None = None) -> None:
+        """The watch on the subscribed topics' nodes: their cached partitions are void (see _topic_partitions)."""
+        with self._wakeup:
+            self._topic_events += 1
+            self._partition_ids.clear()
+        self._on_watch(event)
+
     def session_suspended(self) -> None:
         if self.state not in (SUSPENDED, CLOSED):
             self._state_before_suspend = self.state
@@ -186,6 +195,8 @@ class ZKRebalancerListener:
 
     def session_lost(self) -> None:
         with self._wakeup:  # with _publish: no registry of the old session is published after this
+            self._topic_events += 1  # the old session's watches are gone
+            self._partition_ids.clear()
             for info in list(self.registry.values()):  # at once: not one more message from the old ownership
                 info.revoke()
             self._session_lost = True
@@ -406,15 +417,27 @@ class ZKRebalancerListener:
             for topic, streams in per_topic.items():
                 if topic in topic_threads:
                     topic_threads[topic].extend(make_thread_ids(member, streams))
-        topic_partitions: dict[str, list[int]] = {}
-        for topic, partition_ids in self._layout.topic_partition_ids(my_topics, watch=watch).items():
-            if partition_ids is None:
-                if topic not in self._warned_missing:
-                    log.warning("consumer %s: topic %s does not exist yet; waiting for it", self._consumer_id, topic)
-                    self._warned_missing.add(topic)
-                continue
-            topic_partitions[topic] = list(partition_ids)
-        return topic_threads, topic_partitions
+        return topic_threads, self._topic_partitions(list(my_topics))
+
+    def _topic_partitions(self, topics: list[str]) -> dict[str, list[int]]:
+        """Each topic's partitions (a missing topic is left out, with a warning). A topic node read before is
+        not read again while the data watch set then is armed (no event since): at 1,000 partitions a node
+        is some 12 KB, read by every member at every rebalance. Any topic event or connection drop (kazoo
+        forgets every watch then) empties the cache; one during a read keeps that read out of it."""
+        with self._wakeup:
+            cached = {topic: self._partition_ids[topic] for topic in topics if topic in self._partition_ids}
+            events = self._topic_events
+        unread = [topic for topic in topics if topic not in cached]
+        read = self._layout.topic_partition_ids(unread, watch=self._on_topic_watch) if unread else {}
+        fresh = {topic: list(ids) for topic, ids in read.items() if ids is not None}
+        with self._wakeup:
+            if self._topic_events == events:
+                self._partition_ids.update(fresh)
+        for topic, ids in read.items():
+            if ids is None and topic not in self._warned_missing:
+                log.warning("consumer %s: topic %s does not exist yet; waiting for it", self._consumer_id, topic)
+                self._warned_missing.add(topic)
+        return {topic: ids for topic in topics if (ids := cached.get(topic, fresh.get(topic))) is not None}
 
     def _needs_topic_watch(self) -> bool:
         """Watch /brokers/topics children for wildcards, and while a static topic does not exist yet."""

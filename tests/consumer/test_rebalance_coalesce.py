@@ -42,3 +42,35 @@ def test_a_burst_of_joins_is_one_rebalance_and_converges(zk_layout: ZkLayout) ->
         assert listener.generation - before <= 2, listener.generation - before  # not one per join
     finally:
         listener.shutdown(commit=False)
+
+
+def test_partitions_added_to_a_subscribed_topic_are_taken_also_after_rebalances_that_read_no_topic(
+        zk_layout: ZkLayout) -> None:
+    """A rebalance re-reads a topic's node only after its watch fired (the partitions are cached while it is
+    armed): partitions added before and after a rebalance that used the cache are both noticed, so the
+    watch stays armed across it."""
+    zk_layout.register_broker(BrokerInfo.plaintext(0, "127.0.0.1", 9092))
+    zk_layout.create_topic("t", {0: [0], 1: [0]}, {p: STATE for p in range(2)})
+    config = ConsumerConfig.from_properties({"group.id": "g", "zookeeper.connect": "unused:2181",
+                                             "rebalance.backoff.ms": 2000, "auto.commit.enable": False,
+                                             "metaq.rebalance.coalesce.ms": 50})
+    zk_layout.register_consumer("g", "c0", TopicCount(subscription={"t": 1}))
+    fetcher = _Fetcher()
+    listener = ZKRebalancerListener(config, zk_layout, "c0", _Subscription(), fetcher,
+                                    ZooKeeperOffsetStore(zk_layout, "g"))
+    listener.synced_rebalance()
+    listener.start()
+    try:
+        assert fetcher.started == [("t", 0), ("t", 1)]
+        zk_layout.add_partitions("t", {p: [0] for p in range(3)}, {p: STATE for p in range(3)})
+        wait_until(lambda: fetcher.started == [("t", p) for p in range(3)] and listener.state == STABLE, 30,
+                   "c0 to take the partition added")
+        before = listener.generation
+        zk_layout.register_consumer("g", "c1", TopicCount(subscription={"t": 1}))  # c0-0 < c1-0: 0 and 1
+        wait_until(lambda: fetcher.started == [("t", 0), ("t", 1)] and listener.generation > before, 30,
+                   "c0 to rebalance with the joiner")
+        zk_layout.add_partitions("t", {p: [0] for p in range(6)}, {p: STATE for p in range(6)})
+        wait_until(lambda: fetcher.started == [("t", p) for p in range(3)] and listener.state == STABLE, 30,
+                   "c0 to take its half of the partitions added after a rebalance that used its cached topic")
+    finally:
+        listener.shutdown(commit=False)
