@@ -138,6 +138,8 @@ class ZKRebalancerListener:
         self._member_nodes: dict[str, ConsumerNode] = {}  # registrations read, by member id (they never change)
         self._partition_ids: dict[str, list[int]] = {}  # subscribed topics' partitions, while their watch is armed
         self._topic_events = 0  # topic watch events (and connection drops) so far: see _read_group
+        self._watch_events = 0  # events of any watch so far: see _registrations
+        self._quiet_ids: tuple[list[str], int] | None = None  # the member list the coalescing wait ended on
         self._thread = threading.Thread(
             target=self._run, name=f"{consumer_id}_watcher_executor", daemon=True
         )
@@ -169,6 +171,8 @@ class ZKRebalancerListener:
         the group, so it must not cost a rebalance (a connection blip or a short ZooKeeper restart
         keeps the session and the ownership); instead the executor re-arms the watches once connected
         and rebalances only if the group changed meanwhile (see :meth:`_recheck`)."""
+        with self._wakeup:
+            self._watch_events += 1
         if event is not None and event.type == EventType.NONE:
             with self._wakeup:
                 self._rearm = True
@@ -196,6 +200,7 @@ class ZKRebalancerListener:
     def session_lost(self) -> None:
         with self._wakeup:  # with _publish: no registry of the old session is published after this
             self._topic_events += 1  # the old session's watches are gone
+            self._watch_events += 1
             self._partition_ids.clear()
             for info in list(self.registry.values()):  # at once: not one more message from the old ownership
                 info.revoke()
@@ -261,10 +266,12 @@ class ZKRebalancerListener:
         while not self._shutdown.is_set():
             with self._wakeup:
                 self._triggered = False
+                events = self._watch_events
             try:
-                self._layout.consumer_ids(self._group, watch=self._on_watch)  # the next change wakes us
+                ids = self._layout.consumer_ids(self._group, watch=self._on_watch)  # the next change wakes us
             except MetaqError:
                 return  # the rebalance that follows reports it
+            self._quiet_ids = (ids, events)
             with self._wakeup:
                 end = min(time.monotonic() + quiet, deadline)
                 # the whole window even after an event: one re-read per window, not one per join per member
@@ -433,8 +440,8 @@ class ZKRebalancerListener:
         with self._wakeup:
             if self._topic_events == events:
                 self._partition_ids.update(fresh)
-        for topic, ids in read.items():
-            if ids is None and topic not in self._warned_missing:
+        for topic, found in read.items():
+            if found is None and topic not in self._warned_missing:
                 log.warning("consumer %s: topic %s does not exist yet; waiting for it", self._consumer_id, topic)
                 self._warned_missing.add(topic)
         return {topic: ids for topic in topics if (ids := cached.get(topic, fresh.get(topic))) is not None}
@@ -453,7 +460,11 @@ class ZKRebalancerListener:
         metaq members assign among the ephemeral, i.e. live, members only. A Kafka 0.8 member of the same
         group still counts such a node, so the two disagree until it is deleted: the warning says so."""
         members: dict[str, TopicCount] = {}
-        ids = self._layout.consumer_ids(self._group, watch=self._on_watch)
+        quiet, self._quiet_ids = self._quiet_ids, None
+        with self._wakeup:  # the list the coalescing wait just read, if no watch fired since (its watch is armed)
+            unchanged = quiet is not None and quiet[1] == self._watch_events
+        ids = quiet[0] if quiet is not None and unchanged else self._layout.consumer_ids(self._group,
+                                                                                       watch=self._on_watch)
         # A member's registration never changes (one subscription per connector, and consumer ids are unique
         # per process start): read only the members not seen before, pipelined, instead of every member at
         # every rebalance of every member (N x N reads per membership change).

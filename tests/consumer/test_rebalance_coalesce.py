@@ -4,6 +4,7 @@ coalesced rebalance still converges on the range assignment of the final group."
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offsets import ZooKeeperOffsetStore
@@ -72,5 +73,39 @@ def test_partitions_added_to_a_subscribed_topic_are_taken_also_after_rebalances_
         zk_layout.add_partitions("t", {p: [0] for p in range(6)}, {p: STATE for p in range(6)})
         wait_until(lambda: fetcher.started == [("t", p) for p in range(3)] and listener.state == STABLE, 30,
                    "c0 to take its half of the partitions added after a rebalance that used its cached topic")
+    finally:
+        listener.shutdown(commit=False)
+
+
+def test_the_rebalance_uses_the_member_list_the_quiet_wait_ended_on(zk_layout: ZkLayout) -> None:
+    """No second read of the member list right after the coalescing wait read it (its watch still armed);
+    a list that changed meanwhile is read again."""
+    zk_layout.register_broker(BrokerInfo.plaintext(0, "127.0.0.1", 9092))
+    zk_layout.create_topic("t", {0: [0], 1: [0]}, {p: STATE for p in range(2)})
+    config = ConsumerConfig.from_properties({"group.id": "g", "zookeeper.connect": "unused:2181",
+                                             "rebalance.backoff.ms": 2000, "auto.commit.enable": False,
+                                             "metaq.rebalance.coalesce.ms": 50})
+    zk_layout.register_consumer("g", "c0", TopicCount(subscription={"t": 1}))
+    reads: list[list[str]] = []
+    consumer_ids = zk_layout.consumer_ids
+
+    def counted(group: str, watch: Any = None) -> list[str]:
+        reads.append(ids := consumer_ids(group, watch=watch))
+        return ids
+
+    zk_layout.consumer_ids = counted  # type: ignore[method-assign]
+    listener = ZKRebalancerListener(config, zk_layout, "c0", _Subscription(), _Fetcher(),
+                                    ZooKeeperOffsetStore(zk_layout, "g"))
+    try:
+        listener.wait_for_quiet_group()
+        listener.synced_rebalance()
+        assert reads == [["c0"]]  # one read in all
+        assert zk_layout.owners("g") == {("t", 0): "c0-0", ("t", 1): "c0-0"}
+        listener.wait_for_quiet_group()
+        zk_layout.register_consumer("g", "c1", TopicCount(subscription={"t": 1}))
+        wait_until(lambda: listener._watch_events > 0, 10, "the members watch to fire")
+        listener.synced_rebalance()
+        assert reads[-1] == ["c0", "c1"]  # read again: it changed after the wait
+        assert zk_layout.owners("g") == {("t", 0): "c0-0"}
     finally:
         listener.shutdown(commit=False)
