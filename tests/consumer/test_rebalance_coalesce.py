@@ -18,16 +18,22 @@ PARTITIONS = 12
 JOINERS = 5
 
 
-def test_a_burst_of_joins_is_one_rebalance_and_converges(zk_layout: ZkLayout) -> None:
-    zk_layout.register_broker(BrokerInfo.plaintext(0, "127.0.0.1", 9092))
-    zk_layout.create_topic("t", {p: [0] for p in range(PARTITIONS)}, {p: STATE for p in range(PARTITIONS)})
+def _first_member(layout: ZkLayout, partitions: int, *, backoff_ms: int,
+                  coalesce_ms: int) -> tuple[ZKRebalancerListener, _Fetcher]:
+    """Broker 0, topic t of ``partitions`` and member c0 of group g: registered, not rebalanced yet."""
+    layout.register_broker(BrokerInfo.plaintext(0, "127.0.0.1", 9092))
+    layout.create_topic("t", {p: [0] for p in range(partitions)}, {p: STATE for p in range(partitions)})
     config = ConsumerConfig.from_properties({"group.id": "g", "zookeeper.connect": "unused:2181",
-                                             "rebalance.backoff.ms": 10000, "auto.commit.enable": False,
-                                             "metaq.rebalance.coalesce.ms": 1500})
-    zk_layout.register_consumer("g", "c0", TopicCount(subscription={"t": 1}))
+                                             "rebalance.backoff.ms": backoff_ms, "auto.commit.enable": False,
+                                             "metaq.rebalance.coalesce.ms": coalesce_ms})
+    layout.register_consumer("g", "c0", TopicCount(subscription={"t": 1}))
     fetcher = _Fetcher()
-    listener = ZKRebalancerListener(config, zk_layout, "c0", _Subscription(), fetcher,
-                                    ZooKeeperOffsetStore(zk_layout, "g"))
+    return ZKRebalancerListener(config, layout, "c0", _Subscription(), fetcher, ZooKeeperOffsetStore(layout, "g")), \
+        fetcher
+
+
+def test_a_burst_of_joins_is_one_rebalance_and_converges(zk_layout: ZkLayout) -> None:
+    listener, fetcher = _first_member(zk_layout, PARTITIONS, backoff_ms=10000, coalesce_ms=1500)
     listener.synced_rebalance()
     assert fetcher.started == [("t", p) for p in range(PARTITIONS)]
     listener.start()
@@ -50,15 +56,7 @@ def test_partitions_added_to_a_subscribed_topic_are_taken_also_after_rebalances_
     """A rebalance re-reads a topic's node only after its watch fired (the partitions are cached while it is
     armed): partitions added before and after a rebalance that used the cache are both noticed, so the
     watch stays armed across it."""
-    zk_layout.register_broker(BrokerInfo.plaintext(0, "127.0.0.1", 9092))
-    zk_layout.create_topic("t", {0: [0], 1: [0]}, {p: STATE for p in range(2)})
-    config = ConsumerConfig.from_properties({"group.id": "g", "zookeeper.connect": "unused:2181",
-                                             "rebalance.backoff.ms": 2000, "auto.commit.enable": False,
-                                             "metaq.rebalance.coalesce.ms": 50})
-    zk_layout.register_consumer("g", "c0", TopicCount(subscription={"t": 1}))
-    fetcher = _Fetcher()
-    listener = ZKRebalancerListener(config, zk_layout, "c0", _Subscription(), fetcher,
-                                    ZooKeeperOffsetStore(zk_layout, "g"))
+    listener, fetcher = _first_member(zk_layout, 2, backoff_ms=2000, coalesce_ms=50)
     listener.synced_rebalance()
     listener.start()
     try:
@@ -80,12 +78,7 @@ def test_partitions_added_to_a_subscribed_topic_are_taken_also_after_rebalances_
 def test_the_rebalance_uses_the_member_list_the_quiet_wait_ended_on(zk_layout: ZkLayout) -> None:
     """No second read of the member list right after the coalescing wait read it (its watch still armed);
     a list that changed meanwhile is read again."""
-    zk_layout.register_broker(BrokerInfo.plaintext(0, "127.0.0.1", 9092))
-    zk_layout.create_topic("t", {0: [0], 1: [0]}, {p: STATE for p in range(2)})
-    config = ConsumerConfig.from_properties({"group.id": "g", "zookeeper.connect": "unused:2181",
-                                             "rebalance.backoff.ms": 2000, "auto.commit.enable": False,
-                                             "metaq.rebalance.coalesce.ms": 50})
-    zk_layout.register_consumer("g", "c0", TopicCount(subscription={"t": 1}))
+    listener, _ = _first_member(zk_layout, 2, backoff_ms=2000, coalesce_ms=50)
     reads: list[list[str]] = []
     consumer_ids = zk_layout.consumer_ids
 
@@ -94,8 +87,6 @@ def test_the_rebalance_uses_the_member_list_the_quiet_wait_ended_on(zk_layout: Z
         return ids
 
     zk_layout.consumer_ids = counted  # type: ignore[method-assign]
-    listener = ZKRebalancerListener(config, zk_layout, "c0", _Subscription(), _Fetcher(),
-                                    ZooKeeperOffsetStore(zk_layout, "g"))
     try:
         listener.wait_for_quiet_group()
         listener.synced_rebalance()
