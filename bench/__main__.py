@@ -354,7 +354,8 @@ def main() -> None:
                                                           report=lambda line: print(line, flush=True))
             tables.append(("4. Offset commit over ZooKeeper", bench_rebalance.commit_table(1000, fence, times)))
         if "scale" in only:
-            print("== 7. group scale (members are threads of this process, one ZooKeeper session each)", flush=True)
+            print(f"== 7. group scale (members are threads of {bench_scale.PROCESSES} worker processes, one ZooKeeper "
+                  "session each)", flush=True)
             phases, offset_rows = bench_scale.run(env.zk, env.layout, env.broker.broker_id, list(plan.scale_sizes),
                                                   plan.scale_reps, report=lambda line: print(line, flush=True))
             tables.extend(bench_scale.tables(phases, offset_rows))

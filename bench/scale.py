@@ -2,8 +2,8 @@
 
     python -m bench.scale [--sizes 10x1000,50x5000,100x10000] [--reps 2]   # its own ZooKeeper and broker
 
-Every member is a real :class:`metaq.consumer.Consumer` on a thread of this process, each with its own
-ZooKeeper session (the embedded ZooKeeper child process), all in one group subscribed to P partitions
+Every member is a real :class:`metaq.consumer.Consumer` on a thread, each with its own ZooKeeper session (the
+embedded ZooKeeper child process), all in one group subscribed to P partitions
 (``P / 1000`` topics of 1,000 partitions each: one topic's nodes are created in one ZooKeeper transaction,
 and 1,000 is what fits). The rebalance needs only ZooKeeper: the registered broker (one real broker
 process) and the topics' nodes. The fetchers are not started: a member counts as fetching again when its
@@ -25,6 +25,10 @@ per attempt), owner-claim conflicts (attempts whose claim found nodes in the way
 way), CPU seconds of this process (all members) and wall seconds. The owner nodes in ZooKeeper are
 checked against the members' registries at the end of each phase.
 
+Where the members run: ``--processes K`` spreads them over K worker processes (members are threads there),
+as the members of a real group are separate processes; 0 runs them all on threads of this process, where
+100 members share one interpreter lock, and their rebalances queue behind each other for it.
+
 Also: ``ZooKeeperOffsetStore`` fencing (``take_ownership``) and commit of 10,000 partitions (all changed).
 """
 
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import multiprocessing
 import os
 import statistics
 import threading
@@ -40,6 +45,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -56,6 +62,7 @@ from zk_layout import ZkLayout, paths
 log = logging.getLogger(__name__)
 
 SIZES = ((10, 1_000), (50, 5_000), (100, 10_000))
+PROCESSES = 4  # worker processes the members are spread over (see above)
 TOPIC_PARTITIONS = 1_000
 SETTLE_TIMEOUT_S = 300.0
 POLL_S = 0.1
@@ -180,6 +187,7 @@ class Phase:
     conflict_partitions: int
     cpu_s: float
     wall_s: float
+    processes: int = 0
 
     @property
     def requests_per_attempt(self) -> float:
@@ -187,34 +195,52 @@ class Phase:
 
     def cells(self) -> list[str]:
         burst = f" ({self.attempts_burst_max} in burst)" if self.kind == "join" else ""
-        return [f"{self.members} x {self.partitions:,}", self.kind, f"{self.settle_s:.2f}",
+        return [f"{self.members} x {self.partitions:,}", str(self.processes or "this one"), self.kind,
+                f"{self.settle_s:.2f}",
                 f"{self.attempts_max}{burst}", f"{self.attempts_mean:.1f}",
                 f"{self.requests_per_attempt:,.0f}", f"{self.zk_ops / max(self.rebalance_attempts, 1):,.0f}",
                 f"{self.conflict_attempts} / {self.conflict_partitions:,}", f"{self.cpu_s:.1f}",
                 f"{self.wall_s:.1f}"]
 
 
-HEADER = ["N x P", "change", "settle s", "attempts/member max", "mean", "ZK requests/attempt",
+HEADER = ["N x P", "member processes", "change", "settle s", "attempts/member max", "mean", "ZK requests/attempt",
           "ZK ops/attempt", "conflicts (attempts / partitions)", "CPU s", "wall s"]
 
 
-class ScaleGroup:
-    def __init__(self, zk: str, topics: list[str], partitions: int, group: str) -> None:
+@dataclass(frozen=True)
+class MemberView:
+    """What :meth:`ScaleGroup.settled` needs of one member, wherever it runs."""
+
+    consumer_id: str
+    state: str | None
+    busy: bool  # a rebalance is running or triggered
+    registry: dict[tuple[str, int], str]  # partition -> owning thread id
+    fetching: tuple[float, frozenset[tuple[str, int]]] | None  # the last fetcher start: (time, partitions)
+
+
+class Members:
+    """The members on threads of this process (all of them, or one worker process's share)."""
+
+    def __init__(self, zk: str, topics: list[str], group: str) -> None:
         self.zk = zk
         self.topics = topics
-        self.partitions = partitions
         self.group = group
         self.members: list[Consumer] = []
+        self._joining: list[Consumer] = []
 
     def config(self) -> dict[str, Any]:
         return {"group.id": self.group, "zookeeper.connect": self.zk, "metrics.enabled": False,
                 "zookeeper.session.timeout.ms": 10000, "fetch.wait.max.ms": 1000, "consumer.timeout.ms": 100,
                 "auto.commit.enable": False, "metaq.self.check.interval.ms": 0}
 
-    def join(self, n: int) -> None:
-        """Start ``n`` members at once: connected first, then all subscribe together."""
-        consumers = [Consumer(self.config()) for _ in range(n)]
-        barrier = threading.Barrier(n)
+    def prepare(self, n: int) -> None:
+        """Connect ``n`` members (the slow part), so that they can then subscribe at once."""
+        self._joining = [Consumer(self.config()) for _ in range(n)]
+
+    def join(self) -> None:
+        """The prepared members subscribe together; returns when every first rebalance returned."""
+        consumers, self._joining = self._joining, []
+        barrier = threading.Barrier(len(consumers))
         errors: list[BaseException] = []
 
         def subscribe(consumer: Consumer) -> None:
@@ -234,9 +260,8 @@ class ScaleGroup:
         if errors:
             raise RuntimeError(f"{len(errors)} members failed to join: {errors[0]!r}")
 
-    def leave(self, member: Consumer) -> None:
-        self.members.remove(member)
-        member.shutdown()
+    def leave(self, index: int) -> None:
+        self.members.pop(index).shutdown()
 
     def stop(self) -> None:
         threads = [threading.Thread(target=m.shutdown, name="scale-stop", daemon=True) for m in self.members]
@@ -246,28 +271,160 @@ class ScaleGroup:
             t.join(60)
         self.members.clear()
 
+    def views(self) -> list[MemberView]:
+        with COUNTERS.lock:
+            started = dict(COUNTERS.started)
+            busy = {k for k, v in COUNTERS.in_rebalance.items() if v}
+        views = []
+        for member in self.members:
+            rebalancer = member._rebalancer
+            registry = {} if rebalancer is None else {k: i.thread_id for k, i in rebalancer.registry.items()}
+            views.append(MemberView(member.consumer_id, None if rebalancer is None else rebalancer.state,
+                                    rebalancer is not None and (id(rebalancer) in busy or rebalancer._triggered),
+                                    registry, started.get(id(member._fetcher))))
+        return views
+
+
+def _worker(conn: Connection, zk: str, topics: list[str], group: str) -> None:
+    """A worker process: its share of the members, driven by the commands of :class:`WorkerMembers`."""
+    logging.basicConfig(level=os.environ.get("METAQ_BENCH_LOG_LEVEL", "WARNING"))
+    members = Members(zk, topics, group)
+    with instrumented():
+        while True:
+            command, args = conn.recv()
+            try:
+                result = getattr(members, command)(*args) if command != "counters" else _counters(*args)
+            except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
+                conn.send(("error", f"{type(e).__name__}: {e}"))
+                continue
+            conn.send(("ok", result))
+            if command == "stop":
+                return
+
+
+class WorkerMembers:
+    """:class:`Members` in a worker process (spawned: a fork would copy this process's ZooKeeper threads)."""
+
+    def __init__(self, zk: str, topics: list[str], group: str, index: int) -> None:
+        self._conn, child = multiprocessing.get_context("spawn").Pipe()
+        self._process = multiprocessing.get_context("spawn").Process(
+            target=_worker, args=(child, zk, topics, group), name=f"scale-worker-{index}", daemon=True)
+        self._process.start()
+        child.close()
+
+    def send(self, command: str, *args: Any) -> None:
+        self._conn.send((command, args))
+
+    def reply(self) -> Any:
+        if not self._conn.poll(SETTLE_TIMEOUT_S):
+            raise RuntimeError(f"worker {self._process.name} did not answer within {SETTLE_TIMEOUT_S}s")
+        status, result = self._conn.recv()
+        if status != "ok":
+            raise RuntimeError(f"worker {self._process.name}: {result}")
+        return result
+
+    def call(self, command: str, *args: Any) -> Any:
+        self.send(command, *args)
+        return self.reply()
+
+    def close(self) -> None:
+        self._process.join(60)
+        if self._process.is_alive():
+            self._process.kill()
+        self._conn.close()
+
+
+def _counters(reset: bool) -> dict[str, Any]:
+    """This process's counters (serialisable), and its CPU time; ``reset``: start counting afresh."""
+    with COUNTERS.lock:
+        dump = {"attempts": {f"{os.getpid()}:{k}": list(v) for k, v in COUNTERS.attempts.items()},
+                "conflicts": list(COUNTERS.conflicts), "zk_requests": list(COUNTERS.zk_requests),
+                "zk_ops": COUNTERS.zk_ops, "registered": dict(COUNTERS.registered), "cpu": time.process_time()}
+        if reset:
+            COUNTERS.attempts.clear()
+            COUNTERS.conflicts.clear()
+            COUNTERS.zk_requests.clear()
+            COUNTERS.zk_ops = 0
+            COUNTERS.registered.clear()
+    return dump
+
+
+class ScaleGroup:
+    """The group's members, on threads of this process (``processes`` 0) or spread over worker processes."""
+
+    def __init__(self, zk: str, topics: list[str], partitions: int, group: str, processes: int = 0) -> None:
+        self.topics = topics
+        self.partitions = partitions
+        self.group = group
+        self.local = Members(zk, topics, group) if processes <= 0 else None
+        self.workers = [WorkerMembers(zk, topics, group, i) for i in range(processes)]
+        self.sizes = [0] * max(1, processes)  # members per host
+
+    def __len__(self) -> int:
+        return sum(self.sizes)
+
+    def _all(self, command: str, *args_per_host: tuple[Any, ...]) -> list[Any]:
+        """``command`` on every host (workers first, concurrently), with its own arguments."""
+        if self.local is not None:
+            return [getattr(self.local, command)(*args_per_host[0])] if command != "counters" \
+                else [_counters(*args_per_host[0])]
+        for worker, args in zip(self.workers, args_per_host, strict=True):
+            worker.send(command, *args)
+        return [worker.reply() for worker in self.workers]
+
+    def join(self, n: int) -> None:
+        """Start ``n`` members at once: connected first, then all subscribe together."""
+        share = [n // len(self.sizes) + (1 if i < n % len(self.sizes) else 0) for i in range(len(self.sizes))]
+        self._all("prepare", *[(k,) for k in share])
+        self._all("join", *[() for _ in share])
+        self.sizes = [a + b for a, b in zip(self.sizes, share, strict=True)]
+
+    def leave(self, index: int) -> None:
+        """Member ``index`` (in host order) shuts down cleanly."""
+        for host, size in enumerate(self.sizes):
+            if index < size:
+                self.sizes[host] -= 1
+                if self.local is not None:
+                    self.local.leave(index)
+                else:
+                    self.workers[host].call("leave", index)
+                return
+            index -= size
+        raise IndexError(index)
+
+    def stop(self) -> None:
+        self._all("stop", *[() for _ in self.sizes])
+        for worker in self.workers:
+            worker.close()
+        self.sizes = [0] * len(self.sizes)
+
+    def counters(self, *, reset: bool = False) -> list[dict[str, Any]]:
+        dumps = self._all("counters", *[(reset,) for _ in self.sizes])
+        if self.local is None:  # this process's own CPU counts too (it polls the workers)
+            dumps.append({**_counters(reset), "attempts": {}, "conflicts": [], "zk_requests": [], "zk_ops": 0,
+                          "registered": {}})
+        return dumps
+
+    def views(self) -> list[MemberView]:
+        return [view for views in self._all("views", *[() for _ in self.sizes]) for view in views]
+
     def settled(self) -> float | str:
         """When the last member started fetching its final assignment, or what is still missing."""
         seen: set[tuple[str, int]] = set()
         total = 0
         latest = 0.0
-        with COUNTERS.lock:
-            started = dict(COUNTERS.started)
-            busy = {k for k, v in COUNTERS.in_rebalance.items() if v}
-        for member in self.members:
-            rebalancer = member._rebalancer
-            if rebalancer is None or rebalancer.state != STABLE:
-                return f"{member.consumer_id} is {None if rebalancer is None else rebalancer.state}"
-            if id(rebalancer) in busy or rebalancer._triggered:
-                return f"{member.consumer_id} is rebalancing"
-            owned = set(rebalancer.registry)
-            fetch = started.get(id(member._fetcher))
-            if owned and (fetch is None or fetch[1] != owned):
-                return f"{member.consumer_id} is not fetching its partitions"
+        for view in self.views():
+            if view.state != STABLE:
+                return f"{view.consumer_id} is {view.state}"
+            if view.busy:
+                return f"{view.consumer_id} is rebalancing"
+            owned = set(view.registry)
+            if owned and (view.fetching is None or view.fetching[1] != owned):
+                return f"{view.consumer_id} is not fetching its partitions"
             seen |= owned
             total += len(owned)
-            if fetch is not None:
-                latest = max(latest, fetch[0])
+            if view.fetching is not None:
+                latest = max(latest, view.fetching[0])
         if len(seen) != self.partitions or total != self.partitions:
             return f"{len(seen)} of {self.partitions} partitions owned ({total} claims)"
         return latest
@@ -288,8 +445,7 @@ class ScaleGroup:
 
     def check_owner_nodes(self, layout: ZkLayout) -> None:
         """The owner nodes in ZooKeeper are exactly the members' registries (pipelined reads)."""
-        expected = {key: info.thread_id for m in self.members if m._rebalancer
-                    for key, info in m._rebalancer.registry.items()}
+        expected = {key: tid for view in self.views() for key, tid in view.registry.items()}
         client = layout.client
         requests = {(t, p): client.get_async(paths.owner_path(self.group, t, p))
                     for t in self.topics for p in range(TOPIC_PARTITIONS)}
@@ -305,33 +461,23 @@ class ScaleGroup:
                                f"e.g. {wrong[:3]}")
 
 
-def _phase(kind: str, group: ScaleGroup, t0: float, since: float, settled_at: float, cpu0: float,
-           wall0: float) -> Phase:
-    with COUNTERS.lock:
-        per_member = [len([t for t in times if t >= t0]) for times in COUNTERS.attempts.values()]
-        burst = [len([t for t in times if t >= since]) for times in COUNTERS.attempts.values()]
-        attempts = sum(burst)
-        requests = len([t for t in COUNTERS.zk_requests if t >= since])
-        ops = COUNTERS.zk_ops
-        conflicts = [n for t, n in COUNTERS.conflicts if t >= since]
+def _phase(kind: str, group: ScaleGroup, members: int, dumps: list[dict[str, Any]], t0: float, since: float,
+           settled_at: float, cpu0: float, wall0: float) -> Phase:
+    """The phase's figures from every host's counters (``cpu0``: their CPU time summed at the start)."""
+    attempts = [times for dump in dumps for times in dump["attempts"].values()]
+    per_member = [len([t for t in times if t >= t0]) for times in attempts]
+    burst = [len([t for t in times if t >= since]) for times in attempts]
+    requests = len([t for dump in dumps for t in dump["zk_requests"] if t >= since])
+    conflicts = [n for dump in dumps for t, n in dump["conflicts"] if t >= since]
     live = [n for n in per_member if n] or [0]
-    return Phase(kind, len(group.members) + (1 if kind == "leave" else 0), group.partitions,
-                 settled_at - t0, max(live), statistics.mean(per_member) if per_member else 0.0,
-                 max(burst or [0]), requests, ops, attempts, len(conflicts), sum(conflicts),
-                 time.process_time() - cpu0, time.monotonic() - wall0)
-
-
-def _reset() -> None:
-    with COUNTERS.lock:
-        COUNTERS.attempts.clear()
-        COUNTERS.conflicts.clear()
-        COUNTERS.zk_requests.clear()
-        COUNTERS.zk_ops = 0
-        COUNTERS.registered.clear()
+    return Phase(kind, members, group.partitions, settled_at - t0, max(live),
+                 statistics.mean(per_member) if per_member else 0.0, max(burst or [0]), requests,
+                 sum(dump["zk_ops"] for dump in dumps), sum(burst), len(conflicts), sum(conflicts),
+                 sum(dump["cpu"] for dump in dumps) - cpu0, time.monotonic() - wall0, len(group.workers))
 
 
 def measure_group(zk: str, layout: ZkLayout, broker_id: int, members: int, partitions: int, rep: int,
-                  report: Callable[[str], None] = print) -> list[Phase]:
+                  report: Callable[[str], None] = print, processes: int = 0) -> list[Phase]:
     """One join burst and one leave for ``members`` x ``partitions``."""
     topics = []
     for i in range(max(1, partitions // TOPIC_PARTITIONS)):
@@ -340,24 +486,25 @@ def measure_group(zk: str, layout: ZkLayout, broker_id: int, members: int, parti
             create_topic(layout, name, TOPIC_PARTITIONS, assignment={p: [broker_id]
                                                                      for p in range(TOPIC_PARTITIONS)})
         topics.append(name)
-    group = ScaleGroup(zk, topics, len(topics) * TOPIC_PARTITIONS, f"scale-{members}x{partitions}-{rep}-{os.getpid()}")
+    group = ScaleGroup(zk, topics, len(topics) * TOPIC_PARTITIONS, f"scale-{members}x{partitions}-{rep}-{os.getpid()}",
+                       processes)
     phases = []
     try:
-        _reset()
-        cpu0, wall0, since = time.process_time(), time.monotonic(), time.monotonic()
+        cpu0 = sum(dump["cpu"] for dump in group.counters(reset=True))
+        wall0 = since = time.monotonic()
         group.join(members)
-        with COUNTERS.lock:
-            last_join = max(COUNTERS.registered.values())
+        last_join = max(t for dump in group.counters() for t in dump["registered"].values())
         settled_at = group.wait_settled()
-        phases.append(_phase("join", group, last_join, since, settled_at, cpu0, wall0))
+        dumps = group.counters(reset=True)
+        phases.append(_phase("join", group, len(group), dumps, last_join, since, settled_at, cpu0, wall0))
         group.check_owner_nodes(layout)
         report("  " + " | ".join(phases[-1].cells()))
-        _reset()
-        cpu0, wall0 = time.process_time(), time.monotonic()
-        t0 = time.monotonic()
-        group.leave(group.members[len(group.members) // 2])
+        cpu0 = sum(dump["cpu"] for dump in dumps)
+        wall0 = t0 = time.monotonic()
+        group.leave(len(group) // 2)
         settled_at = group.wait_settled()
-        phases.append(_phase("leave", group, t0, t0, settled_at, cpu0, wall0))
+        phases.append(_phase("leave", group, len(group) + 1, group.counters(), t0, t0, settled_at, cpu0,
+                             wall0))
         group.check_owner_nodes(layout)
         report("  " + " | ".join(phases[-1].cells()))
     finally:
@@ -430,15 +577,16 @@ def measure_offsets(layout: ZkLayout, partitions: int, rep: int) -> list[OffsetR
 
 
 def run(zk: str, layout: ZkLayout, broker_id: int, sizes: list[tuple[int, int]], reps: int,
-        offsets_partitions: tuple[int, ...] = (1_000, 10_000), report: Callable[[str], None] = print
-        ) -> tuple[list[Phase], list[OffsetRow]]:
+        offsets_partitions: tuple[int, ...] = (1_000, 10_000), report: Callable[[str], None] = print,
+        processes: int = PROCESSES) -> tuple[list[Phase], list[OffsetRow]]:
     phases: list[Phase] = []
     offsets: list[OffsetRow] = []
     report("  " + " | ".join(HEADER))
     with instrumented():
         for rep in range(reps):
             for members, partitions in sizes:
-                phases.extend(measure_group(zk, layout, broker_id, members, partitions, rep, report))
+                phases.extend(measure_group(zk, layout, broker_id, members, partitions, rep, report,
+                                            min(processes, members)))
     for rep in range(reps):
         for partitions in offsets_partitions:
             rows = measure_offsets(layout, partitions, rep)
@@ -469,6 +617,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(f"{n}x{p}" for n, p in SIZES), help="NxP,...")
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--processes", type=int, default=PROCESSES,
+                        help="worker processes the members are spread over (0: threads of this process)")
     parser.add_argument("--offsets", default="1000,10000", help="partitions of the fence/commit rows, comma separated")
     args = parser.parse_args()
     logging.basicConfig(level=os.environ.get("METAQ_BENCH_LOG_LEVEL", "WARNING"))
@@ -477,7 +627,7 @@ def main() -> None:
 
     with environment() as env:
         phases, offsets = run(env.zk, env.layout, env.broker.broker_id, parse_sizes(args.sizes) if args.sizes else [],
-                              args.reps, tuple(int(x) for x in args.offsets.split(",")))
+                              args.reps, tuple(int(x) for x in args.offsets.split(",")), processes=args.processes)
     for title, (header, rows) in tables(phases, offsets):
         print_table(header, rows, title)
 

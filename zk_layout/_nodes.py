@@ -218,12 +218,34 @@ class _Nodes:
             self._client.ensure_path(path, acl=self._acl(path))
 
     def _ensure_paths(self, paths: Iterable[str], acl: Sequence[ACL] | None = None) -> None:
-        """``ensure_path`` of each (nodes it creates get ``acl``; None: the client's default), pipelined: one
-        or two round trips in all rather than one or more each (the per-topic directories of a new group).
-        Errors are raised (callers translate them)."""
-        for request in [self._client.ensure_path_async(path, acl=acl if acl is not None else self._acl(path))
-                        for path in sorted(set(paths))]:
-            request.get()
+        """``ensure_path`` of each (nodes it creates get ``acl``; None: the ACL policy's for each node) in one
+        round trip rather than up to five each (kazoo's exists, create, and again for a missing parent): the
+        per-topic directories of a new group, which its members all create at once. Every ancestor and path
+        is created, parents first, pipelined: ZooKeeper applies one session's requests in order, so a parent
+        exists before its children's creates arrive; most answer NodeExists. A create can also be refused
+        for a node that exists (ZooKeeper checks the parent's CREATE permission first): a node whose create
+        failed otherwise is looked up before its error is raised. Errors are raised (callers translate them)."""
+        wanted: set[str] = set()
+        for path in paths:
+            parts = path.strip("/").split("/")
+            wanted.update("/" + "/".join(parts[:depth]) for depth in range(1, len(parts) + 1))
+        ordered = sorted(wanted, key=lambda path: (path.count("/"), path))
+        creates = [(path, self._client.create_async(path, b"", acl=acl if acl is not None else self._acl(path)))
+                   for path in ordered]
+        failed: dict[str, Exception] = {}
+        for path, request in creates:
+            try:
+                request.get()
+            except NodeExistsError:
+                pass
+            except _UNAVAILABLE:
+                raise
+            except KazooException as e:
+                failed[path] = e
+        lookups = [(path, self._client.exists_async(path)) for path in failed]
+        missing = [path for path, request in lookups if request.get() is None]
+        if missing:  # the shallowest: the cause of its descendants' NoNode
+            raise failed[missing[0]]
 
     def _upsert(self, path: str, data: bytes) -> None:
         """Kafka's ``updatePersistentPath``: set, or create with parents; a racing creator is overwritten."""

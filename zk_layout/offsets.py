@@ -18,6 +18,7 @@ from zk_layout._nodes import _Nodes, _rolled_back
 from zk_layout.formats import decode_offset, encode_offset
 
 NO_OFFSET = b"-1"  # what a fenced partition holds before its first commit; Kafka 0.8 reads -1 as "none"
+FENCE_ROUNDS = 3  # batched fence rounds before the nodes still unsettled are fenced one at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,26 +110,34 @@ class _Offsets(_Nodes):
         fenced: dict[tuple[str, int], FencedOffset] = {}
         with self._translated("fence offsets of", paths.offsets_path(group)):
             # A few requests in all rather than two or three per partition: batched reads (multiRead), then
-            # pipelined multi-ops of bounded size that rewrite every node (a missing one is created holding
-            # -1 and rewritten in the same multi-op, so no second read). Whatever that does not settle (a
-            # node written or created in between, e.g. by the previous owner's last commit) is fenced again
-            # below, one at a time, exactly as before.
-            reads = self._read_many(nodes)
-            missing = [key for key, read in reads.items() if isinstance(read, NoNodeError)]
-            failure = next((read for read in reads.values() if isinstance(read, Exception)
-                            and not isinstance(read, NoNodeError)), None)
-            if failure is not None:
-                raise failure
-            self._ensure_paths(paths.topic_offsets_path(group, topic) for topic, _ in missing)
-            stats = {key: read for key, read in reads.items() if isinstance(read, tuple)}
-            current = {key: stats[key][0] if key in stats else NO_OFFSET for key in nodes}
-            ops = {key: (partial(_rewrite_op, path, current[key], stats[key][1] if key in stats else None,
-                                 acl=self._acl(path)),
-                         2 * (len(path) + len(current[key]))) for key, path in nodes.items()}
-            for key, result in self._multi(ops).items():
-                if isinstance(result, ZnodeStat):
-                    fenced[key] = self._fenced(nodes[key], current[key], result.version)
+            # pipelined multi-ops of bounded size that rewrite every node. A node written or created in between
+            # (e.g. by the previous owner's last commit) fails its multi-op, whose other nodes, up to a
+            # thousand, are rolled back: they are fenced again batched, and only what a few rounds do not
+            # settle is fenced one at a time.
+            for _ in range(FENCE_ROUNDS):
+                pending = {key: path for key, path in nodes.items() if key not in fenced}
+                if not pending:
+                    break
+                fenced.update(self._fence_batch(group, pending))
         return {key: fenced[key] if key in fenced else self._fence_one(path) for key, path in nodes.items()}
+
+    def _fence_batch(self, group: str, nodes: Mapping[tuple[str, int], str]) -> dict[tuple[str, int], FencedOffset]:
+        """One round of :meth:`fence_offsets`: the nodes it fenced (a missing one is created holding -1 and
+        rewritten in the same multi-op, so no second read)."""
+        reads = self._read_many(nodes)
+        missing = [key for key, read in reads.items() if isinstance(read, NoNodeError)]
+        failure = next((read for read in reads.values() if isinstance(read, Exception)
+                        and not isinstance(read, NoNodeError)), None)
+        if failure is not None:
+            raise failure
+        self._ensure_paths(paths.topic_offsets_path(group, topic) for topic, _ in missing)
+        stats = {key: read for key, read in reads.items() if isinstance(read, tuple)}
+        current = {key: stats[key][0] if key in stats else NO_OFFSET for key in nodes}
+        ops = {key: (partial(_rewrite_op, path, current[key], stats[key][1] if key in stats else None,
+                             acl=self._acl(path)),
+                     2 * (len(path) + len(current[key]))) for key, path in nodes.items()}
+        return {key: self._fenced(nodes[key], current[key], result.version)
+                for key, result in self._multi(ops).items() if isinstance(result, ZnodeStat)}
 
     def _fence_one(self, path: str) -> FencedOffset:
         with self._translated("fence", path):

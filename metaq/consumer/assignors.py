@@ -15,7 +15,7 @@ An assignment maps ``(topic, partition)`` to the owning thread id, which is also
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -53,13 +53,17 @@ def range_split(members: Sequence[str], items: Sequence[T]) -> dict[T, str]:
     """
     if not members:
         return {}
-    n, extra = divmod(len(items), len(members))
     result: dict[T, str] = {}
     for pos, member in enumerate(members):
-        start = n * pos + min(pos, extra)
-        count = n + (1 if pos + 1 <= extra else 0)
-        result.update(dict.fromkeys(items[start : start + count], member))
+        result.update(dict.fromkeys(items[_range_slot(pos, len(members), len(items))], member))
     return result
+
+
+def _range_slot(pos: int, members: int, items: int) -> slice:
+    """The items of the member at ``pos`` in :func:`range_split`."""
+    n, extra = divmod(items, members)
+    start = n * pos + min(pos, extra)
+    return slice(start, start + n + (1 if pos + 1 <= extra else 0))
 
 
 def range_assign(
@@ -72,6 +76,24 @@ def range_assign(
         threads = sort_thread_ids(topic_threads[topic])
         partitions = [(topic, p) for p in sorted(set(topic_partitions.get(topic, ())))]
         assignment.update(range_split(threads, partitions))  # keyed by (topic, partition) directly
+    return assignment
+
+
+def range_assign_for(
+    topic_threads: Mapping[str, Sequence[str]], topic_partitions: Mapping[str, Sequence[int]], threads: Collection[str]
+) -> Assignment:
+    """The entries of :func:`range_assign` owned by ``threads``, without building the rest: each member of a
+    large group needs only its own runs (10,000 partitions over 100 members: 100 entries, not 10,000)."""
+    assignment: Assignment = {}
+    for topic in sorted(topic_threads):
+        ordered = sort_thread_ids(topic_threads[topic])
+        positions = [pos for pos, thread in enumerate(ordered) if thread in threads]
+        if not positions:
+            continue
+        partitions = sorted(set(topic_partitions.get(topic, ())))
+        for pos in positions:
+            for partition in partitions[_range_slot(pos, len(ordered), len(partitions))]:
+                assignment[(topic, partition)] = ordered[pos]
     return assignment
 
 
@@ -118,6 +140,19 @@ def assign(
     if strategy == ROUNDROBIN:
         return roundrobin_assign(topic_threads, topic_partitions)
     raise ConfigError(f"config 'partition.assignment.strategy': {strategy!r} must be one of {', '.join(STRATEGIES)}")
+
+
+def assign_for(
+    strategy: str,
+    topic_threads: Mapping[str, Sequence[str]],
+    topic_partitions: Mapping[str, Sequence[int]],
+    threads: Collection[str],
+) -> Assignment:
+    """The entries of :func:`assign` owned by ``threads`` (one member's thread ids): what a member claims.
+    Range computes only those; round robin deals every partition anyway, then keeps ours."""
+    if strategy == RANGE:
+        return range_assign_for(topic_threads, topic_partitions, threads)
+    return {tp: tid for tp, tid in assign(strategy, topic_threads, topic_partitions).items() if tid in threads}
 
 
 def owned_by(assignment: Mapping[TopicPartition, str], consumer_id: str) -> Assignment:

@@ -26,11 +26,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from metaq.consumer.assignors import assign
+from metaq.consumer.assignors import assign, assign_for
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.ids import make_thread_ids
 from metaq.consumer.offsets import OffsetStore, TopicPartition
@@ -135,6 +136,10 @@ class ZKRebalancerListener:
         self._warned_persistent: set[str] = set()  # persistent member nodes already warned about
         self._conflicts: dict[TopicPartition, str] | None = None  # owner nodes in the way of the last claims
         self._member_nodes: dict[str, ConsumerNode] = {}  # registrations read, by member id (they never change)
+        self._partition_ids: dict[str, list[int]] = {}  # subscribed topics' partitions, while their watch is armed
+        self._topic_events = 0  # topic watch events (and connection drops) so far: see _read_group
+        self._watch_events = 0  # events of any watch so far: see _registrations
+        self._quiet_ids: tuple[list[str], int] | None = None  # the member list the coalescing wait ended on
         self._thread = threading.Thread(
             target=self._run, name=f"{consumer_id}_watcher_executor", daemon=True
         )
@@ -166,11 +171,20 @@ class ZKRebalancerListener:
         the group, so it must not cost a rebalance (a connection blip or a short ZooKeeper restart
         keeps the session and the ownership); instead the executor re-arms the watches once connected
         and rebalances only if the group changed meanwhile (see :meth:`_recheck`)."""
+        with self._wakeup:
+            self._watch_events += 1
         if event is not None and event.type == EventType.NONE:
             with self._wakeup:
                 self._rearm = True
             return
         self.trigger()
+
+    def _on_topic_watch(self, event: WatchedEvent | None = None) -> None:
+        """The watch on the subscribed topics' nodes: their cached partitions are void (see _topic_partitions)."""
+        with self._wakeup:
+            self._topic_events += 1
+            self._partition_ids.clear()
+        self._on_watch(event)
 
     def session_suspended(self) -> None:
         if self.state not in (SUSPENDED, CLOSED):
@@ -185,6 +199,9 @@ class ZKRebalancerListener:
 
     def session_lost(self) -> None:
         with self._wakeup:  # with _publish: no registry of the old session is published after this
+            self._topic_events += 1  # the old session's watches are gone
+            self._watch_events += 1
+            self._partition_ids.clear()
             for info in list(self.registry.values()):  # at once: not one more message from the old ownership
                 info.revoke()
             self._session_lost = True
@@ -249,10 +266,12 @@ class ZKRebalancerListener:
         while not self._shutdown.is_set():
             with self._wakeup:
                 self._triggered = False
+                events = self._watch_events
             try:
-                self._layout.consumer_ids(self._group, watch=self._on_watch)  # the next change wakes us
+                ids = self._layout.consumer_ids(self._group, watch=self._on_watch)  # the next change wakes us
             except MetaqError:
                 return  # the rebalance that follows reports it
+            self._quiet_ids = (ids, events)
             with self._wakeup:
                 end = min(time.monotonic() + quiet, deadline)
                 # the whole window even after an event: one re-read per window, not one per join per member
@@ -352,7 +371,7 @@ class ZKRebalancerListener:
             log.info("consumer %s: no brokers registered; waiting", self._consumer_id)
             return True
         self._release_all(commit=self._config.auto_commit_enable)
-        assignment, mine = self._assignment()
+        whole, mine = self._assignment()
         if not self._claim_all(mine):
             return False
         try:
@@ -371,22 +390,26 @@ class ZKRebalancerListener:
             return False
         if self._listener is not None:
             global_view: dict[str, dict[int, str]] = {}
-            for (topic, partition), tid in assignment.items():
+            for (topic, partition), tid in whole().items():
                 global_view.setdefault(topic, {})[partition] = tid
             self._safe_hook(self._listener.assigned, self._consumer_id, global_view)
         self._fetcher.start_connections(self.registry.values())
         log.info("consumer %s owns %s (generation %d)", self._consumer_id, sorted(mine), self.generation)
         return True
 
-    def _assignment(self) -> tuple[dict[TopicPartition, str], dict[TopicPartition, str]]:
-        """The group's assignment as computed from ZooKeeper now (watches re-armed), and my part of it."""
+    def _assignment(self) -> tuple[Callable[[], dict[TopicPartition, str]], dict[TopicPartition, str]]:
+        """My part of the group's assignment as computed from ZooKeeper now (watches re-armed), and how to
+        compute the whole of it (only the ``assigned`` hook wants that: at 10,000 partitions it is most of
+        a rebalance's CPU, times every member)."""
         with self._wakeup:
             self._rearm = False  # reading the group sets every watch again
         topic_threads, topic_partitions = self._read_group()
-        assignment = assign(self._config.partition_assignment_strategy, topic_threads, topic_partitions)
-        mine = {tp: tid for tp, tid in assignment.items() if tid.startswith(self._consumer_id + "-")
-                and tid[len(self._consumer_id) + 1:].isdigit()}
-        return assignment, mine
+        prefix = self._consumer_id + "-"
+        my_threads = {tid for threads in topic_threads.values() for tid in threads
+                      if tid.startswith(prefix) and tid[len(prefix):].isdigit()}
+        strategy = self._config.partition_assignment_strategy
+        mine = assign_for(strategy, topic_threads, topic_partitions, my_threads)
+        return partial(assign, strategy, topic_threads, topic_partitions), mine
 
     def _read_group(self) -> tuple[dict[str, list[str]], dict[str, list[int]]]:
         """Every member's thread ids per topic I subscribe to, and those topics' partitions."""
@@ -401,15 +424,27 @@ class ZKRebalancerListener:
             for topic, streams in per_topic.items():
                 if topic in topic_threads:
                     topic_threads[topic].extend(make_thread_ids(member, streams))
-        topic_partitions: dict[str, list[int]] = {}
-        for topic, partition_ids in self._layout.topic_partition_ids(my_topics, watch=watch).items():
-            if partition_ids is None:
-                if topic not in self._warned_missing:
-                    log.warning("consumer %s: topic %s does not exist yet; waiting for it", self._consumer_id, topic)
-                    self._warned_missing.add(topic)
-                continue
-            topic_partitions[topic] = list(partition_ids)
-        return topic_threads, topic_partitions
+        return topic_threads, self._topic_partitions(list(my_topics))
+
+    def _topic_partitions(self, topics: list[str]) -> dict[str, list[int]]:
+        """Each topic's partitions (a missing topic is left out, with a warning). A topic node read before is
+        not read again while the data watch set then is armed (no event since): at 1,000 partitions a node
+        is some 12 KB, read by every member at every rebalance. Any topic event or connection drop (kazoo
+        forgets every watch then) empties the cache; one during a read keeps that read out of it."""
+        with self._wakeup:
+            cached = {topic: self._partition_ids[topic] for topic in topics if topic in self._partition_ids}
+            events = self._topic_events
+        unread = [topic for topic in topics if topic not in cached]
+        read = self._layout.topic_partition_ids(unread, watch=self._on_topic_watch) if unread else {}
+        fresh = {topic: list(ids) for topic, ids in read.items() if ids is not None}
+        with self._wakeup:
+            if self._topic_events == events:
+                self._partition_ids.update(fresh)
+        for topic, found in read.items():
+            if found is None and topic not in self._warned_missing:
+                log.warning("consumer %s: topic %s does not exist yet; waiting for it", self._consumer_id, topic)
+                self._warned_missing.add(topic)
+        return {topic: ids for topic in topics if (ids := cached.get(topic, fresh.get(topic))) is not None}
 
     def _needs_topic_watch(self) -> bool:
         """Watch /brokers/topics children for wildcards, and while a static topic does not exist yet."""
@@ -425,7 +460,11 @@ class ZKRebalancerListener:
         metaq members assign among the ephemeral, i.e. live, members only. A Kafka 0.8 member of the same
         group still counts such a node, so the two disagree until it is deleted: the warning says so."""
         members: dict[str, TopicCount] = {}
-        ids = self._layout.consumer_ids(self._group, watch=self._on_watch)
+        quiet, self._quiet_ids = self._quiet_ids, None
+        with self._wakeup:  # the list the coalescing wait just read, if no watch fired since (its watch is armed)
+            unchanged = quiet is not None and quiet[1] == self._watch_events
+        ids = quiet[0] if quiet is not None and unchanged else self._layout.consumer_ids(self._group,
+                                                                                       watch=self._on_watch)
         # A member's registration never changes (one subscription per connector, and consumer ids are unique
         # per process start): read only the members not seen before, pipelined, instead of every member at
         # every rebalance of every member (N x N reads per membership change).

@@ -15,6 +15,7 @@ from metaq.consumer.assignors import (
     STRATEGIES,
     AssignmentContext,
     assign,
+    assign_for,
     by_topic,
     owned_by,
     range_assign,
@@ -25,6 +26,7 @@ from metaq.consumer.assignors import (
     streams_by_member,
     threads_by_topic,
 )
+from metaq.consumer.ids import consumer_id_of
 from metaq.errors import ConfigError
 from metaq.hashing import java_string_hash
 from zk_layout.formats import TopicCount
@@ -259,6 +261,22 @@ def test_complete_valid_and_deterministic(strategy: str, group: tuple, seed: int
     _check_complete_and_valid(assignment, topic_threads, topic_partitions)
     # every member computes the same answer from its own read order
     assert assign(strategy, *_shuffled(topic_threads, topic_partitions, random.Random(seed))) == assignment
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@settings(max_examples=200, deadline=None)
+@given(group=groups(), seed=st.integers(0, 2**32))
+def test_assign_for_is_each_members_part_of_assign(strategy: str, group: tuple, seed: int) -> None:  # type: ignore[type-arg]
+    """What a member claims (computed without the rest of the group's assignment) is exactly its entries of
+    the whole assignment, from any read order."""
+    topic_threads, topic_partitions = group
+    assignment = assign(strategy, topic_threads, topic_partitions)
+    shuffled = _shuffled(topic_threads, topic_partitions, random.Random(seed))
+    members = {consumer_id_of(t) for threads in topic_threads.values() for t in threads}
+    for member in members:
+        threads = {t for ts in topic_threads.values() for t in ts if consumer_id_of(t) == member}
+        assert assign_for(strategy, *shuffled, threads) == owned_by(assignment, member)
+    assert assign_for(strategy, topic_threads, topic_partitions, set()) == {}
 
 
 @settings(max_examples=200, deadline=None)

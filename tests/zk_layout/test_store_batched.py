@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
+import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+from kazoo.security import make_acl
 
 from zk_layout import PartitionState, ZkLayout, paths
 
@@ -75,3 +79,40 @@ def test_partition_states(zk_layout: ZkLayout) -> None:
     zk_layout.create_topic("t", {0: [0], 1: [0]}, {0: STATE})
     assert zk_layout.partition_states([("t", 0), ("t", 1), ("nope", 0)]) == {
         ("t", 0): STATE, ("t", 1): None, ("nope", 0): None}
+
+
+def test_ensure_paths_creates_parents_first_and_accepts_existing_nodes_it_may_not_create(
+        zk_layout: ZkLayout, zk: KazooClient) -> None:
+    """All creates are sent at once, parents first. ZooKeeper checks the parent's CREATE permission before
+    whether the node exists, so an existing node under a parent that refuses creates answers NoAuth: no
+    error, as with kazoo's ensure_path (which asks first). A missing one there is an error."""
+    zk.create("/locked/sub", makepath=True)
+    zk.set_acls("/locked", [make_acl("world", "anyone", read=True)])
+    zk_layout._ensure_paths(["/locked/sub/a/b", "/new/x", "/new/y/z"])
+    assert all(zk.exists(path) for path in ("/locked/sub/a/b", "/new/x", "/new/y/z"))
+    zk_layout._ensure_paths(["/locked/sub/a/b", "/new/x"])  # all there already
+    with pytest.raises(NoAuthError):
+        zk_layout._ensure_paths(["/locked/other/z"])
+
+
+def test_fence_offsets_fences_a_rolled_back_multi_op_again_batched(zk_layout: ZkLayout, zk: KazooClient,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node written between the read and the rewrite (the previous owner's last commit) fails its multi-op:
+    the nodes rolled back with it (up to a thousand) are fenced again in a batch, not one at a time."""
+    zk_layout.write_offset("g", "t", 1, 42)
+    multi, one_at_a_time = zk_layout._multi, []
+    rounds = []
+
+    def racing_multi(*args: Any, **kwargs: Any) -> Any:
+        if not rounds:
+            zk.set(paths.offset_path("g", "t", 1), b"43")  # after our read, before our rewrite
+        rounds.append(1)
+        return multi(*args, **kwargs)
+
+    monkeypatch.setattr(zk_layout, "_multi", racing_multi)
+    monkeypatch.setattr(zk_layout, "_fence_one", lambda path: one_at_a_time.append(path))
+    fenced = zk_layout.fence_offsets("g", KEYS)
+    assert one_at_a_time == [] and len(rounds) == 2
+    assert {key: f.offset for key, f in fenced.items()} == {key: 43 if key == ("t", 1) else None for key in KEYS}
+    for key, f in fenced.items():
+        assert zk.get(paths.offset_path("g", *key))[1].version == f.version
