@@ -225,11 +225,11 @@ def _check_prefix(data: bytes, pos: int, length: int) -> None:
 def _decode_batch(data: bytes, pos: int, size: int, min_offset: int, check_crcs: bool,
                   out: list[Record] | RecordColumns) -> int:
     """Append the batch's records at or above ``min_offset`` to ``out``; return the batch's next offset."""
-    if type(out) is RecordColumns and _CompiledBatch is None:  # the pure-Python loop makes tuples
+    if isinstance(out, RecordColumns) and _CompiledBatch is None:  # the pure-Python loop makes tuples
         records: list[Record] = []
-        next_offset = _decode_batch(data, pos, size, min_offset, check_crcs, records)
+        after = _decode_batch(data, pos, size, min_offset, check_crcs, records)
         out.extend(records)
-        return next_offset
+        return after
     (base_offset, _length, _epoch, _magic, crc, attributes, last_delta, base_ts, max_ts,
      _pid, _pepoch, _seq, count) = _HEADER.unpack_from(data, pos)
     batch_end = pos + size
@@ -251,7 +251,7 @@ def _decode_batch(data: bytes, pos: int, size: int, min_offset: int, check_crcs:
         start, stop = 0, len(body)
     first = len(out)
     try:
-        if type(out) is RecordColumns:  # only with the compiled reader, see above
+        if isinstance(out, RecordColumns):  # only with the compiled reader, see above
             out._read_compiled(_compiled_batch(data, pos, size, body if codec else None))
         elif _CompiledBatch is not None:  # applies LogAppendTime itself
             _read_compiled(_compiled_batch(data, pos, size, body if codec else None), out)
@@ -269,7 +269,7 @@ def _decode_batch(data: bytes, pos: int, size: int, min_offset: int, check_crcs:
         raise CorruptRecordError(
             f"batch at byte {pos} (base offset {base_offset}): malformed record ({type(e).__name__}: {e})"
         ) from None
-    if type(out) is list:
+    if not isinstance(out, RecordColumns):
         if attributes & _LOG_APPEND_TIME and _CompiledBatch is None:  # the broker's time, the same for the batch
             out[first:] = [(offset, max_ts, key, value, headers) for offset, _, key, value, headers in out[first:]]
         if base_offset < min_offset:
@@ -281,10 +281,10 @@ def _decode_batch(data: bytes, pos: int, size: int, min_offset: int, check_crcs:
 
 def _delete(out: list[Record] | RecordColumns, first: int) -> None:
     """Forget the records of a batch that failed half-way."""
-    if type(out) is list:
-        del out[first:]
-    else:
+    if isinstance(out, RecordColumns):
         out.delete(first)
+    else:
+        del out[first:]
 
 
 def _compiled_batch(data: bytes, pos: int, size: int, body: bytes | None = None) -> _CompiledBatch:

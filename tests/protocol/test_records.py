@@ -169,7 +169,8 @@ def test_columns_hold_exactly_what_decode_records_gives(min_offset: int) -> None
 
 def test_columns_keep_nothing_of_a_corrupt_batch() -> None:
     bad = bytearray(simple(3, 3))
-    bad[61] = 0x7E  # first record's length: 63 bytes, more than it has
+    assert bad[61 + 2 * 17] == 2 * 16  # the third record's length (16 bytes, zigzag), after two of 17 bytes
+    bad[61 + 2 * 17] = 0x7E  # 63 bytes: more than it has, found after two good records were read
     columns = RecordColumns()
     with pytest.raises(CorruptRecordError, match="base offset 3"):
         records._decode_all(bytes(simple(0, 3) + recrc(bad)), 0, True, columns)
