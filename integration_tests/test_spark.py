@@ -400,6 +400,61 @@ def test_headers_and_string_keys_round_trip(spark, broker, make_topic, zk_connec
     assert read("tagged.copy") == expected
 
 
+def test_arrow_columns_hold_every_field_as_a_client_reads_it(spark, broker, make_topic, zk_connect) -> None:
+    """Keys, null keys, null values, headers (a null header value among them), a plain and a gzip batch: each
+    row as confluent-kafka reads it, in one Fetch per read and in many small ones."""
+    import confluent_kafka
+
+    make_topic("mixed", 1)
+    now = int(time.time() * 1000)
+    for batch, codec in enumerate(("none", "gzip")):
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50,
+                                             "compression.type": codec})
+        for i in range(batch * 40, batch * 40 + 40):
+            producer.produce("mixed", partition=0, timestamp=now + i,
+                             key=None if i % 3 == 0 else f"k{i}".encode(),
+                             value=None if i % 4 == 1 else f"v{i}".encode() * (i % 7),
+                             headers=[("n", str(i).encode()), ("ключ", None), ("e", b"")] if i % 2 else None)
+        assert producer.flush(30) == 0
+    expected = _consume_with_headers(broker.bootstrap, "mixed", 80)
+    assert any(r[0] is None for r in expected) and any(r[1] is None for r in expected)
+
+    for extra in ({}, {"fetch.max.bytes": "1024"}):
+        df = spark.read.format("metaq").options(**{"zookeeper.connect": zk_connect, "subscribe": "mixed",
+                                                   "includeHeaders": "true", **extra}).load()
+        rows = df.selectExpr("key", "value", "topic", "partition", "offset", "unix_millis(timestamp) AS ts",
+                             "headers").orderBy("offset").collect()
+        assert [(_bytes(r.key), _bytes(r.value), r.topic, r.partition, r.offset, r.ts,
+                 [(h.key, _bytes(h.value)) for h in r.headers]) for r in rows] == expected, extra
+
+
+def _consume_with_headers(bootstrap: str, topic: str, count: int) -> list[tuple[Any, ...]]:
+    """(key, value, topic, partition, offset, timestamp, headers) of partition 0, as confluent-kafka reads them."""
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "headers-reference",
+                                         "enable.auto.commit": False})
+    out: list[tuple[Any, ...]] = []
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 30
+        while len(out) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            out.append((msg.key(), msg.value(), msg.topic(), msg.partition(), msg.offset(), msg.timestamp()[1],
+                        list(msg.headers() or [])))
+    finally:
+        consumer.close()
+    assert len(out) == count
+    return out
+
+
+def _bytes(data: bytes | bytearray | None) -> bytes | None:
+    return None if data is None else bytes(data)
+
+
 # -- bad input -------------------------------------------------------------------------------------------------
 
 

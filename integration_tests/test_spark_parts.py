@@ -254,6 +254,25 @@ def test_read_range_returns_exactly_the_range(broker, make_topic, zk_connect) ->
     close_connections()
 
 
+def test_reader_hands_spark_bounded_arrow_batches(broker, make_topic, zk_connect, monkeypatch) -> None:
+    """A Fetch larger than the row bound reaches Spark as several batches with the same rows, in order."""
+    from metaq.spark import source
+
+    make_topic("bounded", 1)
+    confluent_produce(broker.bootstrap, "bounded", 0, [(None, b"v%03d" % i, 1000 + i) for i in range(100)])
+    options = ReadOptions.parse({"zookeeper.connect": zk_connect, "subscribe": "bounded"}, streaming=False)
+    reader = source.MetaqBatchReader(options, source_schema(options))
+    (task,) = reader.partitions()
+    whole = list(reader.read(task))
+    monkeypatch.setattr(source, "MAX_BATCH_ROWS", 7)
+    bounded = list(reader.read(task))
+    assert max(b.num_rows for b in bounded) == 7 and len(bounded) > len(whole)
+    rows = [row for b in bounded for row in b.to_pylist()]
+    assert rows == [row for b in whole for row in b.to_pylist()]
+    assert [r["offset"] for r in rows] == list(range(100)) and rows[99]["value"] == b"v099"
+    close_connections()
+
+
 def test_retention_hole_follows_fail_on_data_loss(broker_cluster, make_topic, zk_connect) -> None:
     broker = broker_cluster.add(0, **{"log.segment.bytes": 4096, "log.retention.bytes": 16384,
                                       "log.retention.check.interval.ms": 200, "log.segment.delete.delay.ms": 0})

@@ -4,6 +4,7 @@
     result.records        # [(offset, timestamp, key, value, headers), ...] at or above min_offset
     result.next_offset    # offset after the last complete batch (None: no complete batch)
     result.first_batch_size  # size of the first batch even if cut off: the "message too large" check
+    decode_columns(data, fetch_offset).columns  # the same records as lists per field (columnar readers)
 
 A fetch may start with a batch that holds offsets below the one asked for, and usually ends with a batch cut
 off by the size limit; both are normal. Control batches (transaction markers) are skipped but still advance
@@ -28,8 +29,9 @@ the record's length check.
 
 from __future__ import annotations
 
+import bisect
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -49,9 +51,11 @@ except ImportError:  # pragma: no cover - every platform with an aiokafka wheel 
     _CompiledBatch = None
     _CompiledCorruptError = CorruptRecordError
 
-__all__ = ["COMPILED", "DecodeResult", "Record", "check_records", "codec_decoder", "decode_records"]
+__all__ = ["COMPILED", "ColumnsResult", "DecodeResult", "Record", "RecordColumns", "check_records", "codec_decoder",
+           "decode_columns", "decode_records"]
 
-Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+Headers = tuple[tuple[str, bytes | None], ...]
+Record = tuple[int, int, bytes | None, bytes | None, Headers]
 """A decoded record: (offset, timestamp, key, value, headers)."""
 
 COMPILED = _CompiledBatch is not None
@@ -99,9 +103,95 @@ class DecodeResult(NamedTuple):
 def decode_records(buf: bytes | bytearray | memoryview, min_offset: int = 0, *,
                    check_crcs: bool = True) -> DecodeResult:
     """Decode every complete batch in ``buf``; records below ``min_offset`` are left out (see module doc)."""
+    records: list[Record] = []
+    return DecodeResult(records, *_decode_all(buf, min_offset, check_crcs, records))
+
+
+class RecordColumns:
+    """Decoded records as one list per field, for readers that build columns (Arrow batches): a tuple per
+    record costs about as much as decoding it, and a million tuples keep the garbage collector busy (ints
+    and bytes it does not track). ``headers`` is None when they were not asked for. Iterating gives
+    :data:`Record` tuples, with no headers when they were left out."""
+
+    __slots__ = ("headers", "keys", "offsets", "timestamps", "values")
+
+    def __init__(self, with_headers: bool = True) -> None:
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.headers: list[Headers] | None = [] if with_headers else None
+
+    @classmethod
+    def from_records(cls, records: Iterable[Record], with_headers: bool = True) -> RecordColumns:
+        columns = cls(with_headers)
+        columns.extend(records)
+        return columns
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __iter__(self) -> Iterator[Record]:
+        headers = [_NO_HEADERS] * len(self) if self.headers is None else self.headers
+        return zip(self.offsets, self.timestamps, self.keys, self.values, headers, strict=True)
+
+    def extend(self, records: Iterable[Record]) -> None:
+        for offset, timestamp, key, value, headers in records:
+            self.offsets.append(offset)
+            self.timestamps.append(timestamp)
+            self.keys.append(key)
+            self.values.append(value)
+            if self.headers is not None:
+                self.headers.append(headers)
+
+    def delete(self, start: int, stop: int | None = None) -> None:
+        """Drop the records at positions ``[start, stop)``."""
+        for column in (self.offsets, self.timestamps, self.keys, self.values, self.headers):
+            if column is not None:
+                del column[start:stop]
+
+    def _read_compiled(self, batch: _CompiledBatch) -> None:
+        """Append the records of aiokafka's reader, field by field."""
+        offsets, timestamps, keys, values = (self.offsets.append, self.timestamps.append, self.keys.append,
+                                             self.values.append)
+        if self.headers is None:
+            for record in batch:
+                offsets(record.offset)
+                timestamps(record.timestamp)
+                keys(record.key)
+                values(record.value)
+            return
+        headers, no_headers = self.headers.append, _NO_HEADERS
+        for record in batch:
+            offsets(record.offset)
+            timestamps(record.timestamp)
+            keys(record.key)
+            values(record.value)
+            found = record.headers
+            headers(tuple(found) if found else no_headers)
+
+
+class ColumnsResult(NamedTuple):
+    """:class:`DecodeResult` with the records as :class:`RecordColumns`."""
+
+    columns: RecordColumns
+    next_offset: int | None
+    complete_bytes: int
+    first_batch_size: int | None
+
+
+def decode_columns(buf: bytes | bytearray | memoryview, min_offset: int = 0, *, with_headers: bool = True,
+                   check_crcs: bool = True) -> ColumnsResult:
+    """:func:`decode_records` giving the records column by column (headers only ``with_headers``)."""
+    columns = RecordColumns(with_headers)
+    return ColumnsResult(columns, *_decode_all(buf, min_offset, check_crcs, columns))
+
+
+def _decode_all(buf: bytes | bytearray | memoryview, min_offset: int, check_crcs: bool,
+                out: list[Record] | RecordColumns) -> tuple[int | None, int, int | None]:
+    """Decode every complete batch into ``out``: (next offset, complete bytes, first batch size)."""
     data = buf if type(buf) is bytes else bytes(buf)
     end = len(data)
-    records: list[Record] = []
     next_offset: int | None = None
     first_batch_size: int | None = None
     pos = 0
@@ -113,9 +203,9 @@ def decode_records(buf: bytes | bytearray | memoryview, min_offset: int = 0, *,
         _check_prefix(data, pos, length)
         if pos + size > end:
             break  # the fetch size cut this batch off: normal, fetched again next time
-        next_offset = _decode_batch(data, pos, size, min_offset, check_crcs, records)
+        next_offset = _decode_batch(data, pos, size, min_offset, check_crcs, out)
         pos += size
-    return DecodeResult(records, next_offset, pos, first_batch_size)
+    return next_offset, pos, first_batch_size
 
 
 def _check_prefix(data: bytes, pos: int, length: int) -> None:
@@ -133,8 +223,13 @@ def _check_prefix(data: bytes, pos: int, length: int) -> None:
 
 
 def _decode_batch(data: bytes, pos: int, size: int, min_offset: int, check_crcs: bool,
-                  out: list[Record]) -> int:
+                  out: list[Record] | RecordColumns) -> int:
     """Append the batch's records at or above ``min_offset`` to ``out``; return the batch's next offset."""
+    if isinstance(out, RecordColumns) and _CompiledBatch is None:  # the pure-Python loop makes tuples
+        records: list[Record] = []
+        after = _decode_batch(data, pos, size, min_offset, check_crcs, records)
+        out.extend(records)
+        return after
     (base_offset, _length, _epoch, _magic, crc, attributes, last_delta, base_ts, max_ts,
      _pid, _pepoch, _seq, count) = _HEADER.unpack_from(data, pos)
     batch_end = pos + size
@@ -156,27 +251,40 @@ def _decode_batch(data: bytes, pos: int, size: int, min_offset: int, check_crcs:
         start, stop = 0, len(body)
     first = len(out)
     try:
-        if _CompiledBatch is not None:  # applies LogAppendTime itself
+        if isinstance(out, RecordColumns):  # only with the compiled reader, see above
+            out._read_compiled(_compiled_batch(data, pos, size, body if codec else None))
+        elif _CompiledBatch is not None:  # applies LogAppendTime itself
             _read_compiled(_compiled_batch(data, pos, size, body if codec else None), out)
         else:
             _read_records(body, start, stop, count, base_offset, base_ts, out)
     except CorruptRecordError as e:
-        del out[first:]
+        _delete(out, first)
         raise CorruptRecordError(f"batch at byte {pos} (base offset {base_offset}): {e}") from None
     except _CompiledCorruptError as e:
-        del out[first:]
+        _delete(out, first)
         raise CorruptRecordError(f"batch at byte {pos} (base offset {base_offset}): malformed record "
                                  f"({_reader_error(e)}; the record count says {count})") from None
     except (IndexError, ValueError, OverflowError, MemoryError) as e:  # bytes ran out, bad UTF-8, absurd sizes
-        del out[first:]
+        _delete(out, first)
         raise CorruptRecordError(
             f"batch at byte {pos} (base offset {base_offset}): malformed record ({type(e).__name__}: {e})"
         ) from None
-    if attributes & _LOG_APPEND_TIME and _CompiledBatch is None:  # the broker's time, the same for the batch
-        out[first:] = [(offset, max_ts, key, value, headers) for offset, _, key, value, headers in out[first:]]
-    if base_offset < min_offset:
-        _drop_below(out, first, min_offset)
+    if not isinstance(out, RecordColumns):
+        if attributes & _LOG_APPEND_TIME and _CompiledBatch is None:  # the broker's time, the same for the batch
+            out[first:] = [(offset, max_ts, key, value, headers) for offset, _, key, value, headers in out[first:]]
+        if base_offset < min_offset:
+            _drop_below(out, first, min_offset)
+    elif base_offset < min_offset:
+        out.delete(first, bisect.bisect_left(out.offsets, min_offset, lo=first))
     return next_offset
+
+
+def _delete(out: list[Record] | RecordColumns, first: int) -> None:
+    """Forget the records of a batch that failed half-way."""
+    if isinstance(out, RecordColumns):
+        out.delete(first)
+    else:
+        del out[first:]
 
 
 def _compiled_batch(data: bytes, pos: int, size: int, body: bytes | None = None) -> _CompiledBatch:

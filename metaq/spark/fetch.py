@@ -1,6 +1,6 @@
 """Reading one planned offset range from its partition's leader, on an executor.
 
-    for records in read_range(offset_range, settings):     # lists of (offset, timestamp, key, value, headers)
+    for columns in read_range(offset_range, settings):     # RecordColumns: offsets, timestamps, keys, values...
         ...
 
 Exactly the offsets ``[start, end)`` are returned, so a retried task returns the same rows. Broker
@@ -26,7 +26,7 @@ from metaq.client.connection import BrokerConnection, InFlightRequest
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, ZooKeeperError, for_code
-from metaq.protocol.records import Record, decode_records
+from metaq.protocol.records import RecordColumns, decode_columns
 from metaq.retry import spark_fetch
 from metaq.spark.offsets import DataLossError
 from metaq.spark.planning import OffsetRange
@@ -71,15 +71,18 @@ class FetchSettings:
                                   security=self.security, **limits)
 
 
-def read_range(offset_range: OffsetRange, settings: FetchSettings) -> Iterator[list[Record]]:
-    """The records of ``offset_range``, in offset order, in chunks of one Fetch each."""
-    return _RangeReader(offset_range, settings).records()
+def read_range(offset_range: OffsetRange, settings: FetchSettings, *,
+               headers: bool = True) -> Iterator[RecordColumns]:
+    """The records of ``offset_range``, in offset order, in chunks of one Fetch each, column by column
+    (decoded straight into columns: see :class:`RecordColumns`); their headers only if asked for."""
+    return _RangeReader(offset_range, settings, headers).records()
 
 
 class _RangeReader:
-    def __init__(self, offset_range: OffsetRange, settings: FetchSettings) -> None:
+    def __init__(self, offset_range: OffsetRange, settings: FetchSettings, headers: bool) -> None:
         self.range = offset_range
         self.settings = settings
+        self.headers = headers
         self.max_bytes = settings.fetch_max_bytes
         self.address: tuple[str, int] | None = (
             (offset_range.leader_host, offset_range.leader_port) if offset_range.leader_host else None)
@@ -87,7 +90,7 @@ class _RangeReader:
         self.failing_since = 0.0
         self.hw_waits = 0
 
-    def records(self) -> Iterator[list[Record]]:
+    def records(self) -> Iterator[RecordColumns]:
         r = self.range
         pos = r.start
         pending: tuple[int, InFlightRequest] | None = None
@@ -102,14 +105,14 @@ class _RangeReader:
             hint = _next_offset_hint(data)
             if hint is not None and hint < r.end:
                 pending = self._send_next(hint)
-            result = decode_records(data, pos)
+            result = decode_columns(data, pos, with_headers=self.headers)
             if result.next_offset is None:
                 pos = self._on_empty(pos, part, result.first_batch_size)
                 continue
             self.failures = self.hw_waits = 0
-            chunk = result.records
-            if chunk and chunk[-1][0] >= r.end:
-                del chunk[bisect.bisect_left(chunk, r.end, key=_offset_of):]
+            chunk = result.columns
+            if chunk and chunk.offsets[-1] >= r.end:
+                chunk.delete(bisect.bisect_left(chunk.offsets, r.end))
             if chunk:
                 yield chunk
             pos = result.next_offset
@@ -241,10 +244,6 @@ class _RangeReader:
 
 class _NoLeader(MetaqError):
     """ZooKeeper names no live leader right now; counted as a failed attempt."""
-
-
-def _offset_of(record: Record) -> int:
-    return record[0]
 
 
 def _next_offset_hint(data: bytes) -> int | None:

@@ -52,6 +52,10 @@ from metaq.spark.schema import check_schema, source_schema
 log = logging.getLogger(__name__)
 
 FORMAT = "metaq"
+MAX_BATCH_ROWS = 65536
+"""Rows per Arrow batch handed to Spark at most: a Fetch of small records can hold far more (a JVM
+buffer per batch), and Spark's own Arrow batches are no larger (``spark.sql.execution.arrow.maxRecordsPerBatch``
+defaults to 10,000)."""
 _RUNNER_SCRIPT = "python_streaming_source_runner.py"
 
 
@@ -117,10 +121,13 @@ class _RangeReading:
         settings = FetchSettings(o.zookeeper_connect, o.client_id, o.fetch_max_bytes, o.request_timeout_ms,
                                  o.fail_on_data_loss, o.zk_session_timeout_ms, o.zk_connection_timeout_ms,
                                  o.zk_security, o.security)
+        headers = "headers" in self.schema.fieldNames()
         for r in task.ranges:
             builder = BatchBuilder(self.schema, o.value_format, r.topic, r.partition)
-            for records in read_range(r, settings):
-                yield builder.build(records)
+            for columns in read_range(r, settings, headers=headers):
+                batch = builder.build(columns)
+                for start in range(0, batch.num_rows, MAX_BATCH_ROWS):  # slices share the batch's buffers
+                    yield batch.slice(start, MAX_BATCH_ROWS)
 
 
 class MetaqBatchReader(_RangeReading, DataSourceReader):

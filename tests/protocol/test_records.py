@@ -12,7 +12,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from metaq.errors import CorruptRecordError, UnsupportedMessageFormatError
 from metaq.protocol import records
-from metaq.protocol.records import decode_records
+from metaq.protocol.records import RecordColumns, decode_columns, decode_records
 from metaq.testing.readers import each_record_reader  # noqa: F401 (autouse: each test runs with both readers)
 
 _BASE_OFFSET = struct.Struct(">q")
@@ -141,6 +141,40 @@ def test_control_batch_is_skipped_but_advances_next_offset() -> None:
 def test_log_append_time_uses_the_batch_max_timestamp() -> None:
     batch = with_attributes(build(0, [(0, TS, None, b"a", []), (1, TS + 50, None, b"b", [])]), 0x08)
     assert [r[1] for r in decode_records(batch).records] == [TS + 50, TS + 50]
+
+
+def _fetch_like() -> bytes:
+    """A fetch with what columns must get right: a batch below the offset asked for, keys, null keys and
+    values, headers, a compressed batch, a control batch, LogAppendTime and a cut-off tail."""
+    items: list[Item] = [(0, TS, b"k0", b"v0", [("h", b"x"), ("n", None)]), (1, TS + 5, None, b"no key", []),
+                         (2, TS - 3, b"k2", None, []), (3, TS + 9, None, None, [("ü", b"")])]
+    control = with_attributes(build(12, [(0, TS, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", [])]), 0x20)
+    log_append = with_attributes(build(13, [(0, TS, None, b"a", []), (1, TS + 50, b"b", b"b", [])]), 0x08)
+    tail = simple(15, 5)
+    return bytes(simple(0, 5) + build(5, items, compression=1) + build(9, items[:3]) + control + log_append
+                 + tail[:len(tail) - 3])
+
+
+@pytest.mark.parametrize("min_offset", [0, 3, 6, 14])
+def test_columns_hold_exactly_what_decode_records_gives(min_offset: int) -> None:
+    data = _fetch_like()
+    rows = decode_records(data, min_offset)
+    result = decode_columns(data, min_offset)
+    assert list(result.columns) == rows.records and rows.records
+    assert result[1:] == rows[1:]  # next offset, complete bytes, first batch size
+    bare = decode_columns(data, min_offset, with_headers=False).columns
+    assert bare.headers is None and list(bare) == [(*r[:4], ()) for r in rows.records]
+    assert list(RecordColumns.from_records(rows.records)) == rows.records
+
+
+def test_columns_keep_nothing_of_a_corrupt_batch() -> None:
+    bad = bytearray(simple(3, 3))
+    assert bad[61 + 2 * 17] == 2 * 16  # the third record's length (16 bytes, zigzag), after two of 17 bytes
+    bad[61 + 2 * 17] = 0x7E  # 63 bytes: more than it has, found after two good records were read
+    columns = RecordColumns()
+    with pytest.raises(CorruptRecordError, match="base offset 3"):
+        records._decode_all(bytes(simple(0, 3) + recrc(bad)), 0, True, columns)
+    assert list(columns) == decode_records(bytes(simple(0, 3))).records
 
 
 def test_key_length_below_minus_one_is_null_compiled_and_corrupt_in_pure_python() -> None:
