@@ -19,10 +19,10 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from metaq.consumer.message import MessageAndMetadata, make_message, make_messages
+from metaq.consumer.message import MessageAndMetadata, batch_from, make_message
 from metaq.consumer.partition_info import ChunkQueue, FetchedChunk, PartitionTopicInfo
 from metaq.consumer.serde import describe_position, deserialize, get_deserializer
 from metaq.errors import ConsumerTimeoutError as ConsumerTimeoutError  # re-exported (old home)
@@ -208,10 +208,11 @@ class KafkaStream:
                 raise StopIteration
             self._start_chunk(chunk)
 
-    def iter_batches(self) -> Iterator[list[MessageAndMetadata]]:
-        """Whole chunks at a time. A batch's offsets count as consumed only when the next batch is asked
-        for, i.e. after the caller has processed it (at-least-once for the batch in hand). Honours
-        consumer.timeout.ms like iteration does."""
+    def iter_batches(self) -> Iterator[Sequence[MessageAndMetadata]]:
+        """Whole chunks at a time (a :class:`~metaq.consumer.message.MessageBatch`, whose messages are built as
+        they are read, or with deserializers a list). A batch's offsets count as consumed only when the next
+        batch is asked for, i.e. after the caller has processed it (at-least-once for the batch in hand).
+        Honours consumer.timeout.ms like iteration does."""
         while True:
             deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
             batch = self._next_batch(deadline)
@@ -253,7 +254,7 @@ class KafkaStream:
             return data
         return deserialize(fn, data, describe_position(info.topic, info.partition, offset, part))
 
-    def _next_batch(self, deadline: float | None) -> list[MessageAndMetadata] | None:
+    def _next_batch(self, deadline: float | None) -> Sequence[MessageAndMetadata] | None:
         """The rest of the current chunk (or the next one) as messages. A record that does not deserialize
         ends the batch before it; asked for next, it is consumed and raised (DeserializationError naming
         its position), so neither it nor its neighbours are silently lost."""
@@ -272,10 +273,9 @@ class KafkaStream:
                 continue
             consumed = info.get_consumed_offset()
             records = chunk.records
-            if self._raw:  # nothing can fail to deserialize: one comprehension (the batch listeners' hot path)
-                rest = records if self._pos == 0 else records[self._pos:]
+            if self._raw:  # nothing can fail to deserialize: the records as they are, messages built on access
+                raw = batch_from(info.topic, info.partition, records, self._pos, consumed)
                 self._pos = len(records)
-                raw = make_messages(info.topic, info.partition, rest, consumed)
                 if raw:
                     return raw
                 continue
