@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from metaq.consumer.message import MessageAndMetadata, batch_from, make_message
+from metaq.consumer.message import MessageAndMetadata, _Unfrozen, batch_from, make_message
 from metaq.consumer.partition_info import ChunkQueue, FetchedChunk, PartitionTopicInfo
 from metaq.consumer.serde import describe_position, deserialize, get_deserializer
 from metaq.errors import ConsumerTimeoutError as ConsumerTimeoutError  # re-exported (old home)
@@ -169,12 +169,63 @@ class KafkaStream:
         self._ended = False
 
     def __iter__(self) -> Iterator[MessageAndMetadata]:
-        return self
+        """``for message in stream``: what calling ``next(stream)`` again and again returns, as a generator
+        that hands out the rest of a chunk itself (a resumed generator costs a fraction of a ``__next__``
+        call). State lives in the stream, so iterating again after an exception (ConsumerTimeoutError) or a
+        ``break`` goes on where the last message left off, as ``next(stream)`` does."""
+        return self._iterate() if self._raw else self
+
+    def _iterate(self) -> Iterator[MessageAndMetadata]:
+        """The raw (no deserializers) iteration: :meth:`__next__` for the first message of a chunk and for
+        every case off the hot path (a record below the consumed offset, a closed gate, a revoked partition,
+        the end of a chunk), the loop below for the rest: the same per-record tests and the same locked
+        hand-out (atomic with revoke()). It re-reads the stream's position at every message, so a
+        ``next(stream)`` between two of them is no problem."""
+        gate = self._gate
+        now = time.monotonic
+        new = object.__new__
+        take = self.__next__
+        while True:
+            try:
+                message = take()
+            except StopIteration:
+                return
+            yield message
+            chunk = self._chunk
+            if chunk is None:
+                continue
+            info = chunk.info
+            topic, partition, lock, records = info.topic, info.partition, info._lock, chunk.records
+            end = len(records)
+            while self._chunk is chunk:
+                pos = self._pos
+                if pos >= end:
+                    break
+                offset, timestamp, key, value, headers = records[pos]
+                if offset < info.consumed_offset or now() >= gate.deadline:
+                    break  # __next__ skips it, or waits for the gate
+                with lock:
+                    if info.is_revoked:
+                        break  # __next__ drops the rest of the chunk
+                    if offset >= info.consumed_offset:
+                        info.consumed_offset = offset + 1
+                self._pos = pos + 1
+                built: Any = new(_Unfrozen)  # make_message() inlined
+                built.topic = topic
+                built.partition = partition
+                built.offset = offset
+                built.key = key
+                built.value = value
+                built.timestamp = timestamp
+                built.headers = headers
+                built.__class__ = MessageAndMetadata
+                yield built
 
     def __next__(self) -> MessageAndMetadata:
         deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
         gate = self._gate
         now = time.monotonic
+        new = object.__new__
         while True:
             chunk = self._chunk
             if chunk is not None:
@@ -193,11 +244,23 @@ class KafkaStream:
                     if now() >= gate.deadline:
                         self._pos = pos
                         self._wait_gate(deadline)  # gated: may time out; this record stays the next one
-                    if not info.try_consume(offset + 1):
-                        break  # revoked: the rest of this chunk belongs to the next owner
+                    with info._lock:  # info.try_consume(offset + 1) inlined: atomic with revoke()
+                        if info.is_revoked:
+                            break  # the rest of this chunk belongs to the next owner
+                        if offset >= info.consumed_offset:
+                            info.consumed_offset = offset + 1
                     self._pos = pos + 1
-                    if self._raw:
-                        return make_message(info.topic, info.partition, offset, key, value, timestamp, headers)
+                    if self._raw:  # make_message() inlined
+                        message: Any = new(_Unfrozen)
+                        message.topic = info.topic
+                        message.partition = info.partition
+                        message.offset = offset
+                        message.key = key
+                        message.value = value
+                        message.timestamp = timestamp
+                        message.headers = headers
+                        message.__class__ = MessageAndMetadata
+                        return message  # type: ignore[no-any-return]
                     return MessageAndMetadata(
                         info.topic, info.partition, offset, self._decode(self._key, key, info, offset, "key"),
                         self._decode(self._value, value, info, offset), timestamp, headers,
