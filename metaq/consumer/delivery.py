@@ -173,7 +173,7 @@ class _Delivery:
                 self._deliver_batch(part)
                 hand.finished(part[-1].offset + 1)
         else:  # _deliver() inlined: the per-message path of a MessageListener
-            handle = self.handle_one
+            handle = self.listener.receive_message if self._raw else self.handle_one  # handle_one() w/o decoding
             info, gate, now = hand.info, hand.gate, time.monotonic
             for message in chunk:
                 if abandon.is_set():
