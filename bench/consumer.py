@@ -398,7 +398,7 @@ def run(env: Environment, messages: int, partitions: int, repeat: int = 1,
     for codec in ("none", *codecs):
         topic = "bench-consume" if codec == "none" else f"bench-consume-{codec}"
         chosen = clients if codec == "none" else [c for c in CODEC_CLIENTS if clients is None or c in clients]
-        if not chosen:
+        if chosen is not None and not chosen:
             continue
         seconds = prepare(env.bootstrap, env.layout, topic, partitions, messages, codec)
         print(f"  produced {messages:,} x {VALUE_SIZE} B on {partitions} partitions in {seconds:.1f}s"
