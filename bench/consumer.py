@@ -329,7 +329,7 @@ def codec_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     counterpart on that topic."""
     by_key = {(r.codec, r.client.key): r for r in results if r.metrics}
     counterpart = dict(CODEC_RATIOS)
-    header = ["codec", "consumer (1 process)", "msgs/s", "CPU s/1M msgs", "ratio to confluent", "CPU/msg ratio"]
+    header = ["consumer (1 process)", "codec", "msgs/s", "CPU s/1M msgs", "ratio to confluent", "CPU/msg ratio"]
     rows = []
     for r in results:
         if r.codec == "none" or not r.metrics:
@@ -337,7 +337,7 @@ def codec_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
         other = by_key.get((r.codec, counterpart.get(r.client.key, "")))
         ratio = "-" if other is None else f"{r.rate / other.rate:.2f}x ({BY_KEY[other.client.key].label})"
         cpu = "-" if other is None else f"{r.cpu_per_m / other.cpu_per_m:.2f}x"
-        rows.append([r.codec, r.client.label, f"{r.rate:,.0f}", f"{r.cpu_per_m:.2f}", ratio, cpu])
+        rows.append([r.client.label, r.codec, f"{r.rate:,.0f}", f"{r.cpu_per_m:.2f}", ratio, cpu])
     return header, rows
 
 
