@@ -18,6 +18,8 @@ ends with one set of tables:
    rounds, with each round's metaq / confluent ratios of msgs/s and CPU and their medians (--only producer);
 2. consumer: one consumer process per client on the same pre-produced data (bench/consumer.py), with the
    ratios the targets are stated in, and the metaq stream iterator and batch listener with metrics on and off;
+   then lz4 and zstd topics of the same messages, metaq's stream iterator and batch listener against
+   confluent-kafka's poll() and consume(10000);
 3. rebalance: 4 consumer processes x 64 partitions, clean leave/join and SIGKILL (bench/rebalance.py);
 4. commit: ZooKeeperOffsetStore.commit of 1,000 partitions (bench/rebalance.py);
 5. offsets: commit latency through the offsets channel vs ZooKeeper, 3-member group stabilisation (bench/offsets.py);
@@ -339,6 +341,8 @@ def main() -> None:
                            bench_consumer.ratio_table(results)))
             tables.append(("   metaq consumer with metrics on and off (metrics.enabled)",
                            bench_consumer.metrics_table(results)))
+            tables.append(("   Compressed topics (the same messages, compression.type lz4 and zstd; ratio: to the "
+                           "confluent-kafka counterpart on the same topic)", bench_consumer.codec_table(results)))
         if "rebalance" in only:
             print("== 3. rebalance latency", flush=True)
             changes = bench_rebalance.measure_rebalance(

@@ -11,6 +11,10 @@ length is summed and checked). ``cpu`` is the consumer process's CPU time (all t
 
 The metaq stream iterator and batch listener also run with ``metrics.enabled=false``, each right after its
 metrics-on run, so that the metrics' cost shows side by side (``metrics_table``).
+
+Compressed topics: the same messages produced with ``compression.type`` lz4 and zstd (one topic each), read
+by the metaq stream iterator and batch listener and by confluent-kafka's poll() and consume(10000)
+(``codec_table``, with each metaq path's ratio to its confluent-kafka counterpart on the same topic).
 """
 
 from __future__ import annotations
@@ -244,6 +248,10 @@ RATIOS = [
 ]
 METRICS_OFF = ("metaq-stream", "metaq-batch-listener")
 """Also run with metrics.enabled=false, to show what the metrics cost."""
+CODECS = ("lz4", "zstd")
+"""Compressed topics: the same messages, produced with these compression.type values."""
+CODEC_CLIENTS = ["metaq-stream", "metaq-batch-listener", "confluent-poll", "confluent-consume"]
+CODEC_RATIOS = [("metaq-stream", "confluent-poll"), ("metaq-batch-listener", "confluent-consume")]
 
 
 # -- the parent: data, workers, table ------------------------------------------------------------------------
@@ -256,6 +264,7 @@ class Result:
     rates: list[float]
     cpus: list[float]  # CPU seconds per 1M messages
     metrics: bool = True
+    codec: str = "none"
 
     @property
     def rate(self) -> float:
@@ -267,11 +276,11 @@ class Result:
         return min(self.cpus)
 
 
-def produce(bootstrap: str, topic: str, partitions: int, messages: int) -> None:
+def produce(bootstrap: str, topic: str, partitions: int, messages: int, codec: str = "none") -> None:
     """``messages`` 100-byte values, round-robin over the partitions, with confluent-kafka."""
     produce_round_robin({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1000000,
-                         "queue.buffering.max.messages": 2000000, "acks": 1}, topic, partitions, messages,
-                        b"v" * VALUE_SIZE)
+                         "queue.buffering.max.messages": 2000000, "acks": 1, "compression.type": codec}, topic,
+                        partitions, messages, b"v" * VALUE_SIZE)
 
 
 def run_worker(kind: str, args: WorkerArgs) -> dict[str, Any]:
@@ -288,13 +297,13 @@ def run_worker(kind: str, args: WorkerArgs) -> dict[str, Any]:
 
 
 def measure(args: WorkerArgs, repeat: int = 1, clients: list[str] | None = None,
-            report: Callable[[str], None] = print) -> list[Result]:
+            report: Callable[[str], None] = print, codec: str = "none") -> list[Result]:
     """Each client ``repeat`` times over the topic in ``args`` (already produced), in rounds (every client once
     per round, those in METRICS_OFF a second time with metrics off, first in odd rounds), so that a change in
     the machine's load affects every client alike."""
     chosen = [c for c in CLIENTS if clients is None or c.key in clients]
-    variants = {c.key: (True, False) if c.key in METRICS_OFF else (True,) for c in chosen}
-    results = {(c.key, m): Result(c, args.messages, [], [], m) for c in chosen for m in variants[c.key]}
+    variants = {c.key: (True, False) if c.key in METRICS_OFF and codec == "none" else (True,) for c in chosen}
+    results = {(c.key, m): Result(c, args.messages, [], [], m, codec) for c in chosen for m in variants[c.key]}
     for round_ in range(repeat):
         for client in chosen:
             for metrics in variants[client.key][::-1] if round_ % 2 else variants[client.key]:
@@ -303,28 +312,47 @@ def measure(args: WorkerArgs, repeat: int = 1, clients: list[str] | None = None,
                 result.rates.append(out["timed"] / out["seconds"])
                 result.cpus.append(out["cpu"] / out["timed"] * 1e6)
                 label = client.label if metrics else f"{client.label}, metrics off"
+                label = label if codec == "none" else f"{label}, {codec}"
                 report(f"  {label}: {result.rates[-1]:,.0f} msgs/s, {result.cpus[-1]:.2f} CPU s/1M msgs")
     return list(results.values())
 
 
 def table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     header = ["consumer (1 process)", "messages", "msgs/s", "CPU s/1M msgs"]
-    rows = [[r.client.label, f"{r.messages:,}", f"{r.rate:,.0f}", f"{r.cpu_per_m:.2f}"] for r in results if r.metrics]
+    rows = [[r.client.label, f"{r.messages:,}", f"{r.rate:,.0f}", f"{r.cpu_per_m:.2f}"] for r in results
+            if r.metrics and r.codec == "none"]
+    return header, rows
+
+
+def codec_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+    """Per compressed topic: each client's rate and CPU, and each metaq path's ratio to its confluent-kafka
+    counterpart on that topic."""
+    by_key = {(r.codec, r.client.key): r for r in results if r.metrics}
+    counterpart = dict(CODEC_RATIOS)
+    header = ["consumer (1 process)", "codec", "msgs/s", "CPU s/1M msgs", "ratio to confluent", "CPU/msg ratio"]
+    rows = []
+    for r in results:
+        if r.codec == "none" or not r.metrics:
+            continue
+        other = by_key.get((r.codec, counterpart.get(r.client.key, "")))
+        ratio = "-" if other is None else f"{r.rate / other.rate:.2f}x ({BY_KEY[other.client.key].label})"
+        cpu = "-" if other is None else f"{r.cpu_per_m / other.cpu_per_m:.2f}x"
+        rows.append([r.client.label, r.codec, f"{r.rate:,.0f}", f"{r.cpu_per_m:.2f}", ratio, cpu])
     return header, rows
 
 
 def metrics_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     """The clients measured with metrics on and off, side by side; cost = CPU on / CPU off - 1."""
-    on = {r.client.key: r for r in results if r.metrics}
+    on = {r.client.key: r for r in results if r.metrics and r.codec == "none"}
     header = ["consumer (1 process)", "msgs/s on", "msgs/s off", "CPU s/1M on", "CPU s/1M off", "CPU cost"]
     rows = [[r.client.label, f"{on[r.client.key].rate:,.0f}", f"{r.rate:,.0f}", f"{on[r.client.key].cpu_per_m:.2f}",
              f"{r.cpu_per_m:.2f}", f"{on[r.client.key].cpu_per_m / r.cpu_per_m - 1:+.1%}"]
-            for r in results if not r.metrics]
+            for r in results if not r.metrics and r.codec == "none"]
     return header, rows
 
 
 def ratio_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
-    by_key = {r.client.key: r for r in results if r.metrics}
+    by_key = {r.client.key: r for r in results if r.metrics and r.codec == "none"}
     header = ["ratio", "value", "target", "met", "CPU/msg ratio"]
     rows = []
     for num, den, target in RATIOS:
@@ -350,7 +378,7 @@ def print_table(header: list[str], rows: list[list[str]], title: str | None = No
             print("  ".join("-" * w for w in widths))
 
 
-def prepare(bootstrap: str, layout: Any, topic: str, partitions: int, messages: int) -> float:
+def prepare(bootstrap: str, layout: Any, topic: str, partitions: int, messages: int, codec: str = "none") -> float:
     """Create and fill the topic; returns the seconds the produce took."""
     from metaq.broker.topics import create_topic
     from metaq.testing.broker import topic_leaders, wait_until
@@ -358,17 +386,26 @@ def prepare(bootstrap: str, layout: Any, topic: str, partitions: int, messages: 
     create_topic(layout, topic, partitions)
     wait_until(lambda: len(topic_leaders(bootstrap, topic)) == partitions, 20, f"topic {topic}")
     t0 = time.perf_counter()
-    produce(bootstrap, topic, partitions, messages)
+    produce(bootstrap, topic, partitions, messages, codec)
     return time.perf_counter() - t0
 
 
 def run(env: Environment, messages: int, partitions: int, repeat: int = 1,
-        clients: list[str] | None = None) -> list[Result]:
-    topic = "bench-consume"
-    seconds = prepare(env.bootstrap, env.layout, topic, partitions, messages)
-    print(f"  produced {messages:,} x {VALUE_SIZE} B on {partitions} partitions in {seconds:.1f}s", flush=True)
-    args = WorkerArgs(env.zk, env.bootstrap, topic, partitions, messages, env.work_dir)
-    return measure(args, repeat, clients, report=lambda line: print(line, flush=True))
+        clients: list[str] | None = None, codecs: tuple[str, ...] = CODECS) -> list[Result]:
+    """The uncompressed topic with every client (or ``clients``), then one topic per codec in ``codecs`` with
+    CODEC_CLIENTS (those of them in ``clients``)."""
+    results: list[Result] = []
+    for codec in ("none", *codecs):
+        topic = "bench-consume" if codec == "none" else f"bench-consume-{codec}"
+        chosen = clients if codec == "none" else [c for c in CODEC_CLIENTS if clients is None or c in clients]
+        if chosen is not None and not chosen:
+            continue
+        seconds = prepare(env.bootstrap, env.layout, topic, partitions, messages, codec)
+        print(f"  produced {messages:,} x {VALUE_SIZE} B on {partitions} partitions in {seconds:.1f}s"
+              f"{'' if codec == 'none' else f' ({codec})'}", flush=True)
+        args = WorkerArgs(env.zk, env.bootstrap, topic, partitions, messages, env.work_dir)
+        results += measure(args, repeat, chosen, report=lambda line: print(line, flush=True), codec=codec)
+    return results
 
 
 def main() -> None:
@@ -387,6 +424,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--clients", default=None, help="comma-separated subset of " + ",".join(BY_KEY))
+    parser.add_argument("--codecs", default=",".join(CODECS), help="compressed topics too (comma-separated; '' none)")
     args = parser.parse_args()
     if args.command == "worker":
         wargs = WorkerArgs(args.zk, args.bootstrap, args.topic, args.partitions, args.messages, args.work_dir,
@@ -396,10 +434,13 @@ def main() -> None:
         os._exit(0)  # do not wait for the clients' background threads
     clients = args.clients.split(",") if args.clients else None
     with environment() as env:
-        results = run(env, args.messages, args.partitions, args.repeat, clients)
+        codecs = tuple(c for c in args.codecs.split(",") if c)
+        results = run(env, args.messages, args.partitions, args.repeat, clients, codecs)
         print_table(*table(results), title="Consumer throughput")
         print_table(*metrics_table(results), title="Metrics on and off")
         print_table(*ratio_table(results), title="Ratios")
+        if codecs:
+            print_table(*codec_table(results), title="Compressed topics")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import tenacity
 from tenacity.wait import wait_base
 
-from metaq.consumer.message import MessageAndMetadata
+from metaq.consumer.message import MessageAndMetadata, MessageBatch
 from metaq.consumer.recover import RecoverStore, describe_error
 from metaq.consumer.serde import bytes_deserializer
 from metaq.consumer.streams import BatchInHand
@@ -44,11 +44,13 @@ class MessageListener(Protocol):
 
 
 class BatchMessageListener(Protocol):
-    """Receives whole chunks (at most ``max_size`` bytes of keys and values). Raising means the whole batch
+    """Receives whole chunks (at most ``max_size`` bytes of keys and values) as a read-only sequence: a
+    :class:`~metaq.consumer.message.MessageBatch`, which builds each message as it is read (``list(batch)``
+    for a list), or a list when the subscription has deserializers. Raising means the whole batch
     failed: it is retried, then split into single messages for retry-then-skip, so messages handled before
     the failure may be delivered again. May have an ``executor`` like :class:`MessageListener`."""
 
-    def receive_messages(self, batch: list[MessageAndMetadata]) -> None: ...
+    def receive_messages(self, batch: Sequence[MessageAndMetadata]) -> None: ...
 
 
 Listener = MessageListener | BatchMessageListener
@@ -76,13 +78,17 @@ _KEY = operator.attrgetter("key")
 _VALUE = operator.attrgetter("value")
 
 
-def _total_size(batch: list[MessageAndMetadata]) -> int:
+def _total_size(batch: Sequence[MessageAndMetadata]) -> int:
     """``sum(_size(m) for m in batch)`` without a Python-level loop (falsy keys and values count 0)."""
     return sum(map(len, filter(None, map(_KEY, batch)))) + sum(map(len, filter(None, map(_VALUE, batch))))
 
 
-def split_by_size(batch: list[MessageAndMetadata], max_size: int) -> Iterator[list[MessageAndMetadata]]:
-    """Consecutive parts of ``batch`` of at most ``max_size`` bytes each (at least one message per part)."""
+def split_by_size(batch: Sequence[MessageAndMetadata], max_size: int) -> Iterator[Sequence[MessageAndMetadata]]:
+    """Consecutive parts of ``batch`` of at most ``max_size`` bytes each (at least one message per part); a
+    :class:`MessageBatch` is cut into MessageBatches (slices: no message is built here), a list into lists."""
+    if isinstance(batch, MessageBatch):
+        yield from _split_records(batch, max_size)
+        return
     if batch and _total_size(batch) <= max_size:  # the usual case, summed at C speed: one part
         yield list(batch)
         return
@@ -97,6 +103,23 @@ def split_by_size(batch: list[MessageAndMetadata], max_size: int) -> Iterator[li
         size += n
     if part:
         yield part
+
+
+def _split_records(batch: MessageBatch, max_size: int) -> Iterator[MessageBatch]:
+    """split_by_size() of a MessageBatch, on its records."""
+    if batch and batch.size() <= max_size:
+        yield batch
+        return
+    records = batch.records
+    start = size = 0
+    for i, (_, _, key, value, _) in enumerate(records):
+        n = len(key or b"") + len(value or b"")
+        if i > start and size + n > max_size:
+            yield batch[start:i]
+            start, size = i, 0
+        size += n
+    if start < len(records):
+        yield batch[start:]
 
 
 @dataclass(frozen=True)
@@ -138,7 +161,7 @@ class _Delivery:
 
     # -- what the dispatcher and the recover thread call --------------------------------------------
 
-    def run_chunk(self, chunk: list[MessageAndMetadata], hand: BatchInHand) -> None:
+    def run_chunk(self, chunk: Sequence[MessageAndMetadata], hand: BatchInHand) -> None:
         """Deliver a chunk with retry-then-skip; returns once every message was handled or set aside, or
         early once the chunk's partition was revoked. Each finished message (part) is recorded in ``hand``."""
         abandon = self._abandon
@@ -150,7 +173,7 @@ class _Delivery:
                 self._deliver_batch(part)
                 hand.finished(part[-1].offset + 1)
         else:  # _deliver() inlined: the per-message path of a MessageListener
-            handle = self.handle_one
+            handle = self.listener.receive_message if self._raw else self.handle_one  # handle_one() w/o decoding
             info, gate, now = hand.info, hand.gate, time.monotonic
             for message in chunk:
                 if abandon.is_set():
@@ -202,7 +225,7 @@ class _Delivery:
                           self._max_retries + 1, _where(message))
             self._set_aside(message, e)
 
-    def _deliver_batch(self, part: list[MessageAndMetadata]) -> None:
+    def _deliver_batch(self, part: Sequence[MessageAndMetadata]) -> None:
         if len(part) == 1:
             self._deliver(part[0])
             return
@@ -223,8 +246,8 @@ class _Delivery:
             self._check_abandon()
             self._deliver(message)
 
-    def _call_batch(self, part: list[MessageAndMetadata]) -> None:
-        self.listener.receive_messages(list(part) if self._raw else [self._decode(m) for m in part])
+    def _call_batch(self, part: Sequence[MessageAndMetadata]) -> None:
+        self.listener.receive_messages(part if self._raw else [self._decode(m) for m in part])
 
     def _retry(self, attempt: Callable[[], None], first: Exception, what: str) -> None:
         """The remaining attempts under the retry policy; attempt 1 already failed with ``first``."""

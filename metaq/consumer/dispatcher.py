@@ -11,7 +11,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, Protocol, Self
 
@@ -55,7 +55,7 @@ class Stream(Protocol):
 
     chunks: queue.Queue[Any]
 
-    def iter_batches(self) -> Iterator[list[MessageAndMetadata]]: ...
+    def iter_batches(self) -> Iterator[Sequence[MessageAndMetadata]]: ...
 
     def in_hand(self) -> BatchInHand: ...
 
@@ -132,7 +132,7 @@ class _Dispatcher:
             if chunk:
                 self._hand_over(chunk, self.stream.in_hand())
 
-    def _hand_over(self, chunk: list[MessageAndMetadata], hand: BatchInHand) -> None:
+    def _hand_over(self, chunk: Sequence[MessageAndMetadata], hand: BatchInHand) -> None:
         """Process the chunk; an unexpected failure retries the same chunk rather than lose it."""
         pause = ERROR_PAUSE_S
         while True:
@@ -148,7 +148,7 @@ class _Dispatcher:
                 raise _Abandoned()
             pause = min(pause * 2, MAX_ERROR_PAUSE_S)
 
-    def _process(self, chunk: list[MessageAndMetadata], hand: BatchInHand) -> None:
+    def _process(self, chunk: Sequence[MessageAndMetadata], hand: BatchInHand) -> None:
         executor = self._delivery.executor
         if executor is None:
             self._delivery.run_chunk(chunk, hand)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from operator import itemgetter
+from typing import Any, overload
 
 from metaq.protocol.records import Record
 
@@ -50,16 +51,14 @@ def make_message(topic: str, partition: int, offset: int, key: Any, value: Any, 
     return message  # type: ignore[no-any-return]
 
 
-def make_messages(topic: str, partition: int, records: Iterable[Record], min_offset: int) -> list[MessageAndMetadata]:
-    """``[make_message(topic, partition, ...) for each record at or above min_offset]`` in less than half the
-    time (the batch listeners' hot path): one loop of plain slot stores, without a call per message."""
-    out: list[MessageAndMetadata] = []
-    append = out.append
-    new = object.__new__
-    unfrozen, frozen = _Unfrozen, MessageAndMetadata
+_new = object.__new__
+
+
+def iter_messages(topic: str, partition: int, records: Iterable[Record]) -> Iterator[MessageAndMetadata]:
+    """``make_message(topic, partition, ...)`` for each record, without a call per message: the hot loop of
+    :class:`MessageBatch` and of ``for message in stream``, where a call would add a tenth to the cost."""
+    new, unfrozen, frozen = _new, _Unfrozen, MessageAndMetadata
     for offset, timestamp, key, value, headers in records:
-        if offset < min_offset:
-            continue
         message: Any = new(unfrozen)
         message.topic = topic
         message.partition = partition
@@ -69,8 +68,98 @@ def make_messages(topic: str, partition: int, records: Iterable[Record], min_off
         message.timestamp = timestamp
         message.headers = headers
         message.__class__ = frozen
-        append(message)
-    return out
+        yield message
 
 
-__all__ = ["MessageAndMetadata", "make_message", "make_messages"]
+_KEYS = itemgetter(2)
+_VALUES = itemgetter(3)
+
+
+class MessageBatch(Sequence[MessageAndMetadata]):
+    """A chunk's messages as a read-only sequence that builds each :class:`MessageAndMetadata` when it is
+    read (iterating, indexing) rather than all of them up front.
+
+    Why: a batch listener used to get a list of ~10,000 messages per 1 MiB chunk, all alive at once; being
+    container objects, they are what CPython's cyclic collector traverses again and again (gen0 -> gen1 ->
+    gen2 and full collections), about 0.5 us a message, as much as all the rest of the consuming
+    (docs/architecture.md, "Consumer CPU and the garbage collector"). Built one at a time, a message the
+    listener is done with is freed at once and never counts towards a collection. The records behind it are
+    the decoder's ``(offset, timestamp, key, value, headers)`` tuples, which the collector stops tracking the
+    first time it sees them. ``list(batch)`` makes an ordinary list; :meth:`values`, :meth:`keys` and
+    :meth:`offsets` read one field of every message without building messages at all.
+    """
+
+    __slots__ = ("topic", "partition", "_records")
+
+    def __init__(self, topic: str, partition: int, records: Sequence[Record]) -> None:
+        self.topic = topic
+        self.partition = partition
+        self._records = records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    @overload
+    def __getitem__(self, index: int) -> MessageAndMetadata: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> MessageBatch: ...
+
+    def __getitem__(self, index: int | slice) -> MessageAndMetadata | MessageBatch:
+        if isinstance(index, slice):
+            return MessageBatch(self.topic, self.partition, self._records[index])
+        offset, timestamp, key, value, headers = self._records[index]
+        return make_message(self.topic, self.partition, offset, key, value, timestamp, headers)
+
+    def __iter__(self) -> Iterator[MessageAndMetadata]:
+        return iter_messages(self.topic, self.partition, self._records)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a sequence (a list, another batch) of the same messages."""
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes, bytearray)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # like a list: equal to lists, so not hashable
+
+    def __repr__(self) -> str:
+        if not self._records:
+            return f"MessageBatch({self.topic}-{self.partition}, empty)"
+        return (f"MessageBatch({self.topic}-{self.partition}, {len(self._records)} messages, offsets "
+                f"{self._records[0][0]}-{self._records[-1][0]})")
+
+    @property
+    def records(self) -> Sequence[Record]:
+        """The raw ``(offset, timestamp, key, value, headers)`` tuples behind the messages."""
+        return self._records
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last message (the batch must not be empty)."""
+        return int(self._records[-1][0]) + 1
+
+    def offsets(self) -> list[int]:
+        return [r[0] for r in self._records]
+
+    def keys(self) -> list[Any]:
+        return list(map(_KEYS, self._records))
+
+    def values(self) -> list[Any]:
+        return list(map(_VALUES, self._records))
+
+    def size(self) -> int:
+        """Bytes of keys and values (a null counts 0), as ``max_size`` counts them."""
+        records = self._records
+        return sum(map(len, filter(None, map(_KEYS, records)))) + sum(map(len, filter(None, map(_VALUES, records))))
+
+
+def batch_from(topic: str, partition: int, records: list[Record], start: int, min_offset: int) -> MessageBatch:
+    """The messages of ``records[start:]`` at or above ``min_offset`` (offsets rise along ``records``), without
+    a copy in the usual case (the whole chunk, nothing below ``min_offset``)."""
+    end = len(records)
+    while start < end and records[start][0] < min_offset:
+        start += 1
+    return MessageBatch(topic, partition, records if start == 0 else records[start:])
+
+
+__all__ = ["MessageAndMetadata", "MessageBatch", "batch_from", "iter_messages", "make_message"]

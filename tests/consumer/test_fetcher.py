@@ -13,12 +13,15 @@ from typing import Any
 import confluent_kafka
 import pytest
 
+from metaq.client.cluster import Leader
 from metaq.consumer import fetcher as fetcher_module
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.fetcher import BACKOFF_MAX_S, FetcherManager, fetcher_id
 from metaq.consumer.partition_info import ChunkQueue, FetchedChunk, PartitionTopicInfo
 from metaq.errors import MessageSizeTooLargeError
 from metaq.hashing import java_string_hash
+from metaq.protocol.builder import PyBatchBuilder
+from metaq.protocol.records import decode_records
 from metaq.retry import fetcher as fetcher_policy
 from metaq.testing.broker import BrokerCluster, wait_until
 from zk_layout import ZkLayout
@@ -126,6 +129,64 @@ def test_backoff_grows_and_is_capped() -> None:
     assert 0.05 <= backoff.delay(1) <= 0.1
     assert backoff.delay(3) >= 0.2
     assert all(backoff.delay(n) <= BACKOFF_MAX_S + 0.05 for n in range(1, 50))
+
+
+def _lz4_batches(count: int, per_batch: int) -> bytes:
+    """``count`` lz4-compressed batches of ``per_batch`` records each, offsets from 0, as a fetch returns them."""
+    out = bytearray()
+    for n in range(count):
+        builder = PyBatchBuilder(1 << 20, "lz4")
+        for i in range(per_batch):
+            builder.append(1_700_000_000_000, None, b"v%d" % (n * per_batch + i))
+        batch = bytearray(builder.build())
+        batch[0:8] = (n * per_batch).to_bytes(8, "big")  # base offset (not covered by the CRC)
+        out += batch
+    return bytes(out)
+
+
+class _Owner:
+    def __init__(self) -> None:
+        self.errors: list[BaseException] = []
+
+    def leader_lost(self, infos: list[PartitionTopicInfo]) -> None:
+        raise AssertionError("no leader change here")
+
+    def record_error(self, key: Any, error: BaseException) -> None:
+        self.errors.append(error)
+
+    def clear_error(self, key: Any) -> None:
+        pass
+
+
+def test_batch_groups_cut_at_batch_boundaries_after_enough_records() -> None:
+    data = _lz4_batches(10, 100)
+    cut = data + data[:30]  # and a batch cut off by the fetch size
+    groups = fetcher_module._batch_groups(cut, 250)
+    assert [g[0] for g in groups[1:]] == [g[1] for g in groups[:-1]] and groups[0][0] == 0 and groups[-1][1] == len(cut)
+    assert [len(decode_records(cut[a:b]).records) for a, b in groups] == [300, 300, 300, 100]
+    assert fetcher_module._batch_groups(data, 1000) == [(0, len(data))]  # no more than the limit: one range
+    assert fetcher_module._batch_groups(b"\0" * 100, 1) == [(0, 100)]  # not a batch: left to the decoder
+
+
+def test_a_large_compressed_fetch_is_enqueued_in_chunks_of_about_chunk_records(monkeypatch) -> None:
+    """fetch.message.max.bytes bounds compressed bytes: the 850 records from the fetch offset (150) on arrive
+    as 4 chunks, in order, once."""
+    monkeypatch.setattr(fetcher_module, "CHUNK_RECORDS", 250)
+    data = _lz4_batches(10, 100)
+    info = infos_for("t", range(1), offset=150, capacity=10)[0]
+    runner = fetcher_module.FetchRequestRunner(_Owner(), config("127.0.0.1:1"), Leader("127.0.0.1", 1, 0), 0,
+                                               consumer_id=CONSUMER_ID)
+    runner._deliver(info, 150, data)  # the first batch holds offsets below the fetch offset
+    chunks = [info.chunks.get_nowait() for _ in range(info.chunks.qsize())]
+    assert [len(c.records) for c in chunks] == [150, 300, 300, 100]
+    assert [r[0] for c in chunks for r in c.records] == list(range(150, 1000))
+    assert [c.fetch_offset for c in chunks] == [150, 300, 600, 900]
+    assert info.get_fetch_offset() == 1000
+    info.revoke()  # a revoked partition takes no more chunks: the rest of the fetch is dropped
+    info2 = infos_for("t", range(1), capacity=10)[0]
+    info2.revoke()
+    runner._deliver(info2, 0, data)
+    assert info2.chunks.empty() and info2.get_fetch_offset() == 0
 
 
 # -- against a broker ------------------------------------------------------------------------------

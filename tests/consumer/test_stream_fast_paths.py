@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from metaq.consumer.listener import _size, split_by_size
-from metaq.consumer.message import MessageAndMetadata, make_message, make_messages
+from metaq.consumer.message import MessageAndMetadata, MessageBatch, batch_from, make_message
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.streams import ConsumerTimeoutError, DeliveryGate, KafkaStream
 
@@ -25,16 +25,25 @@ def test_make_message_is_a_frozen_message_and_metadata() -> None:
     assert make_message("t", 0, 1, None, None, 2).headers == ()
 
 
-def test_make_messages_is_make_message_per_record_from_min_offset() -> None:
+def test_a_message_batch_builds_the_same_messages_as_make_message() -> None:
     records = [(5, 1700, b"k", b"v", ()), (6, 1701, None, None, (("h", None),)), (7, 1702, b"", b"x", ())]
-    fast = make_messages("t", 2, records, 6)
-    assert fast == [MessageAndMetadata("t", 2, o, k, v, ts, h) for o, ts, k, v, h in records[1:]]
-    assert all(type(m) is MessageAndMetadata for m in fast)
+    batch = batch_from("t", 2, records, 0, 6)
+    expected = [MessageAndMetadata("t", 2, o, k, v, ts, h) for o, ts, k, v, h in records[1:]]
+    assert list(batch) == expected and batch == expected and len(batch) == 2
+    assert all(type(m) is MessageAndMetadata for m in batch)
+    assert batch[0] == expected[0] and batch[-1] == expected[-1] and type(batch[-1]) is MessageAndMetadata
     with pytest.raises(dataclasses.FrozenInstanceError):
-        fast[0].offset = 0  # type: ignore[misc]
-    assert pickle.loads(pickle.dumps(fast[1])) == fast[1] and hash(fast[1]) == hash(make_message("t", 2, 7, b"", b"x",
-                                                                                                   1702))
-    assert make_messages("t", 2, records, 8) == []
+        batch[0].offset = 0  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(batch[1])) == batch[1] and hash(batch[1]) == hash(make_message("t", 2, 7, b"",
+                                                                                                    b"x", 1702))
+    tail = batch[1:]
+    assert isinstance(tail, MessageBatch) and tail == expected[1:] and tail != expected
+    assert batch.offsets() == [6, 7] and batch.keys() == [None, b""] and batch.values() == [None, b"x"]
+    assert batch.next_offset == 8 and batch.size() == 1
+    assert not batch_from("t", 2, records, 0, 8) and batch_from("t", 2, records, 0, 8) == []
+    assert batch_from("t", 2, records, 2, 0) == expected[1:]  # from a position inside the chunk
+    with pytest.raises(IndexError):
+        batch[2]
 
 
 def test_a_gate_timeout_keeps_the_record_for_the_next_call() -> None:
@@ -76,3 +85,7 @@ def test_split_by_size_matches_the_message_by_message_split(max_size: int) -> No
     batch = [make_message("t", 0, i, keys[i % len(keys)], values[i % len(values)], 0) for i in range(40)]
     assert list(split_by_size(batch, max_size)) == _slow_split(batch, max_size)
     assert list(split_by_size([], max_size)) == []
+    lazy = MessageBatch("t", 0, [(m.offset, m.timestamp, m.key, m.value, m.headers) for m in batch])
+    parts = list(split_by_size(lazy, max_size))
+    assert all(isinstance(p, MessageBatch) for p in parts)  # slices: no message built to split
+    assert parts == _slow_split(batch, max_size)

@@ -6,7 +6,7 @@ import pytest
 
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.serde import get_deserializer
-from metaq.consumer.streams import ConsumerTimeoutError, KafkaStream
+from metaq.consumer.streams import ConsumerTimeoutError, DeliveryGate, KafkaStream
 from metaq.errors import DeserializationError
 
 
@@ -68,3 +68,49 @@ def test_end_stops_every_iterator() -> None:
     stream.end()
     assert list(stream) == []
     assert list(KafkaStream(queue)) == []
+
+
+def test_for_loop_and_next_share_one_position() -> None:
+    """``for m in stream`` (a generator over the chunk) and ``next(stream)`` hand out each record once, in order,
+    however they are mixed; each message is counted consumed as it is handed out."""
+    queue = ChunkQueue(4)
+    info = _info(queue)
+    info.enqueue(0, _records([b"%d" % i for i in range(6)]))
+    info.enqueue(6, _records([b"6", b"7"], start=6))
+    stream = KafkaStream(queue, consumer_timeout_ms=100)
+    got = []
+    for message in stream:
+        got.append(message.offset)
+        assert info.get_consumed_offset() == message.offset + 1
+        if message.offset == 1:
+            got.append(next(stream).offset)  # between two messages of the generator
+        if message.offset == 3:
+            break
+    got.append(next(stream).offset)
+    with pytest.raises(ConsumerTimeoutError):
+        for message in stream:  # the rest of the chunk, then the next chunk, then a timeout
+            got.append(message.offset)
+    assert got == list(range(8))
+    assert info.get_consumed_offset() == 8
+
+
+def test_for_loop_stops_at_a_revocation_and_a_closed_gate() -> None:
+    queue = ChunkQueue(4)
+    info = _info(queue)
+    info.enqueue(0, _records([b"a", b"b", b"c", b"d", b"e"]))
+    gate = DeliveryGate()
+    stream = KafkaStream(queue, consumer_timeout_ms=100, gate=gate)
+    got = []
+    with pytest.raises(ConsumerTimeoutError):
+        for message in stream:
+            got.append(message.offset)
+            if message.offset == 1:
+                gate.close()  # ZooKeeper SUSPENDED: nothing more until it opens
+    assert got == [0, 1] and info.get_consumed_offset() == 2
+    gate.open()
+    with pytest.raises(ConsumerTimeoutError):
+        for message in stream:
+            got.append(message.offset)
+            if message.offset == 2:
+                info.revoke()  # the rest of the chunk belongs to the next owner
+    assert got == [0, 1, 2] and info.get_consumed_offset() == 3
