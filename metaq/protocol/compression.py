@@ -12,7 +12,7 @@ Kafka's framing of each codec inside a record batch v2 (attributes bits 0-2):
 
 Compression bombs: :func:`decompress` takes a ``limit`` and never holds much more than that in memory: gzip
 streams through zlib with an output bound, lz4 and zstd decompress into a buffer of a guessed size (16x the
-payload, enough for real data) and only on overflow into one of ``limit + 1`` bytes, snappy checks each
+payload), on overflow into one four times larger, and so on up to one of ``limit + 1`` bytes, snappy checks each
 block's declared length before decompressing it (see metaq/broker/log/validator.py for the limit).
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import cramjam
 
@@ -39,6 +39,7 @@ _BLOCK_LENGTH = struct.Struct(">i")
 _GZIP_LEVEL = 6  # zlib's default, as Kafka's Java client and librdkafka use
 _FIRST_GUESS_RATIO = 16
 _FIRST_GUESS_EXTRA = 64 * 1024
+_GROWTH = 4
 _BUFFER_FULL = "failed to write whole buffer"  # cramjam's error when the output buffer is too small
 
 
@@ -149,8 +150,7 @@ def _bounded(decompress_into: Callable[[bytes, bytearray], int], name: str) -> C
     def run(payload: bytes, limit: int | None) -> bytes:
         if limit is None:
             return bytes(plain(payload))
-        guess = _FIRST_GUESS_RATIO * len(payload) + _FIRST_GUESS_EXTRA
-        for size in ((guess, limit + 1) if guess <= limit else (limit + 1,)):
+        for size in _buffer_sizes(_FIRST_GUESS_RATIO * len(payload) + _FIRST_GUESS_EXTRA, limit + 1):
             out = bytearray(size)
             try:
                 written = decompress_into(payload, out)
@@ -162,6 +162,17 @@ def _bounded(decompress_into: Callable[[bytes, bytearray], int], name: str) -> C
         raise MessageSizeTooLargeError(f"{name} payload decompresses to more than {limit} bytes")
 
     return run
+
+
+def _buffer_sizes(first: int, last: int) -> Iterator[int]:
+    """``first``, then ``_GROWTH`` times more each try, ending at ``last``: a batch of repetitive values
+    (thousands of times smaller compressed) costs a few small tries, not one ``limit``-sized buffer (tens of
+    MiB zeroed per batch), and a bomb still costs at most about ``_GROWTH / (_GROWTH - 1)`` times ``limit``."""
+    size = first
+    while size < last:
+        yield size
+        size *= _GROWTH
+    yield last
 
 
 def _lz4(data: bytes) -> bytes:
