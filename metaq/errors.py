@@ -263,6 +263,7 @@ class ErrorCode(IntEnum):
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     UNSUPPORTED_COMPRESSION_TYPE = 76
+    OFFSET_NOT_AVAILABLE = 78
     MEMBER_ID_REQUIRED = 79
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
@@ -353,6 +354,12 @@ class FencedLeaderEpochError(BrokerResponseError):
 @_broker_error(ErrorCode.UNKNOWN_LEADER_EPOCH, retriable=True)
 class UnknownLeaderEpochError(BrokerResponseError):
     """The request's leader epoch is newer than the broker's: the broker has not caught up yet."""
+
+
+@_broker_error(ErrorCode.OFFSET_NOT_AVAILABLE, retriable=True)
+class OffsetNotAvailableError(BrokerResponseError):
+    """A new leader has not yet confirmed the records its predecessor may have exposed (its high watermark is
+    below the start offset of its leader epoch): ListOffsets for the latest offset would go backwards."""
 
 
 @_broker_error(ErrorCode.MESSAGE_TOO_LARGE)

@@ -135,6 +135,11 @@ class BrokerContext:
             return plog.log_end_offset
         return self.replication.high_watermark(topic, partition, plog)
 
+    def epoch_start_unconfirmed(self, topic: str, partition: int) -> bool:
+        """Whether this broker newly leads a replicated partition whose HW has not yet reached the start offset
+        of its leader epoch (see metaq/broker/handlers/list_offsets.py)."""
+        return self.replication is not None and self.replication.epoch_start_unconfirmed(topic, partition)
+
     def epoch_error(self, topic: str, partition: int, current_leader_epoch: int) -> int:
         """FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH if a request's ``current_leader_epoch`` disagrees."""
         if self.replication is None:

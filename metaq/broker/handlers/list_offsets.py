@@ -3,7 +3,14 @@ the first record at or after a timestamp, found exactly even inside a compressed
 
 v4 adds leader epochs (answered -1, unknown, as in Metadata: see metaq/broker/handlers/metadata.py).
 -3 is served at every version although Kafka takes it from v7 (flexible, not served here): confluent-kafka's
-``OffsetSpec.max_timestamp()`` sends it at the highest version the broker has."""
+``OffsetSpec.max_timestamp()`` sends it at the highest version the broker has.
+
+A newly elected leader whose high watermark is still below the start offset of its leader epoch has not yet
+confirmed everything its predecessor may have exposed: a client asking it for the latest offset (or for a
+timestamp whose answer would be at or above the HW, or not found) gets OFFSET_NOT_AVAILABLE, retriable
+(LEADER_NOT_AVAILABLE before v5; v0 and requests from a replica are answered as usual), never an offset below
+one the old leader answered. Kafka's rule (Partition.fetchOffsetForTimestamp, ReplicaManager.fetchOffset);
+the earliest offset is answered meanwhile."""
 
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ from typing import Any
 from kafka.protocol.consumer import ListOffsetsResponse
 
 from metaq.broker.context import BrokerContext
+from metaq.errors import ErrorCode
 from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
@@ -25,20 +33,32 @@ TopicResponse = ListOffsetsResponse.ListOffsetsTopicResponse
 PartitionResponse = TopicResponse.ListOffsetsPartitionResponse
 
 
+def unconfirmed_error(version: int, replica_id: int) -> int:
+    """The error a leader whose HW is below its epoch's start offset answers a request with (0: none):
+    only a client's request (replica id -1) at v1+ gets one, as in Kafka."""
+    if version == 0 or replica_id != -1:
+        return ErrorCode.NONE
+    return ErrorCode.OFFSET_NOT_AVAILABLE if version >= 5 else ErrorCode.LEADER_NOT_AVAILABLE
+
+
 def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int,
-            current_leader_epoch: int = -1) -> tuple[int, int, int]:
+            current_leader_epoch: int = -1, unconfirmed: int = ErrorCode.NONE) -> tuple[int, int, int]:
     """(error_code, timestamp, offset). LATEST is the high watermark (the log end offset of a
-    single-replica partition): consumers cannot read past it."""
+    single-replica partition): consumers cannot read past it. ``unconfirmed``: the error to answer
+    while the HW is below the leader epoch's start offset (see the module docstring)."""
     error = ctx.denied(AclOperation.DESCRIBE, ResourceType.TOPIC, topic) or ctx.serving_error(topic, partition) \
         or ctx.epoch_error(topic, partition, current_leader_epoch)
     if error:
         return error, -1, -1
     plog = ctx.log_for(topic, partition)
-    if timestamp == LATEST:
-        return 0, -1, ctx.high_watermark(topic, partition, plog)
     if timestamp == EARLIEST:
         return 0, -1, plog.log_start_offset
+    pending = unconfirmed if unconfirmed and ctx.epoch_start_unconfirmed(topic, partition) else ErrorCode.NONE
+    if timestamp == LATEST:
+        return (pending, -1, -1) if pending else (0, -1, ctx.high_watermark(topic, partition, plog))
     found = plog.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
+    if pending and (found is None or found[0] >= ctx.high_watermark(topic, partition, plog)):
+        return pending, -1, -1
     if found is None:
         return 0, -1, -1
     offset, ts = found
@@ -46,12 +66,13 @@ def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int,
 
 
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
+    unconfirmed = unconfirmed_error(version, request.replica_id)
     topics = []
     for topic in request.topics:
         parts = []
         for p in topic.partitions:
             error, ts, offset = _lookup(ctx, topic.name, p.partition_index, p.timestamp,
-                                        getattr(p, "current_leader_epoch", -1))
+                                        getattr(p, "current_leader_epoch", -1), unconfirmed)
             if version == 0:
                 old = [offset] if not error and offset >= 0 else []
                 parts.append(PartitionResponse(partition_index=p.partition_index, error_code=error,

@@ -265,6 +265,11 @@ class ReplicaManager:
             return min(replica.follower.hw, plog.log_end_offset)
         return min(self._checkpointed.get((topic, partition), 0), plog.log_end_offset)
 
+    def epoch_start_unconfirmed(self, topic: str, partition: int) -> bool:
+        """True while this broker leads the partition with a HW below its epoch's start offset."""
+        replica = self._replicas.get((topic, partition))
+        return replica is not None and replica.leader is not None and replica.leader.epoch_start_unconfirmed
+
     def epoch_error(self, topic: str, partition: int, current_leader_epoch: int) -> int:
         """FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for a request's ``current_leader_epoch`` (-1: none)."""
         if current_leader_epoch < 0:

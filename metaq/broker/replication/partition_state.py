@@ -66,6 +66,13 @@ class LeaderState:
         self.hw = new
         return moved
 
+    @property
+    def epoch_start_unconfirmed(self) -> bool:
+        """Whether the HW is still below the offset this epoch began at: the previous leader may have exposed
+        offsets up to there, so the latest offset this leader would answer could go backwards (Kafka answers
+        ListOffsets with OFFSET_NOT_AVAILABLE meanwhile, see metaq/broker/handlers/list_offsets.py)."""
+        return self.hw < self.epoch_start_offset
+
     def lagging(self, isr: Iterable[int], now_ms: int, max_lag_ms: int) -> list[int]:
         """ISR followers not caught up within ``max_lag_ms`` (to be shrunk out of the ISR)."""
         out = []
