@@ -28,7 +28,8 @@ from tenacity.wait import wait_base
 from metaq.errors import MetaqError, ProtocolError
 
 __all__ = [
-    "RetryPolicy", "admin_reader", "broker_registration", "consumer_registration", "fetcher", "is_retriable",
+    "RetryPolicy", "admin_list_offsets", "admin_reader", "broker_registration", "consumer_registration", "fetcher",
+    "is_retriable",
     "offsets_commit", "offsets_fetch", "producer_send", "rebalance_attempts", "rebalance_rounds", "spark_fetch",
     "spark_list_offsets", "wait_jittered", "wait_uniform",
 ]
@@ -222,3 +223,9 @@ def spark_fetch(*, backoff_s: float = 0.1, max_s: float = 2.0, deadline_s: float
 def admin_reader(*, attempts: int = 20, backoff_s: float = 0.5) -> RetryPolicy:
     """``metaq consume``'s partition reader after a broker error: every ``backoff_s``, about 10 s in all."""
     return RetryPolicy("admin.reader", tenacity.wait_fixed(backoff_s), max_attempts=attempts)
+
+
+def admin_list_offsets(*, backoff_s: float = 0.2, deadline_s: float = 5.0) -> RetryPolicy:
+    """The ops tools' ListOffsets for a partition answered with a retriable error (a new leader's
+    OFFSET_NOT_AVAILABLE until its high watermark catches up, a moved leader): every ``backoff_s``."""
+    return RetryPolicy("admin.list_offsets", tenacity.wait_fixed(backoff_s), deadline_s=deadline_s)

@@ -14,19 +14,23 @@ raising: an ops view shows what it can.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from metaq.client.cluster import EARLIEST, LATEST, ClusterClient, ListedOffset, TopicPartition
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
-from metaq.errors import MetaqError
+from metaq.errors import MetaqError, for_code
+from metaq.retry import admin_list_offsets
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
 __all__ = ["EARLIEST", "LATEST", "BrokerLogOffsets", "LogOffsets", "TopicPartition", "Watermarks"]
+
+_RETRY = admin_list_offsets()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +72,14 @@ class BrokerLogOffsets:
 
     def watermarks(self, keys: Iterable[TopicPartition]) -> dict[TopicPartition, Watermarks]:
         """Start and end offsets of every partition in ``keys``; one pipelined pair of requests per leader."""
-        starts, ends = self._client.list_offsets_at(keys, [EARLIEST, LATEST])
+        starts, ends = self._list_offsets_at(keys, [EARLIEST, LATEST])
         return {key: _combine(starts[key], ends[key]) for key in starts}
 
     def offsets_for_time(self, keys: Iterable[TopicPartition], timestamp_ms: int) -> dict[TopicPartition, int]:
         """The first offset whose record timestamp is at or after ``timestamp_ms``; the log end offset when
         there is none (the time is after the last record), as Kafka's ``--to-datetime`` does. Raises
         :class:`MetaqError` naming the partitions it cannot ask."""
-        answers = self._client.list_offsets(keys, timestamp_ms)
+        answers = self._list_offsets_at(keys, [timestamp_ms])[0]
         for key, answer in sorted(answers.items()):
             if answer.offset is None and not answer.no_leader:
                 raise MetaqError(f"cannot look up the offset of {key[0]}-{key[1]} by time: {answer.error}")
@@ -96,8 +100,31 @@ class BrokerLogOffsets:
             found[key] = marks.end
         return found
 
+    def _list_offsets_at(self, keys: Iterable[TopicPartition], timestamps: Sequence[int],
+                         ) -> list[dict[TopicPartition, ListedOffset]]:
+        """The client's ``list_offsets_at``, asking again (as :data:`_RETRY` allows) for the partitions answered
+        with a retriable error: right after a failover the new leader answers OFFSET_NOT_AVAILABLE until its
+        high watermark has caught up."""
+        wanted = sorted(set(keys))
+        results = self._client.list_offsets_at(wanted, timestamps)
+        attempt, started = 1, time.monotonic()
+        while True:
+            again = [key for key in wanted if any(_retriable(result[key]) for result in results)]
+            if not again or _RETRY.exhausted(attempt, time.monotonic() - started):
+                return results
+            reason = next(r[k].error for r in results for k in again if _retriable(r[k]))
+            log.info("ListOffsets again for %s: %s", again, reason)
+            time.sleep(_RETRY.delay(attempt))
+            attempt += 1
+            for result, answers in zip(results, self._client.list_offsets_at(again, timestamps), strict=True):
+                result.update(answers)
+
     def close(self) -> None:
         self._client.close()
+
+
+def _retriable(answer: ListedOffset) -> bool:
+    return answer.error_code != 0 and for_code(answer.error_code).retriable
 
 
 def _combine(start: ListedOffset, end: ListedOffset) -> Watermarks:
