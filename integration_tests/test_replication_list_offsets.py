@@ -20,10 +20,9 @@ from metaq.broker.topics import create_topic
 from metaq.errors import ErrorCode
 from metaq.testing.broker import BrokerCluster, request
 from metaq.testing.wait import wait_until
-from metaq.testing.zookeeper import TEST_SUPER_AUTH
+from metaq.testing.zookeeper import embedded_server
 from metaq.zkserver import ZooKeeperServer
 from zk_layout import ZkLayout
-from zk_layout.znode_acls import digest_identity
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -36,14 +35,8 @@ FUTURE_TS = 4_000_000_000_000
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     """This module's own ZooKeeper with a tickTime of 2 s (the shared one's 200 ms caps sessions at 4 s): a
     paused broker with a 20 s session stays registered, and so in the ISR, while the test looks."""
-    server = ZooKeeperServer(tick_time_ms=2000, force_sync=False,
-                             log_path=tmp_path_factory.mktemp("zookeeper") / "zookeeper.log",
-                             super_digest=digest_identity(*TEST_SUPER_AUTH))
-    server.start()
-    try:
+    with embedded_server(tmp_path_factory, tick_time_ms=2000) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _list_offsets(bootstrap: str, timestamp: int, version: int = 5) -> tuple[int, int]:

@@ -87,20 +87,29 @@ def _close_quietly(client: KazooClient) -> None:
         log.exception("closing a test ZooKeeper client")
 
 
-@pytest.fixture(scope="session")
-def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEndpoint]:
-    external = os.environ.get(ENV_CONNECT)
-    if external:
-        yield ExternalZooKeeper(external)
-        return
+@contextlib.contextmanager
+def embedded_server(tmp_path_factory: pytest.TempPathFactory, *, tick_time_ms: int = 200,
+                    ) -> Iterator[ZooKeeperServer]:
+    """A test ZooKeeper (no fsync, the :data:`TEST_SUPER_AUTH` super user) for the block; a module whose
+    brokers need sessions longer than 4 s overrides ``zk_server`` with a larger ``tick_time_ms``."""
     log_path = tmp_path_factory.mktemp("zookeeper") / "zookeeper.log"  # kept after the run for post-mortems
-    server = ZooKeeperServer(tick_time_ms=200, force_sync=False, log_path=log_path,
+    server = ZooKeeperServer(tick_time_ms=tick_time_ms, force_sync=False, log_path=log_path,
                              super_digest=digest_identity(*TEST_SUPER_AUTH))
     server.start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEndpoint]:
+    external = os.environ.get(ENV_CONNECT)
+    if external:
+        yield ExternalZooKeeper(external)
+        return
+    with embedded_server(tmp_path_factory) as server:
+        yield server
 
 
 def delete_chroot(zk_server: ZooKeeperEndpoint, chroot: str) -> None:
