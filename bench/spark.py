@@ -5,7 +5,10 @@
 The topic (100-byte values, null keys, spread evenly over the partitions) is produced once with
 confluent-kafka. Start-up is left out of every figure: the SparkSession, and one small read first so
 that the Python workers exist and have imported pyarrow. A batch read is timed around one action that
-touches every value (``sum(length(value))``). The streaming rows come from Spark's own progress reports
+touches every value (``sum(length(value))``). The first full read gets a row of its own: it costs about
+twice the CPU of the later ones while the JVM compiles the read's hot paths (Arrow to rows, the
+aggregate), so the repeated reads, which the variants take in turns, measure a warm JVM as a long-lived
+Spark application has. The streaming rows come from Spark's own progress reports
 (``numInputRows`` over ``durationMs.triggerExecution``) of a query with ``maxOffsetsPerTrigger`` into the
 ``noop`` sink. Every figure comes twice: the default
 since ``metaq.spark.register`` (as many tasks as cores, each reading several partitions) and one task per
@@ -107,13 +110,14 @@ def batch_reads(spark: Any, zk: str, messages: int, partitions: int, repeat: int
     warm = spark.read.format("metaq").options(**options, endingOffsets=first)
     warm.load().selectExpr("sum(length(value))").collect()  # Python workers up, pyarrow imported
     cores = spark.sparkContext.defaultParallelism
+    seconds, cpu = _timed_read(spark, options, messages)  # the JVM compiles the read's hot paths meanwhile
+    rows = [Row(f"batch read, {cores} tasks, first", messages, seconds, "cold JVM: JIT compilation", cpu=cpu)]
     variants = {f"batch read, {cores} tasks (default)": {},
                 f"batch read, {partitions} tasks": {"maxPartitions": str(partitions)}}
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(repeat):
         for name, extra in variants.items():
             times[name].append(_timed_read(spark, {**options, **extra}, messages))
-    rows = []
     for name, runs in times.items():
         median = statistics.median(t for t, _ in runs)
         rows.append(Row(name, messages, min(t for t, _ in runs), f"best of {repeat}; median {median:.2f} s",
