@@ -35,11 +35,11 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def client_factory() -> Iterator[Callable[[str], KazooClient]]:
+def client_factory() -> Iterator[Callable[..., KazooClient]]:
     clients: list[KazooClient] = []
 
-    def make(connect_string: str) -> KazooClient:
-        client = connect(connect_string, session_timeout_ms=4000, connection_timeout_ms=10000)
+    def make(connect_string: str, session_timeout_ms: int = 4000) -> KazooClient:
+        client = connect(connect_string, session_timeout_ms=session_timeout_ms, connection_timeout_ms=10000)
         clients.append(client)
         return client
 
@@ -63,9 +63,12 @@ def test_start_stop_leaves_no_process_and_no_files() -> None:
     server.stop()  # idempotent
 
 
-def test_kill_and_restart_keep_data_and_sessions(tmp_path: Path, client_factory: Callable[[str], KazooClient]) -> None:
-    with ZooKeeperServer(data_dir=tmp_path / "zk", log_path=tmp_path / "zk.log", **FAST) as server:
-        client = client_factory(server.connect_string)
+def test_kill_and_restart_keep_data_and_sessions(tmp_path: Path, client_factory: Callable[..., KazooClient]) -> None:
+    # the session must outlive the server's restart, a JVM start that takes several seconds on a loaded machine:
+    # 30 s, which needs a 2 s tick (the server caps sessions at 20 ticks)
+    with ZooKeeperServer(data_dir=tmp_path / "zk", log_path=tmp_path / "zk.log", tick_time_ms=2000,
+                         force_sync=False) as server:
+        client = client_factory(server.connect_string, 30000)
         client.create("/persistent", b"kept")
         client.create("/ephemeral", b"", ephemeral=True)
         session_id = client.client_id[0]
@@ -77,7 +80,7 @@ def test_kill_and_restart_keep_data_and_sessions(tmp_path: Path, client_factory:
         server.start()
         assert server.pid != old_pid
 
-        retry = KazooRetry(max_tries=-1, deadline=10, delay=0.05, max_delay=0.2)
+        retry = KazooRetry(max_tries=-1, deadline=30, delay=0.05, max_delay=0.2)
         assert retry(client.get, "/persistent")[0] == b"kept"
         assert client.client_id[0] == session_id  # the same session, resumed
         assert client.exists("/ephemeral") is not None
