@@ -230,14 +230,14 @@ class GroupCoordinator:
     def _store_membership(self, group: Group) -> None:
         """Write the group's membership (after a completed rebalance, or empty) to its offsets partition,
         best effort: a coordinator that takes the group over without it starts with an empty group."""
+        if self.check(group.group_id):
+            return  # no longer its coordinator (the log is another leader's to write)
         members = tuple(StoredMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                      m.rebalance_timeout_ms, m.session_timeout_ms,
                                      m.metadata_for(group.protocol_name or ""), m.assignment)
                         for m in group.members.values())
         value = GroupValue(group.protocol_type or "", group.generation_id, group.protocol_name, group.leader_id,
                            members, int(time.time() * 1000))
-        if self.check(group.group_id):
-            return  # no longer its coordinator (the log is another leader's to write)
         try:
             part = self._partition_of(group.group_id)
             part.leader_epoch = self._append_epoch(part.partition)
