@@ -40,7 +40,7 @@ class Producer:
     delivered in ``send()`` order, even across retries. Future callbacks run on the sender thread and must not
     block. ``metadata`` and ``connection_factory`` are seams for tests.
 
-    A future nobody uses costs three fields and is freed when dropped (its batch does not hold it), so
+    A future nobody uses costs two fields and is freed when dropped (its batch does not hold it), so
     fire-and-forget sends leave nothing for the cyclic garbage collector; waiting on, cancelling or adding a
     callback to a future gives it Future's usual condition. Keeping every future of a long run alive does
     bring the collector back: an application that must can ``gc.freeze()`` its long-lived state after setup
@@ -109,9 +109,7 @@ class Producer:
             partition = self._partitioner(topic, key, info.partitions, info.available)
         elif partition not in info.partitions:
             _check_partition(self._metadata.refresh(topic), topic, partition)
-        if timestamp_ms is None:
-            timestamp_ms = time.time_ns() // 1_000_000
-        return self._append(topic, partition, timestamp_ms, key, value, headers)
+        return self._append(topic, partition, timestamp_ms, key, value, headers)  # None: the builder stamps now
 
     def partitions_for(self, topic: str) -> list[int]:
         """The topic's partitions (sorted); raises UnknownTopicError."""

@@ -11,7 +11,9 @@ ours (cramjam, metaq/protocol/compression.py): the compiled builder writes an un
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple, Protocol
 
 import crc32c
 
@@ -23,6 +25,26 @@ except ImportError:  # pragma: no cover - every platform with an aiokafka wheel 
     _CompiledBuilder = None
 
 Header = tuple[str, bytes | None]
+
+
+class Added(Protocol):
+    """What a builder's ``add`` answers for a record it took: the compiled builder's own small object (not
+    tracked by the cyclic GC) or :class:`AddedRecord`."""
+
+    @property
+    def offset(self) -> int: ...  # the record's index in its batch
+    @property
+    def size(self) -> int: ...  # the bytes it took
+    @property
+    def timestamp(self) -> int: ...  # its timestamp (ms), stamped by the builder when none was given
+
+
+class AddedRecord(NamedTuple):
+    """:class:`PyBatchBuilder`'s answer to ``add``, shaped like the compiled builder's."""
+
+    offset: int
+    size: int
+    timestamp: int
 
 BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte record batch v2 header (docs/wire-protocol.md §2)
 _CRC = struct.Struct(">I")
@@ -82,11 +104,13 @@ class PyBatchBuilder:
     def full(self) -> bool:
         return len(self._buf) >= self._limit
 
-    def append(self, timestamp: int, key: bytes | None, value: bytes | None,
+    def append(self, timestamp: int | None, key: bytes | None, value: bytes | None,
                headers: Sequence[Header] | None = None,
                _table: list[bytes] = _VARINTS, _n: int = _NVARINTS) -> int:
         """Add a record: the bytes it took, or 0 (and nothing added) if it would overflow the batch. A first
-        record always fits."""
+        record always fits. A ``timestamp`` of None is now."""
+        if timestamp is None:
+            timestamp = time.time_ns() // 1_000_000
         count = self._count
         delta = timestamp - self._first_ts if count else 0
         if key is None:
@@ -122,13 +146,16 @@ class PyBatchBuilder:
         self._count = count + 1
         return added
 
-    def add(self, offset: int, timestamp: int, key: bytes | None, value: bytes | None,
-            headers: list[Header]) -> int | None:
-        """:meth:`append` with the compiled builder's signature (``offset`` is the record's index, 0, 1, 2...):
-        None if the batch is full, else the bytes the record took."""
+    def add(self, offset: int, timestamp: int | None, key: bytes | None, value: bytes | None,
+            headers: list[Header]) -> AddedRecord | None:
+        """:meth:`append` with the compiled builder's signature and answer (``offset`` is the record's index,
+        0, 1, 2...; a ``timestamp`` of None is now): None if the batch is full."""
         if offset != self._count:
             raise ValueError(f"record offset {offset} out of order: the batch has {self._count} records")
-        return self.append(timestamp, key, value, headers) or None
+        if timestamp is None:
+            timestamp = time.time_ns() // 1_000_000
+        size = self.append(timestamp, key, value, headers)
+        return AddedRecord(offset, size, timestamp) if size else None
 
     def build(self) -> bytes:
         """The finished batch (base offset 0; the broker assigns offsets)."""
@@ -157,11 +184,12 @@ class CompiledBatchBuilder:
         assert _CompiledBuilder is not None
         self._builder = _CompiledBuilder(2, 0, 0, -1, -1, -1, batch_size)
         self._count = 0
-        self.add: Callable[[int, int, bytes | None, bytes | None, list[Header]], object | None] = (
+        self.add: Callable[[int, int | None, bytes | None, bytes | None, list[Header]], Added | None] = (
             self._builder.append)
         """The compiled append itself, for a caller that counts its records (the producer): ``add(offset,
-        timestamp, key, value, headers)`` with offsets 0, 1, 2... in order and headers a list; None if the
-        batch is full. No Python frame runs per record. Records added so are not in :attr:`count`."""
+        timestamp, key, value, headers)`` with offsets 0, 1, 2... in order, headers a list and a timestamp of
+        None stamped now (in C); None if the batch is full. No Python frame runs per record. Records added so
+        are not in :attr:`count`."""
         self._limit = batch_size
         self._compression = codec_id(compression)
         self._built: bytes | None = None
@@ -179,10 +207,10 @@ class CompiledBatchBuilder:
     def full(self) -> bool:
         return int(self._builder.size()) >= self._limit
 
-    def append(self, timestamp: int, key: bytes | None, value: bytes | None,
+    def append(self, timestamp: int | None, key: bytes | None, value: bytes | None,
                headers: Sequence[Header] | None = None) -> int:
         """Add a record: the bytes it took, or 0 (and nothing added) if it would overflow the batch. A first
-        record always fits."""
+        record always fits. A ``timestamp`` of None is now."""
         added = self._builder.append(self._count, timestamp, key, value, list(headers) if headers else _NO_HEADERS)
         if added is None:
             return 0

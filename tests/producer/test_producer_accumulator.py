@@ -156,3 +156,43 @@ def test_batches_read_back_with_either_builder(monkeypatch, builder):
         (0, TS, b"v0", []), (1, TS + 1, b"v1", [("h", b"x")]), (2, TS + 2, b"v2", [])]
     batches[0].complete(7)
     assert [f.result(0).offset for f in futures] == [7, 8, 9]
+
+
+def test_buffer_memory_is_never_exceeded_and_counts_exactly_the_batches():
+    """The inline path adds without a size check only while batch.size fits in what is left."""
+    acc, _ = make_acc(buffer_memory=3000, batch_size=1000, linger_ms=10000, max_block_ms=50)
+    tps = [TopicPartition("t", p) for p in range(3)]
+    appended = 0
+    with pytest.raises(TimeoutError, match="buffer.memory"):
+        while True:
+            acc.append(*tps[appended % 3], TS, b"k", b"x" * (appended % 97))
+            appended += 1
+            assert acc.buffered_bytes <= 3000
+    assert appended > 30 and acc.buffered_bytes > 3000 - 61 - 21 - 97  # the last record found no room
+    batches = acc.unsent_batches()
+    assert acc.buffered_bytes == sum(b.size for b in batches) == sum(len(b.seal()) for b in batches)
+    assert sum(b.record_count for b in batches) == appended
+    for batch in batches:
+        acc.done_with(batch)
+    assert acc.buffered_bytes == 0
+
+
+def test_a_record_without_a_timestamp_is_stamped_by_the_builder():
+    acc, _ = make_acc(linger_ms=0)
+    before = time.time() * 1000
+    futures = [acc.append(*TP, None, None, b"v%d" % i) for i in range(3)]
+    after = time.time() * 1000
+    (batches,) = acc.drain([[TP]], 1 << 20, time.monotonic())
+    batches[0].complete(7)
+    records = list(MemoryRecords(batches[0].seal()).next_batch())
+    assert [f.result().timestamp_ms for f in futures] == [r.timestamp for r in records]
+    assert all(before - 1 <= r.timestamp <= after + 1 for r in records)
+    assert [f.result().offset for f in futures] == [7, 8, 9]
+
+
+def test_a_closed_accumulator_refuses_appends_to_an_open_batch():
+    acc, _ = make_acc(linger_ms=10000)
+    acc.append(*TP, TS, None, b"v")
+    acc.begin_close()
+    with pytest.raises(MetaqError, match="closed"):
+        acc.append(*TP, TS, None, b"v")

@@ -12,13 +12,14 @@ import pytest
 
 from metaq.errors import NotLeaderForPartitionError
 from metaq.producer.accumulator import BatchOutcome, RecordFuture, RecordMetadata
+from metaq.protocol.builder import AddedRecord
 
 MD = RecordMetadata("t", 2, 5, 1000)
 
 
 def batch_futures(timestamps):
     outcome = BatchOutcome("t", 2)
-    return outcome, [RecordFuture(outcome, i, ts) for i, ts in enumerate(timestamps)]
+    return outcome, [RecordFuture(outcome, AddedRecord(i, 100, ts)) for i, ts in enumerate(timestamps)]
 
 
 def one_future():
@@ -26,7 +27,7 @@ def one_future():
     return outcome, future
 
 
-def test_an_unused_future_is_three_fields():
+def test_an_unused_future_is_two_fields():
     outcome, f = one_future()
     outcome.complete(5)
     assert "_condition" not in f.__dict__  # no condition, waiter or callback list was made
@@ -89,7 +90,7 @@ def test_a_finished_future_cannot_be_cancelled():
 def test_wait_and_as_completed():
     outcome, futures = batch_futures([1000] * 10)
     first = BatchOutcome("t", 2)
-    futures[0] = RecordFuture(first, 0, 1000)
+    futures[0] = RecordFuture(first, AddedRecord(0, 100, 1000))
     first.complete(5)
     threading.Timer(0.05, outcome.complete, args=(5,)).start()
     done, not_done = wait(futures, timeout=5)
