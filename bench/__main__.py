@@ -14,8 +14,9 @@ ends with one set of tables:
    validation of every record (metaq/broker/log/validator.py); then the broker's CPU for confluent-kafka's
    100-byte produce and fetch with metrics on (the shared broker) and off (a second broker started with
    metrics.enabled=false), alternated;
-1c. producer: confluent-kafka and metaq.Producer 100-byte produce (1M messages each) in alternating order, three
-   rounds, with each round's metaq / confluent ratios of msgs/s and CPU and their medians (--only producer);
+1c. producer: confluent-kafka and metaq.Producer 100-byte produce (1M messages each, both with batch.size
+   1,000,000, librdkafka's default) in alternating order, three rounds, with each round's metaq / confluent
+   ratios of msgs/s and CPU and their medians (--only producer);
 2. consumer: one consumer process per client on the same pre-produced data (bench/consumer.py), with the
    ratios the targets are stated in, and the metaq stream iterator and batch listener with metrics on and off;
    then lz4 and zstd topics of the same messages, metaq's stream iterator and batch listener against
@@ -119,9 +120,12 @@ def _client_cpu() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
+CONFLUENT_BATCH_SIZE = 1_000_000  # librdkafka's default batch.size; metaq_produce uses it too
+
+
 def confluent_produce(bootstrap: str, topic: str, value: bytes, n: int, compression: str = "none",
                       acks: int | str = 1) -> None:
-    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1000000,
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": CONFLUENT_BATCH_SIZE,
                                   "queue.buffering.max.messages": 2000000, "acks": acks,
                                   "compression.type": compression})
     for _ in range(n):
@@ -157,7 +161,8 @@ def kcat_consume(bootstrap: str, topic: str, n: int) -> None:
 def metaq_produce(zk: str, topic: str, value: bytes, n: int) -> None:
     from metaq import Producer
 
-    with Producer({"zookeeper.connect": zk, "linger.ms": 5}) as producer:
+    # batch.size as confluent_produce gives librdkafka (its own default): the same batches on the wire
+    with Producer({"zookeeper.connect": zk, "linger.ms": 5, "batch.size": CONFLUENT_BATCH_SIZE}) as producer:
         for _ in range(n):
             producer.send(topic, value, partition=0)
         producer.flush()
