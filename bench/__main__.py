@@ -198,8 +198,9 @@ PRODUCER_TARGET = 0.6  # issue 12: metaq.Producer's msgs/s >= 0.6x confluent-kaf
 
 
 def run_producer_ratio(env: Environment, messages: int, repeat: int) -> list[Row]:
-    """confluent-kafka and metaq.Producer (acks=1, linger.ms=5, 100-byte values, one partition) in alternating
-    order, ``repeat`` rounds on the shared broker: on a loaded machine only interleaved runs compare."""
+    """confluent-kafka and metaq.Producer (acks=1, linger.ms=5, batch.size 1,000,000, 100-byte values, one
+    partition) in alternating order, ``repeat`` rounds on the shared broker: on a loaded machine only interleaved
+    runs compare."""
     bench = Bench(env.broker, env.layout, "producer-ratio")
     value = b"x" * 100
     jobs = [("confluent-kafka", confluent_produce, env.bootstrap), ("metaq.Producer", metaq_produce, env.zk)]
@@ -334,8 +335,8 @@ def main() -> None:
             print("== 1c. producer: metaq.Producer vs confluent-kafka, interleaved", flush=True)
             rows = run_producer_ratio(env, args.messages or (plan.broker_messages if args.quick else PRODUCER_MESSAGES),
                                       args.repeat or plan.producer_repeat)
-            tables.append(("1c. metaq.Producer / confluent-kafka produce (acks=1, linger.ms=5, 100 B, one partition; "
-                           "c | m: confluent | metaq; issue 12)", producer_ratio_table(rows)))
+            tables.append(("1c. metaq.Producer / confluent-kafka produce (acks=1, linger.ms=5, batch.size 1,000,000, "
+                           "100 B, one partition; c | m: confluent | metaq; issue 12)", producer_ratio_table(rows)))
         if "consumer" in only:
             print("== 2. consumer throughput", flush=True)
             results = bench_consumer.run(env, args.consumer_messages or plan.consumer_messages,
