@@ -158,8 +158,10 @@ def test_batches_read_back_with_either_builder(monkeypatch, builder):
     assert [f.result(0).offset for f in futures] == [7, 8, 9]
 
 
-def test_buffer_memory_is_never_exceeded_and_counts_exactly_the_batches():
+@pytest.mark.parametrize("builder", [PyBatchBuilder, CompiledBatchBuilder])
+def test_buffer_memory_is_never_exceeded_and_counts_exactly_the_batches(monkeypatch, builder):
     """The inline path adds without a size check only while batch.size fits in what is left."""
+    monkeypatch.setattr(accumulator, "BatchBuilder", builder)
     acc, _ = make_acc(buffer_memory=3000, batch_size=1000, linger_ms=10000, max_block_ms=50)
     tps = [TopicPartition("t", p) for p in range(3)]
     appended = 0
@@ -177,7 +179,9 @@ def test_buffer_memory_is_never_exceeded_and_counts_exactly_the_batches():
     assert acc.buffered_bytes == 0
 
 
-def test_a_record_without_a_timestamp_is_stamped_by_the_builder():
+@pytest.mark.parametrize("builder", [PyBatchBuilder, CompiledBatchBuilder])
+def test_a_record_without_a_timestamp_is_stamped_by_the_builder(monkeypatch, builder):
+    monkeypatch.setattr(accumulator, "BatchBuilder", builder)
     acc, _ = make_acc(linger_ms=0)
     before = time.time() * 1000
     futures = [acc.append(*TP, None, None, b"v%d" % i) for i in range(3)]
