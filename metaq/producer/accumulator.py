@@ -303,8 +303,8 @@ class RecordAccumulator:
             if did == _FILLED:
                 # Hand the GIL to the sender now. A thread sending in a loop holds it until the interpreter
                 # forces a switch (sys.getswitchinterval(), 5 ms), so the woken sender would wait that long at
-                # each step of sending a batch and the buffer would fill: this took the bench from 0.58M to
-                # 0.65-0.8M msgs/s (256 KB batches; bench section 1c). Once a batch, ~2 us.
+                # each step of sending a batch and the buffer would fill: this took the bench from 0.54-0.6M to
+                # 0.77-0.82M msgs/s (256 KB batches; docs/architecture.md, "Producer throughput and the GIL").
                 time.sleep(0)
         return future
 
