@@ -100,6 +100,9 @@ def _fail_over_to_broker_1(zk_layout: ZkLayout, brokers: list[BrokerProcess]) ->
         assert _raw_produce(brokers[0].bootstrap, TOPIC, acks=1)[0] == 0
     wait_until(lambda: _log_size(brokers[1]) == _log_size(brokers[0]), 30, "broker 1 has offsets 10..15")
     assert _list_offsets(brokers[0].bootstrap, -1) == (0, 10)
+    # a client is answered no offset it cannot fetch: the first record at or after the time is 10, at the HW
+    assert _list_offsets(brokers[0].bootstrap, FIRST_TS + 10_000) == (0, -1)
+    assert _list_offsets(brokers[0].bootstrap, FIRST_TS + 5) == (0, 5)
     epoch = _state(zk_layout, TOPIC).leader_epoch
     brokers[0].kill()
     wait_until(lambda: _state(zk_layout, TOPIC).leader == 1, 30, "broker 1 leads")

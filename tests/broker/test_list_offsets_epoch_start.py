@@ -83,8 +83,9 @@ def plog(tmp_path: Path) -> Iterator[PartitionLog]:
     log.close()
 
 
-def _ask(ctx: _Ctx, timestamp: int, unconfirmed: int = OFFSET_NOT_AVAILABLE) -> tuple[int, int, int]:
-    return _lookup(ctx, "t", 0, timestamp, -1, unconfirmed)  # type: ignore[arg-type]
+def _ask(ctx: _Ctx, timestamp: int, unconfirmed: int = OFFSET_NOT_AVAILABLE,
+         client: bool = True) -> tuple[int, int, int]:
+    return _lookup(ctx, "t", 0, timestamp, -1, unconfirmed, client)  # type: ignore[arg-type]
 
 
 def test_latest_is_not_available_while_the_hw_is_below_the_epoch_start(plog: PartitionLog) -> None:
@@ -107,3 +108,15 @@ def test_a_timestamp_lookup_fails_only_when_its_answer_would_reach_the_hw(plog: 
     assert _ask(ctx, 1060) == (0, 1060, 6)
     assert _ask(ctx, 5000) == (0, -1, -1)
     assert _ask(ctx, MAX_TIMESTAMP) == (0, 1090, 9)
+
+
+def test_a_clients_timestamp_lookup_never_answers_an_offset_at_or_past_the_hw(plog: PartitionLog) -> None:
+    """Kafka's rule: a client gets only what it can fetch (below the HW); a replica sees up to the log end."""
+    ctx = _Ctx(plog, hw=6, epoch_start=0)  # a confirmed leader whose follower lags: records 6..9 above the HW
+    assert _ask(ctx, 1050) == (0, 1050, 5)
+    assert _ask(ctx, 1060) == (0, -1, -1)  # offset 6 is at the HW
+    assert _ask(ctx, MAX_TIMESTAMP) == (0, -1, -1)  # offset 9
+    assert _ask(ctx, 1060, ErrorCode.NONE, client=False) == (0, 1060, 6)
+    assert _ask(ctx, MAX_TIMESTAMP, ErrorCode.NONE, client=False) == (0, 1090, 9)
+    ctx.hw = 10
+    assert _ask(ctx, 1060) == (0, 1060, 6) and _ask(ctx, MAX_TIMESTAMP) == (0, 1090, 9)

@@ -10,7 +10,11 @@ confirmed everything its predecessor may have exposed: a client asking it for th
 timestamp whose answer would be at or above the HW, or not found) gets OFFSET_NOT_AVAILABLE, retriable
 (LEADER_NOT_AVAILABLE before v5; v0 and requests from a replica are answered as usual), never an offset below
 one the old leader answered. Kafka's rule (Partition.fetchOffsetForTimestamp, ReplicaManager.fetchOffset);
-the earliest offset is answered meanwhile."""
+the earliest offset is answered meanwhile.
+
+A timestamp lookup (and -3) answers a client only with an offset below the high watermark, which is what it
+can fetch; the first match at or above it is answered "none" (offset and timestamp -1), as Kafka does
+(Partition.fetchOffsetForTimestamp's ``allowed``). A replica's request may see up to the log end."""
 
 from __future__ import annotations
 
@@ -42,10 +46,12 @@ def unconfirmed_error(version: int, replica_id: int) -> int:
 
 
 def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int,
-            current_leader_epoch: int = -1, unconfirmed: int = ErrorCode.NONE) -> tuple[int, int, int]:
+            current_leader_epoch: int = -1, unconfirmed: int = ErrorCode.NONE,
+            client: bool = True) -> tuple[int, int, int]:
     """(error_code, timestamp, offset). LATEST is the high watermark (the log end offset of a
-    single-replica partition): consumers cannot read past it. ``unconfirmed``: the error to answer
-    while the HW is below the leader epoch's start offset (see the module docstring)."""
+    single-replica partition): consumers cannot read past it, and a ``client``'s timestamp lookup is not
+    answered at or past it either. ``unconfirmed``: the error to answer while the HW is below the leader
+    epoch's start offset (see the module docstring)."""
     error = ctx.denied(AclOperation.DESCRIBE, ResourceType.TOPIC, topic) or ctx.serving_error(topic, partition) \
         or ctx.epoch_error(topic, partition, current_leader_epoch)
     if error:
@@ -59,7 +65,7 @@ def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int,
     found = plog.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
     if pending and (found is None or found[0] >= ctx.high_watermark(topic, partition, plog)):
         return pending, -1, -1
-    if found is None:
+    if found is None or (client and found[0] >= ctx.high_watermark(topic, partition, plog)):
         return 0, -1, -1
     offset, ts = found
     return 0, ts, offset
@@ -67,12 +73,13 @@ def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int,
 
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     unconfirmed = unconfirmed_error(version, request.replica_id)
+    client = request.replica_id == -1
     topics = []
     for topic in request.topics:
         parts = []
         for p in topic.partitions:
             error, ts, offset = _lookup(ctx, topic.name, p.partition_index, p.timestamp,
-                                        getattr(p, "current_leader_epoch", -1), unconfirmed)
+                                        getattr(p, "current_leader_epoch", -1), unconfirmed, client)
             if version == 0:
                 old = [offset] if not error and offset >= 0 else []
                 parts.append(PartitionResponse(partition_index=p.partition_index, error_code=error,
