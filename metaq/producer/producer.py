@@ -107,7 +107,7 @@ class Producer:
             info = self._metadata.topic(topic)
         if partition is None:
             partition = self._partitioner(topic, key, info.partitions, info.available)
-        elif partition not in info.partitions:
+        elif partition not in info.partition_set:
             _check_partition(self._metadata.refresh(topic), topic, partition)
         return self._append(topic, partition, timestamp_ms, key, value, headers)  # None: the builder stamps now
 
@@ -184,6 +184,6 @@ def _check_headers(headers: Sequence[Header]) -> None:
 
 
 def _check_partition(info: TopicInfo | None, topic: str, partition: int) -> None:
-    if info is None or partition not in info.partitions:
+    if info is None or partition not in info.partition_set:
         count = len(info.partitions) if info is not None else 0
         raise ValueError(f"topic {topic!r} has no partition {partition} ({count} partitions)")

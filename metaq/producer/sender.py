@@ -150,7 +150,7 @@ class Sender(threading.Thread):
             return NotLeaderForPartitionError(f"no metadata for {tp.topic}: {e}")
         leader = info.leaders.get(tp.partition)
         if leader is None:
-            if tp.partition in info.partitions:
+            if tp.partition in info.partition_set:
                 return NotLeaderForPartitionError(f"{tp.topic}-{tp.partition} has no live leader in ZooKeeper")
             return UnknownTopicOrPartitionError(f"{tp.topic} has no partition {tp.partition}")
         return leader

@@ -57,7 +57,7 @@ def test_leaders_are_the_brokers_zookeeper_names(two_brokers, make_topic, zk_lay
         found = client.leaders(keys, fresh=fresh)
         assert found == {(topic, p): Leader("127.0.0.1", ports[b], b) for p, b in expected.items()}
     info = client.topic(topic)
-    assert info.partitions == info.available == (0, 1, 2, 3)
+    assert info.partitions == info.available == (0, 1, 2, 3) and info.partition_set == {0, 1, 2, 3}
     assert client.leader_for(topic, 9) is None
 
 
