@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 import pytest
-from kafka.partitioner.default import murmur2
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from metaq.errors import ConfigError
+from metaq.producer import partitioner
 from metaq.producer.partitioner import (
     DefaultPartitioner,
     RandomPartitioner,
     RoundRobinPartitioner,
     make_partitioner,
+    murmur2,
     murmur2_partition,
 )
 
@@ -31,7 +34,17 @@ def _signed(h: int) -> int:
     (b"abc", 479470107),
 ])
 def test_murmur2_matches_java(data, expected):
+    assert partitioner._compiled_murmur2 is not None  # the install step installs murmurhash2's wheel
     assert _signed(murmur2(data)) == expected
+    assert _signed(kafka_python_murmur2(data) & 0xFFFFFFFF) == expected  # the fallback
+
+
+def test_the_compiled_murmur2_and_the_fallback_agree(monkeypatch):
+    keys = [random.Random(n).randbytes(n % 97) for n in range(2000)]
+    compiled = [murmur2(k) for k in keys]
+    monkeypatch.setattr(partitioner, "_compiled_murmur2", None)
+    assert [murmur2(k) for k in keys] == compiled
+    assert all(0 <= h < 1 << 32 for h in compiled)
 
 
 # kafka-python's Java-compatibility vectors: partition of a key among 1000 partitions
