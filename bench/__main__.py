@@ -15,7 +15,7 @@ ends with one set of tables:
    100-byte produce and fetch with metrics on (the shared broker) and off (a second broker started with
    metrics.enabled=false), alternated;
 1c. producer: confluent-kafka and metaq.Producer 100-byte produce (1M messages each, both with batch.size
-   1,000,000, librdkafka's default) in alternating order, three rounds, with each round's metaq / confluent
+   1,000,000, librdkafka's default) in alternating order, five rounds, with each round's metaq / confluent
    ratios of msgs/s and CPU and their medians (--only producer);
 2. consumer: one consumer process per client on the same pre-produced data (bench/consumer.py), with the
    ratios the targets are stated in, and the metaq stream iterator and batch listener with metrics on and off;
@@ -298,7 +298,7 @@ class Plan:
     producer_repeat: int
 
 
-FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20, bench_scale.SIZES, 2, 3)
+FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20, bench_scale.SIZES, 2, 5)
 QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5, ((10, 1_000),), 1, 1)
 SECTIONS = ("broker", "producer", "consumer", "rebalance", "commit", "offsets", "spark", "security", "scale",
             "replication")
