@@ -63,9 +63,11 @@ def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int,
     if timestamp == LATEST:
         return (pending, -1, -1) if pending else (0, -1, ctx.high_watermark(topic, partition, plog))
     found = plog.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
-    if pending and (found is None or found[0] >= ctx.high_watermark(topic, partition, plog)):
+    # a client's answer must be below the HW (a pending error is only ever a client's)
+    beyond_hw = client and (found is None or found[0] >= ctx.high_watermark(topic, partition, plog))
+    if pending and beyond_hw:
         return pending, -1, -1
-    if found is None or (client and found[0] >= ctx.high_watermark(topic, partition, plog)):
+    if found is None or beyond_hw:
         return 0, -1, -1
     offset, ts = found
     return 0, ts, offset
