@@ -19,27 +19,27 @@ from kafka.partitioner.default import murmur2 as _py_murmur2
 
 from metaq.errors import ConfigError
 
-_compiled_murmur2: Callable[[bytes, int], int] | None
-try:
-    from murmurhash2 import murmurhash2 as _murmurhash2
-
-    _compiled_murmur2 = _murmurhash2
-except ImportError:  # pragma: no cover - every platform with a murmurhash2 wheel has it
-    _compiled_murmur2 = None
-
 _KAFKA_SEED = 0x9747B28C  # the seed of Kafka's Utils.murmur2
 
 
-def murmur2(key: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` (MurmurHash2, 32 bits, Kafka's seed) as an unsigned int.
-
-    The compiled murmurhash2 package takes ~0.13 us for a 12-byte key, kafka-python's pure-Python one 2.1 us
-    (9 us for 64 bytes), which a keyed send() paid per record; kafka-python's is used only where murmurhash2
-    has no wheel. tests/producer/test_producer_partitioner.py checks both against Kafka's own vectors.
-    """
-    if _compiled_murmur2 is not None:
-        return int(_compiled_murmur2(key, _KAFKA_SEED))
+def _kafka_python_murmur2(key: bytes) -> int:
+    """kafka-python's pure-Python murmur2, unsigned: the fallback where murmurhash2 has no wheel."""
     return int(_py_murmur2(key)) & 0xFFFFFFFF
+
+
+try:
+    from murmurhash2 import murmurhash2 as _murmurhash2
+
+    def murmur2(key: bytes) -> int:
+        """Kafka's ``Utils.murmur2`` (MurmurHash2, 32 bits, Kafka's seed) as an unsigned int.
+
+        The compiled murmurhash2 package takes ~0.13 us for a 12-byte key, kafka-python's pure-Python one 2.1 us
+        (9 us for 64 bytes), which a keyed send() paid per record. tests/producer/test_producer_partitioner.py
+        checks both against Kafka's own vectors.
+        """
+        return int(_murmurhash2(key, _KAFKA_SEED))
+except ImportError:  # pragma: no cover - every platform with a murmurhash2 wheel has it
+    murmur2 = _kafka_python_murmur2
 
 
 class Partitioner(Protocol):
