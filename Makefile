@@ -4,8 +4,9 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
-# test peers from Debian: kcat (librdkafka 2.0.2), tmux (metaq top under a terminal), prometheus (metrics scraping)
-DEBIAN_TOOLS := kcat tmux prometheus
+# test peers from Debian, as command:package: kcat (librdkafka 2.0.2), tmux (metaq top under a terminal), prometheus
+# (metrics scraping), mvn (resolves Apache Kafka's brokers, clients and tools from Maven Central: metaq/testing/maven.py)
+DEBIAN_TOOLS := kcat:kcat tmux:tmux prometheus:prometheus mvn:maven
 
 .PHONY: install demo test unit lint bench spark-examples clean
 
@@ -14,7 +15,7 @@ install: $(STAMP)
 # editable_mode=compat: the default editable install imports metaq through a finder that Spark's data
 # source discovery (pkgutil.iter_modules) cannot list, so pyspark_metaq would be found only from the checkout.
 $(STAMP): setup.cfg pyproject.toml
-	@missing=""; for tool in $(DEBIAN_TOOLS); do command -v $$tool >/dev/null 2>&1 || missing="$$missing $$tool"; done; \
+	@missing=""; for entry in $(DEBIAN_TOOLS); do command -v $${entry%%:*} >/dev/null 2>&1 || missing="$$missing $${entry#*:}"; done; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = "0" ]; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	elif [ -n "$$missing" ]; then echo "tests need Debian packages:$$missing (run make as root to install them)" >&2; fi
