@@ -15,11 +15,11 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from metaq.client import ClusterClient
-from metaq.testing.apache_kafka import REQUIRED_VERSIONS, V0_10, V3_9, ApacheKafkaBroker, kafka_params
+from metaq.testing.apache_kafka import REQUIRED_VERSIONS, V0_8, V0_10, V3_9, ApacheKafkaBroker, kafka_matrix
 
 pytestmark = pytest.mark.timeout(600)
 
-VERSIONS = (*REQUIRED_VERSIONS, V0_10)
+VERSIONS = (*REQUIRED_VERSIONS, V0_10, V0_8)
 RECORDS = 20
 
 
@@ -57,7 +57,7 @@ def consume_all(kafka: ApacheKafkaBroker, topic: str, partitions: int, count: in
     return seen
 
 
-@pytest.mark.parametrize("kafka_version", kafka_params("produce and consume (confluent-kafka)", VERSIONS))
+@kafka_matrix("produce and consume (confluent-kafka)", VERSIONS)
 def test_produce_and_consume(kafka_broker: ApacheKafkaBroker) -> None:
     topic = unique_topic("smoke")
     kafka_broker.create_topic(topic, partitions=2)
@@ -65,7 +65,7 @@ def test_produce_and_consume(kafka_broker: ApacheKafkaBroker) -> None:
     assert consume_all(kafka_broker, topic, 2, RECORDS) == {f"k{i}": f"v{i}" for i in range(RECORDS)}
 
 
-@pytest.mark.parametrize("kafka_version", kafka_params("topics and leaders read from ZooKeeper", VERSIONS))
+@kafka_matrix("metaq reads topics and leaders from ZooKeeper", VERSIONS)
 def test_metaq_reads_the_real_brokers_zookeeper_layout(kafka_broker: ApacheKafkaBroker) -> None:
     topic = unique_topic("layout")
     kafka_broker.create_topic(topic, partitions=3)
@@ -82,10 +82,10 @@ def test_metaq_reads_the_real_brokers_zookeeper_layout(kafka_broker: ApacheKafka
 @pytest.mark.apache_kafka(V3_9)
 @pytest.mark.compat("topics create by Kafka's TopicCommand", f"Kafka {V3_9}")
 def test_topic_command_and_tool_classes(kafka_broker: ApacheKafkaBroker) -> None:
-    """``via="tool"`` and ``run_class``: Kafka's own command-line classes from the broker's jars."""
+    """``via="tool"`` and ``run_tool``: Kafka's own command-line classes from the broker's jars."""
     topic = unique_topic("tool")
     kafka_broker.create_topic(topic, partitions=2, configs={"retention.ms": "3600000"}, via="tool")
-    described = kafka_broker.run_class("kafka.admin.TopicCommand",
-                                       ["--bootstrap-server", kafka_broker.bootstrap, "--describe", "--topic", topic])
+    described = kafka_broker.run_tool("kafka-topics",
+                                      ["--bootstrap-server", kafka_broker.bootstrap, "--describe", "--topic", topic])
     assert described.returncode == 0, described.stderr
     assert "PartitionCount: 2" in described.stdout and "retention.ms=3600000" in described.stdout

@@ -5,24 +5,30 @@ run as Java classes from the same jars. Each version's broker and its dependenci
 (:mod:`metaq.testing.maven`, a cache outside the repository; ``make test`` fetches them first with
 ``python -m metaq.testing.apache_kafka fetch``) and started as ONE child JVM per broker (``java -cp "<dir>/*"
 kafka.Kafka server.properties``, never Kafka's shell scripts, whose JVM flags break on Java 17) on the test session's
-embedded ZooKeeper, under a chroot of its own. See docs/compatibility.md for the table the tests fill and
-/work/shared/reference/apache-kafka-peers.md-style notes in docs/testing-apache-kafka.md.
+embedded ZooKeeper, under a chroot of its own (deleted afterwards). docs/testing-apache-kafka.md lists the versions,
+their quirks and costs; docs/compatibility.md is the table the tests fill (metaq/testing/compat.py).
 
 A row test, with one broker per version shared by the tests of the module::
 
-    from metaq.testing.apache_kafka import REQUIRED_VERSIONS, kafka_params
+    from metaq.testing.apache_kafka import REQUIRED_VERSIONS, V1_1, kafka_matrix
 
-    @pytest.mark.parametrize("kafka_version", kafka_params("consume a topic", REQUIRED_VERSIONS))
-    def test_consume(kafka_broker):                  # an ApacheKafkaBroker of that version, started once per module
+    @kafka_matrix("consume a topic")                  # once per REQUIRED_VERSIONS (3.9.2, 2.8.2, 1.1.1)
+    def test_consume(kafka_broker):                   # an ApacheKafkaBroker of that version, started once per module
         kafka_broker.create_topic("t", partitions=2)  # Kafka's own CreateTopics (TopicCommand on 0.8)
         producer = confluent_kafka.Producer(kafka_broker.librdkafka_config())
         ...metaq consumer on kafka_broker.zk_connect (hosts/chroot, what zookeeper.connect takes)...
         kafka_broker.run_class("kafka.admin.ConsumerGroupCommand", ["--zookeeper", kafka_broker.zk_connect, ...])
 
-``kafka_params`` marks each version with ``apache_kafka(version)`` and ``compat(capability, "Kafka <version>")``;
-a test may instead carry ``@pytest.mark.apache_kafka(V3_9)`` itself. For special brokers (SASL listeners, old
-message formats) or a cluster, use the module-scoped factory: ``apache_kafka(V2_8, properties={...})`` or
-``apache_kafka_cluster(V3_9, size=3)``; each distinct (version, properties) starts one broker per module.
+    @pytest.mark.apache_kafka(V1_1)                   # one version, no parametrization
+    @pytest.mark.compat("mixed group with the Scala consumer", "Kafka 1.1.1")
+    def test_mixed(kafka_broker): ...
+
+``kafka_matrix`` parametrizes the ``kafka_version`` fixture, marking each run ``apache_kafka(version)`` and
+``compat(capability, "Kafka <version>")`` (a cell of docs/compatibility.md); ``kafka_cluster`` is the module's
+3-broker cluster of that version. For special brokers (SASL listeners, old message formats) or other sizes use the
+module-scoped factories: ``apache_kafka(V2_8, properties={...})``, ``apache_kafka_cluster(V3_9, size=3)``; each
+distinct (version, properties) starts one broker (or cluster) per module, stopped when the module ends. Kafka's
+tools run as classes of the same jars: ``run_kafka_class(version, "kafka.admin.ConsumerGroupCommand", args)``.
 
 Outside pytest::
 
@@ -47,12 +53,16 @@ from pathlib import Path
 from typing import Any, Self
 
 import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported, untyped
 
 from metaq.broker.process import free_port
 from metaq.childproc import die_with_parent, stop_process
 from metaq.testing.maven import MavenArtifact, PeerUnavailableError, cache_root, classpath, resolve
+from metaq.testing.zookeeper import ZooKeeperEndpoint, delete_chroot
 from metaq.zkclient import close as close_zk
 from metaq.zkclient import connect as connect_zk
+from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +145,7 @@ REQUIRED_VERSIONS: tuple[str, ...] = tuple(v for v, k in CATALOGUE.items() if k.
 ALL_VERSIONS: tuple[str, ...] = tuple(CATALOGUE)
 
 
-def kafka_version(version: str) -> KafkaVersion:
+def catalogue_entry(version: str) -> KafkaVersion:
     """The catalogue entry for ``version``, or for the newest patch of a release line (``"3.9"``)."""
     if version in CATALOGUE:
         return CATALOGUE[version]
@@ -176,7 +186,7 @@ def _tools_log4j() -> Path:
 def java_command(version: str, main_class: str, args: Sequence[str], *, log4j: Path,
                  jvm_options: Sequence[str] = ()) -> list[str]:
     """``java <options> -cp "<jars>/*" <main_class> <args>`` for a catalogued version."""
-    jars = kafka_version(version).resolve()
+    jars = catalogue_entry(version).resolve()
     return ["java", *JVM_OPTIONS, *jvm_options, f"-Dlog4j.configuration=file:{log4j}",
             "-cp", classpath(jars), main_class, *args]
 
@@ -192,6 +202,49 @@ def run_kafka_class(version: str, main_class: str, args: Sequence[str], *, input
                           preexec_fn=die_with_parent())
 
 
+_KT = "org.apache.kafka.tools."
+TOOL_CLASSES: dict[str, tuple[tuple[tuple[int, ...], str | None], ...]] = {
+    # tool script name -> (first release, main class or None once removed), newest first; checked against the
+    # jars of the catalogued releases only (the boundaries between them are where the classes moved upstream)
+    "kafka-topics": (((3, 6), _KT + "TopicCommand"), ((0,), "kafka.admin.TopicCommand")),
+    "kafka-consumer-groups": (((3, 7), _KT + "consumer.group.ConsumerGroupCommand"),
+                              ((0, 9), "kafka.admin.ConsumerGroupCommand")),
+    "kafka-console-consumer": (((3, 7), _KT + "consumer.ConsoleConsumer"), ((0,), "kafka.tools.ConsoleConsumer")),
+    "kafka-console-producer": (((0,), "kafka.tools.ConsoleProducer"),),
+    "kafka-configs": (((0, 9), "kafka.admin.ConfigCommand"),),
+    "kafka-acls": (((0, 9), "kafka.admin.AclCommand"),),
+    "kafka-get-offsets": (((3, 5), _KT + "GetOffsetShell"), ((0,), "kafka.tools.GetOffsetShell")),
+    "kafka-delete-records": (((3, 5), _KT + "DeleteRecordsCommand"), ((0, 11), "kafka.admin.DeleteRecordsCommand")),
+    "kafka-log-dirs": (((3, 5), _KT + "LogDirsCommand"), ((1, 0), "kafka.admin.LogDirsCommand")),
+    "kafka-leader-election": (((3, 5), _KT + "LeaderElectionCommand"), ((2, 4), "kafka.admin.LeaderElectionCommand")),
+    "kafka-reassign-partitions": (((3, 5), _KT + "reassign.ReassignPartitionsCommand"),
+                                  ((0,), "kafka.admin.ReassignPartitionsCommand")),
+    "kafka-broker-api-versions": (((0, 10, 2), "kafka.admin.BrokerApiVersionsCommand"),),
+    # the old consumer's tools: ConsumerOffsetChecker is gone by 1.1, the ZooKeeper offset tools from 2.0
+    "kafka-consumer-offset-checker": (((1, 1), None), ((0,), "kafka.tools.ConsumerOffsetChecker")),
+    "kafka-export-zk-offsets": (((2, 0), None), ((0,), "kafka.tools.ExportZkOffsets")),
+    "kafka-import-zk-offsets": (((2, 0), None), ((0,), "kafka.tools.ImportZkOffsets")),
+}
+
+
+def tool_class(version: str, tool: str) -> str:
+    """The main class of Kafka's ``bin/<tool>.sh`` in ``version`` (many moved to ``org.apache.kafka.tools`` in 3.5
+    to 3.7); :class:`PeerUnavailableError` if that release has no such tool."""
+    release = catalogue_entry(version).release
+    for since, main_class in TOOL_CLASSES[tool]:
+        if release >= since:
+            if main_class is None:
+                break
+            return main_class
+    raise PeerUnavailableError(f"Kafka {version} has no {tool} tool")
+
+
+def run_kafka_tool(version: str, tool: str, args: Sequence[str], **options: Any
+                   ) -> subprocess.CompletedProcess[str]:
+    """:func:`run_kafka_class` by tool name: ``run_kafka_tool(V3_9, "kafka-consumer-groups", [...])``."""
+    return run_kafka_class(version, tool_class(version, tool), args, **options)
+
+
 # -- broker configuration -------------------------------------------------------------------------------------------
 
 def broker_properties(version: str, *, broker_id: int, port: int, zk_connect: str, data_dir: Path,
@@ -201,7 +254,7 @@ def broker_properties(version: str, *, broker_id: int, port: int, zk_connect: st
     caller's ``overrides`` last (e.g. ``log.message.format.version``, ``inter.broker.protocol.version``, SASL or
     TLS listeners: an override of ``listeners`` must keep ``PLAINTEXT://127.0.0.1:<port>`` or set
     ``advertised.listeners`` to what clients use)."""
-    release = kafka_version(version).release
+    release = catalogue_entry(version).release
     props: dict[str, object] = {"broker.id": broker_id, "zookeeper.connect": zk_connect,
                                 "zookeeper.connection.timeout.ms": 30000,
                                 # the test ZooKeeper caps sessions at 20 ticks (4 s): ask for what we get
@@ -229,7 +282,7 @@ def librdkafka_config(version: str, bootstrap: str) -> dict[str, Any]:
     """A confluent-kafka (librdkafka) config for a broker of ``version``: brokers before 0.10 have no ApiVersions,
     so librdkafka must be told their version."""
     config: dict[str, Any] = {"bootstrap.servers": bootstrap}
-    if kafka_version(version).release < (0, 10):
+    if catalogue_entry(version).release < (0, 10):
         config.update({"api.version.request": False, "broker.version.fallback": version})
     return config
 
@@ -251,7 +304,7 @@ class ApacheKafkaBroker:
     def __init__(self, version: str, *, zk_hosts: str, base_dir: Path, broker_id: int = 0,
                  chroot: str | None = None, port: int | None = None,
                  properties: Mapping[str, object] | None = None) -> None:
-        self.kafka = kafka_version(version)
+        self.kafka = catalogue_entry(version)
         self.version = self.kafka.version
         self.broker_id = broker_id
         self.zk_hosts = zk_hosts
@@ -283,6 +336,10 @@ class ApacheKafkaBroker:
     def run_class(self, main_class: str, args: Sequence[str], **options: Any) -> subprocess.CompletedProcess[str]:
         """:func:`run_kafka_class` with this broker's version."""
         return run_kafka_class(self.version, main_class, args, **options)
+
+    def run_tool(self, tool: str, args: Sequence[str], **options: Any) -> subprocess.CompletedProcess[str]:
+        """:func:`run_kafka_tool` with this broker's version (``"kafka-topics"``, ``"kafka-consumer-groups"``...)."""
+        return run_kafka_tool(self.version, tool, args, **options)
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
                      configs: Mapping[str, str] | None = None, *, via: str = "auto") -> None:
@@ -411,6 +468,9 @@ class ApacheKafkaCluster:
     def run_class(self, main_class: str, args: Sequence[str], **options: Any) -> subprocess.CompletedProcess[str]:
         return run_kafka_class(self.version, main_class, args, **options)
 
+    def run_tool(self, tool: str, args: Sequence[str], **options: Any) -> subprocess.CompletedProcess[str]:
+        return run_kafka_tool(self.version, tool, args, **options)
+
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
                      configs: Mapping[str, str] | None = None, *, via: str = "auto") -> None:
         create_topic(self.version, self.bootstrap, self.zk_connect, name, partitions, replication_factor,
@@ -448,24 +508,22 @@ def create_topic(version: str, bootstrap: str, zk_connect: str, name: str, parti
     """Create a topic the way a Kafka user of ``version`` would, and wait until every partition has a leader.
 
     ``via="admin"``: the CreateTopics API (0.10.1+) through confluent-kafka's AdminClient: the real controller
-    assigns and elects, and no JVM starts. ``via="tool"``: ``kafka.admin.TopicCommand`` (``--zookeeper`` before
+    assigns and elects, and no JVM starts. ``via="tool"``: Kafka's ``kafka-topics`` class (``--zookeeper`` before
     3.0, ``--bootstrap-server`` from 3.0). ``"auto"``: admin where the broker has CreateTopics, else the tool.
     (metaq's own ``metaq topics create --zookeeper`` against a real broker is a compatibility row of its own.)
     """
     if via not in TOPIC_VIA:
         raise ValueError(f"via={via!r}: one of {TOPIC_VIA}")
-    kafka = kafka_version(version)
+    kafka = catalogue_entry(version)
     if via == "admin" or (via == "auto" and kafka.has_create_topics_api):
         _create_topic_admin(version, bootstrap, name, partitions, replication_factor, configs, timeout)
     else:
         _create_topic_tool(version, bootstrap, zk_connect, name, partitions, replication_factor, configs)
-    _wait_for_leaders(version, bootstrap, name, partitions, timeout)
+    _wait_for_leaders(version, bootstrap, zk_connect, name, partitions, timeout)
 
 
 def _create_topic_admin(version: str, bootstrap: str, name: str, partitions: int, replication_factor: int,
                         configs: Mapping[str, str] | None, timeout: float) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     admin = AdminClient(librdkafka_config(version, bootstrap))
     futures = admin.create_topics([NewTopic(name, partitions, replication_factor, config=dict(configs or {}))],
                                   request_timeout=timeout)
@@ -477,26 +535,42 @@ def _create_topic_admin(version: str, bootstrap: str, name: str, partitions: int
 
 def _create_topic_tool(version: str, bootstrap: str, zk_connect: str, name: str, partitions: int,
                        replication_factor: int, configs: Mapping[str, str] | None) -> None:
-    target = ["--bootstrap-server", bootstrap] if kafka_version(version).release >= (3, 0) \
+    target = ["--bootstrap-server", bootstrap] if catalogue_entry(version).release >= (3, 0) \
         else ["--zookeeper", zk_connect]
     args = [*target, "--create", "--topic", name, "--partitions", str(partitions),
             "--replication-factor", str(replication_factor)]
     for key, value in (configs or {}).items():
         args += ["--config", f"{key}={value}"]
-    done = run_kafka_class(version, "kafka.admin.TopicCommand", args)
+    done = run_kafka_tool(version, "kafka-topics", args)
     if done.returncode != 0 or "Error" in done.stdout:
         raise PeerUnavailableError(f"Kafka {version}: TopicCommand {' '.join(args)} failed "
                                    f"({done.returncode}):\n{done.stdout}\n{done.stderr}")
 
 
-def _wait_for_leaders(version: str, bootstrap: str, name: str, partitions: int, timeout: float) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(librdkafka_config(version, bootstrap))
+def _wait_for_leaders(version: str, bootstrap: str, zk_connect: str, name: str, partitions: int,
+                      timeout: float) -> None:
+    """Until the controller has written a leader for every partition in ZooKeeper and the brokers' metadata
+    shows them (a 0.8 broker answers Metadata with no brokers until its cache is updated)."""
     deadline = time.monotonic() + timeout
-    seen = "no metadata"
+    zk = connect_zk(zk_connect, session_timeout_ms=10000, connection_timeout_ms=15000)
+    seen = "no partition state in ZooKeeper"
+    try:
+        layout = ZkLayout(zk)
+        while time.monotonic() < deadline:
+            states = layout.partition_states([(name, p) for p in range(partitions)])
+            if all(state is not None and state.leader >= 0 for state in states.values()):
+                break
+            time.sleep(0.2)
+    finally:
+        close_zk(zk)
+    admin = AdminClient(librdkafka_config(version, bootstrap))
     while time.monotonic() < deadline:
-        topic = admin.list_topics(name, timeout=10).topics.get(name)
+        try:
+            topic = admin.list_topics(name, timeout=10).topics.get(name)
+        except KafkaException as e:  # librdkafka gives up on a 0.8 broker's broker-less Metadata: ask again
+            seen = f"metadata error {e}"
+            time.sleep(0.5)
+            continue
         if topic is not None and topic.error is None:
             leaders = {p: m.leader for p, m in topic.partitions.items()}
             seen = f"leaders {leaders}"
@@ -512,26 +586,36 @@ def _wait_for_leaders(version: str, bootstrap: str, name: str, partitions: int, 
 # -- pytest fixtures ------------------------------------------------------------------------------------------------
 
 def kafka_params(capability: str, versions: Sequence[str] = REQUIRED_VERSIONS) -> list[Any]:
-    """``pytest.param`` per version for ``@pytest.mark.parametrize("kafka_version", ...)``, each marked
-    ``apache_kafka(version)`` and ``compat(capability, "Kafka <version>")`` (a cell of docs/compatibility.md)."""
+    """``pytest.param`` per version, each marked ``apache_kafka(version)`` and ``compat(capability, "Kafka
+    <version>")`` (a cell of docs/compatibility.md); for a parametrization of your own."""
     return [pytest.param(v, id=f"kafka-{v}", marks=[pytest.mark.apache_kafka(v),
-                                                      pytest.mark.compat(capability, kafka_version(v).peer)])
+                                                      pytest.mark.compat(capability, catalogue_entry(v).peer)])
             for v in versions]
 
 
-def _zk_hosts(zk_server: Any) -> str:
+def kafka_matrix(capability: str, versions: Sequence[str] = REQUIRED_VERSIONS) -> pytest.MarkDecorator:
+    """Run the test once per version with ``kafka_broker`` (or ``kafka_cluster``) of that version, each run a cell
+    ``(capability, "Kafka <version>")`` of docs/compatibility.md::
+
+        @kafka_matrix("consume from a ZooKeeper group")
+        def test_group(kafka_broker): ...
+    """
+    return pytest.mark.parametrize("kafka_version", kafka_params(capability, versions))
+
+
+def _zk_hosts(zk_server: ZooKeeperEndpoint) -> str:
     return str(zk_server.connect_string)
 
 
 @pytest.fixture(scope="module")
-def apache_kafka(zk_server: Any, tmp_path_factory: pytest.TempPathFactory
+def apache_kafka(zk_server: ZooKeeperEndpoint, tmp_path_factory: pytest.TempPathFactory
                  ) -> Iterator[Callable[..., ApacheKafkaBroker]]:
     """Module-scoped factory: ``apache_kafka(version, properties=None)`` returns a started broker, the same one
     for the same arguments within the module; all are stopped when the module ends."""
     brokers: dict[tuple[str, tuple[tuple[str, str], ...]], ApacheKafkaBroker] = {}
 
     def get(version: str, properties: Mapping[str, object] | None = None) -> ApacheKafkaBroker:
-        key = (kafka_version(version).version, tuple(sorted((k, str(v)) for k, v in (properties or {}).items())))
+        key = (catalogue_entry(version).version, tuple(sorted((k, str(v)) for k, v in (properties or {}).items())))
         if key not in brokers:
             base = tmp_path_factory.mktemp(f"kafka-{key[0]}")
             broker = ApacheKafkaBroker(key[0], zk_hosts=_zk_hosts(zk_server), base_dir=base, properties=properties)
@@ -541,16 +625,17 @@ def apache_kafka(zk_server: Any, tmp_path_factory: pytest.TempPathFactory
     yield get
     for broker in brokers.values():
         broker.stop()
+        delete_chroot(zk_server, broker.chroot)
 
 
 @pytest.fixture(scope="module")
-def apache_kafka_cluster(zk_server: Any, tmp_path_factory: pytest.TempPathFactory
+def apache_kafka_cluster(zk_server: ZooKeeperEndpoint, tmp_path_factory: pytest.TempPathFactory
                          ) -> Iterator[Callable[..., ApacheKafkaCluster]]:
     """Module-scoped factory: ``apache_kafka_cluster(version, size=3, properties=None)``, one per arguments."""
     clusters: dict[tuple[str, int, tuple[tuple[str, str], ...]], ApacheKafkaCluster] = {}
 
     def get(version: str, size: int = 3, properties: Mapping[str, object] | None = None) -> ApacheKafkaCluster:
-        key = (kafka_version(version).version, size,
+        key = (catalogue_entry(version).version, size,
                tuple(sorted((k, str(v)) for k, v in (properties or {}).items())))
         if key not in clusters:
             base = tmp_path_factory.mktemp(f"kafka-cluster-{key[0]}")
@@ -562,17 +647,28 @@ def apache_kafka_cluster(zk_server: Any, tmp_path_factory: pytest.TempPathFactor
     yield get
     for cluster in clusters.values():
         cluster.stop()
+        delete_chroot(zk_server, cluster.brokers[0].chroot)
 
 
 @pytest.fixture
-def kafka_broker(request: pytest.FixtureRequest, apache_kafka: Callable[..., ApacheKafkaBroker]
-                 ) -> ApacheKafkaBroker:
-    """The module's broker of the version named by the test's ``apache_kafka(version)`` marker (set directly or
-    by :func:`kafka_params`)."""
+def kafka_version(request: pytest.FixtureRequest) -> str:
+    """The version of the test's ``apache_kafka(version)`` marker (set directly or by :func:`kafka_matrix`)."""
     marker = request.node.get_closest_marker("apache_kafka")
     if marker is None or not marker.args:
-        raise pytest.UsageError(f"{request.node.nodeid}: kafka_broker needs @pytest.mark.apache_kafka(version)")
-    return apache_kafka(str(marker.args[0]))
+        raise pytest.UsageError(f"{request.node.nodeid}: needs @pytest.mark.apache_kafka(version) or kafka_matrix")
+    return catalogue_entry(str(marker.args[0])).version
+
+
+@pytest.fixture
+def kafka_broker(kafka_version: str, apache_kafka: Callable[..., ApacheKafkaBroker]) -> ApacheKafkaBroker:
+    """The module's shared single broker of the test's version (see :func:`kafka_version`)."""
+    return apache_kafka(kafka_version)
+
+
+@pytest.fixture
+def kafka_cluster(kafka_version: str, apache_kafka_cluster: Callable[..., ApacheKafkaCluster]) -> ApacheKafkaCluster:
+    """The module's shared 3-broker cluster of the test's version."""
+    return apache_kafka_cluster(kafka_version)
 
 
 # -- command line: make test fetches the peers before the tests ------------------------------------------------------
@@ -582,7 +678,7 @@ def fetch(versions: Sequence[str]) -> dict[str, float]:
     taken: dict[str, float] = {}
     for version in versions:
         began = time.monotonic()
-        kafka_version(version).resolve()
+        catalogue_entry(version).resolve()
         taken[version] = time.monotonic() - began
     return taken
 
@@ -596,7 +692,7 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     try:
         for version, seconds in fetch(args.versions).items():
-            sys.stdout.write(f"Kafka {version}: {kafka_version(version).resolve()} ({seconds:.1f} s)\n")
+            sys.stdout.write(f"Kafka {version}: {catalogue_entry(version).resolve()} ({seconds:.1f} s)\n")
     except PeerUnavailableError as e:
         sys.stderr.write(f"{e}\n")
         return 1
