@@ -15,7 +15,19 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from metaq.client import ClusterClient
-from metaq.testing.apache_kafka import REQUIRED_VERSIONS, V0_8, V0_10, V3_9, ApacheKafkaBroker, kafka_matrix
+from metaq.testing.apache_kafka import (
+    REQUIRED_VERSIONS,
+    V0_8,
+    V0_10,
+    V3_9,
+    ApacheKafkaBroker,
+    ApacheKafkaCluster,
+    kafka_matrix,
+)
+from metaq.testing.wait import wait_until
+from metaq.zkclient import close as close_zk
+from metaq.zkclient import connect as connect_zk
+from zk_layout import PartitionState, ZkLayout
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -89,3 +101,30 @@ def test_topic_command_and_tool_classes(kafka_broker: ApacheKafkaBroker) -> None
                                       ["--bootstrap-server", kafka_broker.bootstrap, "--describe", "--topic", topic])
     assert described.returncode == 0, described.stderr
     assert "PartitionCount: 2" in described.stdout and "retention.ms=3600000" in described.stdout
+
+
+@pytest.mark.apache_kafka(V3_9)
+@pytest.mark.compat("3-broker cluster, RF 3, leader SIGKILL and restart", f"Kafka {V3_9}")
+def test_cluster_replicates_and_survives_a_killed_leader(kafka_cluster: ApacheKafkaCluster) -> None:
+    topic = unique_topic("rf3")
+    kafka_cluster.create_topic(topic, partitions=1, replication_factor=3)
+    zk = connect_zk(kafka_cluster.zk_connect)
+    try:
+        layout = ZkLayout(zk)
+
+        def state() -> PartitionState:
+            current = layout.partition_state(topic, 0)
+            assert current is not None
+            return current
+
+        wait_until(lambda: sorted(state().isr) == [0, 1, 2], 60, lambda: f"a full ISR, have {state()}")
+        leader = kafka_cluster.broker(state().leader)
+        leader.kill()
+        wait_until(lambda: state().leader not in (-1, leader.broker_id), 60, lambda: f"a new leader: {state()}")
+        producer = Producer({**kafka_cluster.librdkafka_config(), "acks": "all"})
+        producer.produce(topic, value=b"after the kill")
+        assert producer.flush(60) == 0
+        leader.start()
+        wait_until(lambda: sorted(state().isr) == [0, 1, 2], 90, lambda: f"the restarted broker in the ISR: {state()}")
+    finally:
+        close_zk(zk)

@@ -316,6 +316,7 @@ class ApacheKafkaBroker:
         self.stdout_path = self.dir / "stdout.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_in_s: float | None = None
+        self._launched_at = 0.0
 
     @property
     def bootstrap(self) -> str:
@@ -350,6 +351,11 @@ class ApacheKafkaBroker:
     def start(self, timeout: float = START_TIMEOUT_S) -> Self:
         """Write the config and log4j files, start the JVM and wait for ``/brokers/ids/<id>`` and the port; on
         failure the JVM is killed and :class:`PeerUnavailableError` carries its own error and log tail."""
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the JVM without waiting (a cluster launches all its brokers, then waits for each)."""
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError(f"Kafka {self.version} broker {self.broker_id} is already running")
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -360,18 +366,21 @@ class ApacheKafkaBroker:
         log4j = self.dir / "log4j.properties"
         log4j.write_text(_LOG4J_BROKER.format(path=self.log_path))
         command = java_command(self.version, "kafka.Kafka", [str(config)], log4j=log4j)
-        began = time.monotonic()
+        self._launched_at = time.monotonic()
         with open(self.stdout_path, "ab") as out:
             self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=self.dir,
                                          preexec_fn=die_with_parent())
         log.info("started Kafka %s broker %d (pid %d) on %s, zookeeper.connect=%s", self.version,
                  self.broker_id, self.proc.pid, self.bootstrap, self.zk_connect)
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> Self:
+        """Wait for the launched JVM's registration and port; kill it and raise if it does not come up."""
         try:
             self._wait_ready(timeout)
         except BaseException:
             self.kill()
             raise
-        self.started_in_s = time.monotonic() - began
+        self.started_in_s = time.monotonic() - self._launched_at
         return self
 
     def _wait_ready(self, timeout: float) -> None:
@@ -477,10 +486,12 @@ class ApacheKafkaCluster:
                      configs, via=via)
 
     def start(self, timeout: float = START_TIMEOUT_S) -> Self:
-        """Start the brokers one after the other (the first becomes controller); all or none keep running."""
+        """Start the brokers' JVMs together, then wait for each; all or none keep running."""
         try:
             for broker in self.brokers:
-                broker.start(timeout)
+                broker.launch()
+            for broker in self.brokers:
+                broker.wait_ready(timeout)
         except BaseException:
             self.stop()
             raise
