@@ -59,7 +59,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from metaq.broker.process import free_port
 from metaq.childproc import die_with_parent, stop_process
 from metaq.testing.maven import MavenArtifact, PeerUnavailableError, cache_root, classpath, resolve
-from metaq.testing.zookeeper import ZooKeeperEndpoint, delete_chroot
+from metaq.testing.zookeeper import ENV_CONNECT, ExternalZooKeeper, ZooKeeperEndpoint, delete_chroot, embedded_server
 from metaq.zkclient import close as close_zk
 from metaq.zkclient import connect as connect_zk
 from zk_layout import ZkLayout
@@ -257,8 +257,8 @@ def broker_properties(version: str, *, broker_id: int, port: int, zk_connect: st
     release = catalogue_entry(version).release
     props: dict[str, object] = {"broker.id": broker_id, "zookeeper.connect": zk_connect,
                                 "zookeeper.connection.timeout.ms": 30000,
-                                # the test ZooKeeper caps sessions at 20 ticks (4 s): ask for what we get
-                                "zookeeper.session.timeout.ms": 4000,
+                                # within the 1-10 s the Kafka tests' ZooKeeper grants (kafka_zk_server)
+                                "zookeeper.session.timeout.ms": 10000,
                                 "num.partitions": 1, "num.network.threads": 2, "num.io.threads": 2,
                                 "background.threads": 2, "log.cleaner.threads": 1,
                                 # the default 128 MiB dedupe buffer does not fit the small test heap
@@ -392,12 +392,25 @@ class ApacheKafkaBroker:
                 assert self.proc is not None
                 if self.proc.poll() is not None:
                     raise PeerUnavailableError(self._failure(f"exited with {self.proc.returncode}"))
-                if zk.exists(registration) and self._port_answers():
+                if zk.exists(registration) and self._port_answers() and self._metadata_names_a_controller():
                     return
                 time.sleep(0.2)
         finally:
             close_zk(zk)
-        raise PeerUnavailableError(self._failure(f"not registered at {registration} within {timeout:.0f} s"))
+        raise PeerUnavailableError(self._failure(f"not registered at {registration}, serving and naming a "
+                                                 f"controller within {timeout:.0f} s"))
+
+    def _metadata_names_a_controller(self) -> bool:
+        """Whether the broker's Metadata answer names a controller (0.10+; 0.8 has no such field). A broker
+        registers before the controller has sent it the cluster's metadata; an AdminClient that asks in between
+        waits for a controller until its request times out."""
+        if not self.kafka.has_create_topics_api:
+            return True
+        try:
+            metadata = AdminClient(self.librdkafka_config()).list_topics(timeout=5)
+        except KafkaException:
+            return False
+        return bool(metadata.controller_id >= 0 and metadata.brokers)
 
     def _port_answers(self) -> bool:
         try:
@@ -498,7 +511,11 @@ class ApacheKafkaCluster:
         return self
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        for broker in reversed(self.brokers):
+        """SIGTERM every running broker at once (their controlled shutdowns overlap), then wait for each."""
+        for broker in self.brokers:
+            if broker.proc is not None and broker.proc.poll() is None:
+                broker.proc.terminate()
+        for broker in self.brokers:
             broker.stop(timeout)
 
     def __enter__(self) -> Self:
@@ -614,12 +631,29 @@ def kafka_matrix(capability: str, versions: Sequence[str] = REQUIRED_VERSIONS) -
     return pytest.mark.parametrize("kafka_version", kafka_params(capability, versions))
 
 
+KAFKA_ZK_TICK_MS = 500
+
+
+@pytest.fixture(scope="session")
+def kafka_zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEndpoint]:
+    """The ZooKeeper of the real Kafka brokers (started on first use): like ``zk_server`` but with tickTime
+    500 ms, so that it grants sessions of up to 10 s (``zk_server``: 4 s): a broker JVM starved of CPU for a few
+    seconds on the loaded test machine keeps its session and registration, and a SIGKILLed broker's registration
+    still goes within 10 s. ``$ZOOKEEPER_CONNECT`` names an external server instead, as for ``zk_server``."""
+    external = os.environ.get(ENV_CONNECT)
+    if external:
+        yield ExternalZooKeeper(external)
+        return
+    with embedded_server(tmp_path_factory, tick_time_ms=KAFKA_ZK_TICK_MS) as server:
+        yield server
+
+
 def _zk_hosts(zk_server: ZooKeeperEndpoint) -> str:
     return str(zk_server.connect_string)
 
 
 @pytest.fixture(scope="module")
-def apache_kafka(zk_server: ZooKeeperEndpoint, tmp_path_factory: pytest.TempPathFactory
+def apache_kafka(kafka_zk_server: ZooKeeperEndpoint, tmp_path_factory: pytest.TempPathFactory
                  ) -> Iterator[Callable[..., ApacheKafkaBroker]]:
     """Module-scoped factory: ``apache_kafka(version, properties=None)`` returns a started broker, the same one
     for the same arguments within the module; all are stopped when the module ends."""
@@ -629,18 +663,19 @@ def apache_kafka(zk_server: ZooKeeperEndpoint, tmp_path_factory: pytest.TempPath
         key = (catalogue_entry(version).version, tuple(sorted((k, str(v)) for k, v in (properties or {}).items())))
         if key not in brokers:
             base = tmp_path_factory.mktemp(f"kafka-{key[0]}")
-            broker = ApacheKafkaBroker(key[0], zk_hosts=_zk_hosts(zk_server), base_dir=base, properties=properties)
+            broker = ApacheKafkaBroker(key[0], zk_hosts=_zk_hosts(kafka_zk_server), base_dir=base,
+                                       properties=properties)
             brokers[key] = broker.start()
         return brokers[key]
 
     yield get
     for broker in brokers.values():
         broker.stop()
-        delete_chroot(zk_server, broker.chroot)
+        delete_chroot(kafka_zk_server, broker.chroot)
 
 
 @pytest.fixture(scope="module")
-def apache_kafka_cluster(zk_server: ZooKeeperEndpoint, tmp_path_factory: pytest.TempPathFactory
+def apache_kafka_cluster(kafka_zk_server: ZooKeeperEndpoint, tmp_path_factory: pytest.TempPathFactory
                          ) -> Iterator[Callable[..., ApacheKafkaCluster]]:
     """Module-scoped factory: ``apache_kafka_cluster(version, size=3, properties=None)``, one per arguments."""
     clusters: dict[tuple[str, int, tuple[tuple[str, str], ...]], ApacheKafkaCluster] = {}
@@ -650,7 +685,7 @@ def apache_kafka_cluster(zk_server: ZooKeeperEndpoint, tmp_path_factory: pytest.
                tuple(sorted((k, str(v)) for k, v in (properties or {}).items())))
         if key not in clusters:
             base = tmp_path_factory.mktemp(f"kafka-cluster-{key[0]}")
-            cluster = ApacheKafkaCluster(key[0], zk_hosts=_zk_hosts(zk_server), base_dir=base, size=size,
+            cluster = ApacheKafkaCluster(key[0], zk_hosts=_zk_hosts(kafka_zk_server), base_dir=base, size=size,
                                          properties=properties)
             clusters[key] = cluster.start()
         return clusters[key]
@@ -658,7 +693,7 @@ def apache_kafka_cluster(zk_server: ZooKeeperEndpoint, tmp_path_factory: pytest.
     yield get
     for cluster in clusters.values():
         cluster.stop()
-        delete_chroot(zk_server, cluster.brokers[0].chroot)
+        delete_chroot(kafka_zk_server, cluster.brokers[0].chroot)
 
 
 @pytest.fixture
@@ -670,16 +705,41 @@ def kafka_version(request: pytest.FixtureRequest) -> str:
     return catalogue_entry(str(marker.args[0])).version
 
 
+_used_brokers = pytest.StashKey[list[ApacheKafkaBroker]]()
+
+
 @pytest.fixture
-def kafka_broker(kafka_version: str, apache_kafka: Callable[..., ApacheKafkaBroker]) -> ApacheKafkaBroker:
+def kafka_broker(request: pytest.FixtureRequest, kafka_version: str,
+                 apache_kafka: Callable[..., ApacheKafkaBroker]) -> ApacheKafkaBroker:
     """The module's shared single broker of the test's version (see :func:`kafka_version`)."""
-    return apache_kafka(kafka_version)
+    broker = apache_kafka(kafka_version)
+    request.node.stash.setdefault(_used_brokers, []).append(broker)
+    return broker
 
 
 @pytest.fixture
-def kafka_cluster(kafka_version: str, apache_kafka_cluster: Callable[..., ApacheKafkaCluster]) -> ApacheKafkaCluster:
+def kafka_cluster(request: pytest.FixtureRequest, kafka_version: str,
+                  apache_kafka_cluster: Callable[..., ApacheKafkaCluster]) -> ApacheKafkaCluster:
     """The module's shared 3-broker cluster of the test's version."""
-    return apache_kafka_cluster(kafka_version)
+    cluster = apache_kafka_cluster(kafka_version)
+    request.node.stash.setdefault(_used_brokers, []).extend(cluster.brokers)
+    return cluster
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test's report carries the state and log tails of the Kafka brokers it used (pytest's tmp
+    directories of a shared machine are soon deleted by other runs)."""
+    report: pytest.TestReport = yield
+    if report.failed:
+        for broker in item.stash.get(_used_brokers, []):
+            code = broker.proc.poll() if broker.proc else None
+            state = "running" if broker.proc and code is None else f"exited with {code}"
+            report.sections.append((f"Kafka {broker.version} broker {broker.broker_id} ({state}) server.log tail",
+                                    broker.log_tail(60)))
+            report.sections.append((f"Kafka {broker.version} broker {broker.broker_id} JVM output tail",
+                                    _tail(broker.stdout_path, 30)))
+    return report
 
 
 # -- command line: make test fetches the peers before the tests ------------------------------------------------------
