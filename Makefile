@@ -31,7 +31,9 @@ demo: install
 test: install
 	$(VENV)/bin/ruff check metaq zk_layout pyspark_metaq tests integration_tests bench examples tools
 	$(VENV)/bin/python tools/typecheck.py
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+	$(VENV)/bin/python -m metaq.testing.apache_kafka fetch
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider; status=$$?; \
+	$(VENV)/bin/python tools/compat_table.py || echo "docs/compatibility.md not regenerated" >&2; exit $$status
 
 unit: install
 	$(VENV)/bin/python -m pytest -q tests
