@@ -7,9 +7,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import confluent_kafka
@@ -23,11 +21,10 @@ from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.errors import ErrorCode
 from metaq.testing.batches import idempotent_batch
-from metaq.testing.broker import BrokerCluster, request, topic_leaders
+from metaq.testing.broker import BrokerCluster, ModuleBroker, module_broker, request, topic_leaders
 from metaq.testing.maven import MavenArtifact, classpath, resolve
 from metaq.testing.wait import wait_until
-from metaq.zkclient import connect
-from zk_layout import ZkLayout, split_connect
+from zk_layout import ZkLayout
 from zk_layout.producer_ids import PRODUCER_ID_BLOCK_SIZE
 
 JAVA_CLIENTS = ("java-clients-3.9.1", [MavenArtifact("org.apache.kafka", "kafka-clients", "3.9.1"),
@@ -36,36 +33,19 @@ JAVA_PROGRAM = Path(__file__).parent / "java" / "IdempotentProducer.java"
 PARTITIONS = 3
 
 
-@dataclass
-class Shared:
-    broker: BrokerProcess
-    layout: ZkLayout
-
-    def topic(self, prefix: str, partitions: int = 1) -> str:
-        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-        create_topic(self.layout, name, partitions)
-        wait_until(lambda: len(topic_leaders(self.broker.bootstrap, name)) == partitions, 20, f"topic {name}")
-        return name
-
-    def kill_and_restart(self) -> None:
-        self.broker.kill()
-        time.sleep(0.5)  # a crash, then an operator's restart
-        self.broker.start()
+Shared = ModuleBroker
 
 
 @pytest.fixture(scope="module")
 def shared(zk_server, tmp_path_factory) -> Iterator[Shared]:
-    """One broker for the module (a topic per test), on a ZooKeeper chroot of its own."""
-    hosts, base = split_connect(zk_server.connect_string)
-    zk_connect = f"{hosts}{base}/metaq-idempotence-{uuid.uuid4().hex}"
-    client = connect(zk_connect)
-    broker = BrokerProcess(zk_connect, 0, tmp_path_factory.mktemp("idempotence")).start()
-    try:
-        yield Shared(broker, ZkLayout(client))
-    finally:
-        broker.stop()
-        client.stop()
-        client.close()
+    with module_broker(zk_server.connect_string, tmp_path_factory.mktemp("idempotence"), "idempotence") as found:
+        yield found
+
+
+def kill_and_restart(broker: BrokerProcess) -> None:
+    broker.kill()
+    time.sleep(0.5)  # a crash, then an operator's restart
+    broker.start()
 
 
 def init_producer_id(bootstrap: str) -> int:
@@ -134,7 +114,7 @@ def test_a_resend_after_a_kill_9_is_still_deduplicated(shared: Shared) -> None:
     pid = init_producer_id(shared.broker.bootstrap)
     for seq in range(0, 30, 3):
         produce(shared.broker.bootstrap, topic, idempotent_batch(pid, 0, seq))
-    shared.kill_and_restart()
+    kill_and_restart(shared.broker)
     wait_until(lambda: len(topic_leaders(shared.broker.bootstrap, topic)) == 1, 20, "the topic served again")
     # the answer to the last five was "lost": the producer resends them, in order
     assert [produce(shared.broker.bootstrap, topic, idempotent_batch(pid, 0, seq)) for seq in range(15, 30, 3)] == [
@@ -202,7 +182,7 @@ def _through_a_kill(shared: Shared, acked: dict[bytes, tuple[int, int]], send_al
     sender = threading.Thread(target=send_all, name="idempotent-sender", daemon=True)
     sender.start()
     wait_until(lambda: len(acked) >= 1000, 60, "acknowledgements before the kill")
-    shared.kill_and_restart()
+    kill_and_restart(shared.broker)
     sender.join(240)
     assert not sender.is_alive(), "the client did not finish sending"
 
@@ -277,7 +257,7 @@ def test_java_kafka_producer_defaults_through_a_broker_sigkill(shared: Shared, t
                 break
         else:
             raise AssertionError(f"the Java producer acknowledged nothing: {proc.communicate()[1][-3000:]}")
-        shared.kill_and_restart()
+        kill_and_restart(shared.broker)
         stdout, stderr = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
