@@ -8,6 +8,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import confluent_kafka
@@ -20,6 +21,7 @@ from integration_tests import peers
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.errors import ErrorCode
+from metaq.producer import Producer, RecordMetadata
 from metaq.testing.batches import idempotent_batch
 from metaq.testing.broker import BrokerCluster, ModuleBroker, module_broker, request, topic_leaders
 from metaq.testing.maven import MavenArtifact, classpath, resolve
@@ -236,6 +238,35 @@ def test_kafka_python_idempotent_through_a_broker_sigkill(shared: Shared) -> Non
                 time.sleep(0.02)
         producer.flush(180)
         producer.close(30)
+
+    _through_a_kill(shared, acked, send_all)
+    assert not errors, errors[:5]
+    _check_exactly_once_in_order(_read_partitions(shared.broker.bootstrap, topic), acked)
+
+
+def test_metaq_producer_is_idempotent_through_a_broker_sigkill(shared: Shared) -> None:
+    topic = shared.topic("metaq", PARTITIONS)
+    acked: dict[bytes, tuple[int, int]] = {}
+    errors: list[BaseException] = []
+
+    def on_done(future: Future[RecordMetadata], value: bytes) -> None:
+        try:
+            md = future.result()
+        except Exception as e:  # the failure is asserted below
+            errors.append(e)
+        else:
+            acked[value] = (md.partition, md.offset)
+
+    def send_all() -> None:
+        with Producer({"zookeeper.connect": shared.broker.zk_connect, "linger.ms": 5, "retries": 1000,
+                       "retry.backoff.max.ms": 500}) as producer:
+            assert producer.config.idempotent  # the default
+            for i, value in enumerate(_values(20000)):
+                producer.send(topic, value, partition=i % PARTITIONS).add_done_callback(
+                    lambda f, v=value: on_done(f, v))
+                if i % 100 == 0:
+                    time.sleep(0.02)
+            producer.flush(180)
 
     _through_a_kill(shared, acked, send_all)
     assert not errors, errors[:5]

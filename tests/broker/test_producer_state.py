@@ -10,15 +10,9 @@ import pytest
 
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
-from metaq.broker.log.producer_state import (
-    INT32_MAX,
-    BatchMetadata,
-    ProducerEntry,
-    decode_snapshot,
-    encode_snapshot,
-    increment_sequence,
-)
+from metaq.broker.log.producer_state import BatchMetadata, ProducerEntry, decode_snapshot, encode_snapshot
 from metaq.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from metaq.protocol.batches import INT32_MAX, increment_sequence
 from tests.broker import make_batch, make_values
 
 PID = 4000

@@ -32,7 +32,7 @@ from crc32c import crc32c
 
 from metaq.errors import InvalidProducerEpochError, OutOfOrderSequenceError, StorageError
 from metaq.fileio import atomic_write
-from metaq.protocol.batches import BatchHeader
+from metaq.protocol.batches import INT32_MAX, BatchHeader, increment_sequence
 
 __all__ = [
     "SNAPSHOT_SUFFIX",
@@ -40,7 +40,6 @@ __all__ = [
     "ProducerEntry",
     "ProducerStateManager",
     "ProducerUpdate",
-    "increment_sequence",
 ]
 
 logger = logging.getLogger(__name__)
@@ -49,7 +48,6 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN (a producer has at most 5 in flight)
-INT32_MAX = 2**31 - 1
 SNAPSHOT_SUFFIX = ".snapshot"
 _SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
 _SNAPSHOT_VERSION = 1
@@ -57,13 +55,6 @@ _HEAD = struct.Struct(">hI")  # version, crc32c of everything after it
 _COUNT = struct.Struct(">i")
 # producer id, epoch, last sequence, last offset, offset delta, timestamp, coordinator epoch, txn first offset
 _ENTRY = struct.Struct(">qhiqiqiq")
-
-
-def increment_sequence(sequence: int, increment: int) -> int:
-    """``sequence + increment`` wrapping past Int32.MAX to 0 (Kafka's DefaultRecordBatch.incrementSequence)."""
-    if sequence > INT32_MAX - increment:
-        return increment - (INT32_MAX - sequence) - 1
-    return sequence + increment
 
 
 def _decrement_sequence(sequence: int, decrement: int) -> int:
