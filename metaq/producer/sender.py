@@ -195,8 +195,8 @@ class Sender(threading.Thread):
             # wait reads and keeps for _read
             self._identity.init(self._node(target[0]).conn, self._config.request_timeout_ms / 1000.0)
             return True
-        except (BrokerConnectionError, ProtocolError, BrokerResponseError, TimeoutError) as e:
-            if isinstance(e, BrokerResponseError) and not e.retriable:
+        except (BrokerConnectionError, ProtocolError, BrokerResponseError, AuthenticationError, TimeoutError) as e:
+            if isinstance(e, AuthenticationError) or (isinstance(e, BrokerResponseError) and not e.retriable):
                 log.error("InitProducerId failed: %s; failing the batches ready to send", e)
                 for tp in ready:
                     batch = self._acc.take(tp)
