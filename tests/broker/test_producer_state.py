@@ -138,3 +138,16 @@ def test_snapshot_encoding_is_kafkas_version_1() -> None:
     assert (loaded.producer_id, loaded.epoch, list(loaded.batches)) == (9, 2, [BatchMetadata(5, 7, 100, 102, 1234)])
     with pytest.raises(ValueError, match="CRC"):
         decode_snapshot(data[:-1] + b"\x01")
+
+
+def test_retention_deletes_snapshots_with_their_segments_and_keeps_the_state(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=400, segment_delete_delay_ms=0)
+    spans = [log.append(batch(3 * i)) for i in range(8)]
+    snapshots = log.producer_state.snapshot_offsets()
+    assert snapshots == log.segment_base_offsets()[1:]  # one per roll, at the new segment's base
+    log.delete_records_before(spans[5].base_offset, now_ms=0)
+    assert all(offset >= log.segment_base_offsets()[0] for offset in log.producer_state.snapshot_offsets())
+    assert log.append(batch(21)).base_offset == spans[7].base_offset  # still deduplicated
+    log.close()
+    log = open_log(tmp_path, segment_bytes=400)
+    assert log.append(batch(21)).base_offset == spans[7].base_offset  # and after a restart
