@@ -16,7 +16,8 @@ ends with one set of tables:
    metrics.enabled=false), alternated;
 1c. producer: confluent-kafka and metaq.Producer 100-byte produce (1M messages each, both with batch.size
    1,000,000, librdkafka's default) in alternating order, five rounds, with each round's metaq / confluent
-   ratios of msgs/s and CPU and their medians (--only producer);
+   ratios of msgs/s and CPU and their medians (--only producer); then 1d: both clients with acks=all,
+   enable.idempotence false and true, interleaved: the broker's CPU for idempotence;
 2. consumer: one consumer process per client on the same pre-produced data (bench/consumer.py), with the
    ratios the targets are stated in, and the metaq stream iterator and batch listener with metrics on and off;
    then lz4 and zstd topics of the same messages, metaq's stream iterator and batch listener against
@@ -124,10 +125,10 @@ CONFLUENT_BATCH_SIZE = 1_000_000  # librdkafka's default batch.size; metaq_produ
 
 
 def confluent_produce(bootstrap: str, topic: str, value: bytes, n: int, compression: str = "none",
-                      acks: int | str = 1) -> None:
+                      acks: int | str = 1, idempotence: bool = False) -> None:
     p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": CONFLUENT_BATCH_SIZE,
                                   "queue.buffering.max.messages": 2000000, "acks": acks,
-                                  "compression.type": compression})
+                                  "compression.type": compression, "enable.idempotence": idempotence})
     for _ in range(n):
         try:
             p.produce(topic, value, partition=0)
@@ -158,11 +159,12 @@ def kcat_consume(bootstrap: str, topic: str, n: int) -> None:
                    check=True, timeout=300, stdout=subprocess.DEVNULL)
 
 
-def metaq_produce(zk: str, topic: str, value: bytes, n: int) -> None:
+def metaq_produce(zk: str, topic: str, value: bytes, n: int, acks: int | str = 1, idempotence: bool = False) -> None:
     from metaq import Producer
 
     # batch.size as confluent_produce gives librdkafka (its own default): the same batches on the wire
-    with Producer({"zookeeper.connect": zk, "linger.ms": 5, "batch.size": CONFLUENT_BATCH_SIZE}) as producer:
+    with Producer({"zookeeper.connect": zk, "linger.ms": 5, "batch.size": CONFLUENT_BATCH_SIZE, "acks": acks,
+                   "enable.idempotence": idempotence}) as producer:
         for _ in range(n):
             producer.send(topic, value, partition=0)
         producer.flush()
@@ -208,6 +210,50 @@ def run_producer_ratio(env: Environment, messages: int, repeat: int) -> list[Row
         for client, fn, address in jobs[::-1] if rep % 2 else jobs:
             bench.measure(client, "produce", 100, messages, fn, address, bench.topic(), value, messages)
     return bench.rows
+
+
+IDEMPOTENCE_TARGET = 1.10  # idempotence may cost the broker at most 10% more CPU (docs/delivery-guarantees.md §7)
+
+
+def run_idempotence(env: Environment, messages: int, repeat: int) -> list[Row]:
+    """confluent-kafka and metaq.Producer with acks=all, enable.idempotence false and true, interleaved (the order
+    reversed in odd rounds): what the broker's per-batch producer state checks cost it."""
+    bench = Bench(env.broker, env.layout, "idempotence")
+    value = b"x" * 100
+    jobs = [(client, idem, fn, address)
+            for client, fn, address in (("confluent-kafka", confluent_produce, env.bootstrap),
+                                        ("metaq.Producer", metaq_produce, env.zk))
+            for idem in (False, True)]
+    for rep in range(repeat):
+        for client, idem, fn, address in jobs[::-1] if rep % 2 else jobs:
+            label = f"{client} {'idempotent' if idem else 'plain'}"
+            if fn is confluent_produce:
+                bench.measure(label, "produce", 100, messages, fn, address, bench.topic(), value, messages, "none",
+                              "all", idem)
+            else:
+                bench.measure(label, "produce", 100, messages, fn, address, bench.topic(), value, messages, "all",
+                              idem)
+    return bench.rows
+
+
+def idempotence_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    """Per client: median msgs/s and broker CPU s/1M, plain and idempotent, and the broker CPU ratio."""
+    header = ["client", "plain msgs/s", "idempotent msgs/s", "broker CPU s/1M plain | idempotent", "CPU ratio",
+              "target", "met"]
+    table = []
+    for client in ("confluent-kafka", "metaq.Producer"):
+        plain = [r for r in rows if r.client == f"{client} plain"]
+        idem = [r for r in rows if r.client == f"{client} idempotent"]
+        if not plain or not idem:
+            continue
+        cpu_plain = statistics.median(r.broker_cpu / r.messages * 1e6 for r in plain)
+        cpu_idem = statistics.median(r.broker_cpu / r.messages * 1e6 for r in idem)
+        ratio = cpu_idem / cpu_plain if cpu_plain else float("nan")
+        table.append([client, f"{statistics.median(r.messages / r.seconds for r in plain):,.0f}",
+                      f"{statistics.median(r.messages / r.seconds for r in idem):,.0f}",
+                      f"{cpu_plain:.2f} | {cpu_idem:.2f}", f"{ratio:.2f}x", f"<= {IDEMPOTENCE_TARGET:.2f}x",
+                      "yes" if ratio <= IDEMPOTENCE_TARGET else "NO"])
+    return header, table
 
 
 def producer_ratio_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
@@ -337,6 +383,11 @@ def main() -> None:
                                       args.repeat or plan.producer_repeat)
             tables.append(("1c. metaq.Producer / confluent-kafka produce (acks=1, linger.ms=5, batch.size 1,000,000, "
                            "100 B, one partition; c | m: confluent | metaq; issue 12)", producer_ratio_table(rows)))
+            print("== 1d. producer: idempotent vs plain produce, acks=all, interleaved", flush=True)
+            rows = run_idempotence(env, args.messages or (plan.broker_messages if args.quick else PRODUCER_MESSAGES),
+                                   max(2, (args.repeat or plan.producer_repeat) // 2))
+            tables.append(("1d. Idempotent vs plain produce (acks=all, enable.idempotence, 100 B, one partition; "
+                           "medians)", idempotence_table(rows)))
         if "consumer" in only:
             print("== 2. consumer throughput", flush=True)
             results = bench_consumer.run(env, args.consumer_messages or plan.consumer_messages,

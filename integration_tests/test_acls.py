@@ -46,7 +46,7 @@ from kafka.protocol.metadata import (
 from integration_tests.peers import KCAT
 from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer
-from metaq.errors import ErrorCode, TopicAuthorizationFailedError
+from metaq.errors import ClusterAuthorizationFailedError, ErrorCode, TopicAuthorizationFailedError
 from metaq.producer import Producer
 from metaq.testing.broker import BrokerProcess, request, wait_until
 from zk_layout import ZkLayout
@@ -278,8 +278,12 @@ def test_metaq_producer_and_consumer_fail_fast_on_acls(secured: BrokerProcess, m
     make_topic("guarded")
     with Producer({"zookeeper.connect": zk_connect, "linger.ms": 2, "retries": 1000}) as producer:
         future = producer.send("guarded", b"refused", partition=0)
-        with pytest.raises(TopicAuthorizationFailedError):
+        with pytest.raises(ClusterAuthorizationFailedError):  # idempotent: no producer id without Write anywhere
             future.result(timeout=TIMEOUT)  # not retried: 1000 retries would outlast the timeout
+    with Producer({"zookeeper.connect": zk_connect, "linger.ms": 2, "retries": 1000, "acks": 1}) as producer:
+        future = producer.send("guarded", b"refused", partition=0)
+        with pytest.raises(TopicAuthorizationFailedError):
+            future.result(timeout=TIMEOUT)
     allow(zk_connect, "--operation", "Write", "--topic", "guarded")
     wait_until(lambda: _produce_error(secured.bootstrap, "guarded", timeout=5) is None, TIMEOUT, "Write allowed")
     consumer = Consumer({"group.id": "reader", "zookeeper.connect": zk_connect, "consumer.timeout.ms": 20000,

@@ -254,10 +254,14 @@ class ErrorCode(IntEnum):
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
+    UNKNOWN_PRODUCER_ID = 59
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     FENCED_LEADER_EPOCH = 74
@@ -500,6 +504,27 @@ class InvalidRequestError(BrokerResponseError):
 @_broker_error(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT)
 class UnsupportedForMessageFormatError(BrokerResponseError):
     pass
+
+
+@_broker_error(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+class OutOfOrderSequenceError(BrokerResponseError):
+    """An idempotent producer's batch does not follow its previous one on the partition (a gap, or a new
+    epoch not starting at sequence 0): fatal for the producer, as Kafka's OutOfOrderSequenceException."""
+
+
+@_broker_error(ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
+class DuplicateSequenceError(BrokerResponseError):
+    pass
+
+
+@_broker_error(ErrorCode.INVALID_PRODUCER_EPOCH)
+class InvalidProducerEpochError(BrokerResponseError):
+    """A batch carries an epoch older than the one the partition has seen for its producer id."""
+
+
+@_broker_error(ErrorCode.UNKNOWN_PRODUCER_ID)
+class UnknownProducerIdError(OutOfOrderSequenceError):
+    """Kafka 2.x's answer to an unknown producer continuing past sequence 0; a 3.x broker accepts it."""
 
 
 @_broker_error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)

@@ -166,6 +166,9 @@ class BrokerConfig(ZooKeeperClientConfig):
     log_retention_ms: int | None = prop("log.retention.ms", None)
     log_retention_bytes: int = prop("log.retention.bytes", -1)
     log_retention_check_interval_ms: int = prop("log.retention.check.interval.ms", 300000, check=positive)
+    producer_id_expiration_ms: int = prop("producer.id.expiration.ms", 86400000, check=positive)
+    producer_id_expiration_check_interval_ms: int = prop("producer.id.expiration.check.interval.ms", 600000,
+                                                         check=positive)
     log_segment_delete_delay_ms: int = prop("log.segment.delete.delay.ms", 60000, check=non_negative)
     log_index_interval_bytes: int = prop("log.index.interval.bytes", 4096, check=positive)
     log_index_size_max_bytes: int = prop("log.index.size.max.bytes", 10485760, check=positive)
@@ -306,4 +309,5 @@ class BrokerConfig(ZooKeeperClientConfig):
             flush_interval_ms=self.log_flush_interval_ms,
             segment_delete_delay_ms=self.log_segment_delete_delay_ms,
             max_message_bytes=self.message_max_bytes,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
         )

@@ -15,6 +15,7 @@ from metaq.broker.coordinator.coordinator import GroupCoordinator
 from metaq.broker.log.manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
+from metaq.broker.producer_ids import ProducerIdManager
 from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.security.authorizer import Authorizer
 from metaq.errors import ErrorCode, StorageError, for_code
@@ -50,6 +51,7 @@ class BrokerContext:
     coordinator: GroupCoordinator
     metrics: BrokerMetrics
     replication: ReplicaManager | None = None  # set once started (metaq/broker/replication)
+    producer_ids: ProducerIdManager | None = None  # InitProducerId's ids (ZooKeeper blocks); set by the server
     authorizer: Authorizer | None = None
     """None unless ``authorizer.class.name`` is set: then every check below allows everything."""
 

@@ -29,6 +29,7 @@ from metaq.broker.handlers import HANDLERS
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.network import BrokerServer, ConnectionLimits
+from metaq.broker.producer_ids import ProducerIdManager
 from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.registration import BrokerRegistration
 from metaq.broker.replication.controller import Controller
@@ -145,7 +146,8 @@ class Broker:
                                                        config.allow_everyone_if_no_acl_found))
             await asyncio.to_thread(self.authorizer.start)
         context = BrokerContext(config, self.logs, self.metadata, AppendNotifier(), self._auto_create, layout,
-                                self.coordinator, self.metrics, authorizer=self.authorizer)
+                                self.coordinator, self.metrics, authorizer=self.authorizer,
+                                producer_ids=ProducerIdManager(layout, config.broker_id))
         self._start_metrics()
         # listeners may say port 0: advertise the port actually bound
         advertised = advertised_endpoints(config.listener_list, config.advertised_list, self.ports)
@@ -177,6 +179,7 @@ class Broker:
             asyncio.create_task(
                 self._every(config.log_flush_offset_checkpoint_interval_ms, self._checkpoint)
             ),
+            asyncio.create_task(self._every(config.producer_id_expiration_check_interval_ms, self._expire_producers)),
         ]
         line = (f"metaq broker {config.broker_id} serving {','.join(a.endpoint() for a in advertised)} "
                 f"(ZooKeeper {config.zookeeper_connect}; logs in {', '.join(map(str, config.data_dirs))})")
@@ -281,6 +284,11 @@ class Broker:
         removed = self.logs.run_retention(int(time.time() * 1000))
         if removed:
             log.info("retention removed %d segments", removed)
+
+    async def _expire_producers(self) -> None:
+        removed = self.logs.remove_expired_producers(int(time.time() * 1000))
+        if removed:
+            log.info("forgot %d idempotent producer(s) idle for producer.id.expiration.ms", removed)
 
     async def _checkpoint(self) -> None:
         await asyncio.to_thread(self.logs.checkpoint_recovery_points)

@@ -221,8 +221,8 @@ def _verdict(group: GroupHarness, acked: dict[tuple[int, int], bytes], producer:
     distinct = sum(len(c) for c in report.consumed.values())
     extra = distinct - (len(acked) - len(report.missing))
     # every send was acknowledged once (or failed): an offset consumed but never acknowledged holds a second
-    # copy, written by an attempt whose answer the broker kill cut off, then resent (the producer is not
-    # idempotent; at least once)
+    # copy, written by an attempt whose answer the broker kill cut off, then resent. With acks=all the producer
+    # is idempotent and the brokers drop such resends (docs/delivery-guarantees.md), so this stays 0 there
     _say(f"  consumed, distinct:      {distinct}"
          + (f" ({extra} offsets never acknowledged: sends resent after the broker kill cut off the answer)"
             if extra > 0 else ""))

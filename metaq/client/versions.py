@@ -29,6 +29,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (3, 3),  # replica fetchers (replica_id from v3)
     ApiKey.SASL_HANDSHAKE: (1, 1),  # v1: the tokens go in SaslAuthenticate, not as raw frames
     ApiKey.SASL_AUTHENTICATE: (0, 1),
+    ApiKey.INIT_PRODUCER_ID: (0, 1),  # an idempotent producer's id (no transactional id)
 }
 """API key -> (min, max) version metaq's client can encode and decode; all but ApiVersions 3 non-flexible."""
 

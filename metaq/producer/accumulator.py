@@ -24,7 +24,7 @@ from concurrent.futures._base import FINISHED, PENDING
 from typing import Any, NamedTuple
 
 from metaq.errors import MessageSizeTooLargeError, MetaqError
-from metaq.protocol.builder import BATCH_HEADER, Added, AnyBatchBuilder, BatchBuilder, Header
+from metaq.protocol.builder import BATCH_HEADER, Added, AnyBatchBuilder, BatchBuilder, Header, with_producer
 
 RECORD_OVERHEAD = 21  # most bytes a record adds besides key, value and headers (5 length, 10 ts, 5 offset, 1 attrs)
 
@@ -172,8 +172,8 @@ _FILLED = 2  # started a new batch because the open one is full: the sender has 
 class ProducerBatch:
     """One partition's records in one record batch, and the outcome its records' futures read."""
 
-    __slots__ = ("tp", "created", "attempts", "retry_at", "record_count", "add", "outcome", "_builder",
-                 "_data", "_sealed_size", "_done")
+    __slots__ = ("tp", "created", "attempts", "retry_at", "record_count", "add", "outcome", "producer_id",
+                 "_builder", "_data", "_sealed_size", "_done")
 
     def __init__(self, tp: TopicPartition, batch_size: int, compression: str, now: float) -> None:
         self.tp = tp
@@ -181,6 +181,7 @@ class ProducerBatch:
         self.attempts = 0  # failed sends so far
         self.retry_at = 0.0  # time.monotonic() before which a retry must not be sent
         self.record_count = 0
+        self.producer_id = -1  # an idempotent producer's id, once stamped (see stamp_producer)
         builder = BatchBuilder(batch_size, compression)
         self._builder: AnyBatchBuilder | None = builder
         # the builder's add(offset, timestamp, key, value, headers), None when full: the accumulator calls it
@@ -227,6 +228,12 @@ class ProducerBatch:
             self._sealed_size = builder.size
             self._data = builder.build()
         return self._data
+
+    def stamp_producer(self, producer_id: int, epoch: int, base_sequence: int) -> None:
+        """Seal the batch and write an idempotent producer's id, epoch and sequence into it: once, before its
+        first send; a retry resends the same bytes, so that the broker recognises a duplicate."""
+        self._data = with_producer(self.seal(), producer_id, epoch, base_sequence)
+        self.producer_id = producer_id
 
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
         """Resolve every record's future: record i has offset base_offset + i (-1 stays -1 for acks=0).

@@ -15,6 +15,7 @@ from metaq.protocol.compression import CODECS
 from metaq.zksecurity import ZooKeeperClientConfig
 
 ACKS_ALL = -1
+MAX_IDEMPOTENT_IN_FLIGHT = 5  # the broker remembers a producer's last 5 batches per partition
 PARTITIONERS = ("default", "round_robin", "random")
 COMPRESSION_TYPES = tuple(CODECS)  # none, gzip, snappy, lz4, zstd
 
@@ -30,8 +31,14 @@ class ProducerConfig(ZooKeeperClientConfig, SecurityConfig):
     zookeeper_connect: str | None = prop(
         "zookeeper.connect", None, doc="host:port[,host:port...][/chroot] of the ZooKeeper that holds metadata")
     client_id: str = prop("client.id", "metaq-producer", doc="sent to brokers in every request header")
-    acks: int = prop("acks", 1, check=_acks,
-                     doc="0: no response; 1: the leader wrote it; -1/all: the strongest the broker offers")
+    acks: int = prop("acks", ACKS_ALL, check=_acks,
+                     doc="0: no response; 1: the leader wrote it; -1/all (the default, as Kafka's since 3.0): "
+                         "the in-sync replicas have it")
+    enable_idempotence: bool | None = prop(
+        "enable.idempotence", None,
+        doc="true: the broker deduplicates resent batches and refuses out-of-order ones (a producer id and "
+            "per-partition sequence numbers, KIP-98); needs acks=all, retries > 0 and at most 5 in flight. "
+            "Unset (the default): on unless those settings say otherwise, as Kafka's producer 3.x")
     linger_ms: int = prop("linger.ms", 5, check=non_negative, doc="how long a batch waits for more records")
     batch_size: int = prop("batch.size", 262144, check=positive,
                            doc="bytes per partition batch; larger than Kafka's 16384 because per-batch work "
@@ -70,8 +77,28 @@ class ProducerConfig(ZooKeeperClientConfig, SecurityConfig):
             overrides["acks"] = ACKS_ALL
         return super().from_properties(values, **overrides)
 
+    @property
+    def idempotent(self) -> bool:
+        """Whether the producer is idempotent: ``enable.idempotence``, or if unset whether the settings allow
+        it (Kafka's ProducerConfig.postProcessAndValidateIdempotenceConfigs)."""
+        if self.enable_idempotence is not None:
+            return self.enable_idempotence
+        return not self._idempotence_conflicts()
+
+    def _idempotence_conflicts(self) -> list[str]:
+        conflicts = []
+        if self.acks != ACKS_ALL:
+            conflicts.append("acks must be all (-1)")
+        if self.retries == 0:
+            conflicts.append("retries must be > 0")
+        if self.max_in_flight > MAX_IDEMPOTENT_IN_FLIGHT:
+            conflicts.append(f"max.in.flight.requests.per.connection must be <= {MAX_IDEMPOTENT_IN_FLIGHT}")
+        return conflicts
+
     def _check_values(self) -> None:
         super()._check_values()
+        if self.enable_idempotence and (conflicts := self._idempotence_conflicts()):
+            raise ConfigError(f"config 'enable.idempotence': true needs {', '.join(conflicts)}")
         if self.batch_size > self.max_request_size:
             raise ConfigError(f"config 'batch.size': {self.batch_size} must be <= max.request.size "
                               f"({self.max_request_size})")

@@ -42,6 +42,7 @@ from metaq.errors import (
 )
 from metaq.producer.accumulator import ProducerBatch, RecordAccumulator, TopicPartition
 from metaq.producer.config import ProducerConfig
+from metaq.producer.idempotence import ProducerIdentity
 from metaq.producer.metadata import ClusterMetadata, Leader
 from metaq.retry import producer_send
 
@@ -79,6 +80,8 @@ class Sender(threading.Thread):
         self._connect = connection_factory
         self._policy = producer_send(retries=config.retries, retry_backoff_ms=config.retry_backoff_ms,
                                      retry_backoff_max_ms=config.retry_backoff_max_ms)
+        self._identity = ProducerIdentity() if config.idempotent else None
+        self._identity_retry_at = 0.0  # after a failed InitProducerId: when to ask again
         self._nodes: dict[int, _Node] = {}
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -160,6 +163,9 @@ class Sender(threading.Thread):
     def _send_ready(self, ready: list[TopicPartition]) -> None:
         """Send the ready partitions' batches, one request per leader at a time, while brokers have room."""
         pending = self._group_by_leader(ready)
+        if pending and self._identity is not None and not self._identity.known:
+            if not self._init_identity(next(iter(pending.values())), ready):
+                return
         while pending:
             groups = [(leader, tps) for leader, tps in pending.values() if self._has_capacity(leader)]
             if not groups:
@@ -175,6 +181,33 @@ class Sender(threading.Thread):
                 left = [tp for tp in tps if tp not in sent]
                 if left:  # did not fit in max.request.size: another request
                     pending[leader.broker_id] = (leader, left)
+
+    def _init_identity(self, target: tuple[Leader, list[TopicPartition]], ready: list[TopicPartition]) -> bool:
+        """Get a producer id from ``target``'s broker before the first (or after a failed) idempotent send;
+        False if that must wait. A retriable error is retried after retry.backoff.ms; any other fails the ready
+        batches with it, as Kafka's producer fails on a fatal InitProducerId error."""
+        assert self._identity is not None
+        now = time.monotonic()
+        if now < self._identity_retry_at:
+            return False
+        try:
+            # on the produce connection: pipelined behind any request in flight there, whose responses the
+            # wait reads and keeps for _read
+            self._identity.init(self._node(target[0]).conn, self._config.request_timeout_ms / 1000.0)
+            return True
+        except (BrokerConnectionError, ProtocolError, BrokerResponseError, AuthenticationError, TimeoutError) as e:
+            if isinstance(e, AuthenticationError) or (isinstance(e, BrokerResponseError) and not e.retriable):
+                log.error("InitProducerId failed: %s; failing the batches ready to send", e)
+                for tp in ready:
+                    batch = self._acc.take(tp)
+                    if batch is not None:
+                        self._fail(batch, e)
+            else:
+                log.warning("InitProducerId failed, retrying in %d ms: %s", self._config.retry_backoff_ms, e)
+                if isinstance(e, BrokerConnectionError):
+                    self._metadata.invalidate(target[1][0].topic)
+            self._identity_retry_at = now + self._config.retry_backoff_ms / 1000.0
+            return False
 
     def _group_by_leader(self, ready: list[TopicPartition]) -> dict[int, tuple[Leader, list[TopicPartition]]]:
         by_broker: dict[int, tuple[Leader, list[TopicPartition]]] = {}
@@ -230,6 +263,9 @@ class Sender(threading.Thread):
 
     def _send_produce(self, leader: Leader, batches: list[ProducerBatch]) -> None:
         acks = self._config.acks
+        if self._identity is not None:
+            for batch in batches:
+                self._identity.stamp(batch)
         fields = {"transactional_id": None, "acks": acks, "timeout_ms": self._config.request_timeout_ms,
                   "topic_data": _topic_data(batches)}
         try:
@@ -335,6 +371,8 @@ class Sender(threading.Thread):
             self._acc.reenqueue(batch, time.monotonic() + delay)
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        if self._identity is not None:
+            self._identity.failed(batch)
         try:
             batch.fail(error)
         finally:

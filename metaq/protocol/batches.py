@@ -236,6 +236,17 @@ _LEADER_EPOCH = struct.Struct(">i")
 _LEADER_EPOCH_POSITION = 12  # partition_leader_epoch: after the base offset (8) and the batch length (4)
 
 
+INT32_MAX = 2**31 - 1
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """An idempotent producer's ``sequence + increment``, wrapping past Int32.MAX to 0 (Kafka's
+    DefaultRecordBatch.incrementSequence): the last sequence of a batch, or the first of the next one."""
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
 def set_leader_epoch(buf: bytearray | memoryview, headers: Sequence[BatchHeader], epoch: int) -> None:
     """Stamp ``partition_leader_epoch`` into each batch in place (a replicated partition's leader does, see
     metaq/broker/replication/leader_epochs.py). The field is outside the CRC, so CRCs stay valid."""

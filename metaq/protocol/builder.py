@@ -239,6 +239,20 @@ class CompiledBatchBuilder:
         return bytes(out)
 
 
+_PRODUCER = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
+_PRODUCER_OFFSET = 43
+
+
+def with_producer(batch: bytes, producer_id: int, epoch: int, base_sequence: int) -> bytes:
+    """The batch as an idempotent producer sends it: its producer id, epoch and first record's sequence number
+    in the header, the CRC computed again (these fields are inside it). One CRC-32C pass over the batch, done
+    once per batch when it is first sent (a retry resends the same bytes)."""
+    out = bytearray(batch)
+    _PRODUCER.pack_into(out, _PRODUCER_OFFSET, producer_id, epoch, base_sequence)
+    _CRC.pack_into(out, _CRC_OFFSET, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
 AnyBatchBuilder = PyBatchBuilder | CompiledBatchBuilder
 BatchBuilder: type[AnyBatchBuilder] = (
     PyBatchBuilder if _CompiledBuilder is None else CompiledBatchBuilder)

@@ -10,7 +10,10 @@ producer's partitioner decides) and ``headers`` (``array<struct<key: string, val
 optional); other columns are ignored, so a frame read from metaq can be written back as it is.
 ``valueFormat``: ``auto`` (binary as is, string as UTF-8, anything else as JSON), ``binary``, ``string``,
 ``json`` or ``msgpack``. Each task runs its own :class:`metaq.Producer` and fails if any record is not
-acknowledged; Spark then retries the task, so delivery is at least once.
+acknowledged; Spark then retries the task, so delivery is at least once. The producer is idempotent by
+default (``acks=all``), so within a task attempt a resend after a lost answer or a broker failover is stored
+once, in order; a task *retry* is a new producer and writes every row of the task again (what the failed
+attempt had written stays: duplicates are possible then, and only then; docs/delivery-guarantees.md §7).
 
 Batch writes take ``.mode("append")`` (Spark refuses ``.save()``'s default mode, ``errorifexists``, for
 Python data sources; ``overwrite`` cannot replace a topic's messages and is refused). Option ``topic``

@@ -20,11 +20,12 @@ from metaq.protocol.batches import BATCH_HEADER_SIZE
 from metaq.protocol.builder import BatchBuilder
 from metaq.protocol.compression import compress
 
-__all__ = ["INVALID_BATCHES", "good_batch", "recrc", "set_field"]
+__all__ = ["INVALID_BATCHES", "good_batch", "idempotent_batch", "recrc", "set_field"]
 
 _FIELDS = {  # name -> (byte position, struct format) in the 61-byte header
     "attributes": (21, ">h"), "last_offset_delta": (23, ">i"), "base_timestamp": (27, ">q"),
-    "max_timestamp": (35, ">q"), "producer_id": (43, ">q"), "base_sequence": (53, ">i"), "record_count": (57, ">i"),
+    "max_timestamp": (35, ">q"), "producer_id": (43, ">q"), "producer_epoch": (51, ">h"), "base_sequence": (53, ">i"),
+    "record_count": (57, ">i"),
 }
 
 
@@ -51,6 +52,13 @@ def good_batch(count: int = 3, *, value: bytes = b"value", compression: str = "n
     for i in range(count):
         builder.append(now + i, b"k%d" % i, value + b"-%d" % i, headers)
     return builder.build()
+
+
+def idempotent_batch(producer_id: int, epoch: int, sequence: int, count: int = 3, *, value: bytes = b"value") -> bytes:
+    """A valid batch of ``count`` records as an idempotent producer sends it (its id, epoch, base sequence)."""
+    batch = set_field(good_batch(count, value=value), "producer_id", producer_id)
+    batch = set_field(batch, "producer_epoch", epoch)
+    return recrc(set_field(batch, "base_sequence", sequence))
 
 
 def _with_records(records: bytes, **fields: int) -> bytes:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import socket
 import struct
+import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,8 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.testing.wait import wait_until
-from zk_layout import ZkLayout
+from metaq.zkclient import connect
+from zk_layout import ZkLayout, split_connect
 
 
 def request(bootstrap: str, req: Any, response_cls: Any, version: int, timeout: float = 10.0) -> Any:
@@ -104,3 +108,33 @@ def make_topic(zk_layout: ZkLayout, broker_cluster: BrokerCluster) -> Callable[.
         return name
 
     return make
+
+
+@dataclass
+class ModuleBroker:
+    """One broker shared by the tests of a module (a topic per test), on a ZooKeeper chroot of its own."""
+
+    broker: BrokerProcess
+    layout: ZkLayout
+
+    def topic(self, name: str, partitions: int = 1) -> str:
+        create_topic(self.layout, name, partitions)
+        wait_until(lambda: len(topic_leaders(self.broker.bootstrap, name)) == partitions, 20, f"topic {name}")
+        return name
+
+
+@contextmanager
+def module_broker(connect_string: str, data_dir: Path, name: str) -> Iterator[ModuleBroker]:
+    """Start broker 0 on a new chroot ``<connect_string>/metaq-<name>-<uuid>``; stop it and the client after."""
+    hosts, base = split_connect(connect_string)
+    zk_connect = f"{hosts}{base}/metaq-{name}-{uuid.uuid4().hex}"
+    client = connect(zk_connect)
+    try:
+        broker = BrokerProcess(zk_connect, 0, data_dir).start()
+        try:
+            yield ModuleBroker(broker, ZkLayout(client))
+        finally:
+            broker.stop()
+    finally:
+        client.stop()
+        client.close()

@@ -20,15 +20,19 @@ def make_batch(
     compression: int = 0,
     base_offset: int = 0,
     transactional: bool = False,
+    producer: tuple[int, int, int] | None = None,
 ) -> bytes:
-    """A v2 record batch as a producer would send it (base offset 0 unless given)."""
+    """A v2 record batch as a producer would send it (base offset 0 unless given); ``producer`` is an
+    idempotent producer's (producer id, epoch, base sequence)."""
+    if producer is None:
+        producer = (7, 0, 0) if transactional else (-1, -1, -1)
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=compression,
         is_transactional=int(transactional),
-        producer_id=7 if transactional else -1,
-        producer_epoch=0 if transactional else -1,
-        base_sequence=0 if transactional else -1,
+        producer_id=producer[0],
+        producer_epoch=producer[1],
+        base_sequence=producer[2],
         batch_size=1 << 20,
     )
     for i, value in enumerate(values):

@@ -203,6 +203,7 @@ def test_housekeeping(tmp_path: Path) -> None:
         f"{SEG0}.index",
         f"{SEG0}.log",
         f"{SEG0}.timeindex",
+        f"{end:020d}.snapshot",  # producer state written at the clean close
         "leader-epoch-checkpoint",
         "notes.log",
     ]

@@ -20,13 +20,18 @@ from typing import Any
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.producer import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
 from kafka.record.memory_records import MemoryRecords
 
 CLOSE = object()
-SUPPORTED = {0: (3, 7), 1: (4, 11), 2: (0, 2), 3: (0, 4), 18: (0, 3)}
+SUPPORTED = {0: (3, 7), 1: (4, 11), 2: (0, 2), 3: (0, 4), 18: (0, 3), 22: (0, 1)}
 REQUESTS: dict[int, type[ApiMessage]] = {0: ProduceRequest, 1: FetchRequest, 3: MetadataRequest,
-                                         18: ApiVersionsRequest}
+                                         18: ApiVersionsRequest, 22: InitProducerIdRequest}
 
 
 @dataclass
@@ -57,7 +62,9 @@ class FakeBroker:
         self.log: dict[tuple[str, int], list[StoredRecord]] = {}
         self.received: list[Received] = []
         self.produce_errors: dict[tuple[str, int], list[int]] = {}  # error codes to answer, one per request
-        self.handlers: dict[int, Handler] = {18: self.api_versions, 3: self.metadata, 0: self.produce}
+        self.handlers: dict[int, Handler] = {18: self.api_versions, 3: self.metadata, 0: self.produce,
+                                             22: self.init_producer_id}
+        self.producer_ids: list[int] = []  # handed out by InitProducerId
         self.connections = 0
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = self._server.getsockname()[1]
@@ -162,6 +169,13 @@ class FakeBroker:
         return R[r.version](throttle_time_ms=0, brokers=[R.MetadataResponseBroker(
             node_id=self.node_id, host="127.0.0.1", port=self.port, rack=None)], cluster_id="fake",
             controller_id=self.node_id, topics=topics)
+
+    def init_producer_id(self, r: Received) -> Any:
+        with self._lock:
+            self.producer_ids.append(1000 + len(self.producer_ids))
+            producer_id = self.producer_ids[-1]
+        return InitProducerIdResponse[r.version](throttle_time_ms=0, error_code=0, producer_id=producer_id,
+                                                 producer_epoch=0)
 
     def produce(self, r: Received) -> Any:
         R = ProduceResponse

@@ -13,11 +13,13 @@ from metaq.errors import (
     MessageSizeTooLargeError,
     MetaqError,
     NotLeaderForPartitionError,
+    OutOfOrderSequenceError,
     UnknownTopicError,
 )
 from metaq.producer import ClusterMetadata, Producer, RecordMetadata
 from metaq.producer.partitioner import murmur2_partition
 from metaq.producer.sender import THREAD_NAME
+from metaq.protocol.batches import read_header
 from metaq.testing.wait import wait_until
 from tests.client.client_fake_broker import CLOSE, FakeBroker
 
@@ -157,6 +159,65 @@ def test_broken_connection_is_retried_in_order(broker, layout):
         assert [f.result().offset for f in futures] == list(range(200))
     assert [r.value for r in broker.records("t1", 0)] == [b"%03d" % i for i in range(200)]
     assert broker.connections == 2
+
+
+def _producer_fields(request) -> list[tuple[int, int, int, int]]:
+    """(partition, producer id, epoch, base sequence) of each batch of a Produce request."""
+    out = []
+    for data in request.request.topic_data[0].partition_data:
+        header = read_header(bytes(data.records))
+        out.append((data.index, header.producer_id, header.producer_epoch, header.base_sequence))
+    return out
+
+
+def test_batches_carry_the_producer_id_and_per_partition_sequences(broker, layout):
+    with make_producer(layout, linger_ms=0, batch_size=200) as producer:
+        futures = [producer.send("t1", b"%03d" % i, partition=i % 2) for i in range(60)]
+        producer.flush(10)
+        assert all(f.result().offset >= 0 for f in futures)
+    assert broker.producer_ids == [1000]
+    fields = [f for r in produce_requests(broker) for f in _producer_fields(r)]
+    for partition in (0, 1):
+        mine = [f for f in fields if f[0] == partition]
+        assert {(pid, epoch) for _, pid, epoch, _ in mine} == {(1000, 0)}
+        counts = [len(b) for b in _batch_records(broker, partition)]
+        assert [seq for *_, seq in mine] == [sum(counts[:i]) for i in range(len(counts))]
+
+
+def _batch_records(broker, partition: int) -> list[list[int]]:
+    """The records of each Produce request's batch for ``partition``, by record index."""
+    out = []
+    for r in produce_requests(broker):
+        for data in r.request.topic_data[0].partition_data:
+            if data.index == partition:
+                out.append(list(range(read_header(bytes(data.records)).record_count)))
+    return out
+
+
+def test_a_retry_resends_the_same_sequence(broker, layout):
+    broker.produce_errors[("t1", 0)] = [6]  # NOT_LEADER_OR_FOLLOWER once
+    with make_producer(layout) as producer:
+        producer.send("t1", b"v", partition=0).result(5)
+        producer.send("t1", b"w", partition=0).result(5)
+    assert [f[1:] for r in produce_requests(broker) for f in _producer_fields(r)] == [
+        (1000, 0, 0), (1000, 0, 0), (1000, 0, 1)]
+
+
+def test_a_batch_failed_for_good_makes_the_producer_take_a_new_id(broker, layout):
+    broker.produce_errors[("t1", 0)] = [45]  # OUT_OF_ORDER_SEQUENCE_NUMBER: fatal for the batch
+    with make_producer(layout) as producer:
+        with pytest.raises(OutOfOrderSequenceError):
+            producer.send("t1", b"v", partition=0).result(5)
+        producer.send("t1", b"w", partition=0).result(5)
+    assert broker.producer_ids == [1000, 1001]
+    assert [f[1:] for r in produce_requests(broker) for f in _producer_fields(r)] == [(1000, 0, 0), (1001, 0, 0)]
+
+
+def test_without_idempotence_batches_carry_no_producer_id(broker, layout):
+    with make_producer(layout, acks=1) as producer:
+        producer.send("t1", b"v", partition=0).result(5)
+    assert broker.producer_ids == []
+    assert _producer_fields(produce_requests(broker)[0]) == [(0, -1, -1, -1)]
 
 
 def test_leader_moves_to_another_broker(broker, layout):

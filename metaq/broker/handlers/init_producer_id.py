@@ -1,34 +1,41 @@
-"""InitProducerId v0..1, so that idempotent producers (kafka-python's default) can start.
+"""InitProducerId v0..1, so that idempotent producers (Java's and kafka-python's default) can start.
 
-metaq stores the producer id and sequence fields of batches as sent but does not deduplicate; ids are
-unique per broker start (time-based high bits, a counter below). Transactions are not supported: a
-transactional id is refused with the error every client treats as fatal (see handlers/groups.py).
+Producer ids come from blocks claimed in ZooKeeper (metaq/broker/producer_ids.py), unique across the cluster;
+every partition deduplicates and orders an idempotent producer's batches (metaq/broker/log/producer_state.py).
+Transactions are not supported: a transactional id is refused with the error every client treats as fatal
+(see handlers/groups.py).
 """
 
 from __future__ import annotations
 
-import itertools
-import time
+import logging
 from typing import Any
 
 from kafka.protocol.producer import InitProducerIdResponse
 
 from metaq.broker.context import BrokerContext
-from metaq.errors import ErrorCode
+from metaq.errors import ErrorCode, ZooKeeperError
 from zk_layout.acl_formats import AclOperation, ResourceType
 
-_ids = itertools.count((int(time.time() * 1000) & 0x3FFFFFFFFFF) << 20)
+log = logging.getLogger(__name__)
 
 
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
+    def answer(error: int, producer_id: int = -1, epoch: int = -1) -> Any:
+        return InitProducerIdResponse[version](throttle_time_ms=0, error_code=error, producer_id=producer_id,
+                                               producer_epoch=epoch)
+
     if request.transactional_id:
-        return InitProducerIdResponse[version](
-            throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            producer_id=-1, producer_epoch=-1)
+        return answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # Kafka 2.8+ (KIP-679): IdempotentWrite on the cluster, or Write on some topic
     if not (ctx.authorize(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
             or ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC)):
-        return InitProducerIdResponse[version](
-            throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
-    return InitProducerIdResponse[version](throttle_time_ms=0, error_code=0, producer_id=next(_ids),
-                                           producer_epoch=0)
+        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    if ctx.producer_ids is None:
+        return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    try:
+        producer_id = await ctx.producer_ids.next_id()
+    except ZooKeeperError as e:  # retriable for the client: it asks again
+        log.warning("InitProducerId: cannot claim a producer id block: %s", e)
+        return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    return answer(ErrorCode.NONE, producer_id, 0)

@@ -20,13 +20,15 @@ from typing import Any
 from kafka.protocol.producer import ProduceResponse
 
 from metaq.broker.context import BrokerContext
-from metaq.broker.log.partition_log import PartitionLog
+from metaq.broker.log.partition_log import AppendResult, PartitionLog
 from metaq.broker.replication import acks as replication
 from metaq.errors import (
     CorruptRecordError,
     ErrorCode,
+    InvalidProducerEpochError,
     InvalidRecordError,
     MessageSizeTooLargeError,
+    OutOfOrderSequenceError,
     StorageError,
     UnsupportedCompressionError,
     UnsupportedMessageFormatError,
@@ -42,7 +44,8 @@ _FIRST_BATCH_V2_VERSION = 3
 
 
 def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tuple[int, int, PartitionLog | None]:
-    """(error_code, base_offset, log) for one partition's records."""
+    """(error_code, base_offset, log) for one partition's records. A duplicate of an idempotent producer's
+    batch answers the original's base offset, as Kafka does (UnifiedLog.append with a duplicate)."""
     if denied := ctx.denied(AclOperation.WRITE, ResourceType.TOPIC, topic):
         return denied, -1, None
     if topic in INTERNAL_TOPICS:
@@ -58,17 +61,30 @@ def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tup
     try:
         result = plog.append(records, leader_epoch=ctx.replication.append_epoch(topic, partition)
                              if ctx.replication is not None else None)
+    except (OutOfOrderSequenceError, InvalidProducerEpochError) as e:
+        log.info("produce to %s-%d rejected: %s", topic, partition, e)
+        return e.code, -1, plog
     except (CorruptRecordError, MessageSizeTooLargeError) as e:
         log.warning("produce to %s-%d rejected: %s", topic, partition, e)
         return _rejection_code(e), -1, plog
     except (StorageError, OSError) as e:
         log.error("produce to %s-%d failed to write: %s", topic, partition, e)
         return ErrorCode.KAFKA_STORAGE_ERROR, -1, plog
+    _appended(ctx, topic, partition, result, len(records))
+    return 0, result.base_offset, plog
+
+
+def _appended(ctx: BrokerContext, topic: str, partition: int, result: AppendResult, size: int) -> None:
+    """Wake fetchers and count; a duplicate appended nothing (with acks=all its answer still waits until the
+    ISR holds everything up to the log end, the original included)."""
+    if result.duplicate:
+        log.debug("produce to %s-%d: duplicate of the batch at offsets %d..%d, nothing appended",
+                  topic, partition, result.base_offset, result.last_offset)
+        return
     ctx.notifier.notify((topic, partition))
-    ctx.metrics.appended(topic, result.record_count, len(records))
+    ctx.metrics.appended(topic, result.record_count, size)
     if ctx.replication is not None:
         ctx.replication.leader_appended(topic, partition)
-    return 0, result.base_offset, plog
 
 
 def _rejection_code(error: Exception) -> int:

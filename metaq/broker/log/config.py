@@ -39,6 +39,9 @@ class LogConfig(Config):
     flush_interval_ms: int | None = prop("log.flush.interval.ms", None, check=non_negative)
     segment_delete_delay_ms: int = prop("log.segment.delete.delay.ms", 60000, check=non_negative)
     max_message_bytes: int = prop("message.max.bytes", 1048588, check=positive)
+    producer_id_expiration_ms: int = prop("producer.id.expiration.ms", 86400000, check=positive,
+                                          doc="forget an idempotent producer idle this long (by its batches' "
+                                              "timestamps), as Kafka")
 
     def __post_init__(self) -> None:
         # Direct construction (tests, embedding) gets the same checks as from_properties().

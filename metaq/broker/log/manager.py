@@ -290,6 +290,10 @@ class LogManager:
         """Apply retention to every log; return the number of segments deleted."""
         return sum(log.delete_old_segments(now_ms) for log in self._logs.values())
 
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget idle idempotent producers in every log (``producer.id.expiration.ms``); return how many."""
+        return sum(log.remove_expired_producers(now_ms) for log in self._logs.values())
+
     def shutdown(self) -> None:
         """Flush and checkpoint everything, close the logs, and mark each directory cleanly shut down (only
         if all of that succeeded: otherwise the next start recovers)."""

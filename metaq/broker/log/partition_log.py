@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metaq.broker.log.config import LogConfig
+from metaq.broker.log.producer_state import ProducerStateManager
 from metaq.broker.log.segment import (
     DELETED_SUFFIX,
     LOG_SUFFIX,
@@ -51,6 +52,9 @@ class AppendResult:
     last_offset: int
     log_start_offset: int
     record_count: int
+    duplicate: bool = False
+    """An idempotent producer's resend of a batch already in the log: nothing was appended, the offsets are
+    the original's (see :mod:`metaq.broker.log.producer_state`)."""
 
 
 class PartitionLog:
@@ -81,6 +85,7 @@ class PartitionLog:
         self._dir_dirty = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
+        self.producer_state = ProducerStateManager(directory, f"{topic}-{partition}", config.producer_id_expiration_ms)
 
     # ---------------------------------------------------------------------------------------- opening
 
@@ -112,6 +117,11 @@ class PartitionLog:
         log = cls(directory, topic, partition, config, segments, recovery_point)
         if not recover:
             log.recovery_point = log.log_end_offset  # a clean shutdown flushed everything
+        try:
+            log.load_producer_state()
+        except BaseException:
+            log._close_files()
+            raise
         logger.debug(
             "Loaded log %s-%d: %d segments, offsets %d..%d, recovery point %d",
             topic,
@@ -137,12 +147,17 @@ class PartitionLog:
         self._check_sizes(headers, len(records))
         validate_records(records, headers, decompressed_limit(self.config.max_message_bytes))
         now = _now_ms() if now_ms is None else now_ms
+        first_offset = self.log_end_offset
+        duplicate, updates = self.producer_state.check_client_append(headers, first_offset)
+        if duplicate is not None:
+            return AppendResult(duplicate.first_offset, duplicate.last_offset, self.log_start_offset, 0, True)
         data = bytearray(records)
         if leader_epoch is not None:  # a replicated partition's leader stamps its epoch (KIP-101)
             set_leader_epoch(data, headers, leader_epoch)
-        first_offset = self.log_end_offset
         next_offset = assign_offsets(data, headers, first_offset)
-        return self._write(data, headers, first_offset, next_offset, now)
+        result = self._write(data, headers, first_offset, next_offset, now)
+        self.producer_state.apply(updates, next_offset)
+        return result
 
     def append_replica(self, records: Buffer, *, now_ms: int | None = None) -> list[BatchHeader]:
         """Append batches fetched from the partition's leader as they are: the leader's offsets and leader
@@ -158,6 +173,7 @@ class PartitionLog:
             expected = header.next_offset
         now = _now_ms() if now_ms is None else now_ms
         self._write(bytearray(records), headers, self.log_end_offset, expected, now)
+        self.producer_state.replicated(headers)  # so that this replica deduplicates once it leads
         return headers
 
     def _write(self, data: bytearray, headers: list[BatchHeader], first_offset: int, next_offset: int,
@@ -201,6 +217,7 @@ class PartitionLog:
             self.log_end_offset = segment.next_offset
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
         logger.info("Truncated log %s-%d to offset %d", self.topic, self.partition, self.log_end_offset)
+        self._rebuild_producer_state(_now_ms())  # batches of the cut tail must not count as written
         return self.log_end_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -217,6 +234,8 @@ class PartitionLog:
             self._segments, self._bases = [new], [offset]
             self.log_start_offset = self.log_end_offset = self.recovery_point = offset
             self._dir_dirty = True
+        self.producer_state.clear(offset)
+        self.producer_state.delete_snapshots(above=-1)
         logger.warning("Log %s-%d emptied and restarted at offset %d", self.topic, self.partition, offset)
 
     def _check_sizes(self, headers: list[BatchHeader], total: int) -> None:
@@ -237,6 +256,8 @@ class PartitionLog:
         """Start a new active segment at the log end offset."""
         old = self._segments[-1]
         old.deactivate()  # first: if it fails (it cuts a failed append's bytes), nothing was created
+        if self.producer_state.map_end_offset == self.log_end_offset:
+            self.producer_state.take_snapshot()  # the state at the new segment's base offset, as Kafka
         new = LogSegment.create(self.directory, self.log_end_offset, self.config)
         with self._lock:
             old.dirty = True  # the final time index entry
@@ -411,6 +432,8 @@ class PartitionLog:
         for segment in doomed:
             segment.mark_deleted()
             self._pending_deletes.append((now_ms + self.config.segment_delete_delay_ms, segment))
+        # a snapshot goes with its segment (the in-memory state stays: producers are forgotten by expiry only)
+        self.producer_state.delete_snapshots(below=self._bases[0])
         logger.info(
             "Deleted %d segment(s) of %s-%d by %s; log start offset is now %d",
             len(doomed),
@@ -477,6 +500,37 @@ class PartitionLog:
         for _, segment in expired:
             _remove_quietly(segment)
 
+    # ---------------------------------------------------------------------------------------- producer state
+
+    def load_producer_state(self, now_ms: int | None = None) -> None:
+        """At open: the newest snapshot plus a replay of the batches after it (Kafka's loadProducerState);
+        snapshot files that are neither the newest nor at a segment base are removed."""
+        self._rebuild_producer_state(_now_ms() if now_ms is None else now_ms)
+        offsets = self.producer_state.snapshot_offsets()
+        bases = set(self._bases)
+        for offset in offsets[:-1]:
+            if offset not in bases:
+                self.producer_state.snapshot_path(offset).unlink(missing_ok=True)
+
+    def _rebuild_producer_state(self, now_ms: int) -> None:
+        start = self.producer_state.load_snapshot(self._bases[0], self.log_end_offset, now_ms)
+        replayed = 0
+        try:
+            for i in range(max(0, bisect_right(self._bases, start) - 1), len(self._segments)):
+                headers = [h for h in self._segments[i].headers_from(start) if h.last_offset >= start]
+                replayed += len(headers)
+                self.producer_state.replicated(headers)
+        except OSError as e:
+            raise StorageError(f"cannot read {self.topic}-{self.partition} to rebuild producer state: {e}") from e
+        self.producer_state.map_end_offset = self.log_end_offset
+        if replayed:
+            logger.info("Producer state of %s-%d: snapshot at %d, %d batches replayed, %d producers",
+                        self.topic, self.partition, start, replayed, len(self.producer_state.producers))
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producers idle for ``producer.id.expiration.ms``; return how many."""
+        return self.producer_state.remove_expired(now_ms)
+
     # ---------------------------------------------------------------------------------------- misc
 
     def size_bytes(self) -> int:
@@ -505,6 +559,8 @@ class PartitionLog:
                 active.dirty = True
         try:
             self.flush()
+            if self.producer_state.map_end_offset == self.log_end_offset:
+                self.producer_state.take_snapshot()  # a clean restart needs no replay
         finally:
             self._close_files()
 

@@ -438,6 +438,15 @@ class LogSegment:
             yield position, header
             position += header.size
 
+    def headers_from(self, offset: int) -> Iterator[BatchHeader]:
+        """The headers of the batches from the one holding ``offset`` to the segment's end (producer state
+        replay reads these 61-byte headers only, never the records)."""
+        end = self.size
+        found = self._find_batch(offset, end)
+        if found is not None:
+            for _, header in self._iter_headers(found[0], end):
+                yield header
+
     def _find_batch(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= ``offset``."""
         _, start = self.index.lookup(offset)
