@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import struct
 import subprocess
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import confluent_kafka
@@ -30,46 +28,26 @@ from metaq.broker.coordinator.schema import (
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.log.segment import LOG_SUFFIX
-from metaq.broker.process import BrokerProcess
-from metaq.broker.topics import create_topic
 from metaq.errors import ErrorCode
 from metaq.protocol.batches import read_header
 from metaq.protocol.builder import BatchBuilder
 from metaq.protocol.records import decode_records
 from metaq.testing.batches import INVALID_BATCHES, good_batch, recrc
-from metaq.testing.broker import request, topic_leaders, wait_until
+from metaq.testing.broker import SharedBroker, request, shared_broker, topic_leaders, wait_until
 from metaq.testing.group import log_end_offsets
-from metaq.zkclient import connect
-from zk_layout import ZkLayout, split_connect
 
 TS = 1_700_000_000_000
 ALLOWED_REFUSALS = {2, 10, 76, 87}  # CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD
 
 
-@dataclass
-class Shared:
-    broker: BrokerProcess
-    layout: ZkLayout
-
-    def topic(self, name: str) -> str:
-        create_topic(self.layout, name, 1)
-        wait_until(lambda: len(topic_leaders(self.broker.bootstrap, name)) == 1, 20, f"topic {name}")
-        return name
+Shared = SharedBroker
 
 
 @pytest.fixture(scope="module")
-def shared(zk_server, tmp_path_factory) -> Iterator[Shared]:
+def shared(zk_server, tmp_path_factory) -> Iterator[SharedBroker]:
     """One broker for the module (a topic per test), on a ZooKeeper chroot of its own."""
-    hosts, base = split_connect(zk_server.connect_string)
-    zk_connect = f"{hosts}{base}/metaq-validation-{uuid.uuid4().hex}"
-    client = connect(zk_connect)
-    broker = BrokerProcess(zk_connect, 0, tmp_path_factory.mktemp("validation")).start()
-    try:
-        yield Shared(broker, ZkLayout(client))
-    finally:
-        broker.stop()
-        client.stop()
-        client.close()
+    with shared_broker(zk_server.connect_string, tmp_path_factory.mktemp("validation"), "metaq-validation") as s:
+        yield s
 
 
 def produce_raw(bootstrap: str, topic: str, records: bytes, partition: int = 0) -> tuple[int, int]:

@@ -360,12 +360,10 @@ def xxh32(data: bytes, seed: int = 0) -> int:
     return h
 
 
-def check_inner_offsets(messages: list[LegacyMessage], magic: int, where: str) -> None:
-    """A producer's wrapper: v1 inner offsets must be 0..n-1 (relative); v0 ones must rise. Kafka's
-    LogValidator refuses anything else with InvalidRecordException."""
-    for i, message in enumerate(messages):
-        if magic and message.offset != i:
-            raise InvalidRecordError(f"{where}: inner message {i} has relative offset {message.offset}")
-        if not magic and i and message.offset <= messages[i - 1].offset:
-            raise InvalidRecordError(f"{where}: inner offsets go backwards at message {i}")
-
+def check_inner_offsets(messages: list[LegacyMessage], where: str) -> None:
+    """A producer's wrapper: its inner offsets may not go backwards (producers write 0..n-1; the broker
+    assigns its own anyway). InvalidRecordError naming the first that does."""
+    for i in range(1, len(messages)):
+        if messages[i].offset < messages[i - 1].offset:
+            raise InvalidRecordError(f"{where}: inner offsets go backwards at message {i} "
+                                     f"({messages[i - 1].offset}, then {messages[i].offset})")

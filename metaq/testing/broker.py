@@ -7,9 +7,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
+import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,8 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.testing.wait import wait_until
-from zk_layout import ZkLayout
+from metaq.zkclient import session
+from zk_layout import ZkLayout, split_connect
 
 
 def request(bootstrap: str, req: Any, response_cls: Any, version: int, timeout: float = 10.0) -> Any:
@@ -104,3 +108,33 @@ def make_topic(zk_layout: ZkLayout, broker_cluster: BrokerCluster) -> Callable[.
         return name
 
     return make
+
+
+@dataclass
+class SharedBroker:
+    """One broker process shared by the tests of a module, each test making its own topics."""
+
+    broker: BrokerProcess
+    zk_connect: str
+
+    def topic(self, name: str, partitions: int = 1) -> str:
+        """Create ``name`` and wait until the broker serves it. The ZooKeeper client lives for this call only:
+        a module-long one keeps a kazoo thread drawing from ``random`` (its ping jitter) while hypothesis
+        tests run, which hypothesis reports as randomness inside their strategies."""
+        with session(self.zk_connect) as client:
+            create_topic(ZkLayout(client), name, partitions)
+        wait_until(lambda: len(topic_leaders(self.broker.bootstrap, name)) == partitions, 20, f"topic {name}")
+        return name
+
+
+@contextlib.contextmanager
+def shared_broker(zk_connect_string: str, directory: Path, prefix: str) -> Iterator[SharedBroker]:
+    """A broker on a fresh ZooKeeper chroot ``<prefix>-<uuid hex>`` under ``zk_connect_string``, for a
+    module-scoped fixture; stopped on exit."""
+    hosts, base = split_connect(zk_connect_string)
+    zk_connect = f"{hosts}{base}/{prefix}-{uuid.uuid4().hex}"
+    broker = BrokerProcess(zk_connect, 0, directory).start()
+    try:
+        yield SharedBroker(broker, zk_connect)
+    finally:
+        broker.stop()
