@@ -207,3 +207,20 @@ def test_kafka_python_with_an_old_api_version(shared: Shared, api_version: tuple
     finally:
         consumer.close()
     assert got == sent
+
+
+@pytest.mark.compat("old clients: produce and consume", "kcat")
+@pytest.mark.parametrize("fallback", ["0.8.2", "0.9.0"])
+def test_kcat_without_api_versions(shared: Shared, fallback: str) -> None:
+    bootstrap = shared.broker.bootstrap
+    topic = shared.topic(f"kcat-{fallback}")
+    old = {"api_version_request": "false", "broker_version_fallback": fallback}
+    sent = []
+    for codec in ("gzip", "snappy"):
+        pairs = [(f"k{i}", f"{codec}-{i}") for i in range(5)]
+        peers.kcat_produce(bootstrap, topic, 0, pairs, compression_codec=codec, **old)
+        sent += pairs
+    got = peers.kcat_consume(bootstrap, topic, 0, "beginning", **old)
+    assert {m.timestamp for m in got} == {0}  # magic 0 has none: kcat prints 0
+    assert [(m.offset, m.key, m.value) for m in got] == [
+        (i, k.encode(), v.encode()) for i, (k, v) in enumerate(sent)]
