@@ -224,3 +224,40 @@ def test_kcat_without_api_versions(shared: Shared, fallback: str) -> None:
     assert {m.timestamp for m in got} == {0}  # magic 0 has none: kcat prints 0
     assert [(m.offset, m.key, m.value) for m in got] == [
         (i, k.encode(), v.encode()) for i, (k, v) in enumerate(sent)]
+
+
+@pytest.mark.compat("old clients: offsets", "kafka-python")
+@pytest.mark.parametrize("api_version", [(0, 8, 1), (0, 8, 2), (0, 9)], ids=lambda v: ".".join(map(str, v)))
+def test_kafka_python_old_offset_commit_and_fetch(shared: Shared, api_version: tuple[int, ...]) -> None:
+    bootstrap = shared.broker.bootstrap
+    name = "-".join(map(str, api_version))
+    topic = shared.topic(f"kp-offsets-{name}")
+    assert produce(bootstrap, 0, topic, message_set(0, 0, items(10, "o"))) == (0, 0)
+    tp = kafka.TopicPartition(topic, 0)
+    for committed in (7, 9):
+        consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, api_version=api_version, group_id=f"g-{name}",
+                                       enable_auto_commit=False, consumer_timeout_ms=10000)
+        try:
+            consumer.assign([tp])
+            assert consumer.committed(tp) == (None if committed == 7 else 7)
+            consumer.commit({tp: kafka.OffsetAndMetadata(committed, "", -1)})
+            assert consumer.committed(tp) == committed
+        finally:
+            consumer.close()
+
+
+def test_list_offsets_v0_answers_segment_offsets(shared: Shared) -> None:
+    from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+
+    bootstrap = shared.broker.bootstrap
+    topic = shared.topic("legacy-list-offsets")
+    assert produce(bootstrap, 0, topic, message_set(0, 0, items(4, "l"))) == (0, 0)
+    answers = {}
+    for ts, max_num in ((-1, 1), (-2, 1), (-1, 10)):
+        part = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, timestamp=ts,
+                                                                        max_num_offsets=max_num)
+        req = ListOffsetsRequest[0](replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(
+            name=topic, partitions=[part])])
+        (p,) = request(bootstrap, req, ListOffsetsResponse, 0).topics[0].partitions
+        answers[(ts, max_num)] = (p.error_code, list(p.old_style_offsets))
+    assert answers == {(-1, 1): (0, [4]), (-2, 1): (0, [0]), (-1, 10): (0, [4, 0])}
