@@ -6,6 +6,7 @@ consumer pinned to api_version (0, 8, 2), (0, 9) and (0, 10, 2)."""
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from collections.abc import Iterator
 
@@ -17,6 +18,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from integration_tests import peers
+from metaq.consumer import Consumer, ConsumerTimeoutError
 from metaq.errors import ErrorCode
 from metaq.protocol import legacy
 from metaq.protocol.builder import BatchBuilder
@@ -261,3 +263,71 @@ def test_list_offsets_v0_answers_segment_offsets(shared: Shared) -> None:
         (p,) = request(bootstrap, req, ListOffsetsResponse, 0).topics[0].partitions
         answers[(ts, max_num)] = (p.error_code, list(p.old_style_offsets))
     assert answers == {(-1, 1): (0, [4]), (-2, 1): (0, [0]), (-1, 10): (0, [4, 0])}
+
+
+PYKAFKA_SCRIPT = r"""
+import json, sys, time
+from pykafka import KafkaClient
+from pykafka.common import OffsetType
+
+bootstrap, zk, topic, group = sys.argv[1:5]
+client = KafkaClient(hosts=bootstrap, broker_version="0.9.0")
+t = client.topics[topic.encode()]
+with t.get_sync_producer(min_queued_messages=1) as producer:
+    for i in range(10):
+        producer.produce(b"pykafka-%d" % i, partition_key=b"k%d" % i)
+simple = t.get_simple_consumer(auto_offset_reset=OffsetType.EARLIEST, reset_offset_on_start=True,
+                               consumer_timeout_ms=5000)
+got_simple = [(m.partition_id, m.offset, m.partition_key.decode() if m.partition_key else None, m.value.decode())
+              for m in simple]
+simple.stop()
+balanced = t.get_balanced_consumer(consumer_group=group.encode(), zookeeper_connect=zk,
+                                   auto_offset_reset=OffsetType.EARLIEST, reset_offset_on_start=True,
+                                   consumer_timeout_ms=5000, auto_commit_enable=False)
+got_balanced = []
+deadline = time.time() + 60
+while len(got_balanced) < len(got_simple) and time.time() < deadline:
+    m = balanced.consume(block=True)
+    if m is not None:
+        got_balanced.append((m.partition_id, m.offset, m.value.decode()))
+balanced.commit_offsets()
+balanced.stop()
+print(json.dumps({"simple": got_simple, "balanced": got_balanced}))
+"""
+
+
+@pytest.mark.compat("old clients: produce and consume", "pykafka")
+def test_pykafka_produces_and_its_simple_and_balanced_consumers_read_everything(shared: Shared) -> None:
+    import json
+    import subprocess
+
+    from metaq.testing.pypeer import virtualenv
+
+    python = virtualenv("pykafka-2.8.0", ["pykafka==2.8.0"])  # pins kazoo 2.5.0: not in metaq's environment
+    bootstrap = shared.broker.bootstrap
+    topic = shared.topic("pykafka", partitions=2)
+    out = subprocess.run([str(python), "-c", PYKAFKA_SCRIPT, bootstrap, shared.zk_connect, topic, "pk-group"],
+                         capture_output=True, timeout=180)
+    assert out.returncode == 0, out.stderr.decode()[-3000:]
+    result = json.loads(out.stdout.decode().strip().splitlines()[-1])
+    values = sorted(v for _, _, _, v in result["simple"])
+    assert values == sorted(f"pykafka-{i}" for i in range(10))
+    assert sorted(v for _, _, v in result["balanced"]) == values
+    # a metaq group beside pykafka's (another group id, the same ZooKeeper) reads everything too
+    consumer = Consumer({"group.id": "metaq-beside-pykafka", "zookeeper.connect": shared.zk_connect,
+                         "consumer.timeout.ms": 5000, "auto.offset.reset": "smallest"})
+    try:
+        [stream] = consumer.create_message_streams({topic: 1})[topic]
+        got = []
+        with contextlib.suppress(ConsumerTimeoutError):
+            for message in stream:
+                got.append((message.partition, message.offset, message.value.decode()))
+                if len(got) == len(values):
+                    break
+    finally:
+        consumer.shutdown()
+    assert sorted(got) == sorted((p, o, v) for p, o, _, v in result["simple"])
+    # offsets per partition run 0..n-1, as stored
+    for partition in (0, 1):
+        offsets = sorted(o for p, o, _, _ in result["simple"] if p == partition)
+        assert offsets == list(range(len(offsets)))
