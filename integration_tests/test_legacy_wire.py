@@ -24,6 +24,8 @@ from metaq.protocol import legacy
 from metaq.protocol.builder import BatchBuilder
 from metaq.protocol.records import decode_records
 from metaq.testing.broker import SharedBroker, request, shared_broker
+from metaq.zkclient import session
+from zk_layout import ZkLayout
 
 TS = 1_700_000_000_000
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3}
@@ -246,6 +248,9 @@ def test_kafka_python_old_offset_commit_and_fetch(shared: Shared, api_version: t
             assert consumer.committed(tp) == committed
         finally:
             consumer.close()
+    if api_version == (0, 8, 1):  # OffsetCommit v0: stored in ZooKeeper, where 0.8 consumers keep offsets
+        with session(shared.zk_connect) as client:
+            assert ZkLayout(client).read_offset(f"g-{name}", topic, 0) == 9
 
 
 def test_list_offsets_v0_answers_segment_offsets(shared: Shared) -> None:
