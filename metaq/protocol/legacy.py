@@ -33,7 +33,7 @@ import zlib
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from metaq.errors import CorruptRecordError, InvalidRecordError
+from metaq.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
 from metaq.protocol.compression import compress, decompress
 
 try:  # aiokafka's compiled reader (see the module doc); the pure-Python walk where it is missing
@@ -43,8 +43,8 @@ except ImportError:  # pragma: no cover - every platform with an aiokafka wheel 
     _CompiledRecords = None
     _CompiledCorruptError = CorruptRecordError
 
-__all__ = ["LegacyMessage", "build_message_set", "check_inner_offsets", "decode_run", "encode_message", "inflate",
-           "lz4_frame_fix", "walk_message_set", "xxh32"]
+__all__ = ["LegacyMessage", "ProducedSet", "build_message_set", "decode_run", "encode_message", "inflate",
+           "lz4_frame_fix", "read_produced", "walk_message_set", "xxh32"]
 
 Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
 """As metaq.protocol.records.Record; v0/v1 records have no headers."""
@@ -194,18 +194,21 @@ def _read_wrapper(wrapper: LegacyMessage, min_offset: int, check_crcs: bool, out
         out.extend(r for r in records if r[0] >= min_offset)
 
 
-def _count_plain(inner: bytes) -> int:
-    """How many entries a wrapper's inner set holds, each complete, uncompressed and of magic 0 or 1."""
+def _count_plain(inner: bytes, magic: int | None = None) -> int:
+    """How many entries a wrapper's inner set holds, each complete, uncompressed and of magic 0 or 1 (of
+    ``magic`` when given: a producer's wrapper)."""
     pos, end, count = 0, len(inner), 0
     while pos < end:
         if end - pos < _MAGIC_POS + 2:
             raise CorruptRecordError(f"the inner message set ends with {end - pos} stray bytes")
-        offset, size, _crc, magic, attributes = _ENTRY.unpack_from(inner, pos)
-        if magic != 0 and magic != 1:
-            raise CorruptRecordError(f"inner message {count}: magic byte {magic}")
+        offset, size, _crc, entry_magic, attributes = _ENTRY.unpack_from(inner, pos)
+        if entry_magic != 0 and entry_magic != 1:
+            raise CorruptRecordError(f"inner message {count}: magic byte {entry_magic}")
+        if magic is not None and entry_magic != magic:
+            raise CorruptRecordError(f"inner message {count} has magic {entry_magic}, the wrapper {magic}")
         if attributes & CODEC_MASK:
             raise CorruptRecordError(f"inner message {count} is compressed too (nested compression)")
-        if size < MIN_MESSAGE_SIZE[magic] or pos + _LOG_OVERHEAD + size > end:
+        if size < MIN_MESSAGE_SIZE[entry_magic] or pos + _LOG_OVERHEAD + size > end:
             raise CorruptRecordError(f"inner message {count} (offset {offset}): size {size} does not fit")
         pos += _LOG_OVERHEAD + size
         count += 1
@@ -360,10 +363,80 @@ def xxh32(data: bytes, seed: int = 0) -> int:
     return h
 
 
-def check_inner_offsets(messages: list[LegacyMessage], where: str) -> None:
-    """A producer's wrapper: its inner offsets may not go backwards (producers write 0..n-1; the broker
-    assigns its own anyway). InvalidRecordError naming the first that does."""
-    for i in range(1, len(messages)):
-        if messages[i].offset < messages[i - 1].offset:
+class ProducedSet(NamedTuple):
+    """A produced v0/v1 message set, checked (:func:`read_produced`)."""
+
+    magic: int
+    codec: int
+    """The codec of its wrappers (0: none was compressed)."""
+    records: list[Record]
+    """Its records in order, offsets as written (relative ones left relative)."""
+
+
+def read_produced(data: bytes, limit: int) -> ProducedSet:
+    """A producer's message set, checked as a broker checks one before appending (Kafka's LogValidator):
+    complete entries of one magic (0 or 1) with valid CRCs and sizes, no attribute bits but the codec,
+    wrappers holding at least one message of their magic, none compressed, with inner offsets that never
+    go backwards, decompressing to at most ``limit`` bytes. CorruptRecordError (InvalidRecordError for the
+    offsets) or MessageSizeTooLargeError name the entry. Headers are read here, records by
+    :func:`_read_plain` (the compiled reader where installed)."""
+    records: list[Record] = []
+    magic, codec = -1, 0
+    pos, end = 0, len(data)
+    run_start, run_count = 0, 0
+    while pos < end:
+        if end - pos < _MAGIC_POS + 2:
+            raise CorruptRecordError(f"message at byte {pos}: {end - pos} bytes left, too few for a message")
+        offset, size, _crc, entry_magic, attributes = _ENTRY.unpack_from(data, pos)
+        where = f"message at byte {pos} (offset {offset})"
+        if entry_magic != 0 and entry_magic != 1:
+            raise CorruptRecordError(f"{where}: magic byte {entry_magic} in a v0/v1 message set")
+        if magic < 0:
+            magic = entry_magic
+        elif entry_magic != magic:
+            raise CorruptRecordError(f"{where}: magic {entry_magic} after messages of magic {magic}")
+        if attributes & ~CODEC_MASK & 0xFF:
+            raise CorruptRecordError(f"{where}: attributes {attributes & 0xFF:#04x} a producer may not set")
+        stop = pos + _LOG_OVERHEAD + size
+        if size < MIN_MESSAGE_SIZE[magic] or stop > end:
+            raise CorruptRecordError(f"{where}: size {size} does not fit")
+        if attributes & CODEC_MASK:
+            _read_plain(data, run_start, pos, run_count, magic, _ALL, True, records)
+            codec = attributes & CODEC_MASK
+            if codec > _LZ4:
+                raise UnsupportedCompressionError(f"{where}: codec {codec} in a v{magic} message (gzip, snappy "
+                                                  f"and lz4 only; zstd needs record batch v2)")
+            records += _produced_wrapper(_parse(data, pos, stop, True), limit, where)
+            run_start, run_count = stop, 0
+        else:
+            run_count += 1
+        pos = stop
+    _read_plain(data, run_start, pos, run_count, magic, _ALL, True, records)
+    if not records:
+        raise CorruptRecordError("an empty message set")
+    return ProducedSet(magic, codec, records)
+
+
+_LZ4 = 3
+_ALL = -(1 << 63)
+"""A min_offset below every offset (relative ones included)."""
+
+
+def _produced_wrapper(wrapper: LegacyMessage, limit: int, where: str) -> list[Record]:
+    """A produced wrapper's inner records, checked (:func:`read_produced`)."""
+    if wrapper.value is None:
+        raise CorruptRecordError(f"{where}: a compressed message with a null value")
+    inner = inflate(wrapper.attributes & CODEC_MASK, wrapper.magic, wrapper.value, where, limit)
+    records: list[Record] = []
+    try:
+        count = _count_plain(inner, wrapper.magic)
+        _read_plain(inner, 0, len(inner), count, wrapper.magic, _ALL, True, records)
+    except CorruptRecordError as e:
+        raise CorruptRecordError(f"{where}: {e}") from None
+    if not records:
+        raise CorruptRecordError(f"{where}: a compressed message holding no message")
+    for i in range(1, len(records)):
+        if records[i][0] < records[i - 1][0]:
             raise InvalidRecordError(f"{where}: inner offsets go backwards at message {i} "
-                                     f"({messages[i - 1].offset}, then {messages[i].offset})")
+                                     f"({records[i - 1][0]}, then {records[i][0]})")
+    return records

@@ -122,3 +122,15 @@ def test_a_large_answer_is_converted_a_chunk_at_a_time(tmp_path: Path, monkeypat
     # magic 0 messages are larger than the stored records: what fits in the size is sent, the rest later
     assert result.records and [r[0] for r in result.records] == list(range(len(result.records)))
     assert sum(len(p) for p in parts) == converted.size >= piece.size
+
+
+def test_upconvert_refuses_zstd_and_backwards_inner_offsets() -> None:
+    from metaq.errors import InvalidRecordError, UnsupportedCompressionError
+
+    inner = legacy.encode_message(0, 1, 0, TS, None, b"v")
+    zstd = legacy.encode_message(0, 1, 4, TS, None, bytes(cramjam.zstd.compress(inner)))
+    with pytest.raises(UnsupportedCompressionError, match="zstd"):
+        upconvert(zstd, LIMIT)
+    backwards = b"".join(legacy.encode_message(o, 1, 0, TS, None, b"v") for o in (0, 2, 1))
+    with pytest.raises(InvalidRecordError, match="backwards"):
+        upconvert(legacy.encode_message(0, 1, 1, TS, None, bytes(cramjam.gzip.compress(backwards))), LIMIT)
