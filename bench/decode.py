@@ -22,6 +22,7 @@ from typing import Any
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from metaq.protocol import legacy
 from metaq.protocol import records as records_module
 from metaq.protocol.batches import BATCH_HEADER_SIZE, iter_valid_batches
 from metaq.protocol.records import check_records, decode_records
@@ -32,14 +33,14 @@ FETCH_BYTES = 1 << 20
 RUNS = 3
 
 
-def make_batches(count: int, value_size: int, *, batch_bytes: int = BATCH_BYTES) -> bytes:
+def make_batches(count: int, value_size: int, *, batch_bytes: int = BATCH_BYTES, codec: int = 0) -> bytes:
     """``count`` records in consecutive v2 batches, offsets from 0, as a broker would serve them."""
     out = bytearray()
     value = b"v" * value_size
     offset = 0
     timestamp = 1_700_000_000_000
     while offset < count:
-        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False, producer_id=-1,
                                             producer_epoch=-1, base_sequence=-1, batch_size=batch_bytes)
         first = offset
         while offset < count and builder.append(offset - first, timestamp + offset, None, value, []) is not None:
@@ -59,6 +60,27 @@ def fetches(data: bytes) -> list[bytes]:
             out.append(data[start:pos])
             start = pos
     out.append(data[start:])
+    return out
+
+
+def make_legacy_fetches(count: int, value_size: int, magic: int, codec: int) -> list[bytes]:
+    """``count`` records as v0/v1 message sets, offsets from 0, cut into 1 MiB fetches at entry boundaries:
+    plain messages, or compressed wrappers of about BATCH_BYTES of records each (as 0.10 producers wrote)."""
+    value = b"v" * value_size
+    per_wrapper = max(1, BATCH_BYTES // (value_size + 34)) if codec else 1
+    entries = [legacy.build_message_set(magic, codec, [(o, 1_700_000_000_000 + o, None, value)
+                                                      for o in range(first, min(first + per_wrapper, count))])
+               for first in range(0, count, per_wrapper)]
+    out: list[bytes] = []
+    chunk: list[bytes] = []
+    size = 0
+    for entry in entries:
+        if size + len(entry) > FETCH_BYTES and chunk:
+            out.append(b"".join(chunk))
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += len(entry)
+    out.append(b"".join(chunk))
     return out
 
 
@@ -142,6 +164,24 @@ def run(records: int = 200_000, sizes: tuple[int, ...] = (100, 1024)) -> list[tu
             with reader(name):
                 rows.append((f"broker validation check_records ({name}), {size} B values",
                              records_per_second(metaq_validate, chunks, count)))
+    rows += legacy_rows(records)
+    return rows
+
+
+def legacy_rows(records: int, size: int = 100) -> list[tuple[str, float]]:
+    """decode_records on v1 message sets, plain and gzip, beside v2 batches of the same records; aiokafka's
+    compiled MemoryRecords (its LegacyRecordBatch for v0/v1) on the same bytes."""
+    rows: list[tuple[str, float]] = []
+    for codec, codec_label in ((0, "plain"), (1, "gzip")):
+        v1 = make_legacy_fetches(records, size, 1, codec)
+        v2 = fetches(make_batches(records, size, codec=codec))
+        rows.append((f"metaq decode_records, v1 message sets {codec_label}, {size} B values",
+                     records_per_second(metaq_decode, v1, records)))
+        rows.append((f"metaq decode_records, v2 batches {codec_label}, {size} B values",
+                     records_per_second(metaq_decode, v2, records)))
+        if records_module.COMPILED:
+            rows.append((f"aiokafka MemoryRecords (LegacyRecordBatch), v1 {codec_label}, fields only, {size} B values",
+                         records_per_second(aiokafka_fields, v1, records)))
     return rows
 
 

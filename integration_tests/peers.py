@@ -71,9 +71,12 @@ def kafka_python_produce(bootstrap: str, topic: str, partition: int,
 
 
 def kcat_consume(bootstrap: str, topic: str, partition: int, offset: str, count: int | None = None,
-                 timeout: float = 30) -> list[Msg]:
-    """offset: beginning | end | N | s@ts. Without count, read to the end (-e)."""
-    args = [KCAT, "-b", bootstrap, "-C", "-t", topic, "-p", str(partition), "-o", offset, "-f", FORMAT, "-q"]
+                 timeout: float = 30, **conf: str) -> list[Msg]:
+    """offset: beginning | end | N | s@ts. Without count, read to the end (-e). ``conf`` as for
+    :func:`kcat_produce`."""
+    extra = [arg for k, v in conf.items() for arg in ("-X", f"{k.replace('_', '.')}={v}")]
+    args = [KCAT, "-b", bootstrap, "-C", "-t", topic, "-p", str(partition), "-o", offset, "-f", FORMAT, "-q",
+            *extra]
     args += ["-c", str(count)] if count is not None else ["-e"]
     out = subprocess.run(args, capture_output=True, check=True, timeout=timeout).stdout
     return [_parse_kcat(line) for line in out.decode().splitlines() if line]

@@ -33,21 +33,21 @@ from metaq.protocol.batches import read_header
 from metaq.protocol.builder import BatchBuilder
 from metaq.protocol.records import decode_records
 from metaq.testing.batches import INVALID_BATCHES, good_batch, recrc
-from metaq.testing.broker import ModuleBroker, module_broker, request, topic_leaders, wait_until
+from metaq.testing.broker import SharedBroker, request, shared_broker, topic_leaders, wait_until
 from metaq.testing.group import log_end_offsets
 
 TS = 1_700_000_000_000
 ALLOWED_REFUSALS = {2, 10, 76, 87}  # CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD
 
 
-Shared = ModuleBroker
+Shared = SharedBroker
 
 
 @pytest.fixture(scope="module")
-def shared(zk_server, tmp_path_factory) -> Iterator[Shared]:
+def shared(zk_server, tmp_path_factory) -> Iterator[SharedBroker]:
     """One broker for the module (a topic per test), on a ZooKeeper chroot of its own."""
-    with module_broker(zk_server.connect_string, tmp_path_factory.mktemp("validation"), "validation") as found:
-        yield found
+    with shared_broker(zk_server.connect_string, tmp_path_factory.mktemp("validation"), "metaq-validation") as s:
+        yield s
 
 
 def produce_raw(bootstrap: str, topic: str, records: bytes, partition: int = 0) -> tuple[int, int]:
@@ -173,8 +173,8 @@ def mutated_batches(draw: st.DrawFn) -> bytes:
     return recrc(batch)
 
 
-# Hypothesis flags any change of the global `random` state during a draw as a strategy using `random`; here the
-# change comes from other threads of this process (kazoo's and tenacity's jittered backoffs), not the strategy.
+# Hypothesis flags any change of the global `random` state during a draw as a strategy using `random`; such a
+# change can come from other threads of this process (kazoo's and tenacity's jittered backoffs), not the strategy.
 @pytest.mark.filterwarnings("ignore:Do not use the `random` module inside strategies")
 def test_fuzz_nothing_invalid_is_acknowledged(shared: Shared) -> None:
     bootstrap = shared.broker.bootstrap

@@ -23,9 +23,10 @@ from metaq.broker.topics import create_topic
 from metaq.errors import ErrorCode
 from metaq.producer import Producer, RecordMetadata
 from metaq.testing.batches import idempotent_batch
-from metaq.testing.broker import BrokerCluster, ModuleBroker, module_broker, request, topic_leaders
+from metaq.testing.broker import BrokerCluster, SharedBroker, request, shared_broker, topic_leaders
 from metaq.testing.maven import MavenArtifact, classpath, resolve
 from metaq.testing.wait import wait_until
+from metaq.zkclient import session
 from zk_layout import ZkLayout
 from zk_layout.producer_ids import PRODUCER_ID_BLOCK_SIZE
 
@@ -35,12 +36,12 @@ JAVA_PROGRAM = Path(__file__).parent / "java" / "IdempotentProducer.java"
 PARTITIONS = 3
 
 
-Shared = ModuleBroker
+Shared = SharedBroker
 
 
 @pytest.fixture(scope="module")
 def shared(zk_server, tmp_path_factory) -> Iterator[Shared]:
-    with module_broker(zk_server.connect_string, tmp_path_factory.mktemp("idempotence"), "idempotence") as found:
+    with shared_broker(zk_server.connect_string, tmp_path_factory.mktemp("idempotence"), "metaq-idempotence") as found:
         yield found
 
 
@@ -101,10 +102,11 @@ def test_a_gap_and_a_stale_epoch_are_refused(shared: Shared) -> None:
 
 def test_producer_ids_come_from_zookeeper_blocks_never_reused_after_a_restart(shared: Shared) -> None:
     first, second = init_producer_id(shared.broker.bootstrap), init_producer_id(shared.broker.bootstrap)
-    block = shared.layout.latest_producer_id_block()
+    with session(shared.zk_connect) as client:
+        block = ZkLayout(client).latest_producer_id_block()
+        raw = client.get("/latest_producer_id_block")[0]
     assert block is not None and block.broker == 0 and block.first <= first < second <= block.last
     assert block.last - block.first + 1 == PRODUCER_ID_BLOCK_SIZE
-    raw = shared.layout.client.get("/latest_producer_id_block")[0]
     assert raw == (b'{"version":1,"broker":0,"block_start":"%d","block_end":"%d"}' % (block.first, block.last))
     shared.broker.stop()
     shared.broker.start()

@@ -1,6 +1,6 @@
 """The wider version ranges: Metadata v5/v8 and ListOffsets v1 sent without ApiVersions (as sarama-based tools
-do), Produce v0 answered with an error, kafka-python with ``api_version=(2,1)``, ListOffsets max_timestamp and
-exact by-timestamp lookups inside compressed batches."""
+do), Produce v3 carrying an old message set answered with an error, kafka-python with ``api_version=(2,1)``,
+ListOffsets max_timestamp and exact by-timestamp lookups inside compressed batches."""
 
 from __future__ import annotations
 
@@ -48,18 +48,17 @@ def test_list_offsets_v1_without_api_versions_first(broker, make_topic) -> None:
     assert answers == {-1: (0, 5), -2: (0, 0), BASE_TS + 25: (0, 3)}
 
 
-def test_produce_v0_gets_an_error_response_and_the_broker_lives(broker, make_topic) -> None:
+def test_produce_v3_with_an_old_message_set_gets_an_error_and_the_broker_lives(broker, make_topic) -> None:
     topic = make_topic("old-produce", partitions=1)
     builder = LegacyRecordBatchBuilder(magic=0, compression_type=0, batch_size=1 << 20)
     builder.append(0, timestamp=None, key=b"k", value=b"v")
     data = ProduceRequest.TopicProduceData
-    for version in (0, 1, 2):
-        req = ProduceRequest[version](acks=1, timeout_ms=5000, topic_data=[data(
-            name=topic, partition_data=[data.PartitionProduceData(index=0, records=bytes(builder.build()))])])
-        (p,) = request(broker.bootstrap, req, ProduceResponse, version).responses[0].partition_responses
-        assert (p.index, p.error_code) == (0, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT)
+    req = ProduceRequest[3](transactional_id=None, acks=1, timeout_ms=5000, topic_data=[data(
+        name=topic, partition_data=[data.PartitionProduceData(index=0, records=bytes(builder.build()))])])
+    (p,) = request(broker.bootstrap, req, ProduceResponse, 3).responses[0].partition_responses
+    assert (p.index, p.error_code) == (0, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT)
     acked = peers.confluent_produce(broker.bootstrap, topic, 0, [(b"k", b"after", BASE_TS)])
-    assert [m.offset for m in acked] == [0]  # nothing of the old-format requests was stored
+    assert [m.offset for m in acked] == [0]  # nothing of the old-format request was stored
 
 
 def test_kafka_python_with_api_version_2_1(broker, make_topic) -> None:

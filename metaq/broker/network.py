@@ -38,6 +38,7 @@ from metaq.broker.auth.sasl import (
 from metaq.broker.auth.session import ANONYMOUS, SESSION, Session
 from metaq.broker.auth.tls import certificate_principal
 from metaq.broker.context import CLIENT_HOST, BrokerContext
+from metaq.broker.downconvert import DownConverted
 from metaq.broker.handlers.api_versions import unsupported_version_response
 from metaq.broker.handlers.fetch import FetchReply
 from metaq.errors import ConfigError, ProtocolError
@@ -447,6 +448,14 @@ class BrokerServer:
         batch: list[Any] = []
         batch_bytes = 0
         for chunk in encode_fetch_response(reply.version, correlation_id, reply.topics):
+            if isinstance(chunk, DownConverted):  # Fetch v0..3: converted a piece at a time, as it is sent
+                for piece in chunk.pieces():
+                    batch.append(piece)
+                    batch_bytes += len(piece)
+                    if batch_bytes >= WRITE_BATCH_BYTES:
+                        await self._write_batch(conn, batch, batch_bytes)
+                        batch, batch_bytes = [], 0
+                continue
             size = len(chunk) if isinstance(chunk, bytes) else chunk.size
             if not conn.tls and not isinstance(chunk, bytes) and size >= SENDFILE_MIN_BYTES:
                 await self._write_batch(conn, batch, batch_bytes)

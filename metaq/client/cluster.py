@@ -137,17 +137,26 @@ def send_list_offsets(conn: BrokerConnection, keys: Iterable[TopicPartition], ti
     """Write one ListOffsets for ``keys`` at ``timestamp`` (EARLIEST, LATEST or a time in ms) to ``conn``."""
     topics: dict[str, list[dict[str, int]]] = {}
     for topic, partition in keys:
-        topics.setdefault(topic, []).append({"partition_index": partition, "timestamp": timestamp})
+        # max_num_offsets: ListOffsets v0 (Kafka 0.8's OffsetRequest) answers a list; one is enough
+        topics.setdefault(topic, []).append({"partition_index": partition, "timestamp": timestamp,
+                                             "max_num_offsets": 1})
     fields = {"replica_id": -1, "isolation_level": 0,
               "topics": [{"name": t, "partitions": parts} for t, parts in topics.items()]}
     return conn.send_async(ListOffsetsRequest, fields)
 
 
 def list_offsets_answers(response: ApiResponse | None) -> dict[TopicPartition, Any]:
-    """A ListOffsets response's partitions by key (each with ``error_code`` and ``offset``)."""
+    """A ListOffsets response's partitions by key (each with ``error_code`` and ``offset``; a v0 answer's
+    list of offsets, newest first, gives its first as ``offset``)."""
     if response is None:
         raise ProtocolError("ListOffsets got no response")  # it always expects one: a bug if reached
-    return {(t.name, p.partition_index): p for t in response.topics for p in t.partitions}
+    answers = {}
+    for t in response.topics:
+        for p in t.partitions:
+            if p.offset == -1 and p.old_style_offsets:  # v0
+                p.offset = p.old_style_offsets[0]
+            answers[(t.name, p.partition_index)] = p
+    return answers
 
 
 def broker_endpoint(info: Any, security_protocol: str = "PLAINTEXT") -> tuple[str, int] | None:

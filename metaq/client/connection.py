@@ -44,7 +44,14 @@ from kafka.protocol.metadata import ApiVersionsRequest
 
 from metaq import __version__
 from metaq.client.sasl import SaslLogin, authenticate
-from metaq.client.versions import API_VERSIONS_PROBE, ApiKey, api_name, pick_version
+from metaq.client.versions import (
+    API_VERSIONS_PROBE,
+    DEFAULT_FALLBACK,
+    ApiKey,
+    api_name,
+    fallback_versions,
+    pick_version,
+)
 from metaq.errors import (
     BrokerConnectionError,
     ErrorCode,
@@ -178,6 +185,21 @@ class _FrameReader:
         return view
 
 
+_OLD_BROKERS: set[str] = set()
+_OLD_BROKERS_LOCK = threading.Lock()
+
+
+def _log_old_broker(address: str, fallback: str, error: BrokerConnectionError) -> None:
+    """Say once per broker address that it looks older than Kafka 0.10.0 (every connection to it finds
+    the same)."""
+    with _OLD_BROKERS_LOCK:
+        if address in _OLD_BROKERS:
+            return
+        _OLD_BROKERS.add(address)
+    log.warning("broker %s closed the connection on ApiVersions (%s): taking it for a Kafka 0.8/0.9 broker and "
+                "using the API versions of Kafka %s (broker.version.fallback)", address, error, fallback)
+
+
 def build_request(request_class: type[ApiMessage], version: int, fields: Mapping[str, Any]) -> ApiMessage:
     """A versioned request from plain values; nested structs may be given as dicts."""
     return request_class[version](**_containers(request_class.fields, fields))
@@ -227,8 +249,11 @@ class BrokerConnection:
 
     def __init__(self, host: str, port: int, *, client_id: str = "metaq", request_timeout_ms: int = 30000,
                  connect_timeout_ms: int = 10000, max_response_bytes: int = 104857600,
-                 ssl_context: ssl.SSLContext | None = None, sasl: SaslLogin | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslLogin | None = None,
+                 broker_version_fallback: str = DEFAULT_FALLBACK) -> None:
         self.host = host
+        self._fallback = fallback_versions(broker_version_fallback)
+        self._fallback_name = broker_version_fallback
         self.port = port
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000.0
@@ -280,6 +305,19 @@ class BrokerConnection:
         already connected."""
         if self._sock is not None:
             return
+        self._open_socket()
+        self.broker_versions = {}
+        try:
+            self.broker_versions = self._negotiate_versions_after_tls()
+            if self._sasl is not None:
+                authenticate(self, self._sasl)
+        except BaseException:
+            self.close()
+            raise
+        log.debug("connected to %s, broker versions %s", self.address, self.broker_versions)
+
+    def _open_socket(self) -> None:
+        """TCP (and TLS) to the broker, with no request in flight."""
         try:
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
         except OSError as e:
@@ -290,15 +328,6 @@ class BrokerConnection:
         with self._lock:
             self._sock, self._busy, self._pending = sock, False, deque()
         self._reader = _FrameReader(self._recv_into, self.max_response_bytes)
-        self.broker_versions = {}
-        try:
-            self.broker_versions = self._negotiate_versions_after_tls()
-            if self._sasl is not None:
-                authenticate(self, self._sasl)
-        except BaseException:
-            self.close()
-            raise
-        log.debug("connected to %s, broker versions %s", self.address, self.broker_versions)
 
     def _tls_handshake(self, sock: socket.socket, context: ssl.SSLContext) -> ssl.SSLSocket:
         """Wrap a connected socket in TLS (the connect timeout bounds the handshake)."""
@@ -336,8 +365,16 @@ class BrokerConnection:
                                         f"this one") from e
 
     def _negotiate_versions(self) -> dict[int, tuple[int, int]]:
-        response = self.send(ApiVersionsRequest, ApiVersionsRequest[API_VERSIONS_PROBE](
-            client_software_name="metaq", client_software_version=__version__))
+        """ApiVersions; a broker that closes the connection on it is taken for one before Kafka 0.10.0 (it
+        does not know the API), reconnected to and given the ranges of ``broker.version.fallback``, as
+        librdkafka does (metaq/client/versions.py)."""
+        try:
+            response = self.send(ApiVersionsRequest, ApiVersionsRequest[API_VERSIONS_PROBE](
+                client_software_name="metaq", client_software_version=__version__))
+        except BrokerConnectionError as e:
+            _log_old_broker(self.address, self._fallback_name, e)
+            self._open_socket()
+            return dict(self._fallback)
         if response.error_code == ErrorCode.UNSUPPORTED_VERSION:  # KIP-511: the broker lacks v3; v0 always works
             response = self.send(ApiVersionsRequest, ApiVersionsRequest[0]())
         raise_for_code(response.error_code, f"ApiVersions from {self.address}")

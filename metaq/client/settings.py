@@ -24,6 +24,7 @@ from typing import Any
 from metaq.client.connection import BrokerConnection
 from metaq.client.sasl import SaslLogin
 from metaq.client.security import SECURITY_PROTOCOLS, SecurityConfig, client_ssl_context
+from metaq.client.versions import DEFAULT_FALLBACK, fallback_versions
 from metaq.errors import ConfigError
 
 __all__ = ["SECURITY_PROTOCOLS", "ConnectionSettings"]
@@ -45,11 +46,15 @@ class ConnectionSettings:
     connect_timeout_ms: int = 10000
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    broker_version_fallback: str = DEFAULT_FALLBACK
+    """The Kafka release whose API versions a broker without ApiVersions (before 0.10.0) is taken to speak
+    (librdkafka's ``broker.version.fallback``; metaq/client/versions.py)."""
 
     def __post_init__(self) -> None:
         self.security.check_consistent()
         if self.security.uses_ssl:
             client_ssl_context(self.security)  # fail now, naming the option, rather than on every connect
+        fallback_versions(self.broker_version_fallback)  # ConfigError naming the choices
         for name in ("request_timeout_ms", "connect_timeout_ms", "max_response_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"connection setting {name} must be positive, not {getattr(self, name)}")
@@ -77,7 +82,7 @@ class ConnectionSettings:
                                 connect_timeout_ms=self.connect_timeout_ms,
                                 max_response_bytes=self.max_response_bytes,
                                 ssl_context=client_ssl_context(security) if security.uses_ssl else None,
-                                sasl=sasl)
+                                sasl=sasl, broker_version_fallback=self.broker_version_fallback)
 
     def open(self, host: str, port: int) -> BrokerConnection:
         """A connected connection to ``host:port``; raises BrokerConnectionError."""

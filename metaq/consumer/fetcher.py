@@ -111,7 +111,7 @@ def connection_settings(config: ConsumerConfig) -> ConnectionSettings:
         client_id=config.effective_client_id, request_timeout_ms=config.socket_timeout_ms,
         connect_timeout_ms=min(config.socket_timeout_ms, CONNECT_TIMEOUT_MAX_MS),
         max_response_bytes=max(MIN_RESPONSE_BYTES, config.fetch_max_bytes + config.fetch_message_max_bytes),
-        security=config.security())
+        security=config.security(), broker_version_fallback=config.broker_version_fallback)
 
 
 class _Owner(Protocol):

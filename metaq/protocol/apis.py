@@ -118,10 +118,9 @@ class ApiKey(IntEnum):
 
 # api key -> (request class, response class, min version, max version) served by the broker
 BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
-    # from v0 although only record batch v2 (Produce v3+) is stored: librdkafka enables gzip/snappy/lz4 only
-    # when the range starts at 0 (KAFKA-18659); v0..2 requests are answered UNSUPPORTED_FOR_MESSAGE_FORMAT
+    # v0..2 carry message sets v0/v1, converted to record batch v2 on append (metaq/broker/log/upconvert.py)
     ApiKey.PRODUCE: (ProduceRequest, ProduceResponse, 0, 7),
-    ApiKey.FETCH: (FetchRequest, FetchResponse, 4, 11),
+    ApiKey.FETCH: (FetchRequest, FetchResponse, 0, 11),  # v0..3 down-converted (metaq/broker/downconvert.py)
     ApiKey.LIST_OFFSETS: (ListOffsetsRequest, ListOffsetsResponse, 0, 5),
     ApiKey.METADATA: (MetadataRequest, MetadataResponse, 0, 8),  # v9+ is flexible
     ApiKey.API_VERSIONS: (ApiVersionsRequest, ApiVersionsResponse, 0, 3),

@@ -1,4 +1,4 @@
-"""Encoding of Fetch responses (v4..v11) around record slices that stay on disk.
+"""Encoding of Fetch responses (v0..v11) around record slices that stay on disk.
 
 kafka-python's FetchResponse encoder needs the records as bytes; to send log bytes from file to socket
 (sendfile) the broker encodes the fixed fields itself and leaves a hole for each partition's records.
@@ -17,8 +17,9 @@ _I32 = struct.Struct(">i")
 _PARTITION_V4 = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, last_stable_offset
 _I64 = struct.Struct(">q")
 
-MIN_VERSION = 4
+MIN_VERSION = 0
 MAX_VERSION = 11
+_PARTITION_V0 = struct.Struct(">ihq")  # partition_index, error_code, high_watermark
 
 
 class RecordSource(Protocol):
@@ -55,7 +56,8 @@ def encode_fetch_response(
         raise ValueError(f"Fetch response v{version} is not supported by this encoder")
     chunks: list[bytes | RecordSource] = []
     head = bytearray(_I32.pack(correlation_id))
-    head += _I32.pack(throttle_time_ms)
+    if version >= 1:
+        head += _I32.pack(throttle_time_ms)
     if version >= 7:
         head += _I16.pack(0) + _I32.pack(0)  # error_code, session_id (0: no fetch session)
     head += _I32.pack(len(topics))
@@ -63,12 +65,16 @@ def encode_fetch_response(
         name = topic.topic.encode("utf-8")
         head += _I16.pack(len(name)) + name + _I32.pack(len(topic.partitions))
         for part in topic.partitions:
-            head += _PARTITION_V4.pack(
-                part.partition, part.error_code, part.high_watermark, part.last_stable_offset
-            )
+            if version < 4:
+                head += _PARTITION_V0.pack(part.partition, part.error_code, part.high_watermark)
+            else:
+                head += _PARTITION_V4.pack(
+                    part.partition, part.error_code, part.high_watermark, part.last_stable_offset
+                )
             if version >= 5:
                 head += _I64.pack(part.log_start_offset)
-            head += _I32.pack(-1)  # aborted_transactions: null
+            if version >= 4:
+                head += _I32.pack(-1)  # aborted_transactions: null
             if version >= 11:
                 head += _I32.pack(-1)  # preferred_read_replica
             records = part.records

@@ -1,4 +1,5 @@
-"""A fast decoder of record batch v2 (magic 2) bytes, as a Fetch response carries them.
+"""A fast decoder of record batch v2 (magic 2) bytes, as a Fetch response carries them, and of the v0/v1
+message sets of Kafka 0.8-0.10 mixed in (runs of them are read by metaq/protocol/legacy.py).
 
     result = decode_records(partition.records, min_offset=fetch_offset)
     result.records        # [(offset, timestamp, key, value, headers), ...] at or above min_offset
@@ -8,9 +9,10 @@
 
 A fetch may start with a batch that holds offsets below the one asked for, and usually ends with a batch cut
 off by the size limit; both are normal. Control batches (transaction markers) are skipped but still advance
-``next_offset``. Anything malformed (bad CRC, bad varint, lengths that do not add up, a codec that fails or
-is not installed) raises :class:`CorruptRecordError` naming the batch position and base offset; no other
-exception type escapes.
+``next_offset``. A v0/v1 entry counts as a batch here (a compressed one holds many records); its records
+have no headers and, in v0, the timestamp -1. Anything malformed (bad CRC, bad varint, lengths that do
+not add up, a codec that fails or is not installed) raises :class:`CorruptRecordError` naming the batch
+position and base offset; no other exception type escapes.
 
 Speed: the records of a batch are read by aiokafka's compiled (Cython) v2 reader, ``DefaultRecordBatch``
 from ``aiokafka.record._crecords``, which bounds-checks every field: about 0.35 us a 100-byte record with
@@ -36,11 +38,8 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from metaq.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
-    UnsupportedMessageFormatError,
-)
+from metaq.errors import CorruptRecordError, InvalidRecordError
+from metaq.protocol import legacy
 from metaq.protocol.batches import BATCH_HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH
 from metaq.protocol.compression import codec_name, decompress
 
@@ -200,6 +199,15 @@ def _decode_all(buf: bytes | bytearray | memoryview, min_offset: int, check_crcs
         size = length + LOG_OVERHEAD
         if first_batch_size is None:
             first_batch_size = size
+        if end - pos > _MAGIC_POS and data[pos + _MAGIC_POS] < 2:  # a run of v0/v1 entries (legacy.py)
+            legacy_out = out if type(out) is list else []
+            pos, after = legacy.decode_run(data, pos, end, min_offset, check_crcs, legacy_out)
+            if legacy_out is not out:
+                out.extend(legacy_out)
+            if after is None:
+                break  # its first entry is cut off by the fetch size
+            next_offset = after
+            continue
         _check_prefix(data, pos, length)
         if pos + size > end:
             break  # the fetch size cut this batch off: normal, fetched again next time
@@ -209,17 +217,18 @@ def _decode_all(buf: bytes | bytearray | memoryview, min_offset: int, check_crcs
 
 
 def _check_prefix(data: bytes, pos: int, length: int) -> None:
-    """What can be checked of a batch before all of it has arrived: its length and magic byte."""
+    """What can be checked of a v2 batch before all of it has arrived: its length and magic byte (v0/v1
+    entries never get here when their magic byte has arrived; before it, only the smallest size holds)."""
+    if len(data) <= pos + _MAGIC_POS:
+        if length < legacy.MIN_MESSAGE_SIZE[0]:
+            raise CorruptRecordError(f"batch at byte {pos}: length {length} is below that of any message")
+        return
+    magic = data[pos + _MAGIC_POS]
+    if magic != 2:
+        raise CorruptRecordError(f"batch at byte {pos}: unknown magic byte {magic}")
     if length < MIN_BATCH_LENGTH:
         raise CorruptRecordError(
             f"batch at byte {pos}: batch length {length} is below the minimum {MIN_BATCH_LENGTH}")
-    if len(data) > pos + _MAGIC_POS:
-        magic = data[pos + _MAGIC_POS]
-        if magic != 2:
-            if magic in (0, 1):
-                raise UnsupportedMessageFormatError(
-                    f"batch at byte {pos}: message format v{magic} is not supported, only record batch v2")
-            raise CorruptRecordError(f"batch at byte {pos}: unknown magic byte {magic}")
 
 
 def _decode_batch(data: bytes, pos: int, size: int, min_offset: int, check_crcs: bool,

@@ -7,11 +7,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -23,7 +23,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.testing.wait import wait_until
-from metaq.zkclient import connect
+from metaq.zkclient import session
 from zk_layout import ZkLayout, split_connect
 
 
@@ -111,30 +111,30 @@ def make_topic(zk_layout: ZkLayout, broker_cluster: BrokerCluster) -> Callable[.
 
 
 @dataclass
-class ModuleBroker:
-    """One broker shared by the tests of a module (a topic per test), on a ZooKeeper chroot of its own."""
+class SharedBroker:
+    """One broker process shared by the tests of a module, each test making its own topics."""
 
     broker: BrokerProcess
-    layout: ZkLayout
+    zk_connect: str
 
     def topic(self, name: str, partitions: int = 1) -> str:
-        create_topic(self.layout, name, partitions)
+        """Create ``name`` and wait until the broker serves it. The ZooKeeper client lives for this call only:
+        a module-long one keeps a kazoo thread drawing from ``random`` (its ping jitter) while hypothesis
+        tests run, which hypothesis reports as randomness inside their strategies."""
+        with session(self.zk_connect) as client:
+            create_topic(ZkLayout(client), name, partitions)
         wait_until(lambda: len(topic_leaders(self.broker.bootstrap, name)) == partitions, 20, f"topic {name}")
         return name
 
 
-@contextmanager
-def module_broker(connect_string: str, data_dir: Path, name: str) -> Iterator[ModuleBroker]:
-    """Start broker 0 on a new chroot ``<connect_string>/metaq-<name>-<uuid>``; stop it and the client after."""
-    hosts, base = split_connect(connect_string)
-    zk_connect = f"{hosts}{base}/metaq-{name}-{uuid.uuid4().hex}"
-    client = connect(zk_connect)
+@contextlib.contextmanager
+def shared_broker(zk_connect_string: str, directory: Path, prefix: str) -> Iterator[SharedBroker]:
+    """A broker on a fresh ZooKeeper chroot ``<prefix>-<uuid hex>`` under ``zk_connect_string``, for a
+    module-scoped fixture; stopped on exit."""
+    hosts, base = split_connect(zk_connect_string)
+    zk_connect = f"{hosts}{base}/{prefix}-{uuid.uuid4().hex}"
+    broker = BrokerProcess(zk_connect, 0, directory).start()
     try:
-        broker = BrokerProcess(zk_connect, 0, data_dir).start()
-        try:
-            yield ModuleBroker(broker, ZkLayout(client))
-        finally:
-            broker.stop()
+        yield SharedBroker(broker, zk_connect)
     finally:
-        client.stop()
-        client.close()
+        broker.stop()

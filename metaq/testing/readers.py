@@ -1,5 +1,6 @@
 """Run tests with each of metaq.protocol.records' two record readers (aiokafka's compiled one and the
-pure-Python fallback), so the fallback stays correct on machines that have the compiled one.
+pure-Python fallback, for v2 batches and for v0/v1 message sets), so the fallback stays correct on machines
+that have the compiled one.
 
     from metaq.testing.readers import each_record_reader  # noqa: F401 (autouse: every test here runs twice)
 """
@@ -11,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from metaq.protocol import records
+from metaq.protocol import legacy, records
 
 __all__ = ["RECORD_READERS", "each_record_reader", "record_reader"]
 
@@ -27,6 +28,7 @@ def record_reader(name: str) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         if name == "pure-python":
             patch.setattr(records, "_CompiledBatch", None)
+            patch.setattr(legacy, "_CompiledRecords", None)
         yield
 
 

@@ -323,3 +323,36 @@ def test_flexible_response_header_tagged_fields_are_skipped():
     frame = memoryview(bytes([2, 0, 3, 0xAA, 0xBB, 0xCC, 1, 0]) + b"BODY")
     assert bytes(frame[_skip_tagged_fields(frame, 0):]) == b"BODY"
     assert _skip_tagged_fields(memoryview(b"\x00BODY"), 0) == 1
+
+
+def test_a_broker_closing_on_api_versions_is_taken_for_an_old_one(caplog):
+    """A Kafka 0.8/0.9 broker closes the connection on ApiVersions: the connection reconnects, takes the
+    ranges of broker.version.fallback, says so once per broker, and a Fetch goes out at v0 and decodes
+    the magic 0 message set it answers."""
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    from metaq.protocol import legacy
+    from metaq.protocol.records import decode_records
+
+    with FakeBroker() as broker:
+        broker.handlers[18] = lambda r: CLOSE
+        records = legacy.build_message_set(0, 1, [(40 + i, -1, None, b"old-%d" % i) for i in range(3)])
+
+        def fetch(r: Received):
+            P = FetchResponse.FetchableTopicResponse.PartitionData
+            return FetchResponse[r.version](throttle_time_ms=0, responses=[FetchResponse.FetchableTopicResponse(
+                topic="t1", partitions=[P(partition_index=0, error_code=0, high_watermark=43, records=records)])])
+
+        broker.handlers[1] = fetch
+        with caplog.at_level("WARNING", logger="metaq.client.connection"):
+            first = connect(broker, broker_version_fallback="0.8.2")
+            second = connect(broker, broker_version_fallback="0.8.2")
+        assert first.api_version(1) == 0 and first.api_version(2) == 0
+        assert sum("Kafka 0.8/0.9 broker" in m for m in caplog.messages) == 1
+        response = second.send(FetchRequest, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+            "topics": [{"topic": "t1", "partitions": [
+                {"partition": 0, "fetch_offset": 41, "partition_max_bytes": 1 << 20}]}]})
+        assert broker.received[-1].api_key == 1 and broker.received[-1].version == 0
+        data = response.responses[0].partitions[0].records
+        assert [(r[0], r[3]) for r in decode_records(data, 41).records] == [(41, b"old-1"), (42, b"old-2")]

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from metaq.client.versions import CLIENT_VERSIONS, ApiKey, pick_version
-from metaq.errors import UnsupportedVersionError
+from metaq.client.versions import CLIENT_VERSIONS, ApiKey, fallback_versions, pick_version
+from metaq.consumer.config import ConsumerConfig
+from metaq.errors import ConfigError, UnsupportedVersionError
 
 
 def test_ranges_match_the_brief():
     assert CLIENT_VERSIONS[ApiKey.PRODUCE] == (3, 7)
-    assert CLIENT_VERSIONS[ApiKey.FETCH] == (4, 11)
-    assert CLIENT_VERSIONS[ApiKey.LIST_OFFSETS] == (1, 2)
+    assert CLIENT_VERSIONS[ApiKey.FETCH] == (0, 11)
+    assert CLIENT_VERSIONS[ApiKey.LIST_OFFSETS] == (0, 2)
     assert CLIENT_VERSIONS[ApiKey.METADATA] == (1, 4)
     assert CLIENT_VERSIONS[ApiKey.API_VERSIONS] == (0, 3)
     assert CLIENT_VERSIONS[ApiKey.FIND_COORDINATOR] == (0, 2)
@@ -41,3 +42,21 @@ def test_api_missing_on_either_side():
         pick_version(ApiKey.FETCH, {ApiKey.PRODUCE: (0, 9)})
     with pytest.raises(UnsupportedVersionError, match="metaq's client"):
         pick_version(11, {11: (0, 5)})  # JoinGroup: not spoken by metaq's client
+
+
+@pytest.mark.parametrize(("release", "fetch", "list_offsets"), [
+    ("0.8.2", 0, 0), ("0.8.2.2", 0, 0), ("0.9.0", 1, 0), ("0.10.0", 2, 0)])
+def test_fallback_versions_pick_the_old_apis(release, fetch, list_offsets):
+    versions = fallback_versions(release)
+    assert pick_version(ApiKey.FETCH, versions) == fetch
+    assert pick_version(ApiKey.LIST_OFFSETS, versions) == list_offsets
+    with pytest.raises(UnsupportedVersionError):
+        pick_version(ApiKey.PRODUCE, versions)  # metaq's producer writes record batch v2 only
+
+
+def test_unknown_fallback_release_is_a_config_error():
+    with pytest.raises(ConfigError, match="0.8.2"):
+        fallback_versions("0.7.2")
+    with pytest.raises(ConfigError, match="broker.version.fallback"):
+        ConsumerConfig.from_properties({"group.id": "g", "zookeeper.connect": "zk:2181",
+                                        "broker.version.fallback": "0.7"})

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from metaq.errors import CorruptRecordError, UnsupportedMessageFormatError
+from metaq.errors import CorruptRecordError
 from metaq.protocol import records
 from metaq.protocol.records import RecordColumns, decode_columns, decode_records
 from metaq.testing.readers import each_record_reader  # noqa: F401 (autouse: each test runs with both readers)
@@ -201,10 +201,17 @@ def test_bad_crc_names_position_and_offset() -> None:
     assert len(decode_records(bytes(data), check_crcs=False).records) == 4  # a value byte: still parses
 
 
-def test_old_magic_is_unsupported() -> None:
+def test_unknown_magic_is_corrupt() -> None:
+    data = bytearray(simple(0, 1))
+    data[16] = 3
+    with pytest.raises(CorruptRecordError, match="unknown magic byte 3"):
+        decode_records(bytes(data))
+
+
+def test_a_v2_batch_with_its_magic_changed_to_1_fails_the_v1_crc() -> None:
     data = bytearray(simple(0, 1))
     data[16] = 1
-    with pytest.raises(UnsupportedMessageFormatError):
+    with pytest.raises(CorruptRecordError, match="CRC mismatch"):
         decode_records(bytes(data))
 
 

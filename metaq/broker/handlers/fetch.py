@@ -1,5 +1,7 @@
-"""Fetch v4..11 with long polling: wait up to ``max_wait_ms`` for ``min_bytes``, then answer with
-slices of the segment files (sent by the network layer with sendfile).
+"""Fetch v0..11 with long polling: wait up to ``max_wait_ms`` for ``min_bytes``, then answer with
+slices of the segment files (sent by the network layer with sendfile); Fetch v0..3 (Kafka 0.8-0.10 clients)
+get the batches down-converted to message format v0/v1 while the answer is written
+(metaq/broker/downconvert.py).
 
 The answer's size is bounded as Kafka bounds it: by the request's ``max_bytes`` capped by the broker's
 ``fetch.max.bytes`` (``replica.fetch.response.max.bytes`` for a replica), and by each partition's
@@ -19,7 +21,8 @@ import logging
 from typing import Any
 
 from metaq.broker.context import BrokerContext
-from metaq.errors import ErrorCode, OffsetOutOfRangeError
+from metaq.broker.downconvert import DownConverted, fetch_magic
+from metaq.errors import ErrorCode, OffsetOutOfRangeError, UnsupportedCompressionError
 from metaq.protocol.fetch_response import PartitionPart, TopicPart
 from zk_layout.acl_formats import AclOperation, ResourceType
 
@@ -61,7 +64,8 @@ def _denied(ctx: BrokerContext, topic: str, replica_id: int) -> int:
 
 
 def _read_partition(
-    ctx: BrokerContext, topic: str, p: Any, limit: int, min_one: bool, replica_id: int = -1
+    ctx: BrokerContext, topic: str, p: Any, limit: int, min_one: bool, replica_id: int = -1,
+    magic: int | None = None,
 ) -> tuple[PartitionPart, int]:
     """One partition's part of the answer and the number of record bytes it carries.
 
@@ -87,11 +91,19 @@ def _read_partition(
         return PartitionPart(p.partition, ErrorCode.UNKNOWN_SERVER_ERROR, hw, hw, start, b""), 0
     if piece is None or (piece.size > limit and not min_one):
         return PartitionPart(p.partition, 0, hw, hw, start, b""), 0
+    if magic is not None:  # Fetch v0..3: the old message format, converted while the answer is written
+        try:
+            converted = DownConverted(piece, magic, p.fetch_offset)
+        except UnsupportedCompressionError as e:
+            log.info("fetch of %s-%d at offset %d: %s", topic, p.partition, p.fetch_offset, e)
+            return PartitionPart(p.partition, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, hw, hw, start, b""), 0
+        return PartitionPart(p.partition, 0, hw, hw, start, converted), converted.size
     return PartitionPart(p.partition, 0, hw, hw, start, piece), piece.size
 
 
 def _collect(
-    ctx: BrokerContext, wanted: list[tuple[str, list[Any]]], budget: int, replica_id: int = -1
+    ctx: BrokerContext, wanted: list[tuple[str, list[Any]]], budget: int, replica_id: int = -1,
+    magic: int | None = None,
 ) -> tuple[list[TopicPart], int, bool]:
     """(topics, total record bytes, whether any partition has an error)."""
     total = 0
@@ -101,7 +113,8 @@ def _collect(
         parts = []
         for p in partitions:
             limit = min(max(p.partition_max_bytes, 0), budget - total)
-            part, size = _read_partition(ctx, topic, p, limit, min_one=total == 0, replica_id=replica_id)
+            part, size = _read_partition(ctx, topic, p, limit, min_one=total == 0, replica_id=replica_id,
+                                         magic=magic)
             total += size
             errors = errors or part.error_code != 0
             parts.append(part)
@@ -129,7 +142,7 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> FetchReply:
     budget = response_budget(ctx, request, version)
     keys = [(topic, p.partition) for topic, partitions in wanted for p in partitions]
     while True:
-        topics, total, errors = _collect(ctx, wanted, budget, request.replica_id)
+        topics, total, errors = _collect(ctx, wanted, budget, request.replica_id, fetch_magic(version))
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
             _count(ctx, topics)

@@ -19,6 +19,7 @@ can fetch; the first match at or above it is answered "none" (offset and timesta
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsResponse
@@ -73,6 +74,37 @@ def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int,
     return 0, ts, offset
 
 
+def _offsets_before(ctx: BrokerContext, topic: str, partition: int, timestamp: int, max_num: int,
+                    client: bool) -> list[int]:
+    """ListOffsets v0 (Kafka 0.8's OffsetRequest): up to ``max_num`` offsets, newest first, from the
+    segments' first offsets plus the log end when the last segment holds data; for a time, from the newest
+    segment last modified at or before it (coarse: segment by segment). A client never gets an offset past
+    the high watermark (replaced by it, as Kafka's ``fetchOffsetsForTimestamp`` for consumers does). Kafka's
+    ``Log.legacyFetchOffsetsBefore`` is the reference (docs/legacy-wire.md)."""
+    plog = ctx.log_for(topic, partition)
+    points = plog.segment_offsets_and_times()
+    if plog.log_end_offset > points[-1][0]:
+        points.append((plog.log_end_offset, _now_ms()))
+    if timestamp == LATEST:
+        start = len(points) - 1
+    elif timestamp == EARLIEST:
+        start = 0
+    else:
+        start = len(points) - 1
+        while start >= 0 and points[start][1] > timestamp:
+            start -= 1
+    offsets = sorted((points[i][0] for i in range(start, max(start - max(max_num, 0), -1), -1)), reverse=True)
+    if client:
+        hw = ctx.high_watermark(topic, partition, plog)
+        if any(o > hw for o in offsets):
+            offsets = [hw] + [o for o in offsets if o <= hw]
+    return offsets
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     unconfirmed = unconfirmed_error(version, request.replica_id)
     client = request.replica_id == -1
@@ -83,7 +115,8 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
             error, ts, offset = _lookup(ctx, topic.name, p.partition_index, p.timestamp,
                                         getattr(p, "current_leader_epoch", -1), unconfirmed, client)
             if version == 0:
-                old = [offset] if not error and offset >= 0 else []
+                old = [] if error or offset < 0 else _offsets_before(ctx, topic.name, p.partition_index,
+                                                                     p.timestamp, p.max_num_offsets, client)
                 parts.append(PartitionResponse(partition_index=p.partition_index, error_code=error,
                                                old_style_offsets=old))
             else:

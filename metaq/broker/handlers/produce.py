@@ -1,8 +1,10 @@
 """Produce v0..7: validate and append record batches to the partitions this broker leads.
 
-Only record batch v2 is stored, which Produce v3+ carries. v0..2 are advertised anyway, because librdkafka
-enables gzip, snappy and lz4 only when the Produce range starts at v0 (KAFKA-18659); such a request, which
-carries a magic 0 or 1 message set, gets UNSUPPORTED_FOR_MESSAGE_FORMAT for every partition.
+Only record batch v2 is stored, which Produce v3+ carries. Produce v0..2 (Kafka 0.8-0.10 clients) carry v0/v1
+message sets: each partition's set is validated and converted to one v2 batch first
+(metaq/broker/log/upconvert.py); a set that fails gets CORRUPT_MESSAGE (or MESSAGE_TOO_LARGE), the error
+codes those clients know, and nothing of it is appended. A v3+ request carrying magic 0 or 1 gets
+UNSUPPORTED_FOR_MESSAGE_FORMAT, as from Kafka.
 
 A batch is acknowledged only after it is written to the segment file (and fsynced first when the flush
 policy says so). ``acks=0`` requests get no response at all, as in Kafka. ``acks=all`` to a replicated
@@ -21,6 +23,8 @@ from kafka.protocol.producer import ProduceResponse
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.log.partition_log import AppendResult, PartitionLog
+from metaq.broker.log.upconvert import upconvert
+from metaq.broker.log.validator import decompressed_limit
 from metaq.broker.replication import acks as replication
 from metaq.errors import (
     CorruptRecordError,
@@ -87,6 +91,21 @@ def _appended(ctx: BrokerContext, topic: str, partition: int, result: AppendResu
         ctx.replication.leader_appended(topic, partition)
 
 
+def _upconverted(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tuple[int, bytes | None]:
+    """(error code, the v2 batch) for a Produce v0..2 partition's message set (module doc)."""
+    if records is None or len(records) == 0:
+        return ErrorCode.CORRUPT_MESSAGE, None
+    try:
+        # the bomb bound of the broker's message.max.bytes; the log then checks the batch against the topic's
+        return 0, upconvert(bytes(records), decompressed_limit(ctx.config.message_max_bytes))
+    except MessageSizeTooLargeError as e:
+        log.warning("produce (message set v0/v1) to %s-%d rejected: %s", topic, partition, e)
+        return ErrorCode.MESSAGE_TOO_LARGE, None
+    except CorruptRecordError as e:
+        log.warning("produce (message set v0/v1) to %s-%d rejected: %s", topic, partition, e)
+        return ErrorCode.CORRUPT_MESSAGE, None
+
+
 def _rejection_code(error: Exception) -> int:
     """Kafka's error code for a batch the log refused (most specific class first)."""
     for cls, code in (
@@ -100,6 +119,13 @@ def _rejection_code(error: Exception) -> int:
     return ErrorCode.CORRUPT_MESSAGE
 
 
+def _legacy_code(error: int) -> int:
+    """Error codes Produce v0..2 clients do not know, as the nearest they do."""
+    if error in (ErrorCode.INVALID_RECORD, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT):
+        return ErrorCode.CORRUPT_MESSAGE
+    return error
+
+
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     acks = request.acks
     responses: list[tuple[str, list[tuple[int, int, int, int]]]] = []
@@ -111,17 +137,18 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
             error: int
             if acks not in (-1, 0, 1):
                 error, base, plog = ErrorCode.INVALID_REQUIRED_ACKS, -1, None
-            elif version < _FIRST_BATCH_V2_VERSION:
-                log.warning("produce v%d to %s-%d rejected: only record batch v2 (Produce v3+) is supported",
-                            version, topic_data.name, pdata.index)
-                error, base, plog = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, -1, None
             else:
                 try:
+                    records = pdata.records
                     error = await replication.check_min_isr(ctx, topic_data.name, pdata.index, acks)
+                    if not error and version < _FIRST_BATCH_V2_VERSION:
+                        error, records = _upconverted(ctx, topic_data.name, pdata.index, records)
                     if error:
                         base, plog = -1, None
                     else:
-                        error, base, plog = _append(ctx, topic_data.name, pdata.index, pdata.records)
+                        error, base, plog = _append(ctx, topic_data.name, pdata.index, records)
+                        if error and version < _FIRST_BATCH_V2_VERSION:
+                            error = _legacy_code(error)
                         if not error and plog is not None:
                             waits.append((len(responses), len(parts), plog.log_end_offset))
                 except Exception:  # one bad partition must not take the connection down

@@ -542,6 +542,14 @@ class PartitionLog:
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
 
+    def segment_offsets_and_times(self) -> list[tuple[int, int]]:
+        """(first offset at or after the log start, last modified ms) of each segment, oldest first: what
+        ListOffsets v0 answers from (metaq/broker/handlers/list_offsets.py)."""
+        with self._lock:
+            segments = list(self._segments)
+        return [(max(segment.base_offset, self.log_start_offset), segment.last_modified_ms())
+                for segment in segments]
+
     def _check_open(self) -> None:
         if self._closed:
             raise StorageError(f"log {self.topic}-{self.partition} is closed")

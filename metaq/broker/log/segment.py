@@ -190,6 +190,10 @@ class LogSegment:
     def _mtime_ms(self) -> int:
         return int(os.fstat(self.file.fileno()).st_mtime * 1000)
 
+    def last_modified_ms(self) -> int:
+        """When the segment's log file was last written (ListOffsets v0 answers by it, as Kafka 0.8)."""
+        return self._mtime_ms()
+
     def _load_trusted(self, end_limit: int | None) -> str | None:
         """Load indexes and the tail; return why the segment must be recovered instead, or None."""
         log_size = self._file_size()
