@@ -126,7 +126,7 @@ class Admin:
 
     def group_listing(self) -> GroupListing:
         """ZooKeeper's groups and the coordinators' (protocol) groups, with notes about brokers not asked."""
-        return group_listing(self.layout, self.coordinators)
+        return group_listing(self.layout, self.coordinators, self.kafka)
 
     def describe_group(self, group: str, *, topics: Iterable[str] | None = None,
                        stall_after_ms: int = DEFAULT_STALL_AFTER_MS) -> GroupDescription:
@@ -154,7 +154,9 @@ class Admin:
 
     def export_offsets(self, groups: Iterable[str] | None = None,
                        progress: Progress | None = None) -> list[OffsetRecord]:
-        return export_offsets(self.layout, groups, progress)
+        """Every kind of group: offsets in ZooKeeper and in ``__consumer_offsets`` (see :func:`export_offsets`)."""
+        listed = self.coordinators.list().groups if groups is None else {}
+        return export_offsets(self.layout, groups, progress, kafka=self.kafka, kafka_groups=listed)
 
     def plan_import(self, records: Iterable[OffsetRecord], progress: Progress | None = None) -> OffsetPlan:
         return plan_import(self.layout, records, self.log_offsets, progress, kafka=self.kafka)
