@@ -168,5 +168,7 @@ def test_export_and_list_of_a_broker_coordinated_group(cluster: BrokerCluster, l
     assert (listed["zkg"]["kind"], listed["zkg"]["state"]) == ("zookeeper", "Empty")
     missing = metaq("offsets", "export", "--group", "ghost", "--zookeeper", cluster.zk_connect)
     assert missing.returncode == 1 and "no offsets in __consumer_offsets" in missing.stderr
+    owners = metaq("owners", "stdg", "--zookeeper", cluster.zk_connect)  # a ZooKeeper-only notion: says why
+    assert owners.returncode == 1 and "coordinated by a broker" in owners.stderr and "groups describe" in owners.stderr
 
 

@@ -46,7 +46,7 @@ from metaq.admin.topics import (
 from metaq.admin.transfer import OffsetRecord, export_offsets, plan_import
 from metaq.client.security import SecurityConfig
 from metaq.config import load_properties
-from metaq.errors import ConfigError
+from metaq.errors import ConfigError, GroupNotFoundError
 from metaq.zkclient import connect as zk_connect
 from metaq.zksecurity import ZooKeeperSecurity, security_from_properties
 from zk_layout import ZkLayout
@@ -134,7 +134,16 @@ class Admin:
                               kafka=self.kafka, coordinators=self.coordinators)
 
     def owners(self, group: str) -> OwnersReport:
-        return owners_report(self.layout, group)
+        """Owner nodes exist only for ZooKeeper groups: for a group only the brokers' coordinators know, the
+        error says so and where its assignment is shown, rather than that the group does not exist."""
+        try:
+            return owners_report(self.layout, group)
+        except GroupNotFoundError:
+            if group in self.coordinators.list().groups:
+                raise GroupNotFoundError(
+                    f"group {group!r} is coordinated by a broker (a protocol group): it has no owner nodes in "
+                    f"ZooKeeper; `metaq groups describe {group}` shows its members and assignment") from None
+            raise
 
     def delete_orphans(self, report: OwnersReport) -> list[tuple[str, int]]:
         return delete_orphans(self.layout, report)
