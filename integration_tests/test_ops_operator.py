@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -172,3 +174,43 @@ def test_export_and_list_of_a_broker_coordinated_group(cluster: BrokerCluster, l
     assert owners.returncode == 1 and "coordinated by a broker" in owners.stderr and "groups describe" in owners.stderr
 
 
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _lines_until(proc: subprocess.Popen[str], messages: int) -> list[str]:
+    """Read the example's stdout until it printed ``messages`` message lines (``chunk`` lines aside)."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    while len([line for line in lines if not line.startswith("chunk")]) < messages:
+        line = proc.stdout.readline()
+        assert line, f"the example exited ({proc.wait()}) after printing {lines}"
+        lines.append(line.strip())
+    return lines
+
+
+@pytest.mark.parametrize("script", ["consume_stream.py", "consume_listener.py", "consume_batch_listener.py"])
+def test_example_consumers_run(cluster: BrokerCluster, layout: ZkLayout, script: str) -> None:
+    """examples/consume_*.py run as their docstrings say: they print every message, and SIGTERM (as Ctrl-C)
+    ends them with exit 0 after committing what they printed."""
+    topic = f"ex-{script.split('.')[0].replace('_', '-')}"
+    _topic(cluster, layout, topic, 2)
+    _produce(cluster.zk_connect, topic, 0, 3)
+    _produce(cluster.zk_connect, topic, 1, 2)
+    group = f"{topic}-group"
+    with subprocess.Popen([sys.executable, str(EXAMPLES / script), "--zookeeper", cluster.zk_connect, "--topic",
+                           topic, "--group", group], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        try:
+            lines = _lines_until(proc, 5)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert layout.offsets(group) == {(topic, 0): 3, (topic, 1): 2}  # committed on the way out
+    values = [line.split() for line in lines if not line.startswith("chunk")]
+    assert sorted((int(p), int(o)) for p, o, _ in values) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+    if script == "consume_batch_listener.py":
+        assert any(line.startswith("chunk 0 0-2 3") for line in lines), lines

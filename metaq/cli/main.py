@@ -12,7 +12,7 @@ from metaq.errors import MetaqError
 
 # Each module exposes ``register(subparsers)`` and sets ``func`` on the parsers it adds.
 COMMAND_MODULES = ("zookeeper", "broker", "topics", "groups", "owners", "offsets", "recover", "console_producer",
-                   "console_consumer", "demo", "verifiable_consumer", "top", "acls", "users")
+                   "console_consumer", "demo", "verifiable_consumer", "top", "acls", "users", "certs")
 
 log = logging.getLogger(__name__)
 
