@@ -66,19 +66,21 @@ def test_duplicate_key_names_the_key_and_lines(tmp_path: Path) -> None:
 
 def test_the_example_config_starts_prints_one_line_and_stops_cleanly(zk_connect: str, tmp_path: Path) -> None:
     """examples/server.properties works as shipped (only where it points is overridden), the broker says where
-    it serves in one line on stdout, and SIGTERM ends it with exit 0."""
+    it serves in one line on stdout (with the metrics URL when metrics.port is set, and the log level), and
+    SIGTERM ends it with exit 0."""
     example = Path(__file__).resolve().parent.parent / "examples" / "server.properties"
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     with subprocess.Popen(
         [sys.executable, "-m", "metaq", "broker", "start", "--config", str(example),
          "--override", f"zookeeper.connect={zk_connect}", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-         "--override", f"log.dirs={tmp_path / 'logs'}"],
+         "--override", f"log.dirs={tmp_path / 'logs'}", "--override", f"metrics.port={metrics_port}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:  # closes the pipes
         try:
             assert proc.stdout is not None
             line = proc.stdout.readline().strip()
             assert line == (f"metaq broker 0 serving PLAINTEXT://127.0.0.1:{port} (ZooKeeper {zk_connect}; "
-                            f"logs in {tmp_path / 'logs'})")
+                            f"logs in {tmp_path / 'logs'}; metrics http://127.0.0.1:{metrics_port}/metrics; "
+                            "log level WARNING)")
             with socket.create_connection(("127.0.0.1", port), timeout=5):
                 pass
             proc.send_signal(signal.SIGTERM)

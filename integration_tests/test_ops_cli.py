@@ -135,7 +135,7 @@ def test_describe_shows_lag_owners_and_members_of_a_live_group(broker, make_topi
                              owners[("clicks", p)]]
         assert cells[-1] == "OK"
     assert [g for g in listed["groups"] if g["group"] == "etl"] == [
-        {"group": "etl", "kind": "zookeeper", "members": 2, "active": True, "state": None, "topics": ["clicks"],
+        {"group": "etl", "kind": "zookeeper", "members": 2, "active": True, "state": "Stable", "topics": ["clicks"],
          "error": None}]
 
     # the members left: the group is still listed and described, without owners
@@ -354,7 +354,7 @@ def test_orphan_owner_of_a_sigkilled_member_is_found_and_removed(broker, make_to
     described = ok_json("groups", "describe", "orph", "--zookeeper", zk_connect)
     assert [r["status"] for r in described["partitions"] if r["partition"] == 1] == ["ORPHAN"]
     watched = ok("owners", "orph", "--watch", "0.2", "--iterations", "2", "--json", "--zookeeper", zk_connect)
-    assert [json.loads(line)["orphans"] for line in watched.splitlines()] == [1, 1]
+    assert [json.loads(line)["orphans"] for line in watched.splitlines()] == [1]  # printed again only on change
 
     dry = metaq("owners", "orph", "--delete-orphans", "--zookeeper", zk_connect)
     assert dry.returncode == 0 and "Dry run" in dry.stderr and f"{dead}-0" in dry.stdout

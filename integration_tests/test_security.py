@@ -38,6 +38,7 @@ from kafka.protocol.sasl import (
 )
 
 from integration_tests import peers
+from metaq.broker.process import BrokerProcess
 from metaq.testing.broker import call, read_frame, request
 from metaq.testing.certs import Certs, make_certs
 from metaq.testing.secure import SecureBroker, secure_broker
@@ -69,8 +70,11 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 def secure(zk_server: Any, certs: Certs, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[SecureBroker]:
     with own_chroot(zk_server, "metaq-test") as connect:
-        broker = secure_broker(connect, tmp_path_factory.mktemp("secure"), certs,
-                               plain_users={"alice": "alice-secret", "bob": "b0b:with:colons"})
+        data_dir = tmp_path_factory.mktemp("secure")
+        # At the level `metaq broker start` logs at by default: failed logins must show there (WARNING).
+        broker = secure_broker(connect, data_dir, certs,
+                               plain_users={"alice": "alice-secret", "bob": "b0b:with:colons"},
+                               process=BrokerProcess(connect, 0, data_dir, log_level="WARNING"))
         with broker.process:
             yield broker
 

@@ -159,7 +159,7 @@ def test_groups_list_reports_a_malformed_group_and_lists_the_others(zk: KazooCli
     assert table.returncode == 1, table.stderr
     rows = {line.split()[0]: line.split() for line in table.stdout.splitlines()[1:]}
     assert set(rows) == {"bad", "good1", "good2", "worse"}
-    assert rows["bad"][3] == rows["worse"][3] == "malformed" and rows["good1"][3] == "empty"  # GROUP KIND MEMBERS STATE
+    assert rows["bad"][3] == rows["worse"][3] == "malformed" and rows["good1"][3] == "Empty"  # GROUP KIND MEMBERS STATE
     assert f"group bad: malformed node {node}: negative offset -5" in table.stderr
     assert zk_layout.full_path(paths.owner_path("worse", "t", 0)) in table.stderr
     assert "Traceback" not in table.stderr

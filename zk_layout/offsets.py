@@ -14,7 +14,7 @@ from kazoo.security import ACL
 
 from metaq.errors import ConfigError, MalformedNodeError, ZooKeeperError
 from zk_layout import paths
-from zk_layout._nodes import _Nodes, _rolled_back
+from zk_layout._nodes import Watch, _Nodes, _rolled_back
 from zk_layout.formats import decode_offset, encode_offset
 
 NO_OFFSET = b"-1"  # what a fenced partition holds before its first commit; Kafka 0.8 reads -1 as "none"
@@ -168,11 +168,13 @@ class _Offsets(_Nodes):
             return FencedOffset(None, version, e)
         return FencedOffset(offset if offset >= 0 else None, version)
 
-    def read_fenced_offset(self, group: str, topic: str, partition: int) -> FencedOffset | None:
+    def read_fenced_offset(self, group: str, topic: str, partition: int,
+                           watch: Watch | None = None) -> FencedOffset | None:
         """The committed offset (None for none or the ``-1`` of a fence) and the node's version, or None if
-        the node does not exist: to tell whether a fenced commit whose reply was lost was applied."""
+        the node does not exist: to tell whether a fenced commit whose reply was lost was applied, and (with
+        ``watch``, which fires on the node's next change) whether someone else wrote an owned node."""
         path = paths.offset_path(group, topic, partition)
-        node = self._read(path)
+        node = self._read(path, watch)
         return None if node is None else self._fenced(path, node[0], node[1].version)
 
     def commit_fenced_offsets(

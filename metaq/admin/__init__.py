@@ -17,14 +17,44 @@ read over the offsets channel too, and resets and imports commit there as well w
 
 from __future__ import annotations
 
-from metaq.admin.client import Admin, resolve_connect
-from metaq.admin.groups import GroupDescription, GroupSummary, Member, PartitionLag
-from metaq.admin.log_offsets import EARLIEST, LATEST, BrokerLogOffsets, LogOffsets, Watermarks
-from metaq.admin.offsets import OffsetChange, OffsetPlan, ResetSpec, format_ms, parse_topic_selection
-from metaq.admin.owners import OwnerRow, OwnersReport
-from metaq.admin.reader import PartitionReader
-from metaq.admin.topics import PartitionDetail, TopicDetail, TopicSummary
-from metaq.admin.transfer import OffsetRecord, format_offsets, parse_offsets
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+# name -> the module that defines it; imported on first use (PEP 562), so that ``from metaq.admin import
+# TopicDetail`` does not pull in the group tools' Kafka clients (``metaq --help`` and ZooKeeper-only commands).
+_HOMES = {
+    "Admin": "client", "resolve_connect": "client",
+    "GroupDescription": "groups", "GroupSummary": "groups", "Member": "groups", "PartitionLag": "groups",
+    "EARLIEST": "log_offsets", "LATEST": "log_offsets", "BrokerLogOffsets": "log_offsets",
+    "LogOffsets": "log_offsets", "Watermarks": "log_offsets",
+    "OffsetChange": "offsets", "OffsetPlan": "offsets", "ResetSpec": "offsets", "format_ms": "timefmt",
+    "parse_topic_selection": "offsets",
+    "OwnerRow": "owners", "OwnersReport": "owners",
+    "PartitionReader": "reader",
+    "PartitionDetail": "topics", "TopicDetail": "topics", "TopicSummary": "topics",
+    "OffsetRecord": "transfer", "format_offsets": "transfer", "parse_offsets": "transfer",
+}
+
+if TYPE_CHECKING:
+    from metaq.admin.client import Admin, resolve_connect
+    from metaq.admin.groups import GroupDescription, GroupSummary, Member, PartitionLag
+    from metaq.admin.log_offsets import EARLIEST, LATEST, BrokerLogOffsets, LogOffsets, Watermarks
+    from metaq.admin.offsets import OffsetChange, OffsetPlan, ResetSpec, parse_topic_selection
+    from metaq.admin.owners import OwnerRow, OwnersReport
+    from metaq.admin.reader import PartitionReader
+    from metaq.admin.timefmt import format_ms
+    from metaq.admin.topics import PartitionDetail, TopicDetail, TopicSummary
+    from metaq.admin.transfer import OffsetRecord, format_offsets, parse_offsets
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'metaq.admin' has no attribute {name!r}")
+    value = getattr(import_module(f"metaq.admin.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "EARLIEST",

@@ -49,6 +49,10 @@ BOTH = "both"
 ZOOKEEPER_KIND = "zookeeper"
 PROTOCOL_KIND = "protocol"
 
+# Kafka's group states (ConsumerGroupState) that a ZooKeeper group can be in.
+STABLE = "Stable"
+EMPTY = "Empty"
+
 DEFAULT_STALL_AFTER_MS = 10 * 60 * 1000
 _GENERATED_ID = re.compile(r"(?P<host>.+)-(?P<ms>[0-9]{10,})-(?P<hex>[0-9a-f]{1,8})")
 
@@ -85,6 +89,7 @@ class PartitionLag:
     first_commit_ms: int | None
     status: str
     source: str | None = None  # zookeeper | kafka | both (which stores hold ``offset``); None without one
+    claimed_ms: int | None = None  # when an owner fenced a node that holds no offset yet (its ``-1``)
 
     @property
     def lag(self) -> int | None:
@@ -102,7 +107,14 @@ class PartitionLag:
         return {"topic": self.topic, "partition": self.partition, "offset": self.offset,
                 "log_start_offset": self.log_start, "log_end_offset": self.log_end, "lag": self.lag,
                 "owner": self.owner, "consumer_id": self.consumer_id, "last_commit_ms": self.last_commit_ms,
-                "first_commit_ms": self.first_commit_ms, "status": self.status, "offset_source": self.source}
+                "first_commit_ms": self.first_commit_ms, "status": self.status, "offset_source": self.source,
+                "claimed_ms": self.claimed_ms}
+
+    @property
+    def not_committed_yet(self) -> bool:
+        """Owned, but its owner has committed nothing yet (the node holds the fence's ``-1``, or nothing):
+        the owner reads from ``auto.offset.reset`` and the first commit that moves the offset writes it."""
+        return self.offset is None and self.owner is not None
 
 
 @dataclass(frozen=True)
@@ -120,7 +132,13 @@ class GroupDescription:
 
     @property
     def total_lag(self) -> int:
+        """The sum of the lags known; :attr:`unknown_lag` says how many rows it leaves out."""
         return sum(p.lag for p in self.partitions if p.lag is not None and p.lag > 0)
+
+    @property
+    def unknown_lag(self) -> int:
+        """Rows without a lag (no committed offset, or no log end): the total is a lower bound when > 0."""
+        return sum(1 for p in self.partitions if p.lag is None)
 
     def problems(self) -> list[PartitionLag]:
         return [p for p in self.partitions if p.status != OK]
@@ -128,6 +146,7 @@ class GroupDescription:
     def to_json(self) -> dict[str, Any]:
         return {"group": self.group, "active": self.active, "offsets_storage": self.offsets_storage,
                 "kafka_offsets_note": self.kafka_note, "total_lag": self.total_lag,
+                "partitions_without_lag": self.unknown_lag,
                 "members": [m.to_json() for m in self.members],
                 "protocol": None if self.protocol is None else self.protocol.to_json(),
                 "partitions": [p.to_json() for p in self.partitions]}
@@ -142,7 +161,7 @@ class GroupSummary:
     members: int
     topics: list[str] = field(default_factory=list)
     kind: str = ZOOKEEPER_KIND
-    state: str | None = None  # the coordinator's state (Stable, Empty, ...) for a group it knows
+    state: str | None = None  # Kafka's group state: the coordinator's, or Stable/Empty from ZooKeeper's ids
     error: str | None = None  # why the group could not be read (a malformed node, named)
 
     @property
@@ -259,11 +278,13 @@ def build_description(
         node = offsets.get((topic, partition))
         marks = watermarks.get((topic, partition))
         offset, source = merged_offset(None if node is None else node.offset, kafka.get((topic, partition)))
+        committed = node if node is not None and node.offset is not None else None  # -1: a claim's times
         row = PartitionLag(
             topic, partition, offset,
             None if marks is None else marks.start, None if marks is None else marks.end,
-            owners.get((topic, partition)), None if node is None else node.mtime_ms,
-            None if node is None else node.ctime_ms, OK, source)
+            owners.get((topic, partition)), None if committed is None else committed.mtime_ms,
+            None if committed is None else committed.ctime_ms, OK, source,
+            claimed_ms=node.mtime_ms if node is not None and committed is None else None)
         status = partition_status(row, live_ids=live, expected=topic in expected_topics,
                                   topic_exists=topic in partitions_by_topic, watermarks=marks, now_ms=now_ms,
                                   stall_after_ms=stall_after_ms)
@@ -379,30 +400,42 @@ def read_kafka_offsets(kafka: GroupOffsetsStore | None, group: str) -> tuple[dic
         return {}, f"offsets stored in Kafka were not read: {e}"
 
 
-def list_groups(layout: ZkLayout, coordinators: CoordinatorGroups | None = None) -> list[GroupSummary]:
+def list_groups(layout: ZkLayout, coordinators: CoordinatorGroups | None = None,
+                kafka: GroupOffsetsStore | None = None) -> list[GroupSummary]:
     """Every group under ``/consumers``, with or without live members (and those the coordinators know)."""
-    return group_listing(layout, coordinators).groups
+    return group_listing(layout, coordinators, kafka).groups
 
 
-def group_listing(layout: ZkLayout, coordinators: CoordinatorGroups | None = None) -> GroupListing:
-    """:func:`list_groups` with the notes about brokers that could not be asked."""
+def group_listing(layout: ZkLayout, coordinators: CoordinatorGroups | None = None,
+                  kafka: GroupOffsetsStore | None = None) -> GroupListing:
+    """:func:`list_groups` with the notes about brokers that could not be asked. With ``kafka``, a coordinator's
+    group without assigned partitions (Empty, or offsets only) shows the topics it has offsets for, as
+    ``kafka-consumer-groups --describe`` does."""
     listing = coordinators.list() if coordinators is not None else CoordinatorListing()
     summaries = {s.group: s for s in _zookeeper_groups(layout)}
     for name, known in listing.groups.items():
-        summaries[name] = merge_summary(summaries.get(name), known)
+        offset_topics: set[str] = set()
+        if not known.topics:
+            offsets, note = read_kafka_offsets(kafka, name)
+            offset_topics = {t for t, _ in offsets}
+            if note:
+                listing.notes.append(f"group {name}: {note}")
+        summaries[name] = merge_summary(summaries.get(name), known, offset_topics)
     return GroupListing([summaries[g] for g in sorted(summaries)], listing.notes)
 
 
-def merge_summary(zookeeper: GroupSummary | None, known: CoordinatorGroup) -> GroupSummary:
+def merge_summary(zookeeper: GroupSummary | None, known: CoordinatorGroup,
+                  offset_topics: Iterable[str] = ()) -> GroupSummary:
     """One row for a group the coordinator knows (and perhaps ZooKeeper too). A coordinator that holds only
     offsets (no protocol type, no members: a simple or ZooKeeper-coordinated consumer committing to Kafka)
     does not decide the state of a ZooKeeper group."""
+    topics = known.topics | set(offset_topics)
     if zookeeper is None:
-        return GroupSummary(known.group, len(known.members), sorted(known.topics), PROTOCOL_KIND, known.state)
+        return GroupSummary(known.group, len(known.members), sorted(topics), PROTOCOL_KIND, known.state)
     offsets_only = not known.protocol_type and not known.members
     return GroupSummary(known.group, zookeeper.members + len(known.members),
-                        sorted(set(zookeeper.topics) | known.topics), BOTH,
-                        None if offsets_only else known.state)
+                        sorted(set(zookeeper.topics) | topics), BOTH,
+                        zookeeper.state if offsets_only else known.state)
 
 
 def _zookeeper_groups(layout: ZkLayout) -> list[GroupSummary]:
@@ -413,12 +446,20 @@ def _zookeeper_groups(layout: ZkLayout) -> list[GroupSummary]:
         try:
             members = layout.consumer_ids(group)
         except ConfigError:  # a name that is not a valid group id (another tool's node): list it, bare
-            summaries.append(GroupSummary(group, 0, []))
+            summaries.append(GroupSummary(group, 0, [], state=EMPTY))
             continue
         try:
             topics = {t for t, _ in layout.offset_nodes(group)} | {t for t, _ in layout.owners(group)}
         except MalformedNodeError as e:
-            summaries.append(GroupSummary(group, len(members), [], error=str(e)))
+            summaries.append(GroupSummary(group, len(members), [], state=zookeeper_state(len(members)),
+                                          error=str(e)))
             continue
-        summaries.append(GroupSummary(group, len(members), sorted(topics)))
+        summaries.append(GroupSummary(group, len(members), sorted(topics), state=zookeeper_state(len(members))))
     return summaries
+
+
+def zookeeper_state(members: int) -> str:
+    """A ZooKeeper group's state in Kafka's names (``ConsumerGroupState``), so that ``groups list`` reads the
+    same for both kinds of group: Stable with registered members, Empty without. ZooKeeper keeps no
+    rebalance state a reader could see (members rebalance each on its own), so no other state applies."""
+    return STABLE if members else EMPTY

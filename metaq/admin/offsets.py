@@ -28,6 +28,7 @@ from typing import Any
 from metaq.admin.groups import merged_offset, topic_partitions
 from metaq.admin.kafka_offsets import LIVE_GROUP_ERRORS, GroupOffsetsStore, error_name
 from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
+from metaq.admin.timefmt import format_ms as format_ms  # re-exported (its old home)
 from metaq.errors import (
     ConfigError,
     GroupActiveError,
@@ -142,13 +143,6 @@ def parse_datetime(when: str | dt.datetime) -> int:
     if when.tzinfo is None:
         when = when.astimezone()  # the local zone
     return int(when.timestamp() * 1000)
-
-
-def format_ms(ms: int | None) -> str:
-    """Epoch ms as ISO 8601 UTC with milliseconds, or ``-``."""
-    if ms is None:
-        return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def parse_topic_selection(text: str) -> tuple[str, list[int] | None]:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from metaq.admin.log_offsets import LogOffsets
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, validate_topic_config
 from metaq.errors import ConfigError, UnknownTopicError
 from zk_layout import ZkLayout, validate_topic
+
+if TYPE_CHECKING:  # its module brings in the Kafka clients, which listing topics does not need
+    from metaq.admin.log_offsets import LogOffsets
 
 
 @dataclass(frozen=True)

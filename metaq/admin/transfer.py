@@ -20,11 +20,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from metaq.admin.groups import merged_offset, require_group
+from metaq.admin.groups import merged_offset, read_kafka_offsets
 from metaq.admin.kafka_offsets import GroupOffsetsStore
 from metaq.admin.log_offsets import LogOffsets, Watermarks
 from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress, join_notes, kafka_offsets_of, zookeeper_offset
-from metaq.errors import ConfigError, MetaqError
+from metaq.errors import ConfigError, GroupNotFoundError, MetaqError
 from zk_layout import ZkLayout, parse_offset_path, paths, validate_group, validate_topic
 
 LINES = "lines"
@@ -142,22 +142,33 @@ def _no_duplicates(records: list[OffsetRecord], source: str) -> list[OffsetRecor
 
 
 def export_offsets(layout: ZkLayout, groups: Iterable[str] | None = None,
-                   progress: Progress | None = None) -> list[OffsetRecord]:
-    """Committed offsets of ``groups`` (every group when None); GroupNotFoundError for a named group that
-    does not exist."""
-    if groups is None:
-        names = layout.groups()
-    else:
-        names = sorted(set(groups))
-        for group in names:
-            require_group(layout, group)
+                   progress: Progress | None = None, *, kafka: GroupOffsetsStore | None = None,
+                   kafka_groups: Iterable[str] = ()) -> list[OffsetRecord]:
+    """Committed offsets of ``groups`` (every group when None: those under ``/consumers`` and ``kafka_groups``,
+    the groups the brokers' coordinators list); GroupNotFoundError for a named group that neither ZooKeeper
+    nor ``__consumer_offsets`` knows.
+
+    With ``kafka``, a partition's offset is ``max(zookeeper, kafka)`` (what a metaq consumer resumes from, and
+    what ``groups describe`` shows), so a broker-coordinated group exports as well as a ZooKeeper one; the
+    line format still names the offset node path, which ``offsets import`` maps back to the group."""
+    in_zookeeper = set(layout.groups())
+    names = sorted(in_zookeeper | set(kafka_groups)) if groups is None else sorted(set(groups))
     records = []
     for group in names:
         try:
-            nodes = layout.offset_nodes(group)
+            nodes = layout.offset_nodes(group) if group in in_zookeeper else {}
         except ConfigError:  # not a valid group name: another tool's node under /consumers
             continue
-        records += [OffsetRecord(group, t, p, n.offset) for (t, p), n in nodes.items() if n.offset is not None]
+        in_kafka, _ = read_kafka_offsets(kafka, group)
+        if groups is not None and group not in in_zookeeper and not in_kafka:
+            where = layout.full_path(paths.consumer_group_path(group))
+            raise GroupNotFoundError(f"group {group!r} does not exist (no {where} and no offsets in "
+                                     "__consumer_offsets)")
+        zookeeper = {tp: n.offset for tp, n in nodes.items()}
+        for tp in sorted(set(zookeeper) | set(in_kafka)):
+            offset, _ = merged_offset(zookeeper.get(tp), in_kafka.get(tp))
+            if offset is not None:
+                records.append(OffsetRecord(group, tp[0], tp[1], offset))
         if progress is not None:
             progress(1)
     return sorted(records)

@@ -223,7 +223,7 @@ class BrokerServer:
                 conn.sasl = served.sasl.exchange()
             await self._serve_requests(conn)
         except SaslAuthenticationError as e:
-            log.info("Failed authentication with %s (%s)", conn, e)
+            log.warning("Failed authentication with %s (%s)", conn, e)
             self._context.metrics.error("NONE", "SASL_AUTHENTICATION_FAILED")
         except ProtocolError as e:
             log.warning("closing connection from %s: %s", conn, e)
@@ -252,7 +252,7 @@ class BrokerServer:
                                         ssl_handshake_timeout=self._limits.request_body_timeout_ms / 1000.0)
         except (ssl.SSLError, ConnectionError, TimeoutError) as e:
             reason = getattr(e, "reason", None) or type(e).__name__
-            log.info("Failed authentication with %s (TLS handshake on listener %s: %s)", conn,
+            log.warning("Failed authentication with %s (TLS handshake on listener %s: %s)", conn,
                      conn.served.listener.name, reason)
             raise ConnectionResetError from None
         return certificate_principal(conn.writer.get_extra_info("ssl_object"))

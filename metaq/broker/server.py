@@ -182,10 +182,23 @@ class Broker:
             asyncio.create_task(self._every(config.producer_id_expiration_check_interval_ms, self._expire_producers)),
         ]
         line = (f"metaq broker {config.broker_id} serving {','.join(a.endpoint() for a in advertised)} "
-                f"(ZooKeeper {config.zookeeper_connect}; logs in {', '.join(map(str, config.data_dirs))})")
+                f"(ZooKeeper {config.zookeeper_connect}; logs in {', '.join(map(str, config.data_dirs))}"
+                f"{self._metrics_note(advertised[0].host if advertised else '')}; "
+                f"log level {logging.getLevelName(logging.getLogger().getEffectiveLevel())})")
         log.info("%s", line)
         if self._on_started is not None:
             self._on_started(line)
+
+    def _metrics_note(self, advertised_host: str) -> str:
+        """``; metrics http://host:port/metrics`` for the serving line when the endpoint runs: a wildcard bind
+        is shown with the advertised host (the address a person would scrape from)."""
+        if self._metrics_server is None:
+            return ""
+        host = self.config.metrics_host
+        if host in ("", "0.0.0.0", "::"):
+            host = advertised_host or "127.0.0.1"
+        host = f"[{host}]" if ":" in host else host
+        return f"; metrics http://{host}:{self._metrics_server.port}/metrics"
 
     def _start_metrics(self) -> None:
         """Partition and cluster gauges are read at scrape time; the endpoint only if metrics.port is set."""

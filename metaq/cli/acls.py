@@ -135,7 +135,7 @@ def _remove(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    pattern_type = PatternType.parse(args.resource_pattern_type, "--resource-pattern-type")
+    pattern_type = filter_pattern_type(args.resource_pattern_type)
     filters = [AclFilter(rtype, name, pattern_type) for rtype, name in _resources(args)] or [AclFilter()]
     with open_admin(args) as admin:
         snapshot = AclSnapshot(admin.layout.all_acls())
@@ -146,6 +146,15 @@ def _list(args: argparse.Namespace) -> int:
                        [(_name(p), p.pattern_type.kafka_name, e.principal, e.host, e.operation.kafka_name,
                          e.permission.kafka_name) for p, e in rows]) if rows else "No ACLs.")
     return 0
+
+
+def filter_pattern_type(text: str) -> PatternType:
+    """``--resource-pattern-type`` of a listing, a filter: ``any`` (the default, every pattern) and ``match``
+    are filter values that :meth:`PatternType.parse` (concrete patterns only) refuses."""
+    if text.lower() == "any":
+        return PatternType.ANY
+    parsed: PatternType = PatternType.parse(text, "--resource-pattern-type")
+    return parsed
 
 
 def _name(pattern: ResourcePattern) -> str:

@@ -9,15 +9,16 @@ it (zookeeper, kafka or both). When the offsets in ``__consumer_offsets`` cannot
 Groups the brokers' group coordinators know (ListGroups at every broker, DescribeGroups at the one that lists
 the group) are shown too: protocol groups (confluent-kafka, ``kcat -G``, kafka-python) with their members,
 state and assignment, and groups with offsets only in ``__consumer_offsets``. KIND says where a group is known:
-zookeeper (``/consumers``), protocol (a coordinator) or both; STATE is the coordinator's state (Stable, Empty,
-PreparingRebalance, ...) when it has one, else active/empty from ZooKeeper's registrations.
+zookeeper (``/consumers``), protocol (a coordinator) or both; STATE uses Kafka's state names for both kinds: the
+coordinator's (Stable, Empty, PreparingRebalance, ...) when it has one, else Stable/Empty from ZooKeeper's
+registrations.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from metaq.admin import GroupDescription, GroupSummary, Member
+from metaq.admin import GroupDescription, GroupSummary, Member, PartitionLag
 from metaq.admin.broker_groups import CoordinatorGroup
 from metaq.admin.groups import DEFAULT_STALL_AFTER_MS
 from metaq.cli.output import add_parser, emit, note, open_admin, table, when
@@ -80,13 +81,13 @@ def render_list(summaries: list[GroupSummary]) -> str:
 def _state(summary: GroupSummary) -> str:
     if summary.error is not None:
         return "malformed"
-    return summary.state or ("active" if summary.active else "empty")
+    return summary.state or ("Stable" if summary.active else "Empty")
 
 
 def render_description(d: GroupDescription) -> str:
     count = len(d.members) + (len(d.protocol.members) if d.protocol else 0)
     members = f"{count} live member{'' if count == 1 else 's'}" if count else "no live members"
-    parts = [f"Group {d.group}: {members}, offsets in {d.offsets_storage}, total lag {d.total_lag}"]
+    parts = [f"Group {d.group}: {members}, offsets in {d.offsets_storage}, {_total_lag(d)}"]
     if d.members:
         parts.append(table(["CONSUMER-ID", "HOST", "SUBSCRIPTION", "REGISTERED", "NODE"],
                            [(m.consumer_id, m.host, _subscription(m), when(m.registered_ms),
@@ -95,11 +96,30 @@ def render_description(d: GroupDescription) -> str:
         parts.append(_render_protocol(d.protocol))
     if d.partitions:
         parts.append(table(PARTITION_HEADERS, [
-            (p.topic, p.partition, p.offset, p.log_end, p.lag, p.owner, when(p.last_commit_ms), p.source, p.status)
+            (p.topic, p.partition, p.offset, p.log_end, p.lag, p.owner, _last_commit(p), p.source, p.status)
             for p in d.partitions]))
     else:
         parts.append("No committed offsets, owners or subscribed topics.")
     return "\n\n".join(parts)
+
+
+def _total_lag(d: GroupDescription) -> str:
+    """The total, never contradicting the rows: rows without a lag make it a lower bound, and say why."""
+    unknown = d.unknown_lag
+    if not unknown:
+        return f"total lag {d.total_lag}"
+    waiting = sum(1 for p in d.partitions if p.not_committed_yet)
+    why = (f"{waiting} owned partition{'' if waiting == 1 else 's'} not committed yet" if waiting == unknown
+           else f"{unknown} partition{'' if unknown == 1 else 's'} without a lag")
+    if unknown == len(d.partitions):
+        return f"total lag unknown ({why})"
+    return f"total lag at least {d.total_lag} ({why})"
+
+
+def _last_commit(p: PartitionLag) -> str:
+    """LAST-COMMIT: the offset node's mtime; for an owned partition without an offset yet, say so (the
+    node's times are then its owner's claim, not a commit)."""
+    return "not committed yet" if p.not_committed_yet else when(p.last_commit_ms)
 
 
 def _render_protocol(group: CoordinatorGroup) -> str:

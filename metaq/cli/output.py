@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
-from metaq.admin import Admin, format_ms
-from metaq.admin.client import resolve_connect
+from metaq.admin.client import Admin, resolve_connect
+from metaq.admin.timefmt import format_ms
 from metaq.client.security import SecurityConfig
 from metaq.config import load_properties
 from metaq.errors import ConfigError

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 from metaq.admin import Admin, OwnersReport
 from metaq.cli.output import add_parser, note, open_admin, print_json, table, when
@@ -58,26 +59,36 @@ def render(report: OwnersReport) -> str:
 
 
 def _watch(admin: Admin, args: argparse.Namespace) -> int:
-    """Poll and redraw; Ctrl-C ends the watch normally."""
+    """Poll every ``--watch`` seconds and print a frame only when the owners changed (a first frame always),
+    as ``watch``-style tools that append to a log or a pipe should; Ctrl-C ends the watch normally.
+    ``--iterations`` counts polls."""
     clear = sys.stdout.isatty() and not args.json
     count = 0
+    shown: dict[str, Any] | None = None
     try:
         while args.iterations is None or count < args.iterations:
             report = admin.owners(args.group)
-            if args.json:
-                sys.stdout.write(json.dumps({"time_ms": int(time.time() * 1000), **report.to_json()}) + "\n")
-            else:
-                if clear:
-                    sys.stdout.write("\x1b[H\x1b[2J")
-                sys.stdout.write(f"{time.strftime('%H:%M:%S')}  (every {args.watch:g}s, Ctrl-C to stop)\n"
-                                 f"{render(report)}\n\n")
-            sys.stdout.flush()
+            document = report.to_json()
+            if document != shown:
+                shown = document
+                _print_frame(report, args, clear)
             count += 1
             if args.iterations is None or count < args.iterations:
                 time.sleep(args.watch)
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _print_frame(report: OwnersReport, args: argparse.Namespace, clear: bool) -> None:
+    if args.json:
+        sys.stdout.write(json.dumps({"time_ms": int(time.time() * 1000), **report.to_json()}) + "\n")
+    else:
+        if clear:
+            sys.stdout.write("\x1b[H\x1b[2J")
+        sys.stdout.write(f"{time.strftime('%H:%M:%S')}  (polling every {args.watch:g}s, shown on change; "
+                         f"Ctrl-C to stop)\n{render(report)}\n\n")
+    sys.stdout.flush()
 
 
 def _delete(admin: Admin, report: OwnersReport, args: argparse.Namespace) -> int:

@@ -288,10 +288,11 @@ def _partitions(view: TopView, room: int | None, elapsed_ms: int) -> Table:
 
 def _log(view: TopView, lines: int, *, wrap: bool) -> Table:
     table = Table(title="Rebalance log", title_justify="left", box=None, show_header=False)
-    table.add_column("TIME", no_wrap=True)
+    # One column, time first: rich shrinks the narrowest column of a row too wide for the screen, which cut
+    # a separate time column to "00…"; this way only the event's end is cut (with an ellipsis).
     table.add_column("EVENT", no_wrap=not wrap, overflow="fold" if wrap else "ellipsis")
     for entry in view.log[-lines:] if lines > 0 else []:
-        table.add_row(format_ms(entry.time_ms)[11:19], entry.text)
+        table.add_row(f"{format_ms(entry.time_ms)[11:19]}  {entry.text}")
     return table
 
 

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kazoo.protocol.states import WatchedEvent
+
 from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
 from metaq.consumer.connector import default_offset_store
 from metaq.consumer.offsets import CommitResult, OffsetStore, TopicPartition
@@ -114,6 +116,10 @@ class ReportingStore:
 
     def owned(self) -> set[TopicPartition]:
         return self._inner.owned()
+
+    def changed_behind(self, partitions: Iterable[TopicPartition],
+                       watch: Callable[[WatchedEvent], None] | None = None) -> dict[TopicPartition, int | None]:
+        return self._inner.changed_behind(partitions, watch)
 
     def close(self) -> None:
         self._inner.close()

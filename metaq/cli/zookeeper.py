@@ -6,11 +6,13 @@ Security (docs/zookeeper-layout.md): ``--super-digest digest:USER:HASH`` (an adm
 password on stdin and prints the ``digest:USER:HASH`` identity that ``--super-digest`` and
 ``zookeeper.acl.ops.identity`` take.
 
-Prints the connect string on stdout (so that scripts can read it) and runs until SIGINT or SIGTERM, then stops
-the server cleanly. The data must outlive the server, or a restart forgets every topic and committed offset
-while the brokers keep their logs: with ``--port P`` and no ``--data-dir`` it lives in
-``$XDG_DATA_HOME/metaq/zookeeper-P`` (default ``~/.local/share/...``); with neither (a throwaway server on a
-free port) in a temporary directory removed at exit, which is said on stderr.
+Once serving it prints one line, ``metaq zookeeper serving 127.0.0.1:2181 (client port 2181; data in DIR)``, on
+a terminal; when stdout is not one, the connect string alone goes to stdout (so that scripts can read it) and
+that line to stderr. It runs until SIGINT or SIGTERM, then stops the server cleanly. The data must outlive the
+server, or a restart forgets every topic and committed offset while the brokers keep their logs: with
+``--port P`` and no ``--data-dir`` it lives in ``$XDG_DATA_HOME/metaq/zookeeper-P`` (default
+``~/.local/share/...``); with neither (a throwaway server on a free port) in a temporary directory removed at
+exit, which the line says.
 """
 
 from __future__ import annotations
@@ -63,13 +65,16 @@ def _start(args: argparse.Namespace) -> int:
     stop = threading.Event()
     handler = TerminationHandler(stop.set).install()  # a second signal exits at once (the JVM dies with us)
     data_dir = args.data_dir or (default_data_dir(args.port) if args.port is not None else None)
-    if data_dir is None:
-        print("metaq zookeeper: no --port/--data-dir: the data is temporary and removed at exit", file=sys.stderr)
     server = ZooKeeperServer(args.port, data_dir, tick_time_ms=args.tick_time, super_digest=args.super_digest,
                              enforce_auth=args.enforce_auth, tls=_tls(args))
     try:
         server.start(timeout=args.start_timeout)
-        print(server.connect_string, flush=True)
+        line = serving_line(server, temporary=data_dir is None)
+        if sys.stdout.isatty():  # a person: the one line says it all
+            print(line, flush=True)
+        else:  # a script reads the connect string from stdout; the line goes to stderr
+            print(server.connect_string, flush=True)
+            print(line, file=sys.stderr, flush=True)
         if server.tls is not None:
             print(f"metaq zookeeper: TLS client port {server.secure_connect_string}", file=sys.stderr, flush=True)
         while not stop.wait(_HEALTH_CHECK_S):
@@ -80,6 +85,14 @@ def _start(args: argparse.Namespace) -> int:
     finally:
         server.stop()
         handler.restore()
+
+
+def serving_line(server: ZooKeeperServer, *, temporary: bool) -> str:
+    """What the server serves and where its data lives, as the broker's serving line says it."""
+    where = f"{server.data_dir} (temporary: removed at exit; give --port or --data-dir to keep it)" if temporary \
+        else str(server.data_dir)
+    tls = f", TLS {server.secure_connect_string}" if server.tls is not None else ""
+    return f"metaq zookeeper serving {server.connect_string} (client port {server.port}{tls}; data in {where})"
 
 
 def _tls(args: argparse.Namespace) -> ZooKeeperTls | None:

@@ -3,19 +3,43 @@ cluster client every part of metaq reaches the brokers through."""
 
 from __future__ import annotations
 
-from metaq.client.cluster import (
-    EARLIEST,
-    LATEST,
-    ClusterClient,
-    Leader,
-    ListedOffset,
-    NoLeader,
-    TopicInfo,
-    TopicPartition,
-)
-from metaq.client.connection import BrokerConnection, InFlightRequest, build_request
-from metaq.client.settings import ConnectionSettings
-from metaq.client.versions import CLIENT_VERSIONS, ApiKey, pick_version
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+# name -> its module, imported on first use (PEP 562): ``metaq.client.security`` (the ops tools' option
+# parsing) must not pull in kafka-python's protocol through this package.
+_HOMES = {
+    "EARLIEST": "cluster", "LATEST": "cluster", "ClusterClient": "cluster", "Leader": "cluster",
+    "ListedOffset": "cluster", "NoLeader": "cluster", "TopicInfo": "cluster", "TopicPartition": "cluster",
+    "BrokerConnection": "connection", "InFlightRequest": "connection", "build_request": "connection",
+    "ConnectionSettings": "settings",
+    "CLIENT_VERSIONS": "versions", "ApiKey": "versions", "pick_version": "versions",
+}
+
+if TYPE_CHECKING:
+    from metaq.client.cluster import (
+        EARLIEST,
+        LATEST,
+        ClusterClient,
+        Leader,
+        ListedOffset,
+        NoLeader,
+        TopicInfo,
+        TopicPartition,
+    )
+    from metaq.client.connection import BrokerConnection, InFlightRequest, build_request
+    from metaq.client.settings import ConnectionSettings
+    from metaq.client.versions import CLIENT_VERSIONS, ApiKey, pick_version
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'metaq.client' has no attribute {name!r}")
+    value = getattr(import_module(f"metaq.client.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CLIENT_VERSIONS",

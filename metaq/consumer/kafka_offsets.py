@@ -47,6 +47,7 @@ import tenacity
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
+from kazoo.protocol.states import WatchedEvent
 
 from metaq.client.cluster import broker_endpoint
 from metaq.client.connection import BrokerConnection
@@ -302,6 +303,16 @@ class KafkaOffsetStore:
 
     def owned(self) -> set[TopicPartition]:
         return self._zk.owned()
+
+    def changed_behind(self, partitions: Iterable[TopicPartition],
+                       watch: Callable[[WatchedEvent], None] | None = None) -> dict[TopicPartition, int | None]:
+        """The ZooKeeper half decides (an operator's reset writes ZooKeeper and Kafka, a new owner fences
+        ZooKeeper); the partitions it reports are forgotten here too."""
+        with self._lock:
+            changed = self._zk.changed_behind(partitions, watch)
+            for key in changed:
+                self._forget(key)
+            return changed
 
     def close(self) -> None:
         self._closing.set()

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from kazoo.protocol.states import WatchedEvent
 
 from metaq.errors import ZooKeeperUnavailableError
 from zk_layout import ZkLayout
@@ -41,6 +43,12 @@ class OffsetStore(Protocol):
         """Forget the commit right (ownership given up or lost)."""
 
     def owned(self) -> set[TopicPartition]: ...
+
+    def changed_behind(self, partitions: Iterable[TopicPartition],
+                       watch: Callable[[WatchedEvent], None] | None = None) -> dict[TopicPartition, int | None]:
+        """Owned partitions whose offset node someone else wrote since our fence or last commit (an operator's
+        ``offsets reset --force``, or a newer owner), with the offset now there; they are forgotten (not
+        committed again). ``watch`` is armed on each node read, so the next write wakes the caller again."""
 
     def close(self) -> None: ...
 
@@ -98,8 +106,8 @@ class ZooKeeperOffsetStore:
                 self._versions.pop(key, None)
                 self._last.pop(key, None)
                 self._unconfirmed.pop(key, None)
-                log.warning("group %s: %s-%d is fenced by a newer owner; its offset is not committed",
-                            self._group, *key)
+                log.info("group %s: the offset node of %s-%d changed since our fence or last commit (a newer "
+                         "owner's fence or an operator's reset); our offset is not committed", self._group, *key)
             return CommitResult(dict(versions), set(lost))
 
     def _confirm_unknown_outcomes(self) -> None:
@@ -129,6 +137,23 @@ class ZooKeeperOffsetStore:
     def owned(self) -> set[TopicPartition]:
         with self._lock:
             return set(self._versions)
+
+    def changed_behind(self, partitions: Iterable[TopicPartition],
+                       watch: Callable[[WatchedEvent], None] | None = None) -> dict[TopicPartition, int | None]:
+        """See :class:`OffsetStore`. Under the commit lock, so that our own commit (which also fires the watch)
+        is never mistaken for someone else's: its new version is ours by the time we compare."""
+        changed: dict[TopicPartition, int | None] = {}
+        with self._lock:
+            for key in partitions:
+                if key not in self._versions:
+                    continue
+                node = self._layout.read_fenced_offset(self._group, *key, watch=watch)
+                if key in self._unconfirmed or (node is not None and node.version == self._versions[key]):
+                    continue  # ours (or a commit whose reply was lost: the next commit resolves it)
+                changed[key] = None if node is None else node.offset
+                self._versions.pop(key, None)
+                self._last.pop(key, None)
+        return changed
 
     def close(self) -> None:
         with self._lock:

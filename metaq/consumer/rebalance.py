@@ -140,6 +140,8 @@ class ZKRebalancerListener:
         self._topic_events = 0  # topic watch events (and connection drops) so far: see _read_group
         self._watch_events = 0  # events of any watch so far: see _registrations
         self._quiet_ids: tuple[list[str], int] | None = None  # the member list the coalescing wait ended on
+        self._offset_keys: dict[str, TopicPartition] = {}  # offset node path -> owned partition (watched)
+        self._offset_events: set[TopicPartition] = set()  # owned partitions whose offset node changed
         self._thread = threading.Thread(
             target=self._run, name=f"{consumer_id}_watcher_executor", daemon=True
         )
@@ -178,6 +180,18 @@ class ZKRebalancerListener:
                 self._rearm = True
             return
         self.trigger()
+
+    def _on_offset_watch(self, event: WatchedEvent) -> None:
+        """The watch on each owned partition's offset node: it fires on our own commits too, so the executor
+        compares the node's version with ours (:meth:`_check_offset_nodes`). A connection drop (NONE) is no
+        write: the watches are re-armed with the others once connected."""
+        if event.type == EventType.NONE:
+            return
+        with self._wakeup:
+            key = self._offset_keys.get(event.path)
+            if key is not None:
+                self._offset_events.add(key)
+                self._wakeup.notify()
 
     def _on_topic_watch(self, event: WatchedEvent | None = None) -> None:
         """The watch on the subscribed topics' nodes: their cached partitions are void (see _topic_partitions)."""
@@ -232,9 +246,13 @@ class ZKRebalancerListener:
                 rearm = self._rearm and not lost and self.state != SUSPENDED  # re-arm once connected
                 if rearm:
                     self._rearm = False
+                    self._offset_events.update(self._offset_keys.values())
+                changed_offsets, self._offset_events = self._offset_events, set()
             if self._shutdown.is_set():
                 return
             try:
+                if changed_offsets and not lost and self.state != SUSPENDED:
+                    self._check_offset_nodes(changed_offsets)
                 if triggered and not lost:
                     self.wait_for_quiet_group()
                 if lost:
@@ -395,7 +413,51 @@ class ZKRebalancerListener:
             self._safe_hook(self._listener.assigned, self._consumer_id, global_view)
         self._fetcher.start_connections(self.registry.values())
         log.info("consumer %s owns %s (generation %d)", self._consumer_id, sorted(mine), self.generation)
+        self._watch_offset_nodes(mine)
         return True
+
+    # -- offset nodes written behind our back (an operator's forced reset) ------------------------------
+
+    def _watch_offset_nodes(self, mine: Iterable[TopicPartition]) -> None:
+        """Arm a data watch on each owned partition's offset node, so that a forced ``offsets reset`` (or any
+        write but ours) is noticed at once, not at our next commit, which may be long in coming on a quiet
+        partition (README.md, "Ops tools")."""
+        keys = list(mine)
+        with self._wakeup:
+            self._offset_keys = {paths.offset_path(self._group, *key): key for key in keys}
+        self._check_offset_nodes(keys)
+
+    def _check_offset_nodes(self, keys: Iterable[TopicPartition]) -> None:
+        """Re-arm the offset watches of ``keys`` and act on the nodes someone else wrote: the partition is
+        taken again (a rebalance of this member: release, claim, fence, read), so that it restarts from the
+        offset now in the node. Our own commits fire the watch too and are told apart by the node version."""
+        with self._lock:
+            owned = [key for key in keys if key in self.registry and not self.registry[key].is_revoked]
+            if not owned:
+                return
+            changed = self._store.changed_behind(owned, watch=self._on_offset_watch)
+            if not changed:
+                return
+            for key, offset in sorted(changed.items()):
+                self.registry[key].revoke()
+                self._explain_changed_node(key, offset)
+        self.trigger()
+
+    def _explain_changed_node(self, key: TopicPartition, offset: int | None) -> None:
+        """Log why an owned partition's offset node changed: while our owner node still stands, no other member
+        can have fenced it (a member claims the owner node first), so an operator wrote it."""
+        info = self.registry.get(key)
+        try:
+            owner = self._layout.owner(self._group, *key)
+        except MetaqError:
+            owner = None
+        if info is not None and owner == info.thread_id:
+            log.warning("consumer %s: the offset of %s-%d was reset to %s by an operator (its offset node changed "
+                        "while this member owns the partition); restarting the partition from there",
+                        self._consumer_id, key[0], key[1], "none (auto.offset.reset)" if offset is None else offset)
+        else:
+            log.warning("consumer %s: %s-%d is fenced by a newer owner; its offset is not committed",
+                        self._consumer_id, *key)
 
     def _assignment(self) -> tuple[Callable[[], dict[TopicPartition, str]], dict[TopicPartition, str]]:
         """My part of the group's assignment as computed from ZooKeeper now (watches re-armed), and how to
@@ -545,10 +607,19 @@ class ZKRebalancerListener:
                 topic, partition, self._subscription.queue_for(topic, tid), start, start, self.generation, tid)
         self.registry = registry
 
+    def _read_offset(self, key: TopicPartition) -> int | None:
+        try:
+            node = self._layout.read_fenced_offset(self._group, *key)
+        except MetaqError:
+            return None
+        return None if node is None else node.offset
+
     def _release_all(self, *, commit: bool) -> None:
         """Stop fetching, drop queued chunks, optionally commit (still the owner), then release."""
         self._fetcher.stop_connections()
         owned = dict(self.registry)
+        with self._wakeup:
+            self._offset_keys = {}
         for info in owned.values():
             info.revoke()
         self._subscription.clear_queues()
@@ -590,11 +661,12 @@ class ZKRebalancerListener:
         if self._metrics is not None:
             self._metrics.committed(time.monotonic() - started, ok=True, fenced=len(result.lost))
         if result.lost:
-            for key in result.lost:
+            for key in sorted(result.lost):
                 info = self.registry.get(key)
                 if info is not None:
                     info.revoke()
-            log.warning("consumer %s lost ownership of %s; rebalancing", self._consumer_id, sorted(result.lost))
+                self._explain_changed_node(key, None if info is None else self._read_offset(key))
+            log.info("consumer %s: taking %s again; rebalancing", self._consumer_id, sorted(result.lost))
             self.trigger()
 
     # -- session loss and self-check -----------------------------------------------------------------

@@ -16,7 +16,8 @@ from metaq.admin.broker_groups import (
     groups_from_responses,
 )
 from metaq.admin.groups import OK, describe_group, group_listing
-from tests.admin.fakes import NOW_MS, FakeLayout, FakeLogOffsets
+from metaq.cli.groups import render_list
+from tests.admin.fakes import NOW_MS, FakeKafkaOffsets, FakeLayout, FakeLogOffsets
 
 
 @dataclass
@@ -39,9 +40,25 @@ def test_list_shows_kind_and_the_coordinators_state() -> None:
     offsets_only = CoordinatorGroup("mixed", 1, "Empty", "")  # a ZooKeeper group committing to Kafka too
     listing = group_listing(layout, FakeCoordinators([STDG, offsets_only], ["broker 2 did not answer"]))  # type: ignore[arg-type]
     rows = {s.group: (s.kind, s.members, s.state, s.topics) for s in listing.groups}
-    assert rows == {"etl": ("zookeeper", 1, None, []), "mixed": ("both", 0, None, ["clicks"]),
+    assert rows == {"etl": ("zookeeper", 1, "Stable", []), "mixed": ("both", 0, "Empty", ["clicks"]),
                     "stdg": ("protocol", 1, "Stable", ["clicks"])}
     assert listing.notes == ["broker 2 did not answer"]
+
+
+def test_list_states_are_kafkas_for_both_kinds_and_an_empty_protocol_group_shows_its_topics() -> None:
+    """STATE reads the same for ZooKeeper and protocol groups (Kafka's Stable/Empty), and a protocol group
+    without members (Empty: nothing assigned) shows the topics of its offsets in __consumer_offsets."""
+    layout = FakeLayout(topics_={"clicks": 2, "views": 1})
+    layout.join("live", "live_h-1700000000000-6b2a1f0c", {"clicks": 1})
+    layout.write_offset("idle", "clicks", 0, 3)
+    kafka = FakeKafkaOffsets({"stdg-empty": {("views", 0): 7, ("clicks", 1): 2}})
+    empty = CoordinatorGroup("stdg-empty", 0, "Empty", "consumer")
+    listing = group_listing(layout, FakeCoordinators([STDG, empty]), kafka)  # type: ignore[arg-type]
+    rows = {s.group: (s.kind, s.state, s.topics) for s in listing.groups}
+    assert rows == {"live": ("zookeeper", "Stable", []), "idle": ("zookeeper", "Empty", ["clicks"]),
+                    "stdg": ("protocol", "Stable", ["clicks"]),
+                    "stdg-empty": ("protocol", "Empty", ["clicks", "views"])}
+    assert "Empty" in render_list(listing.groups) and "active" not in render_list(listing.groups)
 
 
 def test_describe_a_protocol_group_names_its_members_as_owners() -> None:

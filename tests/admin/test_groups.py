@@ -19,6 +19,7 @@ from metaq.admin.groups import (
     merged_offset,
     owner_is_live,
 )
+from metaq.cli.groups import render_description
 from metaq.errors import GroupNotFoundError, UnknownTopicError
 from tests.admin.fakes import NOW_MS, FakeKafkaOffsets, FakeLayout, FakeLogOffsets
 
@@ -117,6 +118,24 @@ def test_wildcard_members_expect_matching_topics() -> None:
 def test_missing_group() -> None:
     with pytest.raises(GroupNotFoundError, match="'ghost' does not exist"):
         _describe(FakeLayout(), FakeLogOffsets(), "ghost")
+
+
+def test_owned_partitions_without_a_commit_say_so_and_the_total_does_not_contradict_the_rows() -> None:
+    """A live member's fenced nodes hold -1: no CURRENT-OFFSET, so no lag; the total must not read 0 as if
+    nothing lagged, and the node's mtime is its owner's claim, not a commit."""
+    layout, logs = _cluster()
+    for p in range(3):
+        layout.commit("etl", "clicks", p, None, age_ms=500)
+    d = _describe(layout, logs)
+    assert [(r.offset, r.lag, r.last_commit_ms, r.claimed_ms) for r in d.partitions] == [
+        (None, None, None, NOW_MS - 500)] * 3
+    assert d.unknown_lag == 3 and d.to_json()["partitions_without_lag"] == 3
+    text = render_description(d)
+    assert text.splitlines()[0].endswith("total lag unknown (3 owned partitions not committed yet)"), text
+    assert text.count("not committed yet") == 4 and "total lag 0" not in text
+    layout.commit("etl", "clicks", 0, 90)
+    first = render_description(_describe(layout, logs)).splitlines()[0]
+    assert first.endswith("total lag at least 10 (2 owned partitions not committed yet)"), first
 
 
 def test_list_groups_includes_groups_without_members() -> None:

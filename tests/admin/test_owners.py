@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
+from metaq.admin import OwnersReport
 from metaq.admin.groups import NO_OWNER, OK, ORPHAN
 from metaq.admin.owners import delete_orphans, owners_report
+from metaq.cli import owners as owners_cli
 from metaq.errors import GroupNotFoundError
 from tests.admin.fakes import FakeLayout
 
@@ -57,3 +61,26 @@ def test_delete_orphans_skips_a_consumer_that_registered_again() -> None:
 def test_missing_group() -> None:
     with pytest.raises(GroupNotFoundError):
         owners_report(FakeLayout(), "nope")  # type: ignore[arg-type]
+
+
+def test_watch_prints_a_frame_only_when_the_owners_change(capsys: pytest.CaptureFixture[str]) -> None:
+    """``owners --watch`` polls, but reprints only on a change: three polls of the same owners, then one after
+    an orphan is deleted, give two frames."""
+    layout = _layout()
+
+    class _Admin:
+        polls = 0
+
+        def owners(self, group: str) -> OwnersReport:
+            self.polls += 1
+            if self.polls == 4:
+                layout.owner_data["g"].pop(("t", 1))
+            return owners_report(layout, group)  # type: ignore[arg-type]
+
+    for as_json in (False, True):
+        args = argparse.Namespace(group="g", watch=0.0, iterations=5, json=as_json)
+        assert owners_cli._watch(_Admin(), args) == 0  # type: ignore[arg-type]
+        out = capsys.readouterr().out
+        frames = len(out.splitlines()) if as_json else out.count("polling every")
+        assert frames == 2, out
+        layout = _layout()

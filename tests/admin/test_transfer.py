@@ -19,7 +19,7 @@ from metaq.admin.transfer import (
     plan_import,
 )
 from metaq.errors import ConfigError, GroupActiveError, GroupNotFoundError, MetaqError
-from tests.admin.fakes import FakeLayout, FakeLogOffsets
+from tests.admin.fakes import FakeKafkaOffsets, FakeLayout, FakeLogOffsets
 
 RECORDS = [OffsetRecord("etl", "clicks", 0, 4213), OffsetRecord("etl", "clicks", 10, 7),
            OffsetRecord("etl.v2", "page-views", 1, 0)]
@@ -81,6 +81,22 @@ def test_export_skips_fenced_nodes_and_checks_named_groups() -> None:
     assert export_offsets(layout, ["other"]) == [OffsetRecord("other", "clicks", 0, 9)]  # type: ignore[arg-type]
     with pytest.raises(GroupNotFoundError):
         export_offsets(layout, ["ghost"])  # type: ignore[arg-type]
+
+
+def test_export_covers_broker_coordinated_groups() -> None:
+    """A group that only the brokers know (offsets in __consumer_offsets, no /consumers node) is exported like
+    a ZooKeeper group, by name or with every group; a group with both takes max(zookeeper, kafka)."""
+    layout = FakeLayout(topics_={"clicks": 2})
+    layout.commit("zk", "clicks", 0, 5)
+    layout.commit("both", "clicks", 0, 4)
+    kafka = FakeKafkaOffsets({"stdg": {("clicks", 0): 7, ("clicks", 1): 8}, "both": {("clicks", 0): 6}})
+    assert export_offsets(layout, ["stdg"], kafka=kafka) == [  # type: ignore[arg-type]
+        OffsetRecord("stdg", "clicks", 0, 7), OffsetRecord("stdg", "clicks", 1, 8)]
+    assert export_offsets(layout, kafka=kafka, kafka_groups=["stdg"]) == [  # type: ignore[arg-type]
+        OffsetRecord("both", "clicks", 0, 6), OffsetRecord("stdg", "clicks", 0, 7),
+        OffsetRecord("stdg", "clicks", 1, 8), OffsetRecord("zk", "clicks", 0, 5)]
+    with pytest.raises(GroupNotFoundError, match="no offsets in __consumer_offsets"):
+        export_offsets(layout, ["ghost"], kafka=kafka)  # type: ignore[arg-type]
 
 
 def test_import_plan_notes_and_apply() -> None:

@@ -4,6 +4,7 @@ owner changes, protocol groups with and without DescribeGroups, and the frame th
 from __future__ import annotations
 
 import io
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -308,6 +309,17 @@ def test_a_live_frame_fits_the_terminal_height() -> None:
     # with room to spare, the log shows all 13 entries
     tall = frame(view, height=60).rstrip("\n").splitlines()
     assert len(tall) == 2 + 1 + 3 + 2 + 20 + 1 + 13 and "watching g" in "\n".join(tall)
+
+
+def test_log_times_are_whole_however_long_the_event() -> None:
+    """The rebalance log's time column keeps its eight characters at 160 columns: a long event is cut, not
+    the time (once shown as ``00…``)."""
+    watch = GroupWatch("g")
+    view = watch.update(zk_sample(0, [lag(0, 1, 2, f"{A}-0")], [A]))
+    view = watch.failed("error " + "x" * 300, T0 + 1) or view
+    lines = frame(view, height=24).rstrip("\n").splitlines()
+    log_lines = lines[lines.index(next(line for line in lines if line.startswith("Rebalance log"))) + 1:]
+    assert log_lines and all(re.match(r" ?\d\d:\d\d:\d\d ", line) for line in log_lines), log_lines
 
 
 def test_the_frame_of_a_protocol_group_says_members_are_unknown() -> None:

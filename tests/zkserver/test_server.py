@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pty
 import shutil
 import signal
 import socket
@@ -192,9 +193,13 @@ def test_cli_with_a_port_keeps_its_data_across_restarts(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg")}
     for run in range(2):
         with subprocess.Popen([sys.executable, "-m", "metaq", "zookeeper", "start", "--port", str(port),
-                               "--tick-time", "200"], stdout=subprocess.PIPE, text=True, env=env) as cli:
+                               "--tick-time", "200"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) as cli:
             try:
                 assert cli.stdout is not None and cli.stdout.readline().strip() == f"127.0.0.1:{port}"
+                assert cli.stderr is not None and cli.stderr.readline().strip() == (  # the line for people
+                    f"metaq zookeeper serving 127.0.0.1:{port} (client port {port}; data in "
+                    f"{tmp_path / 'xdg' / 'metaq' / f'zookeeper-{port}'})")
                 client = KazooClient(hosts=f"127.0.0.1:{port}")
                 client.start(20)
                 try:
@@ -307,3 +312,27 @@ def test_ensemble_survives_losing_its_leader(client_factory: Callable[[str], Kaz
         pids = [node.pid for node in ensemble.nodes]
     assert all(pid is not None and not alive(pid) for pid in pids)
     assert not ensemble.base_dir.exists()
+
+
+def test_cli_on_a_terminal_prints_one_line_with_port_and_data_dir(tmp_path: Path) -> None:
+    """On a terminal (as a person runs it) one line says what serves where, as the broker's serving line."""
+    port = free_ports(1)[0]
+    main, terminal = pty.openpty()
+    with subprocess.Popen([sys.executable, "-m", "metaq", "zookeeper", "start", "--port", str(port),
+                           "--data-dir", str(tmp_path / "zk"), "--tick-time", "200"],
+                          stdout=terminal, stderr=subprocess.PIPE, text=True) as cli:
+        os.close(terminal)
+        try:
+            seen = b""
+            while b"\n" not in seen:
+                chunk = os.read(main, 1024)
+                assert chunk, f"the server exited: {cli.stderr.read() if cli.stderr else ''}"
+                seen += chunk
+            assert seen.decode().strip() == (f"metaq zookeeper serving 127.0.0.1:{port} (client port {port}; "
+                                             f"data in {tmp_path / 'zk'})")
+            cli.send_signal(signal.SIGTERM)
+            assert cli.wait(20) == 0
+        finally:
+            os.close(main)
+            if cli.poll() is None:
+                cli.kill()

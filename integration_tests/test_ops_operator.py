@@ -1,0 +1,216 @@
+"""What an operator meets in the ops tools, against one real ZooKeeper chroot and broker shared by the module:
+``acls list`` without a filter, a forced ``offsets reset`` that a live member applies at once (and says so),
+``groups describe`` of a member that has not committed yet, ``offsets export`` of a broker-coordinated group, and
+``groups list`` STATE in Kafka's names for both kinds of group.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+
+from metaq.broker.topics import create_topic
+from metaq.consumer import Consumer
+from metaq.producer import Producer
+from metaq.testing.broker import BrokerCluster, topic_leaders
+from metaq.testing.wait import wait_until
+from metaq.testing.zookeeper import own_chroot
+from metaq.zkclient import connect
+from zk_layout import ZkLayout
+from zk_layout.acl_formats import AclEntry, AclOperation, AclPermission, PatternType, ResourcePattern, ResourceType
+
+pytestmark = pytest.mark.timeout(240)
+
+MEMBER = {"auto.offset.reset": "smallest", "zookeeper.session.timeout.ms": 6000, "rebalance.backoff.ms": 300,
+          "auto.commit.interval.ms": 200, "consumer.timeout.ms": 60000}
+
+
+@pytest.fixture(scope="module")
+def cluster(zk_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    with own_chroot(zk_server, "metaq-ops") as connect_string:
+        brokers = BrokerCluster(connect_string, tmp_path_factory.mktemp("ops"))
+        brokers.add(0, **{"group.min.session.timeout.ms": 1000, "offsets.topic.num.partitions": 2})
+        try:
+            yield brokers
+        finally:
+            brokers.stop()
+
+
+@pytest.fixture(scope="module")
+def layout(cluster: BrokerCluster) -> Iterator[ZkLayout]:
+    client = connect(cluster.zk_connect, session_timeout_ms=10000)
+    try:
+        yield ZkLayout(client)
+    finally:
+        client.stop()
+        client.close()
+
+
+def _topic(cluster: BrokerCluster, layout: ZkLayout, name: str, partitions: int) -> str:
+    create_topic(layout, name, partitions)
+    bootstrap = cluster.brokers[0].bootstrap
+    wait_until(lambda: len(topic_leaders(bootstrap, name)) == partitions, 20, f"topic {name} served")
+    return name
+
+
+def _produce(zk_connect: str, topic: str, partition: int, count: int) -> None:
+    with Producer({"zookeeper.connect": zk_connect, "linger.ms": 2}) as producer:
+        futures = [producer.send(topic, b"m%d" % i, partition=partition) for i in range(count)]
+        producer.flush(30)
+        for future in futures:
+            future.result()
+
+
+def metaq(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "metaq", *args], capture_output=True, text=True, timeout=90)
+
+
+def ok(*args: str) -> str:
+    result = metaq(*args)
+    assert result.returncode == 0, f"metaq {' '.join(args)} exited {result.returncode}: {result.stderr}"
+    return result.stdout
+
+
+def test_acls_list_without_a_filter_lists_every_acl(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    """As ``kafka-acls --list``: no resource option means every ACL (the default pattern filter is ANY, which
+    the command must not then refuse as no concrete pattern type)."""
+    entry = AclEntry("User:alice", "*", AclOperation.READ, AclPermission.ALLOW)
+    layout.update_acls(ResourcePattern(ResourceType.TOPIC, "orders", PatternType.LITERAL), lambda cur: cur | {entry})
+    layout.update_acls(ResourcePattern(ResourceType.GROUP, "etl-", PatternType.PREFIXED), lambda cur: cur | {entry})
+    listed = json.loads(ok("acls", "list", "--zookeeper", cluster.zk_connect, "--json"))["acls"]
+    assert sorted((a["resourceType"], a["name"], a["patternType"]) for a in listed) == [
+        ("Group", "etl-", "Prefixed"), ("Topic", "orders", "Literal")]
+    text = ok("acls", "list", "--zookeeper", cluster.zk_connect)
+    assert "Topic:orders" in text and "Group:etl-" in text
+
+
+def test_forced_reset_is_applied_by_a_live_member_at_once(cluster: BrokerCluster, layout: ZkLayout,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A forced reset on a quiet partition: the member notices its offset node change (a watch), logs that an
+    operator reset it, and delivers from the new offset without a new message arriving; meanwhile the
+    commit path does not call it a fence by a newer owner."""
+    caplog.set_level(logging.INFO, logger="metaq.consumer")
+    topic = _topic(cluster, layout, "quiet", 2)
+    _produce(cluster.zk_connect, topic, 1, 5)
+    with Consumer({"group.id": "resettable", "zookeeper.connect": cluster.zk_connect, **MEMBER}) as member:
+        [stream] = member.create_message_streams({topic: 1})[topic]
+        first = [(m.partition, m.offset) for m in (next(stream) for _ in range(5))]
+        assert first == [(1, i) for i in range(5)]
+        wait_until(lambda: layout.offsets("resettable").get((topic, 1)) == 5, 30, "offset 5 committed")
+
+        done = ok("offsets", "reset", "resettable", "--topic", f"{topic}:1", "--to-offset", "2", "--execute",
+                  "--force", "--zookeeper", cluster.zk_connect)
+        assert "Wrote 1 offset(s)" in done
+        again = next(stream)  # no new message: only the reset can deliver offset 2 again
+        assert (again.partition, again.offset) == (1, 2)
+        wait_until(lambda: layout.offsets("resettable").get((topic, 1)) == 3, 30, "the member commits past it")
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(f"the offset of {topic}-1 was reset to 2 by an operator" in m and r.levelno == logging.WARNING
+               for m, r in zip(messages, caplog.records, strict=True)), messages
+    assert not any("fenced by a newer owner" in m for m in messages), messages
+
+
+def test_describe_of_a_member_that_has_not_committed_yet(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    """A member that owns partitions but committed nothing (here: no auto-commit) holds the fence's -1: the
+    rows say "not committed yet" (not the claim time as LAST-COMMIT), and the header's total does not read 0."""
+    topic = _topic(cluster, layout, "fresh", 2)
+    _produce(cluster.zk_connect, topic, 0, 3)
+    with Consumer({"group.id": "fresh-group", "zookeeper.connect": cluster.zk_connect, **MEMBER,
+                   "auto.offset.reset": "largest", "auto.commit.enable": False}) as member:
+        member.create_message_streams({topic: 1})
+        wait_until(lambda: len(layout.owners("fresh-group")) == 2, 30, "both partitions owned")
+        text = ok("groups", "describe", "fresh-group", "--zookeeper", cluster.zk_connect)
+        described = json.loads(ok("groups", "describe", "fresh-group", "--zookeeper", cluster.zk_connect, "--json"))
+    header = text.splitlines()[0]
+    assert header.endswith("total lag unknown (2 owned partitions not committed yet)"), text
+    rows = [line for line in text.splitlines() if line.startswith(f"{topic} ")]
+    assert len(rows) == 2 and all("not committed yet" in row for row in rows), text
+    assert [(p["offset"], p["last_commit_ms"]) for p in described["partitions"]] == [(None, None)] * 2
+    assert all(p["claimed_ms"] for p in described["partitions"]) and described["partitions_without_lag"] == 2
+
+
+def _protocol_group(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """A broker-coordinated group with committed offsets and no member left (Empty)."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                         "enable.auto.commit": False, "session.timeout.ms": 6000,
+                                         "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        wait_until(lambda: consumer.poll(0.2) is None and bool(consumer.assignment()), 30, f"{group} assigned")
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, p, o) for p, o in offsets.items()],
+                        asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def test_export_and_list_of_a_broker_coordinated_group(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    """``offsets export --group`` of a group only the brokers know, which ``groups list`` shows (Empty, with the
+    topics of its offsets) and ``offsets reset`` accepts; a ZooKeeper group's STATE uses Kafka's names too."""
+    topic = _topic(cluster, layout, "stdtopic", 2)
+    _produce(cluster.zk_connect, topic, 0, 4)
+    _protocol_group(cluster.brokers[0].bootstrap, "stdg", topic, {0: 3, 1: 0})
+    layout.write_offset("zkg", topic, 0, 1)
+
+    exported = ok("offsets", "export", "--group", "stdg", "--zookeeper", cluster.zk_connect)
+    assert exported.splitlines() == [f"/consumers/stdg/offsets/{topic}/0:3", f"/consumers/stdg/offsets/{topic}/1:0"]
+    everything = ok("offsets", "export", "--zookeeper", cluster.zk_connect)
+    assert f"/consumers/stdg/offsets/{topic}/0:3" in everything and f"/consumers/zkg/offsets/{topic}/0:1" in everything
+    listed = {g["group"]: g for g in json.loads(ok("groups", "list", "--zookeeper", cluster.zk_connect,
+                                                   "--json"))["groups"]}
+    assert (listed["stdg"]["kind"], listed["stdg"]["state"], listed["stdg"]["topics"]) == ("protocol", "Empty", [topic])
+    assert (listed["zkg"]["kind"], listed["zkg"]["state"]) == ("zookeeper", "Empty")
+    missing = metaq("offsets", "export", "--group", "ghost", "--zookeeper", cluster.zk_connect)
+    assert missing.returncode == 1 and "no offsets in __consumer_offsets" in missing.stderr
+    owners = metaq("owners", "stdg", "--zookeeper", cluster.zk_connect)  # a ZooKeeper-only notion: says why
+    assert owners.returncode == 1 and "coordinated by a broker" in owners.stderr and "groups describe" in owners.stderr
+
+
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _lines_until(proc: subprocess.Popen[str], messages: int) -> list[str]:
+    """Read the example's stdout until it printed ``messages`` message lines (``chunk`` lines aside)."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    while len([line for line in lines if not line.startswith("chunk")]) < messages:
+        line = proc.stdout.readline()
+        assert line, f"the example exited ({proc.wait()}) after printing {lines}"
+        lines.append(line.strip())
+    return lines
+
+
+@pytest.mark.parametrize("script", ["consume_stream.py", "consume_listener.py", "consume_batch_listener.py"])
+def test_example_consumers_run(cluster: BrokerCluster, layout: ZkLayout, script: str) -> None:
+    """examples/consume_*.py run as their docstrings say: they print every message, and SIGTERM (as Ctrl-C)
+    ends them with exit 0 after committing what they printed."""
+    topic = f"ex-{script.split('.')[0].replace('_', '-')}"
+    _topic(cluster, layout, topic, 2)
+    _produce(cluster.zk_connect, topic, 0, 3)
+    _produce(cluster.zk_connect, topic, 1, 2)
+    group = f"{topic}-group"
+    with subprocess.Popen([sys.executable, str(EXAMPLES / script), "--zookeeper", cluster.zk_connect, "--topic",
+                           topic, "--group", group], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        try:
+            lines = _lines_until(proc, 5)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert layout.offsets(group) == {(topic, 0): 3, (topic, 1): 2}  # committed on the way out
+    values = [line.split() for line in lines if not line.startswith("chunk")]
+    assert sorted((int(p), int(o)) for p, o, _ in values) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+    if script == "consume_batch_listener.py":
+        assert any(line.startswith("chunk 0 0-2 3") for line in lines), lines

@@ -1,0 +1,47 @@
+"""``metaq`` starts fast by importing only the module of the command it runs (metaq/cli/main.py): ``--help``
+imports no command module, and a ZooKeeper-only command does not import the Kafka client libraries. Checked by
+what gets imported (the time itself is measured, not asserted: see the commit messages' figures)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from metaq.cli.main import COMMANDS, build_parser
+
+HEAVY = ("kafka", "aiokafka", "metaq.admin.groups", "metaq.client.cluster", "metaq.consumer", "metaq.broker.server",
+         "rich")
+
+
+def _imported_by(*argv: str) -> list[str]:
+    probe = ("import json, sys\nfrom metaq.cli.main import main\ntry:\n    main(sys.argv[1:])\n"
+             "except SystemExit:\n    pass\nprint(json.dumps(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _heavy(modules: list[str]) -> list[str]:
+    return [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+
+
+def test_help_imports_no_command_module() -> None:
+    modules = _imported_by("--help")
+    assert [m for m in modules if m.startswith("metaq.cli.") and m != "metaq.cli.main"] == []
+    assert _heavy(modules) == []
+
+
+@pytest.mark.parametrize("argv", [["topics", "list", "--help"], ["acls", "list", "--help"],
+                                  ["certs", "create", "--help"]])
+def test_zookeeper_only_commands_do_not_import_the_kafka_clients(argv: list[str]) -> None:
+    assert _heavy(_imported_by(*argv)) == []
+
+
+def test_the_command_table_says_what_each_module_registers() -> None:
+    parser = build_parser()  # every module registered
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    registered = {choice.dest: choice.help for choice in sub._choices_actions}
+    assert registered == {name: help_text for name, (_, help_text) in COMMANDS.items()}
