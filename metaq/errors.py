@@ -23,7 +23,8 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     ├── DeserializationError         a record's key or value does not decode (names topic/partition/offset)
     ├── TopicError
     │   ├── UnknownTopicError
-    │   └── TopicExistsError
+    │   ├── TopicExistsError
+    │   └── InternalTopicError       an internal topic (``__consumer_offsets``) cannot be deleted
     ├── GroupError
     │   ├── GroupNotFoundError       no /consumers/<group> in ZooKeeper
     │   └── GroupActiveError         an ops change refused while the group has live members
@@ -158,6 +159,11 @@ class UnknownTopicError(TopicError):
 
 class TopicExistsError(TopicError):
     """The topic already exists."""
+
+
+class InternalTopicError(TopicError):
+    """An internal topic (``__consumer_offsets``, ``__transaction_state``) was named where only user topics may
+    be: deleting it would erase every group's committed offsets."""
 
 
 class GroupError(MetaqError):

@@ -10,11 +10,11 @@ from functools import lru_cache
 from kazoo.client import TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
-from metaq.errors import ConfigError, StaleVersionError, TopicExistsError, ZooKeeperError
+from metaq.errors import ConfigError, InternalTopicError, StaleVersionError, TopicExistsError, ZooKeeperError
 from zk_layout import paths
 from zk_layout._nodes import Watch, _failed_with, _Nodes
 from zk_layout.brokers import new_cluster_id
-from zk_layout.formats import ConfigChange, PartitionState, TopicAssignment, TopicConfig
+from zk_layout.formats import INTERNAL_TOPICS, ConfigChange, PartitionState, TopicAssignment, TopicConfig
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +222,9 @@ class _Topics(_Nodes):
         return self._delete(f"{paths.CONFIG_CHANGES}/{name}")
 
     def mark_topic_for_deletion(self, topic: str) -> None:
-        """Kafka's ``/admin/delete_topics/<t>`` request; the brokers hosting the topic do the rest."""
+        """Kafka's ``/admin/delete_topics/<t>`` request; the brokers hosting the topic do the rest.
+        InternalTopicError for an internal topic (see :func:`check_deletable`)."""
+        check_deletable(topic)
         self._ensure(paths.ADMIN_DELETE_TOPICS)
         with self._translated("create", paths.delete_topic_marker_path(topic)):
             try:
@@ -232,7 +234,14 @@ class _Topics(_Nodes):
                 pass  # already being deleted
 
     def topics_marked_for_deletion(self, watch: Watch | None = None) -> list[str]:
+        """Every ``/admin/delete_topics`` child, as written (also one naming an internal topic or no valid
+        topic name: the brokers remove such markers, see :meth:`discard_deletion_marker`)."""
         return self._children(paths.ADMIN_DELETE_TOPICS, watch)
+
+    def discard_deletion_marker(self, name: str) -> bool:
+        """Remove ``/admin/delete_topics/<name>`` without deleting anything (a marker no topic deletion may
+        follow); False if it was gone already. ``name`` is the child's name as listed, valid topic or not."""
+        return self._delete(f"{paths.ADMIN_DELETE_TOPICS}/{name}")
 
     def delete_partition_nodes(self, topic: str, partitions: Iterable[int]) -> None:
         """Remove ``/brokers/topics/<t>/partitions/<p>`` (with its state) of a topic being deleted."""
@@ -249,6 +258,15 @@ class _Topics(_Nodes):
         for path in (paths.topic_path(topic), paths.topic_config_path(topic), paths.delete_topic_marker_path(topic)):
             with self._translated("delete", path):
                 self._client.delete(path, recursive=True)
+
+
+def check_deletable(topic: str) -> None:
+    """InternalTopicError unless ``topic`` may be deleted: the internal topics never may (deleting
+    ``__consumer_offsets`` erases every group's committed offsets), as Kafka's ZooKeeper-era
+    ``TopicCommand --delete`` refuses them (see docs/zookeeper-layout.md)."""
+    if topic in INTERNAL_TOPICS:
+        raise InternalTopicError(f"Topic {topic} is an internal topic and is not allowed to be deleted"
+                                 " (it holds the groups' committed offsets)")
 
 
 def _check_assignment(

@@ -18,12 +18,19 @@ from kafka.protocol.admin import (
 )
 
 from metaq.broker.context import BrokerContext
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, default_value, validate_topic_config
 from metaq.broker.topics import add_partitions, create_topic
-from metaq.errors import ConfigError, ErrorCode, MetaqError, TopicExistsError, UnknownTopicError
+from metaq.errors import (
+    ConfigError,
+    ErrorCode,
+    InternalTopicError,
+    MetaqError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 from zk_layout import validate_topic
 from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
+from zk_layout.topics import check_deletable
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +196,10 @@ async def create_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
 
 async def _delete_one(ctx: BrokerContext, topic: str, timeout_ms: int) -> None:
     require(ctx, AclOperation.DELETE, ResourceType.TOPIC, topic)
-    if topic == OFFSETS_TOPIC:
-        raise AdminError(ErrorCode.INVALID_REQUEST,
-                         f"{OFFSETS_TOPIC} is internal: it holds the groups' committed offsets")
+    try:
+        check_deletable(topic)
+    except InternalTopicError as e:
+        raise AdminError(ErrorCode.INVALID_REQUEST, str(e)) from e
     _check_name(topic)
     if await ctx.in_thread(ctx.layout.topic_assignment, topic) is None:
         raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
