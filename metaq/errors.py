@@ -260,6 +260,7 @@ class ErrorCode(IntEnum):
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    POLICY_VIOLATION = 44
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
@@ -496,6 +497,11 @@ class InvalidReplicaAssignmentError(BrokerResponseError):
 @_broker_error(ErrorCode.INVALID_CONFIG)
 class InvalidConfigError(BrokerResponseError):
     pass
+
+
+@_broker_error(ErrorCode.POLICY_VIOLATION)
+class PolicyViolationError(BrokerResponseError):
+    """A request over a configured bound (the message names it)."""
 
 
 @_broker_error(ErrorCode.INVALID_REQUEST)
