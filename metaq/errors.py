@@ -245,6 +245,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
     TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
@@ -272,6 +273,7 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_COMPRESSION_TYPE = 76
     OFFSET_NOT_AVAILABLE = 78
     MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
@@ -439,6 +441,11 @@ class RebalanceInProgressError(BrokerResponseError):
     pass
 
 
+@_broker_error(ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
+class InvalidCommitOffsetSizeError(BrokerResponseError):
+    """An OffsetCommit whose batch is larger than the offsets topic takes: a smaller one must be sent."""
+
+
 @_broker_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, authorization=True)
 class TopicAuthorizationFailedError(BrokerResponseError):
     """The principal may not do this to the topic (an ACL): fatal, retrying cannot help."""
@@ -547,6 +554,11 @@ class UnsupportedCompressionTypeError(BrokerResponseError):
 @_broker_error(ErrorCode.MEMBER_ID_REQUIRED)
 class MemberIdRequiredError(BrokerResponseError):
     pass
+
+
+@_broker_error(ErrorCode.GROUP_MAX_SIZE_REACHED)
+class GroupMaxSizeReachedError(BrokerResponseError):
+    """The group is as large as the broker allows (here: its members' JoinGroup metadata)."""
 
 
 @_broker_error(ErrorCode.FENCED_INSTANCE_ID)
