@@ -472,8 +472,9 @@ def _in_thread(fn: Any, *args: Any, **kwargs: Any) -> tuple[threading.Thread, li
     return t, box
 
 
-def test_group_state_machine_with_raw_requests(group_broker) -> None:
+def test_group_state_machine_with_raw_requests(group_broker, make_topic) -> None:
     bs, g = group_broker.bootstrap, "raw"
+    make_topic("t")  # the topic _commit commits to: offsets of unknown partitions are refused
     wait_until(lambda: _req(bs, FindCoordinatorRequest, FindCoordinatorResponse, 1, key=g,
                             key_type=0).error_code == 0, 15, "a coordinator")
     wait_until(lambda: _heartbeat(bs, g, 0, "x") != 14, 15, "the offsets partition to load")

@@ -381,7 +381,7 @@ class _Committer(threading.Thread):
 
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_coordinator_restart_loses_no_acknowledged_commit(how, broker_cluster, zk_connect, zk_layout,
-                                                          make_zk_client) -> None:
+                                                          make_zk_client, make_topic) -> None:
     # one replica per offsets partition: its coordinator's death leaves the groups without one until it returns
     single = {"offsets.topic.num.partitions": 4, "offsets.topic.replication.factor": 1}
     b0 = broker_cluster.add(0, **single)
@@ -394,6 +394,7 @@ def test_coordinator_restart_loses_no_acknowledged_commit(how, broker_cluster, z
     survivor = next(g for g in groups if leaders[partition_for(g, 4)] == 1)
     assert _find_coordinator(b1.bootstrap, victim) == (0, 0)  # any broker answers the lookup
     tps = [("t", p) for p in range(8)]
+    make_topic("t", partitions=8)  # offsets of unknown partitions are refused
     workers = {g: _Committer(_store(zk_connect, ZkLayout(make_zk_client()), g,
                                     **{"offsets.commit.max.retries": 1}), tps) for g in (victim, survivor)}
     for w in workers.values():
@@ -438,12 +439,13 @@ def test_coordinator_restart_loses_no_acknowledged_commit(how, broker_cluster, z
     assert all(_fetch(b0.bootstrap, victim, tps)[1][tp][0] >= o for tp, o in acked_before.items())
 
 
-def test_offsets_log_is_compacted_and_replayed_after_sigkill(broker_cluster) -> None:
+def test_offsets_log_is_compacted_and_replayed_after_sigkill(broker_cluster, make_topic) -> None:
     """12,000 commit records for 1,000 partitions: the housekeeping rewrites the live offsets and deletes the
     old segments; after a SIGKILL the cache is rebuilt from what is left, with every last commit."""
     b = broker_cluster.add(0, **{"offsets.topic.num.partitions": 1, "offsets.retention.check.interval.ms": 300})
     wait_until(lambda: _coordinator_ready(b.bootstrap, "big"), 15, "the coordinator to load")
     tps = [("t", p) for p in range(1000)]
+    make_topic("t", partitions=1000)  # offsets of unknown partitions are refused
     for n in range(12):
         assert set(_commit(b.bootstrap, "big", {tp: (n * 1000 + tp[1], "") for tp in tps}).values()) == {0}
     wait_until(lambda: "compacted __consumer_offsets-0" in b.log_path.read_text(), 10, "a compaction")
@@ -463,9 +465,10 @@ def test_offsets_log_is_compacted_and_replayed_after_sigkill(broker_cluster) -> 
 
 
 @pytest.fixture
-def two_brokers(broker_cluster) -> Iterator[tuple]:
+def two_brokers(broker_cluster, make_topic) -> Iterator[tuple]:
     b0 = broker_cluster.add(0, **{"offsets.topic.num.partitions": 4})
     b1 = broker_cluster.add(1, **{"offsets.topic.num.partitions": 4})
+    make_topic("t", partitions=2)  # offsets of unknown partitions are refused
     wait_until(lambda: _find_coordinator(b0.bootstrap, "probe")[0] == 0, 15, "the offsets topic")
     yield b0, b1
 

@@ -23,7 +23,8 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     ├── DeserializationError         a record's key or value does not decode (names topic/partition/offset)
     ├── TopicError
     │   ├── UnknownTopicError
-    │   └── TopicExistsError
+    │   ├── TopicExistsError
+    │   └── InternalTopicError       an internal topic (``__consumer_offsets``) cannot be deleted
     ├── GroupError
     │   ├── GroupNotFoundError       no /consumers/<group> in ZooKeeper
     │   └── GroupActiveError         an ops change refused while the group has live members
@@ -160,6 +161,11 @@ class TopicExistsError(TopicError):
     """The topic already exists."""
 
 
+class InternalTopicError(TopicError):
+    """An internal topic (``__consumer_offsets``, ``__transaction_state``) was named where only user topics may
+    be: deleting it would erase every group's committed offsets."""
+
+
 class GroupError(MetaqError):
     """A problem with a consumer group as a whole."""
 
@@ -239,6 +245,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
     TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
@@ -254,6 +261,7 @@ class ErrorCode(IntEnum):
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    POLICY_VIOLATION = 44
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
@@ -269,6 +277,7 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_COMPRESSION_TYPE = 76
     OFFSET_NOT_AVAILABLE = 78
     MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
@@ -436,6 +445,11 @@ class RebalanceInProgressError(BrokerResponseError):
     pass
 
 
+@_broker_error(ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
+class InvalidCommitOffsetSizeError(BrokerResponseError):
+    """An OffsetCommit whose batch is larger than the offsets topic takes: a smaller one must be sent."""
+
+
 @_broker_error(ErrorCode.TOPIC_AUTHORIZATION_FAILED, authorization=True)
 class TopicAuthorizationFailedError(BrokerResponseError):
     """The principal may not do this to the topic (an ACL): fatal, retrying cannot help."""
@@ -494,6 +508,11 @@ class InvalidReplicaAssignmentError(BrokerResponseError):
 @_broker_error(ErrorCode.INVALID_CONFIG)
 class InvalidConfigError(BrokerResponseError):
     pass
+
+
+@_broker_error(ErrorCode.POLICY_VIOLATION)
+class PolicyViolationError(BrokerResponseError):
+    """A request over a configured bound (the message names it)."""
 
 
 @_broker_error(ErrorCode.INVALID_REQUEST)
@@ -560,6 +579,11 @@ class UnsupportedCompressionTypeError(BrokerResponseError):
 @_broker_error(ErrorCode.MEMBER_ID_REQUIRED)
 class MemberIdRequiredError(BrokerResponseError):
     pass
+
+
+@_broker_error(ErrorCode.GROUP_MAX_SIZE_REACHED)
+class GroupMaxSizeReachedError(BrokerResponseError):
+    """The group is as large as the broker allows (here: its members' JoinGroup metadata)."""
 
 
 @_broker_error(ErrorCode.FENCED_INSTANCE_ID)

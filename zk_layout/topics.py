@@ -4,17 +4,19 @@ deletion); part of :class:`zk_layout.store.ZkLayout`."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import lru_cache, partial
+from typing import NamedTuple
 
 from kazoo.client import TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.security import ACL
 
-from metaq.errors import ConfigError, StaleVersionError, TopicExistsError, ZooKeeperError
+from metaq.errors import ConfigError, InternalTopicError, StaleVersionError, TopicExistsError, ZooKeeperError
 from zk_layout import paths
-from zk_layout._nodes import Watch, _failed_with, _Nodes
+from zk_layout._nodes import MULTI_MAX_BYTES, MULTI_OP_OVERHEAD, Watch, _failed_with, _Nodes, multi_chunks
 from zk_layout.brokers import new_cluster_id
-from zk_layout.formats import ConfigChange, PartitionState, TopicAssignment, TopicConfig
+from zk_layout.formats import INTERNAL_TOPICS, ConfigChange, PartitionState, TopicAssignment, TopicConfig
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +113,15 @@ class _Topics(_Nodes):
         *,
         config: Mapping[str, str] | None = None,
     ) -> None:
-        """Create a topic in ONE transaction: ``/config/topics/<t>``, ``/brokers/topics/<t>``, its
-        ``partitions`` parents and the ``state`` nodes given in ``states``. Readers never see half a topic.
-        Raises :class:`TopicExistsError` if the topic exists."""
+        """Create a topic: ``/config/topics/<t>``, ``/brokers/topics/<t>`` (the whole assignment), its
+        ``partitions`` parents and the ``state`` nodes given in ``states``. Raises :class:`TopicExistsError`
+        if the topic exists.
+
+        One transaction when it fits a multi-op (:func:`multi_chunks`), else several: the first holds the config,
+        the topic node and the first partitions, so readers never see a topic without its assignment; a
+        partition whose nodes are not written yet has no leader (LEADER_NOT_AVAILABLE, as in Kafka between
+        the topic node's creation and the controller's first election). If a later transaction fails, the
+        topic is marked for deletion and ZooKeeperError raised: the creation is all or nothing, eventually."""
         _check_assignment(topic, assignment, states)
         topic_path = paths.topic_path(topic)
         if self._read(topic_path) is not None:
@@ -122,28 +130,84 @@ class _Topics(_Nodes):
         self._ensure(paths.CONFIG_TOPICS)
         config_path = paths.topic_config_path(topic)
         existing_config = self._read(config_path)  # a leftover of a deleted topic is overwritten, as Kafka does
-        with self._translated("create", topic_path):
-            tx = self._client.transaction()
-            config_data = TopicConfig(dict(config or {})).encode()
+        config_data = TopicConfig(dict(config or {})).encode()
+        # version 3 with a topic id, as Kafka 2.8+: brokers tell a re-created topic's logs from the old ones
+        topic_data = _topic_node_data(topic, TopicAssignment({p: tuple(r) for p, r in assignment.items()},
+                                                             version=3, topic_id=new_cluster_id()))
+        acl = self._acl(topic_path)
+
+        def head(tx: TransactionRequest) -> None:
             if existing_config is None:
                 tx.create(config_path, config_data, acl=self._acl(config_path))
             else:
                 tx.set_data(config_path, config_data, version=existing_config[1].version)
-            # version 3 with a topic id, as Kafka 2.8+: brokers tell a re-created topic's logs from the old ones
-            tx.create(topic_path, TopicAssignment({p: tuple(r) for p, r in assignment.items()}, version=3,
-                                                  topic_id=new_cluster_id()).encode(), acl=self._acl(topic_path))
-            tx.create(paths.partitions_path(topic), b"", acl=self._acl(topic_path))
-            for partition in sorted(assignment):
-                tx.create(paths.partition_path(topic, partition), b"", acl=self._acl(topic_path))
-                if partition in states:
-                    tx.create(paths.partition_state_path(topic, partition), states[partition].encode(),
-                              acl=self._acl(topic_path))
-            results = tx.commit()
-        self._raise_for_transaction(topic, tx, results)
+            tx.create(topic_path, topic_data, acl=acl)
+            tx.create(paths.partitions_path(topic), b"", acl=acl)
+
+        head_size = len(config_data) + len(topic_data) + 3 * len(config_path) + 2 * MULTI_OP_OVERHEAD
+        for i, results in enumerate(self._partition_transactions(topic, sorted(assignment), states, acl,
+                                                                 head=_Ops(head, head_size))):
+            if i == 0:
+                self._raise_for_transaction(topic, results)
+            elif failure := _failure(results.results):
+                self._abandon_creation(topic, failure)
         log.info("created topic %s with %d partitions", topic, len(assignment))
 
-    def _raise_for_transaction(self, topic: str, tx: TransactionRequest, results: list[object]) -> None:
-        failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+    def _partition_transactions(
+        self, topic: str, partitions: Sequence[int], states: Mapping[int, PartitionState], acl: Sequence[ACL] | None,
+        *, head: _Ops | None = None, tail: _Ops | None = None,
+    ) -> Iterator[_Committed]:
+        """Create the nodes of ``partitions`` (and their ``states``) between ``head`` and ``tail`` (each
+        operations and their estimated bytes), in as few transactions under ZooKeeper's request limit as they
+        fit (:func:`multi_chunks`), committed one after the other; yields each one's results and stops after
+        a failed one."""
+        ops: dict[int, _Ops] = {}
+        if head is not None:
+            ops[_HEAD] = head
+        for partition in partitions:
+            state = states[partition].encode() if partition in states else None
+            size = 2 * len(paths.partition_state_path(topic, partition)) + len(state or b"") + MULTI_OP_OVERHEAD
+            ops[partition] = _Ops(partial(_create_partition, topic, partition, state, acl), size)
+        if tail is not None:
+            ops[_TAIL] = tail
+        for chunk in multi_chunks(list(ops), lambda key: ops[key].size):
+            with self._translated("create", paths.partitions_path(topic)):
+                tx = self._client.transaction()
+                for key in chunk:
+                    ops[key].add(tx)
+                results = tx.commit()
+            yield _Committed(tx, results)
+            if _failure(results) is not None:
+                return
+
+    def _clear_leftovers(self, topic: str, old: TopicAssignment) -> int:
+        """Remove partition nodes not in ``old`` (an earlier attempt's, failed half-way, or a concurrent one's)
+        and return the data version of ``partitions``, which the attempt's last transaction checks: removing
+        nodes bumps it, so of two concurrent attempts at most one completes (the other: StaleVersionError)."""
+        parent = paths.partitions_path(topic)
+        leftovers = [p for p in self.remaining_partition_nodes(topic) if p not in old.partitions]
+        with self._translated("write", parent):
+            if leftovers:
+                log.info("topic %s: removing partition nodes %s of an unfinished attempt", topic, leftovers)
+                self.delete_partition_nodes(topic, leftovers)
+                return int(self._client.set(parent, b"").version)
+            stat = self._client.exists(parent)
+            return -1 if stat is None else int(stat.version)
+
+    def _abandon_creation(self, topic: str, failure: Exception) -> None:
+        """A topic whose later partition nodes could not be written is marked for deletion (the brokers remove
+        what was written), so a failed creation leaves nothing behind once they have run."""
+        try:
+            self.mark_topic_for_deletion(topic)
+        except ZooKeeperError as e:
+            log.error("creating topic %s failed half-way and it could not be marked for deletion (delete it"
+                      " with metaq topics delete): %s", topic, e)
+        raise ZooKeeperError(f"creating topic {topic!r} failed after its first partitions were written (it is"
+                             f" marked for deletion): {failure!r}") from failure
+
+    def _raise_for_transaction(self, topic: str, committed: _Committed) -> None:
+        tx, results = committed
+        failure = _failure(results)
         if failure is None:
             return
         self._raise_if_no_auth(tx, results, f"creating topic {topic!r} failed: ")
@@ -156,25 +220,33 @@ class _Topics(_Nodes):
     def add_partitions(
         self, topic: str, assignment: Mapping[int, Sequence[int]], states: Mapping[int, PartitionState]
     ) -> None:
-        """Extend a topic to ``assignment`` (old partitions unchanged) in ONE transaction, conditional on
-        ``/brokers/topics/<t>`` not having changed since it was read (else :class:`StaleVersionError`)."""
+        """Extend a topic to ``assignment`` (old partitions unchanged), conditional on ``/brokers/topics/<t>``
+        not having changed since it was read (else :class:`StaleVersionError`).
+
+        The new partitions' nodes are written first, in as many transactions under ZooKeeper's request limit
+        as they need, and the topic node last, in the last one: readers only follow the assignment, so they
+        see all new partitions at once or none. Nodes left by an earlier attempt that failed half-way (not in
+        the assignment) are removed first."""
         _check_assignment(topic, assignment, states)
         topic_path = paths.topic_path(topic)
         node = self._read(topic_path)
         if node is None:
             raise ZooKeeperError(f"{self.full_path(topic_path)} does not exist")
         old = TopicAssignment.decode(self.full_path(topic_path), node[0])
-        with self._translated("write", topic_path):
-            tx = self._client.transaction()
-            new = TopicAssignment({p: tuple(r) for p, r in assignment.items()}, version=old.version,
-                                  topic_id=old.topic_id)
-            tx.set_data(topic_path, new.encode(), version=node[1].version)
-            for partition in sorted(set(assignment) - set(old.partitions)):
-                tx.create(paths.partition_path(topic, partition), b"", acl=self._acl(topic_path))
-                tx.create(paths.partition_state_path(topic, partition), states[partition].encode(),
-                          acl=self._acl(topic_path))
-            results = tx.commit()
-        failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+        parent_version = self._clear_leftovers(topic, old)
+        new_data = _topic_node_data(topic, TopicAssignment({p: tuple(r) for p, r in assignment.items()},
+                                                           version=old.version, topic_id=old.topic_id))
+
+        def tail(tx: TransactionRequest) -> None:
+            tx.check(paths.partitions_path(topic), parent_version)
+            tx.set_data(topic_path, new_data, version=node[1].version)
+
+        added = sorted(set(assignment) - set(old.partitions))
+        committed = list(self._partition_transactions(
+            topic, added, states, self._acl(topic_path),
+            tail=_Ops(tail, len(new_data) + 2 * len(topic_path) + 2 * MULTI_OP_OVERHEAD)))
+        tx, results = committed[-1]
+        failure = _failure(results)
         self._raise_if_no_auth(tx, results, f"adding partitions to topic {topic!r} failed: ")
         if isinstance(failure, BadVersionError):
             raise StaleVersionError(f"{self.full_path(topic_path)} changed while partitions were added") from failure
@@ -222,7 +294,9 @@ class _Topics(_Nodes):
         return self._delete(f"{paths.CONFIG_CHANGES}/{name}")
 
     def mark_topic_for_deletion(self, topic: str) -> None:
-        """Kafka's ``/admin/delete_topics/<t>`` request; the brokers hosting the topic do the rest."""
+        """Kafka's ``/admin/delete_topics/<t>`` request; the brokers hosting the topic do the rest.
+        InternalTopicError for an internal topic (see :func:`check_deletable`)."""
+        check_deletable(topic)
         self._ensure(paths.ADMIN_DELETE_TOPICS)
         with self._translated("create", paths.delete_topic_marker_path(topic)):
             try:
@@ -232,7 +306,14 @@ class _Topics(_Nodes):
                 pass  # already being deleted
 
     def topics_marked_for_deletion(self, watch: Watch | None = None) -> list[str]:
+        """Every ``/admin/delete_topics`` child, as written (also one naming an internal topic or no valid
+        topic name: the brokers remove such markers, see :meth:`discard_deletion_marker`)."""
         return self._children(paths.ADMIN_DELETE_TOPICS, watch)
+
+    def discard_deletion_marker(self, name: str) -> bool:
+        """Remove ``/admin/delete_topics/<name>`` without deleting anything (a marker no topic deletion may
+        follow); False if it was gone already. ``name`` is the child's name as listed, valid topic or not."""
+        return self._delete(f"{paths.ADMIN_DELETE_TOPICS}/{name}")
 
     def delete_partition_nodes(self, topic: str, partitions: Iterable[int]) -> None:
         """Remove ``/brokers/topics/<t>/partitions/<p>`` (with its state) of a topic being deleted."""
@@ -249,6 +330,54 @@ class _Topics(_Nodes):
         for path in (paths.topic_path(topic), paths.topic_config_path(topic), paths.delete_topic_marker_path(topic)):
             with self._translated("delete", path):
                 self._client.delete(path, recursive=True)
+
+
+_HEAD, _TAIL = -1, -2  # the keys of the first and last transaction's own operations among partition ids
+
+
+class _Ops(NamedTuple):
+    """Operations to add to a transaction, and their estimated request bytes (:func:`multi_chunks`)."""
+
+    add: Callable[[TransactionRequest], None]
+    size: int
+
+
+class _Committed(NamedTuple):
+    """One committed transaction and its results (one per operation)."""
+
+    tx: TransactionRequest
+    results: list[object]
+
+
+def _failure(results: list[object]) -> Exception | None:
+    """The operation that failed a transaction (not the others' RolledBackError), or None."""
+    return next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
+
+
+def _create_partition(topic: str, partition: int, state: bytes | None, acl: Sequence[ACL] | None,
+                      tx: TransactionRequest) -> None:
+    tx.create(paths.partition_path(topic, partition), b"", acl=acl)
+    if state is not None:
+        tx.create(paths.partition_state_path(topic, partition), state, acl=acl)
+
+
+def _topic_node_data(topic: str, assignment: TopicAssignment) -> bytes:
+    """``/brokers/topics/<t>``'s data; ConfigError if it could not be written in one request (ZooKeeper's
+    ``jute.maxbuffer``, 1 MB by default, closes the connection of a larger one)."""
+    data = assignment.encode()
+    if len(data) + MULTI_OP_OVERHEAD > MULTI_MAX_BYTES:
+        raise ConfigError(f"topic {topic!r}: the assignment of {len(assignment.partitions)} partitions is"
+                          f" {len(data)} bytes, over the {MULTI_MAX_BYTES} a ZooKeeper node may hold here")
+    return data
+
+
+def check_deletable(topic: str) -> None:
+    """InternalTopicError unless ``topic`` may be deleted: the internal topics never may (deleting
+    ``__consumer_offsets`` erases every group's committed offsets), as Kafka's ZooKeeper-era
+    ``TopicCommand --delete`` refuses them (see docs/zookeeper-layout.md)."""
+    if topic in INTERNAL_TOPICS:
+        raise InternalTopicError(f"Topic {topic} is an internal topic and is not allowed to be deleted"
+                                 " (it holds the groups' committed offsets)")
 
 
 def _check_assignment(

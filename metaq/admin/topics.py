@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, validate_topic_config
 from metaq.errors import ConfigError, UnknownTopicError
 from zk_layout import ZkLayout, validate_topic
+from zk_layout.topics import check_deletable
 
 if TYPE_CHECKING:  # its module brings in the Kafka clients, which listing topics does not need
     from metaq.admin.log_offsets import LogOffsets
@@ -152,7 +153,8 @@ def delete_topics(layout: ZkLayout, topics: Iterable[str], *, wait_s: float = 0.
     """Mark ``topics`` for deletion (``/admin/delete_topics``); the brokers hosting their partitions delete
     them. Waits up to ``wait_s`` and returns the topics still pending (a hosting broker may be down)."""
     names = list(topics)
-    for topic in names:
+    for topic in names:  # all checked before any is marked: a refused name leaves nothing half done
+        check_deletable(topic)
         _require(layout, topic)
     for topic in names:
         layout.mark_topic_for_deletion(topic)

@@ -138,6 +138,20 @@ class BrokerConfig(ZooKeeperClientConfig):
     # Kafka waits 3000 ms before a new group's first rebalance; metaq completes it as soon as the members
     # that asked have joined, so the default is 0 (set it to batch up a herd of members starting together)
     group_initial_rebalance_delay_ms: int = prop("group.initial.rebalance.delay.ms", 0, check=non_negative)
+    # bounds on what one request may make the cluster hold (docs/wire-protocol.md, "Bounds on hostile input");
+    # metaq names where Kafka (ZooKeeper mode) has no such bound. 10,000: KRaft's per-operation record limit
+    # (QuorumController.MAX_RECORDS_PER_USER_OP), answered there with POLICY_VIOLATION as here.
+    max_partitions_per_request: int = prop(
+        "metaq.max.partitions.per.request", 10000, check=positive,
+        doc="partitions one CreateTopics or CreatePartitions request may add (POLICY_VIOLATION beyond)")
+    max_partitions: int = prop("metaq.max.partitions", 100000, check=positive,
+                               doc="partitions in the whole cluster at most (POLICY_VIOLATION beyond)")
+    group_max_member_metadata_bytes: int = prop(
+        "metaq.group.max.member.metadata.bytes", 1048576, check=positive,
+        doc="JoinGroup protocol names and metadata of one member at most (INVALID_REQUEST beyond)")
+    group_max_metadata_bytes: int = prop(
+        "metaq.group.max.metadata.bytes", 8388608, check=positive,
+        doc="JoinGroup protocol metadata of all of a group's members at most (GROUP_MAX_SIZE_REACHED beyond)")
     message_max_bytes: int = prop("message.max.bytes", 1048588, check=positive)
     socket_request_max_bytes: int = prop("socket.request.max.bytes", 104857600, check=positive)
     socket_send_buffer_bytes: int = prop("socket.send.buffer.bytes", 102400)

@@ -21,6 +21,7 @@ from typing import Any
 
 from metaq.errors import ConfigError, MalformedNodeError, MetaqError
 from zk_layout import BrokerInfo, ZkLayout, parse_endpoint, paths
+from zk_layout.formats import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,8 @@ class MetadataWatcher:
         brokers = self._brokers(skipped)
         topics: dict[str, dict[int, PartitionMeta]] = {}
         topic_ids: dict[str, str] = {}
-        deleting = set(self._layout.topics_marked_for_deletion(watch=watch))
+        # a marker naming an internal topic is never obeyed (the brokers remove it): the topic stays served
+        deleting = set(self._layout.topics_marked_for_deletion(watch=watch)) - INTERNAL_TOPICS
         for topic in self._layout.topics(watch=watch):
             if topic in deleting:
                 continue  # being deleted (/admin/delete_topics): clients must stop using it everywhere at once

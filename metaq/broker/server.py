@@ -135,6 +135,8 @@ class Broker:
                 group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                 flush_each_commit=config.log_flush_interval_messages <= 1,
                 offsets_commit_required_acks=config.offsets_commit_required_acks,
+                group_max_member_metadata_bytes=config.group_max_member_metadata_bytes,
+                group_max_metadata_bytes=config.group_max_metadata_bytes,
             ),
             self.logs,
             lambda: self.metadata.snapshot,

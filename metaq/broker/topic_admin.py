@@ -28,8 +28,9 @@ from metaq.broker.log.config import LogConfig
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import MetadataWatcher
 from metaq.broker.topic_config import log_config_for
-from metaq.errors import MetaqError
-from zk_layout import ZkLayout, paths
+from metaq.errors import MetaqError, ZooKeeperError
+from zk_layout import ZkLayout, paths, validate_topic
+from zk_layout.topics import check_deletable
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,11 @@ class TopicAdmin:
         self._wake = asyncio.Event()
         changes = await asyncio.to_thread(self._layout.config_changes, self.kick)
         self._last_change = max((_sequence(name) for name in changes), default=-1)
-        await self.run_once()
+        try:
+            await self.run_once()
+        except (MetaqError, KazooException, OSError) as e:  # the task retries: one stuck deletion must not stop startup
+            log.warning("applying topic admin changes from ZooKeeper failed (will retry): %s", e)
+            self._wake.set()
         self._task = asyncio.create_task(self._run(), name="metaq-broker-topic-admin")
 
     async def stop(self) -> None:
@@ -92,8 +97,24 @@ class TopicAdmin:
     async def run_once(self) -> None:
         await self._apply_config_changes()
         await self._apply_new_topic_configs()
-        for topic in await asyncio.to_thread(self._layout.topics_marked_for_deletion, self.kick):
-            await self._delete_topic(topic)
+        failed = False
+        for name in await asyncio.to_thread(self._layout.topics_marked_for_deletion, self.kick):
+            if reason := _undeletable(name):
+                await self._discard_marker(name, reason)
+                continue
+            try:
+                await self._delete_topic(name)
+            except (MetaqError, KazooException, OSError) as e:  # one topic's failure must not block the others
+                log.warning("deleting topic %s failed (will retry): %s", name, e)
+                failed = True
+        if failed:
+            raise ZooKeeperError("some topic deletions failed (see above)")
+
+    async def _discard_marker(self, name: str, reason: str) -> None:
+        """A marker no deletion may follow (an internal topic, no valid topic name) is removed, as Kafka's
+        controller removes markers of topics that do not exist (``KafkaController.processTopicDeletion``)."""
+        if await asyncio.to_thread(self._layout.discard_deletion_marker, name):
+            log.error("ignored and removed the deletion request %s/%s: %s", paths.ADMIN_DELETE_TOPICS, name, reason)
 
     # ------------------------------------------------------------------------------------- configs
 
@@ -165,6 +186,16 @@ class TopicAdmin:
             return
         self._layout.finish_topic_deletion(topic)
         log.info("topic %s deleted", topic)
+
+
+def _undeletable(name: str) -> str | None:
+    """Why the ``/admin/delete_topics`` child ``name`` must not be obeyed, or None."""
+    try:
+        validate_topic(name)
+        check_deletable(name)
+    except MetaqError as e:
+        return str(e)
+    return None
 
 
 def _sequence(name: str) -> int:

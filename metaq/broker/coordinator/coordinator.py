@@ -27,12 +27,12 @@ from typing import Any, Protocol
 
 from metaq.broker.auth.session import current_session
 from metaq.broker.coordinator import group as g
-from metaq.broker.coordinator.group import Group, GroupSummary, JoinResult, Member
+from metaq.broker.coordinator.group import Group, GroupSummary, JoinResult, Member, protocols_bytes
 from metaq.broker.coordinator.offsets import LOADED, LOADING, CommittedOffset, OffsetsPartition
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, GroupValue, StoredMember, partition_for
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import ClusterSnapshot
-from metaq.errors import ErrorCode
+from metaq.errors import ErrorCode, MessageSizeTooLargeError
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,8 @@ class CoordinatorConfig:
     group_initial_rebalance_delay_ms: int = 0
     flush_each_commit: bool = False
     offsets_commit_required_acks: int = -1
+    group_max_member_metadata_bytes: int = 1048576
+    group_max_metadata_bytes: int = 8388608
 
 
 class GroupCoordinator:
@@ -268,12 +270,32 @@ class GroupCoordinator:
             return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
         if not group.supports(protocol_type, [name for name, _ in protocols]):
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        if error := self._metadata_error(group, member_id, protocols):
+            return JoinResult(error, member_id=member_id)
         spec = Member(member_id, instance_id, client_id, client_host, session_timeout_ms,
                       rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms,
                       protocol_type, protocols, last_heartbeat=_now())
         if not member_id:
             return await self._join_new(group, spec, require_known_member_id)
         return await self._join_known(group, spec)
+
+    def _metadata_error(self, group: Group, member_id: str, protocols: list[tuple[str, bytes]]) -> int:
+        """A JoinGroup whose protocol metadata is over the member's or the group's bound: the leader's answer
+        carries every member's metadata, so without a bound a few members could make it gigabytes."""
+        size = protocols_bytes(protocols)
+        if size > self._config.group_max_member_metadata_bytes:
+            log.warning("group %s: refused a JoinGroup with %d bytes of protocol metadata (at most %d,"
+                        " metaq.group.max.member.metadata.bytes)", group.group_id, size,
+                        self._config.group_max_member_metadata_bytes)
+            return ErrorCode.INVALID_REQUEST
+        current = group.members.get(member_id)
+        total = group.metadata_bytes - (current.metadata_bytes if current is not None else 0) + size
+        if total > self._config.group_max_metadata_bytes:
+            log.warning("group %s: refused a JoinGroup: its members' protocol metadata would be %d bytes (at most"
+                        " %d, metaq.group.max.metadata.bytes)", group.group_id, total,
+                        self._config.group_max_metadata_bytes)
+            return ErrorCode.GROUP_MAX_SIZE_REACHED
+        return ErrorCode.NONE
 
     async def _join_new(self, group: Group, spec: Member, require_known_member_id: bool) -> JoinResult:
         spec.member_id = f"{spec.client_id}-{uuid.uuid4()}"
@@ -295,7 +317,7 @@ class GroupCoordinator:
         if spec.group_instance_id and group.static_members.get(spec.group_instance_id) != spec.member_id:
             return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=spec.member_id)
         changed = member.protocols != spec.protocols
-        member.protocols = spec.protocols
+        group.set_protocols(member, spec.protocols)
         member.session_timeout_ms = spec.session_timeout_ms
         member.rebalance_timeout_ms = spec.rebalance_timeout_ms
         member.last_heartbeat = _now()
@@ -513,6 +535,12 @@ class GroupCoordinator:
             part.append_commits(group_id, commits)
             if self._config.flush_each_commit:
                 await self._in_thread(part.log.flush)
+        except MessageSizeTooLargeError as e:
+            # as Kafka's GroupMetadataManager.storeOffsets maps MESSAGE_TOO_LARGE: a size error the client must
+            # act on (commit fewer partitions at once), where KAFKA_STORAGE_ERROR would be retried for ever
+            log.warning("group %s: an OffsetCommit of %d partitions is too large for %s: %s", group_id,
+                        len(offsets), OFFSETS_TOPIC, e)
+            return {tp: ErrorCode.INVALID_COMMIT_OFFSET_SIZE for tp in offsets}
         except Exception as e:
             log.error("group %s: appending offsets to %s-%d failed: %s", group_id, OFFSETS_TOPIC, part.partition, e)
             return {tp: ErrorCode.KAFKA_STORAGE_ERROR for tp in offsets}

@@ -75,6 +75,11 @@ class GroupSummary:
     members: list[MemberSummary]
 
 
+def protocols_bytes(protocols: list[tuple[str, bytes]]) -> int:
+    """The size of a member's JoinGroup protocols: names and metadata."""
+    return sum(len(name) + len(metadata) for name, metadata in protocols)
+
+
 @dataclass(eq=False)
 class Member:
     member_id: str
@@ -89,6 +94,10 @@ class Member:
     assignment: bytes = b""
     join_waiter: asyncio.Future[JoinResult] | None = None
     sync_waiter: asyncio.Future[tuple[int, bytes]] | None = None
+
+    @property
+    def metadata_bytes(self) -> int:
+        return protocols_bytes(self.protocols)
 
     def metadata_for(self, protocol: str) -> bytes:
         for name, metadata in self.protocols:
@@ -111,6 +120,7 @@ class Group:
         self.members: dict[str, Member] = {}
         self.static_members: dict[str, str] = {}  # group.instance.id -> member id
         self.pending_members: set[str] = set()  # ids handed out with MEMBER_ID_REQUIRED
+        self.metadata_bytes = 0  # the members' protocol names and metadata (bounded, see CoordinatorConfig)
         self.join_timer: asyncio.TimerHandle | None = None
         # loop time until which the initial rebalance delay of an empty group may be extended, None when it is
         # not running; while it runs only its timer completes the join (group.initial.rebalance.delay.ms)
@@ -145,6 +155,8 @@ class Group:
     def add(self, member: Member) -> None:
         if not self.members:
             self.protocol_type = member.protocol_type
+        replaced = self.members.get(member.member_id)
+        self.metadata_bytes += member.metadata_bytes - (replaced.metadata_bytes if replaced is not None else 0)
         self.members[member.member_id] = member
         self.pending_members.discard(member.member_id)
         if member.group_instance_id:
@@ -156,11 +168,17 @@ class Group:
         member = self.members.pop(member_id, None)
         if member is None:
             return None
+        self.metadata_bytes -= member.metadata_bytes
         if member.group_instance_id and self.static_members.get(member.group_instance_id) == member_id:
             del self.static_members[member.group_instance_id]
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
         return member
+
+    def set_protocols(self, member: Member, protocols: list[tuple[str, bytes]]) -> None:
+        """A member's new JoinGroup protocols (keeping the group's metadata_bytes right)."""
+        self.metadata_bytes += protocols_bytes(protocols) - member.metadata_bytes
+        member.protocols = protocols
 
     def supports(self, protocol_type: str, protocols: list[str]) -> bool:
         """A joining member must speak the group's protocol type and share a protocol with every member."""

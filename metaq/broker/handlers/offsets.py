@@ -7,12 +7,14 @@ group's ZooKeeper offsets on the client's behalf, as Kafka 0.8.2 did.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchResponse
 
 from metaq.broker.context import BrokerContext
-from metaq.errors import ErrorCode, MetaqError
+from metaq.errors import ConfigError, ErrorCode, MetaqError
+from zk_layout import validate_group, validate_topic
 from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
@@ -36,9 +38,9 @@ async def offset_commit(ctx: BrokerContext, request: Any, version: int) -> Any:
                for t in request.topics for p in t.partitions}
     if denied := ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id):
         return _commit_response(version, request.topics, dict.fromkeys(offsets, denied))
-    # Kafka: Read on each topic; the partitions of the others are answered TOPIC_AUTHORIZATION_FAILED
-    refused = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in offsets
-               if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, tp[0])}
+    if version == 0 and not _is_valid(validate_group, request.group_id):  # a ZooKeeper node name
+        return _commit_response(version, request.topics, dict.fromkeys(offsets, ErrorCode.INVALID_GROUP_ID))
+    refused = {tp: code for tp in offsets if (code := _commit_refusal(ctx, tp, version))}
     offsets = {tp: value for tp, value in offsets.items() if tp not in refused}
     if version == 0:
         errors = await _commit_to_zookeeper(ctx, request.group_id, offsets)
@@ -48,6 +50,28 @@ async def offset_commit(ctx: BrokerContext, request: Any, version: int) -> Any:
         request.group_id, request.generation_id_or_member_epoch, request.member_id,
         request.group_instance_id if version >= 7 else None, offsets, retention) if offsets else {}
     return _commit_response(version, request.topics, {**errors, **refused})
+
+
+def _commit_refusal(ctx: BrokerContext, tp: tuple[str, int], version: int) -> int:
+    """Why one partition's offset is not stored, in Kafka's order (``KafkaApis.handleOffsetCommitRequest``):
+    Read on the topic, then the partition must exist (else offsets of made-up topics pile up without bound).
+    v0 writes ZooKeeper paths: a topic that is no valid name is refused as such first."""
+    topic, partition = tp
+    if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if version == 0 and not _is_valid(validate_topic, topic):
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    if ctx.snapshot.partition(topic, partition) is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return ErrorCode.NONE
+
+
+def _is_valid(validate: Callable[[str], str], name: str) -> bool:
+    try:
+        validate(name)
+    except ConfigError:
+        return False
+    return True
 
 
 async def _commit_to_zookeeper(ctx: BrokerContext, group: str,

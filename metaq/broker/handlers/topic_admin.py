@@ -18,12 +18,19 @@ from kafka.protocol.admin import (
 )
 
 from metaq.broker.context import BrokerContext
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, default_value, validate_topic_config
 from metaq.broker.topics import add_partitions, create_topic
-from metaq.errors import ConfigError, ErrorCode, MetaqError, TopicExistsError, UnknownTopicError
+from metaq.errors import (
+    ConfigError,
+    ErrorCode,
+    InternalTopicError,
+    MetaqError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 from zk_layout import validate_topic
 from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
+from zk_layout.topics import check_deletable
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +99,35 @@ def _check_replicas(ctx: BrokerContext, replicas: list[int], where: str) -> None
             raise AdminError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: broker {broker_id} is not a live broker")
 
 
+class PartitionBudget:
+    """The partitions one CreateTopics/CreatePartitions request may still add: at most
+    ``metaq.max.partitions.per.request`` in all, and what ``metaq.max.partitions`` leaves of the cluster's.
+    Charged before anything is planned or allocated, so a count of 2^31-1 costs nothing."""
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._per_request = ctx.config.max_partitions_per_request
+        self._cluster_max = ctx.config.max_partitions
+        self._cluster_used = sum(len(parts) for parts in ctx.snapshot.topics.values())
+        self._request_used = 0
+
+    def charge(self, partitions: int) -> None:
+        if self._request_used + partitions > self._per_request:
+            raise AdminError(ErrorCode.POLICY_VIOLATION, f"{partitions} partitions would exceed the"
+                             f" {self._per_request} partitions one request may add"
+                             f" (metaq.max.partitions.per.request)")
+        if self._cluster_used + partitions > self._cluster_max:
+            raise AdminError(ErrorCode.POLICY_VIOLATION, f"{partitions} partitions would exceed the"
+                             f" {self._cluster_max} partitions of the cluster (metaq.max.partitions; it has"
+                             f" {self._cluster_used})")
+        self._request_used += partitions
+        self._cluster_used += partitions
+
+
 # ------------------------------------------------------------------------------------------ CreateTopics
 
 
-def _plan_topic(ctx: BrokerContext, topic: Any) -> tuple[int, int, dict[int, list[int]] | None, dict[str, str]]:
+def _plan_topic(ctx: BrokerContext, topic: Any,
+                budget: PartitionBudget) -> tuple[int, int, dict[int, list[int]] | None, dict[str, str]]:
     """(partitions, replication factor, explicit assignment or None, config overrides) of one CreatableTopic,
     or AdminError."""
     assignment = None
@@ -103,6 +135,7 @@ def _plan_topic(ctx: BrokerContext, topic: Any) -> tuple[int, int, dict[int, lis
         if topic.num_partitions != -1 or topic.replication_factor != -1:
             raise AdminError(ErrorCode.INVALID_REQUEST, "Both numPartitions or replicationFactor and"
                              " replicasAssignments were set. Both cannot be used at the same time.")
+        budget.charge(len(topic.assignments))
         assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
         if sorted(assignment) != list(range(len(assignment))):
             raise AdminError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
@@ -115,6 +148,7 @@ def _plan_topic(ctx: BrokerContext, topic: Any) -> tuple[int, int, dict[int, lis
         partitions = ctx.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
         if partitions <= 0:
             raise AdminError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        budget.charge(partitions)
         factor = ctx.config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
         live = len(ctx.snapshot.brokers)
         if factor <= 0:
@@ -130,7 +164,7 @@ def _plan_topic(ctx: BrokerContext, topic: Any) -> tuple[int, int, dict[int, lis
 
 
 async def _create_one(
-    ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int
+    ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int, budget: PartitionBudget
 ) -> tuple[int, int, dict[str, str]]:
     if not ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER):
         require(ctx, AclOperation.CREATE, ResourceType.TOPIC, topic.name)
@@ -139,7 +173,7 @@ async def _create_one(
         raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' is marked for deletion.")
     if topic.name in ctx.snapshot.topics or await ctx.in_thread(ctx.layout.topic_assignment, topic.name):
         raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
-    partitions, factor, assignment, config = _plan_topic(ctx, topic)
+    partitions, factor, assignment, config = _plan_topic(ctx, topic, budget)
     if validate_only:
         return partitions, factor, config
     try:
@@ -160,13 +194,14 @@ async def create_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
     Result = CreateTopicsResponse.CreatableTopicResult
     validate_only = bool(version >= 1 and request.validate_only)
     names = [t.name for t in request.topics]
+    budget = PartitionBudget(ctx)
     results = []
     for topic in request.topics:
         if names.count(topic.name) > 1:
             work = _refuse(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains a duplicate topic"
                                             f" {topic.name}")
         else:
-            work = _create_one(ctx, topic, validate_only, request.timeout_ms)
+            work = _create_one(ctx, topic, validate_only, request.timeout_ms, budget)
         code, message, created = await attempt(f"CreateTopics {topic.name}", work)
         fields: dict[str, Any] = {"name": topic.name, "error_code": code, "error_message": message}
         if created is not None and version >= 5:
@@ -189,9 +224,10 @@ async def create_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
 
 async def _delete_one(ctx: BrokerContext, topic: str, timeout_ms: int) -> None:
     require(ctx, AclOperation.DELETE, ResourceType.TOPIC, topic)
-    if topic == OFFSETS_TOPIC:
-        raise AdminError(ErrorCode.INVALID_REQUEST,
-                         f"{OFFSETS_TOPIC} is internal: it holds the groups' committed offsets")
+    try:
+        check_deletable(topic)
+    except InternalTopicError as e:
+        raise AdminError(ErrorCode.INVALID_REQUEST, str(e)) from e
     _check_name(topic)
     if await ctx.in_thread(ctx.layout.topic_assignment, topic) is None:
         raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
@@ -232,11 +268,14 @@ async def delete_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
 # ------------------------------------------------------------------------------------------ CreatePartitions
 
 
-async def _add_one(ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int) -> None:
+async def _add_one(ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int,
+                   budget: PartitionBudget) -> None:
     require(ctx, AclOperation.ALTER, ResourceType.TOPIC, topic.name)
     current = ctx.snapshot.topics.get(topic.name)
     if current is None:
         raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic.name}' does not exist.")
+    if topic.count > len(current):
+        budget.charge(topic.count - len(current))
     new = None
     if topic.assignments is not None:
         new = [list(a.broker_ids) for a in topic.assignments]
@@ -264,9 +303,11 @@ async def _add_one(ctx: BrokerContext, topic: Any, validate_only: bool, timeout_
 
 async def create_partitions(ctx: BrokerContext, request: Any, version: int) -> Any:
     Result = CreatePartitionsResponse.CreatePartitionsTopicResult
+    budget = PartitionBudget(ctx)
     results = []
     for topic in request.topics:
         code, message, _ = await attempt(f"CreatePartitions {topic.name}",
-                                         _add_one(ctx, topic, bool(request.validate_only), request.timeout_ms))
+                                         _add_one(ctx, topic, bool(request.validate_only), request.timeout_ms,
+                                                  budget))
         results.append(Result(name=topic.name, error_code=code, error_message=message))
     return CreatePartitionsResponse[version](throttle_time_ms=0, results=results)

@@ -1,0 +1,193 @@
+"""Hostile admin input against a real broker (third round): what one request, ZooKeeper node or ops command can
+do is bounded, and a well-behaved client keeps working beside it.
+
+The well-behaved client is confluent-kafka (librdkafka): it commits, produces and reads back.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import confluent_kafka
+from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+)
+
+from integration_tests import peers
+from integration_tests.test_broker_limits import RssSampler
+from metaq.broker.process import BrokerProcess
+from metaq.broker.topics import initial_states
+from metaq.errors import ErrorCode
+from metaq.testing.broker import request, topic_leaders, wait_until
+from zk_layout import ZkLayout
+
+
+def metaq(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "metaq", *args], capture_output=True, text=True, timeout=60)
+
+
+def committed(bootstrap: str, group: str, topic: str) -> int:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                         "enable.auto.commit": False})
+    try:
+        [tp] = consumer.committed([confluent_kafka.TopicPartition(topic, 0)], timeout=30)
+        return int(tp.offset)
+    finally:
+        consumer.close()
+
+
+def test_internal_topics_are_never_deleted(broker: BrokerProcess, make_topic, zk_connect: str,
+                                           zk_layout: ZkLayout) -> None:
+    make_topic("kept")
+    make_topic("doomed")
+    peers.confluent_commit(broker.bootstrap, "g", "kept", 42)
+    [offsets_dir] = (broker.data_dir / "logs-0").glob("__consumer_offsets-*")  # the group's partition
+
+    # the ops command refuses, and marks nothing (before: "Deleted topic __consumer_offsets", exit 0)
+    result = metaq("topics", "delete", "__consumer_offsets", "doomed", "--zookeeper", zk_connect)
+    assert result.returncode == 1, result.stdout
+    assert "__consumer_offsets is an internal topic" in result.stderr and "Traceback" not in result.stderr
+    assert zk_layout.topics_marked_for_deletion() == []
+
+    # hand-written markers: an internal topic's and an invalid name's are removed and logged; they do not
+    # block the deletion of a real topic marked beside them
+    client = zk_layout.client
+    for name in ("__consumer_offsets", "__transaction_state", "no valid name"):
+        client.create(f"/admin/delete_topics/{name}", b"", makepath=True)
+    client.create("/admin/delete_topics/doomed", b"")
+    wait_until(lambda: zk_layout.topics_marked_for_deletion() == [], 30, "every marker handled")
+    assert zk_layout.topic_assignment("doomed") is None
+    assert zk_layout.topic_assignment("__consumer_offsets") is not None
+    log = broker.log_tail(400)
+    assert "ignored and removed the deletion request /admin/delete_topics/__consumer_offsets" in log
+    assert "ignored and removed the deletion request /admin/delete_topics/no valid name" in log
+    assert offsets_dir.exists()
+    assert committed(broker.bootstrap, "g", "kept") == 42
+    peers.confluent_produce(broker.bootstrap, "kept", 0, [(b"k", b"v", 1_700_000_000_000)])
+
+
+# --- partition counts ----------------------------------------------------------------------------
+
+
+class WellBehavedClient:
+    """confluent-kafka producing one message and reading it back, again and again in a thread, while an attack
+    runs: each round trip's latency, and any that failed (5 s limit, as the attacks' probes)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                                   "linger.ms": 0})
+        self._consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "probe",
+                                                   "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+        self._consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+        self._topic = topic
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="well-behaved-client", daemon=True)
+
+    def _round_trip(self, marker: bytes, limit_s: float = 5.0) -> None:
+        start = time.monotonic()
+        self._producer.produce(self._topic, marker, partition=0)
+        if self._producer.flush(limit_s) != 0:
+            raise TimeoutError(f"produce not acknowledged within {limit_s} s")
+        while time.monotonic() - start < limit_s:
+            msg = self._consumer.poll(0.1)
+            if msg is not None and msg.error() is None and msg.value() == marker:
+                self.latencies.append(time.monotonic() - start)
+                return
+        raise TimeoutError(f"message not fetched back within {limit_s} s")
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            try:
+                self._round_trip(f"probe-{n}".encode())
+            except Exception as e:  # noqa: BLE001 - every failure is recorded and asserted on
+                self.failures.append(repr(e))
+            time.sleep(0.05)
+
+    def __enter__(self) -> WellBehavedClient:
+        self._round_trip(b"warm-up", 60)  # connected and served before the attack starts
+        self.latencies.clear()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._consumer.close()
+        self._producer.flush(5)
+        del self._producer  # librdkafka's producer has no close: its threads end when it is freed
+
+    def p99(self) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def _create(bootstrap: str, name: str, partitions: int) -> tuple[int, str | None]:
+    req = CreateTopicsRequest[4](topics=[CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=partitions, replication_factor=1, assignments=[], configs=[])],
+        timeout_ms=30000, validate_only=False)
+    [result] = request(bootstrap, req, CreateTopicsResponse, 4, timeout=60).topics
+    return result.error_code, result.error_message
+
+
+def _grow(bootstrap: str, name: str, count: int) -> tuple[int, str | None]:
+    req = CreatePartitionsRequest[1](topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+        name=name, count=count, assignments=None)], timeout_ms=30000, validate_only=False)
+    [result] = request(bootstrap, req, CreatePartitionsResponse, 1, timeout=60).results
+    return result.error_code, result.error_message
+
+
+def test_partition_counts_are_bounded_per_request_and_per_cluster(broker_cluster, make_topic,
+                                                                  zk_layout: ZkLayout) -> None:
+    broker = broker_cluster.add(0, **{"metaq.max.partitions.per.request": 40, "metaq.max.partitions": 101,
+                                      "offsets.topic.num.partitions": 1})
+    make_topic("probe")
+    assert broker.pid is not None
+    with RssSampler(broker.pid) as rss, WellBehavedClient(broker.bootstrap, "probe") as client:
+        # before: 1,000,000 partitions took 51 s of CPU and +1 GB; 2^31-1 a MemoryError
+        for count in (1_000_000, 2**31 - 1):
+            code, message = _create(broker.bootstrap, "huge", count)
+            assert code == ErrorCode.POLICY_VIOLATION and "metaq.max.partitions.per.request" in (message or "")
+            code, message = _grow(broker.bootstrap, "probe", count)
+            assert code == ErrorCode.POLICY_VIOLATION and "metaq.max.partitions.per.request" in (message or "")
+        # legal requests up to the cluster's bound (probe 1 + __consumer_offsets 1 + 40 + 40 + 19 = 101), then
+        # refused
+        assert _create(broker.bootstrap, "a", 40) == (0, None)
+        assert _create(broker.bootstrap, "b", 40) == (0, None)
+        assert _grow(broker.bootstrap, "probe", 20) == (0, None)
+        wait_until(lambda: len(topic_leaders(broker.bootstrap, "probe")) == 20, 30, "probe grown")
+        code, message = _create(broker.bootstrap, "c", 2)
+        assert code == ErrorCode.POLICY_VIOLATION and "metaq.max.partitions" in (message or ""), message
+        code, message = _grow(broker.bootstrap, "a", 41)
+        assert code == ErrorCode.POLICY_VIOLATION and "metaq.max.partitions" in (message or ""), message
+    assert zk_layout.topic_assignment("huge") is None and zk_layout.topic_assignment("c") is None
+    assert not client.failures, client.failures[:3]
+    assert rss.growth_mb < 40, f"broker RSS grew {rss.growth_mb:.0f} MB"
+
+
+def test_a_topic_too_large_for_one_zookeeper_request_is_written_in_several(zk_layout: ZkLayout) -> None:
+    """6,000 partitions' nodes are ~1.2 MB of multi-op: before, one request over jute.maxbuffer, and the server
+    closed the session's connection (ConnectionLoss)."""
+    session = zk_layout.client.client_id
+    zk_layout.create_topic("wide", {p: (0,) for p in range(6000)}, initial_states({p: (0,) for p in range(6000)}))
+    assert sorted(zk_layout.remaining_partition_nodes("wide")) == list(range(6000))
+    assert len(zk_layout.topic_assignment("wide").partitions) == 6000
+    assert zk_layout.partition_state("wide", 5999) is not None
+
+    # growing: the nodes of an earlier attempt that failed half-way are removed first; the topic node is
+    # written last, so the assignment names only partitions whose nodes exist
+    zk_layout.client.create("/brokers/topics/wide/partitions/6001/state", b"junk", makepath=True)
+    grown = {p: (0,) for p in range(12000)}
+    zk_layout.add_partitions("wide", grown, initial_states({p: (0,) for p in range(6000, 12000)}))
+    assert sorted(zk_layout.remaining_partition_nodes("wide")) == list(range(12000))
+    assert zk_layout.partition_state("wide", 6001) == initial_states({6001: (0,)})[6001]
+    assert zk_layout.client.client_id == session and zk_layout.client.connected
