@@ -31,6 +31,8 @@ demo: install
 test: install
 	$(VENV)/bin/ruff check metaq zk_layout pyspark_metaq tests integration_tests bench examples tools
 	$(VENV)/bin/python tools/typecheck.py
+# Kafka's Java clients and tools from Maven Central (metaq/testing/java_peers.py): a failure stops here
+	$(VENV)/bin/python -m metaq.testing.java_peers fetch
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 unit: install
