@@ -9,7 +9,7 @@ import pytest
 
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
-from metaq.broker.replication.election import elect, elect_preferred, imbalanced_brokers
+from metaq.broker.replication.election import elect, elect_preferred, imbalanced_brokers, initial_state
 from metaq.broker.replication.leader_epochs import LeaderEpochCache
 from metaq.broker.replication.partition_state import LeaderState, high_watermark
 from metaq.errors import StorageError
@@ -201,3 +201,13 @@ def test_a_follower_below_the_leaders_log_start_restarts_its_log_there(tmp_path:
     plog.close()
     reopened = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(segment_bytes=1000), recover=True)
     assert (reopened.log_start_offset, reopened.log_end_offset) == (40, 42)
+
+
+def test_initial_state_of_a_partition_another_tool_created() -> None:
+    """Kafka's NewPartition -> OnlinePartition: the first live replica in assignment order leads, every live
+    replica is in the ISR, leader epoch 0; no state while no replica is alive."""
+    assert initial_state((2, 0, 1), {0, 1}, controller_epoch=4) == PartitionState(
+        leader=0, leader_epoch=0, isr=(0, 1), controller_epoch=4)
+    assert initial_state((0,), {0}, controller_epoch=1) == PartitionState(
+        leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)
+    assert initial_state((3, 4), {0, 1}, controller_epoch=1) is None

@@ -10,8 +10,11 @@ lost its session cannot overwrite a newer one's decisions. A ``/admin/preferred_
 (``metaq topics elect-leaders``) moves leadership back to each named partition's first replica where it is
 alive and in the ISR, and is deleted when done. ISR change notifications are consumed (deleted):
 brokers learn states by watching the state nodes themselves, so the notification carries no extra work.
+A partition whose assignment has no state node yet (a topic or partitions added by a tool that leaves the
+election to the controller, as Kafka's ``TopicCommand --zookeeper`` does) gets its first state from
+:func:`metaq.broker.replication.election.initial_state`, whatever its replication factor.
 
-Partitions with one replica are left alone: their only replica leads whenever it is up, as before.
+Otherwise partitions with one replica are left alone: their only replica leads whenever it is up, as before.
 Thread: ``metaq-broker-controller``; ZooKeeper watches only wake it.
 """
 
@@ -20,11 +23,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 
-from metaq.broker.replication.election import elect, elect_preferred, imbalanced_brokers
+from metaq.broker.replication.election import elect, elect_preferred, imbalanced_brokers, initial_state
 from metaq.errors import ControllerMovedError, MetaqError, StaleVersionError
 from zk_layout import ZkLayout
 from zk_layout.controller import ControllerEpoch
@@ -48,6 +52,7 @@ class Controller:
         self._rebalance_interval_s = rebalance_interval_s
         self._imbalance_percentage = imbalance_percentage
         self._next_rebalance = 0.0
+        self._stated: set[tuple[str, int]] = set()  # partitions seen with a state node: not looked up again
         self._fence: ControllerEpoch | None = None
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -131,10 +136,18 @@ class Controller:
         preferred = set(requested or ())
         rebalance = self._rebalance_due()
         seen: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
-        for topic in self._layout.topics():
+        topics = self._layout.topics()
+        present = set(topics)
+        self._stated = {key for key in self._stated if key[0] in present}
+        # a topic being deleted loses its partition nodes one by one: they must not come back (as in Kafka,
+        # whose controller leaves topics queued for deletion alone)
+        deleting = set(self._layout.topics_marked_for_deletion())
+        for topic in topics:
             assignment = self._layout.topic_assignment(topic)
             if assignment is None:
                 continue
+            if topic not in deleting:
+                self._initialize_new_partitions(fence, topic, assignment.partitions, live)
             replicated = {p: r for p, r in assignment.partitions.items() if len(r) > 1}
             states = self._layout.partition_states_versioned((topic, p) for p in replicated)
             for (_, partition), versioned in states.items():
@@ -152,6 +165,29 @@ class Controller:
                 log.info("leader imbalance on brokers %s: moving %d partitions to their preferred replica",
                          sorted(brokers), len(moves))
                 self._layout.request_preferred_election(moves)  # carried out by the next pass (its watch)
+
+    def _initialize_new_partitions(self, fence: ControllerEpoch, topic: str,
+                                   assignment: Mapping[int, tuple[int, ...]], live: set[int]) -> None:
+        """Create the first state of each partition of ``topic`` that has none (Kafka's NewPartition ->
+        OnlinePartition); one without a live replica is tried again on the next pass."""
+        unknown = [p for p in assignment if (topic, p) not in self._stated]
+        if not unknown:
+            return
+        for (_, partition), versioned in self._layout.partition_states_versioned((topic, p) for p in unknown).items():
+            if versioned is None:
+                new = initial_state(assignment[partition], live, controller_epoch=fence.epoch)
+                if new is None:
+                    log.warning("%s-%d: no live replica among %s: no leader yet", topic, partition,
+                                list(assignment[partition]))
+                    continue
+                try:
+                    self._layout.create_partition_state_fenced(fence, topic, partition, new)
+                except StaleVersionError:
+                    pass  # created meanwhile (or malformed): either way a state node exists
+                else:
+                    log.info("%s-%d: new partition, leader %d, ISR %s (controller epoch %d)", topic, partition,
+                             new.leader, list(new.isr), fence.epoch)
+            self._stated.add((topic, partition))
 
     def _rebalance_due(self) -> bool:
         if self._rebalance_interval_s is None:

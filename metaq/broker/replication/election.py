@@ -48,6 +48,19 @@ def elect(
                           controller_epoch=controller_epoch)
 
 
+def initial_state(replicas: Sequence[int], live: Collection[int], *, controller_epoch: int) -> PartitionState | None:
+    """The first state of a partition that has an assignment but no state node yet (written by a tool that
+    leaves leader election to the controller, e.g. Kafka's ``TopicCommand --zookeeper``): Kafka's
+    ``PartitionStateMachine.initializeLeaderAndIsrForPartitions`` makes the first live replica, in assignment
+    order, the leader and every live replica the ISR, at leader epoch 0. None while no replica is alive (the
+    partition stays new until one is)."""
+    live_replicas = tuple(b for b in replicas if b in live)
+    if not live_replicas:
+        return None
+    return PartitionState(leader=live_replicas[0], leader_epoch=0, isr=live_replicas,
+                          controller_epoch=controller_epoch)
+
+
 def elect_preferred(state: PartitionState, replicas: Sequence[int], live: Collection[int], *,
                     controller_epoch: int) -> PartitionState | None:
     """Leadership back to the preferred (first) replica if it is alive and in the ISR, else None."""
