@@ -415,3 +415,29 @@ def test_peer_program_failures_are_reported(bootstrap: str) -> None:
     assert "NoSuchProgram.java" in run.output
     with pytest.raises(Exception, match="exited"):
         run.check()
+
+
+@pytest.mark.compat("consumer group.protocol=consumer (KIP-848: not served)", CLIENTS_4.label)
+def test_java_consumer_kip848_protocol_not_served(layout: ZkLayout, bootstrap: str) -> None:
+    """4.x's new group protocol needs ConsumerGroupHeartbeat, which metaq does not serve: the consumer
+    fails with Kafka's own clear error instead of hanging (the classic protocol, the default, works)."""
+    topic = new_topic(layout, bootstrap, "java-kip848")
+    run = run_program(CLIENTS_4, JAVA_PROGRAMS / "ClientRoundTrip.java",
+                      [bootstrap, topic, "kip848-group", "1", "group.protocol=consumer"])
+    assert run.returncode != 0
+    assert "ConsumerGroupHeartbeatRequest failed due to unsupported version while sending request: " \
+           "The node does not support CONSUMER_GROUP_HEARTBEAT" in run.output, run.tail()
+
+
+@pytest.mark.compat("transactional producer (transactions: not served)", CLIENTS_3_9.label)
+def test_java_transactional_producer_refused(layout: ZkLayout, bootstrap: str) -> None:
+    """metaq answers a transactional id with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (README, Transactions), the
+    one error Kafka's producer treats as fatal: initTransactions() fails at once instead of retrying."""
+    topic = new_topic(layout, bootstrap, "java-transactional")
+    run = run_program(CLIENTS_3_9, JAVA_PROGRAMS / "ClientRoundTrip.java",
+                      [bootstrap, topic, "txn-group", "1", "transactional.id=java-txn"])
+    assert run.returncode != 0
+    errors = [row["error"] for row in run.json_lines() if "error" in row]
+    assert errors and errors[0].startswith("org.apache.kafka.common.errors.TransactionalIdAuthorizationException"), \
+        run.tail()
+    assert not [row for row in run.json_lines() if "acked" in row]

@@ -3,7 +3,8 @@
 // The producer keeps its defaults (acks=all; enable.idempotence=true since 3.0) and sends COUNT keyed records;
 // then a consumer of GROUP subscribes, polls until it has COUNT records (or 60 s pass) and commits synchronously.
 // Output, one JSON object a line: {"acked":...} per record, {"producer":{...}} once, {"read":...} per record,
-// {"committed":{...}} once. Extra PROPERTY=VALUE pairs (e.g. SASL settings) go to both clients.
+// {"committed":{...}} once. Extra PROPERTY=VALUE pairs (e.g. SASL settings) go to both clients; with a
+// transactional.id the producer first calls initTransactions().
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.Future;
@@ -18,7 +19,21 @@ public class ClientRoundTrip {
         return s == null ? "null" : "\"" + s.replace("\\", "\\\\").replace("\"", "\\\"") + "\"";
     }
 
-    public static void main(String[] args) throws Exception {
+    // Java 17's source launcher mangles the stack trace of an exception leaving main (it prints
+    // "IllegalArgumentException: 0 > -7" instead), so the failure is printed here: {"error":"Class: message"}.
+    public static void main(String[] args) {
+        try {
+            run(args);
+        } catch (Exception e) {
+            Throwable cause = e instanceof java.util.concurrent.ExecutionException && e.getCause() != null
+                    ? e.getCause() : e;
+            System.out.println("{\"error\":" + q(cause.getClass().getName() + ": " + cause.getMessage()) + "}");
+            e.printStackTrace();
+            System.exit(1);
+        }
+    }
+
+    static void run(String[] args) throws Exception {
         String bootstrap = args[0], topic = args[1], group = args[2];
         int count = Integer.parseInt(args[3]);
         Properties common = new Properties();
@@ -33,6 +48,7 @@ public class ClientRoundTrip {
         p.put("key.serializer", StringSerializer.class.getName());
         p.put("value.serializer", StringSerializer.class.getName());
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
+            if (p.containsKey("transactional.id")) producer.initTransactions();  // metaq refuses transactions
             List<Future<RecordMetadata>> sent = new ArrayList<>();
             for (int i = 0; i < count; i++) {
                 sent.add(producer.send(new ProducerRecord<>(topic, "k" + i, "v" + i)));

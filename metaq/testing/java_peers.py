@@ -31,8 +31,8 @@ from metaq.testing.maven import MavenArtifact, PeerUnavailableError, classpath, 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "ALL_PEERS", "CLIENTS_3_9", "CLIENTS_4", "JAVA_PROGRAMS", "TOOLS_2_8", "TOOLS_3_9", "JavaPeer", "JavaRun",
-    "JavaRunError", "run_class", "run_program",
+    "ALL_PEERS", "CLIENTS_3_9", "CLIENTS_4", "JAVA_PROGRAMS", "SPARK_KAFKA", "TOOLS_2_8", "TOOLS_3_9", "JavaPeer",
+    "JavaRun", "JavaRunError", "run_class", "run_program", "spark_kafka_jars",
 ]
 
 JAVA = os.environ.get("METAQ_JAVA", "java")
@@ -77,7 +77,15 @@ TOOLS_3_9 = JavaPeer("java-tools-3.9.1", "Kafka tools 3.9.1", (
     SLF4J_SIMPLE))
 # 2.8 is the last line whose TopicCommand and ConfigCommand still write to ZooKeeper (--zookeeper).
 TOOLS_2_8 = JavaPeer("java-tools-2.8.2", "Kafka tools 2.8.2", (_kafka("kafka_2.13", "2.8.2"), SLF4J_SIMPLE))
-ALL_PEERS = (CLIENTS_3_9, CLIENTS_4, TOOLS_3_9, TOOLS_2_8)
+# Spark's own Kafka source for the installed PySpark 4.3.0: spark-sql-kafka-0-10_2.13:4.3.0 is not on Maven Central
+# (mvn: "Could not find artifact org.apache.spark:spark-sql-kafka-0-10_2.13:jar:4.3.0 in central"), so the newest
+# published line, 4.2.0, is what Spark users can put on a 4.3 session; it runs there (test_spark_kafka_source.py).
+SPARK_KAFKA = JavaPeer("spark-sql-kafka-4.2.0", "Spark spark-sql-kafka-0-10 4.2.0 (PySpark 4.3.0)", (
+    MavenArtifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", "4.2.0"),))
+# the jars of SPARK_KAFKA that PySpark does not ship itself (Scala, Hadoop, compression come from PySpark)
+SPARK_KAFKA_JAR_PREFIXES = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_", "kafka-clients-",
+                            "commons-pool2-")
+ALL_PEERS = (CLIENTS_3_9, CLIENTS_4, TOOLS_3_9, TOOLS_2_8, SPARK_KAFKA)
 
 
 class JavaRunError(MetaqError):
@@ -150,6 +158,16 @@ def _text(output: bytes | str | None) -> str:
     if output is None:
         return ""
     return output.decode(errors="replace") if isinstance(output, bytes) else output
+
+
+def spark_kafka_jars() -> list[Path]:
+    """The jars to pass as ``spark.jars`` for Spark's ``kafka`` source (resolved on first use)."""
+    directory = SPARK_KAFKA.directory()
+    jars = sorted(j for j in directory.glob("*.jar") if j.name.startswith(SPARK_KAFKA_JAR_PREFIXES))
+    if len(jars) != len(SPARK_KAFKA_JAR_PREFIXES):
+        raise PeerUnavailableError(f"{SPARK_KAFKA.label}: expected one jar per {SPARK_KAFKA_JAR_PREFIXES} in "
+                                   f"{directory}, found {[j.name for j in jars]}")
+    return jars
 
 
 def fetch(peers: Sequence[JavaPeer] = ALL_PEERS) -> dict[str, Path]:
