@@ -52,7 +52,7 @@ from metaq.client.cluster import broker_endpoint
 from metaq.client.connection import BrokerConnection
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
-from metaq.client.versions import ApiKey
+from metaq.client.versions import DEFAULT_FALLBACK, ApiKey
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offsets import CommitResult, TopicPartition, ZooKeeperOffsetStore
 from metaq.errors import (
@@ -143,11 +143,12 @@ class OffsetsChannel:
     """
 
     def __init__(self, layout: ZkLayout, group: str, *, client_id: str, socket_timeout_ms: int,
-                 security: SecurityConfig | None = None) -> None:
+                 security: SecurityConfig | None = None, broker_version_fallback: str = DEFAULT_FALLBACK) -> None:
         self._layout = layout
         self._group = group
         self._settings = ConnectionSettings(client_id=client_id, request_timeout_ms=socket_timeout_ms,
                                             connect_timeout_ms=socket_timeout_ms,
+                                            broker_version_fallback=broker_version_fallback,
                                             security=security or SecurityConfig())
         self._conn: BrokerConnection | None = None
         self.coordinator: tuple[int, str, int] | None = None  # (node id, host, port) once found
@@ -234,7 +235,8 @@ class KafkaOffsetStore:
         self._zk = ZooKeeperOffsetStore(layout, config.group_id, auto_offset_reset=config.auto_offset_reset)
         self._channel = OffsetsChannel(layout, config.group_id, client_id=config.effective_client_id,
                                        socket_timeout_ms=config.offsets_channel_socket_timeout_ms,
-                                       security=config.security())
+                                       security=config.security(),
+                                       broker_version_fallback=config.broker_version_fallback)
         self._zk_last: dict[TopicPartition, int | None] = {}  # in ZooKeeper under our fence, as far as we know
         self._kafka_last: dict[TopicPartition, int | None] = {}  # in Kafka, as far as we know
         self._commit_policy = offsets_commit(offsets_channel_backoff_ms=config.offsets_channel_backoff_ms,
