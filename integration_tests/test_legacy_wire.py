@@ -24,6 +24,7 @@ from metaq.protocol import legacy
 from metaq.protocol.builder import BatchBuilder
 from metaq.protocol.records import decode_records
 from metaq.testing.broker import SharedBroker, request, shared_broker
+from metaq.testing.wait import wait_until
 from metaq.zkclient import session
 from zk_layout import ZkLayout
 
@@ -336,3 +337,36 @@ def test_pykafka_produces_and_its_simple_and_balanced_consumers_read_everything(
     for partition in (0, 1):
         offsets = sorted(o for p, o, _, _ in result["simple"] if p == partition)
         assert offsets == list(range(len(offsets)))
+
+
+def test_metaq_offset_commit_at_the_versions_of_kafka_0_8(shared: Shared) -> None:
+    """What metaq's offsets channel sends a Kafka 0.8.2 (v1: stored by the broker) or 0.8.1 (v0: stored in
+    ZooKeeper) coordinator, against the metaq broker."""
+    from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+    from metaq.consumer.kafka_offsets import commit_request
+
+    bootstrap = shared.broker.bootstrap
+    topic = shared.topic("legacy-commit")
+
+    def coordinator_found() -> bool:  # v0: Kafka 0.8.2's ConsumerMetadata; creates the offsets topic
+        return request(bootstrap, FindCoordinatorRequest[0](key="mg"), FindCoordinatorResponse, 0).error_code == 0
+
+    wait_until(coordinator_found, 30, "a coordinator for group mg")
+    for version, offset in ((1, 5), (0, 6)):
+        def committed(version: int = version, offset: int = offset) -> bool:
+            response = request(bootstrap, commit_request("mg", {(topic, 0): offset}, version),
+                               OffsetCommitResponse, version)
+            codes = [p.error_code for t in response.topics for p in t.partitions]
+            loading = ([ErrorCode.COORDINATOR_NOT_AVAILABLE], [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS])
+            assert codes == [0] or codes in loading, codes
+            return codes == [0]
+
+        wait_until(committed, 30, f"OffsetCommit v{version}")
+        fetch = OffsetFetchRequest[version](group_id="mg", topics=[
+            OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])])
+        (p,) = request(bootstrap, fetch, OffsetFetchResponse, version).topics[0].partitions
+        assert (p.error_code, p.committed_offset) == (0, offset)
+    with session(shared.zk_connect) as client:
+        assert ZkLayout(client).read_offset("mg", topic, 0) == 6

@@ -32,7 +32,7 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.FIND_COORDINATOR: (0, 2),
     ApiKey.OFFSET_COMMIT: (2, 7),
-    ApiKey.OFFSET_FETCH: (1, 5),
+    ApiKey.OFFSET_FETCH: (0, 5),  # 0 and 1 have the same layout (0: ZooKeeper offsets on Kafka 0.8.1)
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (3, 3),  # replica fetchers (replica_id from v3)
     ApiKey.SASL_HANDSHAKE: (1, 1),  # v1: the tokens go in SaslAuthenticate, not as raw frames
     ApiKey.SASL_AUTHENTICATE: (0, 1),

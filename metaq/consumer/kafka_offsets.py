@@ -53,7 +53,7 @@ from metaq.client.cluster import broker_endpoint
 from metaq.client.connection import BrokerConnection
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
-from metaq.client.versions import ApiKey
+from metaq.client.versions import DEFAULT_FALLBACK, ApiKey
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offsets import CommitResult, TopicPartition, ZooKeeperOffsetStore
 from metaq.errors import (
@@ -89,16 +89,29 @@ def _check(code: int, context: str) -> None:
         raise cls(f"{cls.message} ({code}) {context}")
 
 
-def commit_request(group: str, offsets: Mapping[TopicPartition, int]) -> ApiRequest:
-    """An OffsetCommit v2 from outside the group protocol (generation -1, no member, no retention)."""
-    request: ApiRequest = OffsetCommitRequest[COMMIT_VERSION](
+def commit_request(group: str, offsets: Mapping[TopicPartition, int], version: int = COMMIT_VERSION) -> ApiRequest:
+    """An OffsetCommit from outside the group protocol (generation -1, no member, no retention, no
+    timestamp): v2, or v1 / v0 for a Kafka 0.8.2 / 0.8.1 coordinator (v0: stored in ZooKeeper by the
+    broker). kafka-python leaves out the fields a version lacks."""
+    partition = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+    request: ApiRequest = OffsetCommitRequest[version](
         group_id=group, generation_id_or_member_epoch=-1, member_id="", retention_time_ms=-1,
         topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
-            OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
-                partition_index=p, committed_offset=o, committed_metadata="")
+            partition(partition_index=p, committed_offset=o, committed_metadata="", commit_timestamp=-1)
             for (t, p), o in sorted(offsets.items()) if t == topic])
             for topic in sorted({t for t, _ in offsets})])
     return request
+
+
+def commit_version(broker_range: tuple[int, int]) -> int:
+    """The OffsetCommit version to send a coordinator offering ``broker_range``: v2 (see
+    :data:`COMMIT_VERSION`), or the highest it has below (Kafka 0.8.x); UnsupportedVersionError without."""
+    low, high = broker_range
+    version = min(COMMIT_VERSION, high)
+    if version < low or version < 0:
+        raise UnsupportedVersionError(f"the coordinator offers OffsetCommit v{low}..{high}, metaq sends "
+                                      f"v0..{COMMIT_VERSION} from outside the group protocol")
+    return version
 
 
 def commit_codes(response: ApiResponse, group: str, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
@@ -131,11 +144,12 @@ class OffsetsChannel:
     """
 
     def __init__(self, layout: ZkLayout, group: str, *, client_id: str, socket_timeout_ms: int,
-                 security: SecurityConfig | None = None) -> None:
+                 security: SecurityConfig | None = None, broker_version_fallback: str = DEFAULT_FALLBACK) -> None:
         self._layout = layout
         self._group = group
         self._settings = ConnectionSettings(client_id=client_id, request_timeout_ms=socket_timeout_ms,
                                             connect_timeout_ms=socket_timeout_ms,
+                                            broker_version_fallback=broker_version_fallback,
                                             security=security or SecurityConfig())
         self._conn: BrokerConnection | None = None
         self.coordinator: tuple[int, str, int] | None = None  # (node id, host, port) once found
@@ -222,7 +236,8 @@ class KafkaOffsetStore:
         self._zk = ZooKeeperOffsetStore(layout, config.group_id, auto_offset_reset=config.auto_offset_reset)
         self._channel = OffsetsChannel(layout, config.group_id, client_id=config.effective_client_id,
                                        socket_timeout_ms=config.offsets_channel_socket_timeout_ms,
-                                       security=config.security())
+                                       security=config.security(),
+                                       broker_version_fallback=config.broker_version_fallback)
         self._zk_last: dict[TopicPartition, int | None] = {}  # in ZooKeeper under our fence, as far as we know
         self._kafka_last: dict[TopicPartition, int | None] = {}  # in Kafka, as far as we know
         self._commit_policy = offsets_commit(offsets_channel_backoff_ms=config.offsets_channel_backoff_ms,
@@ -341,19 +356,22 @@ class KafkaOffsetStore:
     # -- the wire ----------------------------------------------------------------------------------
 
     def _commit_kafka(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """One OffsetCommit v2; a partition error other than a coordinator error is not retried."""
-        low, high = self._channel.connection().broker_versions.get(ApiKey.OFFSET_COMMIT, (0, -1))
-        if not low <= COMMIT_VERSION <= high:
-            raise UnsupportedVersionError(f"the coordinator of group {self._group} does not speak OffsetCommit "
-                                          f"v{COMMIT_VERSION} (it offers v{low}..{high})")
-        response = self._channel.send(OffsetCommitRequest, commit_request(self._group, offsets))
+        """One OffsetCommit (v2, or v1/v0 for a Kafka 0.8.x coordinator); a partition error other than a
+        coordinator error is not retried."""
+        offered = self._channel.connection().broker_versions.get(ApiKey.OFFSET_COMMIT, (0, -1))
+        try:
+            version = commit_version(offered)
+        except UnsupportedVersionError as e:
+            raise UnsupportedVersionError(f"group {self._group}: {e}") from None
+        response = self._channel.send(OffsetCommitRequest, commit_request(self._group, offsets, version))
         codes = commit_codes(response, self._group, offsets)
         for code in sorted(set(codes.values()), key=lambda c: not look_again(c)):  # coordinator errors first
             bad = sorted(k for k, c in codes.items() if c == code)
             _check(code, f"committing offsets of group {self._group} for {bad[:5]}")
 
     def _fetch(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """One OffsetFetch (v1..5); partitions without a committed offset are left out."""
+        """One OffsetFetch (v0..5; v0 reads ZooKeeper offsets on a Kafka 0.8.1 broker, whose OffsetCommit v0
+        writes them there); partitions without a committed offset are left out."""
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions:
             by_topic.setdefault(topic, []).append(partition)

@@ -38,8 +38,10 @@ from metaq.protocol.compression import compress, decompress
 
 try:  # aiokafka's compiled reader (see the module doc); the pure-Python walk where it is missing
     from aiokafka.errors import CorruptRecordException as _CompiledCorruptError
+    from aiokafka.record._crecords.legacy_records import LegacyRecordBatchBuilder as _CompiledBuilder
     from aiokafka.record._crecords.memory_records import MemoryRecords as _CompiledRecords
 except ImportError:  # pragma: no cover - every platform with an aiokafka wheel has the extension
+    _CompiledBuilder = None
     _CompiledRecords = None
     _CompiledCorruptError = CorruptRecordError
 
@@ -306,17 +308,29 @@ def build_message_set(magic: int, codec: int, records: Iterable[tuple[int, int, 
     items = list(records)
     ts_attr = TIMESTAMP_TYPE_MASK if (magic == 1 and log_append_time is not None) else 0
     if not codec:
-        return b"".join(encode_message(o, magic, ts_attr, t if log_append_time is None else log_append_time, k, v)
-                        for o, t, k, v in items)
+        if not ts_attr:
+            return _plain_entries(magic, items, 0)
+        return b"".join(encode_message(o, magic, ts_attr, log_append_time or 0, k, v) for o, _t, k, v in items)
     if not items:
         raise ValueError("a compressed message set needs at least one record")
-    first = items[0][0]
-    inner = b"".join(encode_message(o - first if magic else o, magic, 0, t, k, v) for o, t, k, v in items)
+    inner = _plain_entries(magic, items, items[0][0] if magic else 0)
     payload = compress(codec, inner)
     if codec == 3 and magic == 0:
         payload = lz4_frame_fix(payload, broken=True)
     wrapper_ts = max(t for _, t, _, _ in items) if log_append_time is None else log_append_time
     return encode_message(items[-1][0], magic, codec | ts_attr, wrapper_ts, None, payload)
+
+
+def _plain_entries(magic: int, items: list[tuple[int, int, bytes | None, bytes | None]], base: int) -> bytes:
+    """Uncompressed entries of ``items`` with offsets less ``base``: by aiokafka's compiled builder where it is
+    installed (about ten times faster than :func:`encode_message` a record), the same bytes."""
+    if _CompiledBuilder is None:
+        return b"".join(encode_message(o - base, magic, 0, t, k, v) for o, t, k, v in items)
+    builder = _CompiledBuilder(magic, 0, 1 << 62)
+    append = builder.append
+    for offset, timestamp, key, value in items:
+        append(offset - base, timestamp, key, value)
+    return bytes(builder.build())
 
 
 def lz4_frame_fix(frame: bytes, *, broken: bool) -> bytes:

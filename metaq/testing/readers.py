@@ -29,6 +29,7 @@ def record_reader(name: str) -> Iterator[None]:
         if name == "pure-python":
             patch.setattr(records, "_CompiledBatch", None)
             patch.setattr(legacy, "_CompiledRecords", None)
+            patch.setattr(legacy, "_CompiledBuilder", None)
         yield
 
 

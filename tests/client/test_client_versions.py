@@ -17,7 +17,7 @@ def test_ranges_match_the_brief():
     assert CLIENT_VERSIONS[ApiKey.API_VERSIONS] == (0, 3)
     assert CLIENT_VERSIONS[ApiKey.FIND_COORDINATOR] == (0, 2)
     assert CLIENT_VERSIONS[ApiKey.OFFSET_COMMIT] == (2, 7)
-    assert CLIENT_VERSIONS[ApiKey.OFFSET_FETCH] == (1, 5)
+    assert CLIENT_VERSIONS[ApiKey.OFFSET_FETCH] == (0, 5)
 
 
 @pytest.mark.parametrize(("broker", "expected"), [
@@ -60,3 +60,33 @@ def test_unknown_fallback_release_is_a_config_error():
     with pytest.raises(ConfigError, match="broker.version.fallback"):
         ConsumerConfig.from_properties({"group.id": "g", "zookeeper.connect": "zk:2181",
                                         "broker.version.fallback": "0.7"})
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_commit_request_at_the_old_versions(version):
+    from kafka.protocol.consumer import OffsetCommitRequest
+
+    from metaq.consumer.kafka_offsets import commit_request
+
+    request = commit_request("g", {("t", 1): 42, ("t", 0): 7, ("u", 0): 3}, version)
+    request.with_header(correlation_id=5, client_id="x")
+    decoded = OffsetCommitRequest.decode(request.encode(header=True)[0:], version=version, header=True)
+    assert decoded.group_id == "g"
+    assert [(t.name, [(p.partition_index, p.committed_offset) for p in t.partitions]) for t in decoded.topics] == [
+        ("t", [(0, 7), (1, 42)]), ("u", [(0, 3)])]
+
+
+@pytest.mark.parametrize(("offered", "expected"), [((0, 7), 2), ((2, 9), 2), ((0, 1), 1), ((0, 0), 0)])
+def test_commit_version_for_old_coordinators(offered, expected):
+    from metaq.consumer.kafka_offsets import commit_version
+
+    assert commit_version(offered) == expected
+
+
+def test_commit_version_without_a_common_one():
+    from metaq.consumer.kafka_offsets import commit_version
+
+    with pytest.raises(UnsupportedVersionError, match="v3..7"):
+        commit_version((3, 7))
+    with pytest.raises(UnsupportedVersionError):
+        commit_version((0, -1))  # OffsetCommit not offered

@@ -196,3 +196,10 @@ def test_lz4_header_checksum_of_kafka_0_8_both_ways() -> None:
     with pytest.raises(cramjam.DecompressionError):
         cramjam.lz4.decompress(old)
     assert bytes(cramjam.lz4.decompress(legacy.lz4_frame_fix(old, broken=False))) == payload
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_plain_entries_are_the_bytes_of_encode_message(magic: int) -> None:
+    rows = [(7 + i, TS + i, key, value) for i, (_, key, value) in enumerate(items(6))]
+    expected = b"".join(legacy.encode_message(o - 7, magic, 0, t, k, v) for o, t, k, v in rows)
+    assert legacy.build_message_set(magic, 0, [(o - 7, t, k, v) for o, t, k, v in rows]) == expected
