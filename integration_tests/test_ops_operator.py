@@ -113,6 +113,11 @@ def test_forced_reset_is_applied_by_a_live_member_at_once(cluster: BrokerCluster
         again = next(stream)  # no new message: only the reset can deliver offset 2 again
         assert (again.partition, again.offset) == (1, 2)
         wait_until(lambda: layout.offsets("resettable").get((topic, 1)) == 3, 30, "the member commits past it")
+    base = ["offsets", "reset", "resettable", "--topic", topic, "--zookeeper", cluster.zk_connect, "--json"]
+    current = json.loads(ok(*base, "--to-current"))  # kafka-consumer-groups' options; dry runs
+    assert [(c["partition"], c["current"], c["new"]) for c in current["changes"]] == [(0, 0, 0), (1, 3, 3)]
+    hour = json.loads(ok(*base, "--by-duration", "PT1H"))  # every message is newer than an hour
+    assert hour["action"].startswith("reset to ") and [c["new"] for c in hour["changes"]] == [0, 0]
     messages = [r.getMessage() for r in caplog.records]
     assert any(f"the offset of {topic}-1 was reset to 2 by an operator" in m and r.levelno == logging.WARNING
                for m, r in zip(messages, caplog.records, strict=True)), messages

@@ -52,6 +52,10 @@ def _register_reset(actions: argparse._SubParsersAction) -> None:  # type: ignor
     mode.add_argument("--to-datetime", metavar="ISO8601",
                       help="the first offset at or after this time (local time without a UTC offset)")
     mode.add_argument("--shift-by", type=int_arg, metavar="N", help="move the committed offset by N (may be < 0)")
+    mode.add_argument("--by-duration", metavar="DURATION",
+                      help="the first offset at or after now minus DURATION (ISO 8601: PT10M, P1DT2H)")
+    mode.add_argument("--to-current", action="store_true",
+                      help="the committed offset (the log end where there is none)")
     reset.add_argument("--create-group", action="store_true",
                        help="allow a group that does not exist yet (to start a new group at a chosen offset)")
     _add_apply_options(reset)
@@ -75,6 +79,10 @@ def reset_spec(args: argparse.Namespace) -> ResetSpec:
         return ResetSpec.to_offset(args.to_offset)
     if args.to_datetime is not None:
         return ResetSpec.to_datetime(args.to_datetime)
+    if args.by_duration is not None:
+        return ResetSpec.by_duration(args.by_duration)
+    if args.to_current:
+        return ResetSpec.to_current()
     return ResetSpec.shift_by(args.shift_by)
 
 
