@@ -135,6 +135,9 @@ def test_describe_of_a_member_that_has_not_committed_yet(cluster: BrokerCluster,
         wait_until(lambda: len(layout.owners("fresh-group")) == 2, 30, "both partitions owned")
         text = ok("groups", "describe", "fresh-group", "--zookeeper", cluster.zk_connect)
         described = json.loads(ok("groups", "describe", "fresh-group", "--zookeeper", cluster.zk_connect, "--json"))
+        refused = metaq("groups", "delete", "fresh-group", "--zookeeper", cluster.zk_connect)
+        assert refused.returncode == 1 and "failed because its consumers are still active" in refused.stderr
+        assert layout.group_exists("fresh-group")
     header = text.splitlines()[0]
     assert header.endswith("total lag unknown (2 owned partitions not committed yet)"), text
     rows = [line for line in text.splitlines() if line.startswith(f"{topic} ")]
@@ -175,6 +178,13 @@ def test_export_and_list_of_a_broker_coordinated_group(cluster: BrokerCluster, l
     assert (listed["zkg"]["kind"], listed["zkg"]["state"]) == ("zookeeper", "Empty")
     missing = metaq("offsets", "export", "--group", "ghost", "--zookeeper", cluster.zk_connect)
     assert missing.returncode == 1 and "no offsets in __consumer_offsets" in missing.stderr
+    deleted = json.loads(ok("groups", "delete", "stdg", "--zookeeper", cluster.zk_connect, "--json"))
+    assert deleted == {"group": "stdg", "zookeeper": False, "coordinator": 0}
+    assert "Deletion of requested consumer group 'zkg' was successful (ZooKeeper)." in ok(
+        "groups", "delete", "zkg", "--zookeeper", cluster.zk_connect)
+    listed = json.loads(ok("groups", "list", "--zookeeper", cluster.zk_connect, "--json"))["groups"]
+    assert not {"stdg", "zkg"} & {g["group"] for g in listed}
+    _protocol_group(cluster.brokers[0].bootstrap, "stdg", topic, {0: 1})  # for what follows
     owners = metaq("owners", "stdg", "--zookeeper", cluster.zk_connect)  # a ZooKeeper-only notion: says why
     assert owners.returncode == 1 and "coordinated by a broker" in owners.stderr and "groups describe" in owners.stderr
 
