@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from typing import Any
 import confluent_kafka
 import pytest
 
+from integration_tests.peers import KCAT
 from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer
 from metaq.producer import Producer
@@ -229,3 +231,26 @@ def test_example_consumers_run(cluster: BrokerCluster, layout: ZkLayout, script:
     assert sorted((int(p), int(o)) for p, o, _ in values) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
     if script == "consume_batch_listener.py":
         assert any(line.startswith("chunk 0 0-2 3") for line in lines), lines
+
+
+def test_offsets_lookup_agrees_with_kcat(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    """``offsets lookup`` prints GetOffsetShell's topic:partition:offset lines; the log start/end and the
+    offset of a time are what ``kcat -Q`` finds (-2 earliest, -1 latest, a time in ms)."""
+    topic = _topic(cluster, layout, "lookup", 2)
+    _produce(cluster.zk_connect, topic, 0, 4)
+    base = ["offsets", "lookup", "--topic", topic, "--zookeeper", cluster.zk_connect]
+    assert ok(*base, "--time", "earliest").split() == [f"{topic}:0:0", f"{topic}:1:0"]
+    assert ok(*base).split() == [f"{topic}:0:4", f"{topic}:1:0"]
+    assert ok(*base[:3], f"{topic}:0", *base[4:], "--time", "0").split() == [f"{topic}:0:0"]
+    assert json.loads(ok(*base, "--time", "2999-01-01T00:00:00Z", "--json"))["offsets"] == [
+        {"topic": topic, "partition": 0, "offset": 4}, {"topic": topic, "partition": 1, "offset": 0}]
+
+    def kcat(when: str) -> list[str]:
+        done = subprocess.run([KCAT, "-b", cluster.brokers[0].bootstrap, "-Q", "-t", f"{topic}:0:{when}",
+                               "-t", f"{topic}:1:{when}"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        found = re.findall(r"\[(\d+)\]\s+offset\s+(-?\d+)", done.stdout)
+        return sorted(f"{topic}:{p}:{o}" for p, o in found)
+
+    assert kcat("-2") == ok(*base, "--time", "earliest").split()
+    assert kcat("-1") == ok(*base, "--time", "latest").split()
