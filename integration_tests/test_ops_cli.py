@@ -169,11 +169,11 @@ def test_reset_refuses_live_members_and_applies_without_them(broker, make_topic,
     assert f"group 'resetg' has 1 live member ({member.consumer_id()})" in refused and "--force" in refused
     assert zk_layout.offsets("resetg") == full
 
+    since = time.monotonic()  # before: the member applies a forced reset at once (it watches its offset nodes)
     forced = ok_json(*base, "--to-earliest", "--execute", "--force")
     assert forced["executed"] and forced["written"] == 2
     assert [c["new"] for c in forced["changes"]] == [0, 0]
-    since = time.monotonic()
-    produce(zk_connect, "events", {0: 1, 1: 1}, prefix="late")  # the member's next commit loses its fence
+    produce(zk_connect, "events", {0: 1, 1: 1}, prefix="late")
     wait_until(lambda: any(e["name"] == "records_consumed" and e["time"] > since and part["minOffset"] == 0
                          for e in member.events() for part in e.get("partitions", [])),
              30, "the member to consume again from offset 0 after the forced reset")

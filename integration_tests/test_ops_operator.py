@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from typing import Any
 import confluent_kafka
 import pytest
 
+from integration_tests.peers import KCAT
 from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer
 from metaq.producer import Producer
@@ -113,6 +115,11 @@ def test_forced_reset_is_applied_by_a_live_member_at_once(cluster: BrokerCluster
         again = next(stream)  # no new message: only the reset can deliver offset 2 again
         assert (again.partition, again.offset) == (1, 2)
         wait_until(lambda: layout.offsets("resettable").get((topic, 1)) == 3, 30, "the member commits past it")
+    base = ["offsets", "reset", "resettable", "--topic", topic, "--zookeeper", cluster.zk_connect, "--json"]
+    current = json.loads(ok(*base, "--to-current"))  # kafka-consumer-groups' options; dry runs
+    assert [(c["partition"], c["current"], c["new"]) for c in current["changes"]] == [(0, 0, 0), (1, 3, 3)]
+    hour = json.loads(ok(*base, "--by-duration", "PT1H"))  # every message is newer than an hour
+    assert hour["action"].startswith("reset to ") and [c["new"] for c in hour["changes"]] == [0, 0]
     messages = [r.getMessage() for r in caplog.records]
     assert any(f"the offset of {topic}-1 was reset to 2 by an operator" in m and r.levelno == logging.WARNING
                for m, r in zip(messages, caplog.records, strict=True)), messages
@@ -130,6 +137,9 @@ def test_describe_of_a_member_that_has_not_committed_yet(cluster: BrokerCluster,
         wait_until(lambda: len(layout.owners("fresh-group")) == 2, 30, "both partitions owned")
         text = ok("groups", "describe", "fresh-group", "--zookeeper", cluster.zk_connect)
         described = json.loads(ok("groups", "describe", "fresh-group", "--zookeeper", cluster.zk_connect, "--json"))
+        refused = metaq("groups", "delete", "fresh-group", "--zookeeper", cluster.zk_connect)
+        assert refused.returncode == 1 and "failed because its consumers are still active" in refused.stderr
+        assert layout.group_exists("fresh-group")
     header = text.splitlines()[0]
     assert header.endswith("total lag unknown (2 owned partitions not committed yet)"), text
     rows = [line for line in text.splitlines() if line.startswith(f"{topic} ")]
@@ -170,6 +180,13 @@ def test_export_and_list_of_a_broker_coordinated_group(cluster: BrokerCluster, l
     assert (listed["zkg"]["kind"], listed["zkg"]["state"]) == ("zookeeper", "Empty")
     missing = metaq("offsets", "export", "--group", "ghost", "--zookeeper", cluster.zk_connect)
     assert missing.returncode == 1 and "no offsets in __consumer_offsets" in missing.stderr
+    deleted = json.loads(ok("groups", "delete", "stdg", "--zookeeper", cluster.zk_connect, "--json"))
+    assert deleted == {"group": "stdg", "zookeeper": False, "coordinator": 0}
+    assert "Deletion of requested consumer group 'zkg' was successful (ZooKeeper)." in ok(
+        "groups", "delete", "zkg", "--zookeeper", cluster.zk_connect)
+    listed = json.loads(ok("groups", "list", "--zookeeper", cluster.zk_connect, "--json"))["groups"]
+    assert not {"stdg", "zkg"} & {g["group"] for g in listed}
+    _protocol_group(cluster.brokers[0].bootstrap, "stdg", topic, {0: 1})  # for what follows
     owners = metaq("owners", "stdg", "--zookeeper", cluster.zk_connect)  # a ZooKeeper-only notion: says why
     assert owners.returncode == 1 and "coordinated by a broker" in owners.stderr and "groups describe" in owners.stderr
 
@@ -214,3 +231,26 @@ def test_example_consumers_run(cluster: BrokerCluster, layout: ZkLayout, script:
     assert sorted((int(p), int(o)) for p, o, _ in values) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
     if script == "consume_batch_listener.py":
         assert any(line.startswith("chunk 0 0-2 3") for line in lines), lines
+
+
+def test_offsets_lookup_agrees_with_kcat(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    """``offsets lookup`` prints GetOffsetShell's topic:partition:offset lines; the log start/end and the
+    offset of a time are what ``kcat -Q`` finds (-2 earliest, -1 latest, a time in ms)."""
+    topic = _topic(cluster, layout, "lookup", 2)
+    _produce(cluster.zk_connect, topic, 0, 4)
+    base = ["offsets", "lookup", "--topic", topic, "--zookeeper", cluster.zk_connect]
+    assert ok(*base, "--time", "earliest").split() == [f"{topic}:0:0", f"{topic}:1:0"]
+    assert ok(*base).split() == [f"{topic}:0:4", f"{topic}:1:0"]
+    assert ok(*base[:3], f"{topic}:0", *base[4:], "--time", "0").split() == [f"{topic}:0:0"]
+    assert json.loads(ok(*base, "--time", "2999-01-01T00:00:00Z", "--json"))["offsets"] == [
+        {"topic": topic, "partition": 0, "offset": 4}, {"topic": topic, "partition": 1, "offset": 0}]
+
+    def kcat(when: str) -> list[str]:
+        done = subprocess.run([KCAT, "-b", cluster.brokers[0].bootstrap, "-Q", "-t", f"{topic}:0:{when}",
+                               "-t", f"{topic}:1:{when}"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        found = re.findall(r"\[(\d+)\]\s+offset\s+(-?\d+)", done.stdout)
+        return sorted(f"{topic}:{p}:{o}" for p, o in found)
+
+    assert kcat("-2") == ok(*base, "--time", "earliest").split()
+    assert kcat("-1") == ok(*base, "--time", "latest").split()

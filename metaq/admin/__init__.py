@@ -17,8 +17,9 @@ read over the offsets channel too, and resets and imports commit there as well w
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from metaq.lazy import lazy_exports
 
 # name -> the module that defines it; imported on first use (PEP 562), so that ``from metaq.admin import
 # TopicDetail`` does not pull in the group tools' Kafka clients (``metaq --help`` and ZooKeeper-only commands).
@@ -47,14 +48,7 @@ if TYPE_CHECKING:
     from metaq.admin.transfer import OffsetRecord, format_offsets, parse_offsets
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'metaq.admin' has no attribute {name!r}")
-    value = getattr(import_module(f"metaq.admin.{home}"), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_exports(__name__, globals(), _HOMES)
 
 __all__ = [
     "EARLIEST",

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import ConsumerProtocolAssignment
 
 from metaq.admin.log_offsets import TopicPartition
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 # flexible encoding.
 MAX_LIST_GROUPS_VERSION = 4
 MAX_DESCRIBE_GROUPS_VERSION = 4
+MAX_DELETE_GROUPS_VERSION = 1  # v2 only adds flexible encoding
 CONSUMER_PROTOCOL_TYPES = ("consumer", "")
 
 
@@ -82,6 +83,8 @@ class CoordinatorGroups(Protocol):
     """What the admin functions need: :class:`BrokerGroups` or a test fake."""
 
     def list(self) -> CoordinatorListing: ...
+
+    def delete(self, group: str, coordinator: int) -> int: ...
 
 
 def decode_assignment(data: bytes | None) -> tuple[TopicPartition, ...]:
@@ -154,6 +157,24 @@ class BrokerGroups:
                 DescribeGroupsRequest, _version(conn, ApiKey.DESCRIBE_GROUPS, MAX_DESCRIBE_GROUPS_VERSION),
                 {"groups": _ids(listed.groups)}))
             return groups_from_responses(broker_id, listed, described)
+        finally:
+            conn.close()
+
+
+    def delete(self, group: str, coordinator: int) -> int:
+        """DeleteGroups at the group's ``coordinator`` (a broker id, from :meth:`list`); the error code
+        (0: deleted; NON_EMPTY_GROUP while it has members; GROUP_ID_NOT_FOUND)."""
+        info = self._layout.brokers().get(coordinator)
+        address = None if info is None else broker_endpoint(info, self._settings.security_protocol)
+        if address is None:
+            raise MetaqError(f"the coordinator of group {group!r} (broker {coordinator}) is not reachable now")
+        conn = self._settings.new_connection(*address)
+        try:
+            conn.connect()
+            answer = conn.send(DeleteGroupsRequest, build_request(
+                DeleteGroupsRequest, _version(conn, ApiKey.DELETE_GROUPS, MAX_DELETE_GROUPS_VERSION),
+                {"groups_names": [group]}))
+            return int(next(r.error_code for r in answer.results if r.group_id == group))
         finally:
             conn.close()
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from metaq.admin.broker_groups import CoordinatorGroups
-    from metaq.admin.groups import GroupDescription, GroupListing, GroupSummary
+    from metaq.admin.groups import GroupDeletion, GroupDescription, GroupListing, GroupSummary
     from metaq.admin.kafka_offsets import GroupOffsetsStore
     from metaq.admin.log_offsets import LogOffsets
     from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress, ResetSpec
@@ -163,6 +163,11 @@ class Admin:
                     f"group {group!r} is coordinated by a broker (a protocol group): it has no owner nodes in "
                     f"ZooKeeper; `metaq groups describe {group}` shows its members and assignment") from None
             raise
+
+    def delete_group(self, group: str) -> GroupDeletion:
+        from metaq.admin.groups import delete_group
+
+        return delete_group(self.layout, group, self.coordinators)
 
     def delete_orphans(self, report: OwnersReport) -> list[tuple[str, int]]:
         from metaq.admin.owners import delete_orphans

@@ -27,7 +27,16 @@ from typing import Any
 from metaq.admin.broker_groups import CoordinatorGroup, CoordinatorGroups, CoordinatorListing
 from metaq.admin.kafka_offsets import GroupOffsetsStore
 from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
-from metaq.errors import ConfigError, GroupNotFoundError, MalformedNodeError, MetaqError, UnknownTopicError
+from metaq.errors import (
+    ConfigError,
+    ErrorCode,
+    GroupActiveError,
+    GroupNotFoundError,
+    MalformedNodeError,
+    MetaqError,
+    UnknownTopicError,
+    for_code,
+)
 from zk_layout import OffsetNode, TopicCount, ZkLayout
 from zk_layout.paths import consumer_group_path
 
@@ -463,3 +472,45 @@ def zookeeper_state(members: int) -> str:
     same for both kinds of group: Stable with registered members, Empty without. ZooKeeper keeps no
     rebalance state a reader could see (members rebalance each on its own), so no other state applies."""
     return STABLE if members else EMPTY
+
+
+# -- deleting ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupDeletion:
+    """What ``groups delete`` removed: ``/consumers/<g>`` and/or the group at its coordinator (a broker id)."""
+
+    group: str
+    zookeeper: bool
+    coordinator: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "zookeeper": self.zookeeper, "coordinator": self.coordinator}
+
+
+def delete_group(layout: ZkLayout, group: str, coordinators: CoordinatorGroups | None = None) -> GroupDeletion:
+    """Delete a group wherever it is known, as ``kafka-consumer-groups --delete`` does (its ZooKeeper mode for
+    ``/consumers/<g>``, DeleteGroups for a coordinator's group, whose offsets get tombstones); refused with
+    GroupActiveError while it has members, in Kafka's words. The coordinator is asked first: it may refuse."""
+    known = (coordinators.list() if coordinators is not None else CoordinatorListing()).groups.get(group)
+    in_zookeeper = layout.group_exists(group)
+    if not in_zookeeper and known is None:
+        raise GroupNotFoundError(f"group {group!r} does not exist (neither under "
+                                 f"{layout.full_path(consumer_group_path(group))} nor at a broker's coordinator)")
+    live = layout.consumer_ids(group) if in_zookeeper else []
+    if live or (known is not None and known.members):
+        members = live + [m.member_id for m in (known.members if known is not None else ())]
+        raise GroupActiveError(f"Delete for group {group} failed because its consumers are still active: "
+                               f"{', '.join(members)}")
+    deleted_at = None
+    if known is not None and coordinators is not None:
+        code = coordinators.delete(group, known.coordinator)
+        if code == ErrorCode.NON_EMPTY_GROUP:
+            raise GroupActiveError(f"Delete for group {group} failed because its consumers are still active "
+                                   f"(broker {known.coordinator}: NON_EMPTY_GROUP)")
+        if code not in (0, ErrorCode.GROUP_ID_NOT_FOUND):
+            raise for_code(code)(f"DeleteGroups of {group!r} at broker {known.coordinator}: error {code}")
+        deleted_at = known.coordinator if code == 0 else None
+    removed = layout.delete_group(group) if in_zookeeper else False
+    return GroupDeletion(group, removed, deleted_at)

@@ -21,6 +21,8 @@ protocol members; that refusal fails the apply (GroupActiveError) and nothing is
 from __future__ import annotations
 
 import datetime as dt
+import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +46,10 @@ LATEST = "latest"
 TO_OFFSET = "offset"
 TO_DATETIME = "datetime"
 SHIFT_BY = "shift"
+TO_CURRENT = "current"
+# java.time.Duration's text (what kafka-consumer-groups --by-duration parses): PnDTnHnMn.nS, e.g. PT10M, P1DT2H
+_DURATION = re.compile(r"(?P<sign>[-+]?)P(?:(?P<d>[-+]?\d+)D)?(?:T(?:(?P<h>[-+]?\d+)H)?(?:(?P<m>[-+]?\d+)M)?"
+                       r"(?:(?P<s>[-+]?\d+(?:\.\d{1,9})?)S)?)?", re.IGNORECASE)
 
 Progress = Callable[[int], None]
 """Called with the number of items just done (a progress bar's ``update``)."""
@@ -82,11 +88,25 @@ class ResetSpec:
     def shift_by(cls, delta: int) -> ResetSpec:
         return cls(SHIFT_BY, delta)
 
+    @classmethod
+    def to_current(cls) -> ResetSpec:
+        """The committed offset (a no-op write, e.g. to export a plan); the log end where there is none, as
+        kafka-consumer-groups --to-current does."""
+        return cls(TO_CURRENT)
+
+    @classmethod
+    def by_duration(cls, text: str, now_ms: int | None = None) -> ResetSpec:
+        """``--by-duration PT10M``: the first offset at or after now minus the duration (a time reset)."""
+        ms = parse_duration_ms(text)
+        return cls(TO_DATETIME, (int(time.time() * 1000) if now_ms is None else now_ms) - ms)
+
     def describe(self) -> str:
         if self.mode == TO_DATETIME:
             return f"reset to {format_ms(self.value)}"
         if self.mode == SHIFT_BY:
             return f"shift by {self.value:+d}"
+        if self.mode == TO_CURRENT:
+            return "reset to current"
         return f"reset to {self.mode if self.value is None else f'offset {self.value}'}"
 
 
@@ -145,6 +165,20 @@ def parse_datetime(when: str | dt.datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
+def parse_duration_ms(text: str) -> int:
+    """java.time.Duration's ISO 8601 form (``PT10M``, ``P1DT2H30M``, ``PT0.5S``), which Kafka's --by-duration
+    reads with Duration.parse, in ms; ConfigError otherwise, and for a negative duration (a time to come)."""
+    match = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None or not any(match[g] for g in ("d", "h", "m", "s")):
+        raise ConfigError(f"--by-duration {text!r}: expected an ISO 8601 duration such as PT10M, PT1H or P1DT12H")
+    seconds = (int(match["d"] or 0) * 86400 + int(match["h"] or 0) * 3600 + int(match["m"] or 0) * 60
+               + float(match["s"] or 0))
+    ms = int(round(seconds * 1000)) * (-1 if match["sign"] == "-" else 1)
+    if ms < 0:
+        raise ConfigError(f"--by-duration {text!r}: the duration must not be negative")
+    return ms
+
+
 def parse_topic_selection(text: str) -> tuple[str, list[int] | None]:
     """``clicks`` -> (``clicks``, None: every partition); ``clicks:0,2`` -> (``clicks``, [0, 2])."""
     topic, colon, rest = text.partition(":")
@@ -176,6 +210,10 @@ def target_offset(spec: ResetSpec, current: int | None, marks: Watermarks,
         if current is None:
             return None, "no committed offset to shift; left unchanged"
         wanted = current + int(spec.value or 0)
+    elif spec.mode == TO_CURRENT:
+        if current is None:
+            return marks.end, "no committed offset: the log end"
+        wanted = current
     else:
         raise ConfigError(f"unknown reset mode {spec.mode!r}")
     if wanted < marks.start:

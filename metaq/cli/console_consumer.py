@@ -22,6 +22,7 @@ import random
 import sys
 import threading
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 from metaq.admin import EARLIEST, LATEST, PartitionReader
@@ -60,7 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--max-messages", type=int, default=-1)
     parser.add_argument("--timeout-ms", type=int, default=-1, help="exit after this long without a message")
     parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
-                        help="consumer property (group mode), e.g. auto.commit.interval.ms=500")
+                        help="a formatter property as Kafka's console consumer takes (print.timestamp, "
+                             "print.partition, print.offset, print.key, print.value, key.separator), or a "
+                             "consumer property (group mode), e.g. auto.commit.interval.ms=500")
     parser.set_defaults(func=_run)
 
 
@@ -72,6 +75,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.partition is not None and args.partition < 0:
         usage_error(args, f"--partition {args.partition}: must be >= 0")
     start = _start_offset(args) if args.partition is not None else LATEST
+    args.formatter = _formatter(args)
     count = 0
     stop = _StopRequest()
     with TerminationHandler(stop.request):
@@ -175,8 +179,57 @@ def _delete_generated_group(connect: str, group: str, timeout_ms: int | None,
         print(f"metaq console-consumer: could not delete the generated group {group}: {e}", file=sys.stderr)
 
 
+FORMATTER_FLAGS = ("print.timestamp", "print.partition", "print.offset", "print.key", "print.value")
+
+
+@dataclass(frozen=True)
+class Formatter:
+    """Kafka's console consumer's DefaultMessageFormatter properties: which fields a line shows, in Kafka's
+    order (CreateTime:<ms>, Partition:<p>, Offset:<o>, key, value), joined by ``key.separator`` (a tab)."""
+
+    timestamp: bool = False
+    partition: bool = False
+    offset: bool = False
+    key: bool = False
+    value: bool = True
+    separator: str = "\t"
+
+    def line(self, partition: int, offset: int, timestamp: int, key: bytes | None, value: bytes | None) -> str:
+        fields = [(self.timestamp, f"CreateTime:{timestamp}"), (self.partition, f"Partition:{partition}"),
+                  (self.offset, f"Offset:{offset}"), (self.key, _text(key) or "null"),
+                  (self.value, _text(value) or "null")]
+        return self.separator.join(text for shown, text in fields if shown)
+
+
+def _formatter(args: argparse.Namespace) -> Formatter | None:
+    """Take the formatter's keys out of ``--property`` (the rest are consumer properties); None without any."""
+    found: dict[str, str] = {}
+    rest = []
+    for item in args.property:
+        key, eq, value = item.partition("=")
+        if eq and key.strip() in (*FORMATTER_FLAGS, "key.separator"):
+            found[key.strip()] = value.strip() if key.strip() != "key.separator" else value
+        else:
+            rest.append(item)
+    args.property = rest
+    if not found:
+        return None
+    flags = {}
+    for name in FORMATTER_FLAGS:
+        text = found.get(name, "true" if name == "print.value" else "false").lower()
+        if text not in ("true", "false"):
+            usage_error(args, f"--property {name}={found[name]}: must be true or false")
+        flags[name.removeprefix("print.")] = text == "true"
+    flags["key"] = flags["key"] or bool(args.print_key)
+    return Formatter(**flags, separator=found.get("key.separator", "\t"))
+
+
 def _print(message: Printed, args: argparse.Namespace) -> None:
     topic, partition, offset, timestamp, key, value = message
+    formatter: Formatter | None = getattr(args, "formatter", None)
+    if formatter is not None and not args.json:
+        sys.stdout.write(formatter.line(partition, offset, timestamp, key, value) + "\n")
+        return
     if args.json:
         line = json.dumps({"topic": topic, "partition": partition, "offset": offset, "timestamp": timestamp,
                            "key": _text(key), "value": _text(value)})

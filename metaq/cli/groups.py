@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     describe.add_argument("--stalled-after-s", type=float, default=DEFAULT_STALL_AFTER_MS / 1000, metavar="S",
                           help="flag STALLED when lag > 0 and no commit for this long (default 600)")
     describe.set_defaults(func=_describe)
+    delete = add_parser(actions, "delete", "delete a group without members: /consumers/GROUP and/or at its coordinator")
+    delete.add_argument("group")
+    delete.set_defaults(func=_delete)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -68,6 +71,18 @@ def _describe(args: argparse.Namespace) -> int:
                  "consumer. metaq consumers ignore it; Kafka 0.8 consumers assign it partitions nobody reads. "
                  "Delete the node.")
     emit(args, description.to_json(), lambda: render_description(description))
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    """As kafka-consumer-groups --delete: refused (exit 1) while the group has members."""
+    with open_admin(args) as admin:
+        deleted = admin.delete_group(args.group)
+    where = [w for w, done in (("ZooKeeper", deleted.zookeeper),
+                                (f"its coordinator (broker {deleted.coordinator})", deleted.coordinator is not None))
+             if done]
+    emit(args, deleted.to_json(),
+         lambda: f"Deletion of requested consumer group '{args.group}' was successful ({' and '.join(where)}).")
     return 0
 
 

@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 
 from metaq.admin import Admin, OffsetChange, OffsetPlan, ResetSpec, format_offsets, parse_offsets, parse_topic_selection
+from metaq.admin.offsets import parse_datetime
 from metaq.admin.transfer import FORMATS, JSON, LINES
 from metaq.cli.output import ProgressBar, add_parser, int_arg, note, open_admin, print_json, table, usage_error
-from metaq.errors import ConfigError
+from metaq.errors import ConfigError, UnknownTopicError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,6 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         help="lines: Kafka ExportZkOffsets' path:value (default); json (also --json)")
     export.add_argument("--output", "-o", default="-", metavar="FILE", help="file to write (default stdout)")
     export.set_defaults(func=_export)
+    lookup = add_parser(actions, "lookup", "the offsets of a time, or the log start/end, per partition (kcat -Q)")
+    lookup.add_argument("--topic", action="append", required=True, metavar="TOPIC[:P,P]",
+                        help="topic, optionally with partitions (repeatable)")
+    lookup.add_argument("--time", default="latest", metavar="earliest|latest|MS|ISO8601",
+                        help="the first offset at or after this time (epoch ms or ISO 8601; local time without "
+                             "a UTC offset), or the log start/end (default latest)")
+    lookup.set_defaults(func=_lookup)
     imp = add_parser(actions, "import", "write offsets from an export file (a dry run unless --execute)")
     imp.add_argument("file", metavar="FILE", help="an export in either format, or - for stdin")
     imp.add_argument("--format", choices=FORMATS, default=None, help="default: recognised from the content")
@@ -52,6 +60,10 @@ def _register_reset(actions: argparse._SubParsersAction) -> None:  # type: ignor
     mode.add_argument("--to-datetime", metavar="ISO8601",
                       help="the first offset at or after this time (local time without a UTC offset)")
     mode.add_argument("--shift-by", type=int_arg, metavar="N", help="move the committed offset by N (may be < 0)")
+    mode.add_argument("--by-duration", metavar="DURATION",
+                      help="the first offset at or after now minus DURATION (ISO 8601: PT10M, P1DT2H)")
+    mode.add_argument("--to-current", action="store_true",
+                      help="the committed offset (the log end where there is none)")
     reset.add_argument("--create-group", action="store_true",
                        help="allow a group that does not exist yet (to start a new group at a chosen offset)")
     _add_apply_options(reset)
@@ -75,6 +87,10 @@ def reset_spec(args: argparse.Namespace) -> ResetSpec:
         return ResetSpec.to_offset(args.to_offset)
     if args.to_datetime is not None:
         return ResetSpec.to_datetime(args.to_datetime)
+    if args.by_duration is not None:
+        return ResetSpec.by_duration(args.by_duration)
+    if args.to_current:
+        return ResetSpec.to_current()
     return ResetSpec.shift_by(args.shift_by)
 
 
@@ -88,6 +104,45 @@ def _reset(args: argparse.Namespace) -> int:
     with open_admin(args) as admin:
         plan = admin.plan_reset(args.group, selection, spec, create_group=args.create_group)
         return _finish(admin, plan, args)
+
+
+# -- lookup -----------------------------------------------------------------------------------------------
+
+
+def _lookup(args: argparse.Namespace) -> int:
+    """Kafka's GetOffsetShell prints ``topic:partition:offset``; kcat -Q the same per partition. For a time
+    after the last record, the log end (as Kafka's ListOffsets answers -1 and its tools then reset to the end)."""
+    when = args.time.strip().lower()
+    with open_admin(args) as admin:
+        keys = [(t, p) for t, partitions in _selection(args.topic, admin).items() for p in partitions]
+        if when in ("earliest", "latest"):
+            marks = admin.log_offsets.watermarks(keys)
+            offsets = {k: (m.start if when == "earliest" else m.end) for k, m in marks.items()}
+        else:
+            timestamp = int(when) if when.lstrip("-").isdigit() else parse_datetime(args.time)
+            offsets = dict(admin.log_offsets.offsets_for_time(keys, timestamp))
+    rows = sorted(offsets.items())
+    if args.json:
+        print_json({"time": args.time, "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in rows]})
+    else:
+        print("\n".join(f"{t}:{p}:{'-' if o is None else o}" for (t, p), o in rows))
+    return 0
+
+
+def _selection(texts: list[str], admin: Admin) -> dict[str, list[int]]:
+    """``--topic T[:P,P]`` options as topic -> partitions (every partition of the topic when none is given)."""
+    from metaq.admin.groups import topic_partitions
+
+    chosen: dict[str, list[int] | None] = {}
+    for text in texts:
+        topic, partitions = parse_topic_selection(text)
+        chosen[topic] = None if partitions is None or chosen.get(topic, []) is None else sorted(
+            {*(chosen.get(topic) or []), *partitions})
+    existing = topic_partitions(admin.layout, chosen)
+    missing = sorted(set(chosen) - set(existing))
+    if missing:
+        raise UnknownTopicError(f"topic {missing[0]!r} does not exist")
+    return {t: existing[t] if wanted is None else wanted for t, wanted in chosen.items()}
 
 
 # -- import / export ------------------------------------------------------------------------------------

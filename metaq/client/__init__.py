@@ -3,8 +3,9 @@ cluster client every part of metaq reaches the brokers through."""
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from metaq.lazy import lazy_exports
 
 # name -> its module, imported on first use (PEP 562): ``metaq.client.security`` (the ops tools' option
 # parsing) must not pull in kafka-python's protocol through this package.
@@ -32,14 +33,7 @@ if TYPE_CHECKING:
     from metaq.client.versions import CLIENT_VERSIONS, ApiKey, pick_version
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'metaq.client' has no attribute {name!r}")
-    value = getattr(import_module(f"metaq.client.{home}"), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_exports(__name__, globals(), _HOMES)
 
 __all__ = [
     "CLIENT_VERSIONS",

@@ -87,3 +87,20 @@ def test_command_line_overrides_win_over_the_config_file() -> None:
     assert props["zookeeper.connection.timeout.ms"] == 1500
     with pytest.raises(ConfigError, match=r"--property 'linger\.ms': expected KEY=VALUE"):
         apply_overrides({}, argparse.Namespace(property=["linger.ms"]), None)
+
+
+def test_console_consumer_formatter_properties_are_kafkas() -> None:
+    """``--property print.timestamp=true`` etc., as Kafka's console consumer: the fields in Kafka's order, joined
+    by key.separator; the formatter's keys are taken out of the consumer properties."""
+    from metaq.cli.console_consumer import Formatter, _formatter
+
+    args = argparse.Namespace(property=["print.offset=true", "print.partition=true", "print.timestamp=true",
+                                        "print.key=true", "key.separator=|", "auto.commit.interval.ms=500"],
+                              print_key=False)
+    formatter = _formatter(args)
+    assert formatter == Formatter(timestamp=True, partition=True, offset=True, key=True, separator="|")
+    assert args.property == ["auto.commit.interval.ms=500"]
+    assert formatter.line(2, 41, 1700000000000, None, b"v") == "CreateTime:1700000000000|Partition:2|Offset:41|null|v"
+    assert Formatter(offset=True).line(0, 7, 0, b"k", b"v") == "Offset:7\tv"
+    plain = argparse.Namespace(property=["fetch.message.max.bytes=1000"], print_key=False)
+    assert _formatter(plain) is None and plain.property == ["fetch.message.max.bytes=1000"]

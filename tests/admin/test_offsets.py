@@ -12,6 +12,7 @@ from metaq.admin.offsets import (
     apply_plan,
     format_ms,
     parse_datetime,
+    parse_duration_ms,
     parse_topic_selection,
     plan_reset,
     target_offset,
@@ -32,6 +33,8 @@ MARKS = Watermarks(100, 500, 0)
     (ResetSpec.shift_by(-250), 300, (100, "clamped to log start 100 (asked for 50)")),
     (ResetSpec.shift_by(1000), 300, (500, "clamped to log end 500 (asked for 1300)")),
     (ResetSpec.shift_by(10), None, (None, "no committed offset to shift; left unchanged")),
+    (ResetSpec.to_current(), 300, (300, "")),
+    (ResetSpec.to_current(), None, (500, "no committed offset: the log end")),  # as kafka-consumer-groups
 ])
 def test_target_offset(spec: ResetSpec, current: int | None, expected: tuple[int | None, str]) -> None:
     assert target_offset(spec, current, MARKS) == expected
@@ -107,6 +110,19 @@ def test_to_datetime_asks_the_leaders() -> None:
     plan = plan_reset(layout, logs, "etl", {"clicks": [0, 2]}, spec)  # type: ignore[arg-type]
     assert logs.asked_times == [1714564800000]
     assert [(c.partition, c.new) for c in plan.changes] == [(0, 42), (2, 100)]
+
+
+@pytest.mark.parametrize(("text", "ms"), [
+    ("PT10M", 600_000), ("pt1h", 3_600_000), ("P1DT2H30M", 95_400_000), ("PT0.5S", 500), ("P2D", 172_800_000)])
+def test_by_duration_is_a_time_reset_to_now_minus_the_duration(text: str, ms: int) -> None:
+    assert parse_duration_ms(text) == ms
+    assert ResetSpec.by_duration(text, now_ms=1_714_564_800_000) == ResetSpec("datetime", 1_714_564_800_000 - ms)
+
+
+@pytest.mark.parametrize("text", ["10m", "PT", "P", "-PT10M", "PT10X", ""])
+def test_by_duration_refuses_what_is_no_duration(text: str) -> None:
+    with pytest.raises(ConfigError, match="--by-duration"):
+        parse_duration_ms(text)
 
 
 def test_plan_errors() -> None:
