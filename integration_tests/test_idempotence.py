@@ -154,6 +154,8 @@ def test_a_new_leader_deduplicates_a_resend_the_old_leader_acknowledged(broker_c
 
     wait_until(lambda: new_leader() >= 0, 30, "a new leader")
     survivor = brokers[new_leader()]
+    wait_until(lambda: topic_leaders(survivor.bootstrap, "failover").get(0) == survivor.broker_id, 30,
+               "the new leader serving the partition")
     resent = [produce(survivor.bootstrap, "failover", idempotent_batch(pid, 0, seq)) for seq in range(6, 15, 3)]
     assert resent == [(0, 6), (0, 9), (0, 12)]
     assert produce(survivor.bootstrap, "failover", idempotent_batch(pid, 0, 15)) == (0, 15)

@@ -10,7 +10,13 @@ import pytest
 
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
-from metaq.broker.log.producer_state import BatchMetadata, ProducerEntry, decode_snapshot, encode_snapshot
+from metaq.broker.log.producer_state import (
+    BatchMetadata,
+    ProducerEntry,
+    ProducerStateManager,
+    decode_snapshot,
+    encode_snapshot,
+)
 from metaq.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from metaq.protocol.batches import INT32_MAX, increment_sequence
 from tests.broker import make_batch, make_values
@@ -151,3 +157,13 @@ def test_retention_deletes_snapshots_with_their_segments_and_keeps_the_state(tmp
     log.close()
     log = open_log(tmp_path, segment_bytes=400)
     assert log.append(batch(21)).base_offset == spans[7].base_offset  # and after a restart
+
+
+def test_a_clean_shutdowns_snapshot_is_loaded_without_replay_a_crash_replays_from_the_one_before(
+        tmp_path: Path) -> None:
+    state = ProducerStateManager(tmp_path, "t-0", expiration_ms=10**12)
+    for offset in (3, 6):
+        state.map_end_offset = offset
+        state.take_snapshot()
+    assert state.load_snapshot(0, 6, now_ms=0) == 6  # a snapshot at the log end: a clean shutdown's
+    assert state.load_snapshot(0, 9, now_ms=0) == 3  # the log goes on after the newest: a crash

@@ -13,8 +13,8 @@ Usage, as :class:`metaq.broker.log.partition_log.PartitionLog` does it::
 
 The state is rebuilt from the log: a ``<offset>.snapshot`` file (Kafka's format, version 1) holds the state as of
 ``offset`` (taken when a segment rolls and at a clean shutdown); the batches after it are replayed. Only the last
-batch of each producer is in a snapshot (as in Kafka), so the load starts from the second newest snapshot and
-replays from there (see :meth:`ProducerStateManager.load_snapshot`).
+batch of each producer is in a snapshot (as in Kafka), so after a crash the load starts from the second newest
+snapshot and replays from there (see :meth:`ProducerStateManager.load_snapshot`).
 """
 
 from __future__ import annotations
@@ -280,12 +280,17 @@ class ProducerStateManager:
         an empty state if there is none), for the caller to replay the log from there. Snapshots past
         ``log_end`` are deleted, unreadable ones too; expired producers are not loaded.
 
-        The second newest snapshot is preferred to the newest: a snapshot keeps each producer's last batch only
-        (Kafka's format), so replaying the segment between the two gives back up to five batches per producer
-        even for those whose last five straddle the newest snapshot (a clean shutdown's, or the last roll's)."""
+        A snapshot at ``log_end`` (a clean shutdown's) is used as it is, as Kafka does: no replay. Otherwise (a
+        crash) the second newest snapshot is preferred to the newest: a snapshot keeps each producer's last batch
+        only (Kafka's format), so replaying from the one before gives back up to five batches per producer even
+        for those whose last five straddle the newest (the last roll's). The replay reads batch headers only,
+        at most two segments' worth."""
         self.delete_snapshots(above=log_end)
         candidates = [offset for offset in self.snapshot_offsets() if offset >= log_start]
-        order = candidates[-2:-1] + candidates[-1:] + candidates[-3::-1]
+        if candidates and candidates[-1] == log_end:
+            order = candidates[::-1]
+        else:
+            order = candidates[-2:-1] + candidates[-1:] + candidates[-3::-1]
         for offset in order:
             path = self.snapshot_path(offset)
             try:
