@@ -4,6 +4,9 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+# pytest-xdist workers for make test: each runs whole test modules (--dist loadfile: module-scoped brokers stay
+# shared); three on two cores because most integration tests wait on real processes rather than compute
+TEST_WORKERS ?= 3
 # test peers from Debian, as command:package: kcat (librdkafka 2.0.2), tmux (metaq top under a terminal), prometheus
 # (metrics scraping), mvn (resolves Apache Kafka's brokers, clients and tools from Maven Central: metaq/testing/maven.py)
 DEBIAN_TOOLS := kcat:kcat tmux:tmux prometheus:prometheus mvn:maven
@@ -35,7 +38,7 @@ test: install
 # tools: metaq/testing/java_peers.py): a failure to fetch them stops here, before any test
 	$(VENV)/bin/python -m metaq.testing.apache_kafka fetch
 	$(VENV)/bin/python -m metaq.testing.java_peers fetch
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider; status=$$?; \
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile; status=$$?; \
 	$(VENV)/bin/python tools/compat_table.py || echo "docs/compatibility.md not regenerated" >&2; exit $$status
 
 unit: install

@@ -196,7 +196,7 @@ def run_broker(env: Environment, messages: int, sizes: list[int]) -> list[Row]:
 
 
 PRODUCER_MESSAGES = 1_000_000
-PRODUCER_TARGET = 0.6  # issue 12: metaq.Producer's msgs/s >= 0.6x confluent-kafka's, same broker, same run
+PRODUCER_TARGET = 0.6  # metaq.Producer's msgs/s >= 0.6x confluent-kafka's, same broker, same run
 
 
 def run_producer_ratio(env: Environment, messages: int, repeat: int) -> list[Row]:
@@ -382,7 +382,7 @@ def main() -> None:
             rows = run_producer_ratio(env, args.messages or (plan.broker_messages if args.quick else PRODUCER_MESSAGES),
                                       args.repeat or plan.producer_repeat)
             tables.append(("1c. metaq.Producer / confluent-kafka produce (acks=1, linger.ms=5, batch.size 1,000,000, "
-                           "100 B, one partition; c | m: confluent | metaq; issue 12)", producer_ratio_table(rows)))
+                           "100 B, one partition; c | m: confluent | metaq)", producer_ratio_table(rows)))
             print("== 1d. producer: idempotent vs plain produce, acks=all, interleaved", flush=True)
             rows = run_idempotence(env, args.messages or (plan.broker_messages if args.quick else PRODUCER_MESSAGES),
                                    max(2, (args.repeat or plan.producer_repeat) // 2))
@@ -394,7 +394,7 @@ def main() -> None:
                                          plan.consumer_partitions, args.repeat or plan.consumer_repeat)
             tables.append((f"2. Consumer throughput (one process each, 100-byte values, {plan.consumer_partitions} "
                            "partitions, best of the runs)", bench_consumer.table(results)))
-            tables.append(("   Ratios (targets: issue 12, section 1; CPU/msg ratio: CPU seconds per message)",
+            tables.append(("   Ratios (CPU/msg ratio: CPU seconds per message)",
                            bench_consumer.ratio_table(results)))
             tables.append(("   metaq consumer with metrics on and off (metrics.enabled)",
                            bench_consumer.metrics_table(results)))

@@ -241,7 +241,7 @@ BY_KEY = {c.key: c for c in CLIENTS}
 RATIOS = [
     # (numerator, denominator, target)
     ("metaq-stream", "kafka-python", 2.0),
-    ("metaq-stream", "confluent-poll", 0.8),  # issue 12, section 1
+    ("metaq-stream", "confluent-poll", 0.8),  # the consumer throughput target
     ("metaq-batch-listener", "confluent-consume", 0.7),
     ("metaq-listener", "kafka-python", None),
     ("metaq-listener", "confluent-poll", 0.8),

@@ -1,4 +1,4 @@
-"""Replication (issue 9 §3): confluent-kafka produce throughput of 100-byte values to one partition, RF 1
+"""Replication: confluent-kafka produce throughput of 100-byte values to one partition, RF 1
 acks=1, RF 3 acks=1 and RF 3 acks=all (msgs/s, CPU seconds per 1M messages of the leader and of a
 follower), and failover: SIGKILL of the leader (zookeeper.session.timeout.ms 6000) and a controlled shutdown
 (SIGTERM), each timed to the first acks=all produce the new leader acknowledges and to the first record

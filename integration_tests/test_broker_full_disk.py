@@ -1,4 +1,4 @@
-"""Storage faults with a real broker process and real clients (issue 13, High 1): a log disk that fills up
+"""Storage faults with a real broker process and real clients: a log disk that fills up
 while producing loses no acknowledged message across a later roll and kill -9, and two brokers never share
 a log directory."""
 

@@ -1,6 +1,6 @@
 """A consumer group of separate processes on a 12-partition topic under a steady producer, with a real
 broker process and a real ZooKeeper: joins and clean leaves, SIGKILL, a GC zombie (SIGSTOP past the
-session timeout), a real server-side session expiry, and ZooKeeper restarts (issue 3 §10; reliability
+session timeout), a real server-side session expiry, and ZooKeeper restarts (reliability
 matrix rows 1, 2, 4, 5 and 12, invariants I1, I2, I4, I5, I6).
 
 After every change: ownership exclusive, complete and balanced within 1 (``wait_stable``) and every

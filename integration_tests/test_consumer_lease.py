@@ -1,4 +1,4 @@
-"""Delivering nothing a member may no longer own (issue 16), with a real ZooKeeper and a real broker process.
+"""Delivering nothing a member may no longer own, with a real ZooKeeper and a real broker process.
 
 - The listener API holds delivery between messages while ZooKeeper is down (SUSPENDED) and, once the session
   is no longer proven alive (the session lease), while ZooKeeper is silent: checked against the times of the

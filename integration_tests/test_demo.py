@@ -1,4 +1,4 @@
-"""``make demo`` end to end (issue 9 §4): ``metaq demo`` with its defaults starts an embedded ZooKeeper and
+"""``make demo`` end to end: ``metaq demo`` with its defaults starts an embedded ZooKeeper and
 three brokers, SIGKILLs the broker that leads the most partitions of the RF-3 topic while the group
 consumes (and one member), restarts it, and reports every acknowledged message consumed; ``--brokers 1``
 is the single-broker demo."""

@@ -1,4 +1,4 @@
-"""Clients follow leader changes (issue 9, "Clients"): three real brokers, RF 3, min.insync.replicas 2, and
+"""Clients follow leader changes: three real brokers, RF 3, min.insync.replicas 2, and
 the leader of a partition killed with SIGKILL while real clients produce and consume. The metaq consumer
 group, metaq.Producer with acks=all, a confluent-kafka group, kcat and kafka-python keep going after one
 metadata refresh plus the election: nothing acknowledged is lost, and no record is read twice by a group

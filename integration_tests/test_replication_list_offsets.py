@@ -1,4 +1,4 @@
-"""ListOffsets after a failover never goes backwards (issue 9): a new leader whose high watermark is below the
+"""ListOffsets after a failover never goes backwards: a new leader whose high watermark is below the
 start offset of its leader epoch answers OFFSET_NOT_AVAILABLE (LEADER_NOT_AVAILABLE before v5) until its HW
 has caught up, as Kafka does; real clients retry it. Three real brokers and a real ZooKeeper."""
 

@@ -1,4 +1,4 @@
-"""SIGTERM and SIGINT stop every consuming process cleanly (issue: operability, shutdown): what was handed
+"""SIGTERM and SIGINT stop every consuming process cleanly: what was handed
 out is committed, the next member starts exactly there, and a second signal exits at once.
 
 Members are real processes on a real ZooKeeper and broker, fed by a steady producer so that the signal lands

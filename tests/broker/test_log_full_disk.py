@@ -1,5 +1,5 @@
 """A full disk at the segment level: failed or short appends are rolled back to the last good batch, and
-recovery keeps later segments when an earlier one has a torn tail (issue 13, High 1)."""
+recovery keeps later segments when an earlier one has a torn tail."""
 
 from __future__ import annotations
 

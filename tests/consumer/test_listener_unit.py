@@ -514,7 +514,7 @@ def test_config_is_validated(tmp_path: Path) -> None:
         MessageConsumer(ConsumerConfig.from_properties(config(tmp_path)), streams_per_topic=0)
 
 
-# -- the delivery gate and revocation between messages (issue 16) ------------------------------------
+# -- the delivery gate and revocation between messages ------------------------------------
 
 
 class GateClosingListener:
