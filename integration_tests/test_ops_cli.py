@@ -17,12 +17,12 @@ import confluent_kafka
 import pytest
 
 from metaq.broker.process import free_port
-from metaq.consumer import Consumer, ConsumerTimeoutError
+from metaq.consumer import Consumer
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.recover import RecoverStore
 from metaq.producer import Producer
 from metaq.testing.broker import topic_leaders, wait_until
-from metaq.testing.group import GroupHarness, ownership_problem
+from metaq.testing.group import GroupHarness, consume_and_commit, ownership_problem
 from zk_layout import TopicCount, ZkLayout
 
 pytestmark = pytest.mark.timeout(240)
@@ -78,22 +78,6 @@ def _member(zk_connect: str, group: str) -> Consumer:
                      "zookeeper.session.timeout.ms": 3000, "rebalance.backoff.ms": 300})
 
 
-def _consume(consumer: Consumer, stream: Any, partitions: set[int], at_least: int) -> dict[int, int]:
-    """Read until every partition in ``partitions`` gave a message and ``at_least`` in total; returns the
-    next offset per partition, which commit_offsets() then commits."""
-    nxt: dict[int, int] = {}
-    count = 0
-    try:
-        while count < at_least or set(nxt) != partitions:
-            message = next(stream)
-            nxt[message.partition] = message.offset + 1
-            count += 1
-    except ConsumerTimeoutError:
-        pytest.fail(f"{consumer.consumer_id} got {count} messages ({nxt}) and then nothing")
-    consumer.commit_offsets()
-    return nxt
-
-
 def test_describe_shows_lag_owners_and_members_of_a_live_group(broker, make_topic, zk_connect: str,
                                                                 zk_layout: ZkLayout) -> None:
     make_topic("clicks", partitions=3)
@@ -105,8 +89,8 @@ def test_describe_shows_lag_owners_and_members_of_a_live_group(broker, make_topi
         mine = {c.consumer_id: {p for (_, p), o in owners.items() if o.rsplit("-", 1)[0] == c.consumer_id}
                 for c in (first, second)}
         produce(zk_connect, "clicks", {0: 30, 1: 40, 2: 50})
-        committed = {**_consume(first, s1, mine[first.consumer_id], 12),
-                     **_consume(second, s2, mine[second.consumer_id], 7)}
+        committed = {**consume_and_commit(first, s1, mine[first.consumer_id], 12),
+                     **consume_and_commit(second, s2, mine[second.consumer_id], 7)}
         log_end = {0: 30, 1: 40, 2: 50}
 
         described = ok_json("groups", "describe", "etl", "--zookeeper", zk_connect)

@@ -7,8 +7,6 @@ chroot, broker and topics. Data is produced with confluent-kafka, as a foreign c
 from __future__ import annotations
 
 import json
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +17,7 @@ import pytest
 
 from integration_tests.peers import Msg, confluent_produce
 from metaq.testing.broker import topic_leaders, wait_until
+from metaq.testing.spark import local_session
 from zk_layout import PartitionState, TopicAssignment, ZkLayout, paths
 
 pyspark = pytest.importorskip("pyspark")
@@ -30,19 +29,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import metaq from this venv
-    session = (SparkSession.builder.master("local[2]").appName("metaq-spark-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    metaq.spark.register(session)
-    yield session
-    session.stop()
+    with local_session("metaq-spark-tests") as session:
+        yield session
 
 
 def produce(bootstrap: str, topic: str, partition: int, count: int, tag: str = "") -> list[Msg]:

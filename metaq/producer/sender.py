@@ -29,6 +29,7 @@ from typing import Any
 from kafka.protocol.producer import ProduceRequest
 
 from metaq.client.connection import BrokerConnection, InFlightRequest
+from metaq.client.versions import ApiKey
 from metaq.errors import (
     AuthenticationError,
     BrokerConnectionError,
@@ -38,6 +39,7 @@ from metaq.errors import (
     ProtocolError,
     UnknownTopicError,
     UnknownTopicOrPartitionError,
+    UnsupportedCompressionTypeError,
     for_code,
 )
 from metaq.producer.accumulator import ProducerBatch, RecordAccumulator, TopicPartition
@@ -56,6 +58,10 @@ _IDLE_POLL = 1.0  # seconds; bounds how stale the "stopping" flag can get if a w
 class _Request:
     handle: InFlightRequest
     batches: dict[TopicPartition, ProducerBatch]
+
+
+ZSTD_MIN_PRODUCE_VERSION = 7
+"""The first Produce version whose record sets may carry zstd batches (KIP-110)."""
 
 
 @dataclass
@@ -270,6 +276,11 @@ class Sender(threading.Thread):
                   "topic_data": _topic_data(batches)}
         try:
             node = self._node(leader)
+            refusal = self._codec_refusal(node)
+            if refusal is not None:
+                for batch in batches:
+                    self._fail(batch, refusal)
+                return
             handle = node.conn.send_async(ProduceRequest, fields, expect_response=acks != 0)
         except (BrokerConnectionError, ProtocolError, BrokerResponseError, AuthenticationError) as e:
             # nothing more was sent on this connection, but earlier requests failed with it (an
@@ -285,6 +296,20 @@ class Sender(threading.Thread):
                 self._complete(batch, -1)
             return
         node.in_flight.append(_Request(handle, {batch.tp: batch for batch in batches}))
+
+    def _codec_refusal(self, node: _Node) -> UnsupportedCompressionTypeError | None:
+        """Refuse zstd to a broker without Produce v7 (before Kafka 2.1), as Kafka's own client does
+        (``ProduceRequest.validateRecords``, docs/wire-protocol.md): such a broker cannot read the batch and
+        fails it with an unknown server error or, under acks=0, drops it and closes the connection."""
+        if self._config.compression_type != "zstd":
+            return None
+        version = node.conn.api_version(ApiKey.PRODUCE)
+        if version >= ZSTD_MIN_PRODUCE_VERSION:
+            return None
+        return UnsupportedCompressionTypeError(
+            f"compression.type=zstd needs Produce v{ZSTD_MIN_PRODUCE_VERSION} (Kafka 2.1 or later); broker "
+            f"{node.leader.broker_id} ({node.leader.host}:{node.leader.port}) speaks Produce up to v{version}: "
+            f"use lz4, gzip or snappy with it")
 
     # -- receiving -------------------------------------------------------------------------------------------
 

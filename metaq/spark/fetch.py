@@ -21,7 +21,7 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
 
-from metaq.client.cluster import ClusterClient
+from metaq.client.cluster import EARLIEST, LATEST, ClusterClient, list_offsets_answers, send_list_offsets
 from metaq.client.connection import BrokerConnection, InFlightRequest
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
@@ -194,12 +194,29 @@ class _RangeReader:
     def _out_of_range(self, pos: int, log_start: int, log_end: int) -> int:
         """Where to go on when ``pos`` is no longer (or not yet) in the log."""
         r = self.range
+        if log_start < 0 or log_end < 0:
+            log_start, log_end = self._log_bounds(log_start, log_end)
         if pos < log_start:
             if not r.from_earliest:
                 self._data_lost(pos, min(log_start, r.end), "retention deleted them")
             return min(log_start, r.end)
         self._data_lost(pos, r.end, f"the log ends at {log_end} (truncated or recreated)")
         return r.end
+
+    def _log_bounds(self, log_start: int, log_end: int) -> tuple[int, int]:
+        """The log's start and end from the leader (ListOffsets): Kafka's brokers answer OFFSET_OUT_OF_RANGE
+        with -1 for both (docs/testing-apache-kafka.md, "What the rows found"); the metaq broker fills them
+        in. On a failure the unknown values stay, and the caller reports the range as lost without a cause."""
+        key = (self.range.topic, self.range.partition)
+        try:
+            conn = self._connection()
+            answers = [list_offsets_answers(send_list_offsets(conn, [key], which).result()).get(key)
+                       for which in (EARLIEST, LATEST)]
+        except MetaqError as e:
+            log.info("metaq: cannot list the offsets of %s after OFFSET_OUT_OF_RANGE: %s", self.range.describe(), e)
+            return log_start, log_end
+        found = [a.offset if a is not None and not a.error_code else -1 for a in answers]
+        return found[0], found[1]
 
     def _on_empty(self, pos: int, part: Any, first_batch_size: int | None) -> int:
         """No complete batch in the answer: a batch larger than the fetch size, or nothing there."""

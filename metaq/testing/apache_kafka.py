@@ -718,6 +718,16 @@ def kafka_broker(request: pytest.FixtureRequest, kafka_version: str,
 
 
 @pytest.fixture
+def kafka_zk_layout(kafka_broker: ApacheKafkaBroker) -> Iterator[ZkLayout]:
+    """A :class:`ZkLayout` on the ZooKeeper chroot of the test's ``kafka_broker`` (its own session)."""
+    zk = connect_zk(kafka_broker.zk_connect, session_timeout_ms=10000, connection_timeout_ms=15000)
+    try:
+        yield ZkLayout(zk)
+    finally:
+        close_zk(zk)
+
+
+@pytest.fixture
 def kafka_cluster(request: pytest.FixtureRequest, kafka_version: str,
                   apache_kafka_cluster: Callable[..., ApacheKafkaCluster]) -> ApacheKafkaCluster:
     """The module's shared 3-broker cluster of the test's version."""

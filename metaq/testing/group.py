@@ -18,7 +18,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from metaq.cli.demo_harness import (
     ConsumerProcess,
@@ -29,6 +29,8 @@ from metaq.cli.demo_harness import (
     check_delivery,
     ownership_problem,
 )
+from metaq.consumer import Consumer, ConsumerTimeoutError
+from metaq.consumer.message import MessageAndMetadata
 from metaq.errors import MetaqError
 from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
@@ -42,6 +44,7 @@ __all__ = [
     "OffsetMonitor",
     "SteadyProducer",
     "check_delivery",
+    "consume_and_commit",
     "log_end_offsets",
     "ownership_problem",
     "wait_consuming",
@@ -108,6 +111,23 @@ class OffsetMonitor(threading.Thread):
         self._stop_event.set()
         self.join(10)
         self.poll()  # one last look after everything settled
+
+
+def consume_and_commit(consumer: Consumer, stream: Iterator[MessageAndMetadata], partitions: set[int],
+                       at_least: int) -> dict[int, int]:
+    """Read ``stream`` until every partition in ``partitions`` gave a message and ``at_least`` in total, then
+    commit; returns the next offset per partition (what the commit wrote), so that a test knows the exact lag."""
+    nxt: dict[int, int] = {}
+    count = 0
+    try:
+        while count < at_least or set(nxt) != partitions:
+            message = next(stream)
+            nxt[message.partition] = message.offset + 1
+            count += 1
+    except ConsumerTimeoutError as e:
+        raise AssertionError(f"{consumer.consumer_id} got {count} messages ({nxt}) and then nothing") from e
+    consumer.commit_offsets()
+    return nxt
 
 
 def log_end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:

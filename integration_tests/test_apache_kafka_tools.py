@@ -1,0 +1,285 @@
+"""metaq's ops tools and producer against real ZooKeeper-mode Apache Kafka brokers (3.9.2, 2.8.2, 1.1.1), checked
+against what Kafka's own tools of that version say: ``kafka-topics --describe`` for partitions, leaders and ISR,
+GetOffsetShell for log ends, and on 1.1.1 (the last release with ZooKeeper consumer groups) ``ConsumerGroupCommand
+--zookeeper`` and ``ExportZkOffsets`` for the group's offsets, lag and owners. Read back with confluent-kafka.
+
+One broker per version for the whole module (harness: metaq/testing/apache_kafka.py); each test makes its own topics
+with Kafka's CreateTopics (``create_topic``), never with metaq's ``topics create``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+
+from integration_tests.peers import Msg, confluent_consume
+from metaq.cli.main import main as cli_main
+from metaq.consumer import Consumer
+from metaq.errors import MetaqError
+from metaq.producer import Producer
+from metaq.testing.apache_kafka import V1_1, ApacheKafkaBroker, kafka_matrix
+from metaq.testing.group import consume_and_commit
+from zk_layout import ZkLayout
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@dataclass(frozen=True)
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def metaq(*args: str, stdin: str | None = None) -> CliResult:
+    """``metaq <args>`` run in this process (the same ``main`` the command runs; a Python start per call costs
+    seconds on the loaded test machine), with stdin, stdout and stderr captured."""
+    out, err = io.StringIO(), io.StringIO()
+    saved_stdin = sys.stdin
+    sys.stdin = io.StringIO(stdin or "")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli_main(list(args))
+            except SystemExit as e:  # argparse's usage errors
+                code = int(e.code or 0)
+    finally:
+        sys.stdin = saved_stdin
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def ok(*args: str, stdin: str | None = None) -> str:
+    result = metaq(*args, stdin=stdin)
+    assert result.returncode == 0, f"metaq {' '.join(args)} exited {result.returncode}: {result.stderr}"
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.stdout
+
+
+def ok_json(*args: str, stdin: str | None = None) -> Any:
+    return json.loads(ok(*args, "--json", stdin=stdin))
+
+
+def kafka_ok(broker: ApacheKafkaBroker, tool: str, args: list[str]) -> str:
+    """Run one of Kafka's tools (a tool name from TOOL_CLASSES or a main class) and return its stdout."""
+    run = broker.run_class if "." in tool else broker.run_tool
+    done = run(tool, args)
+    assert done.returncode == 0, f"Kafka {broker.version} {tool} {args} exited {done.returncode}:\n{done.stdout}" \
+                                 f"\n{done.stderr}"
+    return done.stdout
+
+
+def kafka_log_ends(broker: ApacheKafkaBroker, topic: str) -> dict[int, int]:
+    """GetOffsetShell's latest offsets (``topic:partition:offset`` lines); ``--bootstrap-server`` from 3.0."""
+    target = "--bootstrap-server" if broker.kafka.release >= (3, 0) else "--broker-list"
+    out = kafka_ok(broker, "kafka-get-offsets", [target, broker.bootstrap, "--topic", topic, "--time", "-1"])
+    ends = {}
+    for line in out.split():
+        name, partition, offset = line.rsplit(":", 2)
+        if name == topic:
+            ends[int(partition)] = int(offset)
+    return ends
+
+
+def kafka_topic_partitions(broker: ApacheKafkaBroker, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """``kafka-topics --describe``: partition -> (leader, replicas, ISR) (``--bootstrap-server`` from 3.0)."""
+    target = ["--bootstrap-server", broker.bootstrap] if broker.kafka.release >= (3, 0) \
+        else ["--zookeeper", broker.zk_connect]
+    out = kafka_ok(broker, "kafka-topics", [*target, "--describe", "--topic", topic])
+    found = {}
+    for match in re.finditer(r"Partition: (\d+)\s+Leader: (-?\d+)\s+Replicas: ([\d,]+)\s+Isr: ([\d,]*)", out):
+        partition, leader, replicas, isr = match.groups()
+        found[int(partition)] = (int(leader), [int(r) for r in replicas.split(",")],
+                                 [int(r) for r in isr.split(",") if r])
+    return found
+
+
+def produce(broker: ApacheKafkaBroker, topic: str, counts: dict[int, int]) -> None:
+    producer = confluent_kafka.Producer({**broker.librdkafka_config(), "linger.ms": 5})
+    for partition, count in counts.items():
+        for i in range(count):
+            producer.produce(topic, value=f"{topic}-{partition}-{i}".encode(), key=f"k{i}".encode(),
+                             partition=partition)
+    assert producer.flush(30) == 0
+
+
+def watermarks(broker: ApacheKafkaBroker, topic: str, partitions: int) -> dict[int, int]:
+    """The log end offsets the broker gives a librdkafka client."""
+    consumer = confluent_kafka.Consumer({**broker.librdkafka_config(), "group.id": "watermarks"})
+    try:
+        return {p: consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=30)[1]
+                for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+# -- groups, owners, lag, offsets -------------------------------------------------------------------------------
+
+
+def _member(zk_connect: str, group: str) -> Consumer:
+    """A member that commits only when told, so that the lag the test expects is exact."""
+    return Consumer({"group.id": group, "zookeeper.connect": zk_connect, "auto.commit.enable": False,
+                     "auto.offset.reset": "smallest", "consumer.timeout.ms": 5000,
+                     "zookeeper.session.timeout.ms": 6000, "rebalance.backoff.ms": 300})
+
+
+def _kafka_group_rows(out: str) -> dict[int, list[str]]:
+    """Rows of 1.1.1's ``ConsumerGroupCommand --zookeeper --describe``: TOPIC PARTITION CURRENT-OFFSET
+    LOG-END-OFFSET LAG CONSUMER-ID (docs/ops-tools.md), by partition."""
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("TOPIC"))
+    return {int(cells[1]): cells for cells in (line.split() for line in lines[header + 1:]) if len(cells) >= 6}
+
+
+@kafka_matrix("metaq groups, owners, top, offsets reset/export/import on a ZooKeeper group")
+def test_group_tools(kafka_broker: ApacheKafkaBroker, kafka_zk_layout: ZkLayout, tmp_path: Path) -> None:
+    zk, topic, group = kafka_broker.zk_connect, "orders", "opsg"
+    kafka_broker.create_topic(topic, partitions=3)
+    produce(kafka_broker, topic, {0: 30, 1: 40, 2: 50})
+    log_end = watermarks(kafka_broker, topic, 3)  # the broker's answer (GetOffsetShell: the topic test)
+    assert log_end == {0: 30, 1: 40, 2: 50}
+    old_kafka = kafka_broker.version == V1_1
+
+    with _member(zk, group) as member:
+        [stream] = member.create_message_streams({topic: 1})[topic]
+        committed = consume_and_commit(member, stream, {0, 1, 2}, 60)
+        owners = kafka_zk_layout.owners(group)
+        described = ok_json("groups", "describe", group, "--zookeeper", zk)
+        listed = ok_json("groups", "list", "--zookeeper", zk)
+        owned = ok_json("owners", group, "--zookeeper", zk)
+        top = ok_json("top", group, "--once", "--zookeeper", zk)
+        if old_kafka:  # the last release whose ConsumerGroupCommand reads ZooKeeper groups
+            kafka_rows = _kafka_group_rows(kafka_ok(kafka_broker, "kafka.admin.ConsumerGroupCommand",
+                                                    ["--zookeeper", zk, "--describe", "--group", group]))
+
+    assert set(owners) == {(topic, p) for p in range(3)}
+    lag = {p: log_end[p] - committed[p] for p in range(3)}
+    rows = {r["partition"]: r for r in described["partitions"]}
+    assert {p: (r["topic"], r["offset"], r["log_end_offset"], r["lag"], r["owner"]) for p, r in rows.items()} == {
+        p: (topic, committed[p], log_end[p], lag[p], owners[(topic, p)]) for p in range(3)}
+    assert described["total_lag"] == sum(lag.values()) and described["offsets_storage"] == "zookeeper"
+    assert [m["consumer_id"] for m in described["members"]] == [member.consumer_id]
+    assert {"group": group, "kind": "zookeeper", "members": 1, "active": True} .items() <= \
+        next(g for g in listed["groups"] if g["group"] == group).items()
+    assert owned["orphans"] == 0 and {(r["partition"], r["owner"]) for r in owned["owners"]} == {
+        (p, owners[(topic, p)]) for p in range(3)}
+    assert top["total_lag"] == sum(lag.values())
+    assert {p["partition"]: (p["offset"], p["lag"]) for p in top["partitions"]} == {
+        p: (committed[p], lag[p]) for p in range(3)}
+    if old_kafka:
+        # Kafka decides: its CONSUMER-ID is the owner with the thread suffix cut off
+        assert {p: cells[1:6] for p, cells in kafka_rows.items()} == {
+            p: [str(p), str(committed[p]), str(log_end[p]), str(lag[p]), rows[p]["consumer_id"]] for p in range(3)}
+
+    # the member left: export (Kafka's ExportZkOffsets writes the same lines on 1.1.1, and metaq imports its file),
+    # reset (a dry run, then for real), import
+    exported = tmp_path / "offsets.txt"
+    ok("offsets", "export", "--zookeeper", zk, "--group", group, "--output", str(exported))
+    assert exported.read_text().splitlines() == [f"/consumers/{group}/offsets/{topic}/{p}:{committed[p]}"
+                                                 for p in range(3)]
+    if old_kafka:
+        kafka_export = tmp_path / "kafka-offsets.txt"
+        kafka_ok(kafka_broker, "kafka-export-zk-offsets", ["--zkconnect", zk, "--group", group,
+                                                           "--output-file", str(kafka_export)])
+        assert sorted(kafka_export.read_text().split()) == sorted(exported.read_text().split())
+        exported = kafka_export
+    reset = ["offsets", "reset", group, "--topic", topic, "--to-earliest", "--zookeeper", zk]
+    plan = ok_json(*reset)
+    assert not plan["executed"] and kafka_zk_layout.offsets(group) == {(topic, p): committed[p] for p in range(3)}
+    ok_json(*reset, "--execute")
+    assert kafka_zk_layout.offsets(group) == {(topic, p): 0 for p in range(3)}
+    ok("offsets", "import", str(exported), "--execute", "--zookeeper", zk)
+    assert kafka_zk_layout.offsets(group) == {(topic, p): committed[p] for p in range(3)}
+    idle = ok_json("groups", "describe", group, "--zookeeper", zk)
+    assert not idle["active"] and [r["lag"] for r in idle["partitions"]] == [lag[p] for p in range(3)]
+
+
+# -- topics and console tools -------------------------------------------------------------------------------------
+
+
+@kafka_matrix("metaq topics describe/list and console producer/consumer")
+def test_topic_and_console_tools(kafka_broker: ApacheKafkaBroker) -> None:
+    zk, topic = kafka_broker.zk_connect, "console"
+    kafka_broker.create_topic(topic, partitions=2)
+
+    sent = ok_json("console-producer", "--topic", topic, "--partition", "1", "--zookeeper", zk, stdin="a\nb\nc\n")
+    assert sent == {"topic": topic, "sent": 3, "acknowledged": 3, "failed": 0}
+    ok("console-producer", "--topic", topic, "--partition", "0", "--parse-key", "--key-separator", ":",
+       "--zookeeper", zk, stdin="k1:v1\nk2:v2\n")
+    # Kafka's side: what a librdkafka client reads, what GetOffsetShell and kafka-topics say
+    got = confluent_consume(kafka_broker.bootstrap, topic, 1, confluent_kafka.OFFSET_BEGINNING, 3)
+    assert [(m.offset, m.key, m.value) for m in got] == [(0, None, b"a"), (1, None, b"b"), (2, None, b"c")]
+    [first] = confluent_consume(kafka_broker.bootstrap, topic, 0, 0, 1)
+    assert (first.key, first.value) == (b"k1", b"v1")
+    kafka_ends = kafka_log_ends(kafka_broker, topic)
+    kafka_partitions = kafka_topic_partitions(kafka_broker, topic)
+
+    listed = ok_json("topics", "list", "--zookeeper", zk)["topics"]
+    assert {"topic": topic, "partitions": 2} in listed
+    [described] = ok_json("topics", "describe", topic, "--zookeeper", zk)["topics"]
+    assert {p["partition"]: (p["leader"], p["replicas"], p["isr"]) for p in described["partitions"]} == \
+        kafka_partitions == {0: (0, [0], [0]), 1: (0, [0], [0])}
+    assert {p["partition"]: p["log_end_offset"] for p in described["partitions"]} == kafka_ends == {0: 2, 1: 3}
+    assert all(p["log_start_offset"] == 0 for p in described["partitions"])
+    assert "LOG-END-OFFSET" in ok("topics", "describe", "--zookeeper", zk)
+
+    read = ["console-consumer", "--topic", topic, "--zookeeper", zk, "--timeout-ms", "5000"]
+    assert ok(*read, "--partition", "1", "--offset", "earliest", "--max-messages", "3") == "a\nb\nc\n"
+    assert ok(*read, "--partition", "0", "--from-beginning", "--print-key") == "k1\tv1\nk2\tv2\n"
+    tail = [json.loads(line) for line in ok(*read, "--partition", "1", "--offset", "1", "--json").splitlines()]
+    assert [(m["offset"], m["value"]) for m in tail] == [(1, "b"), (2, "c")]
+
+
+# -- metaq.Producer ---------------------------------------------------------------------------------------------
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+ACKS = ("0", "1", "all")
+RECORDS = 25
+
+
+def _send_all(zk_connect: str, topic: str, partition: int, codec: str, acks: str, base_ts: int) -> list[Msg]:
+    """Send RECORDS keyed records with explicit timestamps; the acknowledged offsets (None under acks=0)."""
+    with Producer({"zookeeper.connect": zk_connect, "acks": acks, "compression.type": codec,
+                   "linger.ms": 20}) as producer:
+        futures = [producer.send(topic, f"{codec}/{acks}/{i}".encode() * 4, key=f"key-{i}".encode(),
+                                 partition=partition, timestamp_ms=base_ts + i) for i in range(RECORDS)]
+        producer.flush(60)
+        acked = [f.result(60) for f in futures]
+    return [Msg(partition, m.offset, base_ts + i, f"key-{i}".encode(), f"{codec}/{acks}/{i}".encode() * 4)
+            for i, m in enumerate(acked)]
+
+
+@kafka_matrix("metaq.Producer acks 0/1/all with every codec, read by confluent-kafka")
+def test_producer_acks_and_codecs(kafka_broker: ApacheKafkaBroker) -> None:
+    topic = "produced"
+    zstd_refused = kafka_broker.kafka.release < (2, 1)  # zstd needs Produce v7 (Kafka 2.1, KIP-110)
+    pairs = [(codec, acks) for codec in CODECS for acks in ACKS]
+    kafka_broker.create_topic(topic, partitions=len(pairs))
+    base_ts = int(time.time() * 1000) - 60_000  # recent: Kafka's 7-day retention would delete older records
+    for partition, (codec, acks) in enumerate(pairs):
+        if codec == "zstd" and zstd_refused:
+            continue
+        sent = _send_all(kafka_broker.zk_connect, topic, partition, codec, acks, base_ts + 1000 * partition)
+        got = confluent_consume(kafka_broker.bootstrap, topic, partition, confluent_kafka.OFFSET_BEGINNING,
+                                RECORDS)
+        expected = [Msg(m.partition, i, m.timestamp, m.key, m.value) for i, m in enumerate(sent)]
+        assert got == expected, f"{codec} acks={acks}"
+        if acks != "0":  # acks=0 has no response, hence no offset (-1, as Kafka's Java producer reports)
+            assert [m.offset for m in sent] == list(range(RECORDS)), f"{codec} acks={acks}"
+    if zstd_refused:
+        for acks in ACKS:
+            with Producer({"zookeeper.connect": kafka_broker.zk_connect, "acks": acks, "compression.type": "zstd",
+                           "linger.ms": 0}) as producer:
+                future = producer.send(topic, b"z" * 200, partition=pairs.index(("zstd", acks)))
+                with pytest.raises(MetaqError, match=r"zstd.*Kafka 2\.1|Produce v7") as refused:
+                    future.result(60)
+            assert not refused.value.retriable
