@@ -17,6 +17,8 @@ from kafka.protocol.admin import (
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
 )
 
 from integration_tests import peers
@@ -191,3 +193,34 @@ def test_a_topic_too_large_for_one_zookeeper_request_is_written_in_several(zk_la
     assert sorted(zk_layout.remaining_partition_nodes("wide")) == list(range(12000))
     assert zk_layout.partition_state("wide", 6001) == initial_states({6001: (0,)})[6001]
     assert zk_layout.client.client_id == session and zk_layout.client.connected
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+
+def _delete(bootstrap: str, name: str) -> int:
+    req = DeleteTopicsRequest[4](topic_names=[name], timeout_ms=30000)
+    [result] = request(bootstrap, req, DeleteTopicsResponse, 4, timeout=60).responses
+    return int(result.error_code)
+
+
+def test_long_topic_names_delete_cleanly_and_colliding_names_are_refused(broker: BrokerProcess, zk_connect: str,
+                                                                         zk_layout: ZkLayout) -> None:
+    logs = broker.data_dir / "logs-0"
+    name = "l" * 240  # legal (up to 249); "<name>-0.<32 hex>-delete" would be 282 bytes
+    for _ in range(2):  # before: ENAMETOOLONG half-way, and the re-created topic answered INCONSISTENT_TOPIC_ID
+        assert _create(broker.bootstrap, name, 1) == (0, None)
+        wait_until(lambda: topic_leaders(broker.bootstrap, name) == {0: 0}, 30, "the long-named topic")
+        peers.confluent_produce(broker.bootstrap, name, 0, [(b"k", b"v", 1_700_000_000_000)])
+        assert [m.value for m in peers.confluent_consume(broker.bootstrap, name, 0, 0, 1)] == [b"v"]
+        assert _delete(broker.bootstrap, name) == 0
+        wait_until(lambda: not [p for p in logs.iterdir() if p.name.startswith("lllll")], 30, "the log removed")
+        assert zk_layout.topic_assignment(name) is None
+
+    # a.b and a_b would share metric names: the second is refused, by the API and by the ops command
+    assert _create(broker.bootstrap, "a.b", 1) == (0, None)
+    code, message = _create(broker.bootstrap, "a_b", 1)
+    assert code == ErrorCode.INVALID_TOPIC_EXCEPTION and message == "Topic 'a_b' collides with existing topics: a.b"
+    result = metaq("topics", "create", "--topic", "a_b", "--partitions", "1", "--zookeeper", zk_connect)
+    assert result.returncode == 1 and "collides with existing topics: a.b" in result.stderr
+    assert zk_layout.topic_assignment("a_b") is None
