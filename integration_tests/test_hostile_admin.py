@@ -24,8 +24,8 @@ from kafka.protocol.admin import (
 from integration_tests import peers
 from integration_tests.test_broker_limits import RssSampler
 from metaq.broker.process import BrokerProcess
-from metaq.broker.topics import initial_states
-from metaq.errors import ErrorCode
+from metaq.broker.topics import create_topic, initial_states
+from metaq.errors import ErrorCode, MalformedNodeError
 from metaq.testing.broker import request, topic_leaders, wait_until
 from zk_layout import ZkLayout
 
@@ -224,3 +224,40 @@ def test_long_topic_names_delete_cleanly_and_colliding_names_are_refused(broker:
     result = metaq("topics", "create", "--topic", "a_b", "--partitions", "1", "--zookeeper", zk_connect)
     assert result.returncode == 1 and "collides with existing topics: a.b" in result.stderr
     assert zk_layout.topic_assignment("a_b") is None
+
+
+# --- ZooKeeper garbage -----------------------------------------------------------------------------
+
+
+def test_one_bad_zookeeper_node_affects_only_its_own_topic(broker_cluster, zk_connect: str,
+                                                           zk_layout: ZkLayout) -> None:
+    brokers = [broker_cluster.add(0), broker_cluster.add(1)]
+    create_topic(zk_layout, "rep", 1, replication_factor=2)
+    wait_until(lambda: all(topic_leaders(b.bootstrap, "rep") for b in brokers), 30, "rep served")
+    client = zk_layout.client
+    client.create("/brokers/topics/bad", b"{not json")  # before: no elections while it existed
+    client.set("/controller", b"garbage")  # before: the controller stalled, never healing
+    wait_until(lambda: _controller_ok(zk_layout), 30, "a controller elected over the garbage")
+    assert "removed a /controller node that does not decode" in "".join(b.log_tail(300) for b in brokers)
+
+    # the controller still moves leaders: the leader of rep-0 dies, the other replica takes over
+    leader = topic_leaders(brokers[0].bootstrap, "rep")[0]
+    brokers[leader].kill()
+    survivor = brokers[1 - leader]
+    wait_until(lambda: topic_leaders(survivor.bootstrap, "rep") == {0: survivor.broker_id}, 60, "a new leader")
+    assert "leaving out a topic whose node does not decode" in "".join(b.log_tail(400) for b in brokers)
+
+    # the ops tools list the rest and name the bad node (before: exit 1 for the whole cluster)
+    listed = metaq("topics", "list", "--zookeeper", zk_connect)
+    assert listed.returncode == 0, listed.stderr
+    assert "rep" in listed.stdout and "/brokers/topics/bad" in listed.stdout
+    described = metaq("topics", "describe", "--zookeeper", zk_connect)
+    assert described.returncode == 0, described.stderr
+    assert "Topic rep:" in described.stdout and "/brokers/topics/bad" in described.stderr
+
+
+def _controller_ok(layout: ZkLayout) -> bool:
+    try:
+        return layout.controller() is not None
+    except MalformedNodeError:
+        return False
