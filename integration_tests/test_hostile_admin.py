@@ -17,13 +17,15 @@ from kafka.protocol.admin import (
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
 )
 
 from integration_tests import peers
 from integration_tests.test_broker_limits import RssSampler
 from metaq.broker.process import BrokerProcess
-from metaq.broker.topics import initial_states
-from metaq.errors import ErrorCode
+from metaq.broker.topics import create_topic, initial_states
+from metaq.errors import ErrorCode, MalformedNodeError
 from metaq.testing.broker import request, topic_leaders, wait_until
 from zk_layout import ZkLayout
 
@@ -191,3 +193,71 @@ def test_a_topic_too_large_for_one_zookeeper_request_is_written_in_several(zk_la
     assert sorted(zk_layout.remaining_partition_nodes("wide")) == list(range(12000))
     assert zk_layout.partition_state("wide", 6001) == initial_states({6001: (0,)})[6001]
     assert zk_layout.client.client_id == session and zk_layout.client.connected
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+
+def _delete(bootstrap: str, name: str) -> int:
+    req = DeleteTopicsRequest[4](topic_names=[name], timeout_ms=30000)
+    [result] = request(bootstrap, req, DeleteTopicsResponse, 4, timeout=60).responses
+    return int(result.error_code)
+
+
+def test_long_topic_names_delete_cleanly_and_colliding_names_are_refused(broker: BrokerProcess, zk_connect: str,
+                                                                         zk_layout: ZkLayout) -> None:
+    logs = broker.data_dir / "logs-0"
+    name = "l" * 240  # legal (up to 249); "<name>-0.<32 hex>-delete" would be 282 bytes
+    for _ in range(2):  # before: ENAMETOOLONG half-way, and the re-created topic answered INCONSISTENT_TOPIC_ID
+        assert _create(broker.bootstrap, name, 1) == (0, None)
+        wait_until(lambda: topic_leaders(broker.bootstrap, name) == {0: 0}, 30, "the long-named topic")
+        peers.confluent_produce(broker.bootstrap, name, 0, [(b"k", b"v", 1_700_000_000_000)])
+        assert [m.value for m in peers.confluent_consume(broker.bootstrap, name, 0, 0, 1)] == [b"v"]
+        assert _delete(broker.bootstrap, name) == 0
+        wait_until(lambda: not [p for p in logs.iterdir() if p.name.startswith("lllll")], 30, "the log removed")
+        assert zk_layout.topic_assignment(name) is None
+
+    # a.b and a_b would share metric names: the second is refused, by the API and by the ops command
+    assert _create(broker.bootstrap, "a.b", 1) == (0, None)
+    code, message = _create(broker.bootstrap, "a_b", 1)
+    assert code == ErrorCode.INVALID_TOPIC_EXCEPTION and message == "Topic 'a_b' collides with existing topics: a.b"
+    result = metaq("topics", "create", "--topic", "a_b", "--partitions", "1", "--zookeeper", zk_connect)
+    assert result.returncode == 1 and "collides with existing topics: a.b" in result.stderr
+    assert zk_layout.topic_assignment("a_b") is None
+
+
+# --- ZooKeeper garbage -----------------------------------------------------------------------------
+
+
+def test_one_bad_zookeeper_node_affects_only_its_own_topic(broker_cluster, zk_connect: str,
+                                                           zk_layout: ZkLayout) -> None:
+    brokers = [broker_cluster.add(0), broker_cluster.add(1)]
+    create_topic(zk_layout, "rep", 1, replication_factor=2)
+    wait_until(lambda: all(topic_leaders(b.bootstrap, "rep") for b in brokers), 30, "rep served")
+    client = zk_layout.client
+    client.create("/brokers/topics/bad", b"{not json")  # before: no elections while it existed
+    client.set("/controller", b"garbage")  # before: the controller stalled, never healing
+    wait_until(lambda: _controller_ok(zk_layout), 30, "a controller elected over the garbage")
+    assert "removed a /controller node that does not decode" in "".join(b.log_tail(300) for b in brokers)
+
+    # the controller still moves leaders: the leader of rep-0 dies, the other replica takes over
+    leader = topic_leaders(brokers[0].bootstrap, "rep")[0]
+    brokers[leader].kill()
+    survivor = brokers[1 - leader]
+    wait_until(lambda: topic_leaders(survivor.bootstrap, "rep") == {0: survivor.broker_id}, 60, "a new leader")
+    assert "leaving out a topic whose node does not decode" in "".join(b.log_tail(400) for b in brokers)
+
+    # the ops tools list the rest and name the bad node (before: exit 1 for the whole cluster)
+    listed = metaq("topics", "list", "--zookeeper", zk_connect)
+    assert listed.returncode == 0, listed.stderr
+    assert "rep" in listed.stdout and "/brokers/topics/bad" in listed.stdout
+    described = metaq("topics", "describe", "--zookeeper", zk_connect)
+    assert described.returncode == 0, described.stderr
+    assert "Topic rep:" in described.stdout and "/brokers/topics/bad" in described.stderr
+
+
+def _controller_ok(layout: ZkLayout) -> bool:
+    try:
+        return layout.controller() is not None
+    except MalformedNodeError:
+        return False

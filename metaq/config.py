@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -60,6 +61,18 @@ class Secret:
 
     def __reduce__(self) -> tuple[type[Secret], tuple[str]]:  # pickled to Spark executors as itself
         return Secret, (self._value,)
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_int(text: str) -> int:
+    """A config number as Kafka's ``ConfigDef`` reads one: surrounding blanks trimmed, then ASCII digits with an
+    optional sign; ValueError otherwise (Python's ``int`` would also take ``1_000`` and non-ASCII digits)."""
+    stripped = text.strip()
+    if not _INTEGER.fullmatch(stripped):
+        raise ValueError(text)
+    return int(stripped)
 
 
 def prop(key: str, default: Any, *, check: Check | None = None, doc: str = "") -> Any:
@@ -107,7 +120,7 @@ def _convert(key: str, raw: Any, annotation: Any) -> Any:
         if annotation is int:
             if isinstance(raw, bool):
                 raise ValueError(raw)
-            return int(str(raw).strip()) if not isinstance(raw, int) else raw
+            return parse_int(str(raw)) if not isinstance(raw, int) else raw
         if annotation is float:
             return float(raw)
         if annotation is str:

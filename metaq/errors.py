@@ -24,6 +24,7 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
     ├── TopicError
     │   ├── UnknownTopicError
     │   ├── TopicExistsError
+    │   ├── TopicCollisionError      the name differs from an existing topic's only by '.' versus '_'
     │   └── InternalTopicError       an internal topic (``__consumer_offsets``) cannot be deleted
     ├── GroupError
     │   ├── GroupNotFoundError       no /consumers/<group> in ZooKeeper
@@ -159,6 +160,11 @@ class UnknownTopicError(TopicError):
 
 class TopicExistsError(TopicError):
     """The topic already exists."""
+
+
+class TopicCollisionError(TopicError):
+    """A new topic's name equals an existing one's once '.' is read as '_' (their metric names would clash):
+    refused as Kafka's ``AdminZkClient.validateTopicCreate`` refuses it."""
 
 
 class InternalTopicError(TopicError):

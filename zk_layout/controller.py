@@ -56,6 +56,25 @@ class _Controller(_Nodes):
         node = self._read(paths.CONTROLLER, watch)
         return None if node is None else ControllerInfo.decode(self.full_path(paths.CONTROLLER), node[0])
 
+    def discard_malformed_controller(self) -> bool:
+        """Delete ``/controller`` if its data does not decode (written by hand or by a foreign tool), conditional
+        on the version read: no broker could ever be elected over it (the node may even be persistent).
+        True if it was deleted."""
+        node = self._read(paths.CONTROLLER)
+        if node is None:
+            return False
+        try:
+            ControllerInfo.decode(self.full_path(paths.CONTROLLER), node[0])
+            return False
+        except MalformedNodeError:
+            pass
+        with self._translated("delete", paths.CONTROLLER):
+            try:
+                self._client.delete(paths.CONTROLLER, version=node[1].version)
+            except (NoNodeError, BadVersionError):
+                return False  # gone or rewritten meanwhile: the next read decides again
+        return True
+
     def try_become_controller(self, broker_id: int) -> ControllerEpoch | None:
         """Create the ephemeral ``/controller`` for ``broker_id`` and increment ``/controller_epoch``; None if
         another broker holds ``/controller``. A node of our own session (a retried create) counts as won."""

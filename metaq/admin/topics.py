@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, validate_topic_config
-from metaq.errors import ConfigError, UnknownTopicError
+from metaq.errors import ConfigError, MalformedNodeError, UnknownTopicError
 from zk_layout import ZkLayout, validate_topic
 from zk_layout.topics import check_deletable
 
@@ -26,9 +26,13 @@ if TYPE_CHECKING:  # its module brings in the Kafka clients, which listing topic
 class TopicSummary:
     topic: str
     partitions: int
+    error: str | None = None  # the topic's node does not decode (names the node); partitions is then 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partitions": self.partitions}
+        out: dict[str, Any] = {"topic": self.topic, "partitions": self.partitions}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
 
 
 @dataclass(frozen=True)
@@ -112,9 +116,14 @@ class TopicDetail:
 
 
 def list_topics(layout: ZkLayout) -> list[TopicSummary]:
+    """Every topic; one whose node does not decode is listed with its error, the others as usual."""
     result = []
     for topic in layout.topics():
-        assignment = layout.topic_assignment(topic)
+        try:
+            assignment = layout.topic_assignment(topic)
+        except MalformedNodeError as e:
+            result.append(TopicSummary(topic, 0, str(e)))
+            continue
         if assignment is not None:  # deleted while listing
             result.append(TopicSummary(topic, len(assignment.partitions)))
     return result

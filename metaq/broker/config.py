@@ -152,6 +152,10 @@ class BrokerConfig(ZooKeeperClientConfig):
     group_max_metadata_bytes: int = prop(
         "metaq.group.max.metadata.bytes", 8388608, check=positive,
         doc="JoinGroup protocol metadata of all of a group's members at most (GROUP_MAX_SIZE_REACHED beyond)")
+    max_request_entries: int = prop(
+        "metaq.max.request.entries", 20000, check=positive,
+        doc="groups or partitions one DescribeGroups, OffsetFetch, OffsetCommit, ListOffsets, DeleteRecords, ..."
+            " request may name (the connection is closed beyond)")
     message_max_bytes: int = prop("message.max.bytes", 1048588, check=positive)
     socket_request_max_bytes: int = prop("socket.request.max.bytes", 104857600, check=positive)
     socket_send_buffer_bytes: int = prop("socket.send.buffer.bytes", 102400)

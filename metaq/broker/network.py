@@ -41,6 +41,7 @@ from metaq.broker.context import CLIENT_HOST, BrokerContext
 from metaq.broker.downconvert import DownConverted
 from metaq.broker.handlers.api_versions import unsupported_version_response
 from metaq.broker.handlers.fetch import FetchReply
+from metaq.broker.request_bounds import SLICE, check_entries
 from metaq.errors import ConfigError, ProtocolError
 from metaq.protocol.apis import BROKER_APIS, ApiKey, api_name
 from metaq.protocol.fetch_response import encode_fetch_response
@@ -74,6 +75,12 @@ class ConnectionLimits:
     max_connections: int = 2147483647  # max.connections
     max_connections_per_ip: int = 2147483647  # max.connections.per.ip
     queued_max_request_bytes: int = -1  # queued.max.request.bytes (-1: unbounded)
+    max_request_entries: int = 20000  # metaq.max.request.entries (see metaq.broker.request_bounds)
+
+
+OFF_LOOP_DECODE_BYTES = 64 * 1024
+"""Frames at least this large are decoded in a worker thread: decoding a request that names a million
+entries takes seconds of pure Python, which on the event loop would stall every other connection."""
 
 
 class RequestMemoryPool:
@@ -289,7 +296,10 @@ class BrokerServer:
                 if conn.sasl is not None and conn.sasl.raw_tokens:  # after SaslHandshake v0
                     await self._raw_sasl_token(conn, bytes(frame))
                     continue
-                request = self._decode(frame)
+                if size >= OFF_LOOP_DECODE_BYTES:
+                    request = await asyncio.to_thread(self._decode, frame)
+                else:
+                    request = self._decode(frame)
                 del frame  # a large produce is held once (decoded), not twice, while it is handled
                 await self._handle(conn, request)
             finally:
@@ -390,11 +400,12 @@ class BrokerServer:
             return
         if conn.sasl is not None and not conn.sasl.complete and api_key != ApiKey.API_VERSIONS:
             raise SaslAuthenticationError(f"{api_name(api_key)} request before SASL authentication completed")
+        entries = check_entries(api_key, request, self._limits.max_request_entries)
         reply = await self._handlers[ApiKey(api_key)](self._context, request, version)
         if isinstance(reply, FetchReply):
             await self._send_fetch(conn, reply, correlation_id)
         elif reply is not None:
-            await self._send_response(conn, reply, correlation_id)
+            await self._send_response(conn, reply, correlation_id, off_loop=entries > SLICE)
         self._context.metrics.request(api_name(api_key), time.monotonic() - started)
 
     async def _sasl_request(self, conn: ClientConnection, api_key: int, request: Any, version: int,
@@ -431,9 +442,12 @@ class BrokerServer:
             SESSION.set(Session(conn.listener_name, conn.sasl.principal))
             log.debug("%s authenticated as %s with %s", conn, conn.sasl.principal, conn.sasl.mechanism)
 
-    async def _send_response(self, conn: ClientConnection, response: ApiResponse, correlation_id: int) -> None:
+    async def _send_response(self, conn: ClientConnection, response: ApiResponse, correlation_id: int, *,
+                             off_loop: bool = False) -> None:
+        """``off_loop``: encode in a worker thread (an answer with many entries takes long to encode)."""
         response.with_header(correlation_id=correlation_id)
-        conn.writer.write(response.encode(header=True, framed=True))
+        encode = partial(response.encode, header=True, framed=True)
+        conn.writer.write(await asyncio.to_thread(encode) if off_loop else encode())
         await conn.writer.drain()
 
     async def _send_fetch(self, conn: ClientConnection, reply: FetchReply, correlation_id: int) -> None:

@@ -105,6 +105,7 @@ class Broker:
                 max_connections=config.max_connections,
                 max_connections_per_ip=config.max_connections_per_ip,
                 queued_max_request_bytes=config.queued_max_request_bytes,
+                max_request_entries=config.max_request_entries,
             ),
             send_buffer_bytes=config.socket_send_buffer_bytes,
             receive_buffer_bytes=config.socket_receive_buffer_bytes,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from metaq.broker.log.config import LogConfig
-from metaq.config import Config
+from metaq.config import Config, parse_int
 from metaq.errors import ConfigError
 
 
@@ -69,7 +69,7 @@ def _normalise(key: TopicConfigKey, value: str) -> str:
             )
         return "delete"
     try:
-        number = int(value)
+        number = parse_int(value)
     except ValueError:
         raise ConfigError(
             f"Invalid value {value} for configuration {key.name}: Not a number of type {key.kind}"

@@ -12,7 +12,7 @@ import logging
 import random
 from collections.abc import Mapping, Sequence
 
-from metaq.errors import ConfigError, TopicError, UnknownTopicError
+from metaq.errors import ConfigError, TopicCollisionError, TopicError, UnknownTopicError
 from zk_layout import PartitionState, TopicAssignment, ZkLayout, validate_topic
 
 log = logging.getLogger(__name__)
@@ -66,11 +66,23 @@ def create_topic(
     """Create ``topic`` with ``partitions`` partitions (or the explicit ``assignment``) and its config
     overrides (``/config/topics/<t>``); TopicExistsError if it exists."""
     validate_topic(topic)
+    _check_collision(layout, topic)
     if assignment is None:
         assignment = assign_replicas(layout.broker_ids(), partitions, replication_factor)
     layout.create_topic(topic, assignment, initial_states(assignment), config=config)
     log.info("created topic %s with %d partitions: %s", topic, len(assignment), dict(assignment))
     return TopicAssignment(partitions={p: tuple(r) for p, r in assignment.items()})
+
+
+def _check_collision(layout: ZkLayout, topic: str) -> None:
+    """TopicCollisionError if an existing topic's name equals ``topic``'s once '.' is read as '_' (Kafka's
+    ``Topic.hasCollision``: ``a.b`` and ``a_b`` would share metric names)."""
+    if "." not in topic and "_" not in topic:
+        return
+    unified = topic.replace(".", "_")
+    colliding = [t for t in layout.topics() if t != topic and t.replace(".", "_") == unified]
+    if colliding:
+        raise TopicCollisionError(f"Topic '{topic}' collides with existing topics: {', '.join(colliding)}")
 
 
 def initial_states(assignment: Mapping[int, Sequence[int]]) -> dict[int, PartitionState]:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 
-from metaq.admin import TopicDetail
+from metaq.admin import TopicDetail, TopicSummary
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, validate_topic_config
 from metaq.broker.topics import create_topic
-from metaq.cli.output import ProgressBar, add_parser, emit, open_admin, table, usage_error
+from metaq.cli.output import ProgressBar, add_parser, emit, note, open_admin, table, usage_error
 from metaq.errors import ZooKeeperError
 
 
@@ -78,9 +78,11 @@ def _list(args: argparse.Namespace) -> int:
         return _list_unhealthy(args)
     with open_admin(args) as admin:
         topics = admin.list_topics()
+    errors = any(t.error for t in topics)  # the ERROR column only when a topic's node does not decode
     emit(args, {"topics": [t.to_json() for t in topics]},
-         lambda: table(["TOPIC", "PARTITIONS"], [(t.topic, t.partitions) for t in topics]) if topics
-         else "No topics.")
+         lambda: table(["TOPIC", "PARTITIONS", "ERROR"] if errors else ["TOPIC", "PARTITIONS"],
+                       [(t.topic, t.partitions, t.error) if errors else (t.topic, t.partitions) for t in topics])
+         if topics else "No topics.")
     return 0
 
 
@@ -97,7 +99,7 @@ def _list_unhealthy(args: argparse.Namespace) -> int:
 
 def _describe(args: argparse.Namespace) -> int:
     with open_admin(args) as admin:
-        names = args.topic or [t.topic for t in admin.list_topics()]
+        names = args.topic or _readable_topics(admin.list_topics())
         with ProgressBar("describing topics", len(names)) as bar:
             details = []
             for name in names:
@@ -105,6 +107,14 @@ def _describe(args: argparse.Namespace) -> int:
                 bar.update()
     emit(args, {"topics": [d.to_json() for d in details]}, lambda: render(details))
     return 0
+
+
+def _readable_topics(topics: list[TopicSummary]) -> list[str]:
+    """The topics to describe when none is named: those whose node decodes (each other one named on stderr)."""
+    for t in topics:
+        if t.error is not None:
+            note(f"warning: left out topic {t.topic}: {t.error}")
+    return [t.topic for t in topics if t.error is None]
 
 
 def render(details: list[TopicDetail]) -> str:

@@ -62,3 +62,16 @@ def test_incremental_operations() -> None:
         with pytest.raises(AdminError) as info:
             _incremental(current, ops)
         assert info.value.code == code
+
+
+@pytest.mark.parametrize("number", ["1_000", "\u0661\u0660\u0660\u0660", "1e3", "0x10", "", " "])
+def test_numbers_are_ascii_digits_as_kafka_reads_them(number: str) -> None:
+    """Python's int() takes '1_000' and Arabic-Indic digits; Kafka's ConfigDef does not (blanks are trimmed)."""
+    from metaq.broker.config import BrokerConfig
+
+    with pytest.raises(ConfigError, match="retention.ms: Not a number"):
+        validate_topic_config({"retention.ms": number})
+    zk = {"zookeeper.connect": "127.0.0.1:2181"}
+    with pytest.raises(ConfigError, match="num.partitions"):
+        BrokerConfig.from_properties({**zk, "num.partitions": number})
+    assert BrokerConfig.from_properties({**zk, "num.partitions": " 12 "}).num_partitions == 12

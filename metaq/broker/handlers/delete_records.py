@@ -14,6 +14,7 @@ from typing import Any
 from kafka.protocol.admin import DeleteRecordsResponse
 
 from metaq.broker.context import BrokerContext
+from metaq.broker.request_bounds import in_slices
 from metaq.errors import ErrorCode, OffsetOutOfRangeError, StorageError
 from zk_layout.acl_formats import AclOperation, ResourceType
 
@@ -51,7 +52,7 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     topics = []
     for topic in request.topics:
         parts = []
-        for p in topic.partitions:
+        async for p in in_slices(topic.partitions):
             error, low = _delete(ctx, topic.name, p.partition_index, p.offset)
             parts.append(PartitionResult(partition_index=p.partition_index, low_watermark=low, error_code=error))
         topics.append(TopicResult(name=topic.name, partitions=parts))

@@ -14,6 +14,7 @@ from kafka.protocol.consumer import OffsetDeleteResponse
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.group import DEAD
+from metaq.broker.request_bounds import in_slices
 from metaq.errors import ErrorCode
 from zk_layout.acl_formats import AclOperation, ResourceType
 
@@ -47,7 +48,7 @@ async def list_groups(ctx: BrokerContext, request: Any, version: int) -> Any:
 async def describe_groups(ctx: BrokerContext, request: Any, version: int) -> Any:
     operations = set(ALL_GROUP_OPERATIONS) if version >= 3 and request.include_authorized_operations else None
     described = []
-    for group_id in request.groups:
+    async for group_id in in_slices(request.groups):
         if denied := ctx.denied(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             described.append(DescribedGroup(error_code=denied, group_id=group_id, group_state="", protocol_type="",
                                             protocol_data="", authorized_operations=operations, members=[]))

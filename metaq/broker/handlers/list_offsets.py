@@ -25,6 +25,7 @@ from typing import Any
 from kafka.protocol.consumer import ListOffsetsResponse
 
 from metaq.broker.context import BrokerContext
+from metaq.broker.request_bounds import in_slices
 from metaq.errors import ErrorCode
 from zk_layout.acl_formats import AclOperation, ResourceType
 
@@ -111,7 +112,7 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     topics = []
     for topic in request.topics:
         parts = []
-        for p in topic.partitions:
+        async for p in in_slices(topic.partitions):
             error, ts, offset = _lookup(ctx, topic.name, p.partition_index, p.timestamp,
                                         getattr(p, "current_leader_epoch", -1), unconfirmed, client)
             if version == 0:

@@ -13,6 +13,7 @@ from typing import Any
 from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchResponse
 
 from metaq.broker.context import BrokerContext
+from metaq.broker.request_bounds import in_slices
 from metaq.errors import ConfigError, ErrorCode, MetaqError
 from zk_layout import validate_group, validate_topic
 from zk_layout.acl_formats import AclOperation, ResourceType
@@ -102,7 +103,7 @@ async def offset_fetch(ctx: BrokerContext, request: Any, version: int) -> Any:
         found = {tp: (c.offset, c.metadata) for tp, c in committed.items()}
     keys = wanted if wanted is not None else sorted(found)
     by_topic: dict[str, list[Any]] = {}
-    for topic, partition in keys:
+    async for topic, partition in in_slices(keys):
         offset, metadata = found.get((topic, partition), (-1, ""))
         part_error = error if version < 2 else 0
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic):

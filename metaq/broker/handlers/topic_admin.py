@@ -25,6 +25,7 @@ from metaq.errors import (
     ErrorCode,
     InternalTopicError,
     MetaqError,
+    TopicCollisionError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -181,6 +182,8 @@ async def _create_one(
                                                  assignment=assignment, replication_factor=factor))
     except TopicExistsError as e:
         raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.") from e
+    except TopicCollisionError as e:
+        raise AdminError(ErrorCode.INVALID_TOPIC_EXCEPTION, str(e)) from e
     ctx.metadata.request_reload()
     await _wait_until(ctx, lambda: topic.name in ctx.snapshot.topics, timeout_ms)
     return partitions, factor, config

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from metaq.broker.log.checkpoint import read_checkpoint, write_checkpoint
 from metaq.broker.log.config import LogConfig
-from metaq.broker.log.partition_log import PartitionLog
+from metaq.broker.log.partition_log import DELETE_DIR_SUFFIX, PartitionLog
 from metaq.broker.log.partition_metadata import read_topic_id, write_topic_id
 from metaq.errors import MetaqError, StorageError, TopicError
 from metaq.fileio import atomic_write
@@ -32,7 +32,6 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"  # offsets moved by DeleteRecords (as Kafka)
 LOCK_FILE = ".lock"
-DELETE_DIR_SUFFIX = "-delete"
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 

@@ -588,7 +588,7 @@ class PartitionLog:
             self._close_files()
         # Rename first: a crash mid-removal leaves a "-delete" directory that the next start removes,
         # never a half-deleted log that would be loaded again.
-        doomed = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}-delete")
+        doomed = self.directory.with_name(delete_dir_name(self.topic, self.partition))
         try:
             self.directory.rename(doomed)
         except FileNotFoundError:
@@ -603,6 +603,18 @@ class PartitionLog:
             f"PartitionLog({self.topic}-{self.partition},"
             f" offsets {self.log_start_offset}..{self.log_end_offset}, {len(self._segments)} segments)"
         )
+
+
+DELETE_DIR_SUFFIX = "-delete"
+MAX_FILE_NAME = 255  # bytes of one path component on the file systems Kafka runs on (NAME_MAX)
+
+
+def delete_dir_name(topic: str, partition: int) -> str:
+    """The name a deleted partition's directory is renamed to before removal, as Kafka's
+    ``LocalLog.logDirNameWithSuffixCappedLength`` makes it: ``<topic>-<partition>.<uuid>-delete``, the topic cut so
+    the name keeps within 255 bytes (a legal 249-character topic would otherwise fail the rename)."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return topic[:MAX_FILE_NAME - len(suffix)] + suffix
 
 
 def _now_ms() -> int:

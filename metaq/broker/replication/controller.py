@@ -29,7 +29,7 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 
 from metaq.broker.replication.election import elect, elect_preferred, imbalanced_brokers, initial_state
-from metaq.errors import ControllerMovedError, MetaqError, StaleVersionError
+from metaq.errors import ControllerMovedError, MalformedNodeError, MetaqError, StaleVersionError
 from zk_layout import ZkLayout
 from zk_layout.controller import ControllerEpoch
 
@@ -53,6 +53,7 @@ class Controller:
         self._imbalance_percentage = imbalance_percentage
         self._next_rebalance = 0.0
         self._stated: set[tuple[str, int]] = set()  # partitions seen with a state node: not looked up again
+        self._malformed: dict[str, str] = {}  # topic node path -> why it was left out (logged once)
         self._fence: ControllerEpoch | None = None
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -112,7 +113,13 @@ class Controller:
 
     def run_once(self) -> None:
         """One election attempt or, as controller, one pass over the partitions."""
-        holder = self._layout.controller(watch=self.kick)
+        try:
+            holder = self._layout.controller(watch=self.kick)
+        except MalformedNodeError as e:
+            # garbage no broker could be elected over: removed, and the election runs again (its watch)
+            if self._layout.discard_malformed_controller():
+                log.error("removed a /controller node that does not decode, to elect a controller: %s", e)
+            return
         if self._fence is not None and (holder is None or holder.broker_id != self._broker_id):
             log.warning("broker %d: /controller no longer names us: stepping down", self._broker_id)
             self._fence = None
@@ -142,8 +149,13 @@ class Controller:
         # a topic being deleted loses its partition nodes one by one: they must not come back (as in Kafka,
         # whose controller leaves topics queued for deletion alone)
         deleting = set(self._layout.topics_marked_for_deletion())
+        malformed: dict[str, str] = {}
         for topic in topics:
-            assignment = self._layout.topic_assignment(topic)
+            try:
+                assignment = self._layout.topic_assignment(topic)
+            except MalformedNodeError as e:  # that topic alone is left out, the others go on
+                malformed[e.path] = str(e)
+                continue
             if assignment is None:
                 continue
             if topic not in deleting:
@@ -155,6 +167,7 @@ class Controller:
                     seen[(topic, partition)] = (versioned[0].leader, replicated[partition])
                     self._decide(fence, topic, partition, replicated[partition], live, *versioned,
                                  preferred=(topic, partition) in preferred)
+        self._report(malformed)
         if requested is not None:
             self._layout.finish_preferred_election()
         if rebalance:
@@ -188,6 +201,12 @@ class Controller:
                     log.info("%s-%d: new partition, leader %d, ISR %s (controller epoch %d)", topic, partition,
                              new.leader, list(new.isr), fence.epoch)
             self._stated.add((topic, partition))
+
+    def _report(self, malformed: dict[str, str]) -> None:
+        """Log each malformed topic node once while it stays (the controller passes twice a second)."""
+        for path in sorted(malformed.keys() - self._malformed.keys()):
+            log.error("controller: leaving out a topic whose node does not decode: %s", malformed[path])
+        self._malformed = malformed
 
     def _rebalance_due(self) -> bool:
         if self._rebalance_interval_s is None:
