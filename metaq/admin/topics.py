@@ -106,6 +106,11 @@ class TopicDetail:
     topic: str
     partitions: list[PartitionDetail]
     config: dict[str, str]
+    total_partitions: int | None = None  # the topic's count when ``partitions`` is a filtered subset
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions) if self.total_partitions is None else self.total_partitions
 
     @property
     def replication_factor(self) -> int:

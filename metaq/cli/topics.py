@@ -127,7 +127,8 @@ def filter_partitions(details: list[TopicDetail], *, under_min_isr: bool = False
     partitions, and only the topics that have any."""
     if not (under_min_isr or unavailable):
         return details
-    kept = [replace(d, partitions=d.under_min_isr() if under_min_isr else d.unavailable()) for d in details]
+    kept = [replace(d, partitions=d.under_min_isr() if under_min_isr else d.unavailable(),
+                    total_partitions=d.partition_count) for d in details]
     return [d for d in kept if d.partitions]
 
 
@@ -139,7 +140,7 @@ def render(details: list[TopicDetail]) -> str:
         config = ",".join(f"{k}={v}" for k, v in sorted(d.config.items())) or "-"
         rows = [(p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)) or None,
                  p.status, p.log_start, p.log_end, p.messages, p.error) for p in d.partitions]
-        parts.append(f"Topic {d.topic}: {len(d.partitions)} partitions, replication factor {d.replication_factor}, "
+        parts.append(f"Topic {d.topic}: {d.partition_count} partitions, replication factor {d.replication_factor}, "
                      f"config {config}\n" + table(
             ["PARTITION", "LEADER", "REPLICAS", "ISR", "STATUS", "LOG-START-OFFSET", "LOG-END-OFFSET", "MESSAGES",
              "ERROR"], rows))

@@ -25,6 +25,7 @@ def test_replication_factor_and_min_isr_are_shown() -> None:
 def test_under_min_isr_keeps_partitions_below_min_isr_or_without_leader() -> None:
     kept = filter_partitions([TOPIC, HEALTHY], under_min_isr=True)
     assert [(d.topic, [p.partition for p in d.partitions]) for d in kept] == [("clicks", [1, 2])]
+    assert "Topic clicks: 3 partitions, replication factor 3" in render(kept)
 
 
 def test_min_isr_defaults_to_one() -> None:
