@@ -267,6 +267,8 @@ def test_offsets_delete_for_both_kinds_of_group(cluster: BrokerCluster, layout: 
     out = ok("offsets", "delete", "delstd", "--topic", f"{topic}:0", "--zookeeper", cluster.zk_connect)
     assert re.search(rf"{topic}\s+0\s+Successful", out), out
     assert _kafka_committed(bootstrap, "delstd", topic, 2) == {1: 1}
+    state = json.loads(ok("groups", "describe", "delstd", "--state", "--json", "--zookeeper", cluster.zk_connect))
+    assert [(s["coordinator"], s["state"], s["members"]) for s in state["state"]] == [("broker 0", "Empty", 0)]
 
     layout.write_offset("delzk", topic, 0, 3)
     layout.write_offset("delzk", topic, 1, 4)
@@ -289,3 +291,9 @@ def test_topics_alter_adds_partitions(cluster: BrokerCluster, layout: ZkLayout) 
     assert same.returncode == 1 and "already has 3 partitions" in same.stderr
     fewer = metaq("topics", "alter", topic, "--partitions", "2", "--zookeeper", cluster.zk_connect)
     assert fewer.returncode == 1 and "currently has 3 partitions" in fewer.stderr
+    z = ["--zookeeper", cluster.zk_connect]
+    assert ok("topics", "describe", topic, "--under-min-isr", *z).strip() == "No under-min-isr partitions."
+    ok("topics", "alter-config", topic, "--set", "min.insync.replicas=2", *z)
+    described = json.loads(ok("topics", "describe", topic, "--under-min-isr", "--json", *z))["topics"]
+    assert [(d["replication_factor"], [p["partition"] for p in d["partitions"]]) for d in described] == [(1, [0, 1, 2])]
+    assert ok("topics", "describe", topic, "--unavailable", *z).strip() == "No unavailable partitions."

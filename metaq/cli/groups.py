@@ -79,12 +79,13 @@ def _describe(args: argparse.Namespace) -> int:
                  "Delete the node.")
     if args.state:
         rows = state_rows(description)
-        emit(args, {"group": args.group, "state": [dict(zip(STATE_HEADERS, r, strict=True)) for r in rows]},
+        emit(args, {"group": args.group, "state": [dict(zip(STATE_KEYS, r, strict=True)) for r in rows]},
              lambda: table(STATE_HEADERS, rows))
     elif args.members:
         rows = member_rows(description, verbose=args.verbose)
         headers = MEMBER_HEADERS + (["ASSIGNMENT"] if args.verbose else [])
-        emit(args, {"group": args.group, "members": [dict(zip(headers, r, strict=True)) for r in rows]},
+        keys = MEMBER_KEYS + (["assignment"] if args.verbose else [])
+        emit(args, {"group": args.group, "members": [dict(zip(keys, r, strict=True)) for r in rows]},
              lambda: table(headers, rows) if rows else f"Consumer group '{args.group}' has no active members.")
     else:
         emit(args, description.to_json(), lambda: render_description(description))
@@ -93,6 +94,8 @@ def _describe(args: argparse.Namespace) -> int:
 
 STATE_HEADERS = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
 MEMBER_HEADERS = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+STATE_KEYS = ["group", "coordinator", "assignment_strategy", "state", "members"]  # the same columns in --json
+MEMBER_KEYS = ["group", "consumer_id", "host", "client_id", "partitions"]
 
 
 def state_rows(d: GroupDescription) -> list[tuple[object, ...]]:
