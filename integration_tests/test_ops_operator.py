@@ -20,6 +20,7 @@ import confluent_kafka
 import pytest
 
 from integration_tests.peers import KCAT
+from integration_tests.test_offsets_channel import _kafka_committed
 from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer
 from metaq.producer import Producer
@@ -27,7 +28,7 @@ from metaq.testing.broker import BrokerCluster, topic_leaders
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import own_chroot
 from metaq.zkclient import connect
-from zk_layout import ZkLayout
+from zk_layout import TopicCount, ZkLayout
 from zk_layout.acl_formats import AclEntry, AclOperation, AclPermission, PatternType, ResourcePattern, ResourceType
 
 pytestmark = pytest.mark.timeout(240)
@@ -254,3 +255,45 @@ def test_offsets_lookup_agrees_with_kcat(cluster: BrokerCluster, layout: ZkLayou
 
     assert kcat("-2") == ok(*base, "--time", "earliest").split()
     assert kcat("-1") == ok(*base, "--time", "latest").split()
+
+
+def test_offsets_delete_for_both_kinds_of_group(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    """``offsets delete`` as kafka-consumer-groups --delete-offsets: OffsetDelete at a protocol group's
+    coordinator (the offset is gone for a standard client), the offset nodes of a ZooKeeper group (refused while it
+    has a live member unless --force)."""
+    topic = _topic(cluster, layout, "deloffsets", 2)
+    bootstrap = cluster.brokers[0].bootstrap
+    _protocol_group(bootstrap, "delstd", topic, {0: 2, 1: 1})
+    out = ok("offsets", "delete", "delstd", "--topic", f"{topic}:0", "--zookeeper", cluster.zk_connect)
+    assert re.search(rf"{topic}\s+0\s+Successful", out), out
+    assert _kafka_committed(bootstrap, "delstd", topic, 2) == {1: 1}
+    state = json.loads(ok("groups", "describe", "delstd", "--state", "--json", "--zookeeper", cluster.zk_connect))
+    assert [(s["coordinator"], s["state"], s["members"]) for s in state["state"]] == [("broker 0", "Empty", 0)]
+
+    layout.write_offset("delzk", topic, 0, 3)
+    layout.write_offset("delzk", topic, 1, 4)
+    layout.register_consumer("delzk", "delzk_host-1", TopicCount({topic: 1}, "static", 0))
+    refused = metaq("offsets", "delete", "delzk", "--topic", topic, "--zookeeper", cluster.zk_connect)
+    assert refused.returncode == 1 and "live member" in refused.stderr and "--force" in refused.stderr
+    assert layout.offsets("delzk") == {(topic, 0): 3, (topic, 1): 4}
+    ok("offsets", "delete", "delzk", "--topic", topic, "--force", "--zookeeper", cluster.zk_connect)
+    assert layout.offsets("delzk") == {}
+
+
+def test_topics_alter_adds_partitions(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    """``topics alter --partitions`` as kafka-topics --alter: the broker serves the new partitions; fewer or as
+    many is refused naming the current count."""
+    topic = _topic(cluster, layout, "grow", 1)
+    out = json.loads(ok("topics", "alter", topic, "--partitions", "3", "--zookeeper", cluster.zk_connect, "--json"))
+    assert out == {"topic": topic, "partitions": 3, "added": {"1": [0], "2": [0]}}
+    wait_until(lambda: len(topic_leaders(cluster.brokers[0].bootstrap, topic)) == 3, 20, "3 partitions served")
+    same = metaq("topics", "alter", topic, "--partitions", "3", "--zookeeper", cluster.zk_connect)
+    assert same.returncode == 1 and "already has 3 partitions" in same.stderr
+    fewer = metaq("topics", "alter", topic, "--partitions", "2", "--zookeeper", cluster.zk_connect)
+    assert fewer.returncode == 1 and "currently has 3 partitions" in fewer.stderr
+    z = ["--zookeeper", cluster.zk_connect]
+    assert ok("topics", "describe", topic, "--under-min-isr", *z).strip() == "No under-min-isr partitions."
+    ok("topics", "alter-config", topic, "--set", "min.insync.replicas=2", *z)
+    described = json.loads(ok("topics", "describe", topic, "--under-min-isr", "--json", *z))["topics"]
+    assert [(d["replication_factor"], [p["partition"] for p in d["partitions"]]) for d in described] == [(1, [0, 1, 2])]
+    assert ok("topics", "describe", topic, "--unavailable", *z).strip() == "No unavailable partitions."

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
 from kazoo.client import TransactionRequest
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import ACL
 
@@ -86,6 +87,15 @@ class _Offsets(_Nodes):
     def write_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
         """Write the next offset to consume as plain decimal (creating parents), as Kafka 0.8 does."""
         self._upsert(paths.offset_path(group, topic, partition), encode_offset(offset))
+
+    def delete_offset(self, group: str, topic: str, partition: int) -> bool:
+        """Remove one committed offset (``offsets delete``); False when there was none. The topic's node goes
+        too once it has no partition left, as Kafka 0.8's tools leave no empty topic under ``offsets``."""
+        deleted = self._delete(paths.offset_path(group, topic, partition))
+        topic_path = paths.topic_offsets_path(group, topic)
+        with self._translated("delete", topic_path), contextlib.suppress(NoNodeError, NotEmptyError):
+            self._client.delete(topic_path)
+        return deleted
 
     def offsets(self, group: str) -> dict[tuple[str, int], int]:
         """(topic, partition) -> committed offset for the whole group."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
-from kafka.protocol.consumer import ConsumerProtocolAssignment
+from kafka.protocol.consumer import ConsumerProtocolAssignment, OffsetDeleteRequest
 
 from metaq.admin.log_offsets import TopicPartition
 from metaq.client.cluster import broker_endpoint
@@ -85,6 +85,9 @@ class CoordinatorGroups(Protocol):
     def list(self) -> CoordinatorListing: ...
 
     def delete(self, group: str, coordinator: int) -> int: ...
+
+    def delete_offsets(self, group: str, coordinator: int,
+                       partitions: Iterable[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]: ...
 
 
 def decode_assignment(data: bytes | None) -> tuple[TopicPartition, ...]:
@@ -164,19 +167,42 @@ class BrokerGroups:
     def delete(self, group: str, coordinator: int) -> int:
         """DeleteGroups at the group's ``coordinator`` (a broker id, from :meth:`list`); the error code
         (0: deleted; NON_EMPTY_GROUP while it has members; GROUP_ID_NOT_FOUND)."""
-        info = self._layout.brokers().get(coordinator)
-        address = None if info is None else broker_endpoint(info, self._settings.security_protocol)
-        if address is None:
-            raise MetaqError(f"the coordinator of group {group!r} (broker {coordinator}) is not reachable now")
-        conn = self._settings.new_connection(*address)
+        conn = self._connect(group, coordinator)
         try:
-            conn.connect()
             answer = conn.send(DeleteGroupsRequest, build_request(
                 DeleteGroupsRequest, _version(conn, ApiKey.DELETE_GROUPS, MAX_DELETE_GROUPS_VERSION),
                 {"groups_names": [group]}))
             return int(next(r.error_code for r in answer.results if r.group_id == group))
         finally:
             conn.close()
+
+
+    def delete_offsets(self, group: str, coordinator: int,
+                       partitions: Iterable[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]:
+        """OffsetDelete at the group's ``coordinator`` (``kafka-consumer-groups --delete-offsets``): the group's
+        error code and one per partition (GROUP_SUBSCRIBED_TO_TOPIC while a live member reads the topic)."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        conn = self._connect(group, coordinator)
+        try:
+            answer = conn.send(OffsetDeleteRequest, build_request(
+                OffsetDeleteRequest, _version(conn, ApiKey.OFFSET_DELETE, 0),
+                {"group_id": group, "topics": [{"name": t, "partitions": [{"partition_index": p} for p in ps]}
+                                               for t, ps in sorted(by_topic.items())]}))
+            return int(answer.error_code), {(t.name, p.partition_index): int(p.error_code)
+                                            for t in answer.topics for p in t.partitions}
+        finally:
+            conn.close()
+
+    def _connect(self, group: str, coordinator: int) -> BrokerConnection:
+        info = self._layout.brokers().get(coordinator)
+        address = None if info is None else broker_endpoint(info, self._settings.security_protocol)
+        if address is None:
+            raise MetaqError(f"the coordinator of group {group!r} (broker {coordinator}) is not reachable now")
+        conn = self._settings.new_connection(*address)
+        conn.connect()
+        return conn
 
 
 def _ids(groups: Iterable[Any]) -> list[str]:

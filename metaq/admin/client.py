@@ -29,7 +29,13 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from metaq.admin.broker_groups import CoordinatorGroups
-    from metaq.admin.groups import GroupDeletion, GroupDescription, GroupListing, GroupSummary
+    from metaq.admin.groups import (
+        GroupDeletion,
+        GroupDescription,
+        GroupListing,
+        GroupSummary,
+        OffsetDeleteResult,
+    )
     from metaq.admin.kafka_offsets import GroupOffsetsStore
     from metaq.admin.log_offsets import LogOffsets
     from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress, ResetSpec
@@ -169,6 +175,15 @@ class Admin:
 
         return delete_group(self.layout, group, self.coordinators)
 
+    def delete_offsets(self, group: str, selection: Mapping[str, list[int] | None], *,
+                       force: bool = False) -> list[OffsetDeleteResult]:
+        """``selection``: topic -> partitions (None: every partition of the topic)."""
+        from metaq.admin.groups import delete_offsets
+        from metaq.admin.offsets import selected_partitions
+
+        return delete_offsets(self.layout, group, selected_partitions(self.layout, selection), self.coordinators,
+                              force=force)
+
     def delete_orphans(self, report: OwnersReport) -> list[tuple[str, int]]:
         from metaq.admin.owners import delete_orphans
 
@@ -177,11 +192,11 @@ class Admin:
     # -- offsets --------------------------------------------------------------------------------------
 
     def plan_reset(self, group: str, selection: Mapping[str, list[int] | None], spec: ResetSpec, *,
-                   create_group: bool = False) -> OffsetPlan:
+                   create_group: bool = False, all_topics: bool = False) -> OffsetPlan:
         from metaq.admin.offsets import plan_reset
 
         return plan_reset(self.layout, self.log_offsets, group, selection, spec, create_group=create_group,
-                          kafka=self.kafka)
+                          kafka=self.kafka, all_topics=all_topics)
 
     def apply_plan(self, plan: OffsetPlan, *, force: bool = False, progress: Progress | None = None,
                    kafka_groups: list[str] | None = None) -> list[OffsetChange]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from metaq.admin.broker_groups import CoordinatorGroup, CoordinatorGroups, CoordinatorListing
-from metaq.admin.kafka_offsets import GroupOffsetsStore
+from metaq.admin.kafka_offsets import GroupOffsetsStore, error_name
 from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
 from metaq.errors import (
     ConfigError,
@@ -514,3 +514,54 @@ def delete_group(layout: ZkLayout, group: str, coordinators: CoordinatorGroups |
         deleted_at = known.coordinator if code == 0 else None
     removed = layout.delete_group(group) if in_zookeeper else False
     return GroupDeletion(group, removed, deleted_at)
+
+
+# -- deleting offsets -------------------------------------------------------------------------------------
+
+SUCCESSFUL = "Successful"  # kafka-consumer-groups --delete-offsets' STATUS of a deleted offset
+
+
+@dataclass(frozen=True)
+class OffsetDeleteResult:
+    """One row of ``offsets delete``: ``error`` is None when the offset was deleted (or there was none),
+    else why not (Kafka's error name, e.g. GROUP_SUBSCRIBED_TO_TOPIC while a live member reads the topic)."""
+
+    topic: str
+    partition: int
+    error: str | None = None
+
+    @property
+    def status(self) -> str:
+        return SUCCESSFUL if self.error is None else f"Error: {self.error}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "error": self.error}
+
+
+def delete_offsets(layout: ZkLayout, group: str, partitions: Iterable[TopicPartition],
+                   coordinators: CoordinatorGroups | None = None, *, force: bool = False) -> list[OffsetDeleteResult]:
+    """Delete a group's committed offsets of ``partitions`` wherever the group is known, as
+    ``kafka-consumer-groups --delete-offsets`` does: its offset nodes in ZooKeeper (refused with GroupActiveError
+    while the group has registered members, unless ``force``, as ``offsets reset``), and OffsetDelete at a
+    coordinator's group (which refuses, per partition, the topics a live member is subscribed to)."""
+    keys = sorted(set(partitions))
+    known = (coordinators.list() if coordinators is not None else CoordinatorListing()).groups.get(group)
+    in_zookeeper = layout.group_exists(group)
+    if not in_zookeeper and known is None:
+        raise GroupNotFoundError(f"group {group!r} does not exist (neither under "
+                                 f"{layout.full_path(consumer_group_path(group))} nor at a broker's coordinator)")
+    errors: dict[TopicPartition, str] = {}
+    if known is not None and coordinators is not None:
+        code, codes = coordinators.delete_offsets(group, known.coordinator, keys)
+        if code:
+            raise for_code(code)(f"OffsetDelete of group {group!r} at broker {known.coordinator}: "
+                                 f"{error_name(code)}")
+        errors = {tp: error_name(c) for tp, c in codes.items() if c}
+    if in_zookeeper:
+        live = layout.consumer_ids(group)
+        if live and not force:
+            raise GroupActiveError(f"group {group!r} has {len(live)} live member(s) ({', '.join(live[:3])}); "
+                                   "stop them first, or use --force to delete its offsets anyway")
+        for topic, partition in keys:
+            layout.delete_offset(group, topic, partition)
+    return [OffsetDeleteResult(t, p, errors.get((t, p))) for t, p in keys]

@@ -248,8 +248,10 @@ def plan_reset(
     *,
     create_group: bool = False,
     kafka: GroupOffsetsStore | None = None,
+    all_topics: bool = False,
 ) -> OffsetPlan:
-    """The dry run of a reset of ``selection`` (topic -> partitions, None for all). Nothing is written.
+    """The dry run of a reset of ``selection`` (topic -> partitions, None for all; with ``all_topics``, every
+    topic the group has offsets for). Nothing is written.
 
     A group that does not exist (in ZooKeeper, nor in ``kafka``) raises GroupNotFoundError unless
     ``create_group`` (to start a new group at a chosen position, e.g. latest)."""
@@ -257,7 +259,12 @@ def plan_reset(
     if not create_group and not in_kafka and not layout.group_exists(group):
         raise GroupNotFoundError(f"group {group!r} does not exist; to prepare offsets for a new group, "
                                  "use --create-group (create_group=True)")
-    keys = _selected_partitions(layout, selection)
+    if all_topics:  # kafka-consumer-groups --all-topics: every topic the group has offsets for, that exists
+        known = set(layout.topics())
+        selection = {t: None for t in sorted({t for t, _ in [*layout.offsets(group), *in_kafka]} & known)}
+        if not selection:
+            raise ConfigError(f"group {group!r} has no committed offsets of an existing topic: give --topic")
+    keys = selected_partitions(layout, selection)
     marks = log_offsets.watermarks(keys)
     unknown = {k: m for k, m in marks.items() if not m.known}
     if unknown:
@@ -275,7 +282,7 @@ def plan_reset(
     return OffsetPlan(spec.describe(), changes, {group: layout.consumer_ids(group)})
 
 
-def _selected_partitions(layout: ZkLayout, selection: Mapping[str, list[int] | None]) -> list[TopicPartition]:
+def selected_partitions(layout: ZkLayout, selection: Mapping[str, list[int] | None]) -> list[TopicPartition]:
     if not selection:
         raise ConfigError("give at least one --topic")
     existing = topic_partitions(layout, selection)

@@ -110,9 +110,34 @@ class TopicDetail:
     topic: str
     partitions: list[PartitionDetail]
     config: dict[str, str]
+    total_partitions: int | None = None  # the topic's count when ``partitions`` is a filtered subset
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions) if self.total_partitions is None else self.total_partitions
+
+    @property
+    def replication_factor(self) -> int:
+        """As kafka-topics --describe's ReplicationFactor: the replica count (of the first partition)."""
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+    @property
+    def min_isr(self) -> int:
+        """The topic's ``min.insync.replicas`` override, else the default 1 (a broker-wide setting is not
+        visible in ZooKeeper)."""
+        return int(self.config.get("min.insync.replicas", "1"))
+
+    def under_min_isr(self) -> list[PartitionDetail]:
+        """kafka-topics --under-min-isr-partitions: no leader, or fewer in-sync replicas than ``min_isr``."""
+        return [p for p in self.partitions if p.status == OFFLINE or len(p.isr) < self.min_isr]
+
+    def unavailable(self) -> list[PartitionDetail]:
+        """kafka-topics --unavailable-partitions: no leader, or a leader that is not a live broker."""
+        return [p for p in self.partitions if p.status == OFFLINE]
 
     def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "config": self.config, "partitions": [p.to_json() for p in self.partitions]}
+        return {"topic": self.topic, "replication_factor": self.replication_factor, "config": self.config,
+                "partitions": [p.to_json() for p in self.partitions]}
 
 
 def list_topics(layout: ZkLayout) -> list[TopicSummary]:

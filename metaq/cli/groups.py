@@ -20,7 +20,7 @@ import argparse
 
 from metaq.admin import GroupDescription, GroupSummary, Member, PartitionLag
 from metaq.admin.broker_groups import CoordinatorGroup
-from metaq.admin.groups import DEFAULT_STALL_AFTER_MS
+from metaq.admin.groups import DEFAULT_STALL_AFTER_MS, zookeeper_state
 from metaq.cli.output import add_parser, emit, note, open_admin, table, when
 
 PARTITION_HEADERS = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER", "LAST-COMMIT",
@@ -37,6 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     describe.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
     describe.add_argument("--stalled-after-s", type=float, default=DEFAULT_STALL_AFTER_MS / 1000, metavar="S",
                           help="flag STALLED when lag > 0 and no commit for this long (default 600)")
+    view = describe.add_mutually_exclusive_group()
+    view.add_argument("--state", action="store_true",
+                      help="one line per kind of group: coordinator, assignment strategy, state, #members "
+                           "(kafka-consumer-groups --describe --state)")
+    view.add_argument("--members", action="store_true",
+                      help="one line per member with its #partitions (kafka-consumer-groups --describe --members)")
+    describe.add_argument("--verbose", action="store_true", help="with --members: each member's assignment")
     describe.set_defaults(func=_describe)
     delete = add_parser(actions, "delete", "delete a group without members: /consumers/GROUP and/or at its coordinator")
     delete.add_argument("group")
@@ -70,8 +77,57 @@ def _describe(args: argparse.Namespace) -> int:
             note(f"Warning: member {member.consumer_id} is registered by a persistent node: it is no live "
                  "consumer. metaq consumers ignore it; Kafka 0.8 consumers assign it partitions nobody reads. "
                  "Delete the node.")
-    emit(args, description.to_json(), lambda: render_description(description))
+    if args.state:
+        rows = state_rows(description)
+        emit(args, {"group": args.group, "state": [dict(zip(STATE_KEYS, r, strict=True)) for r in rows]},
+             lambda: table(STATE_HEADERS, rows))
+    elif args.members:
+        rows = member_rows(description, verbose=args.verbose)
+        headers = MEMBER_HEADERS + (["ASSIGNMENT"] if args.verbose else [])
+        keys = MEMBER_KEYS + (["assignment"] if args.verbose else [])
+        emit(args, {"group": args.group, "members": [dict(zip(keys, r, strict=True)) for r in rows]},
+             lambda: table(headers, rows) if rows else f"Consumer group '{args.group}' has no active members.")
+    else:
+        emit(args, description.to_json(), lambda: render_description(description))
     return 0
+
+
+STATE_HEADERS = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
+MEMBER_HEADERS = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+STATE_KEYS = ["group", "coordinator", "assignment_strategy", "state", "members"]  # the same columns in --json
+MEMBER_KEYS = ["group", "consumer_id", "host", "client_id", "partitions"]
+
+
+def state_rows(d: GroupDescription) -> list[tuple[object, ...]]:
+    """--state: a coordinator's group as Kafka prints it; a ZooKeeper group with coordinator ``zookeeper``
+    (members balance themselves: no coordinator, and the strategy is each member's own setting, not shown)."""
+    rows: list[tuple[object, ...]] = []
+    if d.members or d.protocol is None:
+        rows.append((d.group, "zookeeper", None, zookeeper_state(len(d.members)), len(d.members)))
+    if d.protocol is not None:
+        rows.append((d.group, f"broker {d.protocol.coordinator}", d.protocol.protocol or None, d.protocol.state,
+                     len(d.protocol.members)))
+    return rows
+
+
+def member_rows(d: GroupDescription, *, verbose: bool = False) -> list[tuple[object, ...]]:
+    """--members: ZooKeeper members with the partitions their threads own, then the coordinator's members with
+    their assignment; ``verbose`` adds the partitions (Kafka's ``topic(p,p)`` form)."""
+    rows: list[tuple[object, ...]] = []
+    for m in d.members:
+        owned = tuple((p.topic, p.partition) for p in d.partitions if p.consumer_id == m.consumer_id)
+        rows.append((d.group, m.consumer_id, m.host, None, len(owned), *([_assignment(owned)] if verbose else [])))
+    for c in d.protocol.members if d.protocol is not None else ():
+        rows.append((d.group, c.member_id, c.host, c.client_id, len(c.assignment),
+                     *([_assignment(c.assignment)] if verbose else [])))
+    return rows
+
+
+def _assignment(partitions: tuple[tuple[str, int], ...]) -> str | None:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return ",".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items())) or None
 
 
 def _delete(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@
     metaq offsets reset etl --topic clicks:0,1 --shift-by -100 --execute                # apply it
     metaq offsets export --group etl > etl.offsets                                      # Kafka's path:value lines
     metaq offsets import etl.offsets --execute
+    metaq offsets delete etl --topic clicks:0,1                                         # as --delete-offsets
 
 Resets and imports are dry runs unless ``--execute``, and are refused while a target group has live
 members unless ``--force``. New offsets of a reset are clamped to [log start, log end] with a note.
@@ -20,7 +21,17 @@ from pathlib import Path
 from metaq.admin import Admin, OffsetChange, OffsetPlan, ResetSpec, format_offsets, parse_offsets, parse_topic_selection
 from metaq.admin.offsets import parse_datetime
 from metaq.admin.transfer import FORMATS, JSON, LINES
-from metaq.cli.output import ProgressBar, add_parser, int_arg, note, open_admin, print_json, table, usage_error
+from metaq.cli.output import (
+    ProgressBar,
+    add_parser,
+    emit,
+    int_arg,
+    note,
+    open_admin,
+    print_json,
+    table,
+    usage_error,
+)
 from metaq.errors import ConfigError, UnknownTopicError
 
 
@@ -41,6 +52,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         help="the first offset at or after this time (epoch ms or ISO 8601; local time without "
                              "a UTC offset), or the log start/end (default latest)")
     lookup.set_defaults(func=_lookup)
+    delete = add_parser(actions, "delete", "delete a group's committed offsets (kafka-consumer-groups "
+                        "--delete-offsets)")
+    delete.add_argument("group")
+    delete.add_argument("--topic", action="append", required=True, metavar="TOPIC[:P,P]",
+                        help="topic, optionally with partitions (repeatable)")
+    delete.add_argument("--force", action="store_true",
+                        help="delete even while a ZooKeeper group has live members")
+    delete.set_defaults(func=_delete)
     imp = add_parser(actions, "import", "write offsets from an export file (a dry run unless --execute)")
     imp.add_argument("file", metavar="FILE", help="an export in either format, or - for stdin")
     imp.add_argument("--format", choices=FORMATS, default=None, help="default: recognised from the content")
@@ -51,8 +70,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def _register_reset(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     reset = add_parser(actions, "reset", "move a group's offsets (a dry run unless --execute)")
     reset.add_argument("group")
-    reset.add_argument("--topic", action="append", required=True, metavar="TOPIC[:P,P]",
+    scope = reset.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--topic", action="append", metavar="TOPIC[:P,P]",
                        help="topic, optionally with partitions (repeatable)")
+    scope.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
     mode = reset.add_mutually_exclusive_group(required=True)
     mode.add_argument("--to-earliest", action="store_true", help="the log start offset")
     mode.add_argument("--to-latest", action="store_true", help="the log end offset")
@@ -94,16 +115,36 @@ def reset_spec(args: argparse.Namespace) -> ResetSpec:
     return ResetSpec.shift_by(args.shift_by)
 
 
-def _reset(args: argparse.Namespace) -> int:
+def topic_selection(texts: list[str]) -> dict[str, list[int] | None]:
+    """``--topic T[:P,P]`` options merged per topic (None: every partition)."""
     selection: dict[str, list[int] | None] = {}
-    for text in args.topic:
+    for text in texts:
         topic, partitions = parse_topic_selection(text)
         previous = selection.get(topic, [])
         selection[topic] = None if partitions is None or previous is None else sorted({*previous, *partitions})
+    return selection
+
+
+def _reset(args: argparse.Namespace) -> int:
+    selection = topic_selection(args.topic or [])
     spec = reset_spec(args)
     with open_admin(args) as admin:
-        plan = admin.plan_reset(args.group, selection, spec, create_group=args.create_group)
+        plan = admin.plan_reset(args.group, selection, spec, create_group=args.create_group,
+                                all_topics=args.all_topics)
         return _finish(admin, plan, args)
+
+
+# -- delete -----------------------------------------------------------------------------------------------
+
+
+def _delete(args: argparse.Namespace) -> int:
+    """As kafka-consumer-groups --delete-offsets: TOPIC PARTITION STATUS per partition; exit 1 when a
+    partition's offset could not be deleted (e.g. a live member of a protocol group reads its topic)."""
+    with open_admin(args) as admin:
+        results = admin.delete_offsets(args.group, topic_selection(args.topic), force=args.force)
+    emit(args, {"group": args.group, "partitions": [r.to_json() for r in results]},
+         lambda: table(["TOPIC", "PARTITION", "STATUS"], [(r.topic, r.partition, r.status) for r in results]))
+    return 1 if any(r.error is not None for r in results) else 0
 
 
 # -- lookup -----------------------------------------------------------------------------------------------

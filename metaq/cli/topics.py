@@ -1,8 +1,9 @@
-"""``metaq topics create|list|describe|delete|alter-config``.
+"""``metaq topics create|list|describe|delete|alter|alter-config``.
 
     metaq topics create --zookeeper 127.0.0.1:2181 --topic clicks --partitions 6 --topic-config retention.ms=86400000
     metaq topics list --zookeeper 127.0.0.1:2181
     metaq topics describe clicks --zookeeper 127.0.0.1:2181     # leader, replicas, ISR, log start and end
+    metaq topics alter clicks --partitions 12 --zookeeper 127.0.0.1:2181     # grow only, as kafka-topics --alter
     metaq topics delete clicks --zookeeper 127.0.0.1:2181       # /admin/delete_topics: the brokers delete it
     metaq topics alter-config clicks --set segment.bytes=1048576 --delete retention.ms --zookeeper 127.0.0.1:2181
 """
@@ -10,10 +11,11 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from metaq.admin import TopicDetail, TopicSummary
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, validate_topic_config
-from metaq.broker.topics import create_topic
+from metaq.broker.topics import add_partitions, create_topic
 from metaq.cli.output import ProgressBar, add_parser, emit, note, open_admin, table, usage_error
 from metaq.errors import ZooKeeperError
 
@@ -34,6 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     listing.set_defaults(func=_list)
     describe = add_parser(actions, "describe", "partitions with leader, replicas, ISR, log start and end offsets")
     describe.add_argument("topic", nargs="*", help="topics to describe (default: all)")
+    only = describe.add_mutually_exclusive_group()
+    only.add_argument("--under-min-isr", action="store_true",
+                      help="only partitions with fewer in-sync replicas than min.insync.replicas, or no leader")
+    only.add_argument("--unavailable", action="store_true", help="only partitions without a live leader")
     describe.set_defaults(func=_describe)
     delete = add_parser(actions, "delete", "delete topics: every broker hosting a partition removes its log")
     delete.add_argument("topic", nargs="+")
@@ -44,6 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     elect.add_argument("topic", nargs="*", help="topics (default: all)")
     elect.add_argument("--wait-s", type=float, default=30.0, help="how long to wait for the controller")
     elect.set_defaults(func=_elect_leaders)
+    grow = add_parser(actions, "alter", "add partitions to a topic (kafka-topics --alter --partitions)")
+    grow.add_argument("topic")
+    grow.add_argument("--partitions", type=int, required=True, metavar="N",
+                      help="the new partition count: more than the current one (partitions cannot be removed)")
+    grow.set_defaults(func=_alter_partitions)
     alter = add_parser(actions, "alter-config", "set or remove topic config overrides; brokers apply them live")
     alter.add_argument("topic")
     alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -105,7 +116,10 @@ def _describe(args: argparse.Namespace) -> int:
             for name in names:
                 details.append(admin.describe_topic(name))
                 bar.update()
-    emit(args, {"topics": [d.to_json() for d in details]}, lambda: render(details))
+    details = filter_partitions(details, under_min_isr=args.under_min_isr, unavailable=args.unavailable)
+    emit(args, {"topics": [d.to_json() for d in details]},
+         lambda: render(details) if details or not (args.under_min_isr or args.unavailable)
+         else "No under-min-isr partitions." if args.under_min_isr else "No unavailable partitions.")
     return 0
 
 
@@ -117,6 +131,17 @@ def _readable_topics(topics: list[TopicSummary]) -> list[str]:
     return [t.topic for t in topics if t.error is None]
 
 
+def filter_partitions(details: list[TopicDetail], *, under_min_isr: bool = False,
+                      unavailable: bool = False) -> list[TopicDetail]:
+    """As kafka-topics --describe with --under-min-isr-partitions / --unavailable-partitions: only the matching
+    partitions, and only the topics that have any."""
+    if not (under_min_isr or unavailable):
+        return details
+    kept = [replace(d, partitions=d.under_min_isr() if under_min_isr else d.unavailable(),
+                    total_partitions=d.partition_count) for d in details]
+    return [d for d in kept if d.partitions]
+
+
 def render(details: list[TopicDetail]) -> str:
     if not details:
         return "No topics."
@@ -125,7 +150,8 @@ def render(details: list[TopicDetail]) -> str:
         config = ",".join(f"{k}={v}" for k, v in sorted(d.config.items())) or "-"
         rows = [(p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)) or None,
                  p.status, p.log_start, p.log_end, p.messages, p.error) for p in d.partitions]
-        parts.append(f"Topic {d.topic}: {len(d.partitions)} partitions, config {config}\n" + table(
+        parts.append(f"Topic {d.topic}: {d.partition_count} partitions, replication factor {d.replication_factor}, "
+                     f"config {config}\n" + table(
             ["PARTITION", "LEADER", "REPLICAS", "ISR", "STATUS", "LOG-START-OFFSET", "LOG-END-OFFSET", "MESSAGES",
              "ERROR"], rows))
     return "\n\n".join(parts)
@@ -151,6 +177,21 @@ def _elect_leaders(args: argparse.Namespace) -> int:
     emit(args, {"leaders": [{"topic": t, "partition": p, "leader": b} for (t, p), b in rows]},
          lambda: table(["TOPIC", "PARTITION", "LEADER"], [(t, p, b) for (t, p), b in rows]) if rows
          else "No replicated partitions.")
+    return 0
+
+
+def _alter_partitions(args: argparse.Namespace) -> int:
+    """As kafka-topics --alter --partitions: the new partitions are placed on the live brokers with the
+    topic's replication factor (the path CreatePartitions takes at a broker); fewer or equal is an error."""
+    with open_admin(args) as admin:
+        before = admin.layout.topic_assignment(args.topic)
+        assignment = add_partitions(admin.layout, args.topic, args.partitions)
+    have = len(before.partitions) if before is not None else 0
+    added = {p: r for p, r in sorted(assignment.partitions.items()) if p >= have}
+    emit(args, {"topic": args.topic, "partitions": len(assignment.partitions),
+                "added": {str(p): list(r) for p, r in added.items()}},
+         lambda: f"Topic {args.topic}: {have} -> {len(assignment.partitions)} partitions (partition:replicas "
+                 f"{', '.join(f'{p}:' + ','.join(map(str, r)) for p, r in added.items())})")
     return 0
 
 

@@ -60,6 +60,12 @@ class FakeLayout:
         self.offset_data[group][(topic, partition)] = OffsetNode(offset, ctime, self.clock_ms)
         self.writes.append((group, topic, partition, offset))
 
+    def offsets(self, group: str) -> dict[TopicPartition, int]:
+        return {k: n.offset for k, n in self.offset_data.get(group, {}).items() if n.offset is not None}
+
+    def delete_offset(self, group: str, topic: str, partition: int) -> bool:
+        return self.offset_data.get(group, {}).pop((topic, partition), None) is not None
+
     def owners(self, group: str) -> dict[TopicPartition, str]:
         return {k: n.thread_id for k, n in self.owner_data.get(group, {}).items()}
 

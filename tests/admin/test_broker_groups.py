@@ -15,8 +15,8 @@ from metaq.admin.broker_groups import (
     decode_assignment,
     groups_from_responses,
 )
-from metaq.admin.groups import OK, describe_group, group_listing
-from metaq.cli.groups import render_list
+from metaq.admin.groups import OK, GroupDescription, describe_group, group_listing
+from metaq.cli.groups import member_rows, render_list, state_rows
 from tests.admin.fakes import NOW_MS, FakeKafkaOffsets, FakeLayout, FakeLogOffsets
 
 
@@ -61,13 +61,18 @@ def test_list_states_are_kafkas_for_both_kinds_and_an_empty_protocol_group_shows
     assert "Empty" in render_list(listing.groups) and "active" not in render_list(listing.groups)
 
 
-def test_describe_a_protocol_group_names_its_members_as_owners() -> None:
+def _stdg() -> tuple[FakeLayout, FakeLogOffsets, GroupDescription]:
+    """Two partitions of clicks, both assigned to STDG's one member."""
     layout = FakeLayout(topics_={"clicks": 2})
     logs = FakeLogOffsets()
     for p in range(2):
         logs.set("clicks", p, 0, 10)
-    d = describe_group(layout, logs, "stdg", now_ms=lambda: NOW_MS,  # type: ignore[arg-type]
-                       coordinators=FakeCoordinators([STDG]))
+    return layout, logs, describe_group(layout, logs, "stdg", now_ms=lambda: NOW_MS,  # type: ignore[arg-type]
+                                        coordinators=FakeCoordinators([STDG]))
+
+
+def test_describe_a_protocol_group_names_its_members_as_owners() -> None:
+    _, _, d = _stdg()
     assert d.active and d.protocol == STDG and d.to_json()["protocol"]["members"][0]["member_id"] == "rdkafka-1"
     assert [(r.partition, r.owner, r.status) for r in d.partitions] == [(0, "rdkafka-1", OK), (1, "rdkafka-1", OK)]
 
@@ -88,3 +93,20 @@ def test_groups_from_responses_decode_consumer_assignments() -> None:
     assert groups_from_responses(3, listed, described) == {"stdg": CoordinatorGroup(
         "stdg", 3, "Stable", "consumer", "range", (CoordinatorMember("m", "c", "/h", (("clicks", 0), ("clicks", 1))),))}
     assert decode_assignment(b"\x00") == ()
+
+
+def test_describe_state_and_members_views_as_kafka_consumer_groups() -> None:
+    """--state: COORDINATOR (ID), ASSIGNMENT-STRATEGY, STATE, #MEMBERS; --members (--verbose): #PARTITIONS and
+    Kafka's topic(p,p) assignment, for a protocol group and for a ZooKeeper group's members."""
+    layout, logs, d = _stdg()
+    assert state_rows(d) == [("stdg", "broker 0", "range", "Stable", 1)]
+    assert member_rows(d, verbose=True) == [("stdg", "rdkafka-1", "/127.0.0.1", "rdkafka", 2, "clicks(0,1)")]
+
+    layout.join("etl", "etl_h-1", {"clicks": 1})
+    layout.own("etl", "clicks", 1, "etl_h-1-0")
+    layout.commit("etl", "clicks", 1, 4)
+    z = describe_group(layout, logs, "etl", now_ms=lambda: NOW_MS,  # type: ignore[arg-type]
+                       coordinators=FakeCoordinators())
+    assert state_rows(z) == [("etl", "zookeeper", None, "Stable", 1)]
+    assert member_rows(z) == [("etl", "etl_h-1", None, None, 1)]
+    assert member_rows(z, verbose=True)[0][-1] == "clicks(1)"

@@ -183,3 +183,21 @@ def test_a_refused_kafka_commit_fails_before_zookeeper(code: int, error: type[Ex
     with pytest.raises(error, match=message):
         apply_plan(layout, plan, force=True, kafka=kafka)  # type: ignore[arg-type]
     assert layout.writes == []
+
+
+def test_all_topics_resets_every_topic_the_group_has_offsets_for() -> None:
+    """kafka-consumer-groups --all-topics: the topics of the group's committed offsets (ZooKeeper and
+    __consumer_offsets), every partition of each; a topic without offsets of the group is left out."""
+    layout, logs = _cluster()
+    layout.topics_["views"] = 1
+    layout.topics_["other"] = 1
+    logs.set("views", 0, 0, 40)
+    logs.set("other", 0, 0, 40)
+    kafka = FakeKafkaOffsets({"etl": {("views", 0): 7}})
+    plan = plan_reset(layout, logs, "etl", {}, ResetSpec.latest(), kafka=kafka,  # type: ignore[arg-type]
+                      all_topics=True)
+    assert sorted({c.topic for c in plan.changes}) == ["clicks", "views"]
+    assert len([c for c in plan.changes if c.topic == "clicks"]) == 3
+    with pytest.raises(ConfigError, match="no committed offsets"):
+        plan_reset(FakeLayout({"clicks": 1}, extra_groups={"new"}), logs, "new", {},  # type: ignore[arg-type]
+                   ResetSpec.latest(), all_topics=True)
