@@ -118,6 +118,34 @@ class _Controller(_Nodes):
             raise ZooKeeperError(f"writing {self.full_path(path)} failed: {written!r}") from written
         return int(written.version)
 
+    def create_partition_state_fenced(
+        self, fence: ControllerEpoch, topic: str, partition: int, state: PartitionState
+    ) -> None:
+        """Create a new partition's ``state`` node if ``/controller_epoch`` is still at ``fence`` (Kafka's
+        ``KafkaZkClient.createTopicPartitionStatesRaw``: the parents first, whoever made them, then the state node
+        in a fenced multi-op). ControllerMovedError if the epoch moved, StaleVersionError if the node exists."""
+        topic_path = paths.topic_path(topic)
+        for parent in (paths.partitions_path(topic), paths.partition_path(topic, partition)):
+            with self._translated("create", parent):
+                try:
+                    self._client.create(parent, b"", acl=self._acl(topic_path))
+                except NodeExistsError:
+                    pass
+        path = paths.partition_state_path(topic, partition)
+        with self._translated("create", path):
+            tx = self._client.transaction()
+            tx.check(paths.CONTROLLER_EPOCH, fence.zk_version)
+            tx.create(path, state.encode(), acl=self._acl(topic_path))
+            results = tx.commit()
+        check, created = results[0], results[1]
+        if isinstance(check, Exception) and not isinstance(check, RolledBackError):
+            raise ControllerMovedError(f"{self.full_path(paths.CONTROLLER_EPOCH)} is no longer at controller epoch "
+                                       f"{fence.epoch}: another broker is the controller") from check
+        if isinstance(created, NodeExistsError):
+            raise StaleVersionError(f"{self.full_path(path)} was created meanwhile") from created
+        if isinstance(created, Exception):
+            raise ZooKeeperError(f"creating {self.full_path(path)} failed: {created!r}") from created
+
     def announce_isr_change(self, partitions: Iterable[TopicPartition]) -> None:
         """A sequential ``/isr_change_notification/isr_change_<seq>`` naming the partitions whose ISR changed."""
         path = f"{paths.ISR_CHANGE_NOTIFICATION}/{ISR_CHANGE_PREFIX}"

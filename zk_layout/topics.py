@@ -157,7 +157,8 @@ class _Topics(_Nodes):
         self, topic: str, assignment: Mapping[int, Sequence[int]], states: Mapping[int, PartitionState]
     ) -> None:
         """Extend a topic to ``assignment`` (old partitions unchanged) in ONE transaction, conditional on
-        ``/brokers/topics/<t>`` not having changed since it was read (else :class:`StaleVersionError`)."""
+        ``/brokers/topics/<t>`` not having changed since it was read (else :class:`StaleVersionError`); the
+        new partitions get the ``state`` nodes given in ``states`` (none: the controller creates them)."""
         _check_assignment(topic, assignment, states)
         topic_path = paths.topic_path(topic)
         node = self._read(topic_path)
@@ -171,8 +172,9 @@ class _Topics(_Nodes):
             tx.set_data(topic_path, new.encode(), version=node[1].version)
             for partition in sorted(set(assignment) - set(old.partitions)):
                 tx.create(paths.partition_path(topic, partition), b"", acl=self._acl(topic_path))
-                tx.create(paths.partition_state_path(topic, partition), states[partition].encode(),
-                          acl=self._acl(topic_path))
+                if partition in states:
+                    tx.create(paths.partition_state_path(topic, partition), states[partition].encode(),
+                              acl=self._acl(topic_path))
             results = tx.commit()
         failure = next((r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)), None)
         self._raise_if_no_auth(tx, results, f"adding partitions to topic {topic!r} failed: ")

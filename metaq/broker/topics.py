@@ -1,5 +1,11 @@
 """Topic creation: spread partitions over the live brokers and write the topic's nodes in ZooKeeper.
 
+As Kafka's ``AdminZkClient.createTopicWithAssignment`` and ``addPartitions``, only the assignment
+(``/brokers/topics/<t>``) and the config (``/config/topics/<t>``) are written: the controller (metaq's,
+metaq/broker/replication/controller.py, or a real Kafka cluster's) creates each new partition's ``state`` node
+and so elects its first leader. A pre-written state node makes a real Kafka controller's first election fail
+(docs/testing-apache-kafka.md).
+
 Used by ``metaq topics create`` and by the broker's auto-creation. Replicas are placed as Kafka's
 ``AdminUtils.assignReplicasToBrokers`` (rack unaware) places them: the first replicas round-robin from a
 random broker, the followers shifted by a second random amount that grows by one per round of brokers, so
@@ -13,7 +19,7 @@ import random
 from collections.abc import Mapping, Sequence
 
 from metaq.errors import ConfigError, TopicError, UnknownTopicError
-from zk_layout import PartitionState, TopicAssignment, ZkLayout, validate_topic
+from zk_layout import TopicAssignment, ZkLayout, validate_topic
 
 log = logging.getLogger(__name__)
 
@@ -68,18 +74,9 @@ def create_topic(
     validate_topic(topic)
     if assignment is None:
         assignment = assign_replicas(layout.broker_ids(), partitions, replication_factor)
-    layout.create_topic(topic, assignment, initial_states(assignment), config=config)
+    layout.create_topic(topic, assignment, {}, config=config)
     log.info("created topic %s with %d partitions: %s", topic, len(assignment), dict(assignment))
     return TopicAssignment(partitions={p: tuple(r) for p, r in assignment.items()})
-
-
-def initial_states(assignment: Mapping[int, Sequence[int]]) -> dict[int, PartitionState]:
-    """The ``state`` node of each new partition: the first (preferred) replica leads at leader epoch 0 and
-    every replica is in the ISR (they are all empty)."""
-    return {
-        p: PartitionState(leader=replicas[0], leader_epoch=0, isr=tuple(replicas), controller_epoch=1)
-        for p, replicas in assignment.items()
-    }
 
 
 def add_partitions(
@@ -102,6 +99,6 @@ def add_partitions(
     else:
         added = {have + i: list(r) for i, r in enumerate(new_assignment)}
     full = {**{p: list(r) for p, r in current.partitions.items()}, **added}
-    layout.add_partitions(topic, full, initial_states(added))
+    layout.add_partitions(topic, full, {})
     log.info("topic %s: added partitions %s", topic, added)
     return TopicAssignment(partitions={p: tuple(r) for p, r in full.items()})

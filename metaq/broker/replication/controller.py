@@ -11,7 +11,10 @@ lost its session cannot overwrite a newer one's decisions. A ``/admin/preferred_
 alive and in the ISR, and is deleted when done. ISR change notifications are consumed (deleted):
 brokers learn states by watching the state nodes themselves, so the notification carries no extra work.
 
-Partitions with one replica are left alone: their only replica leads whenever it is up, as before.
+New partitions have no ``state`` node (topic creation writes only the assignment, as Kafka's does): the controller
+creates it, electing the first live replica, when the ``/brokers/topics`` child watch or a topic's data watch
+(added partitions) fires. Partitions with one replica are otherwise left alone: their only replica leads whenever
+it is up.
 Thread: ``metaq-broker-controller``; ZooKeeper watches only wake it.
 """
 
@@ -26,7 +29,7 @@ from kazoo.client import KazooClient, KazooState
 
 from metaq.broker.replication.election import elect, elect_preferred, imbalanced_brokers
 from metaq.errors import ControllerMovedError, MetaqError, StaleVersionError
-from zk_layout import ZkLayout
+from zk_layout import PartitionState, ZkLayout
 from zk_layout.controller import ControllerEpoch
 
 log = logging.getLogger(__name__)
@@ -131,16 +134,20 @@ class Controller:
         preferred = set(requested or ())
         rebalance = self._rebalance_due()
         seen: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
+        deleting = set(self._layout.topics_marked_for_deletion(watch=self.kick))
         for topic in self._layout.topics():
-            assignment = self._layout.topic_assignment(topic)
+            assignment = self._layout.topic_assignment(topic, watch=self.kick)  # fires on added partitions
             if assignment is None:
                 continue
-            replicated = {p: r for p, r in assignment.partitions.items() if len(r) > 1}
-            states = self._layout.partition_states_versioned((topic, p) for p in replicated)
+            states = self._layout.partition_states_versioned((topic, p) for p in assignment.partitions)
             for (_, partition), versioned in states.items():
-                if versioned is not None:
-                    seen[(topic, partition)] = (versioned[0].leader, replicated[partition])
-                    self._decide(fence, topic, partition, replicated[partition], live, *versioned,
+                replicas = assignment.partitions[partition]
+                if versioned is None:
+                    if topic not in deleting:  # its partitions are going: no new state (as Kafka's controller)
+                        self._create_state(fence, topic, partition, replicas, live)
+                elif len(replicas) > 1:
+                    seen[(topic, partition)] = (versioned[0].leader, replicas)
+                    self._decide(fence, topic, partition, replicas, live, *versioned,
                                  preferred=(topic, partition) in preferred)
         if requested is not None:
             self._layout.finish_preferred_election()
@@ -162,6 +169,25 @@ class Controller:
         first = self._next_rebalance == 0.0
         self._next_rebalance = now + self._rebalance_interval_s
         return not first  # not right after the election: returning brokers first catch up
+
+    def _create_state(self, fence: ControllerEpoch, topic: str, partition: int, replicas: tuple[int, ...],
+                      live: set[int]) -> None:
+        """A new partition (no ``state`` node yet): its first live replica leads, the live replicas are the
+        ISR, leader epoch 0, as Kafka's ``PartitionStateMachine.initializeLeaderAndIsrForPartitions``. With no
+        live replica it stays without state until one registers (the ``/brokers/ids`` watch runs us again)."""
+        alive = tuple(b for b in replicas if b in live)
+        if not alive:
+            log.warning("%s-%d: new partition, but none of its replicas %s is alive: no leader yet", topic,
+                        partition, list(replicas))
+            return
+        state = PartitionState(leader=alive[0], leader_epoch=0, isr=alive, controller_epoch=fence.epoch)
+        try:
+            self._layout.create_partition_state_fenced(fence, topic, partition, state)
+        except StaleVersionError:
+            self._wake.set()  # created meanwhile: decide again from what is there
+            return
+        log.info("%s-%d: new partition, leader %d, ISR %s (controller epoch %d)", topic, partition, state.leader,
+                 list(state.isr), fence.epoch)
 
     def _decide(self, fence: ControllerEpoch, topic: str, partition: int, replicas: tuple[int, ...],
                 live: set[int], state: Any, version: int, *, preferred: bool = False) -> None:
