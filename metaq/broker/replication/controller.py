@@ -28,7 +28,7 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 
 from metaq.broker.replication.election import elect, elect_preferred, imbalanced_brokers
-from metaq.errors import ControllerMovedError, MetaqError, StaleVersionError
+from metaq.errors import ControllerMovedError, MalformedNodeError, MetaqError, StaleVersionError
 from zk_layout import PartitionState, ZkLayout
 from zk_layout.controller import ControllerEpoch
 
@@ -51,6 +51,7 @@ class Controller:
         self._rebalance_interval_s = rebalance_interval_s
         self._imbalance_percentage = imbalance_percentage
         self._next_rebalance = 0.0
+        self._malformed: dict[str, str] = {}  # path -> why, of the nodes the last pass skipped
         self._fence: ControllerEpoch | None = None
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -135,11 +136,16 @@ class Controller:
         rebalance = self._rebalance_due()
         seen: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
         deleting = set(self._layout.topics_marked_for_deletion(watch=self.kick))
+        malformed: dict[str, str] = {}
         for topic in self._layout.topics():
-            assignment = self._layout.topic_assignment(topic, watch=self.kick)  # fires on added partitions
-            if assignment is None:
+            try:
+                assignment = self._layout.topic_assignment(topic, watch=self.kick)  # fires on added partitions
+                if assignment is None:
+                    continue
+                states = self._layout.partition_states_versioned((topic, p) for p in assignment.partitions)
+            except MalformedNodeError as e:  # one bad node must not stop the other topics' elections
+                malformed[e.path] = str(e)
                 continue
-            states = self._layout.partition_states_versioned((topic, p) for p in assignment.partitions)
             for (_, partition), versioned in states.items():
                 replicas = assignment.partitions[partition]
                 if versioned is None:
@@ -149,6 +155,7 @@ class Controller:
                     seen[(topic, partition)] = (versioned[0].leader, replicas)
                     self._decide(fence, topic, partition, replicas, live, *versioned,
                                  preferred=(topic, partition) in preferred)
+        self._report_malformed(malformed)
         if requested is not None:
             self._layout.finish_preferred_election()
         if rebalance:
@@ -159,6 +166,12 @@ class Controller:
                 log.info("leader imbalance on brokers %s: moving %d partitions to their preferred replica",
                          sorted(brokers), len(moves))
                 self._layout.request_preferred_election(moves)  # carried out by the next pass (its watch)
+
+    def _report_malformed(self, malformed: dict[str, str]) -> None:
+        """Log each node skipped for being malformed once per change (the passes repeat every few seconds)."""
+        for path in sorted(malformed.keys() - self._malformed.keys()):
+            log.warning("controller: skipping a topic whose node does not decode: %s", malformed[path])
+        self._malformed = malformed
 
     def _rebalance_due(self) -> bool:
         if self._rebalance_interval_s is None:
