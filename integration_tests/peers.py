@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import confluent_kafka
 import kafka
 
+from zk_layout import ZkLayout
+
 KCAT = shutil.which("kcat") or "kcat"
 FORMAT = "%p|%o|%T|%k|%s\\n"
 
@@ -168,3 +170,22 @@ def confluent_commit(bootstrap: str, group: str, topic: str, offset: int) -> Non
         consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, offset)], asynchronous=False)
     finally:
         consumer.close()
+
+
+# ---- committed offsets ---------------------------------------------------------------------------------
+
+
+def confluent_committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """What a standard client reads back from the group coordinator (confluent-kafka: FindCoordinator +
+    OffsetFetch); partitions without a committed offset are left out."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = consumer.committed([confluent_kafka.TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        return {tp.partition: tp.offset for tp in tps if tp.offset >= 0}
+    finally:
+        consumer.close()
+
+
+def zk_committed(layout: ZkLayout, group: str, topic: str) -> dict[int, int]:
+    """The group's offsets of ``topic`` in ZooKeeper (``/consumers/<g>/offsets``)."""
+    return {p: o for (t, p), o in layout.offsets(group).items() if t == topic and o >= 0}

@@ -24,10 +24,10 @@ from kafka.protocol.admin import (
 from integration_tests import peers
 from integration_tests.test_broker_limits import RssSampler
 from metaq.broker.process import BrokerProcess
-from metaq.broker.topics import create_topic, initial_states
+from metaq.broker.topics import create_topic
 from metaq.errors import ErrorCode, MalformedNodeError
 from metaq.testing.broker import request, topic_leaders, wait_until
-from zk_layout import ZkLayout
+from zk_layout import PartitionState, ZkLayout
 
 
 def metaq(*args: str) -> subprocess.CompletedProcess[str]:
@@ -174,6 +174,11 @@ def test_partition_counts_are_bounded_per_request_and_per_cluster(broker_cluster
     assert zk_layout.topic_assignment("huge") is None and zk_layout.topic_assignment("c") is None
     assert not client.failures, client.failures[:3]
     assert rss.growth_mb < 40, f"broker RSS grew {rss.growth_mb:.0f} MB"
+
+
+def initial_states(assignment: dict[int, tuple[int, ...]]) -> dict[int, PartitionState]:
+    """First states as a controller writes them (the first replica leads, all in the ISR)."""
+    return {p: PartitionState(leader=r[0], leader_epoch=0, isr=r, controller_epoch=1) for p, r in assignment.items()}
 
 
 def test_a_topic_too_large_for_one_zookeeper_request_is_written_in_several(zk_layout: ZkLayout) -> None:

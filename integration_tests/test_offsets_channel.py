@@ -11,14 +11,15 @@ import threading
 import time
 from collections.abc import Iterator
 
-import confluent_kafka
 import pytest
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
+from integration_tests.peers import confluent_committed as _kafka_committed
+from integration_tests.peers import zk_committed as _zk_committed
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
 from metaq.config import ConfigError
-from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
+from metaq.consumer import Consumer, ConsumerConfig
 from metaq.consumer.kafka_offsets import KafkaOffsetStore
 from metaq.errors import MetaqError
 from metaq.producer import Producer
@@ -30,6 +31,9 @@ from metaq.testing.group import (
     log_end_offsets,
     wait_consuming,
     wait_drained,
+)
+from metaq.testing.group import (
+    drain_stream as _drain,
 )
 from zk_layout import ZkLayout
 
@@ -51,42 +55,6 @@ def _consumer(zk_connect: str, group: str, **props: object) -> Consumer:
     return Consumer({"group.id": group, "zookeeper.connect": zk_connect, "consumer.timeout.ms": 1500,
                      "auto.offset.reset": "smallest", "auto.commit.interval.ms": 200,
                      "zookeeper.session.timeout.ms": 3000, **FAST, **props})
-
-
-def _drain(consumer: Consumer, topic: str, count: int, *, linger: float = 0.0,
-           timeout: float = 30.0) -> set[tuple[int, int]]:
-    """``count`` messages (a duplicate fails), then ``linger`` seconds more to catch any extra (re-delivered)
-    one; quiet spells of consumer.timeout.ms are waited out (a loaded machine), up to ``timeout``."""
-    [stream] = consumer.create_message_streams({topic: 1})[topic]
-    got: set[tuple[int, int]] = set()
-    deadline = time.monotonic() + timeout
-    linger_until: float | None = None
-    while time.monotonic() < (deadline if linger_until is None else linger_until):
-        try:
-            m = next(stream)
-        except ConsumerTimeoutError:
-            continue
-        assert (m.partition, m.offset) not in got, f"duplicate {m.partition}/{m.offset}"
-        got.add((m.partition, m.offset))
-        if len(got) >= count and linger_until is None:
-            if not linger:
-                break
-            linger_until = time.monotonic() + linger
-    return got
-
-
-def _kafka_committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """What a standard client reads back (confluent-kafka: FindCoordinator + OffsetFetch); -1001 = none."""
-    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        tps = c.committed([confluent_kafka.TopicPartition(topic, p) for p in range(partitions)], timeout=20)
-        return {tp.partition: tp.offset for tp in tps if tp.offset >= 0}
-    finally:
-        c.close()
-
-
-def _zk_committed(layout: ZkLayout, group: str, topic: str) -> dict[int, int]:
-    return {p: o for (t, p), o in layout.offsets(group).items() if t == topic and o >= 0}
 
 
 def _store(zk_connect: str, layout: ZkLayout, group: str, **props: object) -> KafkaOffsetStore:

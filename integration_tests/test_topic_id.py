@@ -104,10 +104,14 @@ def test_a_topic_without_an_id_is_served_unchecked(broker_cluster: BrokerCluster
     """Topics created before topic ids (``/brokers/topics/<t>`` version 1) keep working."""
     broker = broker_cluster.add(0, **{"auto.create.topics.enable": "false"})
     zk_layout.client.create(paths.topic_config_path(TOPIC), b'{"version":1,"config":{}}', makepath=True)
-    zk_layout.client.create(paths.topic_path(TOPIC), b'{"version":1,"partitions":{"0":[0]}}', makepath=True)
-    zk_layout.client.create(paths.partition_state_path(TOPIC, 0),
-                            b'{"controller_epoch":1,"leader":0,"version":1,"leader_epoch":0,"isr":[0]}',
-                            makepath=True)
+    zk_layout.client.ensure_path(paths.BROKER_TOPICS)
+    old_style = zk_layout.client.transaction()  # with its state, in one go: the controller finds it complete
+    old_style.create(paths.topic_path(TOPIC), b'{"version":1,"partitions":{"0":[0]}}')
+    old_style.create(paths.partitions_path(TOPIC), b"")
+    old_style.create(paths.partition_path(TOPIC, 0), b"")
+    old_style.create(paths.partition_state_path(TOPIC, 0),
+                     b'{"controller_epoch":1,"leader":0,"version":1,"leader_epoch":0,"isr":[0]}')
+    assert not [r for r in old_style.commit() if isinstance(r, Exception)]
     wait_until(lambda: topic_leaders(broker.bootstrap, TOPIC) == {0: 0}, 30, "the topic's leader")
     peers.confluent_produce(broker.bootstrap, TOPIC, 0, [(b"k", b"v", 1_700_000_000_000)])
     assert [m.value for m in peers.confluent_consume(broker.bootstrap, TOPIC, 0, 0, 1)] == [b"v"]

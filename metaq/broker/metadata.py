@@ -57,6 +57,12 @@ class ClusterSnapshot:
             return self.controller
         return min(self.brokers) if self.brokers else -1
 
+    def has_leaders(self, topic: str) -> bool:
+        """Whether ``topic`` is known and every partition has a leader: the controller creates a new topic's
+        partition states, so a creator waits for this (as Kafka's ``DelayedCreatePartitions``)."""
+        parts = self.topics.get(topic)
+        return parts is not None and bool(parts) and all(meta.leader >= 0 for meta in parts.values())
+
     def partition(self, topic: str, partition: int) -> PartitionMeta | None:
         parts = self.topics.get(topic)
         return parts.get(partition) if parts else None

@@ -327,7 +327,7 @@ class Broker:
         except TopicExistsError:
             pass
         self.metadata.request_reload()
-        await asyncio.to_thread(self.metadata.wait_for, lambda s: topic in s.topics, AUTO_CREATE_WAIT_S)
+        await asyncio.to_thread(self.metadata.wait_for, lambda s: s.has_leaders(topic), AUTO_CREATE_WAIT_S)
 
     async def _auto_create(self, topic: str) -> None:
         """Create a topic on first use (auto.create.topics.enable), then wait for it to be visible. A

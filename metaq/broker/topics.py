@@ -1,5 +1,14 @@
 """Topic creation: spread partitions over the live brokers and write the topic's nodes in ZooKeeper.
 
+As Kafka's ``AdminZkClient.createTopicWithAssignment`` and ``addPartitions``, only the assignment
+(``/brokers/topics/<t>``) and the config (``/config/topics/<t>``) are written: the controller (metaq's,
+metaq/broker/replication/controller.py, or a real Kafka cluster's) creates each new partition's ``state`` node
+and so elects its first leader. A pre-written state node makes a real Kafka controller's first election fail
+(docs/testing-apache-kafka.md). Where a controller is elected, creation then waits (at most
+``STATE_WAIT_S``) until the controller has written the state of every partition with a live replica, so callers
+find leaders on return as before; with no controller (no broker up yet) it returns at once and the first
+controller elected creates them.
+
 Used by ``metaq topics create`` and by the broker's auto-creation. Replicas are placed as Kafka's
 ``AdminUtils.assignReplicasToBrokers`` (rack unaware) places them: the first replicas round-robin from a
 random broker, the followers shifted by a second random amount that grows by one per round of brokers, so
@@ -10,12 +19,16 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Mapping, Sequence
 
-from metaq.errors import ConfigError, TopicCollisionError, TopicError, UnknownTopicError
-from zk_layout import PartitionState, TopicAssignment, ZkLayout, validate_topic
+from metaq.errors import ConfigError, MalformedNodeError, TopicCollisionError, TopicError, UnknownTopicError
+from zk_layout import TopicAssignment, ZkLayout, validate_topic
 
 log = logging.getLogger(__name__)
+
+STATE_WAIT_S = 10.0
+STATE_POLL_S = 0.05
 
 
 def assign_replicas(
@@ -69,8 +82,9 @@ def create_topic(
     _check_collision(layout, topic)
     if assignment is None:
         assignment = assign_replicas(layout.broker_ids(), partitions, replication_factor)
-    layout.create_topic(topic, assignment, initial_states(assignment), config=config)
+    layout.create_topic(topic, assignment, {}, config=config)
     log.info("created topic %s with %d partitions: %s", topic, len(assignment), dict(assignment))
+    await_partition_states(layout, topic, assignment)
     return TopicAssignment(partitions={p: tuple(r) for p, r in assignment.items()})
 
 
@@ -83,15 +97,6 @@ def _check_collision(layout: ZkLayout, topic: str) -> None:
     colliding = [t for t in layout.topics() if t != topic and t.replace(".", "_") == unified]
     if colliding:
         raise TopicCollisionError(f"Topic '{topic}' collides with existing topics: {', '.join(colliding)}")
-
-
-def initial_states(assignment: Mapping[int, Sequence[int]]) -> dict[int, PartitionState]:
-    """The ``state`` node of each new partition: the first (preferred) replica leads at leader epoch 0 and
-    every replica is in the ISR (they are all empty)."""
-    return {
-        p: PartitionState(leader=replicas[0], leader_epoch=0, isr=tuple(replicas), controller_epoch=1)
-        for p, replicas in assignment.items()
-    }
 
 
 def add_partitions(
@@ -114,6 +119,32 @@ def add_partitions(
     else:
         added = {have + i: list(r) for i, r in enumerate(new_assignment)}
     full = {**{p: list(r) for p, r in current.partitions.items()}, **added}
-    layout.add_partitions(topic, full, initial_states(added))
+    layout.add_partitions(topic, full, {})
     log.info("topic %s: added partitions %s", topic, added)
+    await_partition_states(layout, topic, added)
     return TopicAssignment(partitions={p: tuple(r) for p, r in full.items()})
+
+
+def await_partition_states(layout: ZkLayout, topic: str, assignment: Mapping[int, Sequence[int]],
+                           timeout_s: float = STATE_WAIT_S) -> bool:
+    """Wait until the controller has created the ``state`` node of each partition of ``assignment`` that has a
+    live replica (the others get none until one registers). Returns at once, False, if no controller is elected;
+    False after ``timeout_s`` (logged: the topic exists, its leaders come later)."""
+    try:
+        if layout.controller() is None:
+            return False
+    except MalformedNodeError as e:  # not ours to judge here: the brokers report it
+        log.warning("topic %s: not waiting for its partition states: %s", topic, e)
+        return False
+    live = set(layout.broker_ids())
+    wanted = [(topic, p) for p, replicas in assignment.items() if live.intersection(replicas)]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = [key for key, state in layout.partition_states(wanted).items() if state is None]
+        if not missing:
+            return True
+        if time.monotonic() >= deadline:
+            log.warning("topic %s: the controller has not created the state of partitions %s within %.0f s; "
+                        "they have no leader yet", topic, sorted(p for _, p in missing), timeout_s)
+            return False
+        time.sleep(STATE_POLL_S)

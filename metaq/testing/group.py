@@ -45,6 +45,7 @@ __all__ = [
     "SteadyProducer",
     "check_delivery",
     "consume_and_commit",
+    "drain_stream",
     "log_end_offsets",
     "ownership_problem",
     "wait_consuming",
@@ -72,6 +73,29 @@ def wait_drained(harness: GroupHarness, acked: Iterable[tuple[int, int]], timeou
         time.sleep(0.25)
         report = check_delivery(harness.events(), acked)
     return report
+
+
+def drain_stream(consumer: Consumer, topic: str, count: int, *, linger: float = 0.0,
+                 timeout: float = 30.0) -> set[tuple[int, int]]:
+    """``count`` messages from one stream of ``consumer`` (a duplicate fails), then ``linger`` seconds more to
+    catch any extra (re-delivered) one; quiet spells of consumer.timeout.ms are waited out (a loaded machine),
+    up to ``timeout``."""
+    [stream] = consumer.create_message_streams({topic: 1})[topic]
+    got: set[tuple[int, int]] = set()
+    deadline = time.monotonic() + timeout
+    linger_until: float | None = None
+    while time.monotonic() < (deadline if linger_until is None else linger_until):
+        try:
+            m = next(stream)
+        except ConsumerTimeoutError:
+            continue
+        assert (m.partition, m.offset) not in got, f"duplicate {m.partition}/{m.offset}"
+        got.add((m.partition, m.offset))
+        if len(got) >= count and linger_until is None:
+            if not linger:
+                break
+            linger_until = time.monotonic() + linger
+    return got
 
 
 class OffsetMonitor(threading.Thread):

@@ -67,3 +67,28 @@ def test_isr_change_notifications_in_kafkas_format(zk_layout: ZkLayout, zk: Kazo
         b'{"version":1,"partitions":[{"topic":"a","partition":0},{"topic":"t","partition":1}]}')
     assert all(zk_layout.delete_isr_change(name) for name in changes)
     assert zk_layout.isr_changes() == {}
+
+
+def test_a_new_partitions_state_is_created_by_the_controller_fenced(make_zk_client: Callable[..., KazooClient]
+                                                                   ) -> None:
+    """Topic creation writes no state (as Kafka's AdminZkClient); the controller creates it, its parents whether
+    or not the creator made them, and a zombie controller's create is refused."""
+    zombie_client = make_zk_client()
+    zombie, fresh = ZkLayout(zombie_client), ZkLayout(make_zk_client())
+    fresh.create_topic("new", {0: [0, 1], 1: [1, 0]}, {})
+    assert fresh.partition_states([("new", 0), ("new", 1)]) == {("new", 0): None, ("new", 1): None}
+    fresh.client.delete("/brokers/topics/new/partitions", recursive=True)  # as Kafka's TopicCommand leaves it
+    old = zombie.try_become_controller(0)
+    assert old is not None
+    expire_session(zombie_client)
+    wait_until(lambda: fresh.controller() is None, 10, "the zombie's /controller to go")
+    new = fresh.try_become_controller(1)
+    assert new is not None
+    wait_until(lambda: zombie_client.connected, 10, "the zombie to reconnect")
+    with pytest.raises(ControllerMovedError):
+        zombie.create_partition_state_fenced(old, "new", 0, STATE)
+    assert fresh.partition_state("new", 0) is None
+    fresh.create_partition_state_fenced(new, "new", 0, STATE)
+    assert fresh.partition_state("new", 0) == STATE
+    with pytest.raises(StaleVersionError):  # created meanwhile (by another pass): decide again
+        fresh.create_partition_state_fenced(new, "new", 0, STATE)

@@ -185,7 +185,7 @@ async def _create_one(
     except TopicCollisionError as e:
         raise AdminError(ErrorCode.INVALID_TOPIC_EXCEPTION, str(e)) from e
     ctx.metadata.request_reload()
-    await _wait_until(ctx, lambda: topic.name in ctx.snapshot.topics, timeout_ms)
+    await _wait_until(ctx, lambda: ctx.snapshot.has_leaders(topic.name), timeout_ms)
     return partitions, factor, config
 
 
@@ -301,7 +301,8 @@ async def _add_one(ctx: BrokerContext, topic: Any, validate_only: bool, timeout_
     except ConfigError as e:
         raise AdminError(ErrorCode.INVALID_PARTITIONS, str(e)) from e
     ctx.metadata.request_reload()
-    await _wait_until(ctx, lambda: len(ctx.snapshot.topics.get(topic.name, {})) >= topic.count, timeout_ms)
+    await _wait_until(ctx, lambda: len(ctx.snapshot.topics.get(topic.name, {})) >= topic.count
+                      and ctx.snapshot.has_leaders(topic.name), timeout_ms)
 
 
 async def create_partitions(ctx: BrokerContext, request: Any, version: int) -> Any:
