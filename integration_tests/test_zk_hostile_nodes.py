@@ -83,7 +83,9 @@ def test_malformed_topic_node_does_not_freeze_the_view(
 def _logged_once(broker: BrokerProcess, node: str) -> None:
     log = broker.log_path.read_text(errors="replace")
     lines = [line for line in log.splitlines() if "leaving out" in line and f"{node}:" in line]
-    assert len(lines) == 1, (node, lines)
+    # once by each part of the broker that reads the node (metadata for clients, the controller), not once a pass
+    loggers = [line.split()[3] for line in lines]
+    assert lines and len(loggers) == len(set(loggers)), (node, lines)
     assert "struct.error" not in log and "Traceback" not in log
 
 
