@@ -40,7 +40,7 @@ from typing import Any, Literal, overload
 
 from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.metadata import ApiVersionsRequest
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
 from metaq import __version__
 from metaq.client.sasl import SaslLogin, authenticate
@@ -372,13 +372,23 @@ class BrokerConnection:
             response = self.send(ApiVersionsRequest, ApiVersionsRequest[API_VERSIONS_PROBE](
                 client_software_name="metaq", client_software_version=__version__))
         except BrokerConnectionError as e:
-            _log_old_broker(self.address, self._fallback_name, e)
             self._open_socket()
+            self._confirm_old_broker(e)
+            _log_old_broker(self.address, self._fallback_name, e)
             return dict(self._fallback)
         if response.error_code == ErrorCode.UNSUPPORTED_VERSION:  # KIP-511: the broker lacks v3; v0 always works
             response = self.send(ApiVersionsRequest, ApiVersionsRequest[0]())
         raise_for_code(response.error_code, f"ApiVersions from {self.address}")
         return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    def _confirm_old_broker(self, closed: BrokerConnectionError) -> None:
+        """An old broker answers Metadata v0 (every Kafka since 0.8 does) on the new connection; a broker that
+        closes this one too is not old but refusing us (e.g. a TLS listener that wants a client certificate
+        and closes without an alert): the original error is raised, not a fallback to versions it never had."""
+        try:
+            self.send(MetadataRequest, MetadataRequest[0](topics=[]))
+        except BrokerConnectionError:
+            raise closed from None
 
     def api_version(self, api_key: int) -> int:
         """The highest version of ``api_key`` both sides speak; raises UnsupportedVersionError."""
