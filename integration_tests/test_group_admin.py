@@ -302,8 +302,8 @@ def test_metaq_groups_lists_and_describes_protocol_groups(admin_broker, make_top
         wait_until(lambda: kcat_group() is not None, 30, "kcat's group listed as Stable with one member")
         groups = {g["group"]: g for g in _metaq_json("groups", "list", *z)["groups"]}
         assert (groups["kcatg"]["kind"], groups["kcatg"]["topics"]) == ("protocol", [topic])
-        assert (groups["zkg"]["kind"], groups["zkg"]["state"]) == ("zookeeper", None)
-        assert (groups["mixed"]["kind"], groups["mixed"]["state"]) == ("both", None)
+        assert (groups["zkg"]["kind"], groups["zkg"]["state"]) == ("zookeeper", "Empty")
+        assert (groups["mixed"]["kind"], groups["mixed"]["state"]) == ("both", "Empty")
 
         described = _metaq_json("groups", "describe", "kcatg", *z)
         assert described["active"] and described["protocol"]["state"] == "Stable"
