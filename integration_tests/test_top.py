@@ -130,8 +130,9 @@ def test_top_in_a_terminal_shows_lag_members_rebalances_and_orphans(broker, make
         me = member.consumer_id.removeprefix("g_")
 
         pane = Pane(top_command("g", zk_connect))
-        screen = pane.wait(lambda s: "total lag 21" in s, "the lag of the unconsumed messages")
-        assert "metaq top · g · ZooKeeper group" in screen and "members 1 ·" in screen and "orphans 0" in screen
+        # a capture can catch the screen half redrawn: wait for a whole frame
+        screen = pane.wait(lambda s: "total lag 21" in s and "metaq top · g · ZooKeeper group" in s
+                           and "members 1 ·" in s and "orphans 0" in s, "the lag of the unconsumed messages")
         assert any(line.split()[:1] == [member.consumer_id] and "t:0,1,2" in line for line in screen.splitlines())
         for p, (committed, end) in enumerate([(10, 15), (20, 27), (30, 39)]):
             cells = row(screen, "t", p)
