@@ -263,7 +263,10 @@ def test_third_party_consumers_read_through_a_leader_kill(broker_cluster: Broker
     def coordinator(brokers: list[BrokerProcess]) -> int:
         """The group's coordinator (creating __consumer_offsets): the broker the test kills leads both."""
         bootstrap = ",".join(b.bootstrap for b in brokers)
-        wait_until(lambda: _commit_ok(bootstrap, "failover-group", "readers", 0), 60, "the offsets topic")
+        # commits name existing partitions only (UNKNOWN_TOPIC_OR_PARTITION otherwise, as Kafka): a probe topic,
+        # since the test's own topic is created once the coordinator is known
+        create_topic(zk_layout, "coordinator-probe", 1)
+        wait_until(lambda: _commit_ok(bootstrap, "failover-group", "coordinator-probe", 0), 60, "the offsets topic")
         return _leader(zk_layout, OFFSETS_TOPIC, partition_for("failover-group", 50))
 
     topic = "readers"
