@@ -244,7 +244,7 @@ class MixedGroup:
     def owners(self) -> dict[int, str]:
         return {p: owner for (t, p), owner in self.layout.owners(self.group).items() if t == self.topic}
 
-    def wait_settled(self, members: int, timeout: float = 90) -> dict[int, str]:
+    def wait_settled(self, members: int, timeout: float = 150) -> dict[int, str]:
         """Wait until ``members`` are registered, every partition is owned as metaq's assignor says, and every live
         Scala member's own last computed assignment is that same split. Returns partition -> thread id."""
         state: list[str] = ["not checked yet"]

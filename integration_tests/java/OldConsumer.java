@@ -68,9 +68,9 @@ public final class OldConsumer {
         props.put("partition.assignment.strategy", strategy);
         props.put("auto.offset.reset", "smallest");
         props.put("auto.commit.interval.ms", "200");
-        props.put("zookeeper.session.timeout.ms", "3000");
+        props.put("zookeeper.session.timeout.ms", "6000");
         props.put("rebalance.backoff.ms", "500");
-        props.put("rebalance.max.retries", "20");
+        props.put("rebalance.max.retries", "60");  // concurrent rebalances on a loaded 2-core machine
         for (int i = 6; i < args.length; i++) {
             String[] kv = args[i].split("=", 2);
             props.put(kv[0], kv[1]);
