@@ -11,7 +11,6 @@ its listener in the broker's registration by ``security.protocol``.
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,9 @@ from typing import Any
 
 import pytest
 
+from integration_tests.test_client_security import drain
 from metaq.broker.process import free_port
-from metaq.consumer import Consumer, ConsumerTimeoutError
+from metaq.consumer import Consumer
 from metaq.errors import SaslAuthenticationFailedError
 from metaq.producer import Producer
 from metaq.testing.apache_kafka import V2_8, V3_9, ApacheKafkaBroker, kafka_params, run_kafka_class
@@ -116,20 +116,11 @@ def _produce(kafka: SecuredKafka, topic: str, n: int, props: dict[str, str]) -> 
 
 def _consume(kafka: SecuredKafka, group: str, topic: str, expected: int, props: dict[str, str],
              **more: object) -> dict[tuple[int, int], bytes]:
-    got: dict[tuple[int, int], bytes] = {}
     config: dict[str, Any] = {"group.id": group, "zookeeper.connect": kafka.broker.zk_connect,
                               "consumer.timeout.ms": 3000, "auto.offset.reset": "smallest", **props, **more}
     with Consumer(config) as consumer:
         [stream] = consumer.create_message_streams({topic: 1})[topic]
-        deadline = time.monotonic() + 60
-        while len(got) < expected and time.monotonic() < deadline:
-            try:
-                for message in stream:
-                    got[(message.partition, message.offset)] = message.value
-                    if len(got) >= expected:
-                        break
-            except ConsumerTimeoutError:
-                pass
+        got = drain(stream, expected)
         consumer.commit_offsets()
     return got
 
