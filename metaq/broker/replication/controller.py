@@ -52,7 +52,9 @@ class Controller:
         self._rebalance_interval_s = rebalance_interval_s
         self._imbalance_percentage = imbalance_percentage
         self._next_rebalance = 0.0
-        self._stated: set[tuple[str, int]] = set()  # partitions seen with a state node: not looked up again
+        # partitions seen with a state node, by topic id (a topic deleted and created again between two passes
+        # is a new topic): not looked up again
+        self._stated: set[tuple[str, str | None, int]] = set()
         self._malformed: dict[str, str] = {}  # topic node path -> why it was left out (logged once)
         self._fence: ControllerEpoch | None = None
         self._wake = threading.Event()
@@ -145,10 +147,10 @@ class Controller:
         seen: dict[tuple[str, int], tuple[int, tuple[int, ...]]] = {}
         topics = self._layout.topics()
         present = set(topics)
-        self._stated = {key for key in self._stated if key[0] in present}
         # a topic being deleted loses its partition nodes one by one: they must not come back (as in Kafka,
         # whose controller leaves topics queued for deletion alone)
         deleting = set(self._layout.topics_marked_for_deletion())
+        self._stated = {key for key in self._stated if key[0] in present and key[0] not in deleting}
         malformed: dict[str, str] = {}
         for topic in topics:
             try:
@@ -159,7 +161,7 @@ class Controller:
             if assignment is None:
                 continue
             if topic not in deleting:
-                self._initialize_new_partitions(fence, topic, assignment.partitions, live)
+                self._initialize_new_partitions(fence, topic, assignment.topic_id, assignment.partitions, live)
             replicated = {p: r for p, r in assignment.partitions.items() if len(r) > 1}
             states = self._layout.partition_states_versioned((topic, p) for p in replicated)
             for (_, partition), versioned in states.items():
@@ -179,11 +181,11 @@ class Controller:
                          sorted(brokers), len(moves))
                 self._layout.request_preferred_election(moves)  # carried out by the next pass (its watch)
 
-    def _initialize_new_partitions(self, fence: ControllerEpoch, topic: str,
+    def _initialize_new_partitions(self, fence: ControllerEpoch, topic: str, topic_id: str | None,
                                    assignment: Mapping[int, tuple[int, ...]], live: set[int]) -> None:
         """Create the first state of each partition of ``topic`` that has none (Kafka's NewPartition ->
         OnlinePartition); one without a live replica is tried again on the next pass."""
-        unknown = [p for p in assignment if (topic, p) not in self._stated]
+        unknown = [p for p in assignment if (topic, topic_id, p) not in self._stated]
         if not unknown:
             return
         for (_, partition), versioned in self._layout.partition_states_versioned((topic, p) for p in unknown).items():
@@ -200,7 +202,7 @@ class Controller:
                 else:
                     log.info("%s-%d: new partition, leader %d, ISR %s (controller epoch %d)", topic, partition,
                              new.leader, list(new.isr), fence.epoch)
-            self._stated.add((topic, partition))
+            self._stated.add((topic, topic_id, partition))
 
     def _report(self, malformed: dict[str, str]) -> None:
         """Log each malformed topic node once while it stays (the controller passes twice a second)."""
