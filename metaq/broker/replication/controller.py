@@ -154,7 +154,8 @@ class Controller:
         malformed: dict[str, str] = {}
         for topic in topics:
             try:
-                assignment = self._layout.topic_assignment(topic)
+                # a data watch: added partitions wake the controller (Kafka's PartitionModificationsHandler)
+                assignment = self._layout.topic_assignment(topic, watch=self.kick)
             except MalformedNodeError as e:  # that topic alone is left out, the others go on
                 malformed[e.path] = str(e)
                 continue
