@@ -36,10 +36,22 @@ def broker(zk_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # spark.jars reaches the driver's class path only when the JVM starts: a JVM left by an earlier Spark module
+    # of this worker process (its session stopped) is shut down, so the next session launches one with the jars
+    gateway = SparkContext._gateway
+    if gateway is not None and SparkContext._active_spark_context is None:
+        gateway.shutdown()
+        proc = getattr(gateway, "proc", None)  # the JVM exits when its stdin closes (PythonGatewayServer)
+        if proc is not None and proc.stdin is not None:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+        SparkContext._gateway = None
+        SparkContext._jvm = None
     session = (SparkSession.builder.master("local[2]").appName("metaq-spark-kafka-source")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
