@@ -91,9 +91,9 @@ def test_tls_quickstart_runs_as_written(fresh_dir: tuple[Path, dict[str, int]]) 
             _run(command, cwd, env)
         assert sorted(_run(consume, cwd, env).split()) == ["one", "three", "two"]
     finally:
-        for proc, _ in reversed(servers):
+        # the broker first, and wholly: its orderly stop still talks to ZooKeeper
+        for proc, output in reversed(servers):
             proc.send_signal(signal.SIGTERM)
-        for proc, output in servers:
             try:
                 assert proc.wait(30) == 0, output.read_text()
             except subprocess.TimeoutExpired:
