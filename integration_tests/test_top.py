@@ -44,10 +44,13 @@ class Pane:
         # after top: its exit code, and whether it gave the terminal back (line editing and echo on again)
         modes = "stty -a | tr ' ;' '\\n\\n' | grep -x -e icanon -e -icanon -e echo -e -echo | tr '\\n' ' '"
         shell = f"{shlex.join(command)}; echo \"top exited $?\"; echo \"tty: $({modes})\"; sleep 600"
+        # the pane's size also in COLUMNS/LINES, which rich reads first: under pytest-xdist workers the view was
+        # drawn 80 columns wide (the header cut before "orphans") although the pane was wider
+        self._size = {"COLUMNS": str(width), "LINES": str(height)}
         self._tmux("new-session", "-d", "-s", "top", "-x", str(width), "-y", str(height), shell)
 
     def _tmux(self, *args: str) -> str:
-        env = {**os.environ, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+        env = {**os.environ, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", **self._size}
         return subprocess.run(["tmux", "-u", "-L", self.socket, *args], capture_output=True, text=True, env=env,
                               check=True, timeout=30).stdout
 
