@@ -5,8 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 # pytest-xdist workers for make test: each runs whole test modules (--dist loadfile: module-scoped brokers stay
-# shared); three on two cores because most integration tests wait on real processes rather than compute
-TEST_WORKERS ?= 3
+# shared); two on two cores: most integration tests wait on real processes; three starved timing-sensitive ones
+TEST_WORKERS ?= 2
 # test peers from Debian, as command:package: kcat (librdkafka 2.0.2), tmux (metaq top under a terminal), prometheus
 # (metrics scraping), mvn (resolves Apache Kafka's brokers, clients and tools from Maven Central: metaq/testing/maven.py)
 DEBIAN_TOOLS := kcat:kcat tmux:tmux prometheus:prometheus mvn:maven
