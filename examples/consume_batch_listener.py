@@ -34,8 +34,8 @@ def main() -> int:
     args = parser.parse_args()
     config = {"group.id": args.group, "zookeeper.connect": args.zookeeper, "auto.offset.reset": "smallest"}
     with MessageConsumer(config) as consumer:
+        consumer.stop_on_signals()  # before the first chunk can arrive: a signal never finds the default handler
         consumer.subscribe(args.topic, args.max_bytes, ChunkPrinter()).complete_subscribe()
-        consumer.stop_on_signals()
         consumer.wait()  # chunks arrive on the dispatch threads until a signal shuts the consumer down
     return 0
 

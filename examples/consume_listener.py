@@ -29,8 +29,8 @@ def main() -> int:
     args = parser.parse_args()
     config = {"group.id": args.group, "zookeeper.connect": args.zookeeper, "auto.offset.reset": "smallest"}
     with MessageConsumer(config) as consumer:
+        consumer.stop_on_signals()  # before the first message can arrive: a signal never finds the default handler
         consumer.subscribe(args.topic, 1024 * 1024, Printer()).complete_subscribe()
-        consumer.stop_on_signals()
         consumer.wait()  # messages arrive on the dispatch threads until a signal shuts the consumer down
     return 0
 

@@ -213,6 +213,7 @@ class MessageConsumer:
         self._stopping = threading.Event()
         self._abandon = threading.Event()
         self._closed = threading.Event()
+        self._started = threading.Event()  # complete_subscribe() has built (or failed to build) everything
 
     # -- subscribing -------------------------------------------------------------------------------
 
@@ -258,8 +259,10 @@ class MessageConsumer:
         try:
             self._start()
         except BaseException:
+            self._started.set()
             self.shutdown()
             raise
+        self._started.set()
 
     def _start(self) -> None:
         directory = default_dir(self.config.recover_dir)
@@ -350,7 +353,10 @@ class MessageConsumer:
         timeout), the recover threads stop, then the connector commits, releases and leaves the group."""
         with self._lock:
             already = self._phase == CLOSED
+            starting = self._phase == RUNNING and not self._started.is_set()
             self._phase = CLOSED
+        if starting:  # a signal during complete_subscribe(): stop what it is building once it has built it
+            self._started.wait(timeout_s)
         if already:  # e.g. the with-block ending while a signal's shutdown runs: wait for that one
             if threading.current_thread() not in {d.thread for d in self._dispatchers}:
                 self._closed.wait(timeout_s)

@@ -507,6 +507,33 @@ def test_a_failed_start_shuts_everything_down(tmp_path: Path) -> None:
         consumer.complete_subscribe()
 
 
+def test_a_shutdown_during_complete_subscribe_stops_what_it_built(tmp_path: Path) -> None:
+    """A signal's shutdown that lands while complete_subscribe() is still joining the group waits for it, then
+    stops the connector and the dispatch threads it started (they were left running before)."""
+    joining, may_finish = threading.Event(), threading.Event()
+
+    class SlowJoin(FakeConnector):
+        def create_message_streams(self, topic_count: Mapping[str, int]) -> dict[str, list[FakeStream]]:
+            joining.set()
+            may_finish.wait(10)
+            return super().create_message_streams(topic_count)
+
+    connector = SlowJoin({TOPIC: [FakeStream()]})
+    consumer = MessageConsumer(config(tmp_path), connector_factory=lambda c, r: connector)
+    consumer.subscribe(TOPIC, 100, Recorder())
+    starter = threading.Thread(target=consumer.complete_subscribe, name="test-complete-subscribe")
+    starter.start()
+    assert joining.wait(10)
+    stopper = threading.Thread(target=consumer.shutdown, args=(10.0,), name="test-signal-shutdown")
+    stopper.start()
+    may_finish.set()
+    starter.join(10)
+    stopper.join(10)
+    assert connector.closed
+    assert consumer.wait(0)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(("metaq-dispatch-", "metaq-recover-"))]
+
+
 def test_config_is_validated(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="metaq.max.fetch.retries"):
         MessageConsumer(config(tmp_path, **{"metaq.max.fetch.retries": -1}))
