@@ -144,10 +144,17 @@ def cell(value: object) -> str:
     return str(value)
 
 
+#: A cell longer than this is printed whole but does not widen its column for the other rows (a 32,767-character
+#: group id must not push every other row's columns off the screen).
+MAX_ALIGNED_WIDTH = 64
+
+
 def table(headers: Sequence[str], rows: Iterable[Row]) -> str:
-    """Left-aligned columns two spaces apart; the last column is not padded."""
+    """Left-aligned columns two spaces apart; the last column is not padded. Cells up to
+    :data:`MAX_ALIGNED_WIDTH` characters set their column's width; a longer one overflows its own row only."""
     text_rows = [[cell(v) for v in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in text_rows)]) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(r[i]) for r in text_rows if len(r[i]) <= MAX_ALIGNED_WIDTH)])
+              for i, h in enumerate(headers)]
     lines = []
     for row in [list(headers), *text_rows]:
         padded = [v.ljust(w) for v, w in zip(row[:-1], widths[:-1], strict=True)] + [row[-1]]

@@ -23,6 +23,14 @@ def test_table_aligns_columns_and_shows_unknown_as_dash() -> None:
     ]
 
 
+def test_one_huge_cell_does_not_widen_the_other_rows() -> None:
+    huge = "g" * 32_767  # a legal group id; it used to pad every row of `groups list` to 32,767 columns
+    lines = table(["GROUP", "STATE"], [("etl", "Stable"), (huge, "Empty"), ("billing", "Dead")]).splitlines()
+    assert lines[1] == "etl      Stable"
+    assert lines[2] == f"{huge}  Empty"
+    assert lines[3] == "billing  Dead"
+
+
 def test_progress_bar_draws_only_when_enabled() -> None:
     out = io.StringIO()
     with ProgressBar("importing", 4, stream=out, enabled=True, interval_s=0) as bar:
