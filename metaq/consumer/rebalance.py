@@ -36,7 +36,13 @@ from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.ids import make_thread_ids
 from metaq.consumer.offsets import OffsetStore, TopicPartition
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
-from metaq.errors import AuthenticationError, ConsumerRebalanceRefusedError, MalformedNodeError, MetaqError
+from metaq.errors import (
+    AuthenticationError,
+    ConsumerRebalanceRefusedError,
+    MalformedNodeError,
+    MetaqError,
+    ZooKeeperUnavailableError,
+)
 from metaq.errors import ConsumerRebalanceFailedError as ConsumerRebalanceFailedError  # re-exported (old home)
 from metaq.metrics.consumer import ConsumerMetrics
 from metaq.retry import consumer_registration, rebalance_attempts, rebalance_rounds
@@ -430,12 +436,24 @@ class ZKRebalancerListener:
     def _check_offset_nodes(self, keys: Iterable[TopicPartition]) -> None:
         """Re-arm the offset watches of ``keys`` and act on the nodes someone else wrote: the partition is
         taken again (a rebalance of this member: release, claim, fence, read), so that it restarts from the
-        offset now in the node. Our own commits fire the watch too and are told apart by the node version."""
+        offset now in the node. Our own commits fire the watch too and are told apart by the node version.
+
+        A check the connection drop cut short is no sign of a change: it is made again (with every watch)
+        once reconnected, in the same session. Left to the executor's error path it would schedule a retry,
+        i.e. a whole rebalance right after every ZooKeeper restart, since our own commits (every
+        auto.commit.interval.ms) keep such a check in flight much of the time."""
         with self._lock:
             owned = [key for key in keys if key in self.registry and not self.registry[key].is_revoked]
             if not owned:
                 return
-            changed = self._store.changed_behind(owned, watch=self._on_offset_watch)
+            try:
+                changed = self._store.changed_behind(owned, watch=self._on_offset_watch)
+            except ZooKeeperUnavailableError as e:
+                log.info("consumer %s: cannot check the owned offset nodes now (%s); checked again once "
+                         "reconnected", self._consumer_id, e)
+                with self._wakeup:
+                    self._rearm = True
+                return
             if not changed:
                 return
             for key, offset in sorted(changed.items()):
