@@ -396,9 +396,6 @@ def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
         server.stop()
 
 
-@pytest.mark.xfail(strict=False, reason="known regression, open: since this session's last merges the members "
-                   "rebalance once (revoke, assign) during a ZooKeeper restart their sessions survive; found at the "
-                   "end of the session, not yet diagnosed (see the stop's note)")
 def test_zookeeper_restart(own_zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     """ZooKeeper crashes and restarts with its data: the sessions it restores get a fresh session timeout, so
     members that reconnect in time keep their sessions and ownership, with no rebalance, after a short and

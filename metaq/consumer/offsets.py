@@ -144,10 +144,11 @@ class ZooKeeperOffsetStore:
         is never mistaken for someone else's: its new version is ours by the time we compare."""
         changed: dict[TopicPartition, int | None] = {}
         with self._lock:
-            for key in partitions:
-                if key not in self._versions:
-                    continue
-                node = self._layout.read_fenced_offset(self._group, *key, watch=watch)
+            # Every node is read before anything is forgotten: a read that fails (the connection dropped)
+            # raises with no partition half-handled, so the same check can simply be made again later.
+            nodes = {key: self._layout.read_fenced_offset(self._group, *key, watch=watch)
+                     for key in partitions if key in self._versions}
+            for key, node in nodes.items():
                 if key in self._unconfirmed or (node is not None and node.version == self._versions[key]):
                     continue  # ours (or a commit whose reply was lost: the next commit resolves it)
                 changed[key] = None if node is None else node.offset

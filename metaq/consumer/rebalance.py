@@ -36,7 +36,13 @@ from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.ids import make_thread_ids
 from metaq.consumer.offsets import OffsetStore, TopicPartition
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
-from metaq.errors import AuthenticationError, ConsumerRebalanceRefusedError, MalformedNodeError, MetaqError
+from metaq.errors import (
+    AuthenticationError,
+    ConsumerRebalanceRefusedError,
+    MalformedNodeError,
+    MetaqError,
+    ZooKeeperUnavailableError,
+)
 from metaq.errors import ConsumerRebalanceFailedError as ConsumerRebalanceFailedError  # re-exported (old home)
 from metaq.metrics.consumer import ConsumerMetrics
 from metaq.retry import consumer_registration, rebalance_attempts, rebalance_rounds
@@ -115,6 +121,7 @@ class ZKRebalancerListener:
         self._lock = threading.RLock()  # the rebalance lock: one rebalance (or shutdown) at a time
         self._wakeup = threading.Condition()
         self._triggered = False
+        self._forced = False  # triggered by more than a watch event (see _watch_fired): rebalance in any case
         self._session_lost = False
         self._rearm = False  # kazoo dropped our watches with the connection: re-arm them once connected
         self._commit_lock = threading.Lock()  # one commit at a time: offsets read and written together
@@ -139,6 +146,7 @@ class ZKRebalancerListener:
         self._partition_ids: dict[str, list[int]] = {}  # subscribed topics' partitions, while their watch is armed
         self._topic_events = 0  # topic watch events (and connection drops) so far: see _read_group
         self._watch_events = 0  # events of any watch so far: see _registrations
+        self._covered_events = -1  # _watch_events when the last successful rebalance read the group
         self._quiet_ids: tuple[list[str], int] | None = None  # the member list the coalescing wait ended on
         self._offset_keys: dict[str, TopicPartition] = {}  # offset node path -> owned partition (watched)
         self._offset_events: set[TopicPartition] = set()  # owned partitions whose offset node changed
@@ -161,6 +169,15 @@ class ZKRebalancerListener:
     # -- events (never block: they run on kazoo's threads) -----------------------------------------
 
     def trigger(self, *_: Any) -> None:
+        """Rebalance, whatever the group looks like (partitions revoked, a fence lost, shutting down)."""
+        with self._wakeup:
+            self._triggered = True
+            self._forced = True
+            self._wakeup.notify()
+
+    def _watch_fired(self) -> None:
+        """Rebalance unless the last successful rebalance read the group after this event (see
+        :meth:`synced_rebalance`)."""
         with self._wakeup:
             self._triggered = True
             self._wakeup.notify()
@@ -179,7 +196,7 @@ class ZKRebalancerListener:
             with self._wakeup:
                 self._rearm = True
             return
-        self.trigger()
+        self._watch_fired()
 
     def _on_offset_watch(self, event: WatchedEvent) -> None:
         """The watch on each owned partition's offset node: it fires on our own commits too, so the executor
@@ -242,6 +259,7 @@ class ZKRebalancerListener:
                 if not self._triggered:
                     self._wakeup.wait(EXECUTOR_TICK_S)  # ticks to notice shutdown and timers
                 triggered, self._triggered = self._triggered, False
+                forced, self._forced = self._forced, False
                 lost, self._session_lost = self._session_lost, False
                 rearm = self._rearm and not lost and self.state != SUSPENDED  # re-arm once connected
                 if rearm:
@@ -257,7 +275,9 @@ class ZKRebalancerListener:
                     self.wait_for_quiet_group()
                 if lost:
                     self._handle_session_loss()  # raises while ZooKeeper is not back: retried on a backoff
-                if lost or triggered or self._retry_due() or (rearm and self._recheck()) or self._self_check_fails():
+                if triggered and not (forced or lost or rearm):  # watch events only: maybe read already
+                    self.synced_rebalance(unless_read=True)
+                elif lost or triggered or self._retry_due() or (rearm and self._recheck()) or self._self_check_fails():
                     self.synced_rebalance()
             except ConsumerRebalanceFailedError:
                 pass  # reported through on_failure; retried after a backoff
@@ -309,11 +329,24 @@ class ZKRebalancerListener:
 
     # -- the rebalance -----------------------------------------------------------------------------
 
-    def synced_rebalance(self) -> None:
-        """Up to rebalance.max.retries attempts; raises ConsumerRebalanceFailedError after the last."""
+    def synced_rebalance(self, *, unless_read: bool = False) -> None:
+        """Up to rebalance.max.retries attempts; raises ConsumerRebalanceFailedError after the last.
+
+        ``unless_read``: the rebalance is for watch events only, and is skipped if the last successful
+        rebalance read the group after all of them (a member joining while another one rebalances fires
+        the latter's watch, often before its last attempt reads the member list: a second rebalance would
+        compute the same assignment, yet release and claim every partition again). The read re-armed the
+        watches, so any later change fires them again."""
         with self._lock:
             if self._shutdown.is_set():
                 return
+            if unless_read and self.state == STABLE:
+                with self._wakeup:
+                    read = self._watch_events == self._covered_events
+                if read:
+                    log.debug("consumer %s: the watch events were read by the last rebalance; not rebalancing",
+                              self._consumer_id)
+                    return
             if self.state != SUSPENDED:
                 self._set_state(REBALANCING)
             started = time.monotonic()
@@ -389,6 +422,8 @@ class ZKRebalancerListener:
             log.info("consumer %s: no brokers registered; waiting", self._consumer_id)
             return True
         self._release_all(commit=self._config.auto_commit_enable)
+        with self._wakeup:
+            events = self._watch_events  # every event counted so far is seen by the reads that follow
         whole, mine = self._assignment()
         if not self._claim_all(mine):
             return False
@@ -401,6 +436,7 @@ class ZKRebalancerListener:
             lost = self._session_lost
             if not lost:
                 self._publish(mine, offsets)
+                self._covered_events = events
         if lost:  # the session ended while claiming: start over on the new one (claims made on it are undone)
             log.info("consumer %s: session lost while claiming; not taking %s", self._consumer_id, sorted(mine))
             self._store.release(mine)
@@ -430,12 +466,24 @@ class ZKRebalancerListener:
     def _check_offset_nodes(self, keys: Iterable[TopicPartition]) -> None:
         """Re-arm the offset watches of ``keys`` and act on the nodes someone else wrote: the partition is
         taken again (a rebalance of this member: release, claim, fence, read), so that it restarts from the
-        offset now in the node. Our own commits fire the watch too and are told apart by the node version."""
+        offset now in the node. Our own commits fire the watch too and are told apart by the node version.
+
+        A check the connection drop cut short is no sign of a change: it is made again (with every watch)
+        once reconnected, in the same session. Left to the executor's error path it would schedule a retry,
+        i.e. a whole rebalance right after every ZooKeeper restart, since our own commits (every
+        auto.commit.interval.ms) keep such a check in flight much of the time."""
         with self._lock:
             owned = [key for key in keys if key in self.registry and not self.registry[key].is_revoked]
             if not owned:
                 return
-            changed = self._store.changed_behind(owned, watch=self._on_offset_watch)
+            try:
+                changed = self._store.changed_behind(owned, watch=self._on_offset_watch)
+            except ZooKeeperUnavailableError as e:
+                log.info("consumer %s: cannot check the owned offset nodes now (%s); checked again once "
+                         "reconnected", self._consumer_id, e)
+                with self._wakeup:
+                    self._rearm = True
+                return
             if not changed:
                 return
             for key, offset in sorted(changed.items()):

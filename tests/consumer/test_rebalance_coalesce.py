@@ -3,8 +3,11 @@ coalesced rebalance still converges on the range assignment of the final group."
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
+
+import pytest
 
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offsets import ZooKeeperOffsetStore
@@ -100,3 +103,27 @@ def test_the_rebalance_uses_the_member_list_the_quiet_wait_ended_on(zk_layout: Z
         assert zk_layout.owners("g") == {("t", 0): "c0-0"}
     finally:
         listener.shutdown(commit=False)
+
+
+def test_a_join_the_rebalance_under_way_read_costs_no_second_rebalance(
+        zk_layout: ZkLayout, caplog: pytest.LogCaptureFixture) -> None:
+    """A member joining while another one rebalances fires the latter's members watch, often before that
+    rebalance reads the member list: it then took the joiner into account already, and a second rebalance
+    would only release and claim every partition again (three members started together left one doing so
+    seconds after the group looked stable)."""
+    listener, fetcher = _first_member(zk_layout, 2, backoff_ms=2000, coalesce_ms=50)
+    listener.synced_rebalance()  # alone: both partitions, and the members watch armed
+    zk_layout.register_consumer("g", "c1", TopicCount(subscription={"t": 1}))
+    wait_until(lambda: listener._watch_events > 0, 10, "the members watch to fire")
+    listener.synced_rebalance()  # the rebalance under way: it reads the member list after the join
+    assert fetcher.started == [("t", 0)]
+    generation = listener.generation
+    with caplog.at_level(logging.DEBUG, logger="metaq.consumer.rebalance"):
+        listener.start()  # the executor finds the watch event pending
+        try:
+            wait_until(lambda: listener.generation != generation or "read by the last rebalance" in caplog.text, 30,
+                       "the executor to handle the watch event")
+            assert listener.generation == generation, "a second rebalance for a join the first one had read"
+            assert zk_layout.owners("g") == {("t", 0): "c0-0"}
+        finally:
+            listener.shutdown(commit=False)
