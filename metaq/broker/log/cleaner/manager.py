@@ -134,6 +134,10 @@ class LogCleaner:
                 picked = self._on_loop(self.grab_filthiest)
             except RuntimeError:  # the event loop is gone: the broker is stopping
                 return
+            except (MetaqError, OSError) as e:  # a log that cannot be measured (its files are going away)
+                logger.warning("Choosing a log to clean failed: %s", e)
+                self._stop.wait(self.config.backoff_ms / 1000)
+                continue
             if picked is None:
                 self._stop.wait(self.config.backoff_ms / 1000)
                 continue
