@@ -178,6 +178,7 @@ class Broker:
         await self.topic_admin.start()  # topic configs applied before the first request is served
         self.cleaner = LogCleaner(self.logs, config.cleaner_config(), loop_caller(asyncio.get_running_loop()))
         self.cleaner.start()  # after the topic configs: it cleans the logs whose cleanup.policy is compact
+        self.metrics.report_cleaner(self.cleaner.state)
         self.coordinator.start()
         await self._server.start_serving(context)  # only now: a client that connects finds us registered
         self._tasks = [

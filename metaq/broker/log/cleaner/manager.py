@@ -30,6 +30,7 @@ from metaq.broker.log.cleaner.cleaner import Cleaner, CleanResult, OnLoop, first
 from metaq.broker.log.cleaner.config import CleanerConfig
 from metaq.broker.log.cleaner.offset_map import OffsetMap
 from metaq.errors import MetaqError, StorageError
+from metaq.metrics.broker import CleanerState
 
 if TYPE_CHECKING:
     from metaq.broker.log.manager import LogManager
@@ -116,6 +117,13 @@ class LogCleaner:
             thread.start()
         logger.info("Log cleaner started: %d thread(s), %d bytes of offset map each", self.config.threads,
                     self.config.map_bytes_per_thread)
+
+    def state(self) -> CleanerState:
+        """What the broker's metrics show (read by a scrape thread: copies only)."""
+        stats = self.stats
+        ratios = dict(stats.last_ratio or {})
+        return CleanerState(stats.runs, stats.bytes_read, stats.bytes_written, stats.records_read - stats.records_kept,
+                            stats.failures, tuple((t, p, r) for (t, p), r in sorted(ratios.items())))
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the threads (a cleaning in progress finishes its current segment group first)."""
