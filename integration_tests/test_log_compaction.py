@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from metaq.broker.log.cleaner.swap import CRASH_ENV
 from metaq.broker.process import BrokerProcess
 from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker
+from metaq.testing.broker import BrokerCluster
 from metaq.testing.wait import wait_until
 from zk_layout import split_connect
 
@@ -226,3 +227,42 @@ def test_same_result_as_apache_kafka(metaq_broker: BrokerProcess, apache_kafka) 
         produced = produce(bootstrap, topic, entries)
         results.append((active_base(directory), wait_compacted(bootstrap, topic, directory, produced)))
     assert results[1] == results[0]
+
+
+def test_a_follower_replicates_a_cleaned_leader_and_takes_over(zk_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """RF 2: the follower is down while the leader cleans, then fetches the leader's log across the offsets the cleaner
+    removed, rejoins the ISR, and serves every latest value once it leads."""
+    cluster = BrokerCluster(_chroot(zk_server.connect_string, "metaq-compaction-rf2"), tmp_path)
+    try:
+        for broker_id in (0, 1):
+            cluster.add(broker_id, **BROKER)
+        bootstrap = cluster.brokers[0].bootstrap
+        topic = "cmp-replicated"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 2, config=COMPACT)])[topic].result(30)
+
+        def isr() -> list[int]:
+            return sorted(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs)
+
+        wait_until(lambda: isr() == [0, 1], TIMEOUT, "both replicas in the ISR")
+        leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+        follower = cluster.brokers[1 - leader]
+        follower.stop()
+        wait_until(lambda: isr() == [leader], TIMEOUT, "the stopped follower out of the ISR")
+        leader_broker = cluster.brokers[leader]
+        produced = produce(leader_broker.bootstrap, topic, history(keys=40, versions=3))
+        wait_compacted(leader_broker.bootstrap, topic, metaq_dir(leader_broker, topic), produced)
+        follower.start()
+        wait_until(lambda: isr() == [0, 1], TIMEOUT, "the follower caught up over the gaps")
+        leader_broker.stop()
+
+        def led_by_follower() -> bool:
+            return bool(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader == follower.broker_id)
+
+        wait_until(led_by_follower, TIMEOUT, "the follower leads")
+        records = consume_all(follower.bootstrap, topic)
+        assert [r[0] for r in records] == sorted({r[0] for r in records})
+        latest = {key: (offset, value) for offset, key, value in produced}
+        assert {key: (offset, value) for offset, key, value in records} == latest
+    finally:
+        cluster.stop()
