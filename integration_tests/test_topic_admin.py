@@ -89,7 +89,7 @@ def test_create_alter_grow_and_delete_a_topic_on_two_brokers(broker_cluster, zk_
     # refusals leave nothing behind
     fs = admin.create_topics([NewTopic("rf3", 1, 3)])
     assert _error_code(fs, "rf3") == confluent_kafka.KafkaError.INVALID_REPLICATION_FACTOR
-    fs = admin.create_topics([NewTopic("compacted", 1, 1, config={"cleanup.policy": "compact"})])
+    fs = admin.create_topics([NewTopic("compacted", 1, 1, config={"cleanup.policy": "shred"})])
     assert _error_code(fs, "compacted") == confluent_kafka.KafkaError.INVALID_CONFIG
     fs = admin.create_topics([NewTopic("adm", 1, 1)])
     assert _error_code(fs, "adm") == confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS

@@ -24,6 +24,7 @@ from metaq.broker.auth.listeners import (
     parse_protocol_map,
 )
 from metaq.broker.auth.tls import CLIENT_AUTH, TlsSettings
+from metaq.broker.log.cleaner.config import CleanerConfig
 from metaq.broker.log.config import LogConfig
 from metaq.broker.security.authorizer import check_authorizer_class, check_super_users
 from metaq.client.security import ENDPOINT_IDENTIFICATION, SecurityConfig
@@ -49,6 +50,11 @@ INERT_KEYS = frozenset(
         "queued.max.requests",
     }
 )
+
+
+def _dedupe_buffer(value: int) -> str | None:
+    # One offset map entry is 24 bytes (a 16-byte key hash and an 8-byte offset), as Kafka's SkimpyOffsetMap.
+    return None if value >= 1024 else "must be at least 1024"
 
 
 def _broker_id(value: int) -> str | None:
@@ -188,6 +194,17 @@ class BrokerConfig(ZooKeeperClientConfig):
     producer_id_expiration_check_interval_ms: int = prop("producer.id.expiration.check.interval.ms", 600000,
                                                          check=positive)
     log_segment_delete_delay_ms: int = prop("log.segment.delete.delay.ms", 60000, check=non_negative)
+    log_cleanup_policy: tuple[str, ...] = prop("log.cleanup.policy", ("delete",))
+    log_cleaner_min_cleanable_ratio: float = prop("log.cleaner.min.cleanable.ratio", 0.5)
+    log_cleaner_min_compaction_lag_ms: int = prop("log.cleaner.min.compaction.lag.ms", 0)
+    log_cleaner_max_compaction_lag_ms: int = prop("log.cleaner.max.compaction.lag.ms", NEVER)
+    log_cleaner_delete_retention_ms: int = prop("log.cleaner.delete.retention.ms", 86400000)
+    log_cleaner_enable: bool = prop("log.cleaner.enable", True, doc="run the log cleaner (compacted topics)")
+    log_cleaner_threads: int = prop("log.cleaner.threads", 1, check=positive)
+    log_cleaner_dedupe_buffer_size: int = prop("log.cleaner.dedupe.buffer.size", 134217728, check=_dedupe_buffer,
+                                               doc="bytes of key->offset map shared by the cleaner threads")
+    log_cleaner_backoff_ms: int = prop("log.cleaner.backoff.ms", 15000, check=positive,
+                                       doc="how long a cleaner thread sleeps when no log needs cleaning")
     log_index_interval_bytes: int = prop("log.index.interval.bytes", 4096, check=positive)
     log_index_size_max_bytes: int = prop("log.index.size.max.bytes", 10485760, check=positive)
     log_flush_interval_messages: int = prop("log.flush.interval.messages", NEVER, check=positive)
@@ -328,4 +345,17 @@ class BrokerConfig(ZooKeeperClientConfig):
             segment_delete_delay_ms=self.log_segment_delete_delay_ms,
             max_message_bytes=self.message_max_bytes,
             producer_id_expiration_ms=self.producer_id_expiration_ms,
+            cleanup_policy=self.log_cleanup_policy,
+            min_cleanable_dirty_ratio=self.log_cleaner_min_cleanable_ratio,
+            min_compaction_lag_ms=self.log_cleaner_min_compaction_lag_ms,
+            max_compaction_lag_ms=self.log_cleaner_max_compaction_lag_ms,
+            delete_retention_ms=self.log_cleaner_delete_retention_ms,
+        )
+
+    def cleaner_config(self) -> CleanerConfig:
+        return CleanerConfig(
+            enable=self.log_cleaner_enable,
+            threads=self.log_cleaner_threads,
+            dedupe_buffer_size=self.log_cleaner_dedupe_buffer_size,
+            backoff_ms=self.log_cleaner_backoff_ms,
         )

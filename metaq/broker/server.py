@@ -26,6 +26,7 @@ from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.broker.handlers import HANDLERS
+from metaq.broker.log.cleaner.manager import LogCleaner, loop_caller
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.network import BrokerServer, ConnectionLimits
@@ -66,6 +67,7 @@ class Broker:
         self.metrics = BrokerMetrics() if config.metrics_enabled else disabled(BrokerMetrics)
         self._metrics_server: MetricsServer | None = None
         self.topic_admin: TopicAdmin | None = None
+        self.cleaner: LogCleaner | None = None
         self.authorizer: Authorizer | None = None
         self.scram = ScramCredentialCache()
         self.replication: ReplicaManager | None = None
@@ -174,6 +176,9 @@ class Broker:
         self.topic_admin = TopicAdmin(config.broker_id, layout, self.logs, self.metadata, config.log_config(),
                                       on_user_change=self.scram.reload)
         await self.topic_admin.start()  # topic configs applied before the first request is served
+        self.cleaner = LogCleaner(self.logs, config.cleaner_config(), loop_caller(asyncio.get_running_loop()))
+        self.cleaner.start()  # after the topic configs: it cleans the logs whose cleanup.policy is compact
+        self.metrics.report_cleaner(self.cleaner.state)
         self.coordinator.start()
         await self._server.start_serving(context)  # only now: a client that connects finds us registered
         self._tasks = [
@@ -254,6 +259,8 @@ class Broker:
             if self.topic_admin is not None:
                 await self.topic_admin.stop()
             await self.coordinator.stop()
+        if self.cleaner is not None:
+            await asyncio.to_thread(self.cleaner.stop)
         await asyncio.to_thread(self.logs.shutdown)
         if self.authorizer is not None:
             await asyncio.to_thread(self.authorizer.stop)

@@ -3,8 +3,8 @@ described and applied to a topic's logs.
 
 Each supported topic config overrides one :class:`LogConfig` field, whose default is the broker's
 ``log.*`` property (Kafka's topic-level / broker-level pairs). ``min.insync.replicas`` is read by acks=all
-produces to replicated partitions (metaq/broker/replication/acks.py). ``cleanup.policy`` accepts only
-``delete`` (no compaction).
+produces to replicated partitions (metaq/broker/replication/acks.py). ``cleanup.policy`` is ``compact``,
+``delete`` or both; the compaction keys tune the log cleaner (docs/compaction.md).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from metaq.broker.log.config import LogConfig
+from metaq.broker.log.config import CLEANUP_POLICIES, LogConfig
 from metaq.config import Config, parse_int
 from metaq.errors import ConfigError
 
@@ -22,7 +22,7 @@ from metaq.errors import ConfigError
 class TopicConfigKey:
     name: str  # the topic-level property
     field: str | None  # the LogConfig field it overrides (None: stored only)
-    kind: str  # Kafka ConfigType name: LONG, INT, STRING, LIST
+    kind: str  # Kafka ConfigType name: LONG, INT, DOUBLE, LIST
     minimum: int | None = None
 
 
@@ -36,13 +36,17 @@ _KEYS = (
     TopicConfigKey("max.message.bytes", "max_message_bytes", "INT", 1),
     TopicConfigKey("file.delete.delay.ms", "segment_delete_delay_ms", "LONG", 0),
     TopicConfigKey("flush.messages", "flush_interval_messages", "LONG", 1),
-    TopicConfigKey("cleanup.policy", None, "LIST"),
+    TopicConfigKey("cleanup.policy", "cleanup_policy", "LIST"),
+    TopicConfigKey("min.cleanable.dirty.ratio", "min_cleanable_dirty_ratio", "DOUBLE"),
+    TopicConfigKey("min.compaction.lag.ms", "min_compaction_lag_ms", "LONG", 0),
+    TopicConfigKey("max.compaction.lag.ms", "max_compaction_lag_ms", "LONG", 1),
+    TopicConfigKey("delete.retention.ms", "delete_retention_ms", "LONG", 0),
     TopicConfigKey("min.insync.replicas", None, "INT", 1),
 )
 TOPIC_CONFIG_KEYS: dict[str, TopicConfigKey] = {key.name: key for key in _KEYS}
 LIST_KEYS = frozenset(key.name for key in _KEYS if key.kind == "LIST")
 
-_STORED_DEFAULTS = {"cleanup.policy": "delete", "min.insync.replicas": "1"}
+_STORED_DEFAULTS = {"min.insync.replicas": "1"}
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 
@@ -62,12 +66,20 @@ def validate_topic_config(config: Mapping[str, str | None]) -> dict[str, str]:
 
 def _normalise(key: TopicConfigKey, value: str) -> str:
     if key.kind == "LIST":
-        policies = [p.strip() for p in value.split(",") if p.strip()]
-        if policies != ["delete"]:
-            raise ConfigError(
-                f"Invalid value {value} for configuration {key.name}: metaq supports only 'delete' (no compaction)"
-            )
-        return "delete"
+        policies = [p.strip().lower() for p in value.split(",") if p.strip()]
+        if not policies or any(p not in CLEANUP_POLICIES for p in policies) or len(set(policies)) != len(policies):
+            raise ConfigError(f"Invalid value {value} for configuration {key.name}: must be a non-empty list of"
+                              f" {' and '.join(CLEANUP_POLICIES)}")
+        return ",".join(policies)
+    if key.kind == "DOUBLE":
+        try:
+            ratio = float(value)
+        except ValueError:
+            raise ConfigError(f"Invalid value {value} for configuration {key.name}: Not a number of type DOUBLE"
+                              ) from None
+        if not 0.0 <= ratio <= 1.0:
+            raise ConfigError(f"Invalid value {value} for configuration {key.name}: must be between 0 and 1")
+        return repr(ratio)
     try:
         number = parse_int(value)
     except ValueError:
@@ -83,25 +95,36 @@ def _normalise(key: TopicConfigKey, value: str) -> str:
 
 def log_config_for(base: LogConfig, overrides: Mapping[str, str]) -> LogConfig:
     """``base`` (the broker's defaults) with a topic's overrides applied; unknown or invalid keys raise."""
-    changes = {}
+    changes: dict[str, object] = {}
     for name, value in validate_topic_config(overrides).items():
-        field = TOPIC_CONFIG_KEYS[name].field
-        if field is not None:
-            changes[field] = int(value)
-    return dataclasses.replace(base, **changes) if changes else base
+        key = TOPIC_CONFIG_KEYS[name]
+        if key.field is not None:
+            changes[key.field] = _typed(key, value)
+    return dataclasses.replace(base, **changes) if changes else base  # type: ignore[arg-type]
+
+
+def _typed(key: TopicConfigKey, value: str) -> object:
+    if key.kind == "LIST":
+        return tuple(value.split(","))
+    if key.kind == "DOUBLE":
+        return float(value)
+    return int(value)
 
 
 def default_value(base: LogConfig, name: str) -> str:
     """The value a topic without an override gets (from the broker's ``log.*`` properties)."""
     field = TOPIC_CONFIG_KEYS[name].field
-    return _STORED_DEFAULTS[name] if field is None else str(getattr(base, field))
+    if field is None:
+        return _STORED_DEFAULTS[name]
+    value = getattr(base, field)
+    return ",".join(value) if isinstance(value, tuple) else str(value)
 
 
 def broker_property(name: str) -> str | None:
     """The broker property that sets the default of topic config ``name`` (a synonym in DescribeConfigs)."""
     field = TOPIC_CONFIG_KEYS[name].field
     if field is None:
-        return "log.cleanup.policy" if name == "cleanup.policy" else name
+        return name
     return next(str(f.metadata["key"]) for f in dataclasses.fields(LogConfig) if f.name == field)
 
 

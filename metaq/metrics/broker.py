@@ -10,6 +10,8 @@
 | metaq_broker_log_size_bytes, metaq_broker_log_segments, metaq_broker_log_end_offset | gauge | topic, partition |
 | metaq_broker_under_replicated_partitions, metaq_broker_offline_partitions, metaq_broker_active_controller | gauge | |
 | metaq_broker_coordinator_groups, metaq_broker_coordinator_members | gauge | |
+| metaq_broker_log_cleaner_runs, _bytes_read, _bytes_written, _records_removed, _failures | gauge (since start) | |
+| metaq_broker_log_cleaner_dirty_ratio | gauge | topic, partition |
 
 Request counts and durations are per API (the request's name, e.g. FETCH); errors are Kafka error names in
 answers (per partition for Produce and Fetch) and ``PROTOCOL`` for frames that closed their connection. Fetch
@@ -34,6 +36,19 @@ class LogState:
     size_bytes: int
     segments: int
     log_end_offset: int
+
+
+@dataclass(frozen=True)
+class CleanerState:
+    """The log cleaner's totals since the start and the last dirty ratio of each compacted log
+    (docs/compaction.md)."""
+
+    runs: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_removed: int = 0
+    failures: int = 0
+    dirty_ratios: tuple[tuple[str, int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,6 +82,13 @@ class _Families:
             "metaq_broker_active_controller": ("1 if this broker is the controller", []),
             "metaq_broker_coordinator_groups": ("Groups this broker coordinates", []),
             "metaq_broker_coordinator_members": ("Members of the groups this broker coordinates", []),
+            "metaq_broker_log_cleaner_runs": ("Cleanings of compacted logs since the start", []),
+            "metaq_broker_log_cleaner_bytes_read": ("Bytes the log cleaner read since the start", []),
+            "metaq_broker_log_cleaner_bytes_written": ("Bytes the log cleaner wrote since the start", []),
+            "metaq_broker_log_cleaner_records_removed": ("Records the log cleaner removed since the start", []),
+            "metaq_broker_log_cleaner_failures": ("Cleanings that failed since the start", []),
+            "metaq_broker_log_cleaner_dirty_ratio": ("Dirty share of a compacted log's cleanable bytes",
+                                                     ["topic", "partition"]),
         })
         r.register(self.state)
 
@@ -76,6 +98,7 @@ class BrokerMetrics:
         self._f: _Families = shared(registry, "broker", _Families)
         self._logs: Callable[[], Iterable[LogState]] = lambda: ()
         self._cluster: Callable[[], ClusterState] = ClusterState
+        self._cleaner: Callable[[], CleanerState] = CleanerState
         self._token = self._f.state.add(self._sample)
 
     def request(self, api: str, seconds: float) -> None:
@@ -104,6 +127,9 @@ class BrokerMetrics:
     def report_cluster(self, cluster: Callable[[], ClusterState]) -> None:
         self._cluster = cluster
 
+    def report_cleaner(self, cleaner: Callable[[], CleanerState]) -> None:
+        self._cleaner = cleaner
+
     def close(self) -> None:
         self._f.state.remove(self._token)
 
@@ -119,3 +145,11 @@ class BrokerMetrics:
         yield "metaq_broker_active_controller", [], int(cluster.active_controller)
         yield "metaq_broker_coordinator_groups", [], cluster.groups
         yield "metaq_broker_coordinator_members", [], cluster.members
+        cleaner = self._cleaner()
+        yield "metaq_broker_log_cleaner_runs", [], cleaner.runs
+        yield "metaq_broker_log_cleaner_bytes_read", [], cleaner.bytes_read
+        yield "metaq_broker_log_cleaner_bytes_written", [], cleaner.bytes_written
+        yield "metaq_broker_log_cleaner_records_removed", [], cleaner.records_removed
+        yield "metaq_broker_log_cleaner_failures", [], cleaner.failures
+        for topic, partition, ratio in cleaner.dirty_ratios:
+            yield "metaq_broker_log_cleaner_dirty_ratio", [topic, str(partition)], ratio

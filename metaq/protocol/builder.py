@@ -128,7 +128,7 @@ class PyBatchBuilder:
                          _table[delta] if 0 <= delta < _n else _zigzag_varint(delta),
                          _table[count] if count < _n else _zigzag_varint(count),
                          key_part, value_len))
-        tail = b"\x00" if not headers else _encode_headers(headers)
+        tail = b"\x00" if not headers else encode_headers(headers)
         length = len(head) + len(value) + len(tail)
         prefix = _table[length] if length < _n else _zigzag_varint(length)
         buf = self._buf
@@ -259,7 +259,8 @@ BatchBuilder: type[AnyBatchBuilder] = (
 """The builder metaq uses: the compiled one where aiokafka's extension is installed."""
 
 
-def _encode_headers(headers: Sequence[Header]) -> bytes:
+def encode_headers(headers: Sequence[Header]) -> bytes:
+    """A record's headers in the v2 record format (count, then name and value of each)."""
     parts = [varint(len(headers))]
     for h_key, h_value in headers:
         name = h_key.encode("utf-8")

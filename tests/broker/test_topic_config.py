@@ -19,8 +19,14 @@ def test_validation_normalises_and_names_the_key() -> None:
         "retention.ms": "600000", "cleanup.policy": "delete"}
     with pytest.raises(ConfigError, match="Unknown topic config name: retention.hours"):
         validate_topic_config({"retention.hours": "1"})
-    with pytest.raises(ConfigError, match="cleanup.policy: metaq supports only 'delete'"):
-        validate_topic_config({"cleanup.policy": "compact,delete"})
+    assert validate_topic_config({"cleanup.policy": " compact, delete", "min.cleanable.dirty.ratio": "0.01",
+                                  "delete.retention.ms": "100"}) == {
+        "cleanup.policy": "compact,delete", "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "100"}
+    for policy in ("", "compact,compact", "shred"):
+        with pytest.raises(ConfigError, match="cleanup.policy: must be a non-empty list"):
+            validate_topic_config({"cleanup.policy": policy})
+    with pytest.raises(ConfigError, match="min.cleanable.dirty.ratio: must be between 0 and 1"):
+        validate_topic_config({"min.cleanable.dirty.ratio": "1.5"})
     with pytest.raises(ConfigError, match="segment.bytes"):
         validate_topic_config({"segment.bytes": "13"})
     with pytest.raises(ConfigError, match="segment.bytes: Not a number"):
@@ -41,6 +47,15 @@ def test_overrides_map_onto_the_log_config() -> None:
     assert default_value(base, "cleanup.policy") == "delete"
     assert broker_property("retention.ms") == "log.retention.ms"
     assert broker_property("segment.bytes") == "log.segment.bytes"
+    assert broker_property("cleanup.policy") == "log.cleanup.policy"
+    assert broker_property("min.cleanable.dirty.ratio") == "log.cleaner.min.cleanable.ratio"
+    compacted = log_config_for(base, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1",
+                                      "min.compaction.lag.ms": "5", "max.compaction.lag.ms": "60000"})
+    assert (compacted.compact, compacted.delete, compacted.min_cleanable_dirty_ratio) == (True, False, 0.1)
+    assert (compacted.min_compaction_lag_ms, compacted.max_compaction_lag_ms) == (5, 60000)
+    assert default_value(compacted, "cleanup.policy") == "compact"
+    with pytest.raises(ConfigError, match="min.compaction.lag.ms .* > max.compaction.lag.ms"):
+        log_config_for(base, {"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
 
 
 def _op(name: str, operation: int, value: str | None = None) -> SimpleNamespace:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from metaq.metrics.broker import BrokerMetrics, ClusterState, LogState
+from metaq.metrics.broker import BrokerMetrics, CleanerState, ClusterState, LogState
 from metaq.metrics.consumer import ConsumerMetrics, PartitionPosition
 
 
@@ -47,6 +47,7 @@ def test_broker_reports_requests_logs_and_cluster_state() -> None:
     broker = BrokerMetrics(registry)
     broker.report_logs(lambda: [LogState("t", 0, 4096, 2, 100)])
     broker.report_cluster(lambda: ClusterState(groups=3, members=5, active_controller=True))
+    broker.report_cleaner(lambda: CleanerState(runs=2, records_removed=7, dirty_ratios=(("c", 1, 0.25),)))
     broker.request("PRODUCE", 0.003)
     broker.error("PRODUCE", "CORRUPT_MESSAGE")
     broker.connection_opened()
@@ -57,3 +58,6 @@ def test_broker_reports_requests_logs_and_cluster_state() -> None:
     assert samples[("metaq_broker_coordinator_members", ())] == 5
     assert samples[("metaq_broker_active_controller", ())] == 1
     assert samples[("metaq_broker_connections", ())] == 1
+    assert samples[("metaq_broker_log_cleaner_runs", ())] == 2
+    assert samples[("metaq_broker_log_cleaner_records_removed", ())] == 7
+    assert samples[("metaq_broker_log_cleaner_dirty_ratio", (("partition", "1"), ("topic", "c")))] == 0.25

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metaq.config import Config, non_negative, positive, prop
+from metaq.errors import ConfigError
 
 _INT32_MAX = 2**31 - 1
 
@@ -15,6 +16,20 @@ def _segment_bytes(value: Any) -> str | None:
     if value < 14 or value > _INT32_MAX:
         return f"must be between 14 and {_INT32_MAX}"
     return None
+
+
+CLEANUP_POLICIES = ("compact", "delete")
+
+
+def _cleanup_policy(value: Any) -> str | None:
+    # Kafka's LogConfig: a non-empty list of "compact" and/or "delete" (any order, each at most once).
+    if not value or any(p not in CLEANUP_POLICIES for p in value) or len(set(value)) != len(value):
+        return "must be a non-empty list of 'compact' and 'delete'"
+    return None
+
+
+def _ratio(value: Any) -> str | None:
+    return None if 0.0 <= value <= 1.0 else "must be between 0 and 1"
 
 
 def _index_bytes(value: Any) -> str | None:
@@ -43,6 +58,30 @@ class LogConfig(Config):
                                           doc="forget an idempotent producer idle this long (by its batches' "
                                               "timestamps), as Kafka")
 
+    cleanup_policy: tuple[str, ...] = prop("log.cleanup.policy", ("delete",), check=_cleanup_policy,
+                                           doc="compact, delete or both (docs/compaction.md)")
+    min_cleanable_dirty_ratio: float = prop("log.cleaner.min.cleanable.ratio", 0.5, check=_ratio,
+                                            doc="clean a log once this share of its cleanable bytes is dirty")
+    min_compaction_lag_ms: int = prop("log.cleaner.min.compaction.lag.ms", 0, check=non_negative,
+                                      doc="records younger than this are never compacted")
+    max_compaction_lag_ms: int = prop("log.cleaner.max.compaction.lag.ms", 2**63 - 1, check=positive,
+                                      doc="a dirty record older than this makes its log eligible whatever the ratio")
+    delete_retention_ms: int = prop("log.cleaner.delete.retention.ms", 86400000, check=non_negative,
+                                    doc="how long a tombstone is kept after the cleaner first passed it")
+
+    @property
+    def compact(self) -> bool:
+        """Whether the cleaner compacts the log (``cleanup.policy`` holds ``compact``)."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Whether retention deletes old segments (``cleanup.policy`` holds ``delete``)."""
+        return "delete" in self.cleanup_policy
+
     def __post_init__(self) -> None:
         # Direct construction (tests, embedding) gets the same checks as from_properties().
         self._check_values()
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:  # as Kafka's LogConfig.validateValues
+            raise ConfigError(f"conflict topic config setting min.compaction.lag.ms ({self.min_compaction_lag_ms}) >"
+                              f" max.compaction.lag.ms ({self.max_compaction_lag_ms})")

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from metaq.broker.log.cleaner.keys import require_keys
+from metaq.broker.log.cleaner.swap import fault_point, finish_swap, recover_swaps
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.producer_state import ProducerStateManager
 from metaq.broker.log.segment import (
@@ -41,7 +43,7 @@ __all__ = ["AppendResult", "FetchSlice", "PartitionLog"]
 logger = logging.getLogger(__name__)
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
-_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap")
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX,)  # .cleaned and .swap: recover_swaps()
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,8 @@ class PartitionLog:
         headers = validate_batches(records)
         self._check_sizes(headers, len(records))
         validate_records(records, headers, decompressed_limit(self.config.max_message_bytes))
+        if self.config.compact:
+            require_keys(records, f"{self.topic}-{self.partition}")
         now = _now_ms() if now_ms is None else now_ms
         first_offset = self.log_end_offset
         duplicate, updates = self.producer_state.check_client_append(headers, first_offset)
@@ -166,13 +170,24 @@ class PartitionLog:
         self._check_open()
         headers = validate_batches(records)
         expected = self.log_end_offset
-        for header in headers:
-            if header.base_offset != expected:
+        runs: list[tuple[int, int]] = []  # (first batch, end) of each run of batches without an offset gap
+        for i, header in enumerate(headers):
+            if header.base_offset < expected:
                 raise StorageError(f"{self.topic}-{self.partition}: a replicated batch at offset "
                                    f"{header.base_offset} does not continue the log at {expected}")
+            if header.base_offset > expected or not runs:  # a gap: the leader's cleaner removed offsets
+                runs.append((i, i + 1))
+            else:
+                runs[-1] = (runs[-1][0], i + 1)
             expected = header.next_offset
         now = _now_ms() if now_ms is None else now_ms
-        self._write(bytearray(records), headers, self.log_end_offset, expected, now)
+        view = memoryview(records)
+        position = 0
+        for first, stop in runs:
+            size = sum(h.size for h in headers[first:stop])
+            run = headers[first:stop]
+            self._write(bytearray(view[position:position + size]), run, run[0].base_offset, run[-1].next_offset, now)
+            position += size
         self.producer_state.replicated(headers)  # so that this replica deduplicates once it leads
         return headers
 
@@ -393,6 +408,8 @@ class PartitionLog:
         self._check_open()
         self._remove_expired_deletes(now_ms)
         deleted = 0
+        if not self.config.delete:  # cleanup.policy=compact: only the cleaner removes records
+            return 0
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
             deleted += self._delete_prefix(
@@ -488,6 +505,43 @@ class PartitionLog:
         ends = {id(seg): (self._bases[i + 1] if i + 1 < len(self._bases) else self.log_end_offset)
                 for i, seg in enumerate(self._segments)}
         return self._delete_prefix(lambda segment: ends[id(segment)] <= offset, now_ms, why)
+
+    def inactive_segments(self) -> list[LogSegment]:
+        """Every segment but the active one (what the log cleaner may rewrite)."""
+        with self._lock:
+            return self._segments[:-1]
+
+    def replace_segments(self, old: list[LogSegment], base: int) -> bool:
+        """Swap the cleaned segment ``base`` (its ``.swap`` files are durable) in for ``old``, consecutive inactive
+        segments of this log; False (nothing changed) if they are no longer that (retention, truncation or a
+        deletion got there first). Old segments are deleted after ``segment_delete_delay_ms``, as retention's
+        (fetches may be sending from them). Steps and crash recovery: metaq/broker/log/cleaner/swap.py."""
+        if self._closed:
+            return False
+        with self._lock:
+            ids = [id(segment) for segment in self._segments[:-1]]
+        try:
+            first = ids.index(id(old[0]))
+        except ValueError:
+            return False
+        if ids[first:first + len(old)] != [id(segment) for segment in old]:
+            return False
+        now = _now_ms()
+        for segment in old:
+            segment.mark_deleted()
+            self._pending_deletes.append((now + self.config.segment_delete_delay_ms, segment))
+        fault_point("replace")
+        finish_swap(self.directory, base)
+        try:
+            new = LogSegment.load(self.directory, base, self.config, recover=False)[0]
+        except OSError as e:
+            raise StorageError(f"cannot open the cleaned segment {base} of {self.topic}-{self.partition}: {e}") from e
+        with self._lock:
+            self._segments[first:first + len(old)] = [new]
+            self._bases[first:first + len(old)] = [base]
+            self._dir_dirty = True
+        fsync_dir(self.directory)
+        return True
 
     def _remove_expired_deletes(self, now_ms: int) -> None:
         """Really remove ``*.deleted`` segments whose delay passed (not while a flush holds them)."""
@@ -631,8 +685,10 @@ def _remove_quietly(segment: LogSegment) -> None:
 def _clean_directory(directory: Path) -> list[int]:
     """Startup housekeeping; return the sorted base offsets of the segments (``.log`` files).
 
-    Removes leftovers of interrupted deletes/compactions (``.deleted``, ``.cleaned``, ``.swap``: metaq never
-    compacts, so a swap is rolled back) and index files without a ``.log``. Other files are left alone."""
+    Completes or rolls back interrupted cleanings (``.swap``, ``.cleaned``: metaq/broker/log/cleaner/swap.py),
+    removes leftovers of interrupted deletes (``.deleted``) and index files without a ``.log``. Other files
+    are left alone."""
+    recover_swaps(directory)
     logs: set[int] = set()
     indexes: list[tuple[int, Path]] = []
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):
@@ -685,7 +741,7 @@ def _load_segments(
             end_limit = bases[i + 1] if i + 1 < len(bases) else None
             segment, _ = LogSegment.load(directory, base, config, recover=i >= first_to_recover, end_limit=end_limit)
             segments.append(segment)
-            if end_limit is not None and segment.next_offset < end_limit:
+            if end_limit is not None and segment.next_offset < end_limit and not config.compact:
                 logger.error(
                     "Offsets %d..%d of %s are lost: segment %s ends there, but the next segment starts at %d;"
                     " keeping the later segments",

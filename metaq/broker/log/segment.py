@@ -442,6 +442,10 @@ class LogSegment:
             yield position, header
             position += header.size
 
+    def batch_positions(self) -> Iterator[tuple[int, BatchHeader]]:
+        """``(position, header)`` of every batch up to the segment's size (the log cleaner reads these)."""
+        return self._iter_headers(0, self.size)
+
     def headers_from(self, offset: int) -> Iterator[BatchHeader]:
         """The headers of the batches from the one holding ``offset`` to the segment's end (producer state
         replay reads these 61-byte headers only, never the records)."""

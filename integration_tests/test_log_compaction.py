@@ -1,0 +1,268 @@
+"""Log compaction on a real metaq broker process, produced to and read by confluent-kafka (librdkafka), and the
+same produce sequence compacted by Apache Kafka 3.9: the surviving key -> (offset, value) set must be the same
+(docs/compaction.md). Topics roll every 1 KiB and clean at a dirty ratio of 1%, so cleaning runs in seconds."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import confluent_kafka
+import pytest
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+from metaq.broker.log.cleaner.swap import CRASH_ENV
+from metaq.broker.process import BrokerProcess
+from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker
+from metaq.testing.broker import BrokerCluster
+from metaq.testing.wait import wait_until
+from zk_layout import split_connect
+
+Record = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
+Entry = tuple[bytes | None, bytes | None]
+
+COMPACT = {"cleanup.policy": "compact", "segment.bytes": "1024", "min.cleanable.dirty.ratio": "0.01",
+           "delete.retention.ms": "3600000"}
+BROKER = {"log.cleaner.backoff.ms": 200, "log.retention.check.interval.ms": 300,
+          # 100 map slots (90 usable): the 300-key test needs several passes
+          "log.cleaner.dedupe.buffer.size": 2400, "log.segment.delete.delay.ms": 0}
+TIMEOUT = 60
+
+
+def _chroot(zk_connect: str, prefix: str) -> str:
+    hosts, base = split_connect(zk_connect)
+    return f"{hosts}{base}/{prefix}-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(scope="module")
+def metaq_broker(zk_server, tmp_path_factory) -> Iterator[BrokerProcess]:  # type: ignore[no-untyped-def]
+    """One metaq broker for the module, each test on topics of its own."""
+    broker = BrokerProcess(_chroot(zk_server.connect_string, "metaq-compaction"), 0,
+                           tmp_path_factory.mktemp("compaction"), properties=BROKER).start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def create(bootstrap: str, topic: str, config: dict[str, str]) -> None:
+    """CreateTopics with ``config`` through confluent-kafka's AdminClient."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the answer came
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(30)
+
+
+def produce(bootstrap: str, topic: str, entries: Sequence[Entry]) -> list[Record]:
+    """One record per batch (a flush after each), so both brokers roll at the same offsets; returns what was
+    acknowledged."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": False})
+    acked: list[Record] = []
+    errors: list[str] = []
+
+    def report(err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            acked.append((msg.offset(), msg.key(), msg.value()))
+
+    for key, value in entries:
+        producer.produce(topic, key=key, value=value, on_delivery=report)
+        producer.flush(30)
+    assert not errors, errors
+    return acked
+
+
+def consume_all(bootstrap: str, topic: str) -> list[Record]:
+    """Every record from the start to the high watermark, as confluent-kafka reads it."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
+                                         "enable.auto.commit": False})
+    try:
+        partition = confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)
+        _, high = consumer.get_watermark_offsets(partition, timeout=10)
+        consumer.assign([partition])
+        out: list[Record] = []
+        while not out or out[-1][0] < high - 1:
+            msg = consumer.poll(10)
+            assert msg is not None, f"no record after {out[-1:] or 'the start'} (high watermark {high})"
+            assert msg.error() is None, msg.error()
+            out.append((msg.offset(), msg.key(), msg.value()))
+        return out
+    finally:
+        consumer.close()
+
+
+def low_watermark(bootstrap: str, topic: str) -> int:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    try:
+        return int(consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, 0), timeout=10)[0])
+    finally:
+        consumer.close()
+
+
+def active_base(partition_dir: Path) -> int:
+    """Base offset of the active segment: the largest ``.log`` file name."""
+    return max(int(p.name.split(".")[0]) for p in partition_dir.glob("*.log"))
+
+
+def compacted(records: Sequence[Record], uncleanable_from: int) -> list[Record]:
+    """What a fully cleaned log holds: below the active segment only the latest record of each key (tombstones
+    within their delete.retention.ms included), from it on everything."""
+    latest: dict[bytes | None, Record] = {}
+    for record in records:
+        if record[0] < uncleanable_from:
+            latest[record[1]] = record
+    return sorted(list(latest.values()) + [r for r in records if r[0] >= uncleanable_from])
+
+
+def metaq_dir(broker: BrokerProcess, topic: str) -> Path:
+    return broker.data_dir / f"logs-{broker.broker_id}" / f"{topic}-0"
+
+
+def history(keys: int, versions: int, tombstones: Sequence[int] = ()) -> list[Entry]:
+    entries: list[Entry] = [(f"key-{k}".encode(), f"value-{v}-{k}".encode()) for v in range(versions)
+                            for k in range(keys)]
+    entries += [(f"key-{k}".encode(), None) for k in tombstones]
+    entries += [(f"pad-{i}".encode(), b"x" * 40) for i in range(30)]  # the tail: fills the active segment
+    return entries
+
+
+def wait_compacted(bootstrap: str, topic: str, partition_dir: Path, produced: list[Record]) -> list[Record]:
+    """Poll until the broker serves the fully cleaned log; return it."""
+    seen: list[list[Record]] = []
+
+    def done() -> bool:
+        seen[:] = [consume_all(bootstrap, topic)]
+        return seen[0] == compacted(produced, active_base(partition_dir))
+
+    wait_until(done, TIMEOUT, f"{topic} fully cleaned")
+    return seen[0]
+
+
+def test_latest_value_per_key_survives_in_several_passes(metaq_broker: BrokerProcess) -> None:
+    topic = "cmp-latest"
+    create(metaq_broker.bootstrap, topic, COMPACT)
+    produced = produce(metaq_broker.bootstrap, topic, history(keys=300, versions=2))
+    result = wait_compacted(metaq_broker.bootstrap, topic, metaq_dir(metaq_broker, topic), produced)
+    assert len(result) < len(produced)
+    assert "Offset map full" in metaq_broker.log_path.read_text(errors="replace")  # the 2400-byte buffer
+    assert (metaq_dir(metaq_broker, topic).parent / "cleaner-offset-checkpoint").read_text().count(topic) == 1
+
+
+def test_tombstones_vanish_after_delete_retention(metaq_broker: BrokerProcess) -> None:
+    topic = "cmp-tombstones"
+    create(metaq_broker.bootstrap, topic, {**COMPACT, "delete.retention.ms": "1000"})
+    produced = produce(metaq_broker.bootstrap, topic, history(keys=10, versions=3, tombstones=range(5)))
+    directory = metaq_dir(metaq_broker, topic)
+
+    def gone() -> bool:
+        records = consume_all(metaq_broker.bootstrap, topic)
+        expected = [r for r in compacted(produced, active_base(directory)) if r[2] is not None]
+        return records == expected
+
+    wait_until(gone, TIMEOUT, "tombstones and their keys gone")
+
+
+def test_keyless_records_are_refused(metaq_broker: BrokerProcess) -> None:
+    topic = "cmp-keyless"
+    create(metaq_broker.bootstrap, topic, COMPACT)
+    producer = confluent_kafka.Producer({"bootstrap.servers": metaq_broker.bootstrap, "retries": 0})
+    errors: list[confluent_kafka.KafkaError] = []
+    producer.produce(topic, value=b"no key", on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(30)
+    assert errors and errors[0] is not None and errors[0].code() == confluent_kafka.KafkaError.INVALID_RECORD
+    assert produce(metaq_broker.bootstrap, topic, [(b"k", b"v")]) == [(0, b"k", b"v")]
+
+
+def test_compact_delete_also_applies_retention(metaq_broker: BrokerProcess) -> None:
+    both, compact_only = "cmp-retained", "cmp-kept"
+    create(metaq_broker.bootstrap, both, {**COMPACT, "cleanup.policy": "compact,delete", "retention.ms": "1000"})
+    create(metaq_broker.bootstrap, compact_only, {**COMPACT, "retention.ms": "1000"})
+    for topic in (both, compact_only):
+        produce(metaq_broker.bootstrap, topic, history(keys=20, versions=1))
+    wait_until(lambda: low_watermark(metaq_broker.bootstrap, both) > 0, TIMEOUT, "retention of compact,delete")
+    assert low_watermark(metaq_broker.bootstrap, compact_only) == 0  # compact alone: retention.ms has no effect
+
+
+@pytest.mark.parametrize("step", ["cleaned", "swap", "replace"])
+def test_kill_during_a_cleaning_recovers(zk_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                         step: str) -> None:
+    """SIGKILL at each step of a segment swap; the restarted broker serves every latest value, and cleans."""
+    monkeypatch.setenv(CRASH_ENV, step)
+    broker = BrokerProcess(_chroot(zk_server.connect_string, "metaq-compaction-crash"), 0, tmp_path,
+                           properties=BROKER).start()
+    try:
+        topic = "cmp-crash"
+        create(broker.bootstrap, topic, {**COMPACT, "cleanup.policy": "delete"})  # no cleaning while producing
+        produced = produce(broker.bootstrap, topic, history(keys=30, versions=3))
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # IncrementalAlterConfigs: now compact
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(30)
+        assert broker.proc is not None
+        wait_until(lambda: broker.proc is not None and broker.proc.poll() is not None, TIMEOUT,
+                   f"the broker killing itself at {step}")
+        assert broker.proc.returncode == -9
+        monkeypatch.delenv(CRASH_ENV)
+        broker.start()
+        directory = metaq_dir(broker, topic)
+        latest = {key: value for _, key, value in produced}
+        assert {key: value for _, key, value in consume_all(broker.bootstrap, topic)} == latest
+        wait_compacted(broker.bootstrap, topic, directory, produced)
+        assert not [p for p in directory.iterdir() if p.name.endswith((".cleaned", ".swap"))]
+    finally:
+        broker.stop()
+
+
+@pytest.mark.apache_kafka(V3_9)
+@pytest.mark.compat("log compaction: same surviving records", f"Kafka {V3_9}")
+def test_same_result_as_apache_kafka(metaq_broker: BrokerProcess, apache_kafka) -> None:  # type: ignore[no-untyped-def]
+    """The same produce sequence, with overwrites and tombstones, compacted by Kafka 3.9 and by metaq."""
+    kafka: ApacheKafkaBroker = apache_kafka(V3_9, properties={"log.cleaner.backoff.ms": 500})
+    topic = "cmp-vs-kafka"
+    entries = history(keys=25, versions=4, tombstones=[3, 7, 11])
+    results = []
+    for bootstrap, directory in ((kafka.bootstrap, kafka.dir / "data" / f"{topic}-0"),
+                                 (metaq_broker.bootstrap, metaq_dir(metaq_broker, topic))):
+        create(bootstrap, topic, COMPACT)
+        produced = produce(bootstrap, topic, entries)
+        results.append((active_base(directory), wait_compacted(bootstrap, topic, directory, produced)))
+    assert results[1] == results[0]
+
+
+def test_a_follower_replicates_a_cleaned_leader_and_takes_over(zk_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """RF 2: the follower is down while the leader cleans, then fetches the leader's log across the offsets the cleaner
+    removed, rejoins the ISR, and serves every latest value once it leads."""
+    cluster = BrokerCluster(_chroot(zk_server.connect_string, "metaq-compaction-rf2"), tmp_path)
+    try:
+        for broker_id in (0, 1):
+            cluster.add(broker_id, **BROKER)
+        bootstrap = cluster.brokers[0].bootstrap
+        topic = "cmp-replicated"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 2, config=COMPACT)])[topic].result(30)
+
+        def isr() -> list[int]:
+            return sorted(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs)
+
+        wait_until(lambda: isr() == [0, 1], TIMEOUT, "both replicas in the ISR")
+        leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+        follower = cluster.brokers[1 - leader]
+        follower.stop()
+        wait_until(lambda: isr() == [leader], TIMEOUT, "the stopped follower out of the ISR")
+        leader_broker = cluster.brokers[leader]
+        produced = produce(leader_broker.bootstrap, topic, history(keys=40, versions=3))
+        wait_compacted(leader_broker.bootstrap, topic, metaq_dir(leader_broker, topic), produced)
+        follower.start()
+        wait_until(lambda: isr() == [0, 1], TIMEOUT, "the follower caught up over the gaps")
+        leader_broker.stop()
+
+        def led_by_follower() -> bool:
+            return bool(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader == follower.broker_id)
+
+        wait_until(led_by_follower, TIMEOUT, "the follower leads")
+        records = consume_all(follower.bootstrap, topic)
+        assert [r[0] for r in records] == sorted({r[0] for r in records})
+        latest = {key: (offset, value) for offset, key, value in produced}
+        assert {key: (offset, value) for offset, key, value in records} == latest
+    finally:
+        cluster.stop()

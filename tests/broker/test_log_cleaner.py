@@ -1,0 +1,186 @@
+"""The log cleaner over real segment files: latest value per key, offsets kept, tombstones, bounded map passes,
+keyless produce refused, swap recovery (docs/compaction.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from metaq.broker.log.cleaner.cleaner import Cleaner
+from metaq.broker.log.cleaner.offset_map import ENTRY_SIZE, OffsetMap
+from metaq.broker.log.cleaner.swap import CLEANED_SUFFIX, SWAP_SUFFIX
+from metaq.broker.log.config import LogConfig
+from metaq.broker.log.partition_log import PartitionLog
+from metaq.errors import InvalidRecordError
+from metaq.protocol.batches import read_header
+from metaq.protocol.builder import PyBatchBuilder, with_producer
+from metaq.protocol.records import decode_records
+
+BASE_TS = 1_700_000_000_000
+Entry = tuple[bytes | None, bytes | None]  # (key, value); value None: a tombstone
+
+
+def _direct(fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
+def open_log(directory: Path, **config: Any) -> PartitionLog:
+    settings_ = {"segment_bytes": 400, "cleanup_policy": ("compact",), "delete_retention_ms": 1000,
+                 "index_interval_bytes": 64, **config}
+    return PartitionLog.open(directory / "cmp-0", "cmp", 0, LogConfig(**settings_), recover=False)
+
+
+def batch(entries: Sequence[Entry], ts: int = BASE_TS) -> bytes:
+    builder = PyBatchBuilder(1 << 20)
+    for key, value in entries:
+        builder.append(ts, key, value)
+    return builder.build()
+
+
+def read_all(log: PartitionLog) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every record from the log start as a consumer reads it: (offset, key, value)."""
+    position, out = log.log_start_offset, []
+    while position < log.log_end_offset:
+        piece = log.read(position, 1 << 20)
+        if piece is None:
+            break
+        result = decode_records(piece.read_bytes(), position)
+        out.extend((o, k, v) for o, _, k, v, _ in result.records)
+        assert result.next_offset is not None and result.next_offset > position
+        position = result.next_offset
+    return out
+
+
+def clean(log: PartitionLog, map_bytes: int = 1 << 16, now_ms: int = BASE_TS, first_dirty: int = 0) -> int:
+    log.roll("test")  # everything appended so far becomes cleanable
+    return Cleaner(OffsetMap(map_bytes), _direct).clean(log, first_dirty, now_ms).end_offset
+
+
+def latest(entries: Sequence[tuple[int, Entry]]) -> dict[bytes, tuple[int, bytes | None]]:
+    result: dict[bytes, tuple[int, bytes | None]] = {}
+    for offset, (key, value) in entries:
+        assert key is not None
+        result[key] = (offset, value)
+    return result
+
+
+def test_latest_value_per_key_survives_with_its_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    written: list[tuple[int, Entry]] = []
+    for i in range(60):
+        entry = (f"k{i % 7}".encode(), f"v{i}".encode())
+        written.append((log.append(batch([entry])).base_offset, entry))
+    end = log.log_end_offset
+    assert clean(log) == end
+    records = read_all(log)
+    assert {k: (o, v) for o, k, v in records if k is not None} == latest(written)
+    assert [o for o, _, _ in records] == sorted(o for o, _ in latest(written).values())
+    assert log.log_end_offset == end and log.log_start_offset == 0
+    assert log.append(batch([(b"k1", b"after")])).base_offset == end  # offsets never reused
+
+
+def test_tombstones_kept_until_their_horizon_then_removed(tmp_path: Path) -> None:
+    log = open_log(tmp_path, delete_retention_ms=5000)
+    for i in range(20):
+        log.append(batch([(f"k{i % 4}".encode(), b"v")]))
+    log.append(batch([(b"k0", None)]))
+    clean(log, now_ms=BASE_TS)
+    assert (b"k0", None) in [(k, v) for _, k, v in read_all(log)]
+    clean(log, now_ms=BASE_TS + 4999, first_dirty=log.log_end_offset)
+    assert (b"k0", None) in [(k, v) for _, k, v in read_all(log)]
+    clean(log, now_ms=BASE_TS + 5001, first_dirty=log.log_end_offset)
+    assert sorted(k for _, k, _ in read_all(log) if k is not None) == [b"k1", b"k2", b"k3"]
+
+
+def test_small_offset_map_cleans_in_several_passes(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=2000)
+    written: list[tuple[int, Entry]] = []
+    for i in range(300):
+        entry = (f"key-{i % 40}".encode(), f"value-{i}".encode())
+        written.append((log.append(batch([entry])).base_offset, entry))
+    first_dirty, passes = 0, 0
+    map_bytes = 12 * ENTRY_SIZE  # 10 entries at the 0.9 load factor: 40 keys need several passes
+    while first_dirty < log.log_end_offset:
+        first_dirty = clean(log, map_bytes, first_dirty=first_dirty)
+        passes += 1
+    assert passes > 3
+    clean(log, map_bytes, first_dirty=first_dirty)
+    assert {k: (o, v) for o, k, v in read_all(log) if k is not None} == latest(written)
+
+
+def test_batch_metadata_of_a_producer_is_kept(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append(with_producer(batch([(b"a", b"1"), (b"b", b"1")]), 7, 0, 0))
+    log.append(with_producer(batch([(b"a", b"2"), (b"b", b"2")]), 7, 0, 2))
+    log.append(batch([(b"a", b"3"), (b"b", b"3")]))  # the producer's last batch is now entirely superseded
+    clean(log)
+    headers = []
+    for segment in log.inactive_segments():
+        headers.extend(header for _, header in segment.batch_positions())
+    producer = [h for h in headers if h.producer_id == 7]
+    assert [(h.base_offset, h.last_offset_delta, h.base_sequence, h.record_count) for h in producer] == [(2, 1, 2, 0)]
+    assert read_all(log) == [(4, b"a", b"3"), (5, b"b", b"3")]
+
+
+def test_keyless_produce_to_a_compacted_log_is_refused(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    with pytest.raises(InvalidRecordError, match="Compacted topic cannot accept message without key"):
+        log.append(batch([(b"k", b"v"), (None, b"v")]))
+    assert log.log_end_offset == 0
+    plain = open_log(tmp_path / "plain", cleanup_policy=("delete",))
+    assert plain.append(batch([(None, b"v")])).base_offset == 0
+
+
+@pytest.mark.parametrize("leftover", [CLEANED_SUFFIX, SWAP_SUFFIX])
+def test_interrupted_swap_recovers_every_latest_value(tmp_path: Path, leftover: str) -> None:
+    log = open_log(tmp_path)
+    written: list[tuple[int, Entry]] = []
+    for i in range(40):
+        entry = (f"k{i % 5}".encode(), f"v{i}".encode())
+        written.append((log.append(batch([entry])).base_offset, entry))
+    log.roll("test")
+    directory, old = log.directory, log.inactive_segments()
+    # a crash after the cleaned copy was written (or swapped): the copy of the first segments' latest records
+    cleaner = Cleaner(OffsetMap(1 << 16), _direct)
+    replace = PartitionLog.replace_segments
+    try:
+        PartitionLog.replace_segments = lambda self, group, base: False  # type: ignore[method-assign]
+        cleaner.clean(log, 0, BASE_TS)
+    finally:
+        PartitionLog.replace_segments = replace  # type: ignore[method-assign]
+    log.close()
+    # the abandoned swap was removed by the cleaner: recreate what a crash would have left
+    assert not list(directory.glob(f"*{SWAP_SUFFIX}"))
+    first = old[0]
+    data = first.log_path.read_bytes()
+    (directory / (first.log_path.name + leftover)).write_bytes(data[: read_header(data).size])
+    reopened = PartitionLog.open(directory, "cmp", 0, log.config, recover=True)
+    assert not list(directory.glob(f"*{leftover}"))
+    values = {k: (o, v) for o, k, v in read_all(reopened) if k is not None}
+    assert {k: values[k] for k in latest(written)} == latest(written)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.integers(0, 9), st.booleans(), st.booleans()), min_size=1, max_size=120),
+       map_entries=st.integers(2, 30))
+def test_any_history_cleaned_any_times_reads_back_the_latest_values(
+        tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[int, bool, bool]], map_entries: int) -> None:
+    log = open_log(tmp_path_factory.mktemp("prop"), segment_bytes=300, delete_retention_ms=10**12)
+    written: list[tuple[int, Entry]] = []
+    first_dirty = 0
+    for i, (key, tombstone, clean_now) in enumerate(ops):
+        entry = (f"k{key}".encode(), None if tombstone else f"v{i}".encode())
+        written.append((log.append(batch([entry])).base_offset, entry))
+        if clean_now:
+            first_dirty = clean(log, map_entries * ENTRY_SIZE, first_dirty=first_dirty)
+    while first_dirty < log.log_end_offset:
+        first_dirty = clean(log, map_entries * ENTRY_SIZE, first_dirty=first_dirty)
+    records = read_all(log)
+    offsets = [o for o, _, _ in records]
+    assert offsets == sorted(set(offsets))
+    assert {k: (o, v) for o, k, v in records if k is not None} == latest(written)
