@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from metaq.broker.process import BrokerProcess
-from metaq.testing.maven import MavenArtifact, classpath, resolve
+from metaq.testing.java_peers import CONNECT_3_9
+from metaq.testing.maven import classpath
 from metaq.testing.wait import wait_until
 from zk_layout import split_connect
 
@@ -33,9 +34,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def connect_jars() -> Path:
-    return resolve(f"kafka-connect-{CONNECT}", [MavenArtifact("org.apache.kafka", "connect-runtime", CONNECT),
-                                                MavenArtifact("org.apache.kafka", "connect-file", CONNECT),
-                                                MavenArtifact("org.slf4j", "slf4j-reload4j", "1.7.36")])
+    return CONNECT_3_9.directory()  # fetched by the test command beforehand
 
 
 @pytest.fixture(scope="module")

@@ -31,8 +31,8 @@ from metaq.testing.maven import MavenArtifact, PeerUnavailableError, classpath, 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "ALL_PEERS", "CLIENTS_3_9", "CLIENTS_4", "JAVA_PROGRAMS", "SPARK_KAFKA", "TOOLS_2_8", "TOOLS_3_9", "JavaPeer",
-    "JavaRun", "JavaRunError", "run_class", "run_program", "spark_kafka_jars",
+    "ALL_PEERS", "CLIENTS_3_9", "CLIENTS_4", "CONNECT_3_9", "JAVA_PROGRAMS", "SPARK_KAFKA", "TOOLS_2_8", "TOOLS_3_9",
+    "JavaPeer", "JavaRun", "JavaRunError", "run_class", "run_program", "spark_kafka_jars",
 ]
 
 JAVA = os.environ.get("METAQ_JAVA", "java")
@@ -85,7 +85,11 @@ SPARK_KAFKA = JavaPeer("spark-sql-kafka-4.2.0", "Spark spark-sql-kafka-0-10 4.2.
 # the jars of SPARK_KAFKA that PySpark does not ship itself (Scala, Hadoop, compression come from PySpark)
 SPARK_KAFKA_JAR_PREFIXES = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_", "kafka-clients-",
                             "commons-pool2-")
-ALL_PEERS = (CLIENTS_3_9, CLIENTS_4, TOOLS_3_9, TOOLS_2_8, SPARK_KAFKA)
+# A Kafka Connect distributed worker with the file connectors (its own log4j binding, as Kafka ships it).
+CONNECT_3_9 = JavaPeer("kafka-connect-3.9.2", "Kafka Connect 3.9.2", (
+    _kafka("connect-runtime", "3.9.2"), _kafka("connect-file", "3.9.2"),
+    MavenArtifact("org.slf4j", "slf4j-reload4j", "1.7.36")))
+ALL_PEERS = (CLIENTS_3_9, CLIENTS_4, TOOLS_3_9, TOOLS_2_8, SPARK_KAFKA, CONNECT_3_9)
 
 
 class JavaRunError(MetaqError):
