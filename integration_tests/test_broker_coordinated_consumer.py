@@ -10,12 +10,17 @@ One broker for the module, with group.min.session.timeout.ms lowered so that a d
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 import pytest
 
 from metaq.broker.process import BrokerProcess
@@ -24,6 +29,7 @@ from metaq.consumer.message import MessageAndMetadata
 from metaq.errors import ConfigError
 from metaq.producer import Producer
 from metaq.testing.broker import SharedBroker
+from metaq.testing.group import GroupHarness, SteadyProducer, check_delivery
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import ZooKeeperEndpoint
 from zk_layout import split_connect
@@ -119,3 +125,146 @@ def test_two_members_split_and_rebalance_on_leave(coord: SharedBroker) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_metaq_and_librdkafka_members_share_a_group(coord: SharedBroker) -> None:
+    """Same protocol type ("consumer") and assignor name ("range"): the coordinator puts a metaq member and a
+    confluent-kafka member in one generation; each reads its half; the offsets metaq commits are what
+    confluent's committed() and `metaq groups describe` show."""
+    topic = coord.topic("mixed", partitions=6)
+    group = "mixed-g"
+    acked = _produce(coord.zk_connect, topic, 6, 20)
+    ends = {p: 1 + max(o for q, o in acked if q == p) for p in range(6)}
+    a = Reader(coord, group, topic)
+    wait_until(lambda: a.owned() == set(range(6)), 30, "the metaq member to own all 6 partitions")
+    peer = confluent_kafka.Consumer({
+        "bootstrap.servers": coord.broker.bootstrap, "group.id": group, "partition.assignment.strategy": "range",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 300})
+    peer_seen: list[tuple[int, int]] = []
+    peer_owned: set[int] = set()
+    stop = threading.Event()
+
+    def on_assign(_consumer: Any, partitions: list[Any]) -> None:
+        peer_owned.clear()
+        peer_owned.update(tp.partition for tp in partitions)
+
+    def poll() -> None:
+        while not stop.is_set():
+            message = peer.poll(0.1)
+            if message is not None and message.error() is None:
+                peer_seen.append((message.partition(), message.offset()))
+                peer.commit(message=message, asynchronous=False)
+
+    peer.subscribe([topic], on_assign=on_assign)
+    poller = threading.Thread(target=poll, name="librdkafka-member", daemon=True)
+    poller.start()
+    try:
+        wait_until(lambda: len(peer_owned) == 3 and _split([a], 3) and a.owned().isdisjoint(peer_owned), 60,
+                   "the metaq and librdkafka members to split 6 partitions 3/3")
+        more = _produce(coord.zk_connect, topic, 6, 10)
+        ends = {p: 1 + max(o for q, o in acked | more if q == p) for p in range(6)}
+        wait_until(lambda: set(a.seen) | set(peer_seen) >= acked | more, 60, "every message read")
+        counts = Counter(a.seen + peer_seen)
+        assert [key for key, n in counts.items() if n > 1] == []  # metaq committed before handing over
+        mine = sorted(a.owned())
+        a.consumer.commit_offsets()
+        stop.set()
+        poller.join(5)
+        committed = peer.committed([confluent_kafka.TopicPartition(topic, p) for p in range(6)], timeout=10)
+        assert {tp.partition: tp.offset for tp in committed} == ends
+        described = subprocess.run([sys.executable, "-m", "metaq", "groups", "describe", group, "--json",
+                                    "--zookeeper", coord.zk_connect], capture_output=True, text=True, timeout=120)
+        assert described.returncode == 0, described.stderr
+        rows = {r["partition"]: r["offset"] for r in json.loads(described.stdout)["partitions"] if r["topic"] == topic}
+        assert rows == ends, (mine, rows)
+    finally:
+        stop.set()
+        a.close()
+        peer.close()
+
+
+def test_static_member_restarts_without_a_rebalance(coord: SharedBroker) -> None:
+    """group.instance.id: a static member that stops (no LeaveGroup) and comes back within session.timeout.ms
+    gets its partitions back in the same generation; the other member never rebalances. A second process with
+    the same instance id fences the first (FENCED_INSTANCE_ID: it owns nothing and stays out)."""
+    topic = coord.topic("static", partitions=4)
+    group = "static-g"
+    acked = _produce(coord.zk_connect, topic, 4, 10)
+    static = {"group.instance.id": "static-a", "session.timeout.ms": 15000}
+    a = Reader(coord, group, topic, **static)
+    b = Reader(coord, group, topic)
+    try:
+        wait_until(lambda: _split([a, b], 4) and a.owned() and b.owned(), 30, "two members to split 4 partitions")
+        wait_until(lambda: set(a.seen) | set(b.seen) >= acked, 30, "every message read")
+        generation, mine, theirs = b.consumer.state.generation, a.owned(), b.owned()
+        a.close()
+        a = Reader(coord, group, topic, **static)
+        wait_until(lambda: a.owned() == mine, 30, "the restarted static member to own its partitions again")
+        more = _produce(coord.zk_connect, topic, 4, 10)
+        wait_until(lambda: set(a.seen) | set(b.seen) >= more, 30, "the second batch read")
+        assert (b.consumer.state.generation, b.owned(), a.consumer.state.generation) == (generation, theirs, generation)
+        assert [key for key, n in Counter(a.seen + b.seen).items() if n > 1] == []
+
+        twin = Reader(coord, group, topic, **static)
+        try:
+            wait_until(lambda: a.consumer.state.state == "FAILED" and not a.owned(), 30,
+                       "the first static member to be fenced by its twin")
+            assert "FENCED_INSTANCE_ID" in (a.consumer.state.last_error or "")
+            wait_until(lambda: twin.owned() | b.owned() == set(range(4)), 30, "the twin to take over")
+        finally:
+            twin.close()
+    finally:
+        a.close()
+        b.close()
+
+
+def _owned_now(harness: GroupHarness) -> dict[str, set[int]]:
+    """What each live member owns by its own report: its last partitions_assigned, unless revoked since."""
+    owned: dict[str, set[int]] = {}
+    for member in harness.members:
+        if not member.alive:
+            continue
+        current: set[int] = set()
+        for e in member.events():
+            if e["name"] == "partitions_assigned":
+                current = {p["partition"] for p in e["partitions"]}
+            elif e["name"] == "partitions_revoked":
+                current = set()
+        owned[member.name] = current
+    return owned
+
+
+def _balanced(harness: GroupHarness, partitions: int, members: int) -> bool:
+    owned = _owned_now(harness)
+    sizes = [len(parts) for parts in owned.values()]
+    return (len(owned) == members and sum(sizes) == partitions and set().union(*owned.values()) == set(
+        range(partitions)) and max(sizes) - min(sizes) <= 1)
+
+
+def test_three_members_join_leave_and_kill(coord: SharedBroker, tmp_path: Path) -> None:
+    """Separate processes under a steady producer: three members split 12 partitions, one leaves (SIGTERM),
+    one joins, one is SIGKILLed (its partitions move after the session timeout). Every acknowledged message
+    is read; duplicates only inside the killed member's uncommitted window; commits never go backwards."""
+    topic = coord.topic("fleet", partitions=12)
+    props = {k: v for k, v in MEMBER.items() if k != "consumer.timeout.ms"}
+    harness = GroupHarness(coord.zk_connect, "fleet-g", topic, tmp_path, properties=props)
+    producer = SteadyProducer(coord.zk_connect, topic, rate=300)
+    producer.start()
+    try:
+        for _ in range(3):
+            harness.add_member().wait_started()
+        wait_until(lambda: _balanced(harness, 12, 3), 60, lambda: f"3 members to split 12: {_owned_now(harness)}")
+        harness.members[0].stop()
+        wait_until(lambda: _balanced(harness, 12, 2), 60, lambda: f"2 members to split 12: {_owned_now(harness)}")
+        harness.add_member().wait_started()
+        wait_until(lambda: _balanced(harness, 12, 3), 60, lambda: f"3 members again: {_owned_now(harness)}")
+        victim = harness.members[1]
+        victim.kill()
+        wait_until(lambda: _balanced(harness, 12, 2), 60, lambda: f"the survivors to take over: {_owned_now(harness)}")
+        acked = producer.finish()
+        wait_until(lambda: not check_delivery(harness.events(), acked).missing, 60, "every acked message read")
+    finally:
+        producer.finish()
+        harness.stop_all()
+    check_delivery(harness.events(), acked, failed_members=[victim.name]).assert_ok()

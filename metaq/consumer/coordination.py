@@ -336,9 +336,12 @@ class GroupMember:
             f"attempts: {cause}")
         self.last_error = str(error)
         self._set_state(FAILED)
-        delay = self._round_policy.delay(self._failed_rounds)
-        self._retry_at = time.monotonic() + delay
-        log.error("%s; retrying in %.1fs", error, delay)
+        if isinstance(cause, GroupMemberError):  # as Java's consumer: a fenced static member stays out
+            log.error("%s; not retrying", error)
+        else:
+            delay = self._round_policy.delay(self._failed_rounds)
+            self._retry_at = time.monotonic() + delay
+            log.error("%s; retrying in %.1fs", error, delay)
         if self._on_failure is not None:
             self._on_failure(error)
         if self._listener is not None:
@@ -485,9 +488,10 @@ class GroupMember:
 
     # -- losing the partitions -----------------------------------------------------------------------
 
-    def _lose(self, generation: Generation, reason: str) -> None:
+    def _lose(self, generation: Generation, reason: str, *, rejoin: bool = True) -> None:
         """This member must assume its partitions are someone else's: stop delivering at once, commit nothing,
-        rejoin. Ignored if it concerns an older generation than the current one (a late answer)."""
+        rejoin (unless another process took over its group.instance.id: then it stays out, FAILED, as Java's
+        consumer does). Ignored if it concerns an older generation than the current one (a late answer)."""
         with self._wakeup:
             if generation != self.generation_info or self.state == CLOSED:
                 return
@@ -495,10 +499,15 @@ class GroupMember:
                 info.revoke()
             self._gate.lapse()
             self.generation_info = NO_GENERATION
-            if self.state in (STABLE, SYNCING):
+            if not rejoin:
+                self.last_error = f"fenced: {reason} (another process runs with group.instance.id=" \
+                                  f"{self._instance_id!r}); not rejoining"
+                self._set_state(FAILED)
+            elif self.state in (STABLE, SYNCING):
                 self._set_state(LOST)
         log.warning("consumer %s: lost its partitions in group %s: %s", self._consumer_id, self._group, reason)
-        self.request_rejoin(reason)
+        if rejoin:
+            self.request_rejoin(reason)
 
     def _prove(self, sent: float) -> None:
         """The coordinator still counted this member when a request sent at ``sent`` reached it."""
@@ -540,7 +549,8 @@ class GroupMember:
         elif code in FENCING_CODES:
             if code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self._member_id = NO_MEMBER_ID
-            self._lose(generation, f"heartbeat answered {ErrorCode(code).name}")
+            self._lose(generation, f"heartbeat answered {ErrorCode(code).name}",
+                       rejoin=code != ErrorCode.FENCED_INSTANCE_ID)
         elif look_again(code):
             self._heartbeat_channel.drop()
         else:
@@ -611,7 +621,8 @@ class GroupMember:
             else:
                 if code == ErrorCode.UNKNOWN_MEMBER_ID:
                     self._member_id = NO_MEMBER_ID
-                self._lose(generation, f"commit answered {ErrorCode(code).name}")
+                self._lose(generation, f"commit answered {ErrorCode(code).name}",
+                           rejoin=code != ErrorCode.FENCED_INSTANCE_ID)
 
     def _commit(self, generation: Generation, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Retried on coordinator and connection errors (offsets.commit.max.retries, offsets.channel.backoff.ms);
