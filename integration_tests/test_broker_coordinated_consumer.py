@@ -24,12 +24,12 @@ import confluent_kafka
 import pytest
 
 from metaq.broker.process import BrokerProcess
-from metaq.consumer import Consumer, ConsumerTimeoutError
-from metaq.consumer.message import MessageAndMetadata
+from metaq.consumer import Consumer
 from metaq.errors import ConfigError
 from metaq.producer import Producer
+from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker
 from metaq.testing.broker import SharedBroker
-from metaq.testing.group import GroupHarness, SteadyProducer, check_delivery
+from metaq.testing.group import GroupHarness, SteadyProducer, StreamReader, check_delivery
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import ZooKeeperEndpoint
 from zk_layout import split_connect
@@ -61,37 +61,11 @@ def _produce(zk_connect: str, topic: str, partitions: int, per_partition: int) -
         return {(f.result().partition, f.result().offset) for f in futures}
 
 
-class Reader:
-    """One in-process member reading its single stream on a thread, recording (partition, offset)."""
-
-    def __init__(self, coord: SharedBroker, group: str, topic: str, **properties: Any) -> None:
-        self.consumer = Consumer({"group.id": group, "zookeeper.connect": coord.zk_connect, **MEMBER, **properties})
-        [self.stream] = self.consumer.create_message_streams({topic: 1})[topic]
-        self.seen: list[tuple[int, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._read, name=f"reader-{group}", daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        while not self._stop.is_set():
-            try:
-                message: MessageAndMetadata = next(self.stream)
-            except ConsumerTimeoutError:
-                continue
-            except StopIteration:
-                return
-            self.seen.append((message.partition, message.offset))
-
-    def owned(self) -> set[int]:
-        return {p for _, p in self.consumer.state.owned}
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.consumer.shutdown()
+def _reader(coord: SharedBroker, group: str, topic: str, **properties: Any) -> StreamReader:
+    return StreamReader({"group.id": group, "zookeeper.connect": coord.zk_connect, **MEMBER, **properties}, topic)
 
 
-def _split(readers: list[Reader], partitions: int) -> bool:
+def _split(readers: list[StreamReader], partitions: int) -> bool:
     owned = [r.owned() for r in readers]
     union = set().union(*owned)
     return (union == set(range(partitions)) and sum(len(o) for o in owned) == partitions
@@ -107,8 +81,8 @@ def test_two_members_split_and_rebalance_on_leave(coord: SharedBroker) -> None:
     topic = coord.topic("split", partitions=6)
     group = "split-g"
     acked = _produce(coord.zk_connect, topic, 6, 20)
-    a = Reader(coord, group, topic)
-    b = Reader(coord, group, topic)
+    a = _reader(coord, group, topic)
+    b = _reader(coord, group, topic)
     try:
         wait_until(lambda: _split([a, b], 6) and a.owned() and b.owned(), 30, "two members to split 6 partitions")
         assert len(a.owned()) == len(b.owned()) == 3  # range: 3 + 3
@@ -135,7 +109,7 @@ def test_metaq_and_librdkafka_members_share_a_group(coord: SharedBroker) -> None
     group = "mixed-g"
     acked = _produce(coord.zk_connect, topic, 6, 20)
     ends = {p: 1 + max(o for q, o in acked if q == p) for p in range(6)}
-    a = Reader(coord, group, topic)
+    a = _reader(coord, group, topic)
     wait_until(lambda: a.owned() == set(range(6)), 30, "the metaq member to own all 6 partitions")
     peer = confluent_kafka.Consumer({
         "bootstrap.servers": coord.broker.bootstrap, "group.id": group, "partition.assignment.strategy": "range",
@@ -192,21 +166,21 @@ def test_static_member_restarts_without_a_rebalance(coord: SharedBroker) -> None
     group = "static-g"
     acked = _produce(coord.zk_connect, topic, 4, 10)
     static = {"group.instance.id": "static-a", "session.timeout.ms": 15000}
-    a = Reader(coord, group, topic, **static)
-    b = Reader(coord, group, topic)
+    a = _reader(coord, group, topic, **static)
+    b = _reader(coord, group, topic)
     try:
         wait_until(lambda: _split([a, b], 4) and a.owned() and b.owned(), 30, "two members to split 4 partitions")
         wait_until(lambda: set(a.seen) | set(b.seen) >= acked, 30, "every message read")
         generation, mine, theirs = b.consumer.state.generation, a.owned(), b.owned()
         a.close()
-        a = Reader(coord, group, topic, **static)
+        a = _reader(coord, group, topic, **static)
         wait_until(lambda: a.owned() == mine, 30, "the restarted static member to own its partitions again")
         more = _produce(coord.zk_connect, topic, 4, 10)
         wait_until(lambda: set(a.seen) | set(b.seen) >= more, 30, "the second batch read")
         assert (b.consumer.state.generation, b.owned(), a.consumer.state.generation) == (generation, theirs, generation)
         assert [key for key, n in Counter(a.seen + b.seen).items() if n > 1] == []
 
-        twin = Reader(coord, group, topic, **static)
+        twin = _reader(coord, group, topic, **static)
         try:
             wait_until(lambda: a.consumer.state.state == "FAILED" and not a.owned(), 30,
                        "the first static member to be fenced by its twin")
@@ -268,3 +242,36 @@ def test_three_members_join_leave_and_kill(coord: SharedBroker, tmp_path: Path) 
         producer.finish()
         harness.stop_all()
     check_delivery(harness.events(), acked, failed_members=[victim.name]).assert_ok()
+
+
+@pytest.mark.apache_kafka(V3_9)
+@pytest.mark.compat("broker-coordinated consumer group (group.coordination=kafka)", "Kafka 3.9.2")
+def test_two_members_on_apache_kafka(kafka_broker: ApacheKafkaBroker) -> None:
+    """The same two-member run against Apache Kafka's own group coordinator (its minimum session is 6 s)."""
+    topic, group = "coordinated", "coordinated-g"
+    kafka_broker.create_topic(topic, partitions=4)
+    properties = {"group.id": group, "zookeeper.connect": kafka_broker.zk_connect, **MEMBER,
+                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
+    acked = _produce(kafka_broker.zk_connect, topic, 4, 20)
+    a, b = StreamReader(properties, topic), StreamReader(properties, topic)
+    try:
+        wait_until(lambda: _split([a, b], 4) and len(a.owned()) == len(b.owned()) == 2, 60,
+                   "two members to split 4 partitions at Kafka's coordinator")
+        wait_until(lambda: set(a.seen) | set(b.seen) >= acked, 60, "every message read")
+        b.close()
+        wait_until(lambda: _split([a], 4), 60, "the survivor to own all 4 partitions")
+        more = _produce(kafka_broker.zk_connect, topic, 4, 10)
+        wait_until(lambda: set(a.seen) >= more, 60, "the second batch read by the survivor")
+        assert [key for key, n in Counter(a.seen + b.seen).items() if n > 1] == []
+        assert set(a.seen) | set(b.seen) == acked | more
+        a.consumer.commit_offsets()
+        peer = confluent_kafka.Consumer({**kafka_broker.librdkafka_config(), "group.id": group})
+        try:
+            committed = peer.committed([confluent_kafka.TopicPartition(topic, p) for p in range(4)], timeout=20)
+        finally:
+            peer.close()
+        ends = {p: 1 + max(o for q, o in acked | more if q == p) for p in range(4)}
+        assert {tp.partition: tp.offset for tp in committed} == ends
+    finally:
+        a.close()
+        b.close()
