@@ -25,6 +25,8 @@ import pytest
 
 from metaq.broker.process import BrokerProcess
 from metaq.consumer import Consumer
+from metaq.consumer.listener import MessageConsumer
+from metaq.consumer.message import MessageAndMetadata
 from metaq.errors import ConfigError
 from metaq.producer import Producer
 from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker
@@ -275,3 +277,53 @@ def test_two_members_on_apache_kafka(kafka_broker: ApacheKafkaBroker) -> None:
     finally:
         a.close()
         b.close()
+
+
+class _Stuck:
+    """A listener that blocks on the first message until released; records every message it is handed."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[int, int]] = []
+        self.release = threading.Event()
+
+    def receive_message(self, message: MessageAndMetadata) -> None:
+        self.received.append((message.partition, message.offset))
+        if len(self.received) == 1:
+            self.release.wait(60)
+
+
+def test_a_listener_stuck_past_max_poll_interval_leaves_the_group(coord: SharedBroker) -> None:
+    """MessageConsumer listeners on the group protocol. A listener blocked past max.poll.interval.ms while chunks
+    wait: the member leaves the group (the other member takes its partition now), delivers nothing more, and
+    its commits cannot move the partition's offset; once the listener returns it joins again."""
+    topic = coord.topic("stuck", partitions=2)
+    group = "stuck-g"
+    acked = _produce(coord.zk_connect, topic, 2, 5)
+    listener = _Stuck()
+    stuck = MessageConsumer({"group.id": group, "zookeeper.connect": coord.zk_connect, **MEMBER,
+                             "max.poll.interval.ms": 3000, "metaq.max.fetch.retries": 0})
+    stuck.subscribe(topic, 1 << 20, listener).complete_subscribe()
+    other = _reader(coord, group, topic)
+    try:
+        wait_until(lambda: listener.received, 30, "the stuck listener to get its first message")
+        [(partition, first)] = listener.received
+        more = _produce(coord.zk_connect, topic, 2, 5)  # chunks now wait behind the stuck listener
+        wait_until(lambda: other.owned() == {0, 1}, 30, "the other member to take the stuck member's partition")
+        wait_until(lambda: set(other.seen) >= acked | more, 30, "the other member to read everything")
+        assert listener.received == [(partition, first)]
+        listener.release.set()  # the rest of its chunk is not delivered: the partition was revoked
+        wait_until(lambda: len(other.owned()) == len(stuck.state.owned) == 1 and stuck.state.state == "STABLE", 30,
+                   "the stuck member to rejoin once its listener returned")
+        ends = {p: 1 + max(o for q, o in acked | more if q == p) for p in range(2)}
+        other.consumer.commit_offsets()
+        assert [key for key in listener.received[1:] if key[1] < ends[key[0]]] == []  # the other member's, committed
+        peer = confluent_kafka.Consumer({"bootstrap.servers": coord.broker.bootstrap, "group.id": group})
+        try:
+            [tp] = peer.committed([confluent_kafka.TopicPartition(topic, partition)], timeout=10)
+        finally:
+            peer.close()
+        assert tp.offset >= ends[partition]  # the other member's commit stands; the stuck member's could not land
+    finally:
+        listener.release.set()
+        stuck.shutdown()
+        other.close()

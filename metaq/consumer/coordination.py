@@ -297,7 +297,8 @@ class GroupMember:
             while not self._closing.is_set():
                 try:
                     self._join_and_sync()
-                except _Restart:
+                except _Restart as restart:
+                    log.debug("consumer %s: joining again: %s", self._consumer_id, restart)
                     continue
                 except GroupMemberError as e:
                     error = e
@@ -363,7 +364,8 @@ class GroupMember:
         offsets = self._fetch_offsets(partitions)
         with self._wakeup:
             if self._rejoin_needed:  # a heartbeat saw the next rebalance meanwhile: take nothing, join again
-                raise _Restart()
+                self._rejoin_needed = False
+                raise _Restart("a rebalance began before the partitions were taken")
         self._publish(partitions, offsets)
         self._set_state(STABLE)
         if self._listener is not None:
@@ -389,7 +391,7 @@ class GroupMember:
         if response.error_code == ErrorCode.MEMBER_ID_REQUIRED:  # KIP-394: join again with the id given
             log.debug("consumer %s: member id %s assigned; joining again", self._consumer_id, response.member_id)
             self._member_id = response.member_id
-            raise _Restart()
+            raise _Restart("member id assigned (KIP-394)")
         self._check_answer(response.error_code, "JoinGroup")
         if response.protocol_name not in (None, RANGE):
             raise ProtocolError(f"group {self._group} chose assignor {response.protocol_name!r}; metaq offered "
@@ -402,7 +404,7 @@ class GroupMember:
         another process has our group.instance.id (fatal), or an error to raise."""
         if code == ErrorCode.UNKNOWN_MEMBER_ID:
             self._member_id = NO_MEMBER_ID
-            raise _Restart()
+            raise _Restart("the coordinator forgot this member")
         if code == ErrorCode.FENCED_INSTANCE_ID:
             raise GroupMemberError(f"group {self._group}: another member runs with group.instance.id="
                                    f"{self._instance_id!r} (FENCED_INSTANCE_ID from {request})")
@@ -425,7 +427,7 @@ class GroupMember:
             "group_instance_id": self._instance_id, "protocol_type": PROTOCOL_TYPE, "protocol_name": RANGE,
             "assignments": [{"member_id": m, "assignment": a} for m, a in sorted(assignments.items())]})
         if response.error_code in (ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION):
-            raise _Restart()  # the group moved on while we synced: join the next generation
+            raise _Restart("the group moved on during SyncGroup")  # join the next generation
         self._check_answer(response.error_code, "SyncGroup")
         subscribed = set(self._topics())
         return [key for key in decode_assignment(response.assignment) if key[0] in subscribed]
@@ -545,7 +547,8 @@ class GroupMember:
             self._prove(sent)
         elif code == ErrorCode.REBALANCE_IN_PROGRESS:
             self._prove(sent)
-            self.request_rejoin("the group is rebalancing")
+            if generation == self.generation_info:  # not an answer about a generation already left
+                self.request_rejoin("the group is rebalancing")
         elif code in FENCING_CODES:
             if code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self._member_id = NO_MEMBER_ID
