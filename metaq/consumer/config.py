@@ -57,9 +57,6 @@ def _check_group_protocol(config: ConsumerConfig) -> None:
     if config.heartbeat_interval_ms >= config.session_timeout_ms:
         raise ConfigError(f"config 'heartbeat.interval.ms': {config.heartbeat_interval_ms} must be lower than "
                           f"'session.timeout.ms' ({config.session_timeout_ms})")
-    if config.partition_assignment_strategy != "range":
-        raise ConfigError(f"config 'partition.assignment.strategy': {config.partition_assignment_strategy!r} is "
-                          "not available with group.coordination=kafka yet (only 'range')")
 
 
 def _lease_fraction(value: float) -> str | None:

@@ -3,7 +3,8 @@
 Where :class:`metaq.consumer.rebalance.ZKRebalancerListener` decides ownership from ZooKeeper, this class lets
 the broker's group coordinator decide it, as Kafka's ``AbstractCoordinator`` / ``ConsumerCoordinator`` do
 (docs/broker-coordinated-consumer.md cites them): FindCoordinator, JoinGroup (KIP-394's member-id-required
-round trip from v4), the leader computes the ``range`` assignment (metaq.consumer.group_protocol), SyncGroup,
+round trip from v4), the leader computes the assignment (``range`` or ``roundrobin``,
+metaq.consumer.group_protocol), SyncGroup,
 then OffsetFetch for the partitions received. A named thread (``<consumerId>-heartbeat``) sends Heartbeats
 every ``heartbeat.interval.ms``; OffsetCommit carries the generation and member id; LeaveGroup on close (a
 static member, ``group.instance.id``, does not leave: a restart within ``session.timeout.ms`` keeps its
@@ -50,14 +51,13 @@ from kafka.protocol.consumer import (
 
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.group_protocol import (
+    ASSIGNORS,
     PROTOCOL_TYPE,
-    RANGE,
     Member,
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
-    range_assign,
 )
 from metaq.consumer.ids import make_thread_ids
 from metaq.consumer.kafka_offsets import OffsetsChannel, commit_codes, fetched_offsets, look_again
@@ -170,6 +170,7 @@ class GroupMember:
         self._polls = polls
         self._commit_listener = commit_listener
         self._instance_id = config.group_instance_id
+        self._assignor = config.partition_assignment_strategy  # the one protocol offered in JoinGroup
         self._session_s = config.session_timeout_ms / 1000.0
         self._lease_s = self._session_s * config.session_lease_fraction
         # three connections: JoinGroup blocks for up to the rebalance timeout, and neither heartbeats nor
@@ -386,16 +387,16 @@ class GroupMember:
             "group_id": self._group, "session_timeout_ms": self._config.session_timeout_ms,
             "rebalance_timeout_ms": self._config.max_poll_interval_ms, "member_id": self._member_id,
             "group_instance_id": self._instance_id, "protocol_type": PROTOCOL_TYPE,
-            "protocols": [{"name": RANGE, "metadata": encode_subscription(self._topics())}]}
+            "protocols": [{"name": self._assignor, "metadata": encode_subscription(self._topics())}]}
         response = self._join_channel.send(JoinGroupRequest, fields)
         if response.error_code == ErrorCode.MEMBER_ID_REQUIRED:  # KIP-394: join again with the id given
             log.debug("consumer %s: member id %s assigned; joining again", self._consumer_id, response.member_id)
             self._member_id = response.member_id
             raise _Restart("member id assigned (KIP-394)")
         self._check_answer(response.error_code, "JoinGroup")
-        if response.protocol_name not in (None, RANGE):
+        if response.protocol_name not in (None, self._assignor):
             raise ProtocolError(f"group {self._group} chose assignor {response.protocol_name!r}; metaq offered "
-                                f"{RANGE!r}")
+                                f"{self._assignor!r}")
         self._member_id = response.member_id
         return response
 
@@ -411,12 +412,12 @@ class GroupMember:
         _raise_for(code, f"from {request} of group {self._group}")
 
     def _assign(self, joined: Any) -> dict[str, bytes]:
-        """The leader's part: every member's range assignment over the partitions ZooKeeper lists now."""
+        """The leader's part: every member's assignment over the partitions ZooKeeper lists now."""
         members = {m.member_id: Member(m.member_id, getattr(m, "group_instance_id", None),
                                        decode_subscription(m.metadata)) for m in joined.members}
         topics = sorted({t for member in members.values() for t in member.topics})
         counts = {topic: len(ids) for topic, ids in self._layout.topic_partition_ids(topics).items() if ids}
-        assignment = range_assign(members, counts)
+        assignment = ASSIGNORS[self._assignor](members, counts)
         log.info("consumer %s leads group %s generation %d: %s", self._consumer_id, self._group,
                  joined.generation_id, {m: len(ps) for m, ps in assignment.items()})
         return {member: encode_assignment(parts) for member, parts in assignment.items()}
@@ -424,7 +425,7 @@ class GroupMember:
     def _sync(self, generation: Generation, assignments: Mapping[str, bytes]) -> list[TopicPartition]:
         response = self._join_channel.send(SyncGroupRequest, {
             "group_id": self._group, "generation_id": generation.generation_id, "member_id": generation.member_id,
-            "group_instance_id": self._instance_id, "protocol_type": PROTOCOL_TYPE, "protocol_name": RANGE,
+            "group_instance_id": self._instance_id, "protocol_type": PROTOCOL_TYPE, "protocol_name": self._assignor,
             "assignments": [{"member_id": m, "assignment": a} for m, a in sorted(assignments.items())]})
         if response.error_code in (ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION):
             raise _Restart("the group moved on during SyncGroup")  # join the next generation

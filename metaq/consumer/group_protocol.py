@@ -1,10 +1,10 @@
-"""The embedded "consumer" protocol of Kafka's group protocol: subscriptions, assignments and the range assignor.
+"""The embedded "consumer" protocol of Kafka's group protocol: subscriptions, assignments and the assignors.
 
 JoinGroup carries each member's *subscription* and SyncGroup the leader's *assignments* as opaque bytes whose
 layout is Kafka's ``ConsumerProtocol`` (``ConsumerProtocolSubscription`` / ``ConsumerProtocolAssignment``,
 version 0, as kafka-python's schemas encode them). Using that layout, the protocol type ``consumer`` and the
-assignor name ``range`` is what lets metaq members share a group with Java, librdkafka and kafka-python members
-(docs/broker-coordinated-consumer.md)::
+assignor names ``range`` and ``roundrobin`` is what lets metaq members share a group with Java, librdkafka and
+kafka-python members (docs/broker-coordinated-consumer.md)::
 
     data = encode_subscription(["clicks"])
     assignment = range_assign({"m1": Member("m1", None, ("clicks",))}, {"clicks": 4})   # {"m1": [("clicks", 0), ...]}
@@ -25,7 +25,7 @@ from metaq.errors import ProtocolError
 
 PROTOCOL_TYPE = "consumer"
 RANGE = "range"
-ASSIGNORS = (RANGE,)
+ROUNDROBIN = "roundrobin"
 
 TopicPartition = tuple[str, int]
 
@@ -90,3 +90,26 @@ def range_assign(members: Mapping[str, Member], partition_counts: Mapping[str, i
         for key, member_id in range_split(subscribed, [(topic, p) for p in range(count)]).items():
             result[member_id].append(key)
     return {member_id: sorted(parts) for member_id, parts in result.items()}
+
+
+def roundrobin_assign(members: Mapping[str, Member],
+                      partition_counts: Mapping[str, int]) -> dict[str, list[TopicPartition]]:
+    """Kafka's ``RoundRobinAssignor``: every subscribed topic's partitions (topics by name, partitions in order)
+    dealt one at a time to the members in :meth:`Member.sort_key` order, going round, skipping a member not
+    subscribed to the partition's topic."""
+    result: dict[str, list[TopicPartition]] = {member_id: [] for member_id in members}
+    ordered = sorted(members.values(), key=Member.sort_key)
+    if not ordered:
+        return result
+    position = 0
+    for topic in sorted({t for m in ordered for t in m.topics}):
+        for partition in range(partition_counts.get(topic, 0)):
+            while topic not in ordered[position % len(ordered)].topics:
+                position += 1
+            result[ordered[position % len(ordered)].member_id].append((topic, partition))
+            position += 1
+    return result
+
+
+ASSIGNORS = {RANGE: range_assign, ROUNDROBIN: roundrobin_assign}
+"""Assignor name (JoinGroup's protocol name, ``partition.assignment.strategy``) -> function."""

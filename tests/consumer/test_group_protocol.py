@@ -13,6 +13,7 @@ from metaq.consumer.group_protocol import (
     encode_assignment,
     encode_subscription,
     range_assign,
+    roundrobin_assign,
 )
 from metaq.errors import ConfigError, ProtocolError
 
@@ -32,6 +33,19 @@ def test_range_orders_static_members_first_and_skips_unsubscribed() -> None:
 
 def test_range_gives_unknown_topics_nothing() -> None:
     assert range_assign({"a": Member("a", None, ("gone",))}, {}) == {"a": []}
+
+
+def test_roundrobin_matches_the_javadoc_examples() -> None:
+    """RoundRobinAssignor's Javadoc: C0, C1 on t0, t1 (3 partitions each) -> C0: [t0p0, t0p2, t1p1],
+    C1: [t0p1, t1p0, t1p2]; and C0 on t0, C1 on t0+t1, C2 on t0+t1+t2 (1, 2, 3 partitions) -> C0: [t0p0],
+    C1: [t1p0], C2: [t1p1, t2p0, t2p1, t2p2]."""
+    even = {m: Member(m, None, ("t0", "t1")) for m in ("C1", "C0")}
+    assert roundrobin_assign(even, {"t0": 3, "t1": 3}) == {
+        "C0": [("t0", 0), ("t0", 2), ("t1", 1)], "C1": [("t0", 1), ("t1", 0), ("t1", 2)]}
+    uneven = {"C0": Member("C0", None, ("t0",)), "C1": Member("C1", None, ("t0", "t1")),
+              "C2": Member("C2", None, ("t0", "t1", "t2"))}
+    assert roundrobin_assign(uneven, {"t0": 1, "t1": 2, "t2": 3}) == {
+        "C0": [("t0", 0)], "C1": [("t1", 0)], "C2": [("t1", 1), ("t2", 0), ("t2", 1), ("t2", 2)]}
 
 
 def test_byte_layouts_are_kafkas_consumer_protocol() -> None:
@@ -61,6 +75,5 @@ def test_group_coordination_config() -> None:
     with pytest.raises(ConfigError, match="heartbeat.interval.ms"):
         ConsumerConfig.from_properties({**base, "group.coordination": "kafka", "session.timeout.ms": 3000,
                                         "heartbeat.interval.ms": 3000})
-    with pytest.raises(ConfigError, match="partition.assignment.strategy"):
-        ConsumerConfig.from_properties({**base, "group.coordination": "kafka",
-                                        "partition.assignment.strategy": "roundrobin"})
+    assert ConsumerConfig.from_properties({**base, "group.coordination": "kafka", "partition.assignment.strategy":
+                                           "roundrobin"}).partition_assignment_strategy == "roundrobin"
