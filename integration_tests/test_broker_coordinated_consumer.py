@@ -16,7 +16,7 @@ import sys
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -331,3 +331,34 @@ def test_a_listener_stuck_past_max_poll_interval_leaves_the_group(coord: SharedB
         listener.release.set()
         stuck.shutdown()
         other.close()
+
+
+class _Batches:
+    """A batch listener recording what it was handed."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[int, int]] = []
+
+    def receive_messages(self, batch: Sequence[MessageAndMetadata]) -> None:
+        self.received.extend((m.partition, m.offset) for m in batch)
+
+
+def test_batch_listeners_split_a_group(coord: SharedBroker) -> None:
+    """Two MessageConsumers with batch listeners on the group protocol read every message once between them."""
+    topic = coord.topic("batches", partitions=4)
+    group = "batches-g"
+    acked = _produce(coord.zk_connect, topic, 4, 25)
+    listeners = [_Batches(), _Batches()]
+    consumers = [MessageConsumer({"group.id": group, "zookeeper.connect": coord.zk_connect, **MEMBER})
+                 for _ in listeners]
+    try:
+        for consumer, listener in zip(consumers, listeners, strict=True):
+            consumer.subscribe(topic, 1 << 20, listener).complete_subscribe()
+        wait_until(lambda: all(len(c.state.owned) == 2 for c in consumers), 30, "two listeners to split 4 partitions")
+        more = _produce(coord.zk_connect, topic, 4, 25)
+        wait_until(lambda: {k for lst in listeners for k in lst.received} >= acked | more, 30, "every message read")
+        both = listeners[0].received + listeners[1].received
+        assert [key for key, n in Counter(both).items() if n > 1] == []
+    finally:
+        for consumer in consumers:
+            consumer.shutdown()

@@ -260,7 +260,7 @@ class GroupMember:
     def _run(self) -> None:
         while not self._closing.is_set():
             with self._wakeup:
-                if not self._rejoin_needed:
+                if not self._rejoin_needed or self._left_for_poll:  # left for max.poll: wait for the poll
                     self._wakeup.wait(TICK_S)
                 needed = self._rejoin_needed and not self._left_for_poll
             if self._closing.is_set():
