@@ -29,7 +29,7 @@ from metaq.consumer.listener import MessageConsumer
 from metaq.consumer.message import MessageAndMetadata
 from metaq.errors import ConfigError
 from metaq.producer import Producer
-from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker
+from metaq.testing.apache_kafka import V2_8, V3_9, ApacheKafkaBroker, kafka_matrix
 from metaq.testing.broker import SharedBroker
 from metaq.testing.group import GroupHarness, SteadyProducer, StreamReader, check_delivery
 from metaq.testing.wait import wait_until
@@ -250,8 +250,7 @@ def test_three_members_join_leave_and_kill(coord: SharedBroker, tmp_path: Path) 
     check_delivery(harness.events(), acked, failed_members=[victim.name]).assert_ok()
 
 
-@pytest.mark.apache_kafka(V3_9)
-@pytest.mark.compat("broker-coordinated consumer group (group.coordination=kafka)", "Kafka 3.9.2")
+@kafka_matrix("broker-coordinated consumer group (group.coordination=kafka)", (V3_9, V2_8))
 def test_two_members_on_apache_kafka(kafka_broker: ApacheKafkaBroker) -> None:
     """The same two-member run against Apache Kafka's own group coordinator (its minimum session is 6 s)."""
     topic, group = "coordinated", "coordinated-g"
