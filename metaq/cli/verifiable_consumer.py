@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from kazoo.protocol.states import WatchedEvent
@@ -171,7 +172,8 @@ def _run(args: argparse.Namespace) -> int:
     report = ConsumedReport(args.report_every_ms / 1000.0)
     consumer = Consumer(config, rebalance_listener=ReportingListener(report),
                         offset_store_factory=lambda layout, cfg: ReportingStore(default_offset_store(layout, cfg),
-                                                                                report.flush))
+                                                                                report.flush),
+                        commit_listener=partial(_report_commit, report))  # group.coordination=kafka
     consumer.add_session_listener(lambda state: emit("session_state", state=state))
     session = consumer.zookeeper_session
     emit("startup_complete", consumer_id=consumer.consumer_id,
@@ -183,6 +185,14 @@ def _run(args: argparse.Namespace) -> int:
         consumer.shutdown()
         emit("shutdown_complete")
     return 0
+
+
+def _report_commit(report: ConsumedReport, started: float, result: CommitResult) -> None:
+    """What ReportingStore reports, for a broker-coordinated member (which commits without a store)."""
+    report.flush()
+    emit("offsets_committed", started=started,
+         offsets=[{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(result.committed.items())],
+         lost=[{"topic": t, "partition": p} for t, p in sorted(result.lost)])
 
 
 def _consume(stream: Any, stop: threading.Event, max_messages: int, report: ConsumedReport) -> None:

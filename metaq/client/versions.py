@@ -37,6 +37,12 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SASL_HANDSHAKE: (1, 1),  # v1: the tokens go in SaslAuthenticate, not as raw frames
     ApiKey.SASL_AUTHENTICATE: (0, 1),
     ApiKey.INIT_PRODUCER_ID: (0, 1),  # an idempotent producer's id (no transactional id)
+    # the group protocol (metaq.consumer.coordination); JoinGroup v4 is KIP-394's member-id-required flow,
+    # v5 / SyncGroup v3 / Heartbeat v3 / LeaveGroup v3 carry group.instance.id (KIP-345)
+    ApiKey.JOIN_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 3),
+    ApiKey.HEARTBEAT: (0, 3),
+    ApiKey.LEAVE_GROUP: (0, 3),
 }
 """API key -> (min, max) version metaq's client can encode and decode; all but ApiVersions 3 non-flexible."""
 

@@ -12,6 +12,12 @@ from committing it, and reads take ``max(zookeeper, kafka)``: ``dual.commit.enab
 ``dual.commit.enabled=false`` with ``offsets.storage=kafka`` is rejected (a ConfigError) rather than
 silently ignored. ``metaq.offsets.fetch.timeout.ms`` bounds how long claiming partitions waits for the
 coordinator (the rebalance attempt then fails and is retried).
+
+Group coordination: ``group.coordination=zookeeper`` (default, Kafka 0.8's algorithm) or ``kafka`` (Kafka's
+group protocol through the broker's group coordinator: ``session.timeout.ms``, ``heartbeat.interval.ms``,
+``max.poll.interval.ms``, ``group.instance.id``; see metaq.consumer.coordination). With ``kafka`` the offsets
+are committed to the coordinator with the member's generation (``offsets.storage`` does not apply) and
+``zookeeper.connect`` still names the cluster (partition leaders are read there).
 """
 
 from __future__ import annotations
@@ -44,6 +50,13 @@ def _fallback_release(value: str) -> str | None:
     if ".".join(value.split(".")[:3]) not in FALLBACK_VERSIONS:
         return f"must be one of {', '.join(FALLBACK_VERSIONS)} (brokers from 0.10.0 on answer ApiVersions)"
     return None
+
+
+def _check_group_protocol(config: ConsumerConfig) -> None:
+    """What ``group.coordination=kafka`` needs beyond each option's own check."""
+    if config.heartbeat_interval_ms >= config.session_timeout_ms:
+        raise ConfigError(f"config 'heartbeat.interval.ms': {config.heartbeat_interval_ms} must be lower than "
+                          f"'session.timeout.ms' ({config.session_timeout_ms})")
 
 
 def _lease_fraction(value: float) -> str | None:
@@ -89,6 +102,15 @@ class ConsumerConfig(ZooKeeperClientConfig, SecurityConfig):
         "partition.assignment.strategy", "range", check=one_of("range", "roundrobin")
     )
     offsets_storage: str = prop("offsets.storage", "zookeeper", check=one_of("zookeeper", "kafka"))
+    # who coordinates the group: ZooKeeper (Kafka 0.8's algorithm) or the broker's group coordinator (Kafka's
+    # group protocol, metaq.consumer.coordination; docs/broker-coordinated-consumer.md)
+    group_coordination: str = prop("group.coordination", "zookeeper", check=one_of("zookeeper", "kafka"),
+                                   doc="zookeeper (default) or kafka (JoinGroup/SyncGroup/Heartbeat)")
+    # Kafka's group protocol (group.coordination=kafka only), with the Java consumer's defaults
+    session_timeout_ms: int = prop("session.timeout.ms", 45000, check=positive)
+    heartbeat_interval_ms: int = prop("heartbeat.interval.ms", 3000, check=positive)
+    max_poll_interval_ms: int = prop("max.poll.interval.ms", 300000, check=positive)
+    group_instance_id: str | None = prop("group.instance.id", None, check=_valid_chars)
     dual_commit_enabled: bool | None = prop("dual.commit.enabled", None)
     offsets_channel_backoff_ms: int = prop("offsets.channel.backoff.ms", 1000, check=positive)
     offsets_channel_socket_timeout_ms: int = prop("offsets.channel.socket.timeout.ms", 10000, check=positive)
@@ -132,6 +154,8 @@ class ConsumerConfig(ZooKeeperClientConfig, SecurityConfig):
                 f"({config.fetch_wait_max_ms})"
             )
         check_metrics(config.metrics_enabled, config.metrics_port)
+        if config.group_coordination == "kafka":
+            _check_group_protocol(config)
         if config.offsets_storage == "kafka" and config.dual_commit_enabled is False:
             raise ConfigError(
                 "config 'dual.commit.enabled': false is not supported with offsets.storage=kafka; metaq always "

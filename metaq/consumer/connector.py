@@ -12,6 +12,10 @@ given up at once (the owner nodes died with the session), the member re-register
 records are delivered only while the session is proven alive (``metaq.session.lease.fraction``, see
 metaq.zklease): a process paused past its session timeout delivers nothing when it resumes, before kazoo
 even notices that the session expired.
+
+With ``group.coordination=kafka`` the broker's group coordinator decides ownership instead
+(metaq.consumer.coordination.GroupMember: JoinGroup/SyncGroup/Heartbeat, offsets committed with the member's
+generation); ZooKeeper then only names partition leaders, and delivery is leased on the heartbeats.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from metaq.consumer.committer import AutoCommitter
 from metaq.consumer.config import ConsumerConfig
+from metaq.consumer.coordination import CommitListener, GroupMember
 from metaq.consumer.fetcher import FetcherManager
 from metaq.consumer.ids import make_consumer_id, make_thread_ids
 from metaq.consumer.kafka_offsets import KafkaOffsetStore
@@ -89,9 +94,11 @@ class Consumer:
         value_deserializer: Any = "bytes",
         offset_store_factory: Callable[[ZkLayout, ConsumerConfig], OffsetStore] | None = None,
         metrics_registry: CollectorRegistry | None = None,
+        commit_listener: CommitListener | None = None,
     ) -> None:
         self.config = config if isinstance(config, ConsumerConfig) else ConsumerConfig.from_properties(config)
         self._listener = rebalance_listener
+        self._commit_listener = commit_listener  # group.coordination=kafka: see coordination.CommitListener
         self._key = get_deserializer(key_deserializer)
         self._value = get_deserializer(value_deserializer)
         self.consumer_id = make_consumer_id(self.config.group_id, self.config.consumer_id)
@@ -101,7 +108,8 @@ class Consumer:
         """This member's Prometheus metrics (metaq.metrics.consumer), in ``metrics_registry`` or the default;
         a do-nothing stand-in with ``metrics.enabled=false``."""
         self.metrics.report_positions(self._positions)
-        self._rebalancer: ZKRebalancerListener | None = None
+        self._rebalancer: ZKRebalancerListener | GroupMember | None = None
+        self._broker_coordinated = self.config.group_coordination == "kafka"
         port = self.config.metrics_port
         self._metrics_server = serve_metrics(port, self.config.metrics_host, registry) if port is not None else None
         self._zk = connect(
@@ -114,7 +122,7 @@ class Consumer:
         fraction = self.config.session_lease_fraction
         self._gate = DeliveryGate(leased=fraction > 0)
         self._lease: SessionLease | None = None
-        if fraction > 0:
+        if fraction > 0 and not self._broker_coordinated:  # broker-coordinated: leased on heartbeats instead
             self._lease = SessionLease(
                 self._zk, requested_timeout_ms=self.config.zookeeper_session_timeout_ms, fraction=fraction,
                 on_renewed=self._gate.extend, on_void=self._gate.lapse, name=f"{self.consumer_id}-session-lease")
@@ -122,7 +130,8 @@ class Consumer:
         self._failures = FailureSignal()
         self._fetcher = FetcherManager(self.config, self._layout, consumer_id=self.consumer_id, metrics=self.metrics)
         factory = offset_store_factory or default_offset_store
-        self._store = factory(self._layout, self.config)
+        # broker-coordinated: the member commits to its coordinator with its generation (no ZooKeeper store)
+        self._store: OffsetStore | None = None if self._broker_coordinated else factory(self._layout, self.config)
         self._subscription: _Subscription | None = None
         self._committer: AutoCommitter | None = None
         self._shutdown_lock = threading.Lock()
@@ -172,12 +181,21 @@ class Consumer:
             raise MetaqError("streams were already created for this consumer (one subscription per connector)")
         if self._closed:
             raise MetaqError("consumer is shut down")
+        if self._broker_coordinated and sub.is_wildcard:
+            raise MetaqError("create_message_streams_by_filter is not available with group.coordination=kafka yet "
+                             "(subscribe to named topics)")
         self._subscription = sub
-        self._layout.register_consumer(self.config.group_id, self.consumer_id, sub.topic_count())
-        self._rebalancer = ZKRebalancerListener(
-            self.config, self._layout, self.consumer_id, sub, self._fetcher, self._store,
-            listener=self._listener, on_failure=self._failures.fail, metrics=self.metrics,
-        )
+        if self._store is None:
+            self._rebalancer = GroupMember(
+                self.config, self._layout, self.consumer_id, sub, self._fetcher, self._gate,
+                listener=self._listener, on_failure=self._failures.fail, metrics=self.metrics, polls=self,
+                commit_listener=self._commit_listener)
+        else:
+            self._layout.register_consumer(self.config.group_id, self.consumer_id, sub.topic_count())
+            self._rebalancer = ZKRebalancerListener(
+                self.config, self._layout, self.consumer_id, sub, self._fetcher, self._store,
+                listener=self._listener, on_failure=self._failures.fail, metrics=self.metrics,
+            )
         try:
             self._rebalancer.wait_for_quiet_group()  # members starting together: one assignment, not N
             self._rebalancer.synced_rebalance()  # the first one on the caller's thread: failures raise here
@@ -186,7 +204,8 @@ class Consumer:
             self._rebalancer.shutdown(commit=False)
             self._rebalancer = None
             self._subscription = None
-            self._layout.unregister_consumer(self.config.group_id, self.consumer_id)
+            if self._store is not None:
+                self._layout.unregister_consumer(self.config.group_id, self.consumer_id)
             raise
         self._rebalancer.start()
         if self.config.auto_commit_enable and self._committer is None:
@@ -204,6 +223,20 @@ class Consumer:
             log.info("consumer %s: ZooKeeper suspended; commit skipped", self.consumer_id)
             return
         self._rebalancer.commit()
+
+    def stalled_since(self) -> float | None:
+        """Since when the earliest of the streams with chunks waiting has not taken one (max.poll.interval.ms
+        with group.coordination=kafka); None if every stream is waiting for chunks."""
+        sub = self._subscription
+        if sub is None:
+            return None
+        times = [t for t in (stream.stalled_since() for stream in sub.streams) if t is not None]
+        return min(times) if times else None
+
+    @property
+    def member_id(self) -> str | None:
+        """The member id the group coordinator gave this member (group.coordination=kafka), else None."""
+        return self._rebalancer.member_id if isinstance(self._rebalancer, GroupMember) else None
 
     @property
     def state(self) -> ConsumerState:
@@ -224,7 +257,9 @@ class Consumer:
     def _on_session_state(self, state: str) -> None:
         """kazoo's listener: must not block."""
         rebalancer = self._rebalancer
-        if state == KazooState.SUSPENDED:
+        if self._broker_coordinated:
+            pass  # ZooKeeper only names partition leaders: its session says nothing on ownership or delivery
+        elif state == KazooState.SUSPENDED:
             self._gate.close()
             if rebalancer:
                 rebalancer.session_suspended()
@@ -272,11 +307,12 @@ class Consumer:
         if self._subscription is not None:
             for stream in self._subscription.streams:
                 stream.end()
-        try:
-            self._layout.unregister_consumer(self.config.group_id, self.consumer_id)
-        except MetaqError as e:
-            log.info("consumer %s: unregister failed (the session close removes it): %s", self.consumer_id, e)
-        self._store.close()
+        if self._store is not None:
+            try:
+                self._layout.unregister_consumer(self.config.group_id, self.consumer_id)
+            except MetaqError as e:
+                log.info("consumer %s: unregister failed (the session close removes it): %s", self.consumer_id, e)
+            self._store.close()
         self._zk.remove_listener(self._on_session_state)
         self._zk.stop()  # first: a renewal in flight then fails at once instead of holding up the lease's stop
         if self._lease is not None:

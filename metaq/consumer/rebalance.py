@@ -81,6 +81,21 @@ class ConsumerState:
     owned: dict[TopicPartition, str] = field(default_factory=dict)
     last_error: str | None = None
 
+    @classmethod
+    def of(cls, state: str, generation: int, registry: Mapping[TopicPartition, PartitionTopicInfo],
+           last_error: str | None) -> ConsumerState:
+        """The snapshot of a member owning the unrevoked partitions of ``registry``."""
+        owned = {key: info.thread_id for key, info in registry.items() if not info.is_revoked}
+        return cls(state, generation, owned, last_error)
+
+
+def safe_hook(hook: Callable[..., Any], *args: Any) -> None:
+    """Call a RebalanceListener hook; what it raises is logged, never stops the rebalance."""
+    try:
+        hook(*args)
+    except Exception:
+        log.exception("rebalance listener hook %s raised", getattr(hook, "__name__", hook))
+
 
 class Subscription(Protocol):
     """What this member asked for (static topics or a whitelist/blacklist) and its registration."""
@@ -163,8 +178,7 @@ class ZKRebalancerListener:
         self.state_id += 1
 
     def snapshot(self) -> ConsumerState:
-        owned = {key: info.thread_id for key, info in self.registry.items() if not info.is_revoked}
-        return ConsumerState(self.state, self.generation, owned, self.last_error)
+        return ConsumerState.of(self.state, self.generation, self.registry, self.last_error)
 
     # -- events (never block: they run on kazoo's threads) -----------------------------------------
 
@@ -794,7 +808,4 @@ class ZKRebalancerListener:
         self.stop()
 
     def _safe_hook(self, hook: Callable[..., Any], *args: Any) -> None:
-        try:
-            hook(*args)
-        except Exception:
-            log.exception("rebalance listener hook %s raised", getattr(hook, "__name__", hook))
+        safe_hook(hook, *args)

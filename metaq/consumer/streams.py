@@ -167,6 +167,9 @@ class KafkaStream:
         self._chunk: FetchedChunk | None = None
         self._pos = 0
         self._ended = False
+        self.took_at = time.monotonic()
+        """When the application last took a chunk (max.poll.interval.ms, see :meth:`stalled_since`)."""
+        self._taking = False
 
     def __iter__(self) -> Iterator[MessageAndMetadata]:
         """``for message in stream``: what calling ``next(stream)`` again and again returns, as a generator
@@ -374,7 +377,23 @@ class KafkaStream:
         self._chunk = chunk
         self._pos = 0
 
+    def stalled_since(self) -> float | None:
+        """Since when chunks have waited for the application (it took none since ``took_at`` while some were
+        queued), or None: it is waiting for one. Kafka's ``max.poll.interval.ms`` is measured from this, once
+        per chunk (a chunk is what one poll returns here)."""
+        if self._taking or self._ended or self.chunks.empty():
+            return None
+        return self.took_at
+
     def _take_chunk(self, deadline: float | None) -> FetchedChunk | None:
+        self._taking = True
+        try:
+            return self._take_chunk_waiting(deadline)
+        finally:
+            self._taking = False
+            self.took_at = time.monotonic()
+
+    def _take_chunk_waiting(self, deadline: float | None) -> FetchedChunk | None:
         if self._ended:
             return None
         while True:

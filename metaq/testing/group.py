@@ -18,7 +18,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from metaq.cli.demo_harness import (
     ConsumerProcess,
@@ -43,6 +44,7 @@ __all__ = [
     "GroupHarness",
     "OffsetMonitor",
     "SteadyProducer",
+    "StreamReader",
     "check_delivery",
     "consume_and_commit",
     "drain_stream",
@@ -266,3 +268,33 @@ def _close_socket(sock: socket.socket) -> None:
     except OSError:
         pass
     sock.close()
+
+
+class StreamReader:
+    """One in-process member reading its single stream of ``topic`` on a thread, recording (partition, offset)."""
+
+    def __init__(self, properties: Mapping[str, Any], topic: str) -> None:
+        self.consumer = Consumer({"consumer.timeout.ms": 100, **properties})
+        [self.stream] = self.consumer.create_message_streams({topic: 1})[topic]
+        self.seen: list[tuple[int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, name=f"reader-{self.consumer.consumer_id}", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            try:
+                message: MessageAndMetadata = next(self.stream)
+            except ConsumerTimeoutError:
+                continue
+            except StopIteration:
+                return
+            self.seen.append((message.partition, message.offset))
+
+    def owned(self) -> set[int]:
+        return {p for _, p in self.consumer.state.owned}
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.consumer.shutdown()

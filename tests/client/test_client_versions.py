@@ -41,7 +41,8 @@ def test_api_missing_on_either_side():
     with pytest.raises(UnsupportedVersionError, match="does not offer"):
         pick_version(ApiKey.FETCH, {ApiKey.PRODUCE: (0, 9)})
     with pytest.raises(UnsupportedVersionError, match="metaq's client"):
-        pick_version(11, {11: (0, 5)})  # JoinGroup: not spoken by metaq's client
+        pick_version(15, {15: (0, 5)})  # DescribeGroups: not spoken by metaq's client
+    assert pick_version(11, {11: (0, 9)}) == 5  # JoinGroup: the group protocol's highest non-flexible version
 
 
 @pytest.mark.parametrize(("release", "fetch", "list_offsets"), [

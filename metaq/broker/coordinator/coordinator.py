@@ -311,11 +311,12 @@ class GroupCoordinator:
         if spec.member_id in group.pending_members:
             group.add(spec)
             return await self._wait_for_join(group, spec)
+        current = group.static_members.get(spec.group_instance_id) if spec.group_instance_id else None
+        if current is not None and current != spec.member_id:  # the instance first, as in _member_error
+            return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=spec.member_id)
         member = group.members.get(spec.member_id)
         if member is None:
             return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=spec.member_id)
-        if spec.group_instance_id and group.static_members.get(spec.group_instance_id) != spec.member_id:
-            return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=spec.member_id)
         changed = member.protocols != spec.protocols
         group.set_protocols(member, spec.protocols)
         member.session_timeout_ms = spec.session_timeout_ms
@@ -423,10 +424,15 @@ class GroupCoordinator:
 
     def _member_error(self, group: Group | None, member_id: str, generation_id: int,
                       instance_id: str | None = None) -> int:
-        if group is None or group.is_(g.DEAD) or member_id not in group.members:
+        if group is None or group.is_(g.DEAD):
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if instance_id and group.static_members.get(instance_id) != member_id:
+        # the instance first, as Kafka does (docs/broker-coordinated-consumer.md, "Static membership"): the old
+        # process of a restarted static member must learn it was fenced, not rejoin and fence the new one
+        current = group.static_members.get(instance_id) if instance_id else None
+        if current is not None and current != member_id:
             return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in group.members or (instance_id and current is None):
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE

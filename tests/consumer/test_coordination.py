@@ -1,0 +1,91 @@
+"""GroupMember's commit rules (metaq.consumer.coordination), with a fake coordinator connection: a commit the
+coordinator refuses as no longer ours revokes the partitions and is never retried; coordinator errors are."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from metaq.consumer.config import ConsumerConfig
+from metaq.consumer.coordination import LOST, NO_GENERATION, STABLE, Generation, GroupMember
+from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
+from metaq.consumer.streams import DeliveryGate
+from metaq.errors import ErrorCode
+from zk_layout import TopicCount
+
+
+class _Channel:
+    """Answers each OffsetCommit with the next code of ``codes`` for every partition; records the requests."""
+
+    def __init__(self, *codes: int) -> None:
+        self.codes = list(codes)
+        self.sent: list[Mapping[str, Any]] = []
+
+    def send(self, _request_class: Any, fields: Mapping[str, Any]) -> Any:
+        self.sent.append(fields)
+        code = self.codes.pop(0)
+        return SimpleNamespace(topics=[SimpleNamespace(name=t["name"], partitions=[
+            SimpleNamespace(partition_index=p["partition_index"], error_code=code) for p in t["partitions"]])
+            for t in fields["topics"]])
+
+    def drop(self) -> None:
+        pass
+
+    close = drop
+
+
+class _Subscription:
+    is_wildcard = False
+
+    def topic_count(self) -> TopicCount:
+        return TopicCount(subscription={"t": 1})
+
+    def queue_for(self, topic: str, thread_id: str) -> ChunkQueue:
+        return ChunkQueue(2)
+
+    def clear_queues(self) -> None:
+        pass
+
+
+def _member(channel: _Channel) -> tuple[GroupMember, PartitionTopicInfo]:
+    config = ConsumerConfig.from_properties({"group.id": "g", "zookeeper.connect": "zk:2181",
+                                             "group.coordination": "kafka", "offsets.channel.backoff.ms": 1})
+    member = GroupMember(config, SimpleNamespace(), "g_c1", _Subscription(), SimpleNamespace(),  # type: ignore[arg-type]
+                         DeliveryGate(leased=True))
+    member._offsets_channel = channel  # type: ignore[assignment]
+    member.generation_info = Generation(3, "m-1", "range")
+    member.state = STABLE
+    info = PartitionTopicInfo("t", 0, ChunkQueue(2), 10, 10, 3, "g_c1-0")
+    member.registry = {("t", 0): info}
+    return member, info
+
+
+@pytest.mark.parametrize("code", [ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID])
+def test_a_fenced_commit_revokes_and_is_not_retried(code: int) -> None:
+    channel = _Channel(code)
+    member, info = _member(channel)
+    member.commit()
+    assert len(channel.sent) == 1 and channel.sent[0]["generation_id_or_member_epoch"] == 3
+    assert info.revoked and member.state == LOST and member.generation_info is NO_GENERATION
+    info.consumed_offset = 20
+    member.commit(include_revoked=True)  # nothing more of it, ever: the generation is gone
+    assert len(channel.sent) == 1
+
+
+def test_a_commit_during_a_rebalance_is_not_retried_and_rejoins() -> None:
+    channel = _Channel(ErrorCode.REBALANCE_IN_PROGRESS)
+    member, info = _member(channel)
+    member.commit()
+    assert len(channel.sent) == 1 and member._rejoin_needed
+
+
+def test_coordinator_errors_are_retried_and_unchanged_offsets_not_resent() -> None:
+    channel = _Channel(ErrorCode.NOT_COORDINATOR, ErrorCode.NONE)
+    member, info = _member(channel)
+    member.commit()
+    assert len(channel.sent) == 2 and not info.revoked and member.state == STABLE
+    member.commit()
+    assert len(channel.sent) == 2  # offset 10 is committed already
