@@ -16,6 +16,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequ
 
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
+from metaq.consumer import Consumer, ConsumerTimeoutError
 from metaq.testing.broker import request, topic_leaders
 from metaq.testing.wait import wait_until
 from metaq.zkclient import session
@@ -154,3 +155,129 @@ def test_open_transaction_holds_the_last_stable_offset(txn_broker: TxnBroker) ->
     p.close()
     assert latest(txn_broker.bootstrap, topic, 0, 1) == 4
     assert consume_all(txn_broker.bootstrap, topic, "read_committed", 3) == ["c1", "c2", "open"]
+
+
+def metaq_consume(zk_connect: str, topic: str, isolation: str, expected: int) -> list[str]:
+    """The values metaq's ZooKeeper consumer delivers from ``topic`` (both streams), until ``expected`` came
+    and the stream then stays quiet for its consumer.timeout.ms."""
+    consumer = Consumer({"group.id": f"mq-{uuid.uuid4().hex[:6]}", "zookeeper.connect": zk_connect,
+                         "consumer.timeout.ms": 1500, "auto.offset.reset": "smallest",
+                         "isolation.level": isolation, "zookeeper.session.timeout.ms": 6000})
+    got: list[str] = []
+    with consumer:
+        stream = consumer.create_message_streams({topic: 1})[topic][0]
+
+        def more() -> bool:
+            try:
+                for m in stream:
+                    got.append(m.value.decode())
+            except ConsumerTimeoutError:
+                pass
+            return len(got) >= expected
+        wait_until(more, 30, f"{expected} {isolation} records of {topic} through metaq's consumer")
+    return sorted(got)
+
+
+def test_metaq_consumer_isolation_levels(txn_broker: TxnBroker) -> None:
+    topic = txn_broker.topic()
+    p = producer(txn_broker.bootstrap, f"tid-{topic}")
+    produce_txn(p, topic, ["c1", "c2"], commit=True)
+    produce_txn(p, topic, ["a1", "a2"], commit=False)
+    produce_txn(p, topic, ["c3", "c4"], commit=True)
+    p.close()
+    assert metaq_consume(txn_broker.zk_connect, topic, "read_committed", 4) == ["c1", "c2", "c3", "c4"]
+    # read_uncommitted (the default) gets the aborted records too, never the control records (6 markers)
+    assert metaq_consume(txn_broker.zk_connect, topic, "read_uncommitted", 6) == \
+        ["a1", "a2", "c1", "c2", "c3", "c4"]
+
+
+def committed_offset(bootstrap: str, group: str, topic: str) -> int:
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        return int(c.committed([confluent_kafka.TopicPartition(topic, 0)], 20)[0].offset)
+    finally:
+        c.close()
+
+
+def test_offsets_sent_to_a_transaction_are_visible_only_at_commit(txn_broker: TxnBroker) -> None:
+    """consume-transform-produce: send_offsets_to_transaction commits the group's offsets with the output."""
+    source, out = txn_broker.topic(1), txn_broker.topic()
+    group = f"ctp-{source}"
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": group,
+                                         "enable.auto.commit": False})
+    p = producer(txn_broker.bootstrap, f"tid-{out}")
+    try:
+        p.begin_transaction()
+        p.produce(out, b"x", partition=0)
+        p.send_offsets_to_transaction([confluent_kafka.TopicPartition(source, 0, 5)],
+                                      consumer.consumer_group_metadata(), 30)
+        p.abort_transaction(30)
+        assert committed_offset(txn_broker.bootstrap, group, source) == confluent_kafka.OFFSET_INVALID
+        p.begin_transaction()
+        p.produce(out, b"y", partition=0)
+        p.send_offsets_to_transaction([confluent_kafka.TopicPartition(source, 0, 7)],
+                                      consumer.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        assert committed_offset(txn_broker.bootstrap, group, source) == 7
+    finally:
+        p.close()
+        consumer.close()
+    assert consume_all(txn_broker.bootstrap, out, "read_committed", 1) == ["y"]
+
+
+def test_a_zombie_is_fenced_by_a_new_instance(txn_broker: TxnBroker) -> None:
+    topic = txn_broker.topic()
+    tid = f"tid-{topic}"
+    zombie = producer(txn_broker.bootstrap, tid)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"zombie", partition=0)
+    zombie.flush(30)
+    successor = producer(txn_broker.bootstrap, tid)  # aborts the zombie's transaction, bumps the epoch
+    produce_txn(successor, topic, ["s1", "s2"], commit=True)
+    successor.close()
+    with pytest.raises(confluent_kafka.KafkaException) as info:
+        zombie.commit_transaction(30)
+    error = info.value.args[0]
+    assert error.fatal() and error.code() == confluent_kafka.KafkaError._FENCED, error
+    del zombie  # a fenced producer's close() raises its fatal error again
+    assert consume_all(txn_broker.bootstrap, topic, "read_committed", 2) == ["s1", "s2"]
+
+
+def test_an_abandoned_transaction_times_out_and_is_aborted(txn_broker: TxnBroker) -> None:
+    topic = txn_broker.topic()
+    p = producer(txn_broker.bootstrap, f"tid-{topic}", **{"transaction.timeout.ms": 3000,
+                                                          "message.timeout.ms": 3000})
+    p.begin_transaction()
+    p.produce(topic, b"abandoned", partition=0)
+    p.flush(30)
+    assert latest(txn_broker.bootstrap, topic, 0, 1) == 0  # held at the open transaction
+    # the coordinator aborts it: the marker lets the LSO pass (offset 0 data, offset 1 the abort marker)
+    wait_until(lambda: latest(txn_broker.bootstrap, topic, 0, 1) == 2, 30, "the timed out transaction aborted")
+    part = fetch(txn_broker.bootstrap, topic, 0, 1)
+    assert [(a.first_offset,) for a in part.aborted_transactions] == [(0,)]
+    with pytest.raises(confluent_kafka.KafkaException) as info:
+        p.commit_transaction(30)  # fenced: its epoch was bumped by the abort
+    assert info.value.args[0].code() == confluent_kafka.KafkaError._FENCED, info.value.args[0]
+    del p
+
+
+def test_a_broker_restart_keeps_the_lso_and_the_aborted_index(txn_broker: TxnBroker) -> None:
+    """Last: restarts the module's broker (SIGKILL), with an aborted and an open transaction in the log."""
+    topic = txn_broker.topic()
+    p = producer(txn_broker.bootstrap, f"tid-{topic}")
+    produce_txn(p, topic, ["a1", "a2"], commit=False)  # p0: a1@0 A@1
+    p.begin_transaction()
+    p.produce(topic, b"open", partition=0)  # p0: open@2
+    p.flush(30)
+    assert latest(txn_broker.bootstrap, topic, 0, 1) == 2
+    txn_broker.broker.kill()
+    txn_broker.broker.start()
+    wait_until(lambda: len(topic_leaders(txn_broker.bootstrap, topic)) == 2, 30, "the restarted broker serves")
+    assert latest(txn_broker.bootstrap, topic, 0, 1) == 2  # the open transaction still holds it
+    assert latest(txn_broker.bootstrap, topic, 0, 0) == 3
+    part = fetch(txn_broker.bootstrap, topic, 0, 1)
+    assert [(a.first_offset,) for a in part.aborted_transactions] == [(0,)]
+    p.commit_transaction(60)  # the coordinator found the transaction in __transaction_state
+    p.close()
+    assert latest(txn_broker.bootstrap, topic, 0, 1) == 4
+    assert consume_all(txn_broker.bootstrap, topic, "read_committed", 1) == ["open"]

@@ -9,13 +9,16 @@ and whose value is ``int16 version (0), int32 coordinator epoch`` (Kafka's ``Con
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
+from typing import Any
 
 import crc32c
 
-from metaq.protocol.batches import BATCH_HEADER_SIZE
+from metaq.errors import CorruptRecordError
+from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header
 from metaq.protocol.builder import varint as _varint
 
-__all__ = ["ABORT", "COMMIT", "build_marker", "marker_is_abort"]
+__all__ = ["ABORT", "COMMIT", "aborted_ranges", "build_marker", "marker_is_abort"]
 
 ABORT, COMMIT = 0, 1
 _CONTROL_ATTRIBUTES = 0x20 | 0x10  # control | transactional
@@ -76,3 +79,30 @@ def marker_is_abort(batch: bytes) -> bool | None:
     if kind == COMMIT:
         return False
     return None
+
+
+def aborted_ranges(data: bytes, aborted: Iterable[Any]) -> list[tuple[int, int]]:
+    """The offset ranges (first, last) of the batches of ``data`` that belong to aborted transactions, from a
+    read_committed Fetch answer's ``aborted_transactions`` (each with ``producer_id`` and ``first_offset``):
+    Kafka's consumer logic (``CompletedFetch``): a producer's aborted transaction starts at its first
+    offset and ends at its abort marker; its transactional batches in between are dropped."""
+    pending = sorted(aborted, key=lambda a: int(a.first_offset))
+    active: set[int] = set()
+    ranges: list[tuple[int, int]] = []
+    pos = 0
+    while len(data) - pos >= BATCH_HEADER_SIZE:
+        try:
+            header = read_header(data, pos)
+        except CorruptRecordError:
+            break  # the decoder reports it
+        if pos + header.size > len(data):
+            break  # cut off by the fetch size
+        while pending and pending[0].first_offset <= header.last_offset:
+            active.add(int(pending.pop(0).producer_id))
+        if header.is_control:
+            if header.producer_id in active and marker_is_abort(data[pos:pos + header.size]):
+                active.discard(header.producer_id)
+        elif header.is_transactional and header.producer_id in active:
+            ranges.append((header.base_offset, header.last_offset))
+        pos += header.size
+    return ranges
