@@ -17,6 +17,8 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequ
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer, ConsumerTimeoutError
+from metaq.protocol.records import decode_records
+from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker
 from metaq.testing.broker import request, topic_leaders
 from metaq.testing.wait import wait_until
 from metaq.zkclient import session
@@ -116,6 +118,52 @@ def latest(bootstrap: str, topic: str, partition: int, isolation_level: int) -> 
     part = request(bootstrap, req, ListOffsetsResponse, 2).topics[0].partitions[0]
     assert part.error_code == 0
     return int(part.offset)
+
+
+# ------------------------------------------------------------------------------------------ against Kafka 3.9
+
+
+def observe(bootstrap: str, topic: str) -> dict[str, object]:
+    """What a read_committed and a read_uncommitted reader see of each partition: Fetch's high watermark, LSO,
+    aborted transactions and record offsets, and ListOffsets' latest."""
+    seen: dict[str, object] = {}
+    for partition in (0, 1):
+        for level in (0, 1):
+            part = fetch(bootstrap, topic, partition, level)
+            aborted = part.aborted_transactions
+            seen[f"p{partition} level {level}"] = (
+                part.error_code, part.high_watermark, part.last_stable_offset,
+                None if aborted is None else sorted((a.first_offset,) for a in aborted),
+                [r[0] for r in decode_records(bytes(part.records or b"")).records],
+                latest(bootstrap, topic, partition, level))
+    return seen
+
+
+def scenario(bootstrap: str, topic: str) -> list[dict[str, object]]:
+    """Commit, abort, then an open transaction (observed), then its commit (observed again)."""
+    p = producer(bootstrap, f"tid-{topic}")
+    produce_txn(p, topic, ["c1", "c2", "c3", "c4"], commit=True)
+    produce_txn(p, topic, ["a1", "a2", "a3"], commit=False)
+    p.begin_transaction()
+    p.produce(topic, b"o1", partition=1)
+    p.flush(30)
+    open_view = observe(bootstrap, topic)
+    p.commit_transaction(30)
+    p.close()
+    return [open_view, observe(bootstrap, topic)]
+
+
+@pytest.mark.apache_kafka(V3_9)
+def test_same_answers_as_kafka(txn_broker: TxnBroker, kafka_broker: ApacheKafkaBroker) -> None:
+    """The same transactions against metaq and Apache Kafka 3.9: identical LSOs, aborted-transaction lists,
+    record offsets served per isolation level and ListOffsets answers (Kafka decides what is right)."""
+    name = f"txn-cmp-{uuid.uuid4().hex[:6]}"
+    kafka_broker.create_topic(name, partitions=2)
+    expected = scenario(kafka_broker.bootstrap, name)
+    # partition 1: c2 c4 C a2 A o1 (open): Kafka holds the LSO at 5 and lists the abort from offset 3
+    assert expected[0]["p1 level 1"] == (0, 6, 5, [(3,)], [0, 1, 3], 5), expected
+    topic = txn_broker.topic()
+    assert scenario(txn_broker.bootstrap, topic) == expected
 
 
 # ------------------------------------------------------------------------------------------ commit and abort
