@@ -19,7 +19,7 @@ from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer, ConsumerTimeoutError
 from metaq.protocol.records import decode_records
 from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker
-from metaq.testing.broker import request, topic_leaders
+from metaq.testing.broker import BrokerCluster, request, topic_leaders
 from metaq.testing.wait import wait_until
 from metaq.zkclient import session
 from zk_layout import ZkLayout
@@ -118,6 +118,40 @@ def latest(bootstrap: str, topic: str, partition: int, isolation_level: int) -> 
     part = request(bootstrap, req, ListOffsetsResponse, 2).topics[0].partitions[0]
     assert part.error_code == 0
     return int(part.offset)
+
+
+# ------------------------------------------------------------------------------------------ two brokers
+
+
+def test_markers_reach_partitions_led_by_another_broker(zk_server, tmp_path: Path) -> None:
+    """A transaction over partitions of two brokers: the coordinator writes its own markers and sends
+    WriteTxnMarkers to the other broker (both markers land: the LSO passes them on both partitions)."""
+    zk_connect = f"{zk_server.connect_string}/metaq-txn2-{uuid.uuid4().hex}"
+    cluster = BrokerCluster(zk_connect, tmp_path)
+    try:
+        props = {"transaction.state.log.num.partitions": 4, "offsets.topic.num.partitions": 4,
+                 "transaction.state.log.replication.factor": 1, "offsets.topic.replication.factor": 1}
+        cluster.add(0, **props)
+        cluster.add(1, **props)
+        topic = "spread"
+        with session(zk_connect) as client:
+            create_topic(ZkLayout(client), topic, 2, assignment={0: [0], 1: [1]})
+        bootstrap = cluster.brokers[0].bootstrap
+        wait_until(lambda: topic_leaders(bootstrap, topic) == {0: 0, 1: 1}, 30, "both partitions led")
+        for tid in ("spread-a", "spread-b", "spread-c"):  # coordinators on either broker
+            p = producer(bootstrap, tid)
+            produce_txn(p, topic, [f"{tid}-c1", f"{tid}-c2"], commit=True)
+            produce_txn(p, topic, [f"{tid}-a1", f"{tid}-a2"], commit=False)
+            p.close()
+        for partition, broker in ((0, cluster.brokers[0]), (1, cluster.brokers[1])):
+            part = fetch(broker.bootstrap, topic, partition, 1)
+            assert part.error_code == 0
+            assert part.last_stable_offset == part.high_watermark == 12, (partition, part)
+            assert sorted(a.first_offset for a in part.aborted_transactions) == [2, 6, 10]
+        assert consume_all(bootstrap, topic, "read_committed", 6) == sorted(
+            f"{t}-c{i}" for t in ("spread-a", "spread-b", "spread-c") for i in (1, 2))
+    finally:
+        cluster.stop()
 
 
 # ------------------------------------------------------------------------------------------ against Kafka 3.9
