@@ -132,3 +132,18 @@ def test_coordinator_states_and_records() -> None:
     with pytest.raises(InvalidTransition):
         prepared.transition(EMPTY, 12)  # markers first
     assert prepared.transition(COMPLETE_COMMIT, 12).state == COMPLETE_COMMIT
+
+
+def test_a_follower_builds_the_same_transaction_state(tmp_path: Path) -> None:
+    leader = open_log(tmp_path / "leader")
+    leader.append(txn_batch(A, 0))
+    leader.append_marker(A, 0, commit=False, coordinator_epoch=0)
+    leader.append(txn_batch(B, 0))  # open
+    piece = leader.read(0, 1 << 20)
+    assert piece is not None
+    follower = open_log(tmp_path / "follower")
+    follower.append_replica(piece.read_bytes())
+    assert follower.last_stable_offset(follower.log_end_offset) == leader.last_stable_offset(leader.log_end_offset) == 3
+    assert follower.aborted_transactions(0, 10) == leader.aborted_transactions(0, 10) == [AbortedTxn(0, A, 2, 3)]
+    leader.close()
+    follower.close()

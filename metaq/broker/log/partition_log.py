@@ -178,14 +178,18 @@ class PartitionLog:
         now = _now_ms() if now_ms is None else now_ms
         data = bytearray(records)
         self._write(data, headers, self.log_end_offset, expected, now)
-        positions: dict[int, int] = {}
+        spans: dict[int, tuple[int, int]] = {}  # base offset -> the batch's bytes in ``data``
         pos = 0
         for header in headers:
-            positions[header.base_offset] = pos
+            spans[header.base_offset] = (pos, pos + header.size)
             pos += header.size
+
+        def is_abort(header: BatchHeader) -> bool | None:
+            start, stop = spans[header.base_offset]
+            return marker_is_abort(bytes(data[start:stop]))
+
         # so that this replica deduplicates and knows the open transactions once it leads
-        self._index_aborts(self.producer_state.replicated(
-            headers, lambda h: marker_is_abort(bytes(data[positions[h.base_offset]:][:h.size]))))
+        self._index_aborts(self.producer_state.replicated(headers, is_abort))
         return headers
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, *,
