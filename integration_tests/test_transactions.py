@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import confluent_kafka
+import kafka
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 
@@ -344,7 +345,7 @@ def test_an_abandoned_transaction_times_out_and_is_aborted(txn_broker: TxnBroker
 
 
 def test_a_broker_restart_keeps_the_lso_and_the_aborted_index(txn_broker: TxnBroker) -> None:
-    """Last: restarts the module's broker (SIGKILL), with an aborted and an open transaction in the log."""
+    """Restarts the module's broker (SIGKILL; same port), with an aborted and an open transaction in the log."""
     topic = txn_broker.topic()
     p = producer(txn_broker.bootstrap, f"tid-{topic}")
     produce_txn(p, topic, ["a1", "a2"], commit=False)  # p0: a1@0 A@1
@@ -363,3 +364,23 @@ def test_a_broker_restart_keeps_the_lso_and_the_aborted_index(txn_broker: TxnBro
     p.close()
     assert latest(txn_broker.bootstrap, topic, 0, 1) == 4
     assert consume_all(txn_broker.bootstrap, topic, "read_committed", 1) == ["open"]
+
+
+def test_kafka_python_transactional_producer(txn_broker: TxnBroker) -> None:
+    """kafka-python's transactional KafkaProducer: an aborted then a committed transaction."""
+    topic = txn_broker.topic()
+    p = kafka.KafkaProducer(bootstrap_servers=txn_broker.bootstrap, transactional_id=f"tid-{topic}",
+                            max_block_ms=30000)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(2):
+            p.send(topic, f"kx{i}".encode(), partition=i % 2)
+        p.abort_transaction()
+        p.begin_transaction()
+        for i in range(2):
+            p.send(topic, f"kc{i}".encode(), partition=i % 2)
+        p.commit_transaction()
+    finally:
+        p.close(timeout=10)
+    assert consume_all(txn_broker.bootstrap, topic, "read_committed", 2) == ["kc0", "kc1"]
