@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
-from typing import Any
 
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.coordinator import GroupCoordinator
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
+from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import (
     ErrorCode,
@@ -47,9 +46,8 @@ class PendingTxnOffsets:
         """The marker for ``__consumer_offsets`` partition ``offsets_partition``: store (commit) or drop (abort)
         the producer's staged offsets of the groups that map to it."""
         groups = self._pending.get(producer_id, {})
-        total = self._groups.offsets_partitions(self._groups_snapshot())
         error: int = ErrorCode.NONE
-        for group_id in [g for g in groups if partition_for(g, total) == offsets_partition]:
+        for group_id in [g for g in groups if self._groups.offsets_partition_of(g) == offsets_partition]:
             offsets = groups.pop(group_id)
             if commit:
                 errors = await self._groups.commit_txn_offsets(group_id, offsets)
@@ -57,9 +55,6 @@ class PendingTxnOffsets:
         if not groups:
             self._pending.pop(producer_id, None)
         return error
-
-    def _groups_snapshot(self) -> Any:
-        return self._groups._snapshot()  # noqa: SLF001 - the coordinator's own view of the cluster
 
 
 def write_local(ctx: BrokerContext, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,

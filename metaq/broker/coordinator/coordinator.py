@@ -116,6 +116,10 @@ class GroupCoordinator:
         parts = snapshot.topics.get(OFFSETS_TOPIC)
         return len(parts) if parts else self._config.offsets_topic_num_partitions
 
+    def offsets_partition_of(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition of ``group_id`` in the current cluster snapshot."""
+        return partition_for(group_id, self.offsets_partitions(self._snapshot()))
+
     async def find_coordinator(self, key: str) -> tuple[int, int, str, int]:
         """(error, node id, host, port) of the broker coordinating group ``key``."""
         return await locate_coordinator(self._snapshot, OFFSETS_TOPIC, key, self._create_offsets_topic,

@@ -338,11 +338,11 @@ class TransactionCoordinator:
                 return error
             return await handle(part, txn)
 
-    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
-                          offsets_partitions: int) -> int:
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          offsets_partition: int) -> int:
         """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
         return await self.add_partitions(transactional_id, producer_id, producer_epoch,
-                                         [(OFFSETS_TOPIC, partition_for(group_id, offsets_partitions))])
+                                         [(OFFSETS_TOPIC, offsets_partition)])
 
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int) -> int:
         """TxnOffsetCommit's check that the producer is the transaction's current one (0 if it is, or if this
@@ -468,14 +468,6 @@ class TransactionCoordinator:
                 return 0
             await action(part, txn)
             return 1
-
-    def describe(self) -> dict[str, int]:
-        """Transactions by state, for logs and tools."""
-        counts: dict[str, int] = {}
-        for part in self._partitions.values():
-            for txn in part.txns.values():
-                counts[txn.state] = counts.get(txn.state, 0) + 1
-        return counts
 
 
 def _now_ms() -> int:

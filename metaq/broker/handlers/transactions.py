@@ -84,8 +84,8 @@ async def add_offsets_to_txn(ctx: BrokerContext, request: Any, version: int) -> 
         assert ctx.transactions is not None
         await ctx.coordinator.find_coordinator(request.group_id)  # __consumer_offsets exists from here on
         error = await ctx.transactions.add_offsets(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id,
-            ctx.coordinator.offsets_partitions(ctx.snapshot))
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            ctx.coordinator.offsets_partition_of(request.group_id))
     return AddOffsetsToTxnResponse[version](throttle_time_ms=0, error_code=_fenced(error, version, 2))
 
 
