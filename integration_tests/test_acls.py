@@ -338,3 +338,32 @@ def test_group_and_offset_apis_check_the_group_and_each_topic(secured: BrokerPro
     metaq_acls(zk_connect, "remove", "--group", "ledger")
     wait_until(lambda: not request(bootstrap, ListGroupsRequest[2](), ListGroupsResponse, 2).groups, TIMEOUT,
                "ListGroups filters the groups the principal may not describe")
+
+
+def test_transactional_producer_needs_its_transactional_id_acls(secured: BrokerProcess, make_topic: Any,
+                                                              zk_connect: str) -> None:
+    """FindCoordinator (Describe) and InitProducerId (Write) check the TransactionalId (docs/transactions.md):
+    refused at once (fatal), then allowed by ACLs on the id and the topic."""
+    make_topic("txn-out")
+    bootstrap = secured.bootstrap
+    refused = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx-acl"})
+    with pytest.raises(KafkaException) as info:
+        refused.init_transactions(30)
+    assert info.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, info.value.args[0]
+    del refused
+    allow(zk_connect, "--operation", "Write", "--operation", "Describe", "--transactional-id", "tx-acl")
+    allow(zk_connect, "--operation", "Write", "--topic", "txn-out")
+
+    def commits() -> bool:
+        producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx-acl"})
+        try:
+            producer.init_transactions(30)
+        except KafkaException as e:
+            assert e.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, e.args[0]
+            return False
+        producer.begin_transaction()
+        producer.produce("txn-out", b"v")
+        producer.commit_transaction(30)
+        producer.close()
+        return True
+    wait_until(commits, TIMEOUT, "the transactional producer allowed by ACLs")

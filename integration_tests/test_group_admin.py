@@ -17,7 +17,7 @@ import confluent_kafka
 import pytest
 from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient
 from kafka import TopicPartition as KpTopicPartition
 from kafka import errors as kerrors
 from kafka.protocol.admin import (
@@ -30,7 +30,6 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
-from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from integration_tests.peers import KCAT
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, decode_key, partition_for
@@ -323,49 +322,3 @@ def test_metaq_groups_lists_and_describes_protocol_groups(admin_broker, make_top
     finally:
         kcat.send_signal(signal.SIGINT)
         kcat.wait(20)
-
-
-# ---- transactions: refused, and every client fails at once ----------------------------------------------
-
-
-def test_find_coordinator_and_init_producer_id_refuse_transactional_ids(admin_broker) -> None:
-    resp = request(admin_broker.bootstrap, FindCoordinatorRequest[1](key="tx", key_type=1), FindCoordinatorResponse, 1)
-    assert resp.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and resp.node_id == -1
-    assert "metaq does not support transactions" in resp.error_message
-    resp = request(admin_broker.bootstrap, InitProducerIdRequest[1](
-        transactional_id="tx", transaction_timeout_ms=60000), InitProducerIdResponse, 1)
-    assert resp.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and resp.producer_id == -1
-
-
-def test_confluent_init_transactions_fails_fast(admin_broker) -> None:
-    """Before: init_transactions() retried COORDINATOR_NOT_AVAILABLE until its timeout (a hang without one)."""
-    producer = confluent_kafka.Producer({"bootstrap.servers": admin_broker.bootstrap, "transactional.id": "tx-c"})
-    with pytest.raises(KafkaException) as info:
-        producer.init_transactions(30)
-    error = info.value.args[0]
-    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
-    assert error.fatal() and "metaq does not support transactions" in error.str()
-
-
-def test_kafka_python_transactional_producer_fails_fast(admin_broker) -> None:
-    producer = KafkaProducer(bootstrap_servers=admin_broker.bootstrap, transactional_id="tx-k", max_block_ms=30000)
-    try:
-        with pytest.raises(kerrors.TransactionalIdAuthorizationFailedError):
-            producer.init_transactions()
-    finally:
-        producer.close(timeout=5)
-
-
-def test_aiokafka_transactional_producer_fails_fast(admin_broker) -> None:
-    aiokafka = pytest.importorskip("aiokafka")
-    from aiokafka.errors import TransactionalIdAuthorizationFailed
-
-    async def start() -> None:
-        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=admin_broker.bootstrap, transactional_id="tx-a")
-        try:
-            await asyncio.wait_for(producer.start(), 60)
-        finally:
-            await producer.stop()
-
-    with pytest.raises(TransactionalIdAuthorizationFailed):
-        asyncio.run(start())

@@ -271,8 +271,14 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
+    OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
@@ -287,6 +293,7 @@ class ErrorCode(IntEnum):
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
+    PRODUCER_FENCED = 90
     UNKNOWN_TOPIC_ID = 100
     INCONSISTENT_TOPIC_ID = 103
     UNSUPPORTED_ENDPOINT_TYPE = 119
@@ -545,6 +552,41 @@ class DuplicateSequenceError(BrokerResponseError):
 @_broker_error(ErrorCode.INVALID_PRODUCER_EPOCH)
 class InvalidProducerEpochError(BrokerResponseError):
     """A batch carries an epoch older than the one the partition has seen for its producer id."""
+
+
+@_broker_error(ErrorCode.INVALID_TXN_STATE)
+class InvalidTxnStateError(BrokerResponseError):
+    """A transactional request that the transaction's state does not allow (docs/transactions.md)."""
+
+
+@_broker_error(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+class InvalidProducerIdMappingError(BrokerResponseError):
+    """The producer id is not the one the coordinator holds for the transactional id."""
+
+
+@_broker_error(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
+class InvalidTransactionTimeoutError(BrokerResponseError):
+    """transaction.timeout.ms above the broker's transaction.max.timeout.ms (or not positive)."""
+
+
+@_broker_error(ErrorCode.CONCURRENT_TRANSACTIONS, retriable=True)
+class ConcurrentTransactionsError(BrokerResponseError):
+    """The previous transaction of this transactional id is still being completed: retry."""
+
+
+@_broker_error(ErrorCode.TRANSACTION_COORDINATOR_FENCED)
+class TransactionCoordinatorFencedError(BrokerResponseError):
+    """A transaction marker from a coordinator older than the one the partition has seen."""
+
+
+@_broker_error(ErrorCode.OPERATION_NOT_ATTEMPTED)
+class OperationNotAttemptedError(BrokerResponseError):
+    """Another part of the request failed, so this one was not tried."""
+
+
+@_broker_error(ErrorCode.PRODUCER_FENCED)
+class ProducerFencedError(BrokerResponseError):
+    """A newer producer with the same transactional id bumped the epoch: this one is a zombie."""
 
 
 @_broker_error(ErrorCode.UNKNOWN_PRODUCER_ID)

@@ -4,7 +4,9 @@
 // then a consumer of GROUP subscribes, polls until it has COUNT records (or 60 s pass) and commits synchronously.
 // Output, one JSON object a line: {"acked":...} per record, {"producer":{...}} once, {"read":...} per record,
 // {"committed":{...}} once. Extra PROPERTY=VALUE pairs (e.g. SASL settings) go to both clients; with a
-// transactional.id the producer first calls initTransactions().
+// transactional.id the producer first calls initTransactions(), sends COUNT records "x<i>" in a transaction it
+// aborts ({"aborted":COUNT}), then the COUNT records in one it commits (pass isolation.level=read_committed
+// for a consumer that must skip the aborted ones).
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.Future;
@@ -48,7 +50,16 @@ public class ClientRoundTrip {
         p.put("key.serializer", StringSerializer.class.getName());
         p.put("value.serializer", StringSerializer.class.getName());
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
-            if (p.containsKey("transactional.id")) producer.initTransactions();  // metaq refuses transactions
+            boolean transactional = p.containsKey("transactional.id");
+            if (transactional) {
+                producer.initTransactions();
+                producer.beginTransaction();
+                for (int i = 0; i < count; i++) producer.send(new ProducerRecord<>(topic, "k" + i, "x" + i));
+                producer.flush();
+                producer.abortTransaction();
+                System.out.println("{\"aborted\":" + count + "}");
+                producer.beginTransaction();
+            }
             List<Future<RecordMetadata>> sent = new ArrayList<>();
             for (int i = 0; i < count; i++) {
                 sent.add(producer.send(new ProducerRecord<>(topic, "k" + i, "v" + i)));
@@ -58,6 +69,7 @@ public class ClientRoundTrip {
                 System.out.println("{\"acked\":{\"key\":" + q("k" + i) + ",\"partition\":" + m.partition()
                         + ",\"offset\":" + m.offset() + "}}");
             }
+            if (transactional) producer.commitTransaction();
             // the defaults the run used, as the producer resolved them (not as this program assumes them)
             ProducerConfig config = new ProducerConfig(p);
             System.out.println("{\"producer\":{\"acks\":" + q(config.getString("acks"))

@@ -45,7 +45,6 @@ INERT_KEYS = frozenset(
         "num.io.threads",
         "num.recovery.threads.per.data.dir",
         "num.replica.fetchers",
-        "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
         "queued.max.requests",
     }
@@ -193,6 +192,14 @@ class BrokerConfig(ZooKeeperClientConfig):
     producer_id_expiration_ms: int = prop("producer.id.expiration.ms", 86400000, check=positive)
     producer_id_expiration_check_interval_ms: int = prop("producer.id.expiration.check.interval.ms", 600000,
                                                          check=positive)
+    # transactions (docs/transactions.md), Kafka's names and defaults
+    transaction_max_timeout_ms: int = prop("transaction.max.timeout.ms", 900000, check=positive)
+    transaction_state_log_num_partitions: int = prop("transaction.state.log.num.partitions", 50, check=positive)
+    transaction_state_log_replication_factor: int = prop("transaction.state.log.replication.factor", 3,
+                                                         check=positive)
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = prop(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000, check=positive)
+    transactional_id_expiration_ms: int = prop("transactional.id.expiration.ms", 604800000, check=positive)
     log_segment_delete_delay_ms: int = prop("log.segment.delete.delay.ms", 60000, check=non_negative)
     log_cleanup_policy: tuple[str, ...] = prop("log.cleanup.policy", ("delete",))
     log_cleaner_min_cleanable_ratio: float = prop("log.cleaner.min.cleanable.ratio", 0.5)

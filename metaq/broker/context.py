@@ -24,7 +24,9 @@ from zk_layout import BrokerInfo, ZkLayout
 from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
+    from metaq.broker.coordinator.transactions import TransactionCoordinator
     from metaq.broker.replication.manager import ReplicaManager
+    from metaq.broker.txn_markers import PendingTxnOffsets
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ class BrokerContext:
     producer_ids: ProducerIdManager | None = None  # InitProducerId's ids (ZooKeeper blocks); set by the server
     authorizer: Authorizer | None = None
     """None unless ``authorizer.class.name`` is set: then every check below allows everything."""
+    transactions: TransactionCoordinator | None = None  # set by the server (docs/transactions.md)
+    txn_offsets: PendingTxnOffsets | None = None  # TxnOffsetCommit's offsets until their transaction ends
 
     def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> bool:
         """Whether the current connection's principal may do ``operation`` on the resource (Kafka's ACL rules,

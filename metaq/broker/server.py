@@ -25,6 +25,7 @@ from metaq.broker.config import BrokerConfig
 from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC
+from metaq.broker.coordinator.transactions import TRANSACTION_TOPIC, TransactionCoordinator, TxnCoordinatorConfig
 from metaq.broker.handlers import HANDLERS
 from metaq.broker.log.cleaner.manager import LogCleaner, loop_caller
 from metaq.broker.log.manager import LogManager
@@ -39,6 +40,7 @@ from metaq.broker.security.acl_rules import Rules
 from metaq.broker.security.authorizer import Authorizer, parse_super_users
 from metaq.broker.topic_admin import TopicAdmin
 from metaq.broker.topics import create_topic
+from metaq.broker.txn_markers import MarkerWriter, PendingTxnOffsets
 from metaq.errors import TopicError, TopicExistsError
 from metaq.metrics import MetricsServer, serve_metrics
 from metaq.metrics.broker import BrokerMetrics, ClusterState, LogState
@@ -72,6 +74,7 @@ class Broker:
         self.scram = ScramCredentialCache()
         self.replication: ReplicaManager | None = None
         self.controller: Controller | None = None
+        self.transactions: TransactionCoordinator | None = None
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
@@ -153,6 +156,7 @@ class Broker:
         context = BrokerContext(config, self.logs, self.metadata, AppendNotifier(), self._auto_create, layout,
                                 self.coordinator, self.metrics, authorizer=self.authorizer,
                                 producer_ids=ProducerIdManager(layout, config.broker_id))
+        self._start_transactions(context)
         self._start_metrics()
         # listeners may say port 0: advertise the port actually bound
         advertised = advertised_endpoints(config.listener_list, config.advertised_list, self.ports)
@@ -167,6 +171,8 @@ class Broker:
         context.replication = self.replication
         self.coordinator.replication = self.replication
         self.coordinator.notify = context.notifier.notify
+        if context.transactions is not None:
+            context.transactions.append_epoch = self.replication.append_epoch
         self.controller = Controller(
             config.broker_id, layout, self._zk, unclean=config.unclean_leader_election_enable,
             rebalance_interval_s=(config.leader_imbalance_check_interval_seconds
@@ -180,6 +186,8 @@ class Broker:
         self.cleaner.start()  # after the topic configs: it cleans the logs whose cleanup.policy is compact
         self.metrics.report_cleaner(self.cleaner.state)
         self.coordinator.start()
+        if context.transactions is not None:
+            context.transactions.start()
         await self._server.start_serving(context)  # only now: a client that connects finds us registered
         self._tasks = [
             asyncio.create_task(self._every(config.log_flush_scheduler_interval_ms, self._flush_due)),
@@ -259,6 +267,8 @@ class Broker:
             if self.topic_admin is not None:
                 await self.topic_admin.stop()
             await self.coordinator.stop()
+            if self.transactions is not None:
+                await self.transactions.stop()
         if self.cleaner is not None:
             await asyncio.to_thread(self.cleaner.stop)
         await asyncio.to_thread(self.logs.shutdown)
@@ -326,6 +336,31 @@ class Broker:
             log.warning("creating %s with replication factor %d: offsets.topic.replication.factor is %d but "
                         "only %d brokers are live", OFFSETS_TOPIC, factor, wanted, live)
         await self._create_and_wait(OFFSETS_TOPIC, partitions, factor)
+
+    def _start_transactions(self, context: BrokerContext) -> None:
+        """The transaction coordinator and its marker writer (docs/transactions.md)."""
+        config = self.config
+        producer_ids = context.producer_ids
+        assert producer_ids is not None
+        self.transactions = TransactionCoordinator(
+            TxnCoordinatorConfig(
+                broker_id=config.broker_id,
+                num_partitions=config.transaction_state_log_num_partitions,
+                max_timeout_ms=config.transaction_max_timeout_ms,
+                cleanup_interval_ms=config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                id_expiration_ms=config.transactional_id_expiration_ms,
+            ),
+            self.logs, lambda: self.metadata.snapshot, self._create_transaction_topic, producer_ids.next_id,
+            asyncio.to_thread)
+        context.transactions = self.transactions
+        context.txn_offsets = PendingTxnOffsets(self.coordinator)
+        self.transactions.write_markers = MarkerWriter(context, context.txn_offsets)
+
+    async def _create_transaction_topic(self, partitions: int) -> None:
+        """``__transaction_state`` on first use, as ``__consumer_offsets`` (replication capped by live brokers)."""
+        factor = max(1, min(self.config.transaction_state_log_replication_factor,
+                            len(self.metadata.snapshot.brokers)))
+        await self._create_and_wait(TRANSACTION_TOPIC, partitions, factor)
 
     async def _create_and_wait(self, topic: str, partitions: int, replication_factor: int = 1) -> None:
         try:

@@ -133,14 +133,16 @@ class Layout(Protocol):
 # -- ListOffsets, the one request builder and answer reader ------------------------------------------
 
 
-def send_list_offsets(conn: BrokerConnection, keys: Iterable[TopicPartition], timestamp: int) -> InFlightRequest:
-    """Write one ListOffsets for ``keys`` at ``timestamp`` (EARLIEST, LATEST or a time in ms) to ``conn``."""
+def send_list_offsets(conn: BrokerConnection, keys: Iterable[TopicPartition], timestamp: int,
+                      isolation_level: int = 0) -> InFlightRequest:
+    """Write one ListOffsets for ``keys`` at ``timestamp`` (EARLIEST, LATEST or a time in ms) to ``conn``;
+    with ``isolation_level`` 1 (read_committed) LATEST is the last stable offset."""
     topics: dict[str, list[dict[str, int]]] = {}
     for topic, partition in keys:
         # max_num_offsets: ListOffsets v0 (Kafka 0.8's OffsetRequest) answers a list; one is enough
         topics.setdefault(topic, []).append({"partition_index": partition, "timestamp": timestamp,
                                              "max_num_offsets": 1})
-    fields = {"replica_id": -1, "isolation_level": 0,
+    fields = {"replica_id": -1, "isolation_level": isolation_level,
               "topics": [{"name": t, "partitions": parts} for t, parts in topics.items()]}
     return conn.send_async(ListOffsetsRequest, fields)
 

@@ -43,8 +43,10 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 3),
     ApiKey.HEARTBEAT: (0, 3),
     ApiKey.LEAVE_GROUP: (0, 3),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),  # a broker's transaction coordinator to other brokers (flexible)
 }
-"""API key -> (min, max) version metaq's client can encode and decode; all but ApiVersions 3 non-flexible."""
+"""API key -> (min, max) version metaq's client can encode and decode; all but ApiVersions 3 and WriteTxnMarkers 1
+non-flexible."""
 
 _V0_8_0: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 0), ApiKey.FETCH: (0, 0), ApiKey.LIST_OFFSETS: (0, 0), ApiKey.METADATA: (0, 0)}

@@ -97,6 +97,10 @@ class ConsumerConfig(ZooKeeperClientConfig, SecurityConfig):
                                   check=one_of("smallest", "largest", "earliest", "latest"),
                                   doc="smallest|largest (0.8 names); earliest|latest are accepted as aliases")
     consumer_timeout_ms: int = prop("consumer.timeout.ms", -1)
+    isolation_level: str = prop("isolation.level", "read_uncommitted",
+                                check=one_of("read_uncommitted", "read_committed"),
+                                doc="read_committed: only committed transactions' records, up to the last "
+                                    "stable offset (docs/transactions.md)")
     exclude_internal_topics: bool = prop("exclude.internal.topics", True)
     partition_assignment_strategy: str = prop(
         "partition.assignment.strategy", "range", check=one_of("range", "roundrobin")

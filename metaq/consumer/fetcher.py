@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from kafka.protocol.consumer import FetchRequest
@@ -62,6 +62,7 @@ from metaq.errors import (
 from metaq.hashing import java_string_hash
 from metaq.metrics.consumer import ConsumerMetrics
 from metaq.protocol.batches import BATCH_HEADER_SIZE, LOG_OVERHEAD
+from metaq.protocol.control import aborted_ranges
 from metaq.protocol.records import DecodeResult, Record, decode_records
 from metaq.retry import fetcher as fetcher_policy
 from zk_layout import ZkLayout
@@ -289,10 +290,15 @@ class FetchRequestRunner(threading.Thread):
             "max_wait_ms": config.fetch_wait_max_ms,
             "min_bytes": config.fetch_min_bytes,
             "max_bytes": config.fetch_max_bytes,
-            "isolation_level": 0,
+            "isolation_level": self._isolation_level,
             "topics": [{"topic": topic, "partitions": parts} for topic, parts in topics.items()],
         }
         return offsets, conn.send(FetchRequest, fields)
+
+    @property
+    def _isolation_level(self) -> int:
+        """Fetch's and ListOffsets' isolation_level: 1 for read_committed (docs/transactions.md)."""
+        return 1 if self._config.isolation_level == "read_committed" else 0
 
     def _handle_response(self, conn: BrokerConnection, offsets: dict[TopicPartition, int], response: Any) -> None:
         top_error = getattr(response, "error_code", 0)
@@ -315,9 +321,13 @@ class FetchRequestRunner(threading.Thread):
                 elif part.error_code:
                     self._partition_error(info, fetch_offset, part.error_code)
                 else:
-                    info.log_end_offset = part.high_watermark
+                    # read_committed: lag against the last stable offset, as Kafka's consumer counts it
+                    lso = getattr(part, "last_stable_offset", -1)  # Fetch v4+
+                    info.log_end_offset = lso if self._isolation_level and lso >= 0 else part.high_watermark
                     if part.records:
-                        self._deliver(info, fetch_offset, part.records)
+                        self._deliver(info, fetch_offset, part.records,
+                                      aborted_ranges(part.records, getattr(part, "aborted_transactions", None) or ())
+                                      if self._isolation_level else ())
                 if self._stopped.is_set():
                     return
         if out_of_range:
@@ -329,7 +339,8 @@ class FetchRequestRunner(threading.Thread):
     def _reset_offsets(self, conn: BrokerConnection, infos: list[PartitionTopicInfo], *, reason: str) -> None:
         """ListOffsets (earliest for auto.offset.reset=smallest, else latest), then ``info.reset_offsets``."""
         timestamp = _EARLIEST if self._config.auto_offset_reset == "smallest" else _LATEST
-        answers = list_offsets_answers(send_list_offsets(conn, [info.key for info in infos], timestamp).result())
+        answers = list_offsets_answers(send_list_offsets(conn, [info.key for info in infos], timestamp,
+                                                         self._isolation_level).result())
         by_key = {info.key: info for info in infos}
         for key, part in answers.items():
             info = by_key.pop(key, None)
@@ -350,19 +361,22 @@ class FetchRequestRunner(threading.Thread):
 
     # -- per-partition outcomes --------------------------------------------------------------------
 
-    def _deliver(self, info: PartitionTopicInfo, fetch_offset: int, data: bytes) -> None:
-        """Decode and enqueue a partition's records, :data:`CHUNK_RECORDS` at a time when there are more."""
+    def _deliver(self, info: PartitionTopicInfo, fetch_offset: int, data: bytes,
+                 dropped: Sequence[tuple[int, int]] = ()) -> None:
+        """Decode and enqueue a partition's records, :data:`CHUNK_RECORDS` at a time when there are more;
+        records in the ``dropped`` offset ranges (aborted transactions, read_committed) are left out."""
         groups = _batch_groups(data, CHUNK_RECORDS)
         if len(groups) <= 1:
-            self._deliver_part(info, fetch_offset, data)
+            self._deliver_part(info, fetch_offset, data, dropped)
             return
         offset: int | None = fetch_offset
         for start, end in groups:
             if offset is None or self._stopped.is_set():
                 return
-            offset = self._deliver_part(info, offset, data[start:end])
+            offset = self._deliver_part(info, offset, data[start:end], dropped)
 
-    def _deliver_part(self, info: PartitionTopicInfo, fetch_offset: int, data: bytes) -> int | None:
+    def _deliver_part(self, info: PartitionTopicInfo, fetch_offset: int, data: bytes,
+                      dropped: Sequence[tuple[int, int]] = ()) -> int | None:
         """Decode ``data`` and enqueue its records as one chunk; returns the partition's next fetch offset, or
         None if the partition went no further (revoked, stopped, an error)."""
         try:
@@ -379,6 +393,8 @@ class FetchRequestRunner(threading.Thread):
                 self._stop_partition(info, error)
                 return None
             result = prefix  # the next fetch starts at the bad batch and stops the partition
+        if dropped:
+            result = result._replace(records=[r for r in result.records if not _in_ranges(r[0], dropped)])
         size = result.first_batch_size
         if size is not None and size > self._config.fetch_message_max_bytes:
             self._too_large(info, fetch_offset, size)
@@ -661,3 +677,7 @@ class FetcherManager:
         if key in self._errors:  # unlocked peek: the common case, no error, costs no lock
             with self._lock:
                 self._errors.pop(key, None)
+
+
+def _in_ranges(offset: int, ranges: Sequence[tuple[int, int]]) -> bool:
+    return any(first <= offset <= last for first, last in ranges)

@@ -74,6 +74,18 @@ from kafka.protocol.producer import (
     ProduceRequest,
     ProduceResponse,
 )
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -103,6 +115,11 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -135,6 +152,13 @@ BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
     ApiKey.OFFSET_FETCH: (OffsetFetchRequest, OffsetFetchResponse, 0, 5),
     # KIP-101 truncation of followers (v3 adds replica_id); librdkafka validates positions with v2
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 3),
+    # transactions (docs/transactions.md): up to v3 (flexible, no tagged fields), before KIP-890's v4+;
+    # WriteTxnMarkers v1 only: kafka-python's codec starts there (Kafka 3.9 serves 0..1)
+    ApiKey.ADD_PARTITIONS_TO_TXN: (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3),
+    ApiKey.END_TXN: (EndTxnRequest, EndTxnResponse, 0, 3),
+    ApiKey.WRITE_TXN_MARKERS: (WriteTxnMarkersRequest, WriteTxnMarkersResponse, 1, 1),
+    ApiKey.TXN_OFFSET_COMMIT: (TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3),
     # DeleteTopics 4, DeleteRecords 2, CreatePartitions 2, AlterConfigs 2, IncrementalAlterConfigs 1,
     # DescribeConfigs 1). The flexible versions among them are answered with no tagged fields.
     # Topic admin, up to the highest versions kafka-python 3.0.12 sends (librdkafka 2.16 stops at CreateTopics 4,

@@ -16,6 +16,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_V4 = struct.Struct(">ihqq")  # partition_index, error_code, high_watermark, last_stable_offset
 _I64 = struct.Struct(">q")
+_ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 
 MIN_VERSION = 0
 MAX_VERSION = 11
@@ -37,6 +38,8 @@ class PartitionPart:
     last_stable_offset: int
     log_start_offset: int
     records: RecordSource | bytes | None
+    aborted_transactions: list[tuple[int, int]] | None = None
+    """(producer id, first offset) of the aborted transactions in the records (read_committed, v4+)."""
 
 
 @dataclass(slots=True)
@@ -74,7 +77,13 @@ def encode_fetch_response(
             if version >= 5:
                 head += _I64.pack(part.log_start_offset)
             if version >= 4:
-                head += _I32.pack(-1)  # aborted_transactions: null
+                aborted = part.aborted_transactions
+                if aborted is None:
+                    head += _I32.pack(-1)
+                else:
+                    head += _I32.pack(len(aborted))
+                    for producer_id, first_offset in aborted:
+                        head += _ABORTED.pack(producer_id, first_offset)
             if version >= 11:
                 head += _I32.pack(-1)  # preferred_read_replica
             records = part.records

@@ -112,7 +112,7 @@ INVALID_BATCHES: dict[str, Callable[[], tuple[bytes, int]]] = {
     "count-too-low": lambda: (_changed(record_count=2, last_offset_delta=1), ErrorCode.INVALID_RECORD),
     "empty-batch": lambda: (_with_records(b"", record_count=0, last_offset_delta=0), ErrorCode.INVALID_RECORD),
     "control-flag": lambda: (_changed(attributes=0x20), ErrorCode.INVALID_RECORD),
-    "transactional-flag": lambda: (_changed(attributes=0x10, producer_id=7, base_sequence=0), ErrorCode.INVALID_RECORD),
+    "transactional-without-producer-id": lambda: (_changed(attributes=0x10), ErrorCode.INVALID_RECORD),
     "last-offset-delta-max": lambda: (_changed(last_offset_delta=2**31 - 1), ErrorCode.INVALID_RECORD),
     "offset-delta-gap": lambda: (_offset_gap(), ErrorCode.INVALID_RECORD),
     "max-timestamp-lie": lambda: (_changed(max_timestamp=0), ErrorCode.INVALID_RECORD),

@@ -116,19 +116,14 @@ class GroupCoordinator:
         parts = snapshot.topics.get(OFFSETS_TOPIC)
         return len(parts) if parts else self._config.offsets_topic_num_partitions
 
+    def offsets_partition_of(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition of ``group_id`` in the current cluster snapshot."""
+        return partition_for(group_id, self.offsets_partitions(self._snapshot()))
+
     async def find_coordinator(self, key: str) -> tuple[int, int, str, int]:
         """(error, node id, host, port) of the broker coordinating group ``key``."""
-        snapshot = self._snapshot()
-        if OFFSETS_TOPIC not in snapshot.topics:
-            await self._create_offsets_topic(self._config.offsets_topic_num_partitions)
-            snapshot = self._snapshot()
-            if OFFSETS_TOPIC not in snapshot.topics:
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        meta = snapshot.partition(OFFSETS_TOPIC, partition_for(key, self.offsets_partitions(snapshot)))
-        address = snapshot.address(meta.leader, current_session().listener) if meta else None
-        if meta is None or address is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        return ErrorCode.NONE, meta.leader, address[0], address[1]
+        return await locate_coordinator(self._snapshot, OFFSETS_TOPIC, key, self._create_offsets_topic,
+                                        self._config.offsets_topic_num_partitions)
 
     def check(self, group_id: str) -> int:
         """0 if this broker coordinates ``group_id`` and its offsets are loaded, else the error to answer."""
@@ -529,6 +524,19 @@ class GroupCoordinator:
         error = self.check(group_id) or self._commit_error(group_id, generation_id, member_id, instance_id)
         if error:
             return {tp: error for tp in offsets}
+        return await self._store_commits(group_id, offsets, retention_ms)
+
+    async def commit_txn_offsets(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, str]]
+                                 ) -> dict[tuple[str, int], int]:
+        """Offsets of a committed transaction (TxnOffsetCommit, then the commit marker): stored without the
+        member checks, which TxnOffsetCommit made when it staged them (docs/transactions.md)."""
+        error = self.check(group_id)
+        if error:
+            return {tp: error for tp in offsets}
+        return await self._store_commits(group_id, offsets, -1)
+
+    async def _store_commits(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, str]],
+                             retention_ms: int) -> dict[tuple[str, int], int]:
         now = int(time.time() * 1000)
         expire = now + retention_ms if retention_ms > 0 else -1
         errors = {tp: ErrorCode.OFFSET_METADATA_TOO_LARGE for tp, (_, md) in offsets.items()
@@ -734,6 +742,26 @@ class GroupCoordinator:
 
     def describe(self) -> dict[str, Any]:
         return {gid: grp.summary() for gid, grp in self._groups.items()}
+
+
+async def locate_coordinator(snapshot_of: Callable[[], ClusterSnapshot], topic: str, key: str,
+                             create_topic: Callable[[int], Awaitable[None]], partitions: int
+                             ) -> tuple[int, int, str, int]:
+    """(error, node id, host, port) of the leader of ``key``'s partition of the internal ``topic`` (created
+    with ``partitions`` on first use), on the current request's listener: where Kafka's FindCoordinator
+    sends a group (``__consumer_offsets``) or a transactional id (``__transaction_state``)."""
+    snapshot = snapshot_of()
+    if topic not in snapshot.topics:
+        await create_topic(partitions)
+        snapshot = snapshot_of()
+        if topic not in snapshot.topics:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+    existing = snapshot.topics.get(topic)
+    meta = snapshot.partition(topic, partition_for(key, len(existing) if existing else partitions))
+    address = snapshot.address(meta.leader, current_session().listener) if meta else None
+    if meta is None or address is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+    return ErrorCode.NONE, meta.leader, address[0], address[1]
 
 
 def _fail_member(member: Member, error: int) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from metaq.broker.coordinator.schema import (
@@ -95,49 +96,11 @@ class OffsetsPartition:
     def _replay(self) -> tuple[dict[str, dict[TopicPartition, CommittedOffset]], dict[str, GroupValue], int]:
         offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         memberships: dict[str, GroupValue] = {}
-        position = self.log.log_start_offset
-        end = self.log.log_end_offset
         count = 0
-        max_bytes = REPLAY_READ_BYTES
-        while position < end:
-            piece = self.log.read(position, max_bytes)
-            if piece is None:
-                break
-            data = piece.read_bytes()
-            try:
-                result = decode_records(data, position)
-            except CorruptRecordError as e:
-                log.debug("undecodable batch in %s-%d at or after offset %d (%s): decoding batch by batch",
-                          OFFSETS_TOPIC, self.partition, position, e)
-                result = self._decode_batch_by_batch(data, position)
-            if result.next_offset is None:
-                max_bytes *= 2  # a batch larger than the read: read more
-                continue
-            for _, _, key, value, _ in result.records:
-                count += 1
-                self._apply(offsets, memberships, key, value)
-            position = max(result.next_offset, position + 1)
+        for key, value in replay_records(self.log):
+            count += 1
+            self._apply(offsets, memberships, key, value)
         return offsets, memberships, count
-
-    def _decode_batch_by_batch(self, data: bytes, position: int) -> DecodeResult:
-        """The records of the complete batches of ``data``, skipping (and logging) those that do not decode:
-        one bad batch, written by a broker bug or before produces to internal topics were refused, must not
-        fail the partition, and with it every group it coordinates, forever."""
-        records: list[Record] = []
-        next_offset: int | None = None
-        pos = 0
-        while len(data) - pos >= BATCH_HEADER_SIZE:
-            header = read_header(data, pos)
-            if pos + header.size > len(data):
-                break  # cut off by the read size: read again from here
-            try:
-                records += decode_records(data[pos:pos + header.size], position).records
-            except CorruptRecordError as e:
-                log.warning("skipping unreadable batch at offsets %d..%d of %s-%d: %s", header.base_offset,
-                            header.last_offset, OFFSETS_TOPIC, self.partition, e)
-            next_offset = header.next_offset
-            pos += header.size
-        return DecodeResult(records, next_offset, pos, None)
 
     @staticmethod
     def _apply(offsets: dict[str, dict[TopicPartition, CommittedOffset]], memberships: dict[str, GroupValue],
@@ -274,3 +237,50 @@ class OffsetsPartition:
         log.info("compacted %s-%d: %d live offsets rewritten at %d, %d old segments deleted",
                  OFFSETS_TOPIC, self.partition, len(live), start, deleted)
         return True
+
+
+def replay_records(log_: PartitionLog) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record of an internal topic's partition, oldest first: what a coordinator
+    replays when it takes the partition over (``__consumer_offsets``, ``__transaction_state``)."""
+    position = log_.log_start_offset
+    end = log_.log_end_offset
+    max_bytes = REPLAY_READ_BYTES
+    name = f"{log_.topic}-{log_.partition}"
+    while position < end:
+        piece = log_.read(position, max_bytes)
+        if piece is None:
+            break
+        data = piece.read_bytes()
+        try:
+            result = decode_records(data, position)
+        except CorruptRecordError as e:
+            log.debug("undecodable batch in %s at or after offset %d (%s): decoding batch by batch", name,
+                      position, e)
+            result = _decode_batch_by_batch(data, position, name)
+        if result.next_offset is None:
+            max_bytes *= 2  # a batch larger than the read: read more
+            continue
+        for _, _, key, value, _ in result.records:
+            yield key, value
+        position = max(result.next_offset, position + 1)
+
+
+def _decode_batch_by_batch(data: bytes, position: int, name: str) -> DecodeResult:
+    """The records of the complete batches of ``data``, skipping (and logging) those that do not decode:
+    one bad batch, written by a broker bug or before produces to internal topics were refused, must not
+    fail the partition, and with it every group it coordinates, forever."""
+    records: list[Record] = []
+    next_offset: int | None = None
+    pos = 0
+    while len(data) - pos >= BATCH_HEADER_SIZE:
+        header = read_header(data, pos)
+        if pos + header.size > len(data):
+            break  # cut off by the read size: read again from here
+        try:
+            records += decode_records(data[pos:pos + header.size], position).records
+        except CorruptRecordError as e:
+            log.warning("skipping unreadable batch at offsets %d..%d of %s: %s", header.base_offset,
+                        header.last_offset, name, e)
+        next_offset = header.next_offset
+        pos += header.size
+    return DecodeResult(records, next_offset, pos, None)

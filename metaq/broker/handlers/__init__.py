@@ -18,6 +18,7 @@ from metaq.broker.handlers import (
     offsets,
     produce,
     topic_admin,
+    transactions,
 )
 from metaq.protocol.apis import ApiKey
 
@@ -51,4 +52,9 @@ HANDLERS = {
     ApiKey.CREATE_ACLS: acls.create_acls,
     ApiKey.DELETE_ACLS: acls.delete_acls,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch.handle,
+    ApiKey.ADD_PARTITIONS_TO_TXN: transactions.add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: transactions.add_offsets_to_txn,
+    ApiKey.END_TXN: transactions.end_txn,
+    ApiKey.WRITE_TXN_MARKERS: transactions.write_txn_markers,
+    ApiKey.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
 }

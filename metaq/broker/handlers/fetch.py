@@ -12,6 +12,10 @@ with the parameters of its last mention (Kafka keeps the request's partitions in
 A follower's fetch (``replica_id`` >= 0) tells the leader its log end offset and is served up to the log
 end; a consumer's (``replica_id`` -1) is served below the high watermark only, which ``high_watermark``
 answers (metaq/broker/replication; for a single-replica partition it is the log end offset).
+
+``isolation_level`` 1 (read_committed, v4+) serves a consumer only below the last stable offset (the first
+offset of the oldest open transaction) and lists the aborted transactions among the records, for the client to
+drop (docs/transactions.md); every v4+ answer carries the LSO.
 """
 
 from __future__ import annotations
@@ -63,9 +67,12 @@ def _denied(ctx: BrokerContext, topic: str, replica_id: int) -> int:
     return ctx.denied(AclOperation.READ, ResourceType.TOPIC, topic)
 
 
+READ_COMMITTED = 1
+
+
 def _read_partition(
     ctx: BrokerContext, topic: str, p: Any, limit: int, min_one: bool, replica_id: int = -1,
-    magic: int | None = None,
+    magic: int | None = None, isolation_level: int = 0,
 ) -> tuple[PartitionPart, int]:
     """One partition's part of the answer and the number of record bytes it carries.
 
@@ -80,9 +87,12 @@ def _read_partition(
         ctx.replication.follower_fetched(topic, p.partition, replica_id, p.fetch_offset, plog)
     end, start = plog.log_end_offset, plog.log_start_offset
     hw = ctx.high_watermark(topic, p.partition, plog)
+    lso = plog.last_stable_offset(hw)
+    committed = isolation_level == READ_COMMITTED and replica_id < 0
     try:
-        # consumers never get records at or above the high watermark (they could still be truncated)
-        piece = (plog.read(p.fetch_offset, limit, None if replica_id >= 0 else hw)
+        # consumers never get records at or above the high watermark (they could still be truncated), nor
+        # read_committed ones at or above the last stable offset
+        piece = (plog.read(p.fetch_offset, limit, None if replica_id >= 0 else lso if committed else hw)
                  if limit > 0 or min_one else None)
     except OffsetOutOfRangeError:
         return PartitionPart(p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, end, end, start, b""), 0
@@ -90,7 +100,9 @@ def _read_partition(
         log.exception("reading %s-%d at offset %d failed", topic, p.partition, p.fetch_offset)
         return PartitionPart(p.partition, ErrorCode.UNKNOWN_SERVER_ERROR, hw, hw, start, b""), 0
     if piece is None or (piece.size > limit and not min_one):
-        return PartitionPart(p.partition, 0, hw, hw, start, b""), 0
+        return PartitionPart(p.partition, 0, hw, lso, start, b"", [] if committed else None), 0
+    aborted = ([(a.producer_id, a.first_offset) for a in plog.aborted_transactions(p.fetch_offset, lso)]
+               if committed else None)
     if magic is not None:  # Fetch v0..3: the old message format, converted while the answer is written
         try:
             converted = DownConverted(piece, magic, p.fetch_offset)
@@ -98,12 +110,12 @@ def _read_partition(
             log.info("fetch of %s-%d at offset %d: %s", topic, p.partition, p.fetch_offset, e)
             return PartitionPart(p.partition, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, hw, hw, start, b""), 0
         return PartitionPart(p.partition, 0, hw, hw, start, converted), converted.size
-    return PartitionPart(p.partition, 0, hw, hw, start, piece), piece.size
+    return PartitionPart(p.partition, 0, hw, lso, start, piece, aborted), piece.size
 
 
 def _collect(
     ctx: BrokerContext, wanted: list[tuple[str, list[Any]]], budget: int, replica_id: int = -1,
-    magic: int | None = None,
+    magic: int | None = None, isolation_level: int = 0,
 ) -> tuple[list[TopicPart], int, bool]:
     """(topics, total record bytes, whether any partition has an error)."""
     total = 0
@@ -114,7 +126,7 @@ def _collect(
         for p in partitions:
             limit = min(max(p.partition_max_bytes, 0), budget - total)
             part, size = _read_partition(ctx, topic, p, limit, min_one=total == 0, replica_id=replica_id,
-                                         magic=magic)
+                                         magic=magic, isolation_level=isolation_level)
             total += size
             errors = errors or part.error_code != 0
             parts.append(part)
@@ -142,7 +154,8 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> FetchReply:
     budget = response_budget(ctx, request, version)
     keys = [(topic, p.partition) for topic, partitions in wanted for p in partitions]
     while True:
-        topics, total, errors = _collect(ctx, wanted, budget, request.replica_id, fetch_magic(version))
+        topics, total, errors = _collect(ctx, wanted, budget, request.replica_id, fetch_magic(version),
+                                         getattr(request, "isolation_level", 0) if version >= 4 else 0)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
             _count(ctx, topics)

@@ -17,21 +17,24 @@ from metaq.errors import ErrorCode
 from zk_layout.acl_formats import AclOperation, ResourceType
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
-NO_TRANSACTIONS = "metaq does not support transactions"
-"""Why a transactional producer is refused. The error code (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) is the one
-answer every client treats as fatal at once: librdkafka (confluent-kafka init_transactions) retries any other
-FindCoordinator error for ever, as kafka-python and aiokafka do COORDINATOR_NOT_AVAILABLE (README.md,
-"Transactions")."""
 
 
 async def find_coordinator(ctx: BrokerContext, request: Any, version: int) -> Any:
-    if version >= 1 and request.key_type != GROUP_KEY:
-        transactional = request.key_type == TRANSACTION_KEY
-        refusal = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional else ErrorCode.INVALID_REQUEST
+    key_type = request.key_type if version >= 1 else GROUP_KEY
+    if key_type == TRANSACTION_KEY:  # the transaction coordinator (docs/transactions.md)
+        error = ctx.denied(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, request.key)
+        node_id, host, port = -1, "", -1
+        if not error:
+            if ctx.transactions is None:
+                error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            else:
+                error, node_id, host, port = await ctx.transactions.find_coordinator(request.key)
+        return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=error, error_message=None,
+                                                node_id=node_id, host=host, port=port)
+    if key_type != GROUP_KEY:
         return FindCoordinatorResponse[version](
-            throttle_time_ms=0, error_code=refusal,
-            error_message=f"{NO_TRANSACTIONS} (transactional.id {request.key!r})" if transactional
-            else f"unknown coordinator key type {request.key_type}", node_id=-1, host="", port=-1)
+            throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
+            error_message=f"unknown coordinator key type {request.key_type}", node_id=-1, host="", port=-1)
     if denied := ctx.denied(AclOperation.DESCRIBE, ResourceType.GROUP, request.key):
         return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=denied, error_message=None,
                                                 node_id=-1, host="", port=-1)

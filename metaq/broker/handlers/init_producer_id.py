@@ -2,8 +2,9 @@
 
 Producer ids come from blocks claimed in ZooKeeper (metaq/broker/producer_ids.py), unique across the cluster;
 every partition deduplicates and orders an idempotent producer's batches (metaq/broker/log/producer_state.py).
-Transactions are not supported: a transactional id is refused with the error every client treats as fatal
-(see handlers/groups.py).
+With a transactional id the transaction coordinator answers (metaq/broker/coordinator/transactions.py):
+the id's producer id with its next epoch, fencing older instances (docs/transactions.md). Versions below 4
+get INVALID_PRODUCER_EPOCH for PRODUCER_FENCED, as Kafka's KafkaApis answers them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
                                                producer_epoch=epoch)
 
     if request.transactional_id:
-        return answer(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if denied := ctx.denied(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            return answer(denied)
+        if ctx.transactions is None:
+            return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        result = await ctx.transactions.init_producer_id(request.transactional_id, request.transaction_timeout_ms)
+        error = result.error_code
+        if error == ErrorCode.PRODUCER_FENCED and version < 4:
+            error = ErrorCode.INVALID_PRODUCER_EPOCH
+        return answer(error, result.producer_id, result.producer_epoch)
     # Kafka 2.8+ (KIP-679): IdempotentWrite on the cluster, or Write on some topic
     if not (ctx.authorize(AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
             or ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC)):

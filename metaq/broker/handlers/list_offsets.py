@@ -49,7 +49,7 @@ def unconfirmed_error(version: int, replica_id: int) -> int:
 
 def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int,
             current_leader_epoch: int = -1, unconfirmed: int = ErrorCode.NONE,
-            client: bool = True) -> tuple[int, int, int]:
+            client: bool = True, read_committed: bool = False) -> tuple[int, int, int]:
     """(error_code, timestamp, offset). LATEST is the high watermark (the log end offset of a
     single-replica partition): consumers cannot read past it, and a ``client``'s timestamp lookup is not
     answered at or past it either. ``unconfirmed``: the error to answer while the HW is below the leader
@@ -63,7 +63,11 @@ def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int,
         return 0, -1, plog.log_start_offset
     pending = unconfirmed if unconfirmed and ctx.epoch_start_unconfirmed(topic, partition) else ErrorCode.NONE
     if timestamp == LATEST:
-        return (pending, -1, -1) if pending else (0, -1, ctx.high_watermark(topic, partition, plog))
+        if pending:
+            return pending, -1, -1
+        hw = ctx.high_watermark(topic, partition, plog)
+        # read_committed (v2+): the last stable offset, as Kafka's fetchOffsetForTimestamp (docs/transactions.md)
+        return 0, -1, plog.last_stable_offset(hw) if read_committed else hw
     found = plog.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
     # a client's answer must be below the HW (a pending error is only ever a client's)
     beyond_hw = client and (found is None or found[0] >= ctx.high_watermark(topic, partition, plog))
@@ -114,7 +118,8 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
         parts = []
         async for p in in_slices(topic.partitions):
             error, ts, offset = _lookup(ctx, topic.name, p.partition_index, p.timestamp,
-                                        getattr(p, "current_leader_epoch", -1), unconfirmed, client)
+                                        getattr(p, "current_leader_epoch", -1), unconfirmed, client,
+                                        version >= 2 and getattr(request, "isolation_level", 0) == 1)
             if version == 0:
                 old = [] if error or offset < 0 else _offsets_before(ctx, topic.name, p.partition_index,
                                                                      p.timestamp, p.max_num_offsets, client)

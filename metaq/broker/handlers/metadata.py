@@ -22,7 +22,7 @@ from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 # Topics one Metadata request may auto-create (a constant, not a config: Kafka has no such bound). The
 # rest are answered UNKNOWN_TOPIC_OR_PARTITION, a retriable error: a client that really uses them asks

@@ -126,8 +126,18 @@ def _legacy_code(error: int) -> int:
     return error
 
 
+def _transactional_denied(ctx: BrokerContext, request: Any, version: int) -> int:
+    """A transactional producer's request needs Write on its TransactionalId, else the whole request is
+    refused (Kafka's KafkaApis.handleProduceRequest; docs/transactions.md)."""
+    transactional_id = getattr(request, "transactional_id", None) if version >= _FIRST_BATCH_V2_VERSION else None
+    if not transactional_id:
+        return ErrorCode.NONE
+    return ctx.denied(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
 async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     acks = request.acks
+    refused = _transactional_denied(ctx, request, version)
     responses: list[tuple[str, list[tuple[int, int, int, int]]]] = []
     to_flush: dict[int, PartitionLog] = {}
     waits: list[tuple[int, int, int]] = []  # acks=all: (topic index, partition index, offset to reach)
@@ -135,7 +145,9 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
         parts: list[tuple[int, int, int, int]] = []
         for pdata in topic_data.partition_data:
             error: int
-            if acks not in (-1, 0, 1):
+            if refused:
+                error, base, plog = refused, -1, None
+            elif acks not in (-1, 0, 1):
                 error, base, plog = ErrorCode.INVALID_REQUIRED_ACKS, -1, None
             else:
                 try:

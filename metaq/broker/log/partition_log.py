@@ -25,7 +25,7 @@ from pathlib import Path
 from metaq.broker.log.cleaner.keys import require_keys
 from metaq.broker.log.cleaner.swap import fault_point, finish_swap, recover_swaps
 from metaq.broker.log.config import LogConfig
-from metaq.broker.log.producer_state import ProducerStateManager
+from metaq.broker.log.producer_state import CompletedTxn, ProducerStateManager
 from metaq.broker.log.segment import (
     DELETED_SUFFIX,
     LOG_SUFFIX,
@@ -33,10 +33,12 @@ from metaq.broker.log.segment import (
     LogSegment,
     segment_file_name,
 )
+from metaq.broker.log.txn_index import AbortedTxn, TxnIndex
 from metaq.broker.log.validator import decompressed_limit, validate_records
 from metaq.errors import MessageSizeTooLargeError, OffsetOutOfRangeError, StorageError
 from metaq.fileio import fsync_dir
 from metaq.protocol.batches import BatchHeader, Buffer, assign_offsets, set_leader_epoch, validate_batches
+from metaq.protocol.control import build_marker, marker_is_abort
 
 __all__ = ["AppendResult", "FetchSlice", "PartitionLog"]
 
@@ -88,6 +90,7 @@ class PartitionLog:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
         self.producer_state = ProducerStateManager(directory, f"{topic}-{partition}", config.producer_id_expiration_ms)
+        self.txn_index = TxnIndex(directory, f"{topic}-{partition}")
 
     # ---------------------------------------------------------------------------------------- opening
 
@@ -120,6 +123,7 @@ class PartitionLog:
         if not recover:
             log.recovery_point = log.log_end_offset  # a clean shutdown flushed everything
         try:
+            log.txn_index.load(log._bases, log.log_start_offset)
             log.load_producer_state()
         except BaseException:
             log._close_files()
@@ -182,14 +186,70 @@ class PartitionLog:
             expected = header.next_offset
         now = _now_ms() if now_ms is None else now_ms
         view = memoryview(records)
+        spans: dict[int, tuple[int, int]] = {}  # base offset -> the batch's bytes in ``records``
         position = 0
+        for header in headers:
+            spans[header.base_offset] = (position, position + header.size)
+            position += header.size
         for first, stop in runs:
-            size = sum(h.size for h in headers[first:stop])
             run = headers[first:stop]
-            self._write(bytearray(view[position:position + size]), run, run[0].base_offset, run[-1].next_offset, now)
-            position += size
-        self.producer_state.replicated(headers)  # so that this replica deduplicates once it leads
+            start, end = spans[run[0].base_offset][0], spans[run[-1].base_offset][1]
+            self._write(bytearray(view[start:end]), run, run[0].base_offset, run[-1].next_offset, now)
+
+        def is_abort(header: BatchHeader) -> bool | None:
+            start, end = spans[header.base_offset]
+            return marker_is_abort(bytes(view[start:end]))
+
+        # so that this replica deduplicates and knows the open transactions once it leads
+        self._index_aborts(self.producer_state.replicated(headers, is_abort))
         return headers
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, *,
+                      leader_epoch: int | None = None, now_ms: int | None = None) -> AppendResult:
+        """Write a transaction's commit or abort marker (a control batch, metaq/protocol/control.py) and end
+        the producer's transaction here; an abort goes into the aborted-transaction index. Raises
+        InvalidProducerEpochError / TransactionCoordinatorFencedError for a stale marker (Kafka's checks)."""
+        self._check_open()
+        self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        now = _now_ms() if now_ms is None else now_ms
+        data = bytearray(build_marker(producer_id, producer_epoch, commit, coordinator_epoch, now))
+        headers = validate_batches(data)
+        if leader_epoch is not None:
+            set_leader_epoch(data, headers, leader_epoch)
+        first_offset = self.log_end_offset
+        next_offset = assign_offsets(data, headers, first_offset)
+        result = self._write(data, headers, first_offset, next_offset, now)
+        done = self.producer_state.end_txn(producer_id, producer_epoch, coordinator_epoch, first_offset,
+                                           not commit, now)
+        self._index_aborts([done] if done is not None else [])
+        return result
+
+    def _index_aborts(self, completed: list[CompletedTxn]) -> None:
+        """Aborted transactions into the ``.txnindex`` of the active segment (Kafka's updateTxnIndex)."""
+        for txn in completed:
+            if txn.aborted:
+                unstable = self.producer_state.first_unstable_offset()
+                self.txn_index.append(self._bases[-1], AbortedTxn(
+                    txn.first_offset, txn.producer_id, txn.last_offset,
+                    txn.last_offset + 1 if unstable is None else unstable))
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """What read_committed consumers may read up to: the first offset of the oldest open transaction,
+        at most the high watermark (Kafka's UnifiedLog.lastStableOffset)."""
+        unstable = self.producer_state.first_unstable_offset()
+        return high_watermark if unstable is None else min(unstable, high_watermark)
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in ``start..end-1`` (a read_committed Fetch's answer)."""
+        return self.txn_index.overlapping(start, end)
+
+    def _marker_of(self, header: BatchHeader) -> bool | None:
+        """Whether the control batch at ``header`` (in the log) is an abort marker (replay at load)."""
+        piece = self.read(header.base_offset, header.size)
+        if piece is None:
+            return None
+        data = piece.read_bytes()
+        return marker_is_abort(data) if len(data) >= header.size else None
 
     def _write(self, data: bytearray, headers: list[BatchHeader], first_offset: int, next_offset: int,
                now: int) -> AppendResult:
@@ -231,6 +291,7 @@ class PartitionLog:
                 raise StorageError(f"cannot truncate {self.topic}-{self.partition} to {offset}: {e}") from e
             self.log_end_offset = segment.next_offset
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.txn_index.truncate_to(self.log_end_offset)
         logger.info("Truncated log %s-%d to offset %d", self.topic, self.partition, self.log_end_offset)
         self._rebuild_producer_state(_now_ms())  # batches of the cut tail must not count as written
         return self.log_end_offset
@@ -451,6 +512,7 @@ class PartitionLog:
             self._pending_deletes.append((now_ms + self.config.segment_delete_delay_ms, segment))
         # a snapshot goes with its segment (the in-memory state stays: producers are forgotten by expiry only)
         self.producer_state.delete_snapshots(below=self._bases[0])
+        self.txn_index.remove_below(self.log_start_offset, self._bases)
         logger.info(
             "Deleted %d segment(s) of %s-%d by %s; log start offset is now %d",
             len(doomed),
@@ -573,7 +635,7 @@ class PartitionLog:
             for i in range(max(0, bisect_right(self._bases, start) - 1), len(self._segments)):
                 headers = [h for h in self._segments[i].headers_from(start) if h.last_offset >= start]
                 replayed += len(headers)
-                self.producer_state.replicated(headers)
+                self._index_aborts(self.producer_state.replicated(headers, self._marker_of))
         except OSError as e:
             raise StorageError(f"cannot read {self.topic}-{self.partition} to rebuild producer state: {e}") from e
         self.producer_state.map_end_offset = self.log_end_offset

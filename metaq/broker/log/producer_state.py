@@ -24,19 +24,25 @@ import os
 import re
 import struct
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from crc32c import crc32c
 
-from metaq.errors import InvalidProducerEpochError, OutOfOrderSequenceError, StorageError
+from metaq.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    StorageError,
+    TransactionCoordinatorFencedError,
+)
 from metaq.fileio import atomic_write
 from metaq.protocol.batches import INT32_MAX, BatchHeader, increment_sequence
 
 __all__ = [
     "SNAPSHOT_SUFFIX",
     "BatchMetadata",
+    "CompletedTxn",
     "ProducerEntry",
     "ProducerStateManager",
     "ProducerUpdate",
@@ -87,6 +93,9 @@ class ProducerEntry:
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_TO_RETAIN))
     last_timestamp: int = -1
     coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1
+    """The first offset of the producer's ongoing transaction in this partition, -1 if none (Kafka's
+    ``currentTxnFirstOffset``): the last stable offset cannot pass it until its marker is written."""
 
     @property
     def last_seq(self) -> int:
@@ -117,6 +126,17 @@ class ProducerUpdate:
     producer_id: int
     epoch: int
     batch: BatchMetadata
+    transactional: bool = False
+
+
+@dataclass(frozen=True)
+class CompletedTxn:
+    """A transaction ended in this partition by a control batch (its marker at ``last_offset``)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
 
 
 def _batch_metadata(header: BatchHeader, first_offset: int) -> BatchMetadata:
@@ -146,6 +166,7 @@ class ProducerStateManager:
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerEntry] = {}
         self.map_end_offset = 0
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its ongoing transaction
 
     # ------------------------------------------------------------------------------------------ appends
 
@@ -177,7 +198,7 @@ class ProducerStateManager:
             batch = _batch_metadata(header, batch_first)
             entry = staged.setdefault(pid, ProducerEntry(pid, current.epoch if current else NO_PRODUCER_EPOCH))
             entry.add(header.producer_epoch, batch)
-            updates.append(ProducerUpdate(pid, header.producer_epoch, batch))
+            updates.append(ProducerUpdate(pid, header.producer_epoch, batch, header.is_transactional))
         return None, updates
 
     def _check(self, header: BatchHeader, current: ProducerEntry | None, staged: ProducerEntry | None,
@@ -211,14 +232,67 @@ class ProducerStateManager:
             if entry is None:
                 entry = self.producers[update.producer_id] = ProducerEntry(update.producer_id)
             entry.add(update.epoch, update.batch)
+            if update.transactional:
+                self._begin_txn(entry, update.batch.first_offset)
         self.map_end_offset = end_offset
 
-    def replicated(self, headers: Iterable[BatchHeader]) -> None:
+    def _begin_txn(self, entry: ProducerEntry, offset: int) -> None:
+        if entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = offset
+            self.ongoing[entry.producer_id] = offset
+
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        """Kafka's ``ProducerAppendInfo.appendEndTxnMarker`` checks: InvalidProducerEpochError for a marker older
+        than the producer's epoch, TransactionCoordinatorFencedError for one from an older coordinator."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if epoch < entry.epoch:
+            raise InvalidProducerEpochError(f"{self.name}: a transaction marker of producer {producer_id} has "
+                                            f"epoch {epoch}, older than {entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"{self.name}: a transaction marker of producer {producer_id} from coordinator epoch "
+                f"{coordinator_epoch}, older than {entry.coordinator_epoch}")
+
+    def end_txn(self, producer_id: int, epoch: int, coordinator_epoch: int, marker_offset: int, aborted: bool,
+                timestamp: int) -> CompletedTxn | None:
+        """A commit or abort marker at ``marker_offset``: the producer's transaction here is over (None if it
+        had none in this partition: a marker is written to every partition of the transaction)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerEntry(producer_id, epoch)
+        if epoch != entry.epoch:  # a fencing abort bumps the epoch: the old epoch's batches no longer matter
+            entry.batches.clear()
+            entry.epoch = epoch
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        first, entry.current_txn_first_offset = entry.current_txn_first_offset, -1
+        self.ongoing.pop(producer_id, None)
+        self.map_end_offset = max(self.map_end_offset, marker_offset + 1)
+        return None if first < 0 else CompletedTxn(producer_id, first, marker_offset, aborted)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest ongoing transaction, None if there is none."""
+        return min(self.ongoing.values(), default=None)
+
+    def replicated(self, headers: Iterable[BatchHeader],
+                   marker_aborts: Callable[[BatchHeader], bool | None] | None = None) -> list[CompletedTxn]:
         """Record batches as stored in the log (a follower's fetch, or replay at load): not checked, as Kafka's
-        origin REPLICATION; an older epoch is logged."""
+        origin REPLICATION; an older epoch is logged. ``marker_aborts`` tells whether a control batch is an
+        abort (True), a commit (False) or unreadable (None); the transactions the markers end are returned."""
         end = self.map_end_offset
+        completed: list[CompletedTxn] = []
         for header in headers:
             end = header.next_offset
+            if header.is_control and header.producer_id > NO_PRODUCER_ID and marker_aborts is not None:
+                aborted = marker_aborts(header)
+                if aborted is not None:
+                    done = self.end_txn(header.producer_id, header.producer_epoch, -1, header.base_offset, aborted,
+                                        header.max_timestamp)
+                    if done is not None:
+                        completed.append(done)
+                continue
             if not _has_producer(header):
                 continue
             entry = self.producers.get(header.producer_id)
@@ -228,7 +302,10 @@ class ProducerStateManager:
                 logger.warning("%s: producer %d wrote epoch %d at offset %d after epoch %d", self.name,
                                header.producer_id, header.producer_epoch, header.base_offset, entry.epoch)
             entry.add(header.producer_epoch, _batch_metadata(header, header.base_offset))
+            if header.is_transactional:
+                self._begin_txn(entry, header.base_offset)
         self.map_end_offset = max(self.map_end_offset, end)
+        return completed
 
     # ------------------------------------------------------------------------------------------ expiry
 
@@ -236,12 +313,15 @@ class ProducerStateManager:
         """Forget producers idle (by their last batch's max timestamp) for ``producer.id.expiration.ms``."""
         expired = [pid for pid, entry in self.producers.items() if now_ms - entry.last_timestamp >= self.expiration_ms]
         for pid in expired:
+            if pid in self.ongoing:  # an open transaction keeps its producer (Kafka's isProducerExpired)
+                continue
             del self.producers[pid]
         return len(expired)
 
     def clear(self, offset: int) -> None:
         """Forget every producer; the state now reflects an empty log ending at ``offset``."""
         self.producers.clear()
+        self.ongoing.clear()
         self.map_end_offset = offset
 
     # ------------------------------------------------------------------------------------------ snapshots
@@ -299,7 +379,10 @@ class ProducerStateManager:
                 logger.warning("%s: deleting unreadable producer snapshot %s: %s", self.name, path, e)
                 path.unlink(missing_ok=True)
                 continue
-            self.producers = {e.producer_id: e for e in entries if now_ms - e.last_timestamp < self.expiration_ms}
+            self.producers = {e.producer_id: e for e in entries
+                              if now_ms - e.last_timestamp < self.expiration_ms or e.current_txn_first_offset >= 0}
+            self.ongoing = {e.producer_id: e.current_txn_first_offset for e in self.producers.values()
+                            if e.current_txn_first_offset >= 0}
             self.map_end_offset = offset
             return offset
         self.clear(log_start)
@@ -309,14 +392,19 @@ class ProducerStateManager:
 def encode_snapshot(entries: Iterable[ProducerEntry]) -> bytes:
     """Kafka's producer snapshot, version 1: int16 version, uint32 CRC-32C of the rest, then an array of
     (producer id, epoch, last sequence, last offset, offset delta, timestamp, coordinator epoch, first offset of
-    the ongoing transaction); each producer's last batch only."""
+    the ongoing transaction); each producer's last batch only (a producer whose epoch a marker bumped has none:
+    last sequence and offset -1, as Kafka writes it)."""
     body = bytearray()
-    kept = [entry for entry in entries if entry.batches]
+    kept = [entry for entry in entries if entry.batches or entry.epoch != NO_PRODUCER_EPOCH]
     body += _COUNT.pack(len(kept))
     for entry in kept:
-        last = entry.batches[-1]
-        body += _ENTRY.pack(entry.producer_id, entry.epoch, last.last_seq, last.last_offset,
-                            last.last_offset - last.first_offset, entry.last_timestamp, entry.coordinator_epoch, -1)
+        if entry.batches:
+            last = entry.batches[-1]
+            seq, offset, delta = last.last_seq, last.last_offset, last.last_offset - last.first_offset
+        else:
+            seq, offset, delta = NO_SEQUENCE, -1, 0
+        body += _ENTRY.pack(entry.producer_id, entry.epoch, seq, offset, delta, entry.last_timestamp,
+                            entry.coordinator_epoch, entry.current_txn_first_offset)
     return _HEAD.pack(_SNAPSHOT_VERSION, crc32c(body)) + bytes(body)
 
 
@@ -334,10 +422,12 @@ def decode_snapshot(data: bytes) -> list[ProducerEntry]:
         raise ValueError(f"snapshot of {len(data)} bytes does not hold {count} entries")
     entries = []
     for i in range(count):
-        pid, epoch, last_seq, last_offset, delta, timestamp, coordinator_epoch, _ = _ENTRY.unpack_from(
+        pid, epoch, last_seq, last_offset, delta, timestamp, coordinator_epoch, txn_first = _ENTRY.unpack_from(
             data, _HEAD.size + _COUNT.size + i * _ENTRY.size)
-        entry = ProducerEntry(pid, epoch, coordinator_epoch=coordinator_epoch)
-        entry.add(epoch, BatchMetadata(_decrement_sequence(last_seq, delta), last_seq, last_offset - delta,
-                                       last_offset, timestamp))
+        entry = ProducerEntry(pid, epoch, coordinator_epoch=coordinator_epoch, current_txn_first_offset=txn_first,
+                              last_timestamp=timestamp)
+        if last_offset >= 0:
+            entry.add(epoch, BatchMetadata(_decrement_sequence(last_seq, delta), last_seq, last_offset - delta,
+                                           last_offset, timestamp))
         entries.append(entry)
     return entries

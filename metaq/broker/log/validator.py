@@ -5,8 +5,9 @@
 sense: a batch with garbage records, a record count that lies or a codec nobody can read would be stored
 and then stall every consumer of the partition. So, as Kafka's broker does, every batch is also opened:
 
-* attributes: no control or transactional batches (metaq has no transactions), no LogAppendTime type (the
-  broker sets that), no unknown bits, a known codec (all four are installed: cramjam);
+* attributes: no control batches (only the broker writes transaction markers), a transactional batch only
+  with a producer id (docs/transactions.md), no LogAppendTime type (the broker sets that), no unknown bits,
+  a known codec (all four are installed: cramjam);
 * a record count of at least 1 that matches ``lastOffsetDelta + 1``; a producer id only with a sequence;
 * the records (decompressed first) walked by :func:`metaq.protocol.records.check_records`: well formed,
   offset deltas 0..n-1, filling the batch exactly;
@@ -67,6 +68,8 @@ def validate_records(buf: Buffer, headers: Sequence[BatchHeader], limit: int) ->
 
 def _validate_batch(data: bytes, pos: int, header: BatchHeader, limit: int) -> None:
     _check_attributes(header.attributes)
+    if header.attributes & _TRANSACTIONAL and header.producer_id < 0:
+        raise InvalidRecordError("transactional batch without a producer id")
     count = header.record_count
     if count < 1:
         raise InvalidRecordError(f"record count {count}: a batch holds at least one record")
@@ -89,8 +92,6 @@ def _validate_batch(data: bytes, pos: int, header: BatchHeader, limit: int) -> N
 def _check_attributes(attributes: int) -> None:
     if attributes & _CONTROL:
         raise InvalidRecordError("control batch: clients may not write control records")
-    if attributes & _TRANSACTIONAL:
-        raise InvalidRecordError("transactional batch: metaq does not support transactions")
     if attributes & _LOG_APPEND_TIME:
         raise InvalidRecordError("LogAppendTime timestamp type: only a broker sets it")
     if attributes & ~_KNOWN_ATTRIBUTES & 0xFFFF:

@@ -1,0 +1,149 @@
+"""AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit and WriteTxnMarkers: thin codecs around the
+transaction coordinator (metaq/broker/coordinator/transactions.py) and the marker writer
+(metaq/broker/txn_markers.py); docs/transactions.md.
+
+Clients of versions that predate PRODUCER_FENCED (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn below v2,
+TxnOffsetCommit below v3) get INVALID_PRODUCER_EPOCH instead, as Kafka's KafkaApis answers them. ACLs as
+Kafka's: Write on the TransactionalId, Write on each topic added, Read on the group of offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    EndTxnResponse,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersResponse,
+)
+
+from metaq.broker.context import BrokerContext
+from metaq.broker.coordinator.schema import OFFSETS_TOPIC
+from metaq.broker.txn_markers import write_local
+from metaq.errors import ErrorCode
+from zk_layout.acl_formats import AclOperation, ResourceType
+
+log = logging.getLogger(__name__)
+
+ApTopic = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+ApPartition = ApTopic.AddPartitionsToTxnPartitionResult
+TocTopic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
+TocPartition = TocTopic.TxnOffsetCommitResponsePartition
+WtmResult = WriteTxnMarkersResponse.WritableTxnMarkerResult
+WtmTopic = WtmResult.WritableTxnMarkerTopicResult
+WtmPartition = WtmTopic.WritableTxnMarkerPartitionResult
+
+
+def _fenced(error: int, version: int, first_version: int) -> int:
+    """PRODUCER_FENCED as INVALID_PRODUCER_EPOCH for versions before ``first_version``."""
+    if error == ErrorCode.PRODUCER_FENCED and version < first_version:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error
+
+
+def _transactions_error(ctx: BrokerContext, transactional_id: str) -> int:
+    if ctx.transactions is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    return ctx.denied(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
+async def add_partitions_to_txn(ctx: BrokerContext, request: Any, version: int) -> Any:
+    txn_id = request.v3_and_below_transactional_id
+    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    errors: dict[tuple[str, int], int] = {}
+    error = _transactions_error(ctx, txn_id)
+    if not error:
+        for topic, partition in wanted:
+            if denied := ctx.denied(AclOperation.WRITE, ResourceType.TOPIC, topic):
+                errors[(topic, partition)] = denied
+            elif ctx.snapshot.partition(topic, partition) is None:
+                errors[(topic, partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if errors:  # Kafka adds nothing then: the others are OPERATION_NOT_ATTEMPTED
+            error = ErrorCode.OPERATION_NOT_ATTEMPTED
+        else:
+            assert ctx.transactions is not None
+            error = await ctx.transactions.add_partitions(txn_id, request.v3_and_below_producer_id,
+                                                          request.v3_and_below_producer_epoch, wanted)
+    error = _fenced(error, version, 2)
+    by_topic: dict[str, list[Any]] = {}
+    for topic, partition in wanted:
+        code = errors.get((topic, partition), error)
+        by_topic.setdefault(topic, []).append(ApPartition(partition_index=partition, partition_error_code=code))
+    return AddPartitionsToTxnResponse[version](
+        throttle_time_ms=0, error_code=0, results_by_transaction=[],
+        results_by_topic_v3_and_below=[ApTopic(name=t, results_by_partition=p) for t, p in by_topic.items()])
+
+
+async def add_offsets_to_txn(ctx: BrokerContext, request: Any, version: int) -> Any:
+    error = _transactions_error(ctx, request.transactional_id) \
+        or ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id)
+    if not error:
+        assert ctx.transactions is not None
+        await ctx.coordinator.find_coordinator(request.group_id)  # __consumer_offsets exists from here on
+        error = await ctx.transactions.add_offsets(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            ctx.coordinator.offsets_partition_of(request.group_id))
+    return AddOffsetsToTxnResponse[version](throttle_time_ms=0, error_code=_fenced(error, version, 2))
+
+
+async def end_txn(ctx: BrokerContext, request: Any, version: int) -> Any:
+    error = _transactions_error(ctx, request.transactional_id)
+    if not error:
+        assert ctx.transactions is not None
+        error = await ctx.transactions.end_txn(request.transactional_id, request.producer_id,
+                                               request.producer_epoch, bool(request.committed))
+    return EndTxnResponse[version](throttle_time_ms=0, error_code=_fenced(error, version, 2),
+                                   producer_id=-1, producer_epoch=-1)
+
+
+async def txn_offset_commit(ctx: BrokerContext, request: Any, version: int) -> Any:
+    """Offsets staged for the producer's transaction: stored at its commit, dropped at its abort."""
+    offsets = {(t.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
+               for t in request.topics for p in t.partitions}
+    error = _transactions_error(ctx, request.transactional_id) \
+        or ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id) \
+        or ctx.coordinator.check(request.group_id)
+    if not error and ctx.transactions is not None:
+        error = ctx.transactions.verify(request.transactional_id, request.producer_id, request.producer_epoch)
+    errors = dict.fromkeys(offsets, _fenced(error, version, 3))
+    if not error:
+        for tp in offsets:
+            if denied := ctx.denied(AclOperation.READ, ResourceType.TOPIC, tp[0]):
+                errors[tp] = denied
+            elif ctx.snapshot.partition(*tp) is None:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        staged = {tp: value for tp, value in offsets.items() if not errors[tp]}
+        if staged and ctx.txn_offsets is not None:
+            ctx.txn_offsets.stage(request.producer_id, request.group_id, staged)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), code in errors.items():
+        by_topic.setdefault(topic, []).append(TocPartition(partition_index=partition, error_code=code))
+    return TxnOffsetCommitResponse[version](throttle_time_ms=0,
+                                            topics=[TocTopic(name=t, partitions=p) for t, p in by_topic.items()])
+
+
+async def write_txn_markers(ctx: BrokerContext, request: Any, version: int) -> Any:
+    """A coordinator's markers for the partitions this broker leads (ClusterAction, as from brokers only)."""
+    denied = ctx.denied(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
+    results = []
+    for marker in request.markers:
+        commit = bool(marker.transaction_result)
+        topics = []
+        for topic in marker.topics:
+            parts = []
+            for partition in topic.partition_indexes:
+                if denied:
+                    code = denied
+                elif topic.name == OFFSETS_TOPIC and ctx.txn_offsets is not None:
+                    code = ctx.leader_error(topic.name, partition) or await ctx.txn_offsets.complete(
+                        marker.producer_id, partition, commit)
+                else:
+                    code = write_local(ctx, marker.producer_id, marker.producer_epoch, commit,
+                                       marker.coordinator_epoch, topic.name, partition)
+                parts.append(WtmPartition(partition_index=partition, error_code=code))
+            topics.append(WtmTopic(name=topic.name, partitions=parts))
+        results.append(WtmResult(producer_id=marker.producer_id, topics=topics))
+    return WriteTxnMarkersResponse[version](markers=results)
