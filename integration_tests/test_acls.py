@@ -48,7 +48,8 @@ from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer
 from metaq.errors import ClusterAuthorizationFailedError, ErrorCode, TopicAuthorizationFailedError
 from metaq.producer import Producer
-from metaq.testing.broker import BrokerProcess, request, wait_until
+from metaq.testing.broker import BrokerProcess, request
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 from zk_layout.acl_formats import AclEntry, AclPermission, ResourcePattern
 from zk_layout.acl_formats import AclOperation as AclOperationZk

@@ -25,7 +25,8 @@ from kafka.admin import ConfigResource as ConfigResourceKP
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from integration_tests import peers
-from metaq.testing.broker import BrokerProcess, request, topic_leaders, wait_until
+from metaq.testing.broker import BrokerProcess, request, topic_leaders
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 TIMEOUT = 30.0

@@ -16,7 +16,8 @@ from integration_tests.test_topic_admin import _fetch_error
 from metaq.broker.log.partition_metadata import read_topic_id
 from metaq.errors import ErrorCode
 from metaq.testing.batches import good_batch
-from metaq.testing.broker import BrokerCluster, request, topic_leaders, wait_until
+from metaq.testing.broker import BrokerCluster, request, topic_leaders
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout, paths
 
 TOPIC = "reborn"
