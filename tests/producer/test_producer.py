@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import wait
+from typing import Any
 
 import pytest
 
+from metaq.client import cluster as cluster_module
 from metaq.errors import (
     BrokerConnectionError,
     MessageSizeTooLargeError,
@@ -254,22 +256,37 @@ def test_new_partition_is_found_by_a_refresh(fake_broker, layout):
         assert producer.send("t1", b"v", partition=3).result(5).partition == 3
 
 
-def test_send_reads_no_metadata_the_sender_refreshes_it_when_old(fake_broker, layout):
+class _ShiftedClock:
+    """``time`` as metaq.client.cluster sees it: the real clock plus what the test moved it forward."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.ahead
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def test_send_reads_no_metadata_the_sender_refreshes_it_when_old(fake_broker, layout, monkeypatch):
     """send() uses the topic as last read (no ZooKeeper read, no clock per record); the sender re-reads it once
     older than metadata.max.age.ms (or a send names a partition it does not know), and later sends see the
     new partitions, round robin included."""
+    clock = _ShiftedClock()
+    monkeypatch.setattr(cluster_module, "time", clock)
     config = {"linger.ms": 10000, "request.timeout.ms": 5000}
-    with Producer(config, metadata=ClusterMetadata(layout, max_age_ms=100)) as producer:
+    with Producer(config, metadata=ClusterMetadata(layout, max_age_ms=60_000)) as producer:
         producer.send("t1", b"v", partition=0)
         producer.flush(5)
         reads = layout.reads
-        time.sleep(0.15)  # older than max age, but send() does not read it
+        clock.ahead += 61  # older than max age, but send() does not read it
         layout.add_topic("t1", 4)
         producer.send("t1", b"v", partition=0)
         assert layout.reads == reads
         producer.send("t1", b"v", partition=3)  # a partition it does not know: read now
         assert layout.reads == reads + 1
-        time.sleep(0.15)
+        clock.ahead += 61
         layout.add_topic("t1", 5)
         producer.flush(5)  # the sender asks for the topic per batch: the old entry is re-read
         assert layout.reads > reads + 1
