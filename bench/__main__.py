@@ -44,28 +44,24 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import shutil
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-import confluent_kafka
 import psutil
 
 from bench import consumer as bench_consumer
 from bench import rebalance as bench_rebalance
 from bench import scale as bench_scale
-from bench.consumer import print_table
+from bench.clients import KCAT, confluent_consume, confluent_produce, kcat_consume, kcat_produce, metaq_produce
 from bench.environment import Environment, environment
+from bench.tables import print_table
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
-from metaq.testing.broker import topic_leaders, wait_until
+from metaq.testing.broker import topic_leaders
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
-
-KCAT = shutil.which("kcat")
 
 
 @dataclass
@@ -119,55 +115,6 @@ def _client_cpu() -> float:
     machine. This process also runs the ZooKeeper client's threads, idle during a job."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + children.ru_utime + children.ru_stime
-
-
-CONFLUENT_BATCH_SIZE = 1_000_000  # librdkafka's default batch.size; metaq_produce uses it too
-
-
-def confluent_produce(bootstrap: str, topic: str, value: bytes, n: int, compression: str = "none",
-                      acks: int | str = 1, idempotence: bool = False) -> None:
-    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": CONFLUENT_BATCH_SIZE,
-                                  "queue.buffering.max.messages": 2000000, "acks": acks,
-                                  "compression.type": compression, "enable.idempotence": idempotence})
-    for _ in range(n):
-        try:
-            p.produce(topic, value, partition=0)
-        except BufferError:
-            p.poll(0.01)
-            p.produce(topic, value, partition=0)
-    assert p.flush(60) == 0
-
-
-def confluent_consume(bootstrap: str, topic: str, n: int) -> None:
-    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                                  "fetch.queue.backoff.ms": 10})
-    c.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
-    got = 0
-    while got < n:
-        got += sum(1 for m in c.consume(10000, 1.0) if m.error() is None)
-    c.close()
-
-
-def kcat_produce(bootstrap: str, topic: str, value: bytes, n: int, path: Path) -> None:
-    subprocess.run([KCAT, "-b", bootstrap, "-P", "-t", topic, "-p", "0", "-X", "linger.ms=5", "-l", str(path)],
-                   check=True, timeout=300)
-
-
-def kcat_consume(bootstrap: str, topic: str, n: int) -> None:
-    subprocess.run([KCAT, "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-c", str(n), "-q",
-                    "-f", "%s\n"],
-                   check=True, timeout=300, stdout=subprocess.DEVNULL)
-
-
-def metaq_produce(zk: str, topic: str, value: bytes, n: int, acks: int | str = 1, idempotence: bool = False) -> None:
-    from metaq import Producer
-
-    # batch.size as confluent_produce gives librdkafka (its own default): the same batches on the wire
-    with Producer({"zookeeper.connect": zk, "linger.ms": 5, "batch.size": CONFLUENT_BATCH_SIZE, "acks": acks,
-                   "enable.idempotence": idempotence}) as producer:
-        for _ in range(n):
-            producer.send(topic, value, partition=0)
-        producer.flush()
 
 
 def run_broker(env: Environment, messages: int, sizes: list[int]) -> list[Row]:

@@ -31,7 +31,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.environment import Environment, environment, produce_round_robin
+from bench.clients import produce as produce_values
+from bench.environment import Environment, environment
+from bench.tables import print_table
 from metaq.childproc import die_with_parent
 
 VALUE_SIZE = 100
@@ -278,9 +280,9 @@ class Result:
 
 def produce(bootstrap: str, topic: str, partitions: int, messages: int, codec: str = "none") -> None:
     """``messages`` 100-byte values, round-robin over the partitions, with confluent-kafka."""
-    produce_round_robin({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1000000,
-                         "queue.buffering.max.messages": 2000000, "acks": 1, "compression.type": codec}, topic,
-                        partitions, messages, b"v" * VALUE_SIZE)
+    produce_values({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1000000,
+                    "queue.buffering.max.messages": 2000000, "acks": 1, "compression.type": codec}, topic,
+                   b"v" * VALUE_SIZE, messages, partitions)
 
 
 def run_worker(kind: str, args: WorkerArgs) -> dict[str, Any]:
@@ -366,22 +368,11 @@ def ratio_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def print_table(header: list[str], rows: list[list[str]], title: str | None = None) -> None:
-    """Left-aligned first column, right-aligned numbers."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    if title:
-        print(f"\n{title}")
-    for i, row in enumerate([header, *rows]):
-        print("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths,
-                                                                                            strict=True))))
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
-
-
 def prepare(bootstrap: str, layout: Any, topic: str, partitions: int, messages: int, codec: str = "none") -> float:
     """Create and fill the topic; returns the seconds the produce took."""
     from metaq.broker.topics import create_topic
-    from metaq.testing.broker import topic_leaders, wait_until
+    from metaq.testing.broker import topic_leaders
+    from metaq.testing.wait import wait_until
 
     create_topic(layout, topic, partitions)
     wait_until(lambda: len(topic_leaders(bootstrap, topic)) == partitions, 20, f"topic {topic}")

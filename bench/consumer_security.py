@@ -24,16 +24,18 @@ from pathlib import Path
 
 import confluent_kafka
 
-from bench.consumer import print_table
+from bench.clients import produce
 from bench.environment import environment
+from bench.tables import print_table
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.consumer import Consumer
-from metaq.testing.broker import topic_leaders, wait_until
+from metaq.testing.broker import topic_leaders
 from metaq.testing.certs import make_certs
 from metaq.testing.secure import SecureBroker, secure_broker
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 VALUE = b"x" * 100
@@ -86,13 +88,8 @@ def prepare(env: Secure, messages: int) -> str:
     create_topic(env.layout, topic, PARTITIONS)
     bootstrap = f"127.0.0.1:{env.port('PLAINTEXT')}"
     wait_until(lambda: len(topic_leaders(bootstrap, topic)) == PARTITIONS, 30, f"{topic} has leaders")
-    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1000000})
-    for i in range(messages):
-        producer.produce(topic, VALUE, partition=i % PARTITIONS)
-        if i % 10000 == 0:
-            producer.poll(0)
-    assert producer.flush(120) == 0
+    produce({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
+             "queue.buffering.max.messages": 1000000}, topic, VALUE, messages, PARTITIONS)
     return topic
 
 

@@ -10,13 +10,25 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kazoo.client import KazooClient
 
 from metaq.broker.process import BrokerProcess
 from metaq.zkclient import connect
+from metaq.zkserver import ZooKeeperServer
 from zk_layout import ZkLayout
+
+
+class BenchZooKeeper(ZooKeeperServer):
+    """The embedded ZooKeeper with a short tick (sessions expire within 200 ms of their timeout instead of
+    within 2 s) and a session timeout range that still admits Kafka's default of 6 s."""
+
+    def _config_lines(self) -> list[str]:
+        return [*super()._config_lines(), "maxSessionTimeout=60000"]
+
+
+def bench_zookeeper(data_dir: Path) -> ZooKeeperServer:
+    return BenchZooKeeper(data_dir=data_dir, force_sync=False, tick_time_ms=200)
 
 
 @dataclass
@@ -39,8 +51,6 @@ def environment(configure: Callable[[str, BrokerProcess, Path], None] | None = N
     """``configure(zk_connect, broker, work_dir)`` runs before the broker starts (listeners, users...)."""
     work = Path(tempfile.mkdtemp(prefix="metaq-bench-"))
     external = os.environ.get("ZOOKEEPER_CONNECT")
-    from bench.rebalance import bench_zookeeper  # here: bench.rebalance itself uses this module
-
     zk_server = None if external else bench_zookeeper(work / "zk").start()
     zk = f"{external or zk_server.connect_string}/metaq-bench-{os.getpid()}"  # type: ignore[union-attr]
     client = connect(zk)
@@ -57,20 +67,3 @@ def environment(configure: Callable[[str, BrokerProcess, Path], None] | None = N
         if zk_server:
             zk_server.stop()
         shutil.rmtree(work, ignore_errors=True)
-
-
-def produce_round_robin(config: dict[str, Any], topic: str, partitions: int, messages: int, value: bytes) -> None:
-    """``messages`` copies of ``value``, round-robin over the partitions, with a confluent-kafka producer of
-    ``config`` (waiting out a full local queue); raises if not every message was acknowledged."""
-    import confluent_kafka
-
-    producer = confluent_kafka.Producer(config)
-    for i in range(messages):
-        while True:
-            try:
-                producer.produce(topic, value, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    if producer.flush(120) != 0:
-        raise RuntimeError(f"producing to {topic}: not every message was acknowledged")

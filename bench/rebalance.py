@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.environment import environment
+from bench.tables import print_table
 from metaq.childproc import die_with_parent
-from metaq.zkserver import ZooKeeperServer
 
 TOPIC = "bench-rebalance"
 PARTITIONS = 64
@@ -327,7 +328,8 @@ def measure_rebalance(zk: str, client: Any, bootstrap: str, layout: Any, work_di
                       report: Any = print) -> list[Change]:
     """Clean leave/join ``reps`` times each and SIGKILL ``kill_reps`` times on 4 members x 64 partitions."""
     from metaq.broker.topics import create_topic
-    from metaq.testing.broker import topic_leaders, wait_until
+    from metaq.testing.broker import topic_leaders
+    from metaq.testing.wait import wait_until
 
     create_topic(layout, TOPIC, PARTITIONS)
     wait_until(lambda: len(topic_leaders(bootstrap, TOPIC)) == PARTITIONS, 20, f"topic {TOPIC}")
@@ -427,24 +429,6 @@ def commit_table(partitions: int, fence: float, times: list[float]) -> tuple[lis
 # -- running it ----------------------------------------------------------------------------------------------
 
 
-class BenchZooKeeper(ZooKeeperServer):
-    """The embedded ZooKeeper with a short tick (sessions expire within 200 ms of their timeout instead of
-    within 2 s) and a session timeout range that still admits Kafka's default of 6 s."""
-
-    def _config_lines(self) -> list[str]:
-        return [*super()._config_lines(), "maxSessionTimeout=60000"]
-
-
-def bench_zookeeper(data_dir: Path) -> ZooKeeperServer:
-    return BenchZooKeeper(data_dir=data_dir, force_sync=False, tick_time_ms=200)
-
-
-def print_table(header: list[str], rows: list[list[str]], title: str | None = None) -> None:
-    from bench.consumer import print_table as show
-
-    show(header, rows, title)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
@@ -458,8 +442,6 @@ def main() -> None:
         worker(args.zk, args.group, args.session_timeout_ms)
         return
     reps, kill_reps, session_ms = (2, 1, 3000) if args.quick else (5, 3, 6000)
-    from bench.environment import environment
-
     with environment() as env:
         print("Commit latency", flush=True)
         fence, times = measure_commit(env.client, reps=5 if args.quick else 20)

@@ -18,10 +18,12 @@ from typing import Any
 import confluent_kafka
 import psutil
 
+from bench.clients import confluent_produce
 from bench.environment import Environment
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
-from metaq.testing.broker import topic_leaders, wait_until
+from metaq.testing.broker import topic_leaders
+from metaq.testing.wait import wait_until
 
 SESSION_MS = 6000
 FAST_REPLICAS = {"replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 200,
@@ -55,8 +57,6 @@ def _producer(bootstrap: str, acks: Any, **extra: Any) -> confluent_kafka.Produc
 
 
 def _produce(bootstrap: str, topic: str, n: int, acks: Any) -> None:
-    from bench.__main__ import confluent_produce  # late: bench.__main__ imports this module lazily too
-
     confluent_produce(bootstrap, topic, b"x" * 100, n, acks=acks)
 
 

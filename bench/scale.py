@@ -622,8 +622,8 @@ def main() -> None:
     parser.add_argument("--offsets", default="1000,10000", help="partitions of the fence/commit rows, comma separated")
     args = parser.parse_args()
     logging.basicConfig(level=os.environ.get("METAQ_BENCH_LOG_LEVEL", "WARNING"))
-    from bench.consumer import print_table
     from bench.environment import environment
+    from bench.tables import print_table
 
     with environment() as env:
         phases, offsets = run(env.zk, env.layout, env.broker.broker_id, parse_sizes(args.sizes) if args.sizes else [],

@@ -33,13 +33,15 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
-from bench.consumer import print_table
+from bench.clients import send_all
 from bench.environment import environment
+from bench.tables import print_table
 from metaq.broker.auth.scram import client_final
 from metaq.broker.process import BrokerProcess, free_port
 from metaq.broker.topics import create_topic
-from metaq.testing.broker import call, topic_leaders, wait_until
+from metaq.testing.broker import call, topic_leaders
 from metaq.testing.certs import make_certs
+from metaq.testing.wait import wait_until
 
 USER, PASSWORD = "bench", "bench-secret"
 
@@ -59,14 +61,7 @@ def _produce(bootstrap: str, conf: dict[str, str], topic: str, count: int, size:
     value = b"x" * size
     producer.list_topics(topic, timeout=30)  # connect and authenticate outside the timing
     started = time.perf_counter()
-    for _ in range(count):
-        while True:
-            try:
-                producer.produce(topic, value, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    assert producer.flush(120) == 0
+    send_all(producer, topic, value, count)
     return time.perf_counter() - started
 
 

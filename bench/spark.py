@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.environment import Environment, environment, produce_round_robin
+from bench.clients import produce as produce_values
+from bench.environment import Environment, environment
 
 VALUE_SIZE = 100
 TOPIC = "bench-spark"
@@ -77,13 +78,14 @@ def tree_cpu() -> float:
 def produce(env: Environment, messages: int, partitions: int) -> float:
     """Create and fill the topic; returns the seconds the produce took."""
     from metaq.broker.topics import create_topic
-    from metaq.testing.broker import topic_leaders, wait_until
+    from metaq.testing.broker import topic_leaders
+    from metaq.testing.wait import wait_until
 
     create_topic(env.layout, TOPIC, partitions)
     wait_until(lambda: len(topic_leaders(env.bootstrap, TOPIC)) == partitions, 20, f"topic {TOPIC}")
     t0 = time.perf_counter()
-    produce_round_robin({"bootstrap.servers": env.bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "queue.buffering.max.messages": 2_000_000}, TOPIC, partitions, messages, b"v" * VALUE_SIZE)
+    produce_values({"bootstrap.servers": env.bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                    "queue.buffering.max.messages": 2_000_000}, TOPIC, b"v" * VALUE_SIZE, messages, partitions)
     return time.perf_counter() - t0
 
 

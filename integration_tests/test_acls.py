@@ -29,8 +29,6 @@ from confluent_kafka.admin import (
 )
 from kafka.protocol.admin import DescribeAclsRequest, DescribeAclsResponse, ListGroupsRequest, ListGroupsResponse
 from kafka.protocol.consumer import (
-    FetchRequest,
-    FetchResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetFetchRequest,
@@ -48,7 +46,8 @@ from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer
 from metaq.errors import ClusterAuthorizationFailedError, ErrorCode, TopicAuthorizationFailedError
 from metaq.producer import Producer
-from metaq.testing.broker import BrokerProcess, request, wait_until
+from metaq.testing.broker import BrokerProcess, fetch_error, request
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 from zk_layout.acl_formats import AclEntry, AclPermission, ResourcePattern
 from zk_layout.acl_formats import AclOperation as AclOperationZk
@@ -100,12 +99,6 @@ def _metadata_error(bootstrap: str, topic: str) -> int:
     return int(resp.topics[0].error_code)
 
 
-def _fetch_error(bootstrap: str, topic: str) -> int:
-    req = FetchRequest[4](replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
-                          topics=[(topic, [(0, 0, 1 << 20)])])
-    return int(request(bootstrap, req, FetchResponse, 4).responses[0].partitions[0].error_code)
-
-
 def _produce_error(bootstrap: str, topic: str, timeout: float = TIMEOUT) -> KafkaError | None:
     """confluent-kafka's delivery report of one message (None: delivered)."""
     reports: list[KafkaError | None] = []
@@ -146,23 +139,23 @@ def test_produce_fetch_and_metadata_follow_acls_without_restart(secured: BrokerP
     bootstrap = secured.bootstrap
     error = _produce_error(bootstrap, "orders", timeout=10)
     assert error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, error
-    assert _fetch_error(bootstrap, "orders") == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    assert fetch_error(bootstrap, "orders") == ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
     allow(zk_connect, "--operation", "Write", "--operation", "Read", "--topic", "ord", "--resource-pattern-type",
           "prefixed")
-    wait_until(lambda: _fetch_error(bootstrap, "orders") == 0, TIMEOUT, "Read allowed through the prefixed ACL")
+    wait_until(lambda: fetch_error(bootstrap, "orders") == 0, TIMEOUT, "Read allowed through the prefixed ACL")
     assert _produce_error(bootstrap, "orders") is None
     # Metadata lists only the topics the principal may describe (Read implies Describe)
     topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=TIMEOUT).topics
     assert "orders" in topics and "secret" not in topics
     # a Deny beats the Allow; then removing the ACLs takes effect for new requests without a restart
     metaq_acls(zk_connect, "add", "--deny-principal", ANONYMOUS, "--operation", "Read", "--topic", "orders")
-    wait_until(lambda: _fetch_error(bootstrap, "orders") == ErrorCode.TOPIC_AUTHORIZATION_FAILED, TIMEOUT,
+    wait_until(lambda: fetch_error(bootstrap, "orders") == ErrorCode.TOPIC_AUTHORIZATION_FAILED, TIMEOUT,
                "Deny Read wins over the prefixed Allow")
     metaq_acls(zk_connect, "remove", "--topic", "orders")
-    wait_until(lambda: _fetch_error(bootstrap, "orders") == 0, TIMEOUT, "the Deny removed")
+    wait_until(lambda: fetch_error(bootstrap, "orders") == 0, TIMEOUT, "the Deny removed")
     metaq_acls(zk_connect, "remove", "--topic", "ord", "--resource-pattern-type", "prefixed")
-    wait_until(lambda: _fetch_error(bootstrap, "orders") == ErrorCode.TOPIC_AUTHORIZATION_FAILED, TIMEOUT,
+    wait_until(lambda: fetch_error(bootstrap, "orders") == ErrorCode.TOPIC_AUTHORIZATION_FAILED, TIMEOUT,
                "the Allow removed")
 
 

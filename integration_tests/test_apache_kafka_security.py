@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from integration_tests.test_client_security import drain
 from metaq.broker.process import free_port
 from metaq.consumer import Consumer
 from metaq.errors import SaslAuthenticationFailedError
 from metaq.producer import Producer
 from metaq.testing.apache_kafka import V2_8, V3_9, ApacheKafkaBroker, kafka_params, run_kafka_class
 from metaq.testing.certs import Certs, make_certs
+from metaq.testing.group import drain_values
 from metaq.testing.zookeeper import ZooKeeperEndpoint, delete_chroot
 
 USER, PASSWORD = "kafka-user", "kafka-user-secret"
@@ -120,7 +120,7 @@ def _consume(kafka: SecuredKafka, group: str, topic: str, expected: int, props: 
                               "consumer.timeout.ms": 3000, "auto.offset.reset": "smallest", **props, **more}
     with Consumer(config) as consumer:
         [stream] = consumer.create_message_streams({topic: 1})[topic]
-        got = drain(stream, expected)
+        got = drain_values(stream, expected)
         consumer.commit_offsets()
     return got
 

@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]  # re-exported, untyped
 
 from integration_tests.peers import Msg, confluent_consume, confluent_produce
+from metaq.errors import DataLossError
 from metaq.spark.fetch import FetchSettings, read_range
-from metaq.spark.offsets import DataLossError
 from metaq.spark.planning import OffsetRange
 from metaq.testing.apache_kafka import V1_1, V3_9, ApacheKafkaBroker, kafka_matrix
 from metaq.testing.spark import local_session

@@ -33,8 +33,9 @@ from metaq.protocol.batches import read_header
 from metaq.protocol.builder import BatchBuilder
 from metaq.protocol.records import decode_records
 from metaq.testing.batches import INVALID_BATCHES, good_batch, recrc
-from metaq.testing.broker import SharedBroker, request, shared_broker, topic_leaders, wait_until
+from metaq.testing.broker import SharedBroker, request, shared_broker, topic_leaders
 from metaq.testing.group import log_end_offsets
+from metaq.testing.wait import wait_until
 
 TS = 1_700_000_000_000
 ALLOWED_REFUSALS = {2, 10, 76, 87}  # CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, UNSUPPORTED_COMPRESSION_TYPE, INVALID_RECORD

@@ -3,20 +3,9 @@
 from __future__ import annotations
 
 import confluent_kafka
-from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from integration_tests import peers
-from metaq.testing.broker import request, topic_leaders
-
-
-def _fetch_error(bootstrap: str, topic: str, partition: int) -> int:
-    req = FetchRequest[4](
-        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
-        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
-            FetchRequest.FetchTopic.FetchPartition(partition=partition, fetch_offset=0, partition_max_bytes=1 << 20)])],
-    )
-    resp = request(bootstrap, req, FetchResponse, 4)
-    return resp.responses[0].partitions[0].error_code
+from metaq.testing.broker import fetch_error, topic_leaders
 
 
 def test_six_partitions_spread_over_two_brokers(broker_cluster, make_topic) -> None:
@@ -30,9 +19,9 @@ def test_six_partitions_spread_over_two_brokers(broker_cluster, make_topic) -> N
     by_id = {0: b0, 1: b1}
     for partition, leader in leaders.items():
         other = by_id[1 - leader]
-        assert _fetch_error(by_id[leader].bootstrap, topic, partition) == 0
-        assert _fetch_error(other.bootstrap, topic, partition) == 6  # NOT_LEADER_OR_FOLLOWER
-    assert _fetch_error(b0.bootstrap, "no-such-topic", 0) == 3  # UNKNOWN_TOPIC_OR_PARTITION
+        assert fetch_error(by_id[leader].bootstrap, topic, partition) == 0
+        assert fetch_error(other.bootstrap, topic, partition) == 6  # NOT_LEADER_OR_FOLLOWER
+    assert fetch_error(b0.bootstrap, "no-such-topic", 0) == 3  # UNKNOWN_TOPIC_OR_PARTITION
 
     # a standard client bootstrapped from one broker finds every leader and round-trips
     for partition in range(6):

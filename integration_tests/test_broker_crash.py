@@ -11,7 +11,8 @@ from pathlib import Path
 import confluent_kafka
 
 from integration_tests import peers
-from metaq.testing.broker import topic_leaders, wait_until
+from metaq.testing.broker import topic_leaders
+from metaq.testing.wait import wait_until
 
 
 class LoadProducer(threading.Thread):

@@ -22,7 +22,9 @@ from kafka.protocol.metadata import MetadataRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from metaq.broker.process import BrokerProcess
-from metaq.testing.broker import topic_leaders, wait_until
+from metaq.testing.broker import topic_leaders
+from metaq.testing.probes import RssSampler
+from metaq.testing.wait import wait_until
 
 MAX_INT32 = 0x7FFFFFFF
 
@@ -108,34 +110,6 @@ def _kcat_round_trip(bootstrap: str, topic: str) -> None:
     out = subprocess.run(["kcat", "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "-1", "-e", "-q"],
                          check=True, timeout=30, capture_output=True).stdout.decode()
     assert marker in out, out
-
-
-class RssSampler:
-    """Peak resident memory of a process, sampled in a thread while an attack runs."""
-
-    def __init__(self, pid: int) -> None:
-        self._proc = psutil.Process(pid)
-        self.baseline = self._proc.memory_info().rss
-        self.peak = self.baseline
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._proc.memory_info().rss)
-            time.sleep(0.005)
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    @property
-    def growth_mb(self) -> float:
-        return (self.peak - self.baseline) / 1e6
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import pytest
 
 import metaq.client.connection as connection_module
 from metaq.broker.topics import create_topic
-from metaq.consumer import Consumer, ConsumerTimeoutError
+from metaq.consumer import Consumer
 from metaq.errors import (
     AuthenticationError,
     BrokerConnectionError,
@@ -33,6 +33,7 @@ from metaq.errors import (
 from metaq.producer import Producer
 from metaq.testing.broker import topic_leaders
 from metaq.testing.certs import Certs, make_certs
+from metaq.testing.group import drain_values
 from metaq.testing.secure import SecureBroker, secure_broker
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import own_chroot
@@ -95,20 +96,6 @@ def consumer(secure: SecureBroker, group: str, props: dict[str, str], **more: ob
                      "auto.offset.reset": "smallest", "zookeeper.session.timeout.ms": 6000, **props, **more})
 
 
-def drain(stream: Any, expected: int, deadline_s: float = 60.0) -> dict[tuple[int, int], bytes]:
-    got: dict[tuple[int, int], bytes] = {}
-    deadline = time.monotonic() + deadline_s
-    while len(got) < expected and time.monotonic() < deadline:
-        try:
-            for m in stream:
-                got[(m.partition, m.offset)] = m.value
-                if len(got) >= expected:
-                    break
-        except ConsumerTimeoutError:
-            pass
-    return got
-
-
 CASES = [("SSL", None), ("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-SHA-256"),
          ("SASL_PLAINTEXT", "SCRAM-SHA-512"), ("SASL_SSL", "SCRAM-SHA-256"), ("SASL_SSL", "PLAIN")]
 
@@ -133,7 +120,7 @@ def test_producer_and_consumer_group(secure: SecureBroker, protocol: str, mechan
     storage = "kafka" if protocol == "SASL_SSL" else "zookeeper"
     with consumer(secure, f"g-{topic}", props, **{"offsets.storage": storage}) as c:
         [stream] = c.create_message_streams({topic: 1})[topic]
-        assert drain(stream, len(sent)) == sent
+        assert drain_values(stream, len(sent)) == sent
         c.commit_offsets()
     assert ports_used == {secure.ports[protocol]}, "every connection used the listener of security.protocol"
 
@@ -146,7 +133,7 @@ def test_groups_describe_and_console_tools_with_command_config(secure: SecureBro
     group = "g-describe"
     with consumer(secure, group, props) as c:
         [stream] = c.create_message_streams({topic: 1})[topic]
-        assert len(drain(stream, 30)) >= 30
+        assert len(drain_values(stream, 30)) >= 30
         c.commit_offsets()
         committed = committed_offsets(secure.zk_connect, group)
     good = tmp_path / "admin.properties"
@@ -233,7 +220,7 @@ def test_wrong_password_is_fatal_for_producer_and_consumer(secure: SecureBroker,
     with consumer(secure, "g-wrong-password", bad) as c:
         [stream] = c.create_message_streams({topic: 1})[topic]
         with pytest.raises(AuthenticationError, match="SASL_AUTHENTICATION_FAILED"):
-            drain(stream, 10)
+            drain_values(stream, 10)
         # the fetcher stopped: no login attempts after the error reached the stream
         assert _stays(lambda: logins.count, 3.0), f"{logins.count} logins: the consumer kept retrying"
         assert logins.count <= 2  # one per fetcher (partitions may sit on one runner or the leader finder)
@@ -252,7 +239,7 @@ def test_untrusted_ca_is_a_clear_tls_error(secure: SecureBroker, tmp_path: Path)
     with consumer(secure, "g-untrusted", props) as c:
         [stream] = c.create_message_streams({topic: 1})[topic]
         with pytest.raises(TlsHandshakeError, match="certificate did not verify"):
-            drain(stream, 1)
+            drain_values(stream, 1)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import time
 
 from metaq.consumer import Consumer, ConsumerTimeoutError, Whitelist
 from metaq.producer import Producer
+from metaq.testing.group import drain_values
 from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
@@ -23,19 +24,6 @@ def _consumer(zk_connect: str, group: str, **props: object) -> Consumer:
                      "zookeeper.session.timeout.ms": 3000, **props})
 
 
-def _drain(stream, expected: int) -> dict[tuple[int, int], bytes]:
-    got = {}
-    try:
-        for m in stream:
-            assert (m.partition, m.offset) not in got, f"duplicate {m}"
-            got[(m.partition, m.offset)] = m.value
-            if len(got) >= expected:
-                break
-    except ConsumerTimeoutError:
-        pass
-    return got
-
-
 def test_consumes_everything_and_commits(broker, make_topic, zk_connect, zk_layout: ZkLayout) -> None:
     make_topic("basic", partitions=4)
     sent = _produce(zk_connect, "basic", 400, 4)
@@ -45,7 +33,7 @@ def test_consumes_everything_and_commits(broker, make_topic, zk_connect, zk_layo
         assert sorted(p for _, p in consumer.state.owned) == [0, 1, 2, 3]
         got: dict[tuple[int, int], bytes] = {}
         for stream in streams:
-            got.update(_drain(stream, 400))
+            got.update(drain_values(stream, 400, timeout=0))
         assert got == sent
         consumer.commit_offsets()
         assert zk_layout.offsets("g1") == {("basic", p): 100 for p in range(4)}
@@ -61,12 +49,12 @@ def test_offsets_survive_restart_and_reset_policies(broker, make_topic, zk_conne
     _produce(zk_connect, "resume", 100, 2)
     with _consumer(zk_connect, "g2") as c:
         [stream] = c.create_message_streams({"resume": 1})["resume"]
-        first = _drain(stream, 60)
+        first = drain_values(stream, 60, timeout=0)
         assert len(first) == 60
     more = _produce(zk_connect, "resume", 20, 2)
     with _consumer(zk_connect, "g2") as c:
         [stream] = c.create_message_streams({"resume": 1})["resume"]
-        rest = _drain(stream, 1000)
+        rest = drain_values(stream, 1000, timeout=0)
     assert set(first).isdisjoint(rest)  # clean shutdown committed exactly what was handed out
     assert len(first) + len(rest) == 120 and set(more) <= set(rest)
     # a new group with largest starts at the end; with smallest from the beginning
@@ -76,10 +64,10 @@ def test_offsets_survive_restart_and_reset_policies(broker, make_topic, zk_conne
         wait_until(lambda: [o is not None and o >= 0 for o in zk_layout.offsets("g3").values()] == [True, True], 30,
                    "g3 to start at the end of both partitions")
         late = _produce(zk_connect, "resume", 4, 2)
-        assert _drain(stream, 4) == late
+        assert drain_values(stream, 4, timeout=0) == late
     with _consumer(zk_connect, "g4") as c:
         [stream] = c.create_message_streams({"resume": 1})["resume"]
-        assert len(_drain(stream, 1000)) == 124
+        assert len(drain_values(stream, 1000, timeout=0)) == 124
 
 
 def test_whitelist_picks_up_a_topic_created_later(broker, make_topic, zk_connect) -> None:
@@ -87,7 +75,7 @@ def test_whitelist_picks_up_a_topic_created_later(broker, make_topic, zk_connect
     _produce(zk_connect, "logs.a", 5, 1)
     with _consumer(zk_connect, "g5") as c:
         [stream] = c.create_message_streams_by_filter(Whitelist("logs\\..*"), 1)
-        assert len(_drain(stream, 5)) == 5
+        assert len(drain_values(stream, 5, timeout=0)) == 5
         make_topic("logs.b", partitions=2)
         make_topic("other", partitions=1)
         _produce(zk_connect, "other", 3, 1)

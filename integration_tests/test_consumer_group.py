@@ -23,7 +23,7 @@ from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.consumer.offsets import ZooKeeperOffsetStore
 from metaq.errors import ZooKeeperUnavailableError
-from metaq.testing.broker import topic_leaders, wait_until
+from metaq.testing.broker import topic_leaders
 from metaq.testing.group import (
     ConsumerProcess,
     DeliveryReport,
@@ -37,6 +37,7 @@ from metaq.testing.group import (
     wait_consuming,
     wait_drained,
 )
+from metaq.testing.wait import wait_until
 from metaq.zkclient import connect
 from metaq.zkserver import ZooKeeperServer
 from zk_layout import ZkLayout, paths, split_connect

@@ -34,8 +34,9 @@ from metaq.consumer.connector import ZookeeperConsumerConnector
 from metaq.consumer.listener import MessageConsumer
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.rebalance import RebalanceListener
-from metaq.testing.broker import topic_leaders, wait_until
+from metaq.testing.broker import topic_leaders
 from metaq.testing.group import GatedProxy
+from metaq.testing.wait import wait_until
 from metaq.zkclient import connect
 from metaq.zkserver import ZooKeeperServer
 from zk_layout import ZkLayout, split_connect

@@ -34,7 +34,8 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 from integration_tests.peers import KCAT
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, decode_key, partition_for
 from metaq.errors import ErrorCode
-from metaq.testing.broker import request, wait_until
+from metaq.testing.broker import request
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 BROKER = {"group.min.session.timeout.ms": 1000, "offsets.topic.num.partitions": 4}

@@ -38,7 +38,8 @@ from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorRespo
 from integration_tests.peers import KCAT
 from metaq.client.connection import build_request
 from metaq.producer import Producer
-from metaq.testing.broker import request, wait_until
+from metaq.testing.broker import request
+from metaq.testing.wait import wait_until
 
 PARTITIONS = 6
 SESSION_MS = 2000

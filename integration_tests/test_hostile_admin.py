@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-import time
 
 import confluent_kafka
 from kafka.protocol.admin import (
@@ -22,11 +20,13 @@ from kafka.protocol.admin import (
 )
 
 from integration_tests import peers
-from integration_tests.test_broker_limits import RssSampler
 from metaq.broker.process import BrokerProcess
+from metaq.broker.replication.election import initial_state
 from metaq.broker.topics import create_topic
 from metaq.errors import ErrorCode, MalformedNodeError
-from metaq.testing.broker import request, topic_leaders, wait_until
+from metaq.testing.broker import request, topic_leaders
+from metaq.testing.probes import RssSampler, WellBehavedClient
+from metaq.testing.wait import wait_until
 from zk_layout import PartitionState, ZkLayout
 
 
@@ -77,62 +77,6 @@ def test_internal_topics_are_never_deleted(broker: BrokerProcess, make_topic, zk
 # --- partition counts ----------------------------------------------------------------------------
 
 
-class WellBehavedClient:
-    """confluent-kafka producing one message and reading it back, again and again in a thread, while an attack
-    runs: each round trip's latency, and any that failed (5 s limit, as the attacks' probes)."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self._producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                                                   "linger.ms": 0})
-        self._consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "probe",
-                                                   "enable.auto.commit": False, "fetch.wait.max.ms": 10})
-        self._consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
-        self._topic = topic
-        self.latencies: list[float] = []
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="well-behaved-client", daemon=True)
-
-    def _round_trip(self, marker: bytes, limit_s: float = 5.0) -> None:
-        start = time.monotonic()
-        self._producer.produce(self._topic, marker, partition=0)
-        if self._producer.flush(limit_s) != 0:
-            raise TimeoutError(f"produce not acknowledged within {limit_s} s")
-        while time.monotonic() - start < limit_s:
-            msg = self._consumer.poll(0.1)
-            if msg is not None and msg.error() is None and msg.value() == marker:
-                self.latencies.append(time.monotonic() - start)
-                return
-        raise TimeoutError(f"message not fetched back within {limit_s} s")
-
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.is_set():
-            n += 1
-            try:
-                self._round_trip(f"probe-{n}".encode())
-            except Exception as e:  # noqa: BLE001 - every failure is recorded and asserted on
-                self.failures.append(repr(e))
-            time.sleep(0.05)
-
-    def __enter__(self) -> WellBehavedClient:
-        self._round_trip(b"warm-up", 60)  # connected and served before the attack starts
-        self.latencies.clear()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        self._consumer.close()
-        self._producer.flush(5)
-        del self._producer  # librdkafka's producer has no close: its threads end when it is freed
-
-    def p99(self) -> float:
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-
-
 def _create(bootstrap: str, name: str, partitions: int) -> tuple[int, str | None]:
     req = CreateTopicsRequest[4](topics=[CreateTopicsRequest.CreatableTopic(
         name=name, num_partitions=partitions, replication_factor=1, assignments=[], configs=[])],
@@ -177,8 +121,9 @@ def test_partition_counts_are_bounded_per_request_and_per_cluster(broker_cluster
 
 
 def initial_states(assignment: dict[int, tuple[int, ...]]) -> dict[int, PartitionState]:
-    """First states as a controller writes them (the first replica leads, all in the ISR)."""
-    return {p: PartitionState(leader=r[0], leader_epoch=0, isr=r, controller_epoch=1) for p, r in assignment.items()}
+    """First states as the controller writes them (its own rule, every replica live)."""
+    states = {p: initial_state(r, r, controller_epoch=1) for p, r in assignment.items()}
+    return {p: state for p, state in states.items() if state is not None}
 
 
 def test_a_topic_too_large_for_one_zookeeper_request_is_written_in_several(zk_layout: ZkLayout) -> None:

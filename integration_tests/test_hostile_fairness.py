@@ -11,9 +11,9 @@ from typing import Any
 from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
 from kafka.protocol.consumer import OffsetFetchRequest
 
-from integration_tests.test_broker_limits import RssSampler
-from integration_tests.test_hostile_admin import WellBehavedClient
-from metaq.testing.broker import call, wait_until
+from metaq.testing.broker import call
+from metaq.testing.probes import RssSampler, WellBehavedClient
+from metaq.testing.wait import wait_until
 
 P99_BOUND_S = 0.5
 

@@ -16,11 +16,11 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from integration_tests.test_broker_limits import RssSampler
-from integration_tests.test_hostile_admin import WellBehavedClient
 from metaq.client.connection import build_request
 from metaq.errors import ErrorCode
-from metaq.testing.broker import call, request, wait_until
+from metaq.testing.broker import call, request
+from metaq.testing.probes import RssSampler, WellBehavedClient
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 MIB = 1 << 20

@@ -13,8 +13,9 @@ from metaq.consumer import Consumer
 from metaq.errors import ErrorCode
 from metaq.producer import Producer
 from metaq.testing.batches import INVALID_BATCHES
-from metaq.testing.broker import BrokerCluster, request, wait_until
+from metaq.testing.broker import BrokerCluster, request
 from metaq.testing.prometheus import PrometheusServer
+from metaq.testing.wait import wait_until
 
 
 def _value(prom: PrometheusServer, promql: str) -> float | None:

@@ -8,7 +8,8 @@ from prometheus_client import CollectorRegistry
 from metaq.consumer import Consumer
 from metaq.metrics.off import NoMetrics
 from metaq.producer import Producer
-from metaq.testing.broker import BrokerCluster, wait_until
+from metaq.testing.broker import BrokerCluster
+from metaq.testing.wait import wait_until
 
 
 def test_consumer_with_metrics_off_registers_nothing_and_consumes(

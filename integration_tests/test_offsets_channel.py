@@ -15,15 +15,14 @@ import pytest
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from integration_tests.peers import confluent_committed as _kafka_committed
-from integration_tests.peers import zk_committed as _zk_committed
+from integration_tests.peers import confluent_committed, zk_committed
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
 from metaq.config import ConfigError
 from metaq.consumer import Consumer, ConsumerConfig
 from metaq.consumer.kafka_offsets import KafkaOffsetStore
 from metaq.errors import MetaqError
 from metaq.producer import Producer
-from metaq.testing.broker import request, topic_leaders, wait_until
+from metaq.testing.broker import request, topic_leaders
 from metaq.testing.group import (
     GroupHarness,
     SteadyProducer,
@@ -35,6 +34,7 @@ from metaq.testing.group import (
 from metaq.testing.group import (
     drain_stream as _drain,
 )
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 FAST = {"offsets.channel.backoff.ms": 100, "offsets.channel.socket.timeout.ms": 3000}
@@ -108,15 +108,15 @@ def test_kafka_storage_commits_restart_resume(broker, make_topic, zk_connect, zk
     assert len(first) == 120
     expected = {p: 1 + max((o for pp, o in first if pp == p), default=-1) for p in range(4)}  # 0: reset only
     # the clean shutdown committed exactly what was consumed, to Kafka and (the fence) to ZooKeeper
-    assert _kafka_committed(broker.bootstrap, "kg", topic, 4) == expected
-    assert _zk_committed(zk_layout, "kg", topic) == expected
+    assert confluent_committed(broker.bootstrap, "kg", topic, 4) == expected
+    assert zk_committed(zk_layout, "kg", topic) == expected
     more = _produce(zk_connect, topic, 40, 4, start=200)
     with _consumer(zk_connect, "kg", **{"offsets.storage": "kafka"}) as c:
         rest = _drain(c, topic, 120, linger=0.5)
         assert not first & rest and first | rest == sent | more
         c.commit_offsets()
         assert c._store.unsynced() == {}  # the Kafka copy caught up with ZooKeeper
-    assert _kafka_committed(broker.bootstrap, "kg", topic, 4) == {p: 60 for p in range(4)}
+    assert confluent_committed(broker.bootstrap, "kg", topic, 4) == {p: 60 for p in range(4)}
 
 
 def test_dual_commit_disabled_is_rejected() -> None:
@@ -143,10 +143,10 @@ def test_member_that_lost_a_partition_commits_nothing(broker, make_topic, zk_con
         assert result.lost == {(topic, 0)} and set(result.committed) == {(topic, 1)}
         assert a.owned() == {(topic, 1)}
         assert a.channel.lookups == lookups  # and it needed no new channel for p1
-        assert _kafka_committed(broker.bootstrap, "fg", topic, 2) == {0: 20, 1: 7}
-        assert _zk_committed(zk_layout, "fg", topic) == {0: 20, 1: 7}
+        assert confluent_committed(broker.bootstrap, "fg", topic, 2) == {0: 20, 1: 7}
+        assert zk_committed(zk_layout, "fg", topic) == {0: 20, 1: 7}
         assert a.commit({(topic, 0): 16}).committed == {}  # forgotten: not even tried
-        assert _kafka_committed(broker.bootstrap, "fg", topic, 2)[0] == 20
+        assert confluent_committed(broker.bootstrap, "fg", topic, 2)[0] == 20
     finally:
         a.close()
         b.close()
@@ -161,9 +161,9 @@ def test_migration_zookeeper_to_kafka_and_back(broker, make_topic, zk_connect, z
             got = _drain(c, topic, n, linger=0.5 if len(seen) + n == len(sent) else 0.0)
         assert not got & seen, f"{storage}: re-delivered {sorted(got & seen)[:5]}"
         seen |= got
-        zk = _zk_committed(zk_layout, "mg", topic)
+        zk = zk_committed(zk_layout, "mg", topic)
         if storage == "kafka":  # dual commit: both stores hold the same place, idle partitions included
-            assert _kafka_committed(broker.bootstrap, "mg", topic, 3) == zk
+            assert confluent_committed(broker.bootstrap, "mg", topic, 3) == zk
     assert seen == sent
     # a group whose place is only in Kafka (committed by a standard client) keeps it when metaq takes over
     wait_until(lambda: _coordinator_ready(broker.bootstrap, "kafka-only"), 15, "the coordinator to load")
@@ -172,7 +172,7 @@ def test_migration_zookeeper_to_kafka_and_back(broker, make_topic, zk_connect, z
     with _consumer(zk_connect, "kafka-only", **{"offsets.storage": "kafka"}) as c:
         got = _drain(c, topic, 15, linger=0.5)
     assert got == {(p, o) for p in range(3) for o in range(25, 30)}
-    assert _zk_committed(zk_layout, "kafka-only", topic) == {p: 30 for p in range(3)}
+    assert zk_committed(zk_layout, "kafka-only", topic) == {p: 30 for p in range(3)}
 
 
 class _KafkaOffsetMonitor(threading.Thread):
@@ -253,8 +253,8 @@ def test_member_processes_with_kafka_storage_survive_sigkill(broker, make_topic,
     assert monitor.kafka_only_backwards == 0
     # the final positions are the log end, in both stores
     end = log_end_offsets(broker.bootstrap, topic, 6)
-    assert _kafka_committed(broker.bootstrap, "zg", topic, 6) == end
-    assert _zk_committed(zk_layout, "zg", topic) == end
+    assert confluent_committed(broker.bootstrap, "zg", topic, 6) == end
+    assert zk_committed(zk_layout, "zg", topic) == end
     print(f"SIGKILL with storage=kafka: {report.duplicates} duplicates (the victim's uncommitted window)")
 
 
@@ -310,8 +310,8 @@ def test_paused_member_with_kafka_storage_commits_nothing_it_lost(broker, make_t
            if o["partition"] in lost and not reassigned.get(o["partition"], float("inf")) < e["started"]]
     assert not bad, f"the zombie committed partitions it had lost: {bad}"
     end = log_end_offsets(broker.bootstrap, topic, 6)
-    assert _kafka_committed(broker.bootstrap, "zombie-g", topic, 6) == end
-    assert _zk_committed(zk_layout, "zombie-g", topic) == end
+    assert confluent_committed(broker.bootstrap, "zombie-g", topic, 6) == end
+    assert zk_committed(zk_layout, "zombie-g", topic) == end
     fenced = sorted({part["partition"] for e in commits for part in e["lost"]})
     print(f"zombie (storage=kafka): lost {sorted(lost)}, fenced commits refused for {fenced}; the Kafka copy "
           f"alone stepped back {monitor.kafka_only_backwards} times, max(zk, kafka) never")

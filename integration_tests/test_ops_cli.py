@@ -21,8 +21,9 @@ from metaq.consumer import Consumer
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.recover import RecoverStore
 from metaq.producer import Producer
-from metaq.testing.broker import topic_leaders, wait_until
+from metaq.testing.broker import topic_leaders
 from metaq.testing.group import GroupHarness, consume_and_commit, ownership_problem
+from metaq.testing.wait import wait_until
 from zk_layout import TopicCount, ZkLayout
 
 pytestmark = pytest.mark.timeout(240)

@@ -19,8 +19,7 @@ from typing import Any
 import confluent_kafka
 import pytest
 
-from integration_tests.peers import KCAT
-from integration_tests.test_offsets_channel import _kafka_committed
+from integration_tests.peers import KCAT, confluent_committed
 from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer
 from metaq.producer import Producer
@@ -266,7 +265,7 @@ def test_offsets_delete_for_both_kinds_of_group(cluster: BrokerCluster, layout: 
     _protocol_group(bootstrap, "delstd", topic, {0: 2, 1: 1})
     out = ok("offsets", "delete", "delstd", "--topic", f"{topic}:0", "--zookeeper", cluster.zk_connect)
     assert re.search(rf"{topic}\s+0\s+Successful", out), out
-    assert _kafka_committed(bootstrap, "delstd", topic, 2) == {1: 1}
+    assert confluent_committed(bootstrap, "delstd", topic, 2) == {1: 1}
     state = json.loads(ok("groups", "describe", "delstd", "--state", "--json", "--zookeeper", cluster.zk_connect))
     assert [(s["coordinator"], s["state"], s["members"]) for s in state["state"]] == [("broker 0", "Empty", 0)]
 

@@ -253,7 +253,10 @@ def test_min_insync_replicas_refuses_acks_all_when_the_isr_shrank_to_the_leader(
     for b in followers:
         b.start()
     wait_until(lambda: _state(zk_layout, "jepsen").leader == -1, 30, "offline without unclean election")
-    time.sleep(1.0)
+    # a topic created now gets its first state in a controller pass that saw the followers registered, the same
+    # pass that decides "jepsen": once that state exists, that pass elected nobody
+    create_topic(zk_layout, "jepsen-probe", 1, assignment={0: [followers[0].broker_id]})
+    wait_until(lambda: zk_layout.partition_state("jepsen-probe", 0) is not None, 30, "a controller pass")
     assert _state(zk_layout, "jepsen").leader == -1
     assert _unhealthy(zk_layout) == [("jepsen", 0, None, "offline")]
     described = _metaq_json(zk_layout, "topics", "describe", "jepsen")["topics"][0]["partitions"][0]

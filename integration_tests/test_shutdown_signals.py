@@ -16,8 +16,8 @@ import textwrap
 from pathlib import Path
 
 from metaq.childproc import die_with_parent
-from metaq.testing.broker import wait_until
 from metaq.testing.group import SteadyProducer
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 PARTITIONS = 6

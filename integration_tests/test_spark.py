@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from integration_tests.peers import Msg, confluent_produce
-from metaq.testing.broker import topic_leaders, wait_until
+from metaq.testing.broker import topic_leaders
 from metaq.testing.spark import local_session
+from metaq.testing.wait import wait_until
 from zk_layout import PartitionState, TopicAssignment, ZkLayout, paths
 
 pyspark = pytest.importorskip("pyspark")

@@ -27,7 +27,7 @@ import pytest
 
 from integration_tests.peers import kcat_consume
 from metaq.childproc import die_with_parent, stop_process
-from metaq.testing.broker import wait_until
+from metaq.testing.wait import wait_until
 
 pytest.importorskip("pyspark")
 psutil = pytest.importorskip("psutil")

@@ -22,10 +22,10 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 from kafka.admin import ConfigResource as ConfigResourceKP
-from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from integration_tests import peers
-from metaq.testing.broker import BrokerProcess, request, topic_leaders, wait_until
+from metaq.testing.broker import BrokerProcess, fetch_error, topic_leaders
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 TIMEOUT = 30.0
@@ -53,16 +53,6 @@ def _node(zk_layout: ZkLayout, path: str) -> dict | None:
     if zk_layout.client.exists(path) is None:
         return None
     return json.loads(zk_layout.client.get(path)[0])
-
-
-def _fetch_error(bootstrap: str, topic: str, partition: int, offset: int) -> int:
-    req = FetchRequest[4](
-        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
-        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
-            FetchRequest.FetchTopic.FetchPartition(partition=partition, fetch_offset=offset,
-                                                   partition_max_bytes=1 << 20)])],
-    )
-    return request(bootstrap, req, FetchResponse, 4).responses[0].partitions[0].error_code
 
 
 def _produce(bootstrap: str, topic: str, partition: int, count: int, size: int = 10) -> None:
@@ -206,8 +196,8 @@ def test_delete_records_moves_the_log_start_offset(broker, make_topic) -> None:
             consumer.close()
 
     assert watermarks() == (6, 10)
-    assert _fetch_error(broker.bootstrap, topic, 0, 3) == 1  # OFFSET_OUT_OF_RANGE
-    assert _fetch_error(broker.bootstrap, topic, 0, 6) == 0
+    assert fetch_error(broker.bootstrap, topic, 0, 3) == 1  # OFFSET_OUT_OF_RANGE
+    assert fetch_error(broker.bootstrap, topic, 0, 6) == 0
     got = peers.confluent_consume(broker.bootstrap, topic, 0, confluent_kafka.OFFSET_BEGINNING, 4)
     assert [m.offset for m in got] == [6, 7, 8, 9]
     # persisted: the checkpoint holds it, and a restarted broker still starts there

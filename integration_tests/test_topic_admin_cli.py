@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 from integration_tests import peers
-from metaq.testing.broker import topic_leaders, wait_until
+from metaq.testing.broker import topic_leaders
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 

@@ -25,7 +25,8 @@ from kafka.protocol.admin import (
 )
 
 from metaq.protocol.apis import BROKER_APIS, ApiKey
-from metaq.testing.broker import request, topic_leaders, wait_until
+from metaq.testing.broker import request, topic_leaders
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 
 TOPIC = 2

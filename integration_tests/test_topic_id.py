@@ -12,11 +12,11 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from integration_tests import peers
-from integration_tests.test_topic_admin import _fetch_error
 from metaq.broker.log.partition_metadata import read_topic_id
 from metaq.errors import ErrorCode
 from metaq.testing.batches import good_batch
-from metaq.testing.broker import BrokerCluster, request, topic_leaders, wait_until
+from metaq.testing.broker import BrokerCluster, fetch_error, request, topic_leaders
+from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout, paths
 
 TOPIC = "reborn"
@@ -82,7 +82,7 @@ def test_a_recreated_topic_does_not_resurrect_the_old_log(broker_cluster: Broker
 
     assert _consume_for(broker.bootstrap, 5.0) == []  # before the fix: old-0, old-1, old-2
     assert _produce_error(broker.bootstrap) == ErrorCode.INCONSISTENT_TOPIC_ID
-    assert _fetch_error(broker.bootstrap, TOPIC, 0, 0) == ErrorCode.INCONSISTENT_TOPIC_ID
+    assert fetch_error(broker.bootstrap, TOPIC, 0, 0) == ErrorCode.INCONSISTENT_TOPIC_ID
     assert _list_offsets_error(broker.bootstrap) == ErrorCode.INCONSISTENT_TOPIC_ID
     lines = [line for line in broker.log_path.read_text().splitlines() if "Refusing to serve" in line]
     assert len(lines) == 1, lines

@@ -22,7 +22,8 @@ from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer
 from metaq.errors import MetaqError
 from metaq.producer import Producer
-from metaq.testing.broker import BrokerCluster, topic_leaders, wait_until
+from metaq.testing.broker import BrokerCluster, topic_leaders
+from metaq.testing.wait import wait_until
 from metaq.zkclient import connect
 from metaq.zkserver import ZooKeeperServer
 from zk_layout import WHITE_LIST, TopicCount, ZkLayout, paths

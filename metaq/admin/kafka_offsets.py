@@ -26,8 +26,15 @@ from metaq.admin.log_offsets import TopicPartition
 from metaq.client.security import SecurityConfig
 from metaq.client.versions import ApiKey
 from metaq.consumer.kafka_offsets import OffsetsChannel, commit_codes, commit_request, fetched_offsets, look_again
-from metaq.errors import BrokerConnectionError, CoordinatorError, ErrorCode, MetaqError, ProtocolError, for_code
-from metaq.errors import KafkaOffsetsUnavailable as KafkaOffsetsUnavailable  # re-exported (old home)
+from metaq.errors import (
+    BrokerConnectionError,
+    CoordinatorError,
+    ErrorCode,
+    KafkaOffsetsUnavailable,
+    MetaqError,
+    ProtocolError,
+    for_code,
+)
 from metaq.retry import offsets_fetch
 from zk_layout import ZkLayout
 

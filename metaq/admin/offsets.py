@@ -30,7 +30,7 @@ from typing import Any
 from metaq.admin.groups import merged_offset, topic_partitions
 from metaq.admin.kafka_offsets import LIVE_GROUP_ERRORS, GroupOffsetsStore, error_name
 from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
-from metaq.admin.timefmt import format_ms as format_ms  # re-exported (its old home)
+from metaq.admin.timefmt import format_ms
 from metaq.errors import (
     ConfigError,
     GroupActiveError,

@@ -30,6 +30,10 @@ def free_port() -> int:
 
 
 class BrokerProcess:
+    """A metaq broker run as a child process (tests, bench, demo): owns the process, its properties file in
+    ``data_dir``, its log file and its port; started again after stop (SIGTERM), kill (SIGKILL) or pause
+    (SIGSTOP), it runs on the same data."""
+
     def __init__(
         self,
         zk_connect: str,

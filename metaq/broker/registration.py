@@ -50,12 +50,10 @@ class BrokerRegistration:
         self._on_reconnect = on_reconnect
         self._lock = threading.Lock()
         self.state = UNREGISTERED
-        self.state_id = 0
 
     def _set_state(self, state: str) -> None:
         log.info("broker %d registration: %s -> %s", self._info.id, self.state, state)
         self.state = state
-        self.state_id += 1
 
     def register(self) -> None:
         """Create /brokers/ids/<id>; a node of another session is waited for (see the module docstring)."""

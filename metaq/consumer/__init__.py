@@ -4,10 +4,11 @@ from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.connector import Consumer, ZookeeperConsumerConnector
 from metaq.consumer.listener import BatchMessageListener, MessageConsumer, MessageListener
 from metaq.consumer.message import MessageAndMetadata
-from metaq.consumer.rebalance import ConsumerRebalanceFailedError, ConsumerState
+from metaq.consumer.rebalance import ConsumerState
 from metaq.consumer.recover import RecoverStore
-from metaq.consumer.streams import ConsumerTimeoutError, KafkaStream
+from metaq.consumer.streams import KafkaStream
 from metaq.consumer.topic_filter import Blacklist, Whitelist
+from metaq.errors import ConsumerRebalanceFailedError, ConsumerTimeoutError
 
 __all__ = [
     "BatchMessageListener",

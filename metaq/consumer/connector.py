@@ -36,16 +36,11 @@ from metaq.consumer.ids import make_consumer_id, make_thread_ids
 from metaq.consumer.kafka_offsets import KafkaOffsetStore
 from metaq.consumer.offsets import OffsetStore, ZooKeeperOffsetStore
 from metaq.consumer.partition_info import ChunkQueue
-from metaq.consumer.rebalance import (
-    ConsumerRebalanceFailedError,
-    ConsumerState,
-    RebalanceListener,
-    ZKRebalancerListener,
-)
+from metaq.consumer.rebalance import ConsumerState, RebalanceListener, ZKRebalancerListener
 from metaq.consumer.serde import get_deserializer
 from metaq.consumer.streams import DeliveryGate, FailureSignal, KafkaStream
 from metaq.consumer.topic_filter import TopicFilter
-from metaq.errors import MetaqError
+from metaq.errors import ConsumerRebalanceFailedError, MetaqError
 from metaq.metrics import serve_metrics
 from metaq.metrics.consumer import ConsumerMetrics, PartitionPosition
 from metaq.metrics.off import disabled
@@ -85,6 +80,12 @@ def default_offset_store(layout: ZkLayout, config: ConsumerConfig) -> OffsetStor
 
 
 class Consumer:
+    """One group member (module docstring): owns its ZooKeeper session (and the session lease and delivery
+    gate that depend on it), its consumer id, the streams and chunk queues it hands out, the fetcher manager,
+    the offset store, the auto-committer, the rebalancer once streams are created, and its metrics (and their
+    HTTP server, if ``metrics.port`` is set). Closing it (:meth:`shutdown`, or leaving ``with``) releases all
+    of them."""
+
     def __init__(
         self,
         config: ConsumerConfig | Mapping[str, Any],

@@ -189,7 +189,6 @@ class GroupMember:
         self.registry: dict[TopicPartition, PartitionTopicInfo] = {}
         self._committed: dict[TopicPartition, int] = {}  # last offset committed per owned partition
         self.state = UNJOINED
-        self.state_id = 0
         self.last_error: str | None = None
         self._proof = -1.0  # monotonic send time of the last answered heartbeat / SyncGroup
         self._left_for_poll = False  # left the group for max.poll.interval.ms; rejoin once the application polls
@@ -216,7 +215,6 @@ class GroupMember:
             log.info("consumer %s: %s -> %s (group %s, generation %d)", self._consumer_id, self.state, state,
                      self._group, self.generation_info.generation_id)
         self.state = state
-        self.state_id += 1
 
     @property
     def generation(self) -> int:

@@ -33,8 +33,8 @@ from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.rebalance import ConsumerState, RebalanceListener
 from metaq.consumer.recover import RecoverManager, RecoverStore, default_dir
 from metaq.consumer.serde import DeserializerSpec, get_deserializer
-from metaq.consumer.streams import BatchInHand, ConsumerTimeoutError
-from metaq.errors import ConfigError, MetaqError
+from metaq.consumer.streams import BatchInHand
+from metaq.errors import ConfigError, ConsumerTimeoutError, MetaqError
 from metaq.metrics.consumer import ConsumerMetrics
 from metaq.signals import TerminationHandler
 from zk_layout import validate_topic

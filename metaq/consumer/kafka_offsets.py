@@ -58,7 +58,7 @@ from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offsets import CommitResult, TopicPartition, ZooKeeperOffsetStore
 from metaq.errors import (
     BrokerConnectionError,
-    CoordinatorError,  # defined here before the errors moved to metaq.errors; still importable from here
+    CoordinatorError,
     ErrorCode,
     MetaqError,
     ProtocolError,

@@ -41,6 +41,10 @@ class FetchedChunk:
 
 @dataclass(eq=False)
 class PartitionTopicInfo:
+    """One partition this member owns, in one generation: the fetcher and the stream share it. It owns the
+    partition's fetched and consumed offsets (changed under its lock, atomically with :meth:`revoke`) and
+    whether it was revoked; the chunk queue it points to belongs to a stream."""
+
     topic: str
     partition: int
     chunks: ChunkQueue

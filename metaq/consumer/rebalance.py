@@ -38,12 +38,12 @@ from metaq.consumer.offsets import OffsetStore, TopicPartition
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.errors import (
     AuthenticationError,
+    ConsumerRebalanceFailedError,
     ConsumerRebalanceRefusedError,
     MalformedNodeError,
     MetaqError,
     ZooKeeperUnavailableError,
 )
-from metaq.errors import ConsumerRebalanceFailedError as ConsumerRebalanceFailedError  # re-exported (old home)
 from metaq.metrics.consumer import ConsumerMetrics
 from metaq.retry import consumer_registration, rebalance_attempts, rebalance_rounds
 from zk_layout import ConsumerNode, TopicCount, ZkLayout, paths
@@ -110,6 +110,12 @@ class Subscription(Protocol):
 
 
 class ZKRebalancerListener:
+    """One member's side of the group (module docstring): owns its state (STARTING ... CLOSED, changed by
+    :meth:`_set_state` only), the partitions it owns (:attr:`registry`, with their chunk queues and offsets),
+    its ZooKeeper watches and what they last read (members, topics' partitions, offset nodes), and the
+    ``watcher_executor`` thread that runs every rebalance. The fetchers and the offset store are the
+    connector's; it starts, stops and commits through them."""
+
     def __init__(
         self,
         config: ConsumerConfig,
@@ -144,7 +150,6 @@ class ZKRebalancerListener:
         self.registry: dict[TopicPartition, PartitionTopicInfo] = {}
         self.generation = 0
         self.state = STARTING
-        self.state_id = 0
         self._state_before_suspend = STARTING
         self.last_error: str | None = None
         self._failed_rounds = 0
@@ -175,7 +180,6 @@ class ZKRebalancerListener:
         if state != self.state:
             log.info("consumer %s: %s -> %s", self._consumer_id, self.state, state)
         self.state = state
-        self.state_id += 1
 
     def snapshot(self) -> ConsumerState:
         return ConsumerState.of(self.state, self.generation, self.registry, self.last_error)

@@ -25,8 +25,7 @@ from typing import Any
 from metaq.consumer.message import MessageAndMetadata, _Unfrozen, batch_from, make_message
 from metaq.consumer.partition_info import ChunkQueue, FetchedChunk, PartitionTopicInfo
 from metaq.consumer.serde import describe_position, deserialize, get_deserializer
-from metaq.errors import ConsumerTimeoutError as ConsumerTimeoutError  # re-exported (old home)
-from metaq.errors import DeserializationError, MetaqError
+from metaq.errors import ConsumerTimeoutError, DeserializationError, MetaqError
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +145,11 @@ _identity: Deserializer = get_deserializer("bytes")  # the identity: skipped per
 
 
 class KafkaStream:
+    """One stream of messages over a chunk queue the fetchers fill: owns the chunk in hand and the position in
+    it, and hands out its records (deserialized unless both deserializers are the identity) while the delivery
+    gate is open, marking each partition's consumed offset as it goes. The queue, the gate and the failure
+    signal are the connector's, shared by its streams."""
+
     def __init__(
         self,
         chunks: ChunkQueue,

@@ -25,10 +25,16 @@ from metaq.client.cluster import EARLIEST, LATEST, ClusterClient, list_offsets_a
 from metaq.client.connection import BrokerConnection, InFlightRequest
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
-from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, ZooKeeperError, for_code
+from metaq.errors import (
+    BrokerConnectionError,
+    DataLossError,
+    MetaqError,
+    OffsetOutOfRangeError,
+    ZooKeeperError,
+    for_code,
+)
 from metaq.protocol.records import RecordColumns, decode_columns
 from metaq.retry import spark_fetch
-from metaq.spark.offsets import DataLossError
 from metaq.spark.planning import OffsetRange
 from metaq.zkclient import session
 from metaq.zksecurity import ZooKeeperSecurity

@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from metaq.errors import DataLossError as DataLossError  # re-exported: its home until the errors moved
-
 TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]
 

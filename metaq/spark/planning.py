@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 
 from pyspark.sql.datasource import InputPartition
 
-from metaq.errors import ConfigError
+from metaq.errors import ConfigError, DataLossError
 from metaq.spark.cluster import Cluster, Leader
-from metaq.spark.offsets import EARLIEST, LATEST, DataLossError, Offsets, TopicPartition
+from metaq.spark.offsets import EARLIEST, LATEST, Offsets, TopicPartition
 from metaq.spark.options import OffsetSpec, ReadOptions
 
 log = logging.getLogger(__name__)

@@ -292,7 +292,39 @@ def librdkafka_config(version: str, bootstrap: str) -> dict[str, Any]:
 _JVM_ERROR = re.compile(r"(Exception|Error)\b.*|^Caused by:.*", re.MULTILINE)
 
 
-class ApacheKafkaBroker:
+class KafkaPeer:
+    """What tests do with Apache Kafka of one version, one broker or a cluster alike: clients' config, its Java
+    classes and tools, topics. A subclass has ``version``, ``bootstrap`` and ``zk_connect``."""
+
+    version: str
+
+    @property
+    def bootstrap(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def zk_connect(self) -> str:
+        raise NotImplementedError
+
+    def librdkafka_config(self) -> dict[str, Any]:
+        return librdkafka_config(self.version, self.bootstrap)
+
+    def run_class(self, main_class: str, args: Sequence[str], **options: Any) -> subprocess.CompletedProcess[str]:
+        """:func:`run_kafka_class` with this peer's version."""
+        return run_kafka_class(self.version, main_class, args, **options)
+
+    def run_tool(self, tool: str, args: Sequence[str], **options: Any) -> subprocess.CompletedProcess[str]:
+        """:func:`run_kafka_tool` with this peer's version (``"kafka-topics"``, ``"kafka-consumer-groups"``...)."""
+        return run_kafka_tool(self.version, tool, args, **options)
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
+                     configs: Mapping[str, str] | None = None, *, via: str = "auto") -> None:
+        """:func:`create_topic` on this peer."""
+        create_topic(self.version, self.bootstrap, self.zk_connect, name, partitions, replication_factor,
+                     configs, via=via)
+
+
+class ApacheKafkaBroker(KafkaPeer):
     """One real Kafka broker: a child JVM this object starts, watches and stops (and nothing else).
 
     ``zk_hosts`` is the ZooKeeper ensemble (``host:port[,...]``, optionally with a base chroot), ``chroot`` the
@@ -330,23 +362,6 @@ class ApacheKafkaBroker:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
-
-    def librdkafka_config(self) -> dict[str, Any]:
-        return librdkafka_config(self.version, self.bootstrap)
-
-    def run_class(self, main_class: str, args: Sequence[str], **options: Any) -> subprocess.CompletedProcess[str]:
-        """:func:`run_kafka_class` with this broker's version."""
-        return run_kafka_class(self.version, main_class, args, **options)
-
-    def run_tool(self, tool: str, args: Sequence[str], **options: Any) -> subprocess.CompletedProcess[str]:
-        """:func:`run_kafka_tool` with this broker's version (``"kafka-topics"``, ``"kafka-consumer-groups"``...)."""
-        return run_kafka_tool(self.version, tool, args, **options)
-
-    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
-                     configs: Mapping[str, str] | None = None, *, via: str = "auto") -> None:
-        """:func:`create_topic` on this broker."""
-        create_topic(self.version, self.bootstrap, self.zk_connect, name, partitions, replication_factor,
-                     configs, via=via)
 
     def start(self, timeout: float = START_TIMEOUT_S) -> Self:
         """Write the config and log4j files, start the JVM and wait for ``/brokers/ids/<id>`` and the port; on
@@ -462,7 +477,7 @@ def _tail(path: Path, lines: int) -> str:
         return "(none)"
 
 
-class ApacheKafkaCluster:
+class ApacheKafkaCluster(KafkaPeer):
     """``size`` brokers of one version (ids 0..size-1) sharing one chroot, for replication tests."""
 
     def __init__(self, version: str, *, zk_hosts: str, base_dir: Path, size: int = 3,
@@ -483,20 +498,6 @@ class ApacheKafkaCluster:
 
     def broker(self, broker_id: int) -> ApacheKafkaBroker:
         return self.brokers[broker_id]
-
-    def librdkafka_config(self) -> dict[str, Any]:
-        return librdkafka_config(self.version, self.bootstrap)
-
-    def run_class(self, main_class: str, args: Sequence[str], **options: Any) -> subprocess.CompletedProcess[str]:
-        return run_kafka_class(self.version, main_class, args, **options)
-
-    def run_tool(self, tool: str, args: Sequence[str], **options: Any) -> subprocess.CompletedProcess[str]:
-        return run_kafka_tool(self.version, tool, args, **options)
-
-    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
-                     configs: Mapping[str, str] | None = None, *, via: str = "auto") -> None:
-        create_topic(self.version, self.bootstrap, self.zk_connect, name, partitions, replication_factor,
-                     configs, via=via)
 
     def start(self, timeout: float = START_TIMEOUT_S) -> Self:
         """Start the brokers' JVMs together, then wait for each; all or none keep running."""

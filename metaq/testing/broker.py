@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from metaq.broker.process import BrokerProcess
@@ -32,6 +33,17 @@ def request(bootstrap: str, req: Any, response_cls: Any, version: int, timeout: 
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         return call(s, req, response_cls, version)
+
+
+def fetch_error(bootstrap: str, topic: str, partition: int = 0, offset: int = 0) -> int:
+    """The error code of a one-partition Fetch v4 (no wait) for ``topic``-``partition`` from ``offset``."""
+    req = FetchRequest[4](
+        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+            FetchRequest.FetchTopic.FetchPartition(partition=partition, fetch_offset=offset,
+                                                   partition_max_bytes=1 << 20)])],
+    )
+    return int(request(bootstrap, req, FetchResponse, 4).responses[0].partitions[0].error_code)
 
 
 def call(s: socket.socket, req: Any, response_cls: Any, version: int, correlation_id: int = 1) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from metaq.certs import create_certificates, make_ca
+from metaq.certs import CertificateSet, create_certificates, make_ca
 
 CLIENT_PRINCIPAL = "User:CN=client,O=test"
 SERVER_PRINCIPAL = "User:CN=localhost,O=test"
@@ -28,14 +28,9 @@ DAYS = 2
 
 
 @dataclass(frozen=True)
-class Certs:
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-    server_pem: Path  # server_cert + server_key
-    client_pem: Path  # client_cert + client_key
+class Certs(CertificateSet):
+    """What :func:`metaq.certs.create_certificates` makes, and a second CA that signed nothing."""
+
     other_ca: Path
 
 
@@ -45,5 +40,4 @@ def make_certs(directory: Path) -> Certs:
     made = create_certificates(directory, organization="test", server_name="localhost", days=DAYS,
                                ca_name="metaq-test-ca", overwrite=True)
     other = make_ca(directory, "other-ca", "/O=test/CN=metaq-test-other-ca", DAYS)
-    return Certs(made.ca, made.server_cert, made.server_key, made.client_cert, made.client_key, made.server_pem,
-                 made.client_pem, other)
+    return Certs(**vars(made), other_ca=other)

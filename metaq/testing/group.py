@@ -77,6 +77,26 @@ def wait_drained(harness: GroupHarness, acked: Iterable[tuple[int, int]], timeou
     return report
 
 
+def drain_values(stream: Iterator[MessageAndMetadata], expected: int,
+                 timeout: float = 60.0) -> dict[tuple[int, int], bytes | None]:
+    """Read ``stream`` until ``expected`` messages arrived (a duplicate (partition, offset) fails) or, after a
+    quiet spell of consumer.timeout.ms, ``timeout`` seconds passed (0: stop at the first quiet spell); their
+    values by (partition, offset)."""
+    got: dict[tuple[int, int], bytes | None] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            for m in stream:
+                assert (m.partition, m.offset) not in got, f"duplicate {m.partition}/{m.offset}"
+                got[(m.partition, m.offset)] = m.value
+                if len(got) >= expected:
+                    return got
+        except ConsumerTimeoutError:
+            pass
+        if time.monotonic() >= deadline:
+            return got
+
+
 def drain_stream(consumer: Consumer, topic: str, count: int, *, linger: float = 0.0,
                  timeout: float = 30.0) -> set[tuple[int, int]]:
     """``count`` messages from one stream of ``consumer`` (a duplicate fails), then ``linger`` seconds more to

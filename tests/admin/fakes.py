@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from metaq.admin.kafka_offsets import KafkaOffsetsUnavailable
 from metaq.admin.log_offsets import TopicPartition, Watermarks
-from metaq.errors import MetaqError
+from metaq.errors import KafkaOffsetsUnavailable, MetaqError
 from zk_layout import ConsumerNode, OffsetNode, OwnerNode, PartitionState, TopicAssignment, TopicCount, validate_group
 
 NOW_MS = 1_700_000_000_000

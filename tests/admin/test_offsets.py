@@ -10,13 +10,13 @@ from metaq.admin.log_offsets import Watermarks
 from metaq.admin.offsets import (
     ResetSpec,
     apply_plan,
-    format_ms,
     parse_datetime,
     parse_duration_ms,
     parse_topic_selection,
     plan_reset,
     target_offset,
 )
+from metaq.admin.timefmt import format_ms
 from metaq.errors import ConfigError, GroupActiveError, GroupNotFoundError, MetaqError, UnknownTopicError
 from tests.admin.fakes import FakeKafkaOffsets, FakeLayout, FakeLogOffsets
 

@@ -4,6 +4,7 @@ lazy down-conversion of stored v2 batches for Fetch v0..3: sizes, the overflow e
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from pathlib import Path
 
 import cramjam
@@ -59,8 +60,20 @@ def test_upconvert_refuses_what_kafka_refuses() -> None:
         upconvert(bomb, 1 << 16)
 
 
+_OPENED: list[io.FileIO] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_stored_files() -> Iterator[None]:
+    """The segment files :func:`stored` opened are closed after each test (not left to the collector)."""
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
 def stored(path: Path, batches: list[bytes]) -> FetchSlice:
-    """The batches written one after the other (offsets from 0) as a segment slice."""
+    """The batches written one after the other (offsets from 0) as a segment slice (its file is closed after
+    the test)."""
     data = bytearray()
     offset = 0
     for batch in batches:
@@ -69,7 +82,8 @@ def stored(path: Path, batches: list[bytes]) -> FetchSlice:
         offset += read_header(b).record_count
         data += b
     path.write_bytes(bytes(data))
-    return FetchSlice(io.FileIO(path, "r"), 0, len(data), 0)
+    _OPENED.append(io.FileIO(path, "r"))
+    return FetchSlice(_OPENED[-1], 0, len(data), 0)
 
 
 def v2(n: int, compression: str = "none", headers: bool = False) -> bytes:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from metaq.broker.log.checkpoint import atomic_write, read_checkpoint, write_checkpoint
+from metaq.broker.log.checkpoint import read_checkpoint, write_checkpoint
 from metaq.errors import StorageError
+from metaq.fileio import atomic_write
 
 
 def test_round_trip_and_exact_format(tmp_path: Path) -> None:

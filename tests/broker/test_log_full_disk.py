@@ -15,7 +15,7 @@ from metaq.broker.log.index import OffsetIndex
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.errors import StorageError
 from tests.broker import make_batch, make_values
-from tests.broker.test_log_recovery import assert_fully_readable, batch_positions, fill, open_log
+from tests.broker.log_helpers import assert_fully_readable, batch_positions, fill, open_log
 
 SEG0 = "00000000000000000000"
 

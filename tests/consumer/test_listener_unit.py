@@ -18,8 +18,8 @@ from metaq.consumer.listener import MessageConsumer, split_by_size
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.rebalance import ConsumerState
-from metaq.consumer.streams import BatchInHand, ConsumerTimeoutError, DeliveryGate
-from metaq.errors import ConfigError, MetaqError, StorageError
+from metaq.consumer.streams import BatchInHand, DeliveryGate
+from metaq.errors import ConfigError, ConsumerTimeoutError, MetaqError, StorageError
 from metaq.testing.wait import wait_until
 
 TOPIC = "clicks"
@@ -34,6 +34,18 @@ def make_chunks(n: int, size: int, partition: int = 0) -> list[list[MessageAndMe
     return [[msg(o, partition=partition) for o in range(start, min(n, start + size))] for start in range(0, n, size)]
 
 
+class ObservedGate(DeliveryGate):
+    """A delivery gate that records when the dispatcher first waits on it (delivery is held)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited = threading.Event()
+
+    def wait(self, timeout: float) -> bool:
+        self.waited.set()
+        return super().wait(timeout)
+
+
 class FakeStream:
     """Like KafkaStream.iter_batches: each message counts as consumed when the listener finished it (through
     ``in_hand``), and a chunk at the latest when the next one is asked for."""
@@ -41,7 +53,7 @@ class FakeStream:
     def __init__(self) -> None:
         self.chunks: queue.Queue[Any] = queue.Queue()
         self.infos: dict[int, PartitionTopicInfo] = {}
-        self.gate = DeliveryGate()
+        self.gate = ObservedGate()
         self.taken = 0
         self._last: list[MessageAndMetadata] = []
 
@@ -227,7 +239,7 @@ def test_a_chunk_is_marked_consumed_only_after_processing(tmp_path: Path) -> Non
     with consumer:
         consumer.subscribe(TOPIC, 1 << 20, Slow()).complete_subscribe()
         assert entered.wait(5)
-        time.sleep(0.1)
+        # marking happens on the dispatcher thread, so a mark before processing would be visible by now
         assert stream.consumed == {}  # in flight: a commit now would not cover it
         gate.set()
         wait_until(drained(stream, 2))
@@ -410,8 +422,11 @@ def test_shutdown_is_bounded_with_a_stuck_listener(tmp_path: Path) -> None:
     release = threading.Event()
     entered = threading.Event()
 
+    dispatchers: list[threading.Thread] = []
+
     class Stuck:
         def receive_message(self, message: MessageAndMetadata) -> None:
+            dispatchers.append(threading.current_thread())
             entered.set()
             release.wait(30)
 
@@ -423,8 +438,9 @@ def test_shutdown_is_bounded_with_a_stuck_listener(tmp_path: Path) -> None:
     assert time.monotonic() - started < 10  # not held by the handler stuck for 30 s
     assert connector.closed and consumer.state.state == "STABLE"
     release.set()
-    time.sleep(0.1)
-    assert stream.consumed.get(0, 0) <= 1  # the chunk in hand was abandoned: message 1 neither processed nor marked
+    wait_until(lambda: not dispatchers[0].is_alive(), what="the abandoned dispatcher to end")
+    # the chunk in hand was abandoned: message 1 neither processed nor marked
+    assert len(dispatchers) == 1 and stream.consumed.get(0, 0) <= 1
 
 
 def test_shutdown_finishes_the_chunk_in_hand_and_takes_no_other(tmp_path: Path) -> None:
@@ -574,8 +590,7 @@ def test_nothing_more_of_a_chunk_is_delivered_while_the_gate_is_closed(tmp_path:
     # batch listeners: parts of 2 messages (10 bytes each: "v0".."v5" are 2 bytes, so max_size 4)
     with consumer:
         consumer.subscribe(TOPIC, 4 if batch else 1 << 20, listener).complete_subscribe()
-        wait_until(lambda: len(listener.delivered) >= 2)
-        time.sleep(0.3)
+        wait_until(lambda: stream.gate.waited.is_set())  # the dispatcher is held at the closed gate
         assert listener.delivered == [0, 1]  # held between messages (parts), not at the next chunk
         assert stream.consumed == {0: 2}  # what was finished counts
         stream.gate.open()
@@ -601,8 +616,7 @@ def test_the_rest_of_a_revoked_chunk_is_not_delivered(tmp_path: Path) -> None:
     consumer, _ = make_consumer(tmp_path, {TOPIC: [stream]})
     with consumer:
         consumer.subscribe(TOPIC, 1 << 20, Revoking()).complete_subscribe()
-        wait_until(lambda: stream.taken == 2)
-        time.sleep(0.1)
+        wait_until(lambda: stream.taken == 2)  # the dispatcher moved on: the revoked chunk is behind it
     assert delivered[:3] == [0, 1, 2] and 3 not in delivered  # the in-flight one finished, then no more
     assert stream.info(0).get_consumed_offset() == 3
 

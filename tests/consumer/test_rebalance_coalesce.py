@@ -13,16 +13,15 @@ from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offsets import ZooKeeperOffsetStore
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
 from metaq.testing.wait import wait_until
-from tests.consumer.test_rebalance_conflict import _Fetcher, _Subscription
-from zk_layout import BrokerInfo, PartitionState, TopicCount, ZkLayout
+from tests.consumer.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
+from zk_layout import BrokerInfo, TopicCount, ZkLayout
 
-STATE = PartitionState(leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)
 PARTITIONS = 12
 JOINERS = 5
 
 
 def _first_member(layout: ZkLayout, partitions: int, *, backoff_ms: int,
-                  coalesce_ms: int) -> tuple[ZKRebalancerListener, _Fetcher]:
+                  coalesce_ms: int) -> tuple[ZKRebalancerListener, FakeFetcher]:
     """Broker 0, topic t of ``partitions`` and member c0 of group g: registered, not rebalanced yet."""
     layout.register_broker(BrokerInfo.plaintext(0, "127.0.0.1", 9092))
     layout.create_topic("t", {p: [0] for p in range(partitions)}, {p: STATE for p in range(partitions)})
@@ -30,8 +29,8 @@ def _first_member(layout: ZkLayout, partitions: int, *, backoff_ms: int,
                                              "rebalance.backoff.ms": backoff_ms, "auto.commit.enable": False,
                                              "metaq.rebalance.coalesce.ms": coalesce_ms})
     layout.register_consumer("g", "c0", TopicCount(subscription={"t": 1}))
-    fetcher = _Fetcher()
-    return ZKRebalancerListener(config, layout, "c0", _Subscription(), fetcher, ZooKeeperOffsetStore(layout, "g")), \
+    fetcher = FakeFetcher()
+    return ZKRebalancerListener(config, layout, "c0", FakeSubscription(), fetcher, ZooKeeperOffsetStore(layout, "g")), \
         fetcher
 
 

@@ -4,54 +4,26 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
 
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offsets import ZooKeeperOffsetStore
-from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
-from zk_layout import BrokerInfo, PartitionState, TopicCount, ZkLayout
+from tests.consumer.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
+from zk_layout import BrokerInfo, TopicCount, ZkLayout
 
-STATE = PartitionState(leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)
 BACKOFF_MS = 8000
 
 
-class _Subscription:
-    is_wildcard = False
-
-    def __init__(self) -> None:
-        self.queue = ChunkQueue(2)
-
-    def topic_count(self) -> TopicCount:
-        return TopicCount(subscription={"t": 1})
-
-    def queue_for(self, topic: str, thread_id: str) -> ChunkQueue:
-        return self.queue
-
-    def clear_queues(self) -> None:
-        pass
-
-
-class _Fetcher:
-    def __init__(self) -> None:
-        self.started: list[tuple[str, int]] = []
-
-    def start_connections(self, infos: Iterable[PartitionTopicInfo]) -> None:
-        self.started = sorted(info.key for info in infos)
-
-    def stop_connections(self) -> None:
-        pass
-
-
-def _member(layout: ZkLayout, consumer_id: str) -> tuple[ZKRebalancerListener, _Fetcher]:
+def _member(layout: ZkLayout, consumer_id: str) -> tuple[ZKRebalancerListener, FakeFetcher]:
     config = ConsumerConfig.from_properties({"group.id": "g", "zookeeper.connect": "unused:2181",
                                              "rebalance.backoff.ms": BACKOFF_MS, "auto.commit.enable": False})
     layout.register_consumer("g", consumer_id, TopicCount(subscription={"t": 1}))
-    fetcher = _Fetcher()
-    listener = ZKRebalancerListener(config, layout, consumer_id, _Subscription(), fetcher,
+    fetcher = FakeFetcher()
+    listener = ZKRebalancerListener(config, layout, consumer_id, FakeSubscription(), fetcher,
                                     ZooKeeperOffsetStore(layout, "g"))
     return listener, fetcher
 

@@ -18,7 +18,7 @@ from metaq.errors import (
     MetaqError,
     SaslAuthenticationFailedError,
 )
-from tests.consumer.test_rebalance_conflict import STATE, _Fetcher, _Subscription
+from tests.consumer.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
 from zk_layout import BrokerInfo, TopicCount, ZkLayout
 
 
@@ -46,7 +46,7 @@ def test_fatal_errors_are_not_retried(zk_layout: ZkLayout, error: MetaqError, at
     zk_layout.register_consumer("g", "c1", TopicCount(subscription={"t": 1}))
     store = _FailingStore(zk_layout, error)
     failures: list[ConsumerRebalanceFailedError] = []
-    listener = ZKRebalancerListener(config, zk_layout, "c1", _Subscription(), _Fetcher(), store,
+    listener = ZKRebalancerListener(config, zk_layout, "c1", FakeSubscription(), FakeFetcher(), store,
                                     on_failure=failures.append)
     with pytest.raises(ConsumerRebalanceFailedError) as raised:
         listener.synced_rebalance()

@@ -14,22 +14,22 @@ from kazoo.client import KazooClient
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offsets import ZooKeeperOffsetStore
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
-from tests.consumer.test_rebalance_conflict import _Fetcher, _Subscription
+from tests.consumer.rebalance_fakes import FakeFetcher, FakeSubscription
 from zk_layout import WHITE_LIST, BrokerInfo, PartitionState, TopicCount, ZkLayout, paths
 
 STATE = PartitionState(leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)
 
 
-def _group(layout: ZkLayout, partitions: int = 3) -> tuple[ZKRebalancerListener, _Fetcher]:
+def _group(layout: ZkLayout, partitions: int = 3) -> tuple[ZKRebalancerListener, FakeFetcher]:
     layout.register_broker(BrokerInfo.plaintext(0, "127.0.0.1", 9092))
     layout.create_topic("t", {p: [0] for p in range(partitions)}, {p: STATE for p in range(partitions)})
     config = ConsumerConfig.from_properties({"group.id": "g", "zookeeper.connect": "unused:2181",
                                              "rebalance.backoff.ms": 200, "auto.commit.enable": False,
                                              "auto.offset.reset": "smallest"})
     layout.register_consumer("g", "c1", TopicCount(subscription={"t": 1}))
-    fetcher = _Fetcher()
+    fetcher = FakeFetcher()
     store = ZooKeeperOffsetStore(layout, "g", auto_offset_reset=config.auto_offset_reset)
-    return ZKRebalancerListener(config, layout, "c1", _Subscription(), fetcher, store), fetcher
+    return ZKRebalancerListener(config, layout, "c1", FakeSubscription(), fetcher, store), fetcher
 
 
 def test_persistent_fake_member_is_ignored_with_a_warning(

@@ -9,10 +9,8 @@ from metaq.consumer.offsets import ZooKeeperOffsetStore
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
 from metaq.errors import ZooKeeperUnavailableError
 from metaq.testing.wait import wait_until
-from tests.consumer.test_rebalance_conflict import _Fetcher, _Subscription
-from zk_layout import BrokerInfo, FencedOffset, PartitionState, TopicCount, ZkLayout
-
-STATE = PartitionState(leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)
+from tests.consumer.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
+from zk_layout import BrokerInfo, FencedOffset, TopicCount, ZkLayout
 
 
 def test_an_offset_check_cut_by_a_connection_drop_is_made_again_without_a_rebalance(zk_layout: ZkLayout) -> None:
@@ -26,7 +24,7 @@ def test_an_offset_check_cut_by_a_connection_drop_is_made_again_without_a_rebala
                                              "rebalance.backoff.ms": 200, "auto.commit.enable": False})
     zk_layout.register_consumer("g", "c0", TopicCount(subscription={"t": 1}))
     store = ZooKeeperOffsetStore(zk_layout, "g")
-    listener = ZKRebalancerListener(config, zk_layout, "c0", _Subscription(), _Fetcher(), store)
+    listener = ZKRebalancerListener(config, zk_layout, "c0", FakeSubscription(), FakeFetcher(), store)
     listener.synced_rebalance()
     listener.start()
     try:

@@ -12,7 +12,8 @@ from kazoo.client import KazooClient
 from metaq.config import ConfigError
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
-from metaq.consumer.streams import BatchInHand, ConsumerTimeoutError, DeliveryGate, KafkaStream
+from metaq.consumer.streams import BatchInHand, DeliveryGate, KafkaStream
+from metaq.errors import ConsumerTimeoutError
 from metaq.testing.wait import wait_until
 from metaq.zklease import SessionLease, negotiated_timeout_ms
 

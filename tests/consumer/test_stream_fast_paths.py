@@ -10,7 +10,8 @@ import pytest
 from metaq.consumer.listener import _size, split_by_size
 from metaq.consumer.message import MessageAndMetadata, MessageBatch, batch_from, make_message
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
-from metaq.consumer.streams import ConsumerTimeoutError, DeliveryGate, KafkaStream
+from metaq.consumer.streams import DeliveryGate, KafkaStream
+from metaq.errors import ConsumerTimeoutError
 
 
 def test_make_message_is_a_frozen_message_and_metadata() -> None:

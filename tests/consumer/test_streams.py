@@ -6,8 +6,8 @@ import pytest
 
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.serde import get_deserializer
-from metaq.consumer.streams import ConsumerTimeoutError, DeliveryGate, KafkaStream
-from metaq.errors import DeserializationError
+from metaq.consumer.streams import DeliveryGate, KafkaStream
+from metaq.errors import ConsumerTimeoutError, DeserializationError
 
 
 def _info(queue: ChunkQueue, offset: int = 0) -> PartitionTopicInfo:

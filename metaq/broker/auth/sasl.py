@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 SASL_SERVER_MAX_RECEIVE_SIZE = 524288  # Kafka's sasl.server.max.receive.size: frames before authentication
 HANDSHAKE, AUTHENTICATE, COMPLETE = "HANDSHAKE", "AUTHENTICATE", "COMPLETE"
+_ALLOWED = {HANDSHAKE: {AUTHENTICATE}, AUTHENTICATE: {COMPLETE}, COMPLETE: set()}
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 INVALID_CREDENTIALS = "Authentication failed: Invalid username or password"
 
@@ -48,6 +49,10 @@ class SaslAuthenticator:
 
 
 class SaslExchange:
+    """One connection's SASL exchange: owns its state (HANDSHAKE -> AUTHENTICATE -> COMPLETE, changed by
+    :meth:`_transition` only), the mechanism the handshake chose, whether tokens come as raw frames, the SCRAM
+    server of the exchange in progress and, once COMPLETE, the authenticated user."""
+
     def __init__(self, authenticator: SaslAuthenticator) -> None:
         self._auth = authenticator
         self.state = HANDSHAKE
@@ -55,6 +60,13 @@ class SaslExchange:
         self.raw_tokens = False  # after a v0 handshake: tokens are raw frames
         self.user: str | None = None
         self._scram: ScramServer | None = None
+
+    def _transition(self, state: str) -> None:
+        """The one place the state changes; anything but the next state in order is a bug."""
+        if state not in _ALLOWED[self.state]:
+            raise RuntimeError(f"SASL exchange: illegal transition {self.state} -> {state}")
+        log.debug("SASL exchange (%s): %s -> %s", self.mechanism, self.state, state)
+        self.state = state
 
     @property
     def complete(self) -> bool:
@@ -71,7 +83,7 @@ class SaslExchange:
         if mechanism not in self._auth.mechanisms:
             return ErrorCode.UNSUPPORTED_SASL_MECHANISM
         self.mechanism = mechanism
-        self.state = AUTHENTICATE
+        self._transition(AUTHENTICATE)
         self.raw_tokens = version == 0
         return 0
 
@@ -85,7 +97,7 @@ class SaslExchange:
 
     def _done(self, user: str) -> None:
         self.user = user
-        self.state = COMPLETE
+        self._transition(COMPLETE)
         self.raw_tokens = False
 
     def _plain(self, token: bytes) -> bytes:

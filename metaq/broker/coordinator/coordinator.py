@@ -76,6 +76,12 @@ class CoordinatorConfig:
 
 
 class GroupCoordinator:
+    """The group coordinator of one broker (module docstring): owns the :class:`OffsetsPartition` of every
+    ``__consumer_offsets`` partition this broker leads, with the leader epoch each was loaded in, the
+    :class:`Group` of every group mapped to them, the replay tasks of partitions still loading, and the
+    session and housekeeping tasks that expire members and offsets. Everything it owns is touched on the event
+    loop only; the logs (appends) belong to the :class:`LogManager` it is given."""
+
     def __init__(
         self,
         config: CoordinatorConfig,

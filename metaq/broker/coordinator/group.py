@@ -8,6 +8,7 @@ States (only ``transition`` changes them; anything else is a bug and raises)::
     CompletingRebalance --member joins/leaves/dies--> PreparingRebalance
     Stable --member joins/leaves/dies, leader rejoins, protocols change--> PreparingRebalance
     any --offsets partition unloaded--> Dead (terminal)
+    (new) Empty --restored from the offsets log (Group.restore)--> Stable
 
 Members waiting in JoinGroup or SyncGroup hold an asyncio future that the coordinator resolves.
 """
@@ -38,6 +39,8 @@ _ALLOWED = {
     STABLE: {PREPARING_REBALANCE, DEAD},
     DEAD: set(),
 }
+_LOADED = {EMPTY: {STABLE}}
+"""The one edge of :meth:`Group.restore`: a group loaded as stored at its last completed rebalance."""
 
 
 @dataclass
@@ -110,6 +113,11 @@ class Member:
 
 
 class Group:
+    """One consumer group's membership (module docstring): owns the group's state (changed by
+    :meth:`transition` only), generation, protocol, leader, its members (with their JoinGroup and SyncGroup
+    waiters) and static-member ids, and the join timer of a rebalance in progress. The coordinator decides
+    and stores; a Group only keeps what was decided consistent."""
+
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
         self.state = EMPTY
@@ -138,11 +146,16 @@ class Group:
         group.generation_id, group.protocol_type, group.protocol_name = generation_id, protocol_type, protocol_name
         if leader_id in group.members:
             group.leader_id = leader_id
-        group.state = STABLE
+        group._change(STABLE, _LOADED)
         return group
 
     def transition(self, state: str) -> None:
-        if state not in _ALLOWED[self.state]:
+        self._change(state, _ALLOWED)
+
+    def _change(self, state: str, allowed: dict[str, set[str]]) -> None:
+        """The one place the state changes: ``allowed`` is :data:`_ALLOWED`, or :data:`_LOADED` for a group
+        restored from the offsets log."""
+        if state not in allowed[self.state]:
             raise RuntimeError(f"group {self.group_id}: illegal transition {self.state} -> {state}")
         log.info("group %s: %s -> %s (generation %d)", self.group_id, self.state, state, self.generation_id)
         self.state = state

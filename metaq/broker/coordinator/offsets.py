@@ -60,6 +60,11 @@ class CommittedOffset:
 
 
 class OffsetsPartition:
+    """One ``__consumer_offsets`` partition this broker leads (module docstring): owns its load state, the
+    cache of committed offsets and last stored membership of each group mapped to it, and the count of records
+    appended since the last rewrite (compaction); appends go to its :class:`PartitionLog`, which it does not
+    own (the LogManager does)."""
+
     def __init__(self, log_: PartitionLog) -> None:
         self.log = log_
         self.partition = log_.partition

@@ -8,7 +8,7 @@ A checkpoint looks like::
     clicks 1 977
 
 It is always replaced atomically (:func:`metaq.fileio.atomic_write`) so a crash leaves either the old or
-the new file, never a torn one. ``atomic_write`` and ``fsync_dir`` are re-exported here for old imports.
+the new file, never a torn one.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from metaq.errors import StorageError
-from metaq.fileio import atomic_write, fsync_dir
+from metaq.fileio import atomic_write
 
-__all__ = ["CHECKPOINT_VERSION", "atomic_write", "fsync_dir", "read_checkpoint", "write_checkpoint"]
+__all__ = ["CHECKPOINT_VERSION", "read_checkpoint", "write_checkpoint"]
 
 logger = logging.getLogger(__name__)
 
