@@ -297,3 +297,48 @@ def test_topics_alter_adds_partitions(cluster: BrokerCluster, layout: ZkLayout) 
     described = json.loads(ok("topics", "describe", topic, "--under-min-isr", "--json", *z))["topics"]
     assert [(d["replication_factor"], [p["partition"] for p in d["partitions"]]) for d in described] == [(1, [0, 1, 2])]
     assert ok("topics", "describe", topic, "--unavailable", *z).strip() == "No unavailable partitions."
+
+
+def test_all_groups_and_csv_reset_plans(cluster: BrokerCluster, layout: ZkLayout, tmp_path: Path) -> None:
+    """``--all-groups`` (describe, reset, delete) over both kinds of group, and a reset plan exported as
+    kafka-consumer-groups' CSV then applied with --from-file: one group's TOPIC,PARTITION,NEW-OFFSET lines, and
+    GROUP-prefixed lines for several. Last in the module: it deletes every group."""
+    topic = _topic(cluster, layout, "plans", 2)
+    _produce(cluster.zk_connect, topic, 0, 6)
+    _produce(cluster.zk_connect, topic, 1, 4)
+    _protocol_group(cluster.brokers[0].bootstrap, "plan-std", topic, {0: 1, 1: 1})
+    layout.write_offset("plan-zk", topic, 0, 2)
+    layout.write_offset("plan-zk", topic, 1, 3)
+    z = ["--zookeeper", cluster.zk_connect]
+
+    one = ok("offsets", "reset", "plan-zk", "--topic", topic, "--to-latest", "--export", *z)
+    assert one == f"{topic},0,6\n{topic},1,4\n\n"  # Kafka's println after the CSV's own line breaks
+    everyone = ok("offsets", "reset", "--all-groups", "--topic", f"{topic}:0", "--to-earliest", "--export", *z)
+    assert {f"plan-std,{topic},0,0", f"plan-zk,{topic},0,0"} <= set(everyone.split())
+    assert layout.offsets("plan-zk") == {(topic, 0): 2, (topic, 1): 3}  # --export alone is a dry run
+
+    single = tmp_path / "single.csv"
+    single.write_text(f"{topic},0,5\n{topic},1,99\n")
+    ok("offsets", "reset", "plan-zk", "--from-file", str(single), "--execute", *z)
+    assert layout.offsets("plan-zk") == {(topic, 0): 5, (topic, 1): 4}  # 99 clamped to the log end
+    several = tmp_path / "several.csv"
+    several.write_text(ok("offsets", "reset", "plan-zk", "plan-std", "--topic", topic, "--shift-by", "1",
+                          "--export", *z))
+    assert set(several.read_text().split()) == {f"plan-zk,{topic},0,6", f"plan-zk,{topic},1,4",
+                                                f"plan-std,{topic},0,2", f"plan-std,{topic},1,2"}
+    ok("offsets", "reset", "plan-zk", "plan-std", "--from-file", str(several), "--execute", *z)
+    assert layout.offsets("plan-zk") == {(topic, 0): 6, (topic, 1): 4}
+    assert _kafka_committed(cluster.brokers[0].bootstrap, "plan-std", topic, 2) == {0: 2, 1: 2}
+    no_group = metaq("offsets", "reset", "--from-file", str(single), *z)
+    assert no_group.returncode == 2 and "give a GROUP or --all-groups" in no_group.stderr
+
+    described = json.loads(ok("groups", "describe", "--all-groups", "--json", *z))["groups"]
+    by_group = {d["group"]: d for d in described}
+    assert {"plan-zk", "plan-std"} <= set(by_group)
+    text = ok("groups", "describe", "--all-groups", "--state", *z)
+    assert re.search(r"plan-std\s+broker 0\s+\S+\s+Empty\s+0", text) and re.search(r"plan-zk\s+zookeeper", text)
+
+    deleted = ok("groups", "delete", "--all-groups", *z)
+    assert "'plan-std'" in deleted and "'plan-zk'" in deleted and "failed" not in deleted
+    left = json.loads(ok("groups", "list", "--json", *z))["groups"]
+    assert not {"plan-zk", "plan-std"} & {g["group"] for g in left}

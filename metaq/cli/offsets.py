@@ -5,6 +5,8 @@
     metaq offsets export --group etl > etl.offsets                                      # Kafka's path:value lines
     metaq offsets import etl.offsets --execute
     metaq offsets delete etl --topic clicks:0,1                                         # as --delete-offsets
+    metaq offsets reset etl --topic clicks --to-latest --export > plan.csv              # Kafka's CSV plan
+    metaq offsets reset etl --from-file plan.csv --execute
 
 Resets and imports are dry runs unless ``--execute``, and are refused while a target group has live
 members unless ``--force``. New offsets of a reset are clamped to [log start, log end] with a note.
@@ -19,11 +21,14 @@ import sys
 from pathlib import Path
 
 from metaq.admin import Admin, OffsetChange, OffsetPlan, ResetSpec, format_offsets, parse_offsets, parse_topic_selection
-from metaq.admin.offsets import parse_datetime
+from metaq.admin.offsets import merge_plans, parse_datetime
 from metaq.admin.transfer import FORMATS, JSON, LINES
 from metaq.cli.output import (
     ProgressBar,
+    add_group_arguments,
     add_parser,
+    check_group_arguments,
+    chosen_groups,
     emit,
     int_arg,
     note,
@@ -32,7 +37,7 @@ from metaq.cli.output import (
     table,
     usage_error,
 )
-from metaq.errors import ConfigError, UnknownTopicError
+from metaq.errors import ConfigError, GroupNotFoundError, UnknownTopicError
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -40,7 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     _register_reset(actions)
     export = add_parser(actions, "export", "write committed offsets (all groups, or --group) to stdout or a file")
-    export.add_argument("--group", action="append", default=None, help="only this group (repeatable)")
+    chosen = export.add_mutually_exclusive_group()
+    chosen.add_argument("--group", action="append", default=None, help="only this group (repeatable)")
+    chosen.add_argument("--all-groups", action="store_true", help="every group (the default)")
     export.add_argument("--format", choices=FORMATS, default=None,
                         help="lines: Kafka ExportZkOffsets' path:value (default); json (also --json)")
     export.add_argument("--output", "-o", default="-", metavar="FILE", help="file to write (default stdout)")
@@ -69,8 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def _register_reset(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     reset = add_parser(actions, "reset", "move a group's offsets (a dry run unless --execute)")
-    reset.add_argument("group")
-    scope = reset.add_mutually_exclusive_group(required=True)
+    add_group_arguments(reset, several=True)
+    scope = reset.add_mutually_exclusive_group()
     scope.add_argument("--topic", action="append", metavar="TOPIC[:P,P]",
                        help="topic, optionally with partitions (repeatable)")
     scope.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
@@ -85,6 +92,11 @@ def _register_reset(actions: argparse._SubParsersAction) -> None:  # type: ignor
                       help="the first offset at or after now minus DURATION (ISO 8601: PT10M, P1DT2H)")
     mode.add_argument("--to-current", action="store_true",
                       help="the committed offset (the log end where there is none)")
+    mode.add_argument("--from-file", metavar="PLAN.CSV",
+                      help="the offsets of a CSV plan (--export's, or kafka-consumer-groups'); no --topic needed")
+    reset.add_argument("--export", action="store_true",
+                       help="print the plan as CSV (TOPIC,PARTITION,NEW-OFFSET lines; with GROUP first for "
+                            "several groups), as kafka-consumer-groups --export")
     reset.add_argument("--create-group", action="store_true",
                        help="allow a group that does not exist yet (to start a new group at a chosen offset)")
     _add_apply_options(reset)
@@ -92,7 +104,9 @@ def _register_reset(actions: argparse._SubParsersAction) -> None:  # type: ignor
 
 
 def _add_apply_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--execute", action="store_true", help="write the offsets (default: only show the plan)")
+    run = parser.add_mutually_exclusive_group()
+    run.add_argument("--execute", action="store_true", help="write the offsets (default: only show the plan)")
+    run.add_argument("--dry-run", action="store_true", help="only show the plan (the default)")
     parser.add_argument("--force", action="store_true", help="write even while the group has live members")
 
 
@@ -126,12 +140,41 @@ def topic_selection(texts: list[str]) -> dict[str, list[int] | None]:
 
 
 def _reset(args: argparse.Namespace) -> int:
+    """One plan for every group chosen; with several groups, one that has nothing to reset is skipped with a
+    note (as kafka-consumer-groups goes on past a group without a plan in --from-file)."""
+    named = check_group_arguments(args)
+    if args.from_file is None and not args.topic and not args.all_topics:
+        usage_error(args, "one of --topic, --all-topics or --from-file is required")
+    if args.from_file is not None and (args.topic or args.all_topics):
+        usage_error(args, "--from-file takes the partitions from the file: no --topic or --all-topics")
+    if args.export and args.json:
+        usage_error(args, "--export and --json contradict each other")
+    single = len(named) == 1
+    requested = None
+    if args.from_file is not None:
+        from metaq.admin.reset_csv import parse_reset_csv
+
+        text, source = _read_input(args.from_file)
+        requested = parse_reset_csv(text, source, group=named[0] if single else None)
     selection = topic_selection(args.topic or [])
-    spec = reset_spec(args)
+    spec = ResetSpec.to_current() if requested is not None else reset_spec(args)  # ignored with a file
     with open_admin(args) as admin:
-        plan = admin.plan_reset(args.group, selection, spec, create_group=args.create_group,
-                                all_topics=args.all_topics)
-        return _finish(admin, plan, args)
+        plans = []
+        for group in chosen_groups(args, admin):
+            if requested is not None and group not in requested:
+                note(f"Error: No reset plan for group {group} found")  # Kafka's words
+                continue
+            try:
+                plans.append(admin.plan_reset(group, selection, spec, create_group=args.create_group,
+                                              all_topics=args.all_topics,
+                                              requested=None if requested is None else requested[group]))
+            except (ConfigError, GroupNotFoundError) as e:
+                if single:
+                    raise
+                note(f"Note: group {group}: {e}; skipped")
+        if not plans:
+            raise ConfigError("no group has anything to reset")
+        return _finish(admin, merge_plans(plans), args, csv_with_group=not single)
 
 
 # -- delete -----------------------------------------------------------------------------------------------
@@ -235,13 +278,19 @@ def _write_file(path: Path, text: str) -> None:
 # -- plans ------------------------------------------------------------------------------------------------
 
 
-def _finish(admin: Admin, plan: OffsetPlan, args: argparse.Namespace) -> int:
-    """Show the plan; with --execute apply it (GroupActiveError, exit 1, when refused)."""
+def _finish(admin: Admin, plan: OffsetPlan, args: argparse.Namespace, *, csv_with_group: bool = False) -> int:
+    """Show the plan; with --execute apply it (GroupActiveError, exit 1, when refused). With --export the
+    plan is printed as kafka-consumer-groups prints it: its CSV and a line break (System.out.println)."""
     written: list[OffsetChange] = []
     kafka_groups: list[str] = []
     if args.execute:
         with ProgressBar("writing offsets", len(plan.writes)) as bar:
             written = admin.apply_plan(plan, force=args.force, progress=bar.update, kafka_groups=kafka_groups)
+    if getattr(args, "export", False):
+        from metaq.admin.reset_csv import format_reset_csv
+
+        print(format_reset_csv(plan.writes, with_group=csv_with_group))
+        return 0
     if args.json:
         print_json({"executed": bool(args.execute), "written": len(written), "kafka_groups": kafka_groups,
                     **plan.to_json()})

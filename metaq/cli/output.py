@@ -127,6 +127,31 @@ def open_admin(args: argparse.Namespace) -> Admin:
     return Admin.connect(connect, timeout_ms=timeout_ms, security=security, zk_security=zk_security(args))
 
 
+def add_group_arguments(parser: argparse.ArgumentParser, *, several: bool = False) -> None:
+    """The GROUP argument(s) and ``--all-groups`` (kafka-consumer-groups' option): one of them is needed."""
+    parser.add_argument("group", nargs="*" if several else "?", metavar="GROUP",
+                        help="the group" + ("(s)" if several else "") + " (or --all-groups)")
+    parser.add_argument("--all-groups", action="store_true",
+                        help="every group (those under /consumers and those the brokers coordinate)")
+
+
+def chosen_groups(args: argparse.Namespace, admin: Admin) -> list[str]:
+    """The groups a command applies to: those named, or with ``--all-groups`` every group ``groups list``
+    shows that could be read (exit 2 for both or neither)."""
+    named = check_group_arguments(args)
+    if named:
+        return named
+    return [s.group for s in admin.group_listing().groups if s.error is None]
+
+
+def check_group_arguments(args: argparse.Namespace) -> list[str]:
+    """The groups named (exit 2 unless either some or ``--all-groups``), checked before connecting."""
+    named: list[str] = args.group if isinstance(args.group, list) else [args.group] if args.group else []
+    if bool(named) == bool(args.all_groups):
+        usage_error(args, "give a GROUP or --all-groups" if not named else "give either GROUP or --all-groups")
+    return named
+
+
 def quiet_libraries() -> None:
     """kazoo logs every failed connection attempt as a warning; the command's own error says it once."""
     if logging.getLogger().getEffectiveLevel() > logging.INFO:
