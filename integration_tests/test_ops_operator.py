@@ -342,3 +342,43 @@ def test_all_groups_and_csv_reset_plans(cluster: BrokerCluster, layout: ZkLayout
     assert "'plan-std'" in deleted and "'plan-zk'" in deleted and "failed" not in deleted
     left = json.loads(ok("groups", "list", "--json", *z))["groups"]
     assert not {"plan-zk", "plan-std"} & {g["group"] for g in left}
+
+
+def test_bootstrap_server_mode_sees_what_the_brokers_know(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    """``--bootstrap-server`` instead of ``--zookeeper`` for topics and broker groups (as Kafka's tools moved to):
+    the same topics, partitions, group offsets and lookups as through ZooKeeper; a reset commits at the coordinator
+    only; ZooKeeper groups are not seen; the errors name the option at fault."""
+    topic = _topic(cluster, layout, "bsmode", 2)
+    _produce(cluster.zk_connect, topic, 0, 5)
+    bootstrap = cluster.brokers[0].bootstrap
+    _protocol_group(bootstrap, "bs-std", topic, {0: 3, 1: 0})
+    layout.write_offset("bs-zk", topic, 0, 1)
+    z, b = ["--zookeeper", cluster.zk_connect], ["--bootstrap-server", bootstrap]
+
+    def both(*args: str) -> tuple[Any, Any]:
+        return json.loads(ok(*args, "--json", *z)), json.loads(ok(*args, "--json", *b))
+
+    via_zk, via_brokers = both("topics", "list")
+    assert via_brokers == via_zk and topic in {t["topic"] for t in via_brokers["topics"]}
+    via_zk, via_brokers = both("topics", "describe", topic)
+    assert [d["partitions"] for d in via_brokers["topics"]] == [d["partitions"] for d in via_zk["topics"]]
+    via_zk, via_brokers = both("groups", "describe", "bs-std")
+    assert via_brokers["partitions"] == via_zk["partitions"] and len(via_brokers["partitions"]) == 2
+    assert ok("offsets", "lookup", "--topic", topic, "--time", "latest", *b) == f"{topic}:0:5\n{topic}:1:0\n"
+    listed = {g["group"] for g in json.loads(ok("groups", "list", "--json", *b))["groups"]}
+    assert "bs-std" in listed and "bs-zk" not in listed  # ZooKeeper groups live in ZooKeeper only
+
+    ok("offsets", "reset", "bs-std", "--topic", topic, "--to-earliest", "--execute", *b)
+    assert _kafka_committed(bootstrap, "bs-std", topic, 2) == {0: 0, 1: 0}
+    assert not layout.group_exists("bs-std")  # brokers only: nothing written to ZooKeeper
+
+    both_given = metaq("groups", "list", *b, *z)
+    assert both_given.returncode == 2 and "either --bootstrap-server or --zookeeper" in both_given.stderr
+    owners = metaq("owners", "bs-zk", *b)
+    assert owners.returncode == 2 and "--bootstrap-server" in owners.stderr  # a ZooKeeper-only command
+    malformed = metaq("topics", "list", "--bootstrap-server", "localhost")
+    assert malformed.returncode == 1 and "--bootstrap-server 'localhost': expected HOST:PORT" in malformed.stderr
+    nobody = metaq("topics", "list", "--bootstrap-server", "127.0.0.1:1")
+    assert nobody.returncode == 1 and "--bootstrap-server 127.0.0.1:1: no broker answered" in nobody.stderr
+    created = metaq("offsets", "reset", "bs-new", "--topic", topic, "--to-latest", "--create-group", *b)
+    assert created.returncode == 2 and "--create-group needs --zookeeper" in created.stderr

@@ -42,9 +42,11 @@ PARTITION_HEADERS = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("groups", help="list and describe consumer groups (lag, owners, commit times)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    listing = add_parser(actions, "list", "list every group under /consumers and every group a broker coordinates")
+    listing = add_parser(actions, "list", "list every group under /consumers and every group a broker coordinates",
+                         bootstrap=True)
     listing.set_defaults(func=_list)
-    describe = add_parser(actions, "describe", "per-partition offset, log end, lag, owner and last commit")
+    describe = add_parser(actions, "describe", "per-partition offset, log end, lag, owner and last commit",
+                          bootstrap=True)
     add_group_arguments(describe)
     describe.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
     describe.add_argument("--stalled-after-s", type=float, default=DEFAULT_STALL_AFTER_MS / 1000, metavar="S",
@@ -57,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                       help="one line per member with its #partitions (kafka-consumer-groups --describe --members)")
     describe.add_argument("--verbose", action="store_true", help="with --members: each member's assignment")
     describe.set_defaults(func=_describe)
-    delete = add_parser(actions, "delete", "delete a group without members: /consumers/GROUP and/or at its coordinator")
+    delete = add_parser(actions, "delete", "delete a group without members: /consumers/GROUP and/or at its coordinator",
+                        bootstrap=True)
     add_group_arguments(delete)
     delete.set_defaults(func=_delete)
 

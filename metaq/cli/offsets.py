@@ -44,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("offsets", help="reset, export and import committed offsets")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     _register_reset(actions)
-    export = add_parser(actions, "export", "write committed offsets (all groups, or --group) to stdout or a file")
+    export = add_parser(actions, "export", "write committed offsets (all groups, or --group) to stdout or a file",
+                        bootstrap=True)
     chosen = export.add_mutually_exclusive_group()
     chosen.add_argument("--group", action="append", default=None, help="only this group (repeatable)")
     chosen.add_argument("--all-groups", action="store_true", help="every group (the default)")
@@ -52,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         help="lines: Kafka ExportZkOffsets' path:value (default); json (also --json)")
     export.add_argument("--output", "-o", default="-", metavar="FILE", help="file to write (default stdout)")
     export.set_defaults(func=_export)
-    lookup = add_parser(actions, "lookup", "the offsets of a time, or the log start/end, per partition (kcat -Q)")
+    lookup = add_parser(actions, "lookup", "the offsets of a time, or the log start/end, per partition (kcat -Q)",
+                        bootstrap=True)
     lookup.add_argument("--topic", action="append", required=True, metavar="TOPIC[:P,P]",
                         help="topic, optionally with partitions (repeatable)")
     lookup.add_argument("--time", default="latest", metavar="earliest|latest|MS|ISO8601",
@@ -60,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                              "a UTC offset), or the log start/end (default latest)")
     lookup.set_defaults(func=_lookup)
     delete = add_parser(actions, "delete", "delete a group's committed offsets (kafka-consumer-groups "
-                        "--delete-offsets)")
+                        "--delete-offsets)", bootstrap=True)
     delete.add_argument("group")
     delete.add_argument("--topic", action="append", required=True, metavar="TOPIC[:P,P]",
                         help="topic, optionally with partitions (repeatable)")
@@ -75,7 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _register_reset(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    reset = add_parser(actions, "reset", "move a group's offsets (a dry run unless --execute)")
+    reset = add_parser(actions, "reset", "move a group's offsets (a dry run unless --execute)",
+                       bootstrap=True)
     add_group_arguments(reset, several=True)
     scope = reset.add_mutually_exclusive_group()
     scope.add_argument("--topic", action="append", metavar="TOPIC[:P,P]",
@@ -149,6 +152,9 @@ def _reset(args: argparse.Namespace) -> int:
         usage_error(args, "--from-file takes the partitions from the file: no --topic or --all-topics")
     if args.export and args.json:
         usage_error(args, "--export and --json contradict each other")
+    if args.create_group and args.bootstrap_server:
+        usage_error(args, "--create-group needs --zookeeper (a new group's offsets are written there); with "
+                          "--bootstrap-server a group must have committed offsets at its coordinator")
     single = len(named) == 1
     requested = None
     if args.from_file is not None:

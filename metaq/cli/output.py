@@ -50,10 +50,15 @@ def common_options(*, json_output: bool = True) -> argparse.ArgumentParser:
 
 
 def add_parser(actions: argparse._SubParsersAction, name: str, help_text: str,  # type: ignore[type-arg]
-               *, json_output: bool = True) -> argparse.ArgumentParser:
-    """A sub-command with the common options; it remembers itself so that usage errors can exit 2."""
+               *, json_output: bool = True, bootstrap: bool = False) -> argparse.ArgumentParser:
+    """A sub-command with the common options; it remembers itself so that usage errors can exit 2.
+    ``bootstrap``: it also works with ``--bootstrap-server`` alone (brokers only, no ZooKeeper)."""
     parser: argparse.ArgumentParser = actions.add_parser(name, help=help_text, description=help_text,
                                                          parents=[common_options(json_output=json_output)])
+    if bootstrap:
+        parser.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                            help="talk to the brokers only, as Kafka's tools do (no ZooKeeper: its groups and "
+                                 "owners are not seen); instead of --zookeeper/--config")
     parser.set_defaults(_parser=parser)
     return parser
 
@@ -67,7 +72,8 @@ def usage_error(args: argparse.Namespace, message: str) -> None:
 def connect_string(args: argparse.Namespace) -> tuple[str, int | None]:
     """``--zookeeper`` or the config file's ``zookeeper.connect`` (exit 2 when neither is given)."""
     if not args.zookeeper and not args.config:
-        usage_error(args, "one of --zookeeper or --config is required")
+        usage_error(args, "one of --zookeeper or --config is required" if not hasattr(args, "bootstrap_server")
+                    else "one of --zookeeper, --config or --bootstrap-server is required")
     quiet_libraries()
     connect, file_timeout = resolve_connect(args.zookeeper, args.config)
     return connect, args.zookeeper_timeout_ms or file_timeout
@@ -123,6 +129,14 @@ def apply_overrides(props: dict[str, Any], args: argparse.Namespace, timeout_ms:
 
 def open_admin(args: argparse.Namespace) -> Admin:
     security = command_security(args)  # before connecting: a bad file is reported first
+    bootstrap = getattr(args, "bootstrap_server", None)
+    if bootstrap is not None:
+        if args.zookeeper or args.config:
+            usage_error(args, "give either --bootstrap-server or --zookeeper/--config, not both")
+        quiet_libraries()
+        from metaq.admin.bootstrap import BootstrapLayout, as_layout
+
+        return Admin(as_layout(BootstrapLayout.connect(bootstrap, security)), security=security)
     connect, timeout_ms = connect_string(args)
     return Admin.connect(connect, timeout_ms=timeout_ms, security=security, zk_security=zk_security(args))
 
