@@ -382,3 +382,45 @@ def test_bootstrap_server_mode_sees_what_the_brokers_know(cluster: BrokerCluster
     assert nobody.returncode == 1 and "--bootstrap-server 127.0.0.1:1: no broker answered" in nobody.stderr
     created = metaq("offsets", "reset", "bs-new", "--topic", topic, "--to-latest", "--create-group", *b)
     assert created.returncode == 2 and "--create-group needs --zookeeper" in created.stderr
+
+
+def test_console_consumer_include_format_and_exit_codes(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    """console-consumer ``--include REGEX`` reads every matching topic, ``--format`` prints what kcat's ``-f``
+    prints for the same messages, and ``--max-messages``/``--timeout-ms`` end as Kafka 3.9.2's console consumer
+    does on the same broker (exit 0, ``Processed a total of N messages``, the same values)."""
+    from metaq.testing.apache_kafka import V3_9, run_kafka_tool
+
+    topics = [_topic(cluster, layout, name, 1) for name in ("incl-a", "incl-b", "other-c")]
+    for i, topic in enumerate(topics):
+        _produce(cluster.zk_connect, topic, 0, 2 + i)
+    z, bootstrap = ["--zookeeper", cluster.zk_connect], cluster.brokers[0].bootstrap
+    fmt = "%t %p %o %k %S %s\\n"
+    ours = ok("console-consumer", "--topic", "incl-b", "--from-beginning", "--timeout-ms", "3000", "--format", fmt,
+              *z)
+    kcat = subprocess.run([KCAT, "-b", bootstrap, "-C", "-t", "incl-b", "-o", "beginning", "-e", "-q", "-f", fmt],
+                          capture_output=True, text=True, timeout=60)
+    assert kcat.returncode == 0, kcat.stderr
+    assert ours == kcat.stdout and len(ours.splitlines()) == 3
+
+    included = metaq("console-consumer", "--include", "incl-.*", "--from-beginning", "--timeout-ms", "3000",
+                     "--format", "%t:%s\\n", *z)
+    assert included.returncode == 0 and "Processed a total of 5 messages" in included.stderr
+    assert sorted(included.stdout.split()) == sorted([f"incl-a:m{i}" for i in range(2)] +
+                                                     [f"incl-b:m{i}" for i in range(3)])
+
+    kafka = run_kafka_tool(V3_9, "kafka-console-consumer", [
+        "--bootstrap-server", bootstrap, "--include", "incl-.*", "--from-beginning", "--max-messages", "4",
+        "--timeout-ms", "20000", "--group", "kafka-console"])
+    mine = metaq("console-consumer", "--include", "incl-.*", "--from-beginning", "--max-messages", "4",
+                 "--timeout-ms", "20000", *z)
+    assert (mine.returncode, kafka.returncode) == (0, 0), kafka.stderr
+    assert "Processed a total of 4 messages" in kafka.stderr and "Processed a total of 4 messages" in mine.stderr
+    everything = {f"m{i}" for i in range(3)}
+    assert len(mine.stdout.split()) == len(kafka.stdout.split()) == 4 and set(mine.stdout.split()) <= everything
+    kafka = run_kafka_tool(V3_9, "kafka-console-consumer", [
+        "--bootstrap-server", bootstrap, "--topic", "other-c", "--from-beginning", "--timeout-ms", "10000"])
+    mine = metaq("console-consumer", "--topic", "other-c", "--from-beginning", "--timeout-ms", "10000", *z)
+    assert (mine.returncode, kafka.returncode) == (0, 0) and mine.stdout.split() == kafka.stdout.split() == [
+        f"m{i}" for i in range(4)]
+    bad = metaq("console-consumer", "--include", "incl-.*", "--partition", "0", *z)
+    assert bad.returncode == 2 and "--partition needs --topic" in bad.stderr
