@@ -17,10 +17,8 @@ registrations.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from metaq.admin import GroupDescription, GroupSummary, Member, PartitionLag
-from metaq.admin.broker_groups import CoordinatorGroup
-from metaq.admin.groups import DEFAULT_STALL_AFTER_MS, GroupDeletion, zookeeper_state
 from metaq.cli.output import (
     add_group_arguments,
     add_parser,
@@ -33,6 +31,11 @@ from metaq.cli.output import (
     table,
     when,
 )
+
+if TYPE_CHECKING:  # the group tools import the Kafka clients: `metaq groups --help` should not wait for them
+    from metaq.admin import GroupDescription, GroupSummary, Member, PartitionLag
+    from metaq.admin.broker_groups import CoordinatorGroup
+    from metaq.admin.groups import GroupDeletion
 from metaq.errors import MetaqError
 
 PARTITION_HEADERS = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER", "LAST-COMMIT",
@@ -49,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                           bootstrap=True)
     add_group_arguments(describe)
     describe.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
-    describe.add_argument("--stalled-after-s", type=float, default=DEFAULT_STALL_AFTER_MS / 1000, metavar="S",
+    describe.add_argument("--stalled-after-s", type=float, default=None, metavar="S",
                           help="flag STALLED when lag > 0 and no commit for this long (default 600)")
     view = describe.add_mutually_exclusive_group()
     view.add_argument("--state", action="store_true",
@@ -87,8 +90,8 @@ def _describe(args: argparse.Namespace) -> int:
     check_group_arguments(args)
     with open_admin(args) as admin:
         groups = chosen_groups(args, admin)
-        descriptions = [admin.describe_group(group, topics=args.topic,
-                                             stall_after_ms=int(args.stalled_after_s * 1000)) for group in groups]
+        stall_ms = None if args.stalled_after_s is None else int(args.stalled_after_s * 1000)
+        descriptions = [admin.describe_group(group, topics=args.topic, stall_after_ms=stall_ms) for group in groups]
     if not args.all_groups:
         _print_description(args, descriptions[0])
     elif args.json:
@@ -144,6 +147,8 @@ MEMBER_KEYS = ["group", "consumer_id", "host", "client_id", "partitions"]
 def state_rows(d: GroupDescription) -> list[tuple[object, ...]]:
     """--state: a coordinator's group as Kafka prints it; a ZooKeeper group with coordinator ``zookeeper``
     (members balance themselves: no coordinator, and the strategy is each member's own setting, not shown)."""
+    from metaq.admin.groups import zookeeper_state
+
     rows: list[tuple[object, ...]] = []
     if d.members or d.protocol is None:
         rows.append((d.group, "zookeeper", None, zookeeper_state(len(d.members)), len(d.members)))

@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from metaq.admin import Admin, OffsetChange, OffsetPlan, ResetSpec, format_offsets, parse_offsets, parse_topic_selection
-from metaq.admin.offsets import merge_plans, parse_datetime
-from metaq.admin.transfer import FORMATS, JSON, LINES
 from metaq.cli.output import (
     ProgressBar,
     add_group_arguments,
@@ -38,6 +36,12 @@ from metaq.cli.output import (
     usage_error,
 )
 from metaq.errors import ConfigError, GroupNotFoundError, UnknownTopicError
+
+if TYPE_CHECKING:  # the offset tools import the Kafka clients: `metaq offsets --help` should not wait for them
+    from metaq.admin import Admin, OffsetChange, OffsetPlan, ResetSpec
+
+LINES, JSON = "lines", "json"
+FORMATS = (LINES, JSON)  # metaq.admin.transfer's (tests/test_cli_startup.py checks they agree)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -117,6 +121,8 @@ def _add_apply_options(parser: argparse.ArgumentParser) -> None:
 
 
 def reset_spec(args: argparse.Namespace) -> ResetSpec:
+    from metaq.admin.offsets import ResetSpec
+
     if args.to_earliest:
         return ResetSpec.earliest()
     if args.to_latest:
@@ -134,6 +140,8 @@ def reset_spec(args: argparse.Namespace) -> ResetSpec:
 
 def topic_selection(texts: list[str]) -> dict[str, list[int] | None]:
     """``--topic T[:P,P]`` options merged per topic (None: every partition)."""
+    from metaq.admin.offsets import parse_topic_selection
+
     selection: dict[str, list[int] | None] = {}
     for text in texts:
         topic, partitions = parse_topic_selection(text)
@@ -145,6 +153,8 @@ def topic_selection(texts: list[str]) -> dict[str, list[int] | None]:
 def _reset(args: argparse.Namespace) -> int:
     """One plan for every group chosen; with several groups, one that has nothing to reset is skipped with a
     note (as kafka-consumer-groups goes on past a group without a plan in --from-file)."""
+    from metaq.admin.offsets import ResetSpec, merge_plans
+
     named = check_group_arguments(args)
     if args.from_file is None and not args.topic and not args.all_topics:
         usage_error(args, "one of --topic, --all-topics or --from-file is required")
@@ -202,6 +212,8 @@ def _delete(args: argparse.Namespace) -> int:
 def _lookup(args: argparse.Namespace) -> int:
     """Kafka's GetOffsetShell prints ``topic:partition:offset``; kcat -Q the same per partition. For a time
     after the last record, the log end (as Kafka's ListOffsets answers -1 and its tools then reset to the end)."""
+    from metaq.admin.offsets import parse_datetime
+
     when = args.time.strip().lower()
     with open_admin(args) as admin:
         keys = [(t, p) for t, partitions in _selection(args.topic, admin).items() for p in partitions]
@@ -222,6 +234,7 @@ def _lookup(args: argparse.Namespace) -> int:
 def _selection(texts: list[str], admin: Admin) -> dict[str, list[int]]:
     """``--topic T[:P,P]`` options as topic -> partitions (every partition of the topic when none is given)."""
     from metaq.admin.groups import topic_partitions
+    from metaq.admin.offsets import parse_topic_selection
 
     chosen: dict[str, list[int] | None] = {}
     for text in texts:
@@ -239,6 +252,8 @@ def _selection(texts: list[str], admin: Admin) -> dict[str, list[int]]:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from metaq.admin.transfer import format_offsets
+
     fmt = args.format or (JSON if args.json else LINES)
     if args.json and args.format == LINES:
         usage_error(args, "--json and --format lines contradict each other")
@@ -257,6 +272,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
+    from metaq.admin.transfer import parse_offsets
+
     text, source = _read_input(args.file)
     records = parse_offsets(text, source, args.format)
     with open_admin(args) as admin:

@@ -17,14 +17,14 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from metaq.admin.client import Admin, resolve_connect
-from metaq.admin.timefmt import format_ms
-from metaq.client.security import SecurityConfig
-from metaq.config import load_properties
 from metaq.errors import ConfigError
-from metaq.zksecurity import ZOOKEEPER_CLIENT_KEYS, ZooKeeperSecurity, security_from_properties
+
+if TYPE_CHECKING:  # imported where used: they bring in kazoo and ssl, which `metaq groups --help` never needs
+    from metaq.admin.client import Admin
+    from metaq.client.security import SecurityConfig
+    from metaq.zksecurity import ZooKeeperSecurity
 
 Row = Sequence[object]
 
@@ -71,6 +71,8 @@ def usage_error(args: argparse.Namespace, message: str) -> None:
 
 def connect_string(args: argparse.Namespace) -> tuple[str, int | None]:
     """``--zookeeper`` or the config file's ``zookeeper.connect`` (exit 2 when neither is given)."""
+    from metaq.admin.client import resolve_connect
+
     if not args.zookeeper and not args.config:
         usage_error(args, "one of --zookeeper or --config is required" if not hasattr(args, "bootstrap_server")
                     else "one of --zookeeper, --config or --bootstrap-server is required")
@@ -82,6 +84,9 @@ def connect_string(args: argparse.Namespace) -> tuple[str, int | None]:
 def zk_security_properties(args: argparse.Namespace) -> dict[str, str]:
     """The ``zookeeper.*`` security keys of ``--config`` overridden by those of ``--zk-config`` (all of that
     file's keys must be ZooKeeper client keys: it is about nothing else)."""
+    from metaq.config import load_properties
+    from metaq.zksecurity import ZOOKEEPER_CLIENT_KEYS
+
     picked = {k: v for k, v in (load_properties(args.config) if args.config else {}).items()
               if k in ZOOKEEPER_CLIENT_KEYS}
     if getattr(args, "zk_config", None):
@@ -95,11 +100,16 @@ def zk_security_properties(args: argparse.Namespace) -> dict[str, str]:
 
 
 def zk_security(args: argparse.Namespace) -> ZooKeeperSecurity:
+    from metaq.zksecurity import security_from_properties
+
     return security_from_properties(zk_security_properties(args))
 
 
 def command_properties(args: argparse.Namespace) -> dict[str, str]:
     """The ``--command-config`` file's properties (checked: only the security keys are allowed)."""
+    from metaq.client.security import SecurityConfig
+    from metaq.config import load_properties
+
     path = getattr(args, "command_config", None)
     if not path:
         return {}
@@ -113,6 +123,8 @@ def command_properties(args: argparse.Namespace) -> dict[str, str]:
 
 def command_security(args: argparse.Namespace) -> SecurityConfig:
     """How this command reaches the brokers (``--command-config``; PLAINTEXT without one)."""
+    from metaq.client.security import SecurityConfig
+
     return SecurityConfig.from_properties(command_properties(args))
 
 
@@ -128,6 +140,8 @@ def apply_overrides(props: dict[str, Any], args: argparse.Namespace, timeout_ms:
 
 
 def open_admin(args: argparse.Namespace) -> Admin:
+    from metaq.admin.client import Admin
+
     security = command_security(args)  # before connecting: a bad file is reported first
     bootstrap = getattr(args, "bootstrap_server", None)
     if bootstrap is not None:
@@ -213,6 +227,8 @@ def note(message: str) -> None:
 
 def when(ms: int | None) -> str:
     """A commit or claim time for a table: ISO 8601 UTC to the second."""
+    from metaq.admin.timefmt import format_ms
+
     return "-" if ms is None else format_ms(ms)[:19] + "Z"
 
 
