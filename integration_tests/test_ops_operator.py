@@ -1,7 +1,8 @@
 """What an operator meets in the ops tools, against one real ZooKeeper chroot and broker shared by the module:
 ``acls list`` without a filter, a forced ``offsets reset`` that a live member applies at once (and says so),
 ``groups describe`` of a member that has not committed yet, ``offsets export`` of a broker-coordinated group, and
-``groups list`` STATE in Kafka's names for both kinds of group.
+``groups list`` STATE in Kafka's names for both kinds of group; ``--all-groups`` and CSV reset plans,
+``--bootstrap-server`` mode, and console-consumer ``--include``/``--format`` beside kcat and Kafka's console consumer.
 """
 
 from __future__ import annotations
@@ -302,7 +303,7 @@ def test_topics_alter_adds_partitions(cluster: BrokerCluster, layout: ZkLayout) 
 def test_all_groups_and_csv_reset_plans(cluster: BrokerCluster, layout: ZkLayout, tmp_path: Path) -> None:
     """``--all-groups`` (describe, reset, delete) over both kinds of group, and a reset plan exported as
     kafka-consumer-groups' CSV then applied with --from-file: one group's TOPIC,PARTITION,NEW-OFFSET lines, and
-    GROUP-prefixed lines for several. Last in the module: it deletes every group."""
+    GROUP-prefixed lines for several. It deletes every group: the tests after it make their own."""
     topic = _topic(cluster, layout, "plans", 2)
     _produce(cluster.zk_connect, topic, 0, 6)
     _produce(cluster.zk_connect, topic, 1, 4)
