@@ -303,7 +303,7 @@ def test_topics_alter_adds_partitions(cluster: BrokerCluster, layout: ZkLayout) 
 def test_all_groups_and_csv_reset_plans(cluster: BrokerCluster, layout: ZkLayout, tmp_path: Path) -> None:
     """``--all-groups`` (describe, reset, delete) over both kinds of group, and a reset plan exported as
     kafka-consumer-groups' CSV then applied with --from-file: one group's TOPIC,PARTITION,NEW-OFFSET lines, and
-    GROUP-prefixed lines for several. It deletes every group: the tests after it make their own."""
+    GROUP-prefixed lines for several. It deletes every group without members: the tests after it make their own."""
     topic = _topic(cluster, layout, "plans", 2)
     _produce(cluster.zk_connect, topic, 0, 6)
     _produce(cluster.zk_connect, topic, 1, 4)
@@ -339,10 +339,15 @@ def test_all_groups_and_csv_reset_plans(cluster: BrokerCluster, layout: ZkLayout
     text = ok("groups", "describe", "--all-groups", "--state", *z)
     assert re.search(r"plan-std\s+broker 0\s+\S+\s+Empty\s+0", text) and re.search(r"plan-zk\s+zookeeper", text)
 
-    deleted = ok("groups", "delete", "--all-groups", *z)
-    assert "'plan-std'" in deleted and "'plan-zk'" in deleted and "failed" not in deleted
-    left = json.loads(ok("groups", "list", "--json", *z))["groups"]
-    assert not {"plan-zk", "plan-std"} & {g["group"] for g in left}
+    layout.register_consumer("plan-live", "plan-live_host-1", TopicCount({topic: 1}, "static", 0))
+    deleted = metaq("groups", "delete", "--all-groups", *z)  # refused for groups with members, as Kafka's
+    assert deleted.returncode == 1, deleted.stderr
+    done_line = next(line for line in deleted.stdout.splitlines() if line.startswith("Deletion of requested"))
+    assert "'plan-std'" in done_line and "'plan-zk'" in done_line and "'plan-live'" not in done_line
+    assert "Deletion of some consumer groups failed:" in deleted.stdout
+    assert "* Group 'plan-live' could not be deleted due to: " in deleted.stdout
+    left = {g["group"] for g in json.loads(ok("groups", "list", "--json", *z))["groups"]}
+    assert "plan-live" in left and not {"plan-zk", "plan-std"} & left
 
 
 def test_bootstrap_server_mode_sees_what_the_brokers_know(cluster: BrokerCluster, layout: ZkLayout) -> None:
