@@ -22,12 +22,12 @@ from typing import Any
 import confluent_kafka
 import pytest
 
-from integration_tests.peers import Msg, confluent_consume
+from integration_tests.peers import Msg, confluent_committed, confluent_consume
 from metaq.cli.main import main as cli_main
 from metaq.consumer import Consumer
 from metaq.errors import MetaqError
 from metaq.producer import Producer
-from metaq.testing.apache_kafka import V1_1, ApacheKafkaBroker, kafka_matrix
+from metaq.testing.apache_kafka import V1_1, V3_9, ApacheKafkaBroker, kafka_matrix
 from metaq.testing.group import consume_and_commit
 from zk_layout import ZkLayout
 
@@ -201,6 +201,81 @@ def test_group_tools(kafka_broker: ApacheKafkaBroker, kafka_zk_layout: ZkLayout,
     assert kafka_zk_layout.offsets(group) == {(topic, p): committed[p] for p in range(3)}
     idle = ok_json("groups", "describe", group, "--zookeeper", zk)
     assert not idle["active"] and [r["lag"] for r in idle["partitions"]] == [lag[p] for p in range(3)]
+
+
+def _commit(broker: ApacheKafkaBroker, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """A broker-coordinated group without members (Empty) holding ``offsets`` (a standard client's commit)."""
+    consumer = confluent_kafka.Consumer({**broker.librdkafka_config(), "group.id": group})
+    try:
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, p, o) for p, o in offsets.items()],
+                        asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def _kafka_describe_rows(out: str, group: str) -> dict[tuple[str, int], tuple[str, str, str]]:
+    """kafka-consumer-groups --describe: (TOPIC, PARTITION) -> (CURRENT-OFFSET, LOG-END-OFFSET, LAG)."""
+    rows = {}
+    for cells in (line.split() for line in out.splitlines()):
+        if len(cells) >= 6 and cells[0] == group and cells[2].isdigit():
+            rows[(cells[1], int(cells[2]))] = (cells[3], cells[4], cells[5])
+    return rows
+
+
+@kafka_matrix("metaq groups describe and CSV reset plans beside kafka-consumer-groups", versions=[V3_9])
+def test_group_commands_beside_kafka_consumer_groups(kafka_broker: ApacheKafkaBroker, tmp_path: Path) -> None:
+    """The same broker groups through metaq and Kafka's kafka-consumer-groups: --describe's offsets, log ends and
+    lags agree (also --all-groups); --export plans are the same bytes (one group; GROUP-prefixed for several),
+    and a plan exported by either tool, applied by the other, leaves the offsets the plan says (Kafka decides:
+    its describe and a standard client read them back)."""
+    zk, topic = kafka_broker.zk_connect, "plans"
+    kafka_broker.create_topic(topic, partitions=3)
+    produce(kafka_broker, topic, {0: 10, 1: 20, 2: 30})
+    _commit(kafka_broker, "side-a", topic, {0: 4, 1: 5, 2: 6})
+    _commit(kafka_broker, "side-b", topic, {0: 1, 1: 2})
+    cg = ["--bootstrap-server", kafka_broker.bootstrap]
+
+    def kafka_describe(*args: str) -> str:
+        return kafka_ok(kafka_broker, "kafka-consumer-groups", [*cg, "--describe", *args])
+
+    for group in ("side-a", "side-b"):
+        theirs = _kafka_describe_rows(kafka_describe("--group", group), group)
+        ours = {(r["topic"], r["partition"]): (str(r["offset"]), str(r["log_end_offset"]), str(r["lag"]))
+                for r in ok_json("groups", "describe", group, "--zookeeper", zk)["partitions"]}
+        assert ours == theirs and len(theirs) == (3 if group == "side-a" else 2)
+    everyone = kafka_describe("--all-groups")
+    ours_all = {d["group"]: d for d in ok_json("groups", "describe", "--all-groups", "--zookeeper", zk)["groups"]}
+    for group in ("side-a", "side-b"):
+        assert {(r["topic"], r["partition"]): (str(r["offset"]), str(r["log_end_offset"]), str(r["lag"]))
+                for r in ours_all[group]["partitions"]} == _kafka_describe_rows(everyone, group)
+
+    def kafka_plan(*args: str) -> str:
+        return kafka_ok(kafka_broker, "kafka-consumer-groups", [*cg, "--reset-offsets", *args])
+
+    for mode in (["--to-earliest"], ["--shift-by", "-3"], ["--to-offset", "25"], ["--to-latest"]):
+        theirs = kafka_plan("--group", "side-a", "--topic", topic, *mode, "--export", "--dry-run")
+        ours = ok("offsets", "reset", "side-a", "--topic", topic, *mode, "--export", "--zookeeper", zk)
+        assert sorted(ours.split("\n")) == sorted(theirs.split("\n")) and ours.endswith("\n\n"), (mode, ours, theirs)
+    theirs = kafka_plan("--group", "side-a", "--group", "side-b", "--topic", f"{topic}:0,1", "--shift-by", "2",
+                        "--export", "--dry-run")
+    ours = ok("offsets", "reset", "side-a", "side-b", "--topic", f"{topic}:0,1", "--shift-by", "2", "--export",
+              "--zookeeper", zk)
+    assert sorted(ours.split("\n")) == sorted(theirs.split("\n")) and ours.count(",") == 4 * 3
+
+    # metaq's plan applied by Kafka's tool
+    plan = tmp_path / "metaq.csv"
+    plan.write_text(ok("offsets", "reset", "side-a", "--topic", topic, "--shift-by", "-2", "--export",
+                       "--zookeeper", zk))
+    kafka_plan("--group", "side-a", "--from-file", str(plan), "--execute")
+    assert confluent_committed(kafka_broker.bootstrap, "side-a", topic, 3) == {0: 2, 1: 3, 2: 4}
+    # Kafka's plan (two groups: GROUP-prefixed) applied by metaq
+    plan = tmp_path / "kafka.csv"
+    plan.write_text(kafka_plan("--group", "side-a", "--group", "side-b", "--topic", topic, "--to-offset", "7",
+                               "--export", "--dry-run"))
+    ok("offsets", "reset", "side-a", "side-b", "--from-file", str(plan), "--execute", "--zookeeper", zk)
+    for group in ("side-a", "side-b"):
+        assert confluent_committed(kafka_broker.bootstrap, group, topic, 3) == {0: 7, 1: 7, 2: 7}
+        assert {v[0] for v in _kafka_describe_rows(kafka_describe("--group", group), group).values()} == {"7"}
 
 
 # -- topics and console tools -------------------------------------------------------------------------------------

@@ -438,7 +438,8 @@ def test_errors_exit_codes_and_messages(broker, make_topic, zk_connect: str, tmp
     assert "topic 'nope' does not exist" in fails(1, "console-consumer", "--topic", "nope", "--partition", "0", *z)
     assert "already exists" in fails(1, "topics", "create", "--topic", "known", *z)
 
-    assert "one of --zookeeper or --config is required" in fails(2, "groups", "list")
+    assert "one of --zookeeper, --config or --bootstrap-server is required" in fails(2, "groups", "list")
+    assert "one of --zookeeper or --config is required" in fails(2, "owners", "g")  # no brokers-only mode
     assert "one of the arguments --to-earliest" in fails(2, "offsets", "reset", "g", "--topic", "known", *z)
     assert "invalid choice" in fails(2, "groups", "frobnicate")
 

@@ -1,7 +1,8 @@
 """What an operator meets in the ops tools, against one real ZooKeeper chroot and broker shared by the module:
 ``acls list`` without a filter, a forced ``offsets reset`` that a live member applies at once (and says so),
 ``groups describe`` of a member that has not committed yet, ``offsets export`` of a broker-coordinated group, and
-``groups list`` STATE in Kafka's names for both kinds of group.
+``groups list`` STATE in Kafka's names for both kinds of group; ``--all-groups`` and CSV reset plans,
+``--bootstrap-server`` mode, and console-consumer ``--include``/``--format`` beside kcat and Kafka's console consumer.
 """
 
 from __future__ import annotations
@@ -296,3 +297,135 @@ def test_topics_alter_adds_partitions(cluster: BrokerCluster, layout: ZkLayout) 
     described = json.loads(ok("topics", "describe", topic, "--under-min-isr", "--json", *z))["topics"]
     assert [(d["replication_factor"], [p["partition"] for p in d["partitions"]]) for d in described] == [(1, [0, 1, 2])]
     assert ok("topics", "describe", topic, "--unavailable", *z).strip() == "No unavailable partitions."
+
+
+def test_all_groups_and_csv_reset_plans(cluster: BrokerCluster, layout: ZkLayout, tmp_path: Path) -> None:
+    """``--all-groups`` (describe, reset, delete) over both kinds of group, and a reset plan exported as
+    kafka-consumer-groups' CSV then applied with --from-file: one group's TOPIC,PARTITION,NEW-OFFSET lines, and
+    GROUP-prefixed lines for several. It deletes every group without members: the tests after it make their own."""
+    topic = _topic(cluster, layout, "plans", 2)
+    _produce(cluster.zk_connect, topic, 0, 6)
+    _produce(cluster.zk_connect, topic, 1, 4)
+    _protocol_group(cluster.brokers[0].bootstrap, "plan-std", topic, {0: 1, 1: 1})
+    layout.write_offset("plan-zk", topic, 0, 2)
+    layout.write_offset("plan-zk", topic, 1, 3)
+    z = ["--zookeeper", cluster.zk_connect]
+
+    one = ok("offsets", "reset", "plan-zk", "--topic", topic, "--to-latest", "--export", *z)
+    assert one == f"{topic},0,6\n{topic},1,4\n\n"  # Kafka's println after the CSV's own line breaks
+    everyone = ok("offsets", "reset", "--all-groups", "--topic", f"{topic}:0", "--to-earliest", "--export", *z)
+    assert {f"plan-std,{topic},0,0", f"plan-zk,{topic},0,0"} <= set(everyone.split())
+    assert layout.offsets("plan-zk") == {(topic, 0): 2, (topic, 1): 3}  # --export alone is a dry run
+
+    single = tmp_path / "single.csv"
+    single.write_text(f"{topic},0,5\n{topic},1,99\n")
+    ok("offsets", "reset", "plan-zk", "--from-file", str(single), "--execute", *z)
+    assert layout.offsets("plan-zk") == {(topic, 0): 5, (topic, 1): 4}  # 99 clamped to the log end
+    several = tmp_path / "several.csv"
+    several.write_text(ok("offsets", "reset", "plan-zk", "plan-std", "--topic", topic, "--shift-by", "1",
+                          "--export", *z))
+    assert set(several.read_text().split()) == {f"plan-zk,{topic},0,6", f"plan-zk,{topic},1,4",
+                                                f"plan-std,{topic},0,2", f"plan-std,{topic},1,2"}
+    ok("offsets", "reset", "plan-zk", "plan-std", "--from-file", str(several), "--execute", *z)
+    assert layout.offsets("plan-zk") == {(topic, 0): 6, (topic, 1): 4}
+    assert _kafka_committed(cluster.brokers[0].bootstrap, "plan-std", topic, 2) == {0: 2, 1: 2}
+    no_group = metaq("offsets", "reset", "--from-file", str(single), *z)
+    assert no_group.returncode == 2 and "give a GROUP or --all-groups" in no_group.stderr
+
+    described = json.loads(ok("groups", "describe", "--all-groups", "--json", *z))["groups"]
+    by_group = {d["group"]: d for d in described}
+    assert {"plan-zk", "plan-std"} <= set(by_group)
+    text = ok("groups", "describe", "--all-groups", "--state", *z)
+    assert re.search(r"plan-std\s+broker 0\s+\S+\s+Empty\s+0", text) and re.search(r"plan-zk\s+zookeeper", text)
+
+    layout.register_consumer("plan-live", "plan-live_host-1", TopicCount({topic: 1}, "static", 0))
+    deleted = metaq("groups", "delete", "--all-groups", *z)  # refused for groups with members, as Kafka's
+    assert deleted.returncode == 1, deleted.stderr
+    done_line = next(line for line in deleted.stdout.splitlines() if line.startswith("Deletion of requested"))
+    assert "'plan-std'" in done_line and "'plan-zk'" in done_line and "'plan-live'" not in done_line
+    assert "Deletion of some consumer groups failed:" in deleted.stdout
+    assert "* Group 'plan-live' could not be deleted due to: " in deleted.stdout
+    left = {g["group"] for g in json.loads(ok("groups", "list", "--json", *z))["groups"]}
+    assert "plan-live" in left and not {"plan-zk", "plan-std"} & left
+
+
+def test_bootstrap_server_mode_sees_what_the_brokers_know(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    """``--bootstrap-server`` instead of ``--zookeeper`` for topics and broker groups (as Kafka's tools moved to):
+    the same topics, partitions, group offsets and lookups as through ZooKeeper; a reset commits at the coordinator
+    only; ZooKeeper groups are not seen; the errors name the option at fault."""
+    topic = _topic(cluster, layout, "bsmode", 2)
+    _produce(cluster.zk_connect, topic, 0, 5)
+    bootstrap = cluster.brokers[0].bootstrap
+    _protocol_group(bootstrap, "bs-std", topic, {0: 3, 1: 0})
+    layout.write_offset("bs-zk", topic, 0, 1)
+    z, b = ["--zookeeper", cluster.zk_connect], ["--bootstrap-server", bootstrap]
+
+    def both(*args: str) -> tuple[Any, Any]:
+        return json.loads(ok(*args, "--json", *z)), json.loads(ok(*args, "--json", *b))
+
+    via_zk, via_brokers = both("topics", "list")
+    assert via_brokers == via_zk and topic in {t["topic"] for t in via_brokers["topics"]}
+    via_zk, via_brokers = both("topics", "describe", topic)
+    assert [d["partitions"] for d in via_brokers["topics"]] == [d["partitions"] for d in via_zk["topics"]]
+    via_zk, via_brokers = both("groups", "describe", "bs-std")
+    assert via_brokers["partitions"] == via_zk["partitions"] and len(via_brokers["partitions"]) == 2
+    assert ok("offsets", "lookup", "--topic", topic, "--time", "latest", *b) == f"{topic}:0:5\n{topic}:1:0\n"
+    listed = {g["group"] for g in json.loads(ok("groups", "list", "--json", *b))["groups"]}
+    assert "bs-std" in listed and "bs-zk" not in listed  # ZooKeeper groups live in ZooKeeper only
+
+    ok("offsets", "reset", "bs-std", "--topic", topic, "--to-earliest", "--execute", *b)
+    assert _kafka_committed(bootstrap, "bs-std", topic, 2) == {0: 0, 1: 0}
+    assert not layout.group_exists("bs-std")  # brokers only: nothing written to ZooKeeper
+
+    both_given = metaq("groups", "list", *b, *z)
+    assert both_given.returncode == 2 and "either --bootstrap-server or --zookeeper" in both_given.stderr
+    owners = metaq("owners", "bs-zk", *b)
+    assert owners.returncode == 2 and "--bootstrap-server" in owners.stderr  # a ZooKeeper-only command
+    malformed = metaq("topics", "list", "--bootstrap-server", "localhost")
+    assert malformed.returncode == 1 and "--bootstrap-server 'localhost': expected HOST:PORT" in malformed.stderr
+    nobody = metaq("topics", "list", "--bootstrap-server", "127.0.0.1:1")
+    assert nobody.returncode == 1 and "--bootstrap-server 127.0.0.1:1: no broker answered" in nobody.stderr
+    created = metaq("offsets", "reset", "bs-new", "--topic", topic, "--to-latest", "--create-group", *b)
+    assert created.returncode == 2 and "--create-group needs --zookeeper" in created.stderr
+
+
+def test_console_consumer_include_format_and_exit_codes(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    """console-consumer ``--include REGEX`` reads every matching topic, ``--format`` prints what kcat's ``-f``
+    prints for the same messages, and ``--max-messages``/``--timeout-ms`` end as Kafka 3.9.2's console consumer
+    does on the same broker (exit 0, ``Processed a total of N messages``, the same values)."""
+    from metaq.testing.apache_kafka import V3_9, run_kafka_tool
+
+    topics = [_topic(cluster, layout, name, 1) for name in ("incl-a", "incl-b", "other-c")]
+    for i, topic in enumerate(topics):
+        _produce(cluster.zk_connect, topic, 0, 2 + i)
+    z, bootstrap = ["--zookeeper", cluster.zk_connect], cluster.brokers[0].bootstrap
+    fmt = "%t %p %o %k %S %s\\n"
+    ours = ok("console-consumer", "--topic", "incl-b", "--from-beginning", "--timeout-ms", "3000", "--format", fmt,
+              *z)
+    kcat = subprocess.run([KCAT, "-b", bootstrap, "-C", "-t", "incl-b", "-o", "beginning", "-e", "-q", "-f", fmt],
+                          capture_output=True, text=True, timeout=60)
+    assert kcat.returncode == 0, kcat.stderr
+    assert ours == kcat.stdout and len(ours.splitlines()) == 3
+
+    included = metaq("console-consumer", "--include", "incl-.*", "--from-beginning", "--timeout-ms", "3000",
+                     "--format", "%t:%s\\n", *z)
+    assert included.returncode == 0 and "Processed a total of 5 messages" in included.stderr
+    assert sorted(included.stdout.split()) == sorted([f"incl-a:m{i}" for i in range(2)] +
+                                                     [f"incl-b:m{i}" for i in range(3)])
+
+    kafka = run_kafka_tool(V3_9, "kafka-console-consumer", [
+        "--bootstrap-server", bootstrap, "--include", "incl-.*", "--from-beginning", "--max-messages", "4",
+        "--timeout-ms", "20000", "--group", "kafka-console"])
+    mine = metaq("console-consumer", "--include", "incl-.*", "--from-beginning", "--max-messages", "4",
+                 "--timeout-ms", "20000", *z)
+    assert (mine.returncode, kafka.returncode) == (0, 0), kafka.stderr
+    assert "Processed a total of 4 messages" in kafka.stderr and "Processed a total of 4 messages" in mine.stderr
+    everything = {f"m{i}" for i in range(3)}
+    assert len(mine.stdout.split()) == len(kafka.stdout.split()) == 4 and set(mine.stdout.split()) <= everything
+    kafka = run_kafka_tool(V3_9, "kafka-console-consumer", [
+        "--bootstrap-server", bootstrap, "--topic", "other-c", "--from-beginning", "--timeout-ms", "10000"])
+    mine = metaq("console-consumer", "--topic", "other-c", "--from-beginning", "--timeout-ms", "10000", *z)
+    assert (mine.returncode, kafka.returncode) == (0, 0) and mine.stdout.split() == kafka.stdout.split() == [
+        f"m{i}" for i in range(4)]
+    bad = metaq("console-consumer", "--include", "incl-.*", "--partition", "0", *z)
+    assert bad.returncode == 2 and "--partition needs --topic" in bad.stderr

@@ -35,7 +35,9 @@ def test_help_imports_no_command_module() -> None:
 
 
 @pytest.mark.parametrize("argv", [["topics", "list", "--help"], ["acls", "list", "--help"],
-                                  ["certs", "create", "--help"]])
+                                  ["certs", "create", "--help"], ["groups", "--help"],
+                                  ["groups", "describe", "--help"], ["offsets", "reset", "--help"],
+                                  ["offsets", "export", "--help"]])
 def test_zookeeper_only_commands_do_not_import_the_kafka_clients(argv: list[str]) -> None:
     assert _heavy(_imported_by(*argv)) == []
 
@@ -45,3 +47,11 @@ def test_the_command_table_says_what_each_module_registers() -> None:
     [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     registered = {choice.dest: choice.help for choice in sub._choices_actions}
     assert registered == {name: help_text for name, (_, help_text) in COMMANDS.items()}
+
+
+def test_the_offsets_command_knows_the_export_formats() -> None:
+    """metaq/cli/offsets.py names the formats itself (importing metaq.admin.transfer would load the clients)."""
+    from metaq.admin.transfer import FORMATS
+    from metaq.cli.offsets import FORMATS as CLI_FORMATS
+
+    assert CLI_FORMATS == FORMATS

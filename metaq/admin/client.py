@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         OffsetDeleteResult,
     )
     from metaq.admin.kafka_offsets import GroupOffsetsStore
-    from metaq.admin.log_offsets import LogOffsets
+    from metaq.admin.log_offsets import LogOffsets, TopicPartition
     from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress, ResetSpec
     from metaq.admin.owners import OwnersReport
     from metaq.admin.topics import PartitionHealth, TopicDetail, TopicSummary
@@ -192,11 +192,13 @@ class Admin:
     # -- offsets --------------------------------------------------------------------------------------
 
     def plan_reset(self, group: str, selection: Mapping[str, list[int] | None], spec: ResetSpec, *,
-                   create_group: bool = False, all_topics: bool = False) -> OffsetPlan:
+                   create_group: bool = False, all_topics: bool = False,
+                   requested: Mapping[TopicPartition, int] | None = None) -> OffsetPlan:
+        """``requested``: partition -> offset, a plan read from a file (see :func:`plan_reset`)."""
         from metaq.admin.offsets import plan_reset
 
         return plan_reset(self.layout, self.log_offsets, group, selection, spec, create_group=create_group,
-                          kafka=self.kafka, all_topics=all_topics)
+                          kafka=self.kafka, all_topics=all_topics, requested=requested)
 
     def apply_plan(self, plan: OffsetPlan, *, force: bool = False, progress: Progress | None = None,
                    kafka_groups: list[str] | None = None) -> list[OffsetChange]:

@@ -249,9 +249,12 @@ def plan_reset(
     create_group: bool = False,
     kafka: GroupOffsetsStore | None = None,
     all_topics: bool = False,
+    requested: Mapping[TopicPartition, int] | None = None,
 ) -> OffsetPlan:
     """The dry run of a reset of ``selection`` (topic -> partitions, None for all; with ``all_topics``, every
-    topic the group has offsets for). Nothing is written.
+    topic the group has offsets for). Nothing is written. ``requested``: a plan read from a file (partition ->
+    offset; ``selection`` and ``spec`` are then ignored), each offset clamped to the log as ``--to-offset``,
+    as kafka-consumer-groups --from-file does.
 
     A group that does not exist (in ZooKeeper, nor in ``kafka``) raises GroupNotFoundError unless
     ``create_group`` (to start a new group at a chosen position, e.g. latest)."""
@@ -259,7 +262,12 @@ def plan_reset(
     if not create_group and not in_kafka and not layout.group_exists(group):
         raise GroupNotFoundError(f"group {group!r} does not exist; to prepare offsets for a new group, "
                                  "use --create-group (create_group=True)")
-    if all_topics:  # kafka-consumer-groups --all-topics: every topic the group has offsets for, that exists
+    if requested is not None:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in requested:
+            by_topic.setdefault(topic, []).append(partition)
+        selection = {t: sorted(ps) for t, ps in by_topic.items()}
+    elif all_topics:  # kafka-consumer-groups --all-topics: every topic the group has offsets for, that exists
         known = set(layout.topics())
         selection = {t: None for t in sorted({t for t, _ in [*layout.offsets(group), *in_kafka]} & known)}
         if not selection:
@@ -271,15 +279,26 @@ def plan_reset(
         (topic, partition), first = sorted(unknown.items())[0]
         raise MetaqError(f"cannot reset: the log offsets of {topic}-{partition} are unknown ({first.error})"
                          + (f" and of {len(unknown) - 1} more partitions" if len(unknown) > 1 else ""))
-    by_time = log_offsets.offsets_for_time(keys, int(spec.value or 0)) if spec.mode == TO_DATETIME else {}
+    by_time = (log_offsets.offsets_for_time(keys, int(spec.value or 0))
+               if spec.mode == TO_DATETIME and requested is None else {})
     changes = []
     for topic, partition in keys:
         in_zookeeper, malformed = zookeeper_offset(layout, group, topic, partition)
         current, _ = merged_offset(in_zookeeper, in_kafka.get((topic, partition)))
         m = marks[(topic, partition)]
-        new, note = target_offset(spec, current, m, by_time.get((topic, partition)))
+        wanted = spec if requested is None else ResetSpec.to_offset(requested[(topic, partition)])
+        new, note = target_offset(wanted, current, m, by_time.get((topic, partition)))
         changes.append(OffsetChange(group, topic, partition, current, new, m.start, m.end, join_notes(note, malformed)))
-    return OffsetPlan(spec.describe(), changes, {group: layout.consumer_ids(group)})
+    action = spec.describe() if requested is None else "reset from file"
+    return OffsetPlan(action, changes, {group: layout.consumer_ids(group)})
+
+
+def merge_plans(plans: Iterable[OffsetPlan]) -> OffsetPlan:
+    """One plan of several groups' (``--all-groups``, several ``--group``), applied as one."""
+    plans = list(plans)
+    actions = sorted({p.action for p in plans})
+    return OffsetPlan(", ".join(actions) or "reset", [c for p in plans for c in p.changes],
+                      {g: ids for p in plans for g, ids in p.live_members.items()})
 
 
 def selected_partitions(layout: ZkLayout, selection: Mapping[str, list[int] | None]) -> list[TopicPartition]:

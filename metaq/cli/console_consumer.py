@@ -2,12 +2,18 @@
 
     metaq console-consumer --zookeeper Z --topic T --group G [--from-beginning]    # a group member
     metaq console-consumer --zookeeper Z --topic T --partition 2 --offset 1200     # one partition, no group
+    metaq console-consumer --zookeeper Z --include 'logs[.].*' --format '%t %p %o %k %s\\n'   # kcat -f
 
 Like Kafka's console consumer. With a group it is a member like any other (it registers, owns partitions
 and commits offsets); without ``--group`` a fresh ``console-consumer-<n>`` group is used. With
 ``--partition`` it reads that partition from ``--offset`` (a number, ``earliest`` or ``latest``, the
 default) without any group: nothing is registered or committed. ``--json`` prints one JSON object per
 message (key and value decoded as UTF-8, invalid bytes replaced).
+
+``--include REGEX`` reads every topic the regex matches, now and later (a whitelist subscription, as Kafka's
+``--include``). ``--format`` prints each message as kcat's ``-f`` does (docs/ops-cli-parity.md §5).
+Exit codes as Kafka's console consumer (ConsoleConsumer.process): 0 after ``--max-messages``, after
+``--timeout-ms`` without a message and when stdout is closed (it says so on stderr); 1 on an error.
 
 SIGTERM and Ctrl-C stop it cleanly, like Kafka's shutdown hook: the messages already fetched for the chunk in
 hand are printed, their offsets committed, the partitions released and the group left, exit code 0; a
@@ -37,20 +43,35 @@ from metaq.cli.output import (
     zk_security_properties,
 )
 from metaq.config import load_properties
-from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
-from metaq.errors import MetaqError
+from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError, Whitelist
+from metaq.errors import ConfigError, MetaqError
 from metaq.signals import TerminationHandler
 from metaq.zkclient import session
 from metaq.zksecurity import ZooKeeperSecurity
 from zk_layout import ZkLayout
 
-Printed = tuple[str, int, int, int, bytes | None, bytes | None]
-"""(topic, partition, offset, timestamp, key, value)."""
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass(frozen=True)
+class Printed:
+    """One message as the formatters see it."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = add_parser(sub, "console-consumer", "print a topic's messages, one value per line")
-    parser.add_argument("--topic", required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--topic")
+    source.add_argument("--include", "--whitelist", dest="include", metavar="REGEX",
+                        help="every topic this regex matches (Java regex rules, whole name), as Kafka's --include")
     parser.add_argument("--group", default=None)
     parser.add_argument("--from-beginning", action="store_true", help="start at the earliest offset "
                         "when the group has no committed offset (with --partition: --offset earliest)")
@@ -60,6 +81,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--print-key", action="store_true", help="print key<TAB>value")
     parser.add_argument("--max-messages", type=int, default=-1)
     parser.add_argument("--timeout-ms", type=int, default=-1, help="exit after this long without a message")
+    parser.add_argument("--format", dest="kcat_format", metavar="FMT",
+                        help="kcat's -f format: %%t topic, %%p partition, %%o offset, %%T timestamp, %%k key, "
+                             "%%K key length, %%s value, %%S value length, %%h headers, %%%% and \\n \\t \\r")
     parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                         help="a formatter property as Kafka's console consumer takes (print.timestamp, "
                              "print.partition, print.offset, print.key, print.value, key.separator), or a "
@@ -74,8 +98,17 @@ def _run(args: argparse.Namespace) -> int:
         usage_error(args, "--partition reads without a group; do not combine it with --group")
     if args.partition is not None and args.partition < 0:
         usage_error(args, f"--partition {args.partition}: must be >= 0")
+    if args.partition is not None and args.topic is None:
+        usage_error(args, "--partition needs --topic (not --include)")
     start = _start_offset(args) if args.partition is not None else LATEST
     args.formatter = _formatter(args)
+    if args.kcat_format is not None:
+        if args.formatter is not None or args.json or args.print_key:
+            usage_error(args, "--format decides the whole line: no --json, --print-key or print.* properties")
+        try:
+            args.formatter = KcatFormat.parse(args.kcat_format)
+        except ConfigError as e:
+            usage_error(args, str(e))
     count = 0
     stop = _StopRequest()
     with TerminationHandler(stop.request):
@@ -87,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
                 if 0 <= args.max_messages <= count:
                     break
         except BrokenPipeError:
-            pass
+            print("Unable to write to standard out, closing consumer.", file=sys.stderr)  # Kafka's words
         finally:
             messages.close()  # leaves the group (committing what was printed) before the summary line
             sys.stdout.flush()
@@ -134,9 +167,9 @@ def _fixed_partition(args: argparse.Namespace, start: int, stop: _StopRequest) -
     idle = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
     with session(connect, connection_timeout_ms=timeout_ms or 6000, security=zk_security(args)) as client:
         with PartitionReader(ZkLayout(client), args.topic, args.partition, start, security=security) as reader:
-            for offset, timestamp, key, value, _headers in reader.records(
+            for offset, timestamp, key, value, headers in reader.records(
                     idle_timeout_s=idle, should_stop=lambda: stop.requested):
-                yield args.topic, args.partition, offset, timestamp, key, value
+                yield Printed(args.topic, args.partition, offset, timestamp, key, value, tuple(headers or ()))
 
 
 def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Printed, None, None]:
@@ -156,11 +189,14 @@ def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Pri
     props.setdefault("group.id", f"console-consumer-{random.randrange(100000)}")
     try:
         with Consumer(ConsumerConfig.from_properties(props)) as consumer:
-            [stream] = consumer.create_message_streams({args.topic: 1})[args.topic]
+            if args.include is not None:
+                [stream] = consumer.create_message_streams_by_filter(Whitelist(args.include), 1)
+            else:
+                [stream] = consumer.create_message_streams({args.topic: 1})[args.topic]
             stop.on_request(consumer.stop_streams)
             try:
                 for m in stream:
-                    yield m.topic, m.partition, m.offset, m.timestamp, m.key, m.value
+                    yield Printed(m.topic, m.partition, m.offset, m.timestamp, m.key, m.value, m.headers)
             except ConsumerTimeoutError:
                 return
     finally:
@@ -224,9 +260,51 @@ def _formatter(args: argparse.Namespace) -> Formatter | None:
     return Formatter(**flags, separator=found.get("key.separator", "\t"))
 
 
+_KCAT_FIELDS: dict[str, Callable[[Printed], str]] = {
+    "t": lambda m: m.topic, "p": lambda m: str(m.partition), "o": lambda m: str(m.offset),
+    "T": lambda m: str(m.timestamp), "k": lambda m: _text(m.key) or "", "s": lambda m: _text(m.value) or "",
+    "K": lambda m: str(-1 if m.key is None else len(m.key)),
+    "S": lambda m: str(-1 if m.value is None else len(m.value)),
+    "h": lambda m: ",".join(f"{k}={_text(v) or ''}" for k, v in m.headers), "%": lambda m: "%",
+}
+_KCAT_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+
+
+@dataclass(frozen=True)
+class KcatFormat:
+    """kcat's ``-f`` output format: literal text and ``%`` fields; no line break unless the format has one
+    (as kcat). The fields are kcat's (a NULL key or value prints empty; its length -1)."""
+
+    parts: tuple[str | Callable[[Printed], str], ...]
+
+    @classmethod
+    def parse(cls, fmt: str) -> KcatFormat:
+        parts: list[str | Callable[[Printed], str]] = []
+        i = 0
+        while i < len(fmt):
+            char = fmt[i]
+            if char in "%\\" and i + 1 < len(fmt):
+                table: dict[str, Any] = _KCAT_FIELDS if char == "%" else _KCAT_ESCAPES
+                if fmt[i + 1] not in table:
+                    raise ConfigError(f"--format {fmt!r}: unknown {char}{fmt[i + 1]} (see --help)")
+                parts.append(table[fmt[i + 1]])
+                i += 2
+            else:
+                parts.append(char)
+                i += 1
+        return cls(tuple(parts))
+
+    def render(self, message: Printed) -> str:
+        return "".join(p if isinstance(p, str) else p(message) for p in self.parts)
+
+
 def _print(message: Printed, args: argparse.Namespace) -> None:
-    topic, partition, offset, timestamp, key, value = message
-    formatter: Formatter | None = getattr(args, "formatter", None)
+    formatter: Formatter | KcatFormat | None = getattr(args, "formatter", None)
+    if isinstance(formatter, KcatFormat):
+        sys.stdout.write(formatter.render(message))
+        return
+    topic, partition, offset, timestamp, key, value = (message.topic, message.partition, message.offset,
+                                                       message.timestamp, message.key, message.value)
     if formatter is not None and not args.json:
         sys.stdout.write(formatter.line(partition, offset, timestamp, key, value) + "\n")
         return

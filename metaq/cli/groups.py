@@ -17,11 +17,26 @@ registrations.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from metaq.admin import GroupDescription, GroupSummary, Member, PartitionLag
-from metaq.admin.broker_groups import CoordinatorGroup
-from metaq.admin.groups import DEFAULT_STALL_AFTER_MS, zookeeper_state
-from metaq.cli.output import add_parser, emit, note, open_admin, table, when
+from metaq.cli.output import (
+    add_group_arguments,
+    add_parser,
+    check_group_arguments,
+    chosen_groups,
+    emit,
+    note,
+    open_admin,
+    print_json,
+    table,
+    when,
+)
+
+if TYPE_CHECKING:  # the group tools import the Kafka clients: `metaq groups --help` should not wait for them
+    from metaq.admin import GroupDescription, GroupSummary, Member, PartitionLag
+    from metaq.admin.broker_groups import CoordinatorGroup
+    from metaq.admin.groups import GroupDeletion
+from metaq.errors import MetaqError
 
 PARTITION_HEADERS = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER", "LAST-COMMIT",
                      "SOURCE", "STATUS"]
@@ -30,12 +45,14 @@ PARTITION_HEADERS = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("groups", help="list and describe consumer groups (lag, owners, commit times)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    listing = add_parser(actions, "list", "list every group under /consumers and every group a broker coordinates")
+    listing = add_parser(actions, "list", "list every group under /consumers and every group a broker coordinates",
+                         bootstrap=True)
     listing.set_defaults(func=_list)
-    describe = add_parser(actions, "describe", "per-partition offset, log end, lag, owner and last commit")
-    describe.add_argument("group")
+    describe = add_parser(actions, "describe", "per-partition offset, log end, lag, owner and last commit",
+                          bootstrap=True)
+    add_group_arguments(describe)
     describe.add_argument("--topic", action="append", default=None, help="only this topic (repeatable)")
-    describe.add_argument("--stalled-after-s", type=float, default=DEFAULT_STALL_AFTER_MS / 1000, metavar="S",
+    describe.add_argument("--stalled-after-s", type=float, default=None, metavar="S",
                           help="flag STALLED when lag > 0 and no commit for this long (default 600)")
     view = describe.add_mutually_exclusive_group()
     view.add_argument("--state", action="store_true",
@@ -45,8 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                       help="one line per member with its #partitions (kafka-consumer-groups --describe --members)")
     describe.add_argument("--verbose", action="store_true", help="with --members: each member's assignment")
     describe.set_defaults(func=_describe)
-    delete = add_parser(actions, "delete", "delete a group without members: /consumers/GROUP and/or at its coordinator")
-    delete.add_argument("group")
+    delete = add_parser(actions, "delete", "delete a group without members: /consumers/GROUP and/or at its coordinator",
+                        bootstrap=True)
+    add_group_arguments(delete)
     delete.set_defaults(func=_delete)
 
 
@@ -67,9 +85,28 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
+    """One group, or with --all-groups each group in turn (a blank line between them, as
+    kafka-consumer-groups --describe --all-groups; ``--json``: ``{"groups": [...]}``)."""
+    check_group_arguments(args)
     with open_admin(args) as admin:
-        description = admin.describe_group(args.group, topics=args.topic,
-                                           stall_after_ms=int(args.stalled_after_s * 1000))
+        groups = chosen_groups(args, admin)
+        stall_ms = None if args.stalled_after_s is None else int(args.stalled_after_s * 1000)
+        descriptions = [admin.describe_group(group, topics=args.topic, stall_after_ms=stall_ms) for group in groups]
+    if not args.all_groups:
+        _print_description(args, descriptions[0])
+    elif args.json:
+        print_json({"groups": [_json_view(args, d) for d in descriptions]})
+    elif not descriptions:
+        print("No consumer groups.")
+    else:
+        for i, description in enumerate(descriptions):
+            if i:
+                print()
+            _print_description(args, description)
+    return 0
+
+
+def _print_description(args: argparse.Namespace, description: GroupDescription) -> None:
     if description.kafka_note and not args.json:
         note(f"Note: {description.kafka_note}")
     for member in description.members:
@@ -77,19 +114,28 @@ def _describe(args: argparse.Namespace) -> int:
             note(f"Warning: member {member.consumer_id} is registered by a persistent node: it is no live "
                  "consumer. metaq consumers ignore it; Kafka 0.8 consumers assign it partitions nobody reads. "
                  "Delete the node.")
+    group = description.group
     if args.state:
-        rows = state_rows(description)
-        emit(args, {"group": args.group, "state": [dict(zip(STATE_KEYS, r, strict=True)) for r in rows]},
-             lambda: table(STATE_HEADERS, rows))
+        emit(args, _json_view(args, description), lambda: table(STATE_HEADERS, state_rows(description)))
     elif args.members:
         rows = member_rows(description, verbose=args.verbose)
         headers = MEMBER_HEADERS + (["ASSIGNMENT"] if args.verbose else [])
-        keys = MEMBER_KEYS + (["assignment"] if args.verbose else [])
-        emit(args, {"group": args.group, "members": [dict(zip(keys, r, strict=True)) for r in rows]},
-             lambda: table(headers, rows) if rows else f"Consumer group '{args.group}' has no active members.")
+        emit(args, _json_view(args, description),
+             lambda: table(headers, rows) if rows else f"Consumer group '{group}' has no active members.")
     else:
         emit(args, description.to_json(), lambda: render_description(description))
-    return 0
+
+
+def _json_view(args: argparse.Namespace, d: GroupDescription) -> dict[str, object]:
+    """The ``--json`` document of one group in the view asked for (--state, --members or the offsets)."""
+    if args.state:
+        return {"group": d.group, "state": [dict(zip(STATE_KEYS, r, strict=True)) for r in state_rows(d)]}
+    if args.members:
+        keys = MEMBER_KEYS + (["assignment"] if args.verbose else [])
+        return {"group": d.group,
+                "members": [dict(zip(keys, r, strict=True)) for r in member_rows(d, verbose=args.verbose)]}
+    document: dict[str, object] = d.to_json()
+    return document
 
 
 STATE_HEADERS = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
@@ -101,6 +147,8 @@ MEMBER_KEYS = ["group", "consumer_id", "host", "client_id", "partitions"]
 def state_rows(d: GroupDescription) -> list[tuple[object, ...]]:
     """--state: a coordinator's group as Kafka prints it; a ZooKeeper group with coordinator ``zookeeper``
     (members balance themselves: no coordinator, and the strategy is each member's own setting, not shown)."""
+    from metaq.admin.groups import zookeeper_state
+
     rows: list[tuple[object, ...]] = []
     if d.members or d.protocol is None:
         rows.append((d.group, "zookeeper", None, zookeeper_state(len(d.members)), len(d.members)))
@@ -131,15 +179,42 @@ def _assignment(partitions: tuple[tuple[str, int], ...]) -> str | None:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    """As kafka-consumer-groups --delete: refused (exit 1) while the group has members."""
+    """As kafka-consumer-groups --delete: refused (exit 1) while the group has members. With --all-groups each
+    group is tried; those refused are listed after the others (exit 1 when any was)."""
+    check_group_arguments(args)
     with open_admin(args) as admin:
-        deleted = admin.delete_group(args.group)
+        groups = chosen_groups(args, admin)
+        if not args.all_groups:
+            deleted = admin.delete_group(groups[0])
+            emit(args, deleted.to_json(), lambda: f"Deletion of requested consumer group '{args.group}' was "
+                                                  f"successful ({_where(deleted)}).")
+            return 0
+        done, failed = [], {}
+        for group in groups:
+            try:
+                done.append(admin.delete_group(group))
+            except MetaqError as e:
+                failed[group] = str(e)
+    if args.json:
+        print_json({"deleted": [d.to_json() for d in done], "failed": failed})
+    else:
+        if done:
+            names = ", ".join(f"'{d.group}'" for d in done)
+            print(f"Deletion of requested consumer groups ({names}) was successful.")
+        if failed:
+            print("Deletion of some consumer groups failed:")
+            for group, error in failed.items():
+                print(f"* Group '{group}' could not be deleted due to: {error}")
+        if not done and not failed:
+            print("No consumer groups.")
+    return 1 if failed else 0
+
+
+def _where(deleted: GroupDeletion) -> str:
     where = [w for w, done in (("ZooKeeper", deleted.zookeeper),
                                 (f"its coordinator (broker {deleted.coordinator})", deleted.coordinator is not None))
              if done]
-    emit(args, deleted.to_json(),
-         lambda: f"Deletion of requested consumer group '{args.group}' was successful ({' and '.join(where)}).")
-    return 0
+    return " and ".join(where)
 
 
 def render_list(summaries: list[GroupSummary]) -> str:

@@ -5,6 +5,8 @@
     metaq offsets export --group etl > etl.offsets                                      # Kafka's path:value lines
     metaq offsets import etl.offsets --execute
     metaq offsets delete etl --topic clicks:0,1                                         # as --delete-offsets
+    metaq offsets reset etl --topic clicks --to-latest --export > plan.csv              # Kafka's CSV plan
+    metaq offsets reset etl --from-file plan.csv --execute
 
 Resets and imports are dry runs unless ``--execute``, and are refused while a target group has live
 members unless ``--force``. New offsets of a reset are clamped to [log start, log end] with a note.
@@ -17,13 +19,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from metaq.admin import Admin, OffsetChange, OffsetPlan, ResetSpec, format_offsets, parse_offsets, parse_topic_selection
-from metaq.admin.offsets import parse_datetime
-from metaq.admin.transfer import FORMATS, JSON, LINES
 from metaq.cli.output import (
     ProgressBar,
+    add_group_arguments,
     add_parser,
+    check_group_arguments,
+    chosen_groups,
     emit,
     int_arg,
     note,
@@ -32,20 +35,30 @@ from metaq.cli.output import (
     table,
     usage_error,
 )
-from metaq.errors import ConfigError, UnknownTopicError
+from metaq.errors import ConfigError, GroupNotFoundError, UnknownTopicError
+
+if TYPE_CHECKING:  # the offset tools import the Kafka clients: `metaq offsets --help` should not wait for them
+    from metaq.admin import Admin, OffsetChange, OffsetPlan, ResetSpec
+
+LINES, JSON = "lines", "json"
+FORMATS = (LINES, JSON)  # metaq.admin.transfer's (tests/test_cli_startup.py checks they agree)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("offsets", help="reset, export and import committed offsets")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     _register_reset(actions)
-    export = add_parser(actions, "export", "write committed offsets (all groups, or --group) to stdout or a file")
-    export.add_argument("--group", action="append", default=None, help="only this group (repeatable)")
+    export = add_parser(actions, "export", "write committed offsets (all groups, or --group) to stdout or a file",
+                        bootstrap=True)
+    chosen = export.add_mutually_exclusive_group()
+    chosen.add_argument("--group", action="append", default=None, help="only this group (repeatable)")
+    chosen.add_argument("--all-groups", action="store_true", help="every group (the default)")
     export.add_argument("--format", choices=FORMATS, default=None,
                         help="lines: Kafka ExportZkOffsets' path:value (default); json (also --json)")
     export.add_argument("--output", "-o", default="-", metavar="FILE", help="file to write (default stdout)")
     export.set_defaults(func=_export)
-    lookup = add_parser(actions, "lookup", "the offsets of a time, or the log start/end, per partition (kcat -Q)")
+    lookup = add_parser(actions, "lookup", "the offsets of a time, or the log start/end, per partition (kcat -Q)",
+                        bootstrap=True)
     lookup.add_argument("--topic", action="append", required=True, metavar="TOPIC[:P,P]",
                         help="topic, optionally with partitions (repeatable)")
     lookup.add_argument("--time", default="latest", metavar="earliest|latest|MS|ISO8601",
@@ -53,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                              "a UTC offset), or the log start/end (default latest)")
     lookup.set_defaults(func=_lookup)
     delete = add_parser(actions, "delete", "delete a group's committed offsets (kafka-consumer-groups "
-                        "--delete-offsets)")
+                        "--delete-offsets)", bootstrap=True)
     delete.add_argument("group")
     delete.add_argument("--topic", action="append", required=True, metavar="TOPIC[:P,P]",
                         help="topic, optionally with partitions (repeatable)")
@@ -68,9 +81,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _register_reset(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    reset = add_parser(actions, "reset", "move a group's offsets (a dry run unless --execute)")
-    reset.add_argument("group")
-    scope = reset.add_mutually_exclusive_group(required=True)
+    reset = add_parser(actions, "reset", "move a group's offsets (a dry run unless --execute)",
+                       bootstrap=True)
+    add_group_arguments(reset, several=True)
+    scope = reset.add_mutually_exclusive_group()
     scope.add_argument("--topic", action="append", metavar="TOPIC[:P,P]",
                        help="topic, optionally with partitions (repeatable)")
     scope.add_argument("--all-topics", action="store_true", help="every topic the group has offsets for")
@@ -85,6 +99,11 @@ def _register_reset(actions: argparse._SubParsersAction) -> None:  # type: ignor
                       help="the first offset at or after now minus DURATION (ISO 8601: PT10M, P1DT2H)")
     mode.add_argument("--to-current", action="store_true",
                       help="the committed offset (the log end where there is none)")
+    mode.add_argument("--from-file", metavar="PLAN.CSV",
+                      help="the offsets of a CSV plan (--export's, or kafka-consumer-groups'); no --topic needed")
+    reset.add_argument("--export", action="store_true",
+                       help="print the plan as CSV (TOPIC,PARTITION,NEW-OFFSET lines; with GROUP first for "
+                            "several groups), as kafka-consumer-groups --export")
     reset.add_argument("--create-group", action="store_true",
                        help="allow a group that does not exist yet (to start a new group at a chosen offset)")
     _add_apply_options(reset)
@@ -92,7 +111,9 @@ def _register_reset(actions: argparse._SubParsersAction) -> None:  # type: ignor
 
 
 def _add_apply_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--execute", action="store_true", help="write the offsets (default: only show the plan)")
+    run = parser.add_mutually_exclusive_group()
+    run.add_argument("--execute", action="store_true", help="write the offsets (default: only show the plan)")
+    run.add_argument("--dry-run", action="store_true", help="only show the plan (the default)")
     parser.add_argument("--force", action="store_true", help="write even while the group has live members")
 
 
@@ -100,6 +121,8 @@ def _add_apply_options(parser: argparse.ArgumentParser) -> None:
 
 
 def reset_spec(args: argparse.Namespace) -> ResetSpec:
+    from metaq.admin.offsets import ResetSpec
+
     if args.to_earliest:
         return ResetSpec.earliest()
     if args.to_latest:
@@ -117,6 +140,8 @@ def reset_spec(args: argparse.Namespace) -> ResetSpec:
 
 def topic_selection(texts: list[str]) -> dict[str, list[int] | None]:
     """``--topic T[:P,P]`` options merged per topic (None: every partition)."""
+    from metaq.admin.offsets import parse_topic_selection
+
     selection: dict[str, list[int] | None] = {}
     for text in texts:
         topic, partitions = parse_topic_selection(text)
@@ -126,12 +151,46 @@ def topic_selection(texts: list[str]) -> dict[str, list[int] | None]:
 
 
 def _reset(args: argparse.Namespace) -> int:
+    """One plan for every group chosen; with several groups, one that has nothing to reset is skipped with a
+    note (as kafka-consumer-groups goes on past a group without a plan in --from-file)."""
+    from metaq.admin.offsets import ResetSpec, merge_plans
+
+    named = check_group_arguments(args)
+    if args.from_file is None and not args.topic and not args.all_topics:
+        usage_error(args, "one of --topic, --all-topics or --from-file is required")
+    if args.from_file is not None and (args.topic or args.all_topics):
+        usage_error(args, "--from-file takes the partitions from the file: no --topic or --all-topics")
+    if args.export and args.json:
+        usage_error(args, "--export and --json contradict each other")
+    if args.create_group and args.bootstrap_server:
+        usage_error(args, "--create-group needs --zookeeper (a new group's offsets are written there); with "
+                          "--bootstrap-server a group must have committed offsets at its coordinator")
+    single = len(named) == 1
+    requested = None
+    if args.from_file is not None:
+        from metaq.admin.reset_csv import parse_reset_csv
+
+        text, source = _read_input(args.from_file)
+        requested = parse_reset_csv(text, source, group=named[0] if single else None)
     selection = topic_selection(args.topic or [])
-    spec = reset_spec(args)
+    spec = ResetSpec.to_current() if requested is not None else reset_spec(args)  # ignored with a file
     with open_admin(args) as admin:
-        plan = admin.plan_reset(args.group, selection, spec, create_group=args.create_group,
-                                all_topics=args.all_topics)
-        return _finish(admin, plan, args)
+        plans = []
+        for group in chosen_groups(args, admin):
+            if requested is not None and group not in requested:
+                note(f"Error: No reset plan for group {group} found")  # Kafka's words
+                continue
+            try:
+                plans.append(admin.plan_reset(group, selection, spec, create_group=args.create_group,
+                                              all_topics=args.all_topics,
+                                              requested=None if requested is None else requested[group]))
+            except (ConfigError, GroupNotFoundError) as e:
+                if single:
+                    raise
+                note(f"Note: group {group}: {e}; skipped")
+        if not plans:
+            raise ConfigError("no group has anything to reset")
+        return _finish(admin, merge_plans(plans), args, csv_with_group=not single)
 
 
 # -- delete -----------------------------------------------------------------------------------------------
@@ -153,6 +212,8 @@ def _delete(args: argparse.Namespace) -> int:
 def _lookup(args: argparse.Namespace) -> int:
     """Kafka's GetOffsetShell prints ``topic:partition:offset``; kcat -Q the same per partition. For a time
     after the last record, the log end (as Kafka's ListOffsets answers -1 and its tools then reset to the end)."""
+    from metaq.admin.offsets import parse_datetime
+
     when = args.time.strip().lower()
     with open_admin(args) as admin:
         keys = [(t, p) for t, partitions in _selection(args.topic, admin).items() for p in partitions]
@@ -173,6 +234,7 @@ def _lookup(args: argparse.Namespace) -> int:
 def _selection(texts: list[str], admin: Admin) -> dict[str, list[int]]:
     """``--topic T[:P,P]`` options as topic -> partitions (every partition of the topic when none is given)."""
     from metaq.admin.groups import topic_partitions
+    from metaq.admin.offsets import parse_topic_selection
 
     chosen: dict[str, list[int] | None] = {}
     for text in texts:
@@ -190,6 +252,8 @@ def _selection(texts: list[str], admin: Admin) -> dict[str, list[int]]:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from metaq.admin.transfer import format_offsets
+
     fmt = args.format or (JSON if args.json else LINES)
     if args.json and args.format == LINES:
         usage_error(args, "--json and --format lines contradict each other")
@@ -208,6 +272,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
+    from metaq.admin.transfer import parse_offsets
+
     text, source = _read_input(args.file)
     records = parse_offsets(text, source, args.format)
     with open_admin(args) as admin:
@@ -235,13 +301,19 @@ def _write_file(path: Path, text: str) -> None:
 # -- plans ------------------------------------------------------------------------------------------------
 
 
-def _finish(admin: Admin, plan: OffsetPlan, args: argparse.Namespace) -> int:
-    """Show the plan; with --execute apply it (GroupActiveError, exit 1, when refused)."""
+def _finish(admin: Admin, plan: OffsetPlan, args: argparse.Namespace, *, csv_with_group: bool = False) -> int:
+    """Show the plan; with --execute apply it (GroupActiveError, exit 1, when refused). With --export the
+    plan is printed as kafka-consumer-groups prints it: its CSV and a line break (System.out.println)."""
     written: list[OffsetChange] = []
     kafka_groups: list[str] = []
     if args.execute:
         with ProgressBar("writing offsets", len(plan.writes)) as bar:
             written = admin.apply_plan(plan, force=args.force, progress=bar.update, kafka_groups=kafka_groups)
+    if getattr(args, "export", False):
+        from metaq.admin.reset_csv import format_reset_csv
+
+        print(format_reset_csv(plan.writes, with_group=csv_with_group))
+        return 0
     if args.json:
         print_json({"executed": bool(args.execute), "written": len(written), "kafka_groups": kafka_groups,
                     **plan.to_json()})

@@ -17,14 +17,14 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from metaq.admin.client import Admin, resolve_connect
-from metaq.admin.timefmt import format_ms
-from metaq.client.security import SecurityConfig
-from metaq.config import load_properties
 from metaq.errors import ConfigError
-from metaq.zksecurity import ZOOKEEPER_CLIENT_KEYS, ZooKeeperSecurity, security_from_properties
+
+if TYPE_CHECKING:  # imported where used: they bring in kazoo and ssl, which `metaq groups --help` never needs
+    from metaq.admin.client import Admin
+    from metaq.client.security import SecurityConfig
+    from metaq.zksecurity import ZooKeeperSecurity
 
 Row = Sequence[object]
 
@@ -50,10 +50,15 @@ def common_options(*, json_output: bool = True) -> argparse.ArgumentParser:
 
 
 def add_parser(actions: argparse._SubParsersAction, name: str, help_text: str,  # type: ignore[type-arg]
-               *, json_output: bool = True) -> argparse.ArgumentParser:
-    """A sub-command with the common options; it remembers itself so that usage errors can exit 2."""
+               *, json_output: bool = True, bootstrap: bool = False) -> argparse.ArgumentParser:
+    """A sub-command with the common options; it remembers itself so that usage errors can exit 2.
+    ``bootstrap``: it also works with ``--bootstrap-server`` alone (brokers only, no ZooKeeper)."""
     parser: argparse.ArgumentParser = actions.add_parser(name, help=help_text, description=help_text,
                                                          parents=[common_options(json_output=json_output)])
+    if bootstrap:
+        parser.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                            help="talk to the brokers only, as Kafka's tools do (no ZooKeeper: its groups and "
+                                 "owners are not seen); instead of --zookeeper/--config")
     parser.set_defaults(_parser=parser)
     return parser
 
@@ -66,8 +71,11 @@ def usage_error(args: argparse.Namespace, message: str) -> None:
 
 def connect_string(args: argparse.Namespace) -> tuple[str, int | None]:
     """``--zookeeper`` or the config file's ``zookeeper.connect`` (exit 2 when neither is given)."""
+    from metaq.admin.client import resolve_connect
+
     if not args.zookeeper and not args.config:
-        usage_error(args, "one of --zookeeper or --config is required")
+        usage_error(args, "one of --zookeeper or --config is required" if not hasattr(args, "bootstrap_server")
+                    else "one of --zookeeper, --config or --bootstrap-server is required")
     quiet_libraries()
     connect, file_timeout = resolve_connect(args.zookeeper, args.config)
     return connect, args.zookeeper_timeout_ms or file_timeout
@@ -76,6 +84,9 @@ def connect_string(args: argparse.Namespace) -> tuple[str, int | None]:
 def zk_security_properties(args: argparse.Namespace) -> dict[str, str]:
     """The ``zookeeper.*`` security keys of ``--config`` overridden by those of ``--zk-config`` (all of that
     file's keys must be ZooKeeper client keys: it is about nothing else)."""
+    from metaq.config import load_properties
+    from metaq.zksecurity import ZOOKEEPER_CLIENT_KEYS
+
     picked = {k: v for k, v in (load_properties(args.config) if args.config else {}).items()
               if k in ZOOKEEPER_CLIENT_KEYS}
     if getattr(args, "zk_config", None):
@@ -89,11 +100,16 @@ def zk_security_properties(args: argparse.Namespace) -> dict[str, str]:
 
 
 def zk_security(args: argparse.Namespace) -> ZooKeeperSecurity:
+    from metaq.zksecurity import security_from_properties
+
     return security_from_properties(zk_security_properties(args))
 
 
 def command_properties(args: argparse.Namespace) -> dict[str, str]:
     """The ``--command-config`` file's properties (checked: only the security keys are allowed)."""
+    from metaq.client.security import SecurityConfig
+    from metaq.config import load_properties
+
     path = getattr(args, "command_config", None)
     if not path:
         return {}
@@ -107,6 +123,8 @@ def command_properties(args: argparse.Namespace) -> dict[str, str]:
 
 def command_security(args: argparse.Namespace) -> SecurityConfig:
     """How this command reaches the brokers (``--command-config``; PLAINTEXT without one)."""
+    from metaq.client.security import SecurityConfig
+
     return SecurityConfig.from_properties(command_properties(args))
 
 
@@ -122,9 +140,44 @@ def apply_overrides(props: dict[str, Any], args: argparse.Namespace, timeout_ms:
 
 
 def open_admin(args: argparse.Namespace) -> Admin:
+    from metaq.admin.client import Admin
+
     security = command_security(args)  # before connecting: a bad file is reported first
+    bootstrap = getattr(args, "bootstrap_server", None)
+    if bootstrap is not None:
+        if args.zookeeper or args.config:
+            usage_error(args, "give either --bootstrap-server or --zookeeper/--config, not both")
+        quiet_libraries()
+        from metaq.admin.bootstrap import BootstrapLayout, as_layout
+
+        return Admin(as_layout(BootstrapLayout.connect(bootstrap, security)), security=security)
     connect, timeout_ms = connect_string(args)
     return Admin.connect(connect, timeout_ms=timeout_ms, security=security, zk_security=zk_security(args))
+
+
+def add_group_arguments(parser: argparse.ArgumentParser, *, several: bool = False) -> None:
+    """The GROUP argument(s) and ``--all-groups`` (kafka-consumer-groups' option): one of them is needed."""
+    parser.add_argument("group", nargs="*" if several else "?", metavar="GROUP",
+                        help="the group" + ("(s)" if several else "") + " (or --all-groups)")
+    parser.add_argument("--all-groups", action="store_true",
+                        help="every group (those under /consumers and those the brokers coordinate)")
+
+
+def chosen_groups(args: argparse.Namespace, admin: Admin) -> list[str]:
+    """The groups a command applies to: those named, or with ``--all-groups`` every group ``groups list``
+    shows that could be read (exit 2 for both or neither)."""
+    named = check_group_arguments(args)
+    if named:
+        return named
+    return [s.group for s in admin.group_listing().groups if s.error is None]
+
+
+def check_group_arguments(args: argparse.Namespace) -> list[str]:
+    """The groups named (exit 2 unless either some or ``--all-groups``), checked before connecting."""
+    named: list[str] = args.group if isinstance(args.group, list) else [args.group] if args.group else []
+    if bool(named) == bool(args.all_groups):
+        usage_error(args, "give a GROUP or --all-groups" if not named else "give either GROUP or --all-groups")
+    return named
 
 
 def quiet_libraries() -> None:
@@ -181,6 +234,8 @@ def note(message: str) -> None:
 
 def when(ms: int | None) -> str:
     """A commit or claim time for a table: ISO 8601 UTC to the second."""
+    from metaq.admin.timefmt import format_ms
+
     return "-" if ms is None else format_ms(ms)[:19] + "Z"
 
 

@@ -30,11 +30,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     create.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
                         help=f"a topic config override (repeatable): {', '.join(TOPIC_CONFIG_KEYS)}")
     create.set_defaults(func=_create)
-    listing = add_parser(actions, "list", "list topics with their partition counts")
+    listing = add_parser(actions, "list", "list topics with their partition counts",
+                         bootstrap=True)
     listing.add_argument("--under-replicated", action="store_true",
                          help="list the partitions with fewer live in-sync replicas than replicas, or offline")
     listing.set_defaults(func=_list)
-    describe = add_parser(actions, "describe", "partitions with leader, replicas, ISR, log start and end offsets")
+    describe = add_parser(actions, "describe", "partitions with leader, replicas, ISR, log start and end offsets",
+                          bootstrap=True)
     describe.add_argument("topic", nargs="*", help="topics to describe (default: all)")
     only = describe.add_mutually_exclusive_group()
     only.add_argument("--under-min-isr", action="store_true",
