@@ -328,7 +328,7 @@ def test_all_groups_and_csv_reset_plans(cluster: BrokerCluster, layout: ZkLayout
                                                 f"plan-std,{topic},0,2", f"plan-std,{topic},1,2"}
     ok("offsets", "reset", "plan-zk", "plan-std", "--from-file", str(several), "--execute", *z)
     assert layout.offsets("plan-zk") == {(topic, 0): 6, (topic, 1): 4}
-    assert _kafka_committed(cluster.brokers[0].bootstrap, "plan-std", topic, 2) == {0: 2, 1: 2}
+    assert confluent_committed(cluster.brokers[0].bootstrap, "plan-std", topic, 2) == {0: 2, 1: 2}
     no_group = metaq("offsets", "reset", "--from-file", str(single), *z)
     assert no_group.returncode == 2 and "give a GROUP or --all-groups" in no_group.stderr
 
@@ -374,7 +374,7 @@ def test_bootstrap_server_mode_sees_what_the_brokers_know(cluster: BrokerCluster
     assert "bs-std" in listed and "bs-zk" not in listed  # ZooKeeper groups live in ZooKeeper only
 
     ok("offsets", "reset", "bs-std", "--topic", topic, "--to-earliest", "--execute", *b)
-    assert _kafka_committed(bootstrap, "bs-std", topic, 2) == {0: 0, 1: 0}
+    assert confluent_committed(bootstrap, "bs-std", topic, 2) == {0: 0, 1: 0}
     assert not layout.group_exists("bs-std")  # brokers only: nothing written to ZooKeeper
 
     both_given = metaq("groups", "list", *b, *z)
