@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaq.errors import ConfigError, MalformedNodeError, MetaqError
+from metaq.retry import zookeeper_follower
 from zk_layout import BrokerInfo, ZkLayout, parse_endpoint, paths
 from zk_layout.formats import INTERNAL_TOPICS
 
@@ -88,6 +89,7 @@ class MetadataWatcher:
         self._on_change = on_change
         self._dirty = threading.Event()
         self._stopped = threading.Event()
+        self._retry = zookeeper_follower("metadata")
         self._reloaded = threading.Condition()
         self.snapshot = ClusterSnapshot()
         self.skipped: dict[str, str] = {}  # node path -> why it is left out of the snapshot (as last logged)
@@ -121,7 +123,7 @@ class MetadataWatcher:
                 self.reload()
             except MetaqError as e:  # zk_layout translates every kazoo error into ZooKeeperError
                 log.warning("metadata reload from ZooKeeper failed (will retry): %s", e)
-                self._stopped.wait(1.0)  # back off before retrying
+                self._stopped.wait(self._retry.delay(1))  # back off before retrying
                 self._dirty.set()
 
     def reload(self) -> None:
