@@ -74,8 +74,8 @@ def _endpoints(info: BrokerInfo) -> dict[str, tuple[str, int]]:
     result: dict[str, tuple[str, int]] = {}
     for endpoint in info.endpoints:
         parsed = parse_endpoint(endpoint)
-        if parsed is not None and parsed[2] <= 65535:
-            result.setdefault(parsed[0], (parsed[1], parsed[2]))
+        if parsed is not None and parsed.port <= 65535:
+            result.setdefault(parsed.listener, (parsed.host, parsed.port))
     if not result and info.host is not None and 0 <= info.port <= 65535:
         result["PLAINTEXT"] = (info.host, info.port)
     return result

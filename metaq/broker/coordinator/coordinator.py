@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from metaq.broker.auth.session import current_session
 from metaq.broker.coordinator import group as g
@@ -57,6 +57,23 @@ class Replication(Protocol):
 
     async def wait_replicated(self, topic: str, partition: int, required: int, min_isr: int,
                               timeout_s: float) -> int: ...
+
+
+class CoordinatorAddress(NamedTuple):
+    """A FindCoordinator answer: the broker coordinating a group, or the error (node -1) why none does."""
+
+    error_code: int
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+
+
+class GroupListing(NamedTuple):
+    """One group of a ListGroups answer."""
+
+    group_id: str
+    protocol_type: str
+    state: str
 
 
 @dataclass(frozen=True)
@@ -116,19 +133,19 @@ class GroupCoordinator:
         parts = snapshot.topics.get(OFFSETS_TOPIC)
         return len(parts) if parts else self._config.offsets_topic_num_partitions
 
-    async def find_coordinator(self, key: str) -> tuple[int, int, str, int]:
-        """(error, node id, host, port) of the broker coordinating group ``key``."""
+    async def find_coordinator(self, key: str) -> CoordinatorAddress:
+        """The broker coordinating group ``key``."""
         snapshot = self._snapshot()
         if OFFSETS_TOPIC not in snapshot.topics:
             await self._create_offsets_topic(self._config.offsets_topic_num_partitions)
             snapshot = self._snapshot()
             if OFFSETS_TOPIC not in snapshot.topics:
-                return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+                return CoordinatorAddress(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         meta = snapshot.partition(OFFSETS_TOPIC, partition_for(key, self.offsets_partitions(snapshot)))
         address = snapshot.address(meta.leader, current_session().listener) if meta else None
         if meta is None or address is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        return ErrorCode.NONE, meta.leader, address[0], address[1]
+            return CoordinatorAddress(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return CoordinatorAddress(ErrorCode.NONE, meta.leader, address[0], address[1])
 
     def check(self, group_id: str) -> int:
         """0 if this broker coordinates ``group_id`` and its offsets are loaded, else the error to answer."""
@@ -598,8 +615,8 @@ class GroupCoordinator:
 
     # -- admin: ListGroups, DescribeGroups, DeleteGroups, OffsetDelete ------------------------------
 
-    async def list_groups(self, states: Collection[str] = ()) -> tuple[int, list[tuple[str, str, str]]]:
-        """(error, [(group, protocol type, state)]) of every group this broker coordinates: those with members
+    async def list_groups(self, states: Collection[str] = ()) -> tuple[int, list[GroupListing]]:
+        """(error, listings) of every group this broker coordinates: those with members
         or a known protocol, and those with offsets only (Empty, protocol type "" unless known), as Kafka lists
         its group cache. ``states`` filters (case-insensitively). Waits for the partitions to load."""
         snapshot = self._snapshot()
@@ -625,7 +642,7 @@ class GroupCoordinator:
             if partition_for(group_id, total) in mine and not group.is_(g.DEAD):
                 listed[group_id] = (group.protocol_type or "", group.state)
         wanted = {s.lower() for s in states}
-        return error, sorted((gid, ptype, state) for gid, (ptype, state) in listed.items()
+        return error, sorted(GroupListing(gid, ptype, state) for gid, (ptype, state) in listed.items()
                              if not wanted or state.lower() in wanted)
 
     async def describe_group(self, group_id: str) -> tuple[int, GroupSummary]:
