@@ -30,8 +30,9 @@ from metaq.errors import MetaqError, ProtocolError
 __all__ = [
     "RetryPolicy", "admin_list_offsets", "admin_reader", "broker_registration", "consumer_registration", "fetcher",
     "is_retriable",
-    "offsets_commit", "offsets_fetch", "producer_send", "rebalance_attempts", "rebalance_rounds", "spark_fetch",
-    "spark_list_offsets", "wait_jittered", "wait_uniform",
+    "offsets_commit", "offsets_fetch", "producer_send", "rebalance_attempts", "rebalance_rounds",
+    "replica_fetch", "replica_role_retry", "spark_fetch", "spark_list_offsets", "wait_jittered", "wait_uniform",
+    "zookeeper_follower",
 ]
 
 T = TypeVar("T")
@@ -165,6 +166,25 @@ def broker_registration(*, deadline_s: float = 30.0) -> RetryPolicy:
     """The broker's /brokers/ids node while ZooKeeper is unreachable: exponential from 0.1 s to 2 s."""
     return RetryPolicy("broker.registration", tenacity.wait_exponential(multiplier=0.1, max=2),
                        deadline_s=deadline_s)
+
+
+def replica_fetch(*, replica_fetch_backoff_ms: int) -> RetryPolicy:
+    """A broker's replica fetcher after a failed or empty fetch round: every replica.fetch.backoff.ms, for
+    as long as the partition follows that leader (Kafka's ReplicaFetcherThread backs off the same way)."""
+    return RetryPolicy("broker.replica_fetch", tenacity.wait_fixed(replica_fetch_backoff_ms / 1000.0))
+
+
+def replica_role_retry(*, backoff_s: float = 1.0) -> RetryPolicy:
+    """A replica whose role could not be taken (its log failed to open or truncate): the broker
+    reconciles its roles again after ``backoff_s``, and on every metadata change before that."""
+    return RetryPolicy("broker.replica_role", tenacity.wait_fixed(backoff_s))
+
+
+def zookeeper_follower(component: str, *, backoff_s: float = 1.0) -> RetryPolicy:
+    """A broker thread or task that follows ZooKeeper (``component``: the metadata watcher, the controller,
+    the ACL cache, the topic admin) after a failed pass: again after ``backoff_s``, for as long as it fails
+    (the next pass reads everything again, so nothing is lost by waiting)."""
+    return RetryPolicy(f"broker.{component}", tenacity.wait_fixed(backoff_s))
 
 
 def consumer_registration(*, rebalance_backoff_ms: int) -> RetryPolicy:

@@ -19,7 +19,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NoReturn, Self
+from typing import Any, Final, NamedTuple, NoReturn, Self
 from urllib.parse import unquote
 
 import re2
@@ -205,16 +205,24 @@ def _encode_partition_map(partitions: Mapping[int, Iterable[int]]) -> dict[str, 
     return {str(p): list(replicas) for p, replicas in sorted(partitions.items())}
 
 
-def parse_endpoint(endpoint: str) -> tuple[str, str, int] | None:
-    """``"PLAINTEXT://127.0.0.1:9092"`` -> ``("PLAINTEXT", "127.0.0.1", 9092)``; IPv6 hosts lose their
-    brackets. None if it is not of that form."""
+class ParsedEndpoint(NamedTuple):
+    """One ``NAME://host:port`` of a registration's ``endpoints`` or a broker's ``listeners``."""
+
+    listener: str
+    host: str
+    port: int
+
+
+def parse_endpoint(endpoint: str) -> ParsedEndpoint | None:
+    """``"PLAINTEXT://127.0.0.1:9092"`` -> ``ParsedEndpoint("PLAINTEXT", "127.0.0.1", 9092)``; IPv6 hosts
+    lose their brackets. None if it is not of that form."""
     match = _ENDPOINT.fullmatch(endpoint)
     if match is None:
         return None
     host = match["host"]
     if host.startswith("["):
         host = host[1:-1]
-    return match["name"], host, int(match["port"])
+    return ParsedEndpoint(match["name"], host, int(match["port"]))
 
 
 def _format_host_port(host: str, port: int) -> str:

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from kazoo.client import TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
@@ -44,7 +45,15 @@ class OffsetNode:
     mtime_ms: int
 
 
-def parse_offset_path(path: str) -> tuple[str, str, int]:
+class OffsetPath(NamedTuple):
+    """What an offset node's path names."""
+
+    group: str
+    topic: str
+    partition: int
+
+
+def parse_offset_path(path: str) -> OffsetPath:
     """``/consumers/<g>/offsets/<t>/<p>`` -> (group, topic, partition), the inverse of
     :func:`paths.offset_path`, for the lines of Kafka's ExportZkOffsets; ConfigError for anything else."""
     parts = path.split("/")
@@ -54,7 +63,7 @@ def parse_offset_path(path: str) -> tuple[str, str, int]:
     group, _, topic, partition = parts[len(prefix):]
     if not (partition.isascii() and partition.isdigit()):
         raise ConfigError(f"{path!r}: partition {partition!r} is not a decimal number")
-    result = (group, topic, int(partition))
+    result = OffsetPath(group, topic, int(partition))
     if paths.offset_path(*result) != path:  # validates the names and rejects e.g. a partition written "007"
         raise ConfigError(f"{path!r} is not in the canonical form {paths.offset_path(*result)!r}")
     return result

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaq.errors import ConfigError, MalformedNodeError, MetaqError
+from metaq.retry import zookeeper_follower
 from zk_layout import BrokerInfo, ZkLayout, parse_endpoint, paths
 from zk_layout.formats import INTERNAL_TOPICS
 
@@ -73,8 +74,8 @@ def _endpoints(info: BrokerInfo) -> dict[str, tuple[str, int]]:
     result: dict[str, tuple[str, int]] = {}
     for endpoint in info.endpoints:
         parsed = parse_endpoint(endpoint)
-        if parsed is not None and parsed[2] <= 65535:
-            result.setdefault(parsed[0], (parsed[1], parsed[2]))
+        if parsed is not None and parsed.port <= 65535:
+            result.setdefault(parsed.listener, (parsed.host, parsed.port))
     if not result and info.host is not None and 0 <= info.port <= 65535:
         result["PLAINTEXT"] = (info.host, info.port)
     return result
@@ -88,6 +89,7 @@ class MetadataWatcher:
         self._on_change = on_change
         self._dirty = threading.Event()
         self._stopped = threading.Event()
+        self._retry = zookeeper_follower("metadata")
         self._reloaded = threading.Condition()
         self.snapshot = ClusterSnapshot()
         self.skipped: dict[str, str] = {}  # node path -> why it is left out of the snapshot (as last logged)
@@ -121,7 +123,7 @@ class MetadataWatcher:
                 self.reload()
             except MetaqError as e:  # zk_layout translates every kazoo error into ZooKeeperError
                 log.warning("metadata reload from ZooKeeper failed (will retry): %s", e)
-                self._stopped.wait(1.0)  # back off before retrying
+                self._stopped.wait(self._retry.delay(1))  # back off before retrying
                 self._dirty.set()
 
     def reload(self) -> None:

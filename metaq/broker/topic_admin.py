@@ -29,6 +29,7 @@ from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import MetadataWatcher
 from metaq.broker.topic_config import log_config_for
 from metaq.errors import MetaqError, ZooKeeperError
+from metaq.retry import zookeeper_follower
 from zk_layout import ZkLayout, paths, validate_topic
 from zk_layout.topics import check_deletable
 
@@ -52,6 +53,7 @@ class TopicAdmin:
         self._base = base
         self._last_change = -1
         self._configured: set[str] = set()
+        self._retry = zookeeper_follower("topic_admin")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -91,7 +93,7 @@ class TopicAdmin:
                 await self.run_once()
             except (MetaqError, KazooException, OSError) as e:
                 log.warning("applying topic admin changes from ZooKeeper failed (will retry): %s", e)
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(self._retry.delay(1))
                 self._wake.set()
 
     async def run_once(self) -> None:

@@ -170,8 +170,9 @@ def broker_endpoint(info: Any, security_protocol: str = "PLAINTEXT") -> tuple[st
     protocols = getattr(info, "security_protocol_map", None) or {}
     for endpoint in getattr(info, "endpoints", ()):
         parsed = parse_endpoint(endpoint)
-        if parsed is not None and protocols.get(parsed[0], parsed[0]) == security_protocol and parsed[2] > 0:
-            return parsed[1], parsed[2]
+        if parsed is not None and protocols.get(parsed.listener, parsed.listener) == security_protocol \
+                and parsed.port > 0:
+            return parsed.host, parsed.port
     if security_protocol == "PLAINTEXT" and info.host and info.port > 0:
         return str(info.host), int(info.port)
     return None

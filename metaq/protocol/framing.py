@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 from metaq.errors import ProtocolError
 
@@ -12,11 +12,19 @@ REQUEST_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 REQUEST_PREFIX_SIZE = REQUEST_PREFIX.size
 
 
-def peek_request(frame: bytes | memoryview) -> tuple[int, int, int]:
-    """(api_key, api_version, correlation_id) of a request frame, without decoding the rest."""
+class RequestPrefix(NamedTuple):
+    """The fields every request header starts with."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+def peek_request(frame: bytes | memoryview) -> RequestPrefix:
+    """The header prefix of a request frame, without decoding the rest."""
     if len(frame) < REQUEST_PREFIX_SIZE:
         raise ProtocolError(f"request frame of {len(frame)} bytes is shorter than a request header")
-    return REQUEST_PREFIX.unpack_from(frame, 0)
+    return RequestPrefix(*REQUEST_PREFIX.unpack_from(frame, 0))
 
 
 def decode_request(request_cls: Any, frame: bytes | bytearray | memoryview, version: int) -> Any:

@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from metaq.broker.handlers.list_offsets import EARLIEST, LATEST, MAX_TIMESTAMP, _lookup, unconfirmed_error
+from metaq.broker.handlers.list_offsets import (
+    EARLIEST,
+    LATEST,
+    MAX_TIMESTAMP,
+    ListedOffset,
+    _lookup,
+    unconfirmed_error,
+)
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.replication.partition_state import LeaderState
@@ -84,39 +91,40 @@ def plog(tmp_path: Path) -> Iterator[PartitionLog]:
 
 
 def _ask(ctx: _Ctx, timestamp: int, unconfirmed: int = OFFSET_NOT_AVAILABLE,
-         client: bool = True) -> tuple[int, int, int]:
+         client: bool = True) -> ListedOffset:
     return _lookup(ctx, "t", 0, timestamp, -1, unconfirmed, client)  # type: ignore[arg-type]
 
 
 def test_latest_is_not_available_while_the_hw_is_below_the_epoch_start(plog: PartitionLog) -> None:
     ctx = _Ctx(plog, hw=6, epoch_start=10)
-    assert _ask(ctx, LATEST) == (OFFSET_NOT_AVAILABLE, -1, -1)
-    assert _ask(ctx, LATEST, ErrorCode.LEADER_NOT_AVAILABLE) == (ErrorCode.LEADER_NOT_AVAILABLE, -1, -1)
-    assert _ask(ctx, LATEST, ErrorCode.NONE) == (0, -1, 6)  # v0 or a replica: answered as before
-    assert _ask(ctx, EARLIEST) == (0, -1, 0)  # the earliest offset cannot go backwards
+    assert _ask(ctx, LATEST) == ListedOffset(OFFSET_NOT_AVAILABLE)
+    assert _ask(ctx, LATEST, ErrorCode.LEADER_NOT_AVAILABLE) == ListedOffset(ErrorCode.LEADER_NOT_AVAILABLE)
+    assert _ask(ctx, LATEST, ErrorCode.NONE) == ListedOffset(0, offset=6)  # v0 or a replica: answered as before
+    assert _ask(ctx, EARLIEST) == ListedOffset(0, offset=0)  # the earliest offset cannot go backwards
     ctx.hw = 10
-    assert _ask(ctx, LATEST) == (0, -1, 10)
+    assert _ask(ctx, LATEST) == ListedOffset(0, offset=10)
 
 
 def test_a_timestamp_lookup_fails_only_when_its_answer_would_reach_the_hw(plog: PartitionLog) -> None:
     ctx = _Ctx(plog, hw=6, epoch_start=10)
-    assert _ask(ctx, 1050) == (0, 1050, 5)  # below the HW: already confirmed
-    assert _ask(ctx, 1060) == (OFFSET_NOT_AVAILABLE, -1, -1)  # offset 6, at the HW
-    assert _ask(ctx, 5000) == (OFFSET_NOT_AVAILABLE, -1, -1)  # not found: the answer may be "after the end"
-    assert _ask(ctx, MAX_TIMESTAMP) == (OFFSET_NOT_AVAILABLE, -1, -1)
+    assert _ask(ctx, 1050) == ListedOffset(0, offset=5, timestamp=1050)  # below the HW: already confirmed
+    assert _ask(ctx, 1060) == ListedOffset(OFFSET_NOT_AVAILABLE)  # offset 6, at the HW
+    assert _ask(ctx, 5000) == ListedOffset(OFFSET_NOT_AVAILABLE)  # not found: the answer may be "after the end"
+    assert _ask(ctx, MAX_TIMESTAMP) == ListedOffset(OFFSET_NOT_AVAILABLE)
     ctx.hw = 10
-    assert _ask(ctx, 1060) == (0, 1060, 6)
-    assert _ask(ctx, 5000) == (0, -1, -1)
-    assert _ask(ctx, MAX_TIMESTAMP) == (0, 1090, 9)
+    assert _ask(ctx, 1060) == ListedOffset(0, offset=6, timestamp=1060)
+    assert _ask(ctx, 5000) == ListedOffset(0)
+    assert _ask(ctx, MAX_TIMESTAMP) == ListedOffset(0, offset=9, timestamp=1090)
 
 
 def test_a_clients_timestamp_lookup_never_answers_an_offset_at_or_past_the_hw(plog: PartitionLog) -> None:
     """Kafka's rule: a client gets only what it can fetch (below the HW); a replica sees up to the log end."""
     ctx = _Ctx(plog, hw=6, epoch_start=0)  # a confirmed leader whose follower lags: records 6..9 above the HW
-    assert _ask(ctx, 1050) == (0, 1050, 5)
-    assert _ask(ctx, 1060) == (0, -1, -1)  # offset 6 is at the HW
-    assert _ask(ctx, MAX_TIMESTAMP) == (0, -1, -1)  # offset 9
-    assert _ask(ctx, 1060, ErrorCode.NONE, client=False) == (0, 1060, 6)
-    assert _ask(ctx, MAX_TIMESTAMP, ErrorCode.NONE, client=False) == (0, 1090, 9)
+    assert _ask(ctx, 1050) == ListedOffset(0, offset=5, timestamp=1050)
+    assert _ask(ctx, 1060) == ListedOffset(0)  # offset 6 is at the HW
+    assert _ask(ctx, MAX_TIMESTAMP) == ListedOffset(0)  # offset 9
+    assert _ask(ctx, 1060, ErrorCode.NONE, client=False) == ListedOffset(0, offset=6, timestamp=1060)
+    assert _ask(ctx, MAX_TIMESTAMP, ErrorCode.NONE, client=False) == ListedOffset(0, offset=9, timestamp=1090)
     ctx.hw = 10
-    assert _ask(ctx, 1060) == (0, 1060, 6) and _ask(ctx, MAX_TIMESTAMP) == (0, 1090, 9)
+    assert _ask(ctx, 1060) == ListedOffset(0, offset=6, timestamp=1060)
+    assert _ask(ctx, MAX_TIMESTAMP) == ListedOffset(0, offset=9, timestamp=1090)

@@ -67,9 +67,9 @@ def parse_listeners(key: str, text: str, protocol_map: Mapping[str, str]) -> tup
     listeners: list[Listener] = []
     for entry in (e.strip() for e in text.split(",") if e.strip()):
         parsed = parse_endpoint(entry)
-        if parsed is None or parsed[2] > 65535:
+        if parsed is None or parsed.port > 65535:
             raise ConfigError(f"config {key!r}: {entry!r} is not NAME://host:port")
-        name, host, port = parsed[0].upper(), parsed[1], parsed[2]
+        name, host, port = parsed.listener.upper(), parsed.host, parsed.port
         protocol = protocol_map.get(name)
         if protocol is None:
             raise ConfigError(f"config {key!r}: listener {name} has no security protocol in"

@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from metaq.broker.auth.session import current_session
 from metaq.broker.coordinator import group as g
@@ -57,6 +57,23 @@ class Replication(Protocol):
 
     async def wait_replicated(self, topic: str, partition: int, required: int, min_isr: int,
                               timeout_s: float) -> int: ...
+
+
+class CoordinatorAddress(NamedTuple):
+    """A FindCoordinator answer: the broker coordinating a group, or the error (node -1) why none does."""
+
+    error_code: int
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+
+
+class GroupListing(NamedTuple):
+    """One group of a ListGroups answer."""
+
+    group_id: str
+    protocol_type: str
+    state: str
 
 
 @dataclass(frozen=True)
@@ -126,8 +143,8 @@ class GroupCoordinator:
         """The ``__consumer_offsets`` partition of ``group_id`` in the current cluster snapshot."""
         return partition_for(group_id, self.offsets_partitions(self._snapshot()))
 
-    async def find_coordinator(self, key: str) -> tuple[int, int, str, int]:
-        """(error, node id, host, port) of the broker coordinating group ``key``."""
+    async def find_coordinator(self, key: str) -> CoordinatorAddress:
+        """The broker coordinating group ``key``."""
         return await locate_coordinator(self._snapshot, OFFSETS_TOPIC, key, self._create_offsets_topic,
                                         self._config.offsets_topic_num_partitions)
 
@@ -618,8 +635,8 @@ class GroupCoordinator:
 
     # -- admin: ListGroups, DescribeGroups, DeleteGroups, OffsetDelete ------------------------------
 
-    async def list_groups(self, states: Collection[str] = ()) -> tuple[int, list[tuple[str, str, str]]]:
-        """(error, [(group, protocol type, state)]) of every group this broker coordinates: those with members
+    async def list_groups(self, states: Collection[str] = ()) -> tuple[int, list[GroupListing]]:
+        """(error, listings) of every group this broker coordinates: those with members
         or a known protocol, and those with offsets only (Empty, protocol type "" unless known), as Kafka lists
         its group cache. ``states`` filters (case-insensitively). Waits for the partitions to load."""
         snapshot = self._snapshot()
@@ -645,7 +662,7 @@ class GroupCoordinator:
             if partition_for(group_id, total) in mine and not group.is_(g.DEAD):
                 listed[group_id] = (group.protocol_type or "", group.state)
         wanted = {s.lower() for s in states}
-        return error, sorted((gid, ptype, state) for gid, (ptype, state) in listed.items()
+        return error, sorted(GroupListing(gid, ptype, state) for gid, (ptype, state) in listed.items()
                              if not wanted or state.lower() in wanted)
 
     async def describe_group(self, group_id: str) -> tuple[int, GroupSummary]:
@@ -752,8 +769,8 @@ class GroupCoordinator:
 
 async def locate_coordinator(snapshot_of: Callable[[], ClusterSnapshot], topic: str, key: str,
                              create_topic: Callable[[int], Awaitable[None]], partitions: int
-                             ) -> tuple[int, int, str, int]:
-    """(error, node id, host, port) of the leader of ``key``'s partition of the internal ``topic`` (created
+                             ) -> CoordinatorAddress:
+    """The leader of ``key``'s partition of the internal ``topic`` (created
     with ``partitions`` on first use), on the current request's listener: where Kafka's FindCoordinator
     sends a group (``__consumer_offsets``) or a transactional id (``__transaction_state``)."""
     snapshot = snapshot_of()
@@ -761,13 +778,13 @@ async def locate_coordinator(snapshot_of: Callable[[], ClusterSnapshot], topic: 
         await create_topic(partitions)
         snapshot = snapshot_of()
         if topic not in snapshot.topics:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+            return CoordinatorAddress(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     existing = snapshot.topics.get(topic)
     meta = snapshot.partition(topic, partition_for(key, len(existing) if existing else partitions))
     address = snapshot.address(meta.leader, current_session().listener) if meta else None
     if meta is None or address is None:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-    return ErrorCode.NONE, meta.leader, address[0], address[1]
+        return CoordinatorAddress(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    return CoordinatorAddress(ErrorCode.NONE, meta.leader, address[0], address[1])
 
 
 def _fail_member(member: Member, error: int) -> None:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
-from metaq.broker.coordinator.coordinator import locate_coordinator
+from metaq.broker.coordinator.coordinator import CoordinatorAddress, locate_coordinator
 from metaq.broker.coordinator.offsets import replay_records
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
 from metaq.broker.coordinator.txn_state import (
@@ -196,8 +196,8 @@ class TransactionCoordinator:
         parts = snapshot.topics.get(TRANSACTION_TOPIC)
         return len(parts) if parts else self._config.num_partitions
 
-    async def find_coordinator(self, transactional_id: str) -> tuple[int, int, str, int]:
-        """(error, node id, host, port) of the broker coordinating ``transactional_id``."""
+    async def find_coordinator(self, transactional_id: str) -> CoordinatorAddress:
+        """The broker coordinating ``transactional_id``."""
         return await locate_coordinator(self._snapshot, TRANSACTION_TOPIC, transactional_id, self._create_topic,
                                         self._config.num_partitions)
 

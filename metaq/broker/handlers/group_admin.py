@@ -37,12 +37,13 @@ async def list_groups(ctx: BrokerContext, request: Any, version: int) -> Any:
     types = {t.lower() for t in request.types_filter} if version >= 5 else set()
     error, groups = await ctx.coordinator.list_groups(states)
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.CLUSTER):  # else only the groups it may describe
-        groups = [g for g in groups if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g[0])]
+        groups = [g for g in groups if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)]
     if types and CLASSIC_GROUP_TYPE not in types:
         groups = []
     return ListGroupsResponse[version](throttle_time_ms=0, error_code=error, groups=[
-        ListedGroup(group_id=gid, protocol_type=ptype, group_state=state, group_type=CLASSIC_GROUP_TYPE)
-        for gid, ptype, state in groups])
+        ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
+                    group_type=CLASSIC_GROUP_TYPE)
+        for g in groups])
 
 
 async def describe_groups(ctx: BrokerContext, request: Any, version: int) -> Any:

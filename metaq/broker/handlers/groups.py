@@ -38,9 +38,9 @@ async def find_coordinator(ctx: BrokerContext, request: Any, version: int) -> An
     if denied := ctx.denied(AclOperation.DESCRIBE, ResourceType.GROUP, request.key):
         return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=denied, error_message=None,
                                                 node_id=-1, host="", port=-1)
-    error, node_id, host, port = await ctx.coordinator.find_coordinator(request.key)
-    return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=error, error_message=None,
-                                            node_id=node_id, host=host, port=port)
+    found = await ctx.coordinator.find_coordinator(request.key)
+    return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=found.error_code, error_message=None,
+                                            node_id=found.node_id, host=found.host, port=found.port)
 
 
 async def join_group(ctx: BrokerContext, request: Any, version: int) -> Any:

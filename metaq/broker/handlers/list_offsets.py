@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from kafka.protocol.consumer import ListOffsetsResponse
 
@@ -47,36 +47,43 @@ def unconfirmed_error(version: int, replica_id: int) -> int:
     return ErrorCode.OFFSET_NOT_AVAILABLE if version >= 5 else ErrorCode.LEADER_NOT_AVAILABLE
 
 
+class ListedOffset(NamedTuple):
+    """One partition's ListOffsets answer (v1+ fields; v0 uses the error code and whether offset >= 0)."""
+
+    error_code: int
+    offset: int = -1
+    timestamp: int = -1
+
+
 def _lookup(ctx: BrokerContext, topic: str, partition: int, timestamp: int,
             current_leader_epoch: int = -1, unconfirmed: int = ErrorCode.NONE,
-            client: bool = True, read_committed: bool = False) -> tuple[int, int, int]:
-    """(error_code, timestamp, offset). LATEST is the high watermark (the log end offset of a
+            client: bool = True, read_committed: bool = False) -> ListedOffset:
+    """The answer for one partition. LATEST is the high watermark (the log end offset of a
     single-replica partition): consumers cannot read past it, and a ``client``'s timestamp lookup is not
     answered at or past it either. ``unconfirmed``: the error to answer while the HW is below the leader
     epoch's start offset (see the module docstring)."""
     error = ctx.denied(AclOperation.DESCRIBE, ResourceType.TOPIC, topic) or ctx.serving_error(topic, partition) \
         or ctx.epoch_error(topic, partition, current_leader_epoch)
     if error:
-        return error, -1, -1
+        return ListedOffset(error)
     plog = ctx.log_for(topic, partition)
     if timestamp == EARLIEST:
-        return 0, -1, plog.log_start_offset
+        return ListedOffset(ErrorCode.NONE, offset=plog.log_start_offset)
     pending = unconfirmed if unconfirmed and ctx.epoch_start_unconfirmed(topic, partition) else ErrorCode.NONE
     if timestamp == LATEST:
         if pending:
-            return pending, -1, -1
+            return ListedOffset(pending)
         hw = ctx.high_watermark(topic, partition, plog)
         # read_committed (v2+): the last stable offset, as Kafka's fetchOffsetForTimestamp (docs/transactions.md)
-        return 0, -1, plog.last_stable_offset(hw) if read_committed else hw
+        return ListedOffset(ErrorCode.NONE, offset=plog.last_stable_offset(hw) if read_committed else hw)
     found = plog.max_timestamp_offset() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
     # a client's answer must be below the HW (a pending error is only ever a client's)
-    beyond_hw = client and (found is None or found[0] >= ctx.high_watermark(topic, partition, plog))
+    beyond_hw = client and (found is None or found.offset >= ctx.high_watermark(topic, partition, plog))
     if pending and beyond_hw:
-        return pending, -1, -1
+        return ListedOffset(pending)
     if found is None or beyond_hw:
-        return 0, -1, -1
-    offset, ts = found
-    return 0, ts, offset
+        return ListedOffset(ErrorCode.NONE)
+    return ListedOffset(ErrorCode.NONE, offset=found.offset, timestamp=found.timestamp)
 
 
 def _offsets_before(ctx: BrokerContext, topic: str, partition: int, timestamp: int, max_num: int,
@@ -117,16 +124,16 @@ async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
     for topic in request.topics:
         parts = []
         async for p in in_slices(topic.partitions):
-            error, ts, offset = _lookup(ctx, topic.name, p.partition_index, p.timestamp,
-                                        getattr(p, "current_leader_epoch", -1), unconfirmed, client,
-                                        version >= 2 and getattr(request, "isolation_level", 0) == 1)
+            found = _lookup(ctx, topic.name, p.partition_index, p.timestamp,
+                            getattr(p, "current_leader_epoch", -1), unconfirmed, client,
+                            version >= 2 and getattr(request, "isolation_level", 0) == 1)
             if version == 0:
-                old = [] if error or offset < 0 else _offsets_before(ctx, topic.name, p.partition_index,
-                                                                     p.timestamp, p.max_num_offsets, client)
-                parts.append(PartitionResponse(partition_index=p.partition_index, error_code=error,
+                old = [] if found.error_code or found.offset < 0 else _offsets_before(
+                    ctx, topic.name, p.partition_index, p.timestamp, p.max_num_offsets, client)
+                parts.append(PartitionResponse(partition_index=p.partition_index, error_code=found.error_code,
                                                old_style_offsets=old))
             else:
-                parts.append(PartitionResponse(partition_index=p.partition_index, error_code=error,
-                                               timestamp=ts, offset=offset))
+                parts.append(PartitionResponse(partition_index=p.partition_index, error_code=found.error_code,
+                                               timestamp=found.timestamp, offset=found.offset))
         topics.append(TopicResponse(name=topic.name, partitions=parts))
     return ListOffsetsResponse[version](throttle_time_ms=0, topics=topics)

@@ -9,7 +9,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from kafka.protocol.admin import (
     CreatePartitionsResponse,
@@ -60,16 +61,24 @@ def require(ctx: BrokerContext, operation: AclOperation, resource_type: Resource
                                  f"{name} is not allowed for {ctx.principal}")
 
 
-async def attempt(what: str, work: Awaitable[T]) -> tuple[int, str | None, T | None]:
-    """One resource's part of an admin request: ``(0, None, result)``, or the error code and message to answer
-    with (a refusal, or a ZooKeeper/storage failure logged here); never an exception that closes the connection."""
+class Outcome(NamedTuple, Generic[T]):
+    """One resource's part of an admin request: its error code and message, and its result when it worked."""
+
+    error_code: int
+    error_message: str | None
+    result: T | None
+
+
+async def attempt(what: str, work: Awaitable[T]) -> Outcome[T]:
+    """``work``'s result with code 0, or the error code and message to answer with (a refusal, or a
+    ZooKeeper/storage failure logged here); never an exception that closes the connection."""
     try:
-        return 0, None, await work
+        return Outcome(ErrorCode.NONE, None, await work)
     except AdminError as e:
-        return e.code, str(e), None
+        return Outcome(e.code, str(e), None)
     except MetaqError as e:
         log.warning("%s failed: %s", what, e)
-        return ErrorCode.UNKNOWN_SERVER_ERROR, str(e), None
+        return Outcome(ErrorCode.UNKNOWN_SERVER_ERROR, str(e), None)
 
 
 async def _wait_until(ctx: BrokerContext, check: Callable[[], bool], timeout_ms: int) -> bool:
@@ -127,10 +136,20 @@ class PartitionBudget:
 # ------------------------------------------------------------------------------------------ CreateTopics
 
 
-def _plan_topic(ctx: BrokerContext, topic: Any,
-                budget: PartitionBudget) -> tuple[int, int, dict[int, list[int]] | None, dict[str, str]]:
-    """(partitions, replication factor, explicit assignment or None, config overrides) of one CreatableTopic,
-    or AdminError."""
+@dataclass(frozen=True)
+class TopicPlan:
+    """What one CreatableTopic asks for, checked."""
+
+    partitions: int
+    replication_factor: int
+    assignment: dict[int, list[int]] | None
+    """The explicit replica assignment, or None to compute one."""
+    config: dict[str, str]
+    """The config overrides."""
+
+
+def _plan_topic(ctx: BrokerContext, topic: Any, budget: PartitionBudget) -> TopicPlan:
+    """The plan of one CreatableTopic, or AdminError."""
     assignment = None
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
@@ -161,12 +180,12 @@ def _plan_topic(ctx: BrokerContext, topic: Any,
         config = validate_topic_config({c.name: c.value for c in topic.configs})
     except ConfigError as e:
         raise AdminError(ErrorCode.INVALID_CONFIG, str(e)) from e
-    return partitions, factor, assignment, config
+    return TopicPlan(partitions, factor, assignment, config)
 
 
 async def _create_one(
     ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int, budget: PartitionBudget
-) -> tuple[int, int, dict[str, str]]:
+) -> TopicPlan:
     if not ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER):
         require(ctx, AclOperation.CREATE, ResourceType.TOPIC, topic.name)
     _check_name(topic.name)
@@ -174,19 +193,20 @@ async def _create_one(
         raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' is marked for deletion.")
     if topic.name in ctx.snapshot.topics or await ctx.in_thread(ctx.layout.topic_assignment, topic.name):
         raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
-    partitions, factor, assignment, config = _plan_topic(ctx, topic, budget)
+    plan = _plan_topic(ctx, topic, budget)
     if validate_only:
-        return partitions, factor, config
+        return plan
     try:
-        await ctx.in_thread(lambda: create_topic(ctx.layout, topic.name, partitions, config=config,
-                                                 assignment=assignment, replication_factor=factor))
+        await ctx.in_thread(lambda: create_topic(ctx.layout, topic.name, plan.partitions, config=plan.config,
+                                                 assignment=plan.assignment,
+                                                 replication_factor=plan.replication_factor))
     except TopicExistsError as e:
         raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.") from e
     except TopicCollisionError as e:
         raise AdminError(ErrorCode.INVALID_TOPIC_EXCEPTION, str(e)) from e
     ctx.metadata.request_reload()
     await _wait_until(ctx, lambda: ctx.snapshot.has_leaders(topic.name), timeout_ms)
-    return partitions, factor, config
+    return plan
 
 
 async def _refuse(code: int, message: str) -> Any:
@@ -208,9 +228,9 @@ async def create_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
         code, message, created = await attempt(f"CreateTopics {topic.name}", work)
         fields: dict[str, Any] = {"name": topic.name, "error_code": code, "error_message": message}
         if created is not None and version >= 5:
-            partitions, factor, config = created
+            config = created.config
             base = ctx.config.log_config()
-            fields.update(num_partitions=partitions, replication_factor=factor, configs=[
+            fields.update(num_partitions=created.partitions, replication_factor=created.replication_factor, configs=[
                 Result.CreatableTopicConfigs(
                     name=name, value=config.get(name, default_value(base, name)), read_only=False,
                     config_source=DYNAMIC_TOPIC_CONFIG if name in config else DEFAULT_CONFIG,

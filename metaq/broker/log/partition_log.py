@@ -31,6 +31,7 @@ from metaq.broker.log.segment import (
     LOG_SUFFIX,
     FetchSlice,
     LogSegment,
+    TimestampOffset,
     segment_file_name,
 )
 from metaq.broker.log.txn_index import AbortedTxn, TxnIndex
@@ -436,8 +437,8 @@ class PartitionLog:
             raise StorageError(f"cannot read {self.topic}-{self.partition} at offset {offset}: {e}") from e
         return None
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first record whose timestamp is >= ``timestamp_ms``, or None.
+    def offset_for_timestamp(self, timestamp_ms: int) -> TimestampOffset | None:
+        """The offset and timestamp of the first record whose timestamp is >= ``timestamp_ms``, or None.
 
         The special ListOffsets values -1 (latest) and -2 (earliest) are the caller's business."""
         self._check_open()
@@ -446,13 +447,14 @@ class PartitionLog:
                 if segment.max_timestamp >= timestamp_ms:
                     found = segment.find_offset_for_timestamp(timestamp_ms)
                     if found is not None:
-                        return max(found[0], self.log_start_offset), found[1]  # not below DeleteRecords' start
+                        # not below DeleteRecords' start
+                        return TimestampOffset(max(found.offset, self.log_start_offset), found.timestamp)
         except OSError as e:
             raise StorageError(f"cannot search {self.topic}-{self.partition} by timestamp: {e}") from e
         return None
 
-    def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first record with the largest timestamp in the log (ListOffsets
+    def max_timestamp_offset(self) -> TimestampOffset | None:
+        """The offset and timestamp of the first record with the largest timestamp in the log (ListOffsets
         ``-3``, KIP-734), or None for an empty log: the exact record, even inside a compressed batch."""
         self._check_open()
         largest = max((segment.max_timestamp for segment in list(self._segments)), default=-1)

@@ -25,6 +25,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.index import OffsetIndex, TimeIndex
@@ -60,6 +61,13 @@ DELETED_SUFFIX = ".deleted"
 def segment_file_name(base_offset: int, suffix: str) -> str:
     """Kafka's naming: the base offset as 20 zero-padded digits."""
     return f"{base_offset:020d}{suffix}"
+
+
+class TimestampOffset(NamedTuple):
+    """A record found by timestamp (ListOffsets): its offset and its own timestamp."""
+
+    offset: int
+    timestamp: int
 
 
 @dataclass(frozen=True)
@@ -481,8 +489,8 @@ class LogSegment:
         size = min(max(max_bytes, header.size), end - position)
         return FetchSlice(self.file, position, size, header.base_offset)
 
-    def find_offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first record with timestamp >= ``timestamp`` in this segment."""
+    def find_offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """The offset and timestamp of the first record with timestamp >= ``timestamp`` in this segment."""
         if self.max_timestamp < timestamp:
             return None
         end = self.size
@@ -494,7 +502,8 @@ class LogSegment:
                     return found
         return None
 
-    def _first_record_at_or_after(self, position: int, header: BatchHeader, timestamp: int) -> tuple[int, int] | None:
+    def _first_record_at_or_after(self, position: int, header: BatchHeader,
+                                  timestamp: int) -> TimestampOffset | None:
         """Decode this one batch (decompressed if it is) to find the exact record, not the batch's first."""
         data = os.pread(self.file.fileno(), header.size, position)
         try:
@@ -508,10 +517,10 @@ class LogSegment:
                 self.log_path,
                 e,
             )
-            return header.base_offset, header.max_timestamp
+            return TimestampOffset(header.base_offset, header.max_timestamp)
         for offset, record_ts, *_ in records:
             if record_ts >= timestamp:
-                return offset, record_ts
+                return TimestampOffset(offset, record_ts)
         return None
 
     def largest_timestamp(self) -> int:

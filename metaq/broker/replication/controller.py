@@ -30,6 +30,7 @@ from kazoo.client import KazooClient, KazooState
 
 from metaq.broker.replication.election import elect, elect_preferred, imbalanced_brokers, initial_state
 from metaq.errors import ControllerMovedError, MalformedNodeError, MetaqError, StaleVersionError
+from metaq.retry import zookeeper_follower
 from zk_layout import ZkLayout
 from zk_layout.controller import ControllerEpoch
 
@@ -59,6 +60,7 @@ class Controller:
         self._fence: ControllerEpoch | None = None
         self._wake = threading.Event()
         self._stopped = threading.Event()
+        self._retry = zookeeper_follower("controller", backoff_s=0.5)
         self._thread = threading.Thread(target=self._run, name="metaq-broker-controller", daemon=True)
 
     @property
@@ -110,7 +112,7 @@ class Controller:
                 self._wake.set()
             except MetaqError as e:  # zk_layout translates every kazoo error
                 log.warning("controller step failed (will retry): %s", e)
-                self._stopped.wait(0.5)
+                self._stopped.wait(self._retry.delay(1))
                 self._wake.set()
 
     def run_once(self) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_right
 from pathlib import Path
+from typing import NamedTuple
 
 from metaq.errors import StorageError
 from metaq.fileio import atomic_write
@@ -26,7 +27,16 @@ from metaq.fileio import atomic_write
 log = logging.getLogger(__name__)
 
 FILE_NAME = "leader-epoch-checkpoint"
-UNDEFINED = (-1, -1)
+
+
+class EpochEnd(NamedTuple):
+    """An OffsetForLeaderEpoch answer: the largest epoch at or below the one asked, and where it ended."""
+
+    epoch: int
+    end_offset: int
+
+
+UNDEFINED = EpochEnd(-1, -1)
 
 
 class LeaderEpochCache:
@@ -75,16 +85,16 @@ class LeaderEpochCache:
         self._save()
         return True
 
-    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> EpochEnd:
         """(largest epoch <= ``epoch``, the offset where it ended) as OffsetForLeaderEpoch answers it;
         UNDEFINED (-1, -1) for an epoch older than every entry."""
         if not self.entries or epoch < self.entries[0][0]:
             return UNDEFINED
         if epoch >= self.latest_epoch:
-            return self.latest_epoch, log_end_offset
+            return EpochEnd(self.latest_epoch, log_end_offset)
         epochs = [e for e, _ in self.entries]
         i = bisect_right(epochs, epoch)  # entries[i] is the first epoch above the requested one
-        return self.entries[i - 1][0], self.entries[i][1]
+        return EpochEnd(self.entries[i - 1][0], self.entries[i][1])
 
     def truncate_from_end(self, end_offset: int) -> None:
         """After the log was cut at ``end_offset``: forget epochs that began at or after it."""

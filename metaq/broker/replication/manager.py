@@ -5,14 +5,16 @@ Brokers learn their roles by watching the partition state nodes (the metadata wa
 :meth:`ReplicaManager.reconcile` runs on the event loop and, for each replicated partition hosting a replica
 here, becomes
 
-* **leader** when the state names this broker: tracks the followers' fetch offsets, keeps the high
-  watermark (:mod:`.partition_state`), answers acks=all produces once the ISR has the batch, and shrinks
-  or expands the ISR with writes conditional on the state node's zkVersion, announced through
-  ``/isr_change_notification``;
-* **follower** of the named leader: a :class:`~.replica_fetcher.ReplicaFetcher` thread per leader
-  broker copies the leader's batches with their offsets and leader epochs, and the HW the leader sends is
-  kept in ``replication-offset-checkpoint``;
-* nothing (offline, leader -1).
+* **leader** (:data:`~.roles.LEADER`) when the state names this broker: tracks the followers' fetch
+  offsets, keeps the high watermark (:mod:`.partition_state`), answers acks=all produces once the ISR has
+  the batch, and shrinks or expands the ISR with writes conditional on the state node's zkVersion,
+  announced through ``/isr_change_notification``;
+* **follower** of the named leader, first :data:`~.roles.TRUNCATING` then :data:`~.roles.FETCHING`: a
+  :class:`~.replica_fetcher.ReplicaFetcher` thread per leader broker copies the leader's batches with their
+  offsets and leader epochs, and the HW the leader sends is kept in ``replication-offset-checkpoint``;
+* :data:`~.roles.OFFLINE` (leader -1, or not registered).
+
+The states and their transitions are :mod:`.roles`; only :meth:`.roles.Role.transition` changes them.
 
 Single-replica partitions are not tracked at all: their HW is their log end offset, as before.
 Everything here runs on the event loop except the fetchers' network I/O and ZooKeeper writes.
@@ -24,7 +26,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from metaq.broker.auth.listeners import Listener
@@ -34,11 +35,13 @@ from metaq.broker.log.manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher, PartitionMeta
 from metaq.broker.purgatory import AppendNotifier
-from metaq.broker.replication.leader_epochs import LeaderEpochCache
+from metaq.broker.replication.leader_epochs import EpochEnd, LeaderEpochCache
 from metaq.broker.replication.partition_state import LeaderState
-from metaq.broker.replication.replica_fetcher import ReplicaFetcher
+from metaq.broker.replication.replica_fetcher import FetchPosition, FetchSource, ReplicaFetcher
+from metaq.broker.replication.roles import FETCHING, LEADER, OFFLINE, TRUNCATING, Following, Role, Waiter
 from metaq.errors import ErrorCode, MetaqError, StaleVersionError, StorageError
 from metaq.protocol.batches import read_header
+from metaq.retry import replica_role_retry
 from zk_layout import PartitionState, ZkLayout
 
 log = logging.getLogger(__name__)
@@ -52,30 +55,6 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass
-class _Waiter:
-    """An acks=all produce waiting for the ISR to reach ``required`` (its last offset + 1)."""
-
-    required: int
-    min_isr: int
-    future: asyncio.Future[int]
-
-
-@dataclass
-class _Follower:
-    leader: int
-    leader_epoch: int
-    hw: int
-    truncated: bool = False  # KIP-101: cut to where our log and the leader's diverge before fetching
-
-
-@dataclass
-class _Replica:
-    leader: LeaderState | None = None
-    follower: _Follower | None = None
-    waiters: list[_Waiter] = field(default_factory=list)
-
-
 class ReplicaManager:
     def __init__(self, config: BrokerConfig, logs: LogManager, metadata: MetadataWatcher, layout: ZkLayout,
                  notifier: AppendNotifier) -> None:
@@ -85,7 +64,7 @@ class ReplicaManager:
         self._metadata = metadata
         self._layout = layout
         self._notifier = notifier
-        self._replicas: dict[TopicPartition, _Replica] = {}
+        self._replicas: dict[TopicPartition, Role] = {}
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._checkpointed: dict[TopicPartition, int] = {}
         self._min_isr: dict[str, tuple[int, float]] = {}
@@ -93,6 +72,7 @@ class ReplicaManager:
         self._isr_tasks: set[asyncio.Task[None]] = set()  # ISR expansions started by a fetch (kept referenced)
         self._epochs: dict[TopicPartition, LeaderEpochCache] = {}
         self._retry_scheduled = False
+        self._role_retry = replica_role_retry()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -123,8 +103,8 @@ class ReplicaManager:
         for fetcher in self._fetchers.values():
             await asyncio.to_thread(fetcher.join, 5)
         self._fetchers.clear()
-        for replica in self._replicas.values():
-            self._fail_waiters(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        for role in self._replicas.values():
+            self._fail_waiters(role, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.checkpoint_high_watermarks()
 
     def on_metadata(self, _snapshot: ClusterSnapshot) -> None:
@@ -154,17 +134,18 @@ class ReplicaManager:
             if key not in wanted:
                 self._drop(key)
         for key, meta in wanted.items():
-            replica = self._replicas.setdefault(key, _Replica())
+            role = self._replicas.setdefault(key, Role(key))
             try:
                 if meta.leader == self._id:
-                    self._become_leader(key, replica, meta)
+                    self._become_leader(role, meta)
                 else:
-                    self._become_follower(key, replica, meta, snapshot)
+                    self._become_follower(role, meta, snapshot)
             except (MetaqError, OSError) as e:  # one partition's log must not stop the others' roles
-                log.error("%s-%d: cannot take the role the state node gives (retrying in 1s): %s", *key, e)
+                delay = self._role_retry.delay(1)
+                log.error("%s-%d: cannot take the role the state node gives (retrying in %.0fs): %s", *key, delay, e)
                 if self._loop is not None and not self._retry_scheduled:
                     self._retry_scheduled = True
-                    self._loop.call_later(1.0, self._retry_reconcile)
+                    self._loop.call_later(delay, self._retry_reconcile)
         for leader_id in [b for b, f in self._fetchers.items() if f.idle()]:
             self._fetchers.pop(leader_id).shutdown()
 
@@ -176,15 +157,15 @@ class ReplicaManager:
 
     def append_epoch(self, topic: str, partition: int) -> int | None:
         """The leader epoch a produce to this partition is stamped with (None: not replicated, unchanged)."""
-        replica = self._replicas.get((topic, partition))
-        return replica.leader.leader_epoch if replica is not None and replica.leader is not None else None
+        role = self._replicas.get((topic, partition))
+        return role.leading.leader_epoch if role is not None and role.leading is not None else None
 
-    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int) -> EpochEnd:
         """OffsetForLeaderEpoch on the leader: (epoch, end offset) from the log's epoch cache; a
         single-replica log, which keeps none, answers its log end at the asked epoch (nothing diverges)."""
         plog = self._logs.get_or_create(topic, partition)
         if (topic, partition) not in self._replicas:
-            return epoch, plog.log_end_offset
+            return EpochEnd(epoch, plog.log_end_offset)
         return self.epoch_cache((topic, partition), plog).end_offset_for(epoch, plog.log_end_offset)
 
     def _retry_reconcile(self) -> None:
@@ -192,46 +173,51 @@ class ReplicaManager:
         self.reconcile(self._metadata.snapshot)
 
     def _drop(self, key: TopicPartition) -> None:
-        replica = self._replicas.pop(key)
+        """The replica left this broker (reassigned, topic deleted): OFFLINE, then forgotten."""
+        role = self._replicas.pop(key)
         self._epochs.pop(key, None)
-        self._fail_waiters(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self._fail_waiters(role, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self._stop_fetching(key)
+        if not role.is_(OFFLINE):
+            role.transition(OFFLINE, why="no longer a replica here")
+
+    def _stop_fetching(self, key: TopicPartition) -> None:
         for fetcher in self._fetchers.values():
             fetcher.remove(key)
 
-    def _become_leader(self, key: TopicPartition, replica: _Replica, meta: PartitionMeta) -> None:
-        if replica.leader is not None and replica.leader.leader_epoch == meta.leader_epoch:
-            self._update_hw(key, replica, meta)
+    def _become_leader(self, role: Role, meta: PartitionMeta) -> None:
+        key = role.key
+        if role.leading is not None and role.leading.leader_epoch == meta.leader_epoch:
+            self._update_hw(role, meta)
             return
-        for fetcher in self._fetchers.values():
-            fetcher.remove(key)
+        self._stop_fetching(key)
         plog = self._logs.get_or_create(*key)
-        hw = self._initial_hw(key, replica, plog)
-        replica.follower = None
+        hw = self._initial_hw(role, plog)
         self.epoch_cache(key, plog).assign(meta.leader_epoch, plog.log_end_offset)
-        replica.leader = LeaderState(self._id, meta.leader_epoch, hw, _now_ms(), epoch_start_offset=plog.log_end_offset)
-        log.info("%s-%d: leader at epoch %d (log end %d, high watermark %d, ISR %s)", *key, meta.leader_epoch,
-                 plog.log_end_offset, hw, list(meta.isr))
-        self._update_hw(key, replica, meta)
+        role.transition(LEADER, leading=LeaderState(self._id, meta.leader_epoch, hw, _now_ms(),
+                                                    epoch_start_offset=plog.log_end_offset),
+                        why=f"epoch {meta.leader_epoch}, log end {plog.log_end_offset}, high watermark {hw}, "
+                            f"ISR {list(meta.isr)}")
+        self._update_hw(role, meta)
 
-    def _become_follower(self, key: TopicPartition, replica: _Replica, meta: PartitionMeta,
-                         snapshot: ClusterSnapshot) -> None:
-        if replica.leader is not None:
-            self._fail_waiters(replica, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-            replica.leader = None
-        current = replica.follower
-        if current is not None and current.leader == meta.leader and current.leader_epoch == meta.leader_epoch:
+    def _become_follower(self, role: Role, meta: PartitionMeta, snapshot: ClusterSnapshot) -> None:
+        key = role.key
+        if role.is_(LEADER):
+            self._fail_waiters(role, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        current = role.following
+        if current is not None and current.is_(meta.leader, meta.leader_epoch):
             return
-        for fetcher in self._fetchers.values():
-            fetcher.remove(key)
+        self._stop_fetching(key)
         plog = self._logs.get_or_create(*key)
         self.epoch_cache(key, plog)  # loaded before a fetcher asks for our latest epoch
         hw = current.hw if current is not None else min(self._checkpointed.get(key, 0), plog.log_end_offset)
         if meta.leader < 0 or meta.leader not in snapshot.brokers:
-            replica.follower = None  # offline, or the leader is not registered (yet): wait for the next state
+            if not role.is_(OFFLINE):  # wait for the next state
+                role.transition(OFFLINE, why=f"leader {meta.leader} offline or not registered")
             return
-        replica.follower = _Follower(meta.leader, meta.leader_epoch, hw)
-        log.info("%s-%d: follower of broker %d at leader epoch %d (log end %d)", *key, meta.leader,
-                 meta.leader_epoch, plog.log_end_offset)
+        role.transition(TRUNCATING, following=Following(meta.leader, meta.leader_epoch, hw),
+                        why=f"follower of broker {meta.leader} at leader epoch {meta.leader_epoch}, "
+                            f"log end {plog.log_end_offset}")
         source = self._fetchers.get(meta.leader)
         if source is None:
             source = ReplicaFetcher(self, self._config, meta.leader)
@@ -239,10 +225,10 @@ class ReplicaManager:
             source.start()
         source.add(key, meta.leader_epoch)
 
-    def _initial_hw(self, key: TopicPartition, replica: _Replica, plog: PartitionLog) -> int:
-        if replica.follower is not None:
-            return min(replica.follower.hw, plog.log_end_offset)
-        return min(self._checkpointed.get(key, 0), plog.log_end_offset)
+    def _initial_hw(self, role: Role, plog: PartitionLog) -> int:
+        if role.following is not None:
+            return min(role.following.hw, plog.log_end_offset)
+        return min(self._checkpointed.get(role.key, 0), plog.log_end_offset)
 
     def movable_leaderships(self) -> list[TopicPartition]:
         """Replicated partitions this broker leads that another live ISR member could take over (what a
@@ -256,19 +242,19 @@ class ReplicaManager:
 
     def high_watermark(self, topic: str, partition: int, plog: PartitionLog) -> int:
         """What consumers may read up to: the HW of a replicated partition, else the log end offset."""
-        replica = self._replicas.get((topic, partition))
-        if replica is None:
+        role = self._replicas.get((topic, partition))
+        if role is None:
             return plog.log_end_offset
-        if replica.leader is not None:
-            return min(replica.leader.hw, plog.log_end_offset)
-        if replica.follower is not None:
-            return min(replica.follower.hw, plog.log_end_offset)
+        if role.leading is not None:
+            return min(role.leading.hw, plog.log_end_offset)
+        if role.following is not None:
+            return min(role.following.hw, plog.log_end_offset)
         return min(self._checkpointed.get((topic, partition), 0), plog.log_end_offset)
 
     def epoch_start_unconfirmed(self, topic: str, partition: int) -> bool:
         """True while this broker leads the partition with a HW below its epoch's start offset."""
-        replica = self._replicas.get((topic, partition))
-        return replica is not None and replica.leader is not None and replica.leader.epoch_start_unconfirmed
+        role = self._replicas.get((topic, partition))
+        return role is not None and role.leading is not None and role.leading.epoch_start_unconfirmed
 
     def epoch_error(self, topic: str, partition: int, current_leader_epoch: int) -> int:
         """FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for a request's ``current_leader_epoch`` (-1: none)."""
@@ -287,15 +273,15 @@ class ReplicaManager:
                          plog: PartitionLog) -> None:
         """A follower's Fetch at ``fetch_offset``: its LEO; may move the HW."""
         key = (topic, partition)
-        replica = self._replicas.get(key)
-        if replica is None or replica.leader is None:
+        role = self._replicas.get(key)
+        if role is None or role.leading is None:
             return
-        replica.leader.record_fetch(replica_id, fetch_offset, plog.log_end_offset, _now_ms())
+        role.leading.record_fetch(replica_id, fetch_offset, plog.log_end_offset, _now_ms())
         meta = self._metadata.snapshot.partition(topic, partition)
         if meta is not None:
-            self._update_hw(key, replica, meta)
+            self._update_hw(role, meta)
             if replica_id not in meta.isr:
-                self._expand_isr(key, replica.leader, meta)
+                self._expand_isr(key, role.leading, meta)
 
     def _expand_isr(self, key: TopicPartition, state: LeaderState, meta: PartitionMeta) -> None:
         """Event loop, on a fetch of a follower outside the ISR: add it back as soon as it caught up (Kafka's
@@ -322,19 +308,20 @@ class ReplicaManager:
     def leader_appended(self, topic: str, partition: int) -> None:
         """After a produce append: with the leader alone in the ISR the HW moves at once."""
         key = (topic, partition)
-        replica = self._replicas.get(key)
+        role = self._replicas.get(key)
         meta = self._metadata.snapshot.partition(topic, partition)
-        if replica is not None and replica.leader is not None and meta is not None:
-            self._update_hw(key, replica, meta)
+        if role is not None and role.leading is not None and meta is not None:
+            self._update_hw(role, meta)
 
-    def _update_hw(self, key: TopicPartition, replica: _Replica, meta: PartitionMeta) -> None:
-        state = replica.leader
+    def _update_hw(self, role: Role, meta: PartitionMeta) -> None:
+        state = role.leading
+        key = role.key
         plog = self._logs.get(*key)
         if state is None or plog is None:
             return
         if state.update_hw(plog.log_end_offset, meta.isr):
             self._notifier.notify(key)  # consumers waiting in a long poll may now read more
-        self._check_waiters(replica, meta)
+        self._check_waiters(role, meta)
 
     # ------------------------------------------------------------------------------------------ acks=all
 
@@ -363,28 +350,28 @@ class ReplicaManager:
                               timeout_s: float) -> int:
         """Wait until the HW reaches ``required``: 0, or the error code to answer the produce with."""
         key = (topic, partition)
-        replica = self._replicas.get(key)
-        if replica is None or replica.leader is None:
+        role = self._replicas.get(key)
+        if role is None or role.leading is None:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         assert self._loop is not None
-        waiter = _Waiter(required, min_isr, self._loop.create_future())
-        replica.waiters.append(waiter)
+        waiter = Waiter(required, min_isr, self._loop.create_future())
+        role.waiters.append(waiter)
         meta = self._metadata.snapshot.partition(topic, partition)
         if meta is not None:
-            self._check_waiters(replica, meta)
+            self._check_waiters(role, meta)
         try:
             return await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
         except TimeoutError:
             return ErrorCode.REQUEST_TIMED_OUT
         finally:
-            if waiter in replica.waiters:
-                replica.waiters.remove(waiter)
+            if waiter in role.waiters:
+                role.waiters.remove(waiter)
 
-    def _check_waiters(self, replica: _Replica, meta: PartitionMeta) -> None:
-        state = replica.leader
+    def _check_waiters(self, role: Role, meta: PartitionMeta) -> None:
+        state = role.leading
         if state is None:
             return
-        for waiter in list(replica.waiters):
+        for waiter in list(role.waiters):
             if waiter.future.done():
                 continue
             if state.hw >= waiter.required:
@@ -392,62 +379,74 @@ class ReplicaManager:
             elif len(meta.isr) < waiter.min_isr:
                 waiter.future.set_result(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
 
-    def _fail_waiters(self, replica: _Replica, code: int) -> None:
-        for waiter in replica.waiters:
+    def _fail_waiters(self, role: Role, code: int) -> None:
+        for waiter in role.waiters:
             if not waiter.future.done():
                 waiter.future.set_result(code)
-        replica.waiters.clear()
+        role.waiters.clear()
 
     # ------------------------------------------------------------------------------------------ follower
 
-    def fetch_position(self, key: TopicPartition) -> tuple[int, int, int | None] | None:
-        """For a fetcher thread (any thread): (fetch offset, leader epoch followed, our latest epoch if the
-        log must first be truncated (KIP-101) else None), or None if not following."""
-        replica = self._replicas.get(key)
+    def fetch_position(self, key: TopicPartition) -> FetchPosition | None:
+        """For a fetcher thread (any thread): where to fetch from, or None if not following."""
+        role = self._replicas.get(key)
         plog = self._logs.get(*key)
-        follower = replica.follower if replica is not None else None
-        if follower is None or plog is None:
+        if role is None or plog is None:
             return None
-        cache = self._epochs.get(key)
-        pending = None if follower.truncated else (cache.latest_epoch if cache is not None else -1)
-        return plog.log_end_offset, follower.leader_epoch, pending
+        state, following = role.state, role.following
+        if following is None:
+            return None
+        truncate_epoch = None
+        if state == TRUNCATING:
+            cache = self._epochs.get(key)
+            truncate_epoch = cache.latest_epoch if cache is not None else -1
+        return FetchPosition(plog.log_end_offset, following.leader_epoch, truncate_epoch)
 
-    def truncate_follower(self, key: TopicPartition, leader: int, leader_epoch: int, epoch: int,
-                          end_offset: int) -> None:
-        """Event loop: the leader answered OffsetForLeaderEpoch for our latest epoch with (``epoch``,
-        ``end_offset``): cut our log where it stops agreeing with the leader's (KIP-101, with KIP-279's
-        refinement when the leader knows only an older epoch). Without epochs on either side, the high
-        watermark is the fallback (what every ISR member had)."""
-        replica = self._replicas.get(key)
-        follower = replica.follower if replica is not None else None
+    def _role_for(self, source: FetchSource) -> Role | None:
+        """The role a fetcher's answer is for, if it did not change since the request was sent."""
+        role = self._replicas.get(source.key)
+        if role is None or role.following is None or not role.following.is_(source.leader, source.leader_epoch):
+            return None
+        return role
+
+    def truncate_follower(self, source: FetchSource, answer: EpochEnd) -> None:
+        """Event loop: the leader answered OffsetForLeaderEpoch for our latest epoch with ``answer``: cut our
+        log where it stops agreeing with the leader's (KIP-101, with KIP-279's refinement when the leader
+        knows only an older epoch), then fetch. Without epochs on either side, the high watermark is the
+        fallback (what every ISR member had)."""
+        key = source.key
+        role = self._role_for(source)
         plog = self._logs.get(*key)
-        if follower is None or follower.leader != leader or follower.leader_epoch != leader_epoch or plog is None:
+        if role is None or role.following is None or plog is None:
             return
+        following = role.following
         cache = self.epoch_cache(key, plog)
+        epoch, end_offset = answer
         if epoch < 0 or end_offset < 0 or cache.latest_epoch < 0:
-            target = follower.hw
+            target = following.hw
         elif epoch == cache.latest_epoch:
             target = end_offset
         else:
-            target = min(end_offset, cache.end_offset_for(epoch, plog.log_end_offset)[1])
+            target = min(end_offset, cache.end_offset_for(epoch, plog.log_end_offset).end_offset)
         if target < plog.log_end_offset:
             log.warning("%s-%d: truncating from %d to %d, where our log and leader %d's diverge (epoch %d)",
-                        *key, plog.log_end_offset, target, leader, epoch)
+                        *key, plog.log_end_offset, target, source.leader, epoch)
             plog.truncate_to(target)
             cache.truncate_from_end(plog.log_end_offset)
-            follower.hw = min(follower.hw, plog.log_end_offset)
-        follower.truncated = True
+            following.hw = min(following.hw, plog.log_end_offset)
+        if role.is_(TRUNCATING):
+            role.transition(FETCHING, following=following, why=f"from offset {plog.log_end_offset}")
 
-    def append_fetched(self, key: TopicPartition, leader: int, leader_epoch: int, records: bytes,
-                       leader_hw: int, leader_start: int = -1) -> None:
-        """Event loop: batches a fetcher got from ``leader`` at ``leader_epoch``; dropped if the role
-        changed since the request was sent."""
-        replica = self._replicas.get(key)
-        follower = replica.follower if replica is not None else None
-        if follower is None or follower.leader != leader or follower.leader_epoch != leader_epoch:
+    def append_fetched(self, source: FetchSource, records: bytes, leader_hw: int, leader_start: int = -1) -> None:
+        """Event loop: batches a fetcher got from the leader; dropped if the role changed since the request
+        was sent."""
+        key = source.key
+        role = self._role_for(source)
+        if role is None or role.following is None:
             return
-        if not follower.truncated:
+        if not role.is_(FETCHING):
             return  # a fetch sent before the truncation check was decided
+        following = role.following
         plog = self._logs.get_or_create(*key)
         if records:
             first = read_header(records)
@@ -458,36 +457,37 @@ class ReplicaManager:
             try:
                 headers = plog.append_replica(records)
             except (MetaqError, OSError) as e:
-                raise StorageError(f"{key[0]}-{key[1]}: appending batches from broker {leader} failed: {e}") from e
+                raise StorageError(f"{key[0]}-{key[1]}: appending batches from broker {source.leader} failed: "
+                                   f"{e}") from e
             cache = self.epoch_cache(key, plog)
             for header in headers:
                 cache.assign(header.partition_leader_epoch, header.base_offset)
-        follower.hw = max(follower.hw, min(leader_hw, plog.log_end_offset))
+        following.hw = max(following.hw, min(leader_hw, plog.log_end_offset))
         if plog.log_start_offset < leader_start <= plog.log_end_offset:  # the leader's DeleteRecords/retention
             self._logs.delete_records(*key, leader_start, _now_ms())
 
-    def leader_out_of_range(self, key: TopicPartition, leader: int, leader_epoch: int, leader_end: int,
-                            leader_start: int) -> None:
+    def leader_out_of_range(self, source: FetchSource, leader_end: int, leader_start: int) -> None:
         """Event loop: our fetch offset is outside the leader's log. Past its end: our tail was never
         replicated (never acknowledged with acks=all), cut it. Below its start (the leader's retention or
         DeleteRecords removed what we lack): restart our log empty at the leader's start."""
-        replica = self._replicas.get(key)
-        follower = replica.follower if replica is not None else None
+        key = source.key
+        role = self._role_for(source)
         plog = self._logs.get(*key)
-        if follower is None or follower.leader != leader or follower.leader_epoch != leader_epoch or plog is None:
+        if role is None or role.following is None or plog is None:
             return
+        following = role.following
         if 0 <= leader_end < plog.log_end_offset:
             log.warning("%s-%d: truncating from %d to the leader's log end %d", *key, plog.log_end_offset,
                         leader_end)
             plog.truncate_to(leader_end)
             self.epoch_cache(key, plog).truncate_from_end(plog.log_end_offset)
-            follower.hw = min(follower.hw, plog.log_end_offset)
+            following.hw = min(following.hw, plog.log_end_offset)
         elif plog.log_end_offset < leader_start:
             log.warning("%s-%d: our log ends at %d, below leader %d's log start %d: restarting it there", *key,
-                        plog.log_end_offset, leader, leader_start)
+                        plog.log_end_offset, source.leader, leader_start)
             plog.truncate_fully_and_start_at(leader_start)
             self.epoch_cache(key, plog).truncate_from_end(0)
-            follower.hw = leader_start
+            following.hw = leader_start
 
     # ------------------------------------------------------------------------------------------ ISR
 
@@ -496,8 +496,8 @@ class ReplicaManager:
         followers that caught up; each change a conditional write of the state node."""
         now = _now_ms()
         snapshot = self._metadata.snapshot
-        for key, replica in list(self._replicas.items()):
-            state = replica.leader
+        for key, role in list(self._replicas.items()):
+            state = role.leading
             meta = snapshot.partition(*key)
             if state is None or meta is None or meta.leader != self._id or key in self._isr_writes:
                 continue

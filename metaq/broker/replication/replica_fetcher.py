@@ -7,7 +7,11 @@ leader with OffsetForLeaderEpoch (KIP-101). Then it sends ordinary Fetch request
 follower's LEO from the fetch offsets) and ``current_leader_epoch`` = the epoch it follows (a leader at
 another epoch answers FENCED/UNKNOWN_LEADER_EPOCH instead of data). Complete batches are appended on the event loop by
 :meth:`ReplicaManager.append_fetched`, which drops them if the role changed meanwhile. Errors back off for
-``replica.fetch.backoff.ms``; the partition moves when the state node does.
+``replica.fetch.backoff.ms`` (:func:`metaq.retry.replica_fetch`); the partition moves when the state node does.
+
+The fetcher knows the manager only as a :class:`ReplicaHost` (this module does not import the manager): it
+reads a :class:`FetchPosition` per partition and hands each answer back on the event loop, tagged with the
+:class:`FetchSource` it was asked for.
 """
 
 from __future__ import annotations
@@ -15,28 +19,73 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Collection, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Iterator
+from typing import Any, NamedTuple, ParamSpec, Protocol
 
 from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
 from metaq.broker.config import BrokerConfig
+from metaq.broker.replication.leader_epochs import EpochEnd
 from metaq.client.connection import BrokerConnection
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import ErrorCode, MetaqError, for_code
 from metaq.protocol.batches import valid_prefix
-
-if TYPE_CHECKING:
-    from metaq.broker.replication.manager import ReplicaManager
+from metaq.retry import replica_fetch
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 APPEND_TIMEOUT_S = 30.0
+IDLE_WAIT_S = 0.5  # a fetcher without partitions checks for a stop this often (add() wakes it at once)
+
+P = ParamSpec("P")
+
+
+class FetchPosition(NamedTuple):
+    """Where a follower fetches one partition from (read by the fetcher thread, written nowhere)."""
+
+    fetch_offset: int
+    """Our log end offset."""
+    leader_epoch: int
+    """The leader epoch we follow (sent as ``current_leader_epoch``)."""
+    truncate_epoch: int | None
+    """While TRUNCATING: our latest leader epoch (-1: none known) to ask the leader the end of before
+    fetching (KIP-101); None while FETCHING."""
+
+
+class FetchSource(NamedTuple):
+    """The role a request was made for: the manager drops an answer if the partition's role changed since."""
+
+    key: TopicPartition
+    leader: int
+    leader_epoch: int
+
+
+class ReplicaHost(Protocol):
+    """What a replica fetcher needs from the replica manager (a seam: the manager owns the logs and the
+    roles; every call below but the first four runs on the event loop through :meth:`ReplicaFetcher._on_loop`)."""
+
+    @property
+    def broker_id(self) -> int: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None: ...
+
+    def leader_address(self, broker_id: int) -> tuple[str, int] | None: ...
+
+    def fetch_position(self, key: TopicPartition) -> FetchPosition | None: ...
+
+    def truncate_follower(self, source: FetchSource, answer: EpochEnd) -> None: ...
+
+    def append_fetched(self, source: FetchSource, records: bytes, leader_hw: int, leader_start: int = -1) -> None: ...
+
+    def leader_out_of_range(self, source: FetchSource, leader_end: int, leader_start: int) -> None: ...
 
 
 class ReplicaFetcher(threading.Thread):
-    def __init__(self, manager: ReplicaManager, config: BrokerConfig, leader: int) -> None:
+    """Fetches the partitions this broker follows from one leader broker (module docstring)."""
+
+    def __init__(self, manager: ReplicaHost, config: BrokerConfig, leader: int) -> None:
         super().__init__(name=f"metaq-replica-fetcher-{leader}", daemon=True)
         self._manager = manager
         self._config = config
@@ -46,6 +95,7 @@ class ReplicaFetcher(threading.Thread):
         self._stopped = threading.Event()
         self._changed = threading.Event()
         self._conn: BrokerConnection | None = None
+        self._backoff = replica_fetch(replica_fetch_backoff_ms=config.replica_fetch_backoff_ms)
         # the inter-broker listener's protocol, as any client would speak it (TLS, SASL: BrokerConfig)
         self._settings = ConnectionSettings(
             client_id=f"metaq-replica-fetcher-{manager.broker_id}",
@@ -74,21 +124,21 @@ class ReplicaFetcher(threading.Thread):
             conn.close()
 
     def run(self) -> None:
-        backoff = self._config.replica_fetch_backoff_ms / 1000.0
         failures = 0
         while not self._stopped.is_set():
             with self._lock:
                 partitions = dict(self._partitions)
             if not partitions:
-                self._changed.wait(0.5)
+                self._changed.wait(IDLE_WAIT_S)
                 self._changed.clear()
                 continue
             try:
                 if not self._fetch_once(partitions):
-                    self._stopped.wait(backoff)
+                    self._stopped.wait(self._backoff.delay(1))
                 failures = 0
             except (MetaqError, OSError) as e:
                 failures += 1
+                backoff = self._backoff.delay(failures)
                 if not self._stopped.is_set():  # the first failure of a run loudly, the rest quietly
                     log.log(logging.WARNING if failures == 1 else logging.DEBUG,
                             "replica fetch from broker %d failed (retrying every %.1fs): %s", self.leader, backoff, e)
@@ -97,7 +147,7 @@ class ReplicaFetcher(threading.Thread):
             except Exception:
                 log.exception("replica fetcher for broker %d failed unexpectedly", self.leader)
                 self._close()
-                self._stopped.wait(backoff)
+                self._stopped.wait(self._backoff.delay(1))
         self._close()
 
     def _close(self) -> None:
@@ -116,23 +166,24 @@ class ReplicaFetcher(threading.Thread):
 
     def _fetch_once(self, partitions: dict[TopicPartition, int]) -> bool:
         """One Fetch round; False if nothing could be fetched (back off)."""
-        positions: dict[TopicPartition, tuple[int, int]] = {}
+        sources: dict[TopicPartition, FetchSource] = {}
         topics: dict[str, list[dict[str, int]]] = {}
-        truncating: dict[TopicPartition, tuple[int, int]] = {}
+        truncating: dict[TopicPartition, tuple[FetchSource, int]] = {}
         for key, epoch in partitions.items():
             position = self._manager.fetch_position(key)
-            if position is None or position[1] != epoch:
+            if position is None or position.leader_epoch != epoch:
                 continue
-            if position[2] is not None:
-                truncating[key] = (epoch, position[2])
+            source = FetchSource(key, self.leader, epoch)
+            if position.truncate_epoch is not None:
+                truncating[key] = (source, position.truncate_epoch)
                 continue
-            positions[key] = position[:2]
+            sources[key] = source
             topics.setdefault(key[0], []).append({
-                "partition": key[1], "current_leader_epoch": epoch, "fetch_offset": position[0],
+                "partition": key[1], "current_leader_epoch": epoch, "fetch_offset": position.fetch_offset,
                 "log_start_offset": -1, "partition_max_bytes": self._config.replica_fetch_max_bytes})
         if truncating:
             self._truncate(truncating)
-        if not positions:
+        if not sources:
             return bool(truncating)
         fields: dict[str, Any] = {
             "replica_id": self._manager.broker_id,
@@ -144,17 +195,17 @@ class ReplicaFetcher(threading.Thread):
         }
         response = self._connection().send(FetchRequest, fields)
         ok = False
-        for key, part in self._answers(response.responses, "partition_index", positions, "replica fetch"):
+        for key, part in self._answers(response.responses, "partition_index", sources, "replica fetch"):
             if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                self._hand_over(self._manager.leader_out_of_range, key, self.leader, positions[key][1],
-                                part.high_watermark, part.log_start_offset)
+                self._on_loop(self._manager.leader_out_of_range, sources[key], part.high_watermark,
+                              part.log_start_offset)
             if part.error_code:
                 continue
             ok = True
             records = bytes(part.records or b"")
             complete, _ = valid_prefix(records)
-            self._hand_over(self._manager.append_fetched, key, self.leader, positions[key][1],
-                            records[:complete], part.high_watermark, part.log_start_offset)
+            self._on_loop(self._manager.append_fetched, sources[key], records[:complete], part.high_watermark,
+                          part.log_start_offset)
         return ok
 
     def _answers(self, topics: Any, index: str, wanted: Collection[TopicPartition],
@@ -170,15 +221,15 @@ class ReplicaFetcher(threading.Thread):
                              for_code(part.error_code).message)
                 yield key, part
 
-    def _truncate(self, truncating: dict[TopicPartition, tuple[int, int]]) -> None:
+    def _truncate(self, truncating: dict[TopicPartition, tuple[FetchSource, int]]) -> None:
         """KIP-101: ask the leader where our latest epoch ends (OffsetForLeaderEpoch) and truncate there."""
         asked: dict[str, list[dict[str, int]]] = {}
-        for (topic, partition), (followed, latest) in truncating.items():
+        for (topic, partition), (source, latest) in truncating.items():
             if latest < 0:  # no epochs in our log: the manager falls back to the high watermark
-                self._hand_over(self._manager.truncate_follower, (topic, partition), self.leader, followed, -1, -1)
+                self._on_loop(self._manager.truncate_follower, source, EpochEnd(-1, -1))
                 continue
             asked.setdefault(topic, []).append(
-                {"partition": partition, "current_leader_epoch": followed, "leader_epoch": latest})
+                {"partition": partition, "current_leader_epoch": source.leader_epoch, "leader_epoch": latest})
         if not asked:
             return
         response = self._connection().send(OffsetForLeaderEpochRequest, {
@@ -186,16 +237,16 @@ class ReplicaFetcher(threading.Thread):
             "topics": [{"topic": topic, "partitions": parts} for topic, parts in asked.items()]})
         for key, part in self._answers(response.topics, "partition", truncating, "OffsetForLeaderEpoch"):
             if not part.error_code:
-                self._hand_over(self._manager.truncate_follower, key, self.leader, truncating[key][0],
-                                part.leader_epoch, part.end_offset)
+                self._on_loop(self._manager.truncate_follower, truncating[key][0],
+                              EpochEnd(part.leader_epoch, part.end_offset))
 
-    def _hand_over(self, fn: Any, *args: Any) -> None:
-        """Run ``fn(*args)`` on the broker's event loop (logs are single-threaded) and wait for it."""
+    def _on_loop(self, fn: Callable[P, None], *args: P.args, **kwargs: P.kwargs) -> None:
+        """Run ``fn(*args, **kwargs)`` on the broker's event loop (logs are single-threaded) and wait for it."""
         loop = self._manager.loop
         if loop is None or loop.is_closed():
             return
 
         async def call() -> None:
-            fn(*args)
+            fn(*args, **kwargs)
 
         asyncio.run_coroutine_threadsafe(call(), loop).result(APPEND_TIMEOUT_S)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from metaq.errors import ConfigError, MalformedNodeError, MetaqError
+from metaq.retry import zookeeper_follower
 from zk_layout import ZkLayout
 from zk_layout.acl_formats import (
     CLUSTER_NAME,
@@ -94,6 +95,7 @@ class Authorizer:
         self._last: dict[PatternType, int] = {store: -1 for store in _STORES}
         self._wake = threading.Event()
         self._stopped = threading.Event()
+        self._retry = zookeeper_follower("acl_changes")
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -127,7 +129,7 @@ class Authorizer:
                 self.process_changes()
             except MetaqError as e:
                 log.warning("reading ACL changes from ZooKeeper failed (will retry): %s", e)
-                self._stopped.wait(1.0)
+                self._stopped.wait(self._retry.delay(1))
                 self._wake.set()
 
     def process_changes(self) -> None:

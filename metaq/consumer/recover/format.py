@@ -13,7 +13,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -128,31 +128,42 @@ def _frame(record: dict[str, Any]) -> bytes:
     return FRAME_HEADER.pack(len(body), zlib.crc32(body)) + body
 
 
-def _parse(data: bytes) -> tuple[list[dict[str, Any]], int, str | None]:
+class Parsed(NamedTuple):
+    """What :func:`_parse` read from the start of a store file's bytes."""
+
+    records: list[dict[str, Any]]
+    """The complete, valid records."""
+    end: int
+    """Where they end (the bytes after it are dropped)."""
+    problem: str | None
+    """Why parsing stopped before the end of the data, or None."""
+
+
+def _parse(data: bytes) -> Parsed:
     """The complete, valid records at the start of ``data``, where they end, and why parsing stopped early."""
     records: list[dict[str, Any]] = []
     pos = 0
     while pos < len(data):
         if len(data) - pos < FRAME_HEADER.size:
-            return records, pos, "incomplete frame header"
+            return Parsed(records, pos, "incomplete frame header")
         length, crc = FRAME_HEADER.unpack_from(data, pos)
         if length > MAX_FRAME_BYTES:
-            return records, pos, f"frame length {length} is not plausible"
+            return Parsed(records, pos, f"frame length {length} is not plausible")
         end = pos + FRAME_HEADER.size + length
         if end > len(data):
-            return records, pos, f"frame of {length} bytes is incomplete"
+            return Parsed(records, pos, f"frame of {length} bytes is incomplete")
         body = data[pos + FRAME_HEADER.size:end]
         if zlib.crc32(body) != crc:
-            return records, pos, "crc mismatch"
+            return Parsed(records, pos, "crc mismatch")
         try:
             record = msgpack.unpackb(body, raw=False)
         except Exception as e:  # msgpack raises several ValueError subclasses and others
-            return records, pos, f"undecodable record ({type(e).__name__})"
+            return Parsed(records, pos, f"undecodable record ({type(e).__name__})")
         if not isinstance(record, dict) or "op" not in record:
-            return records, pos, "not a store record"
+            return Parsed(records, pos, "not a store record")
         records.append(record)
         pos = end
-    return records, pos, None
+    return Parsed(records, pos, None)
 
 
 def _now_ms() -> int:
