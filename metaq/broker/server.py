@@ -25,7 +25,7 @@ from metaq.broker.config import BrokerConfig
 from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC
-from metaq.broker.handlers import HANDLERS
+from metaq.broker.handlers import DISPATCH
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.network import BrokerServer, ConnectionLimits
@@ -96,17 +96,9 @@ class Broker:
         config = self.config
         # the listeners first: a port in use or a host that is not ours fails before anything else starts
         self._server = BrokerServer(
-            HANDLERS,
+            DISPATCH,
             listeners=served_listeners(config, self.scram),
-            limits=ConnectionLimits(
-                max_request_bytes=config.socket_request_max_bytes,
-                request_body_timeout_ms=config.socket_request_body_timeout_ms,
-                idle_timeout_ms=config.connections_max_idle_ms,
-                max_connections=config.max_connections,
-                max_connections_per_ip=config.max_connections_per_ip,
-                queued_max_request_bytes=config.queued_max_request_bytes,
-                max_request_entries=config.max_request_entries,
-            ),
+            limits=ConnectionLimits.from_config(config),
             send_buffer_bytes=config.socket_send_buffer_bytes,
             receive_buffer_bytes=config.socket_receive_buffer_bytes,
         )
@@ -124,33 +116,23 @@ class Broker:
         layout = ZkLayout(self._zk)
         self._layout = layout
         self.metadata = MetadataWatcher(layout, on_change=self._on_metadata_change)
+        notifier = AppendNotifier()
+        self.replication = ReplicaManager(config, self.logs, self.metadata, layout, notifier)  # started below
         self.coordinator = GroupCoordinator(
-            CoordinatorConfig(
-                broker_id=config.broker_id,
-                offsets_topic_num_partitions=config.offsets_topic_num_partitions,
-                offsets_retention_ms=config.offsets_retention_minutes * 60000,
-                offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
-                offset_metadata_max_bytes=config.offset_metadata_max_bytes,
-                group_min_session_timeout_ms=config.group_min_session_timeout_ms,
-                group_max_session_timeout_ms=config.group_max_session_timeout_ms,
-                group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-                flush_each_commit=config.log_flush_interval_messages <= 1,
-                offsets_commit_required_acks=config.offsets_commit_required_acks,
-                group_max_member_metadata_bytes=config.group_max_member_metadata_bytes,
-                group_max_metadata_bytes=config.group_max_metadata_bytes,
-            ),
+            CoordinatorConfig.from_config(config),
             self.logs,
             lambda: self.metadata.snapshot,
             self._create_offsets_topic,
-            asyncio.to_thread,
+            replication=self.replication,
+            notify=notifier.notify,
         )
         if config.authorizer_class_name:  # ACLs loaded before the first request is served
             self.authorizer = Authorizer(layout, Rules(parse_super_users(config.super_users),
                                                        config.allow_everyone_if_no_acl_found))
             await asyncio.to_thread(self.authorizer.start)
-        context = BrokerContext(config, self.logs, self.metadata, AppendNotifier(), self._auto_create, layout,
-                                self.coordinator, self.metrics, authorizer=self.authorizer,
-                                producer_ids=ProducerIdManager(layout, config.broker_id))
+        context = BrokerContext(config, self.logs, self.metadata, notifier, self._auto_create, layout,
+                                self.coordinator, self.metrics, replication=self.replication,
+                                producer_ids=ProducerIdManager(layout, config.broker_id), authorizer=self.authorizer)
         self._start_metrics()
         # listeners may say port 0: advertise the port actually bound
         advertised = advertised_endpoints(config.listener_list, config.advertised_list, self.ports)
@@ -160,11 +142,7 @@ class Broker:
         await asyncio.to_thread(self._registration.register)
         await asyncio.to_thread(self.metadata.start)
         await asyncio.to_thread(self.scram.load_all, layout)  # before serving: SCRAM users can log in at once
-        self.replication = ReplicaManager(config, self.logs, self.metadata, layout, context.notifier)
         await self.replication.start()
-        context.replication = self.replication
-        self.coordinator.replication = self.replication
-        self.coordinator.notify = context.notifier.notify
         self.controller = Controller(
             config.broker_id, layout, self._zk, unclean=config.unclean_leader_election_enable,
             rebalance_interval_s=(config.leader_imbalance_check_interval_seconds

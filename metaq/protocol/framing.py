@@ -12,7 +12,7 @@ REQUEST_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 REQUEST_PREFIX_SIZE = REQUEST_PREFIX.size
 
 
-def peek_request(frame: bytes | memoryview) -> tuple[int, int, int]:
+def peek_request(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) of a request frame, without decoding the rest."""
     if len(frame) < REQUEST_PREFIX_SIZE:
         raise ProtocolError(f"request frame of {len(frame)} bytes is shorter than a request header")

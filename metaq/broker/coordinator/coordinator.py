@@ -23,9 +23,9 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
-from metaq.broker.auth.session import current_session
+from metaq.broker.config import BrokerConfig
 from metaq.broker.coordinator import group as g
 from metaq.broker.coordinator.group import Group, GroupSummary, JoinResult, Member, protocols_bytes
 from metaq.broker.coordinator.offsets import LOADED, LOADING, CommittedOffset, OffsetsPartition
@@ -74,6 +74,25 @@ class CoordinatorConfig:
     group_max_member_metadata_bytes: int = 1048576
     group_max_metadata_bytes: int = 8388608
 
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> Self:
+        """The coordinator's settings in a broker config (``offsets.retention.minutes`` in ms; a commit is
+        flushed at once when ``log.flush.interval.messages`` asks for a flush per message)."""
+        return cls(
+            broker_id=config.broker_id,
+            offsets_topic_num_partitions=config.offsets_topic_num_partitions,
+            offsets_retention_ms=config.offsets_retention_minutes * 60000,
+            offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+            offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+            group_min_session_timeout_ms=config.group_min_session_timeout_ms,
+            group_max_session_timeout_ms=config.group_max_session_timeout_ms,
+            group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            flush_each_commit=config.log_flush_interval_messages <= 1,
+            offsets_commit_required_acks=config.offsets_commit_required_acks,
+            group_max_member_metadata_bytes=config.group_max_member_metadata_bytes,
+            group_max_metadata_bytes=config.group_max_metadata_bytes,
+        )
+
 
 class GroupCoordinator:
     def __init__(
@@ -82,8 +101,13 @@ class GroupCoordinator:
         logs: LogManager,
         snapshot: Callable[[], ClusterSnapshot],
         create_offsets_topic: Callable[[int], Awaitable[None]],
-        in_thread: Callable[..., Awaitable[Any]],
+        *,
+        replication: Replication | None = None,
+        notify: Callable[[tuple[str, int]], None] = lambda _key: None,
+        in_thread: Callable[..., Awaitable[Any]] = asyncio.to_thread,
     ) -> None:
+        """``replication``: with it, appends are stamped and replicated; ``notify`` wakes followers' long polls
+        when the offsets log grows; ``in_thread`` runs blocking log work (replays, flushes) off the loop."""
         self._config = config
         self._logs = logs
         self._snapshot = snapshot
@@ -94,9 +118,8 @@ class GroupCoordinator:
         self._groups: dict[str, Group] = {}
         self._loads: dict[int, asyncio.Task[None]] = {}  # partitions being replayed
         self._tasks: list[asyncio.Task[None]] = []
-        # set by the broker once its replica manager exists; with it, appends are stamped and replicated
-        self.replication: Replication | None = None
-        self.notify: Callable[[tuple[str, int]], None] = lambda _key: None  # wakes followers' long polls
+        self.replication = replication
+        self.notify = notify
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -116,8 +139,9 @@ class GroupCoordinator:
         parts = snapshot.topics.get(OFFSETS_TOPIC)
         return len(parts) if parts else self._config.offsets_topic_num_partitions
 
-    async def find_coordinator(self, key: str) -> tuple[int, int, str, int]:
-        """(error, node id, host, port) of the broker coordinating group ``key``."""
+    async def find_coordinator(self, key: str, listener: str) -> tuple[int, int, str, int]:
+        """(error, node id, host, port) of the broker coordinating group ``key``, on ``listener`` (the one
+        the request came in on)."""
         snapshot = self._snapshot()
         if OFFSETS_TOPIC not in snapshot.topics:
             await self._create_offsets_topic(self._config.offsets_topic_num_partitions)
@@ -125,7 +149,7 @@ class GroupCoordinator:
             if OFFSETS_TOPIC not in snapshot.topics:
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         meta = snapshot.partition(OFFSETS_TOPIC, partition_for(key, self.offsets_partitions(snapshot)))
-        address = snapshot.address(meta.leader, current_session().listener) if meta else None
+        address = snapshot.address(meta.leader, listener) if meta else None
         if meta is None or address is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
         return ErrorCode.NONE, meta.leader, address[0], address[1]

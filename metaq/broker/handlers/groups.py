@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from kafka.protocol.consumer import (
+from metaq.broker.context import BrokerContext
+from metaq.errors import ErrorCode
+from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.responses import (
+    FindCoordinatorResponse,
     HeartbeatResponse,
     JoinGroupResponse,
     LeaveGroupResponse,
     SyncGroupResponse,
 )
-from kafka.protocol.metadata import FindCoordinatorResponse
-
-from metaq.broker.context import CLIENT_HOST, BrokerContext
-from metaq.errors import ErrorCode
 from zk_layout.acl_formats import AclOperation, ResourceType
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
@@ -24,7 +22,7 @@ FindCoordinator error for ever, as kafka-python and aiokafka do COORDINATOR_NOT_
 "Transactions")."""
 
 
-async def find_coordinator(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def find_coordinator(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     if version >= 1 and request.key_type != GROUP_KEY:
         transactional = request.key_type == TRANSACTION_KEY
         refusal = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional else ErrorCode.INVALID_REQUEST
@@ -35,12 +33,12 @@ async def find_coordinator(ctx: BrokerContext, request: Any, version: int) -> An
     if denied := ctx.denied(AclOperation.DESCRIBE, ResourceType.GROUP, request.key):
         return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=denied, error_message=None,
                                                 node_id=-1, host="", port=-1)
-    error, node_id, host, port = await ctx.coordinator.find_coordinator(request.key)
+    error, node_id, host, port = await ctx.coordinator.find_coordinator(request.key, ctx.listener)
     return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=error, error_message=None,
                                             node_id=node_id, host=host, port=port)
 
 
-async def join_group(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def join_group(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     if denied := ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id):
         return JoinGroupResponse[version](throttle_time_ms=0, error_code=denied, generation_id=-1, protocol_name="",
                                           leader="", member_id=request.member_id, members=[])
@@ -49,7 +47,7 @@ async def join_group(ctx: BrokerContext, request: Any, version: int) -> Any:
         request.member_id,
         request.group_instance_id if version >= 5 else None,
         request.header.client_id or "",
-        CLIENT_HOST.get(),
+        "/" + ctx.session.client_host,  # as Kafka shows a member's host
         request.session_timeout_ms,
         request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms,
         request.protocol_type,
@@ -68,7 +66,7 @@ async def join_group(ctx: BrokerContext, request: Any, version: int) -> Any:
     )
 
 
-async def sync_group(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def sync_group(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     if denied := ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id):
         return SyncGroupResponse[version](throttle_time_ms=0, error_code=denied, assignment=b"")
     assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
@@ -78,13 +76,13 @@ async def sync_group(ctx: BrokerContext, request: Any, version: int) -> Any:
     return SyncGroupResponse[version](throttle_time_ms=0, error_code=error, assignment=assignment)
 
 
-async def heartbeat(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def heartbeat(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     error = ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id) or ctx.coordinator.heartbeat(
         request.group_id, request.generation_id, request.member_id, request.group_instance_id if version >= 3 else None)
     return HeartbeatResponse[version](throttle_time_ms=0, error_code=error)
 
 
-async def leave_group(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def leave_group(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     error = (ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id)
              or ctx.coordinator.leave_group(request.group_id, request.member_id))
     return LeaveGroupResponse[version](throttle_time_ms=0, error_code=error)

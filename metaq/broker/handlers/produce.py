@@ -19,8 +19,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kafka.protocol.producer import ProduceResponse
-
 from metaq.broker.context import BrokerContext
 from metaq.broker.log.partition_log import AppendResult, PartitionLog
 from metaq.broker.log.upconvert import upconvert
@@ -37,6 +35,8 @@ from metaq.errors import (
     UnsupportedCompressionError,
     UnsupportedMessageFormatError,
 )
+from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.responses import ProduceResponse
 from zk_layout.acl_formats import AclOperation, ResourceType
 from zk_layout.formats import INTERNAL_TOPICS
 
@@ -126,7 +126,7 @@ def _legacy_code(error: int) -> int:
     return error
 
 
-async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse | None:
     acks = request.acks
     responses: list[tuple[str, list[tuple[int, int, int, int]]]] = []
     to_flush: dict[int, PartitionLog] = {}

@@ -11,12 +11,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from kafka.protocol.admin import (
-    CreatePartitionsResponse,
-    CreateTopicsResponse,
-    DeleteTopicsResponse,
-)
-
 from metaq.broker.context import BrokerContext
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, default_value, validate_topic_config
 from metaq.broker.topics import add_partitions, create_topic
@@ -29,6 +23,8 @@ from metaq.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct
+from metaq.protocol.responses import CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse
 from zk_layout import validate_topic
 from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
 from zk_layout.topics import check_deletable
@@ -127,7 +123,7 @@ class PartitionBudget:
 # ------------------------------------------------------------------------------------------ CreateTopics
 
 
-def _plan_topic(ctx: BrokerContext, topic: Any,
+def _plan_topic(ctx: BrokerContext, topic: ApiStruct,
                 budget: PartitionBudget) -> tuple[int, int, dict[int, list[int]] | None, dict[str, str]]:
     """(partitions, replication factor, explicit assignment or None, config overrides) of one CreatableTopic,
     or AdminError."""
@@ -165,7 +161,7 @@ def _plan_topic(ctx: BrokerContext, topic: Any,
 
 
 async def _create_one(
-    ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int, budget: PartitionBudget
+    ctx: BrokerContext, topic: ApiStruct, validate_only: bool, timeout_ms: int, budget: PartitionBudget
 ) -> tuple[int, int, dict[str, str]]:
     if not ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER):
         require(ctx, AclOperation.CREATE, ResourceType.TOPIC, topic.name)
@@ -193,7 +189,7 @@ async def _refuse(code: int, message: str) -> Any:
     raise AdminError(code, message)
 
 
-async def create_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def create_topics(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     Result = CreateTopicsResponse.CreatableTopicResult
     validate_only = bool(version >= 1 and request.validate_only)
     names = [t.name for t in request.topics]
@@ -248,7 +244,7 @@ async def _delete_one(ctx: BrokerContext, topic: str, timeout_ms: int) -> None:
                          f" hosting its partitions have not deleted them within {timeout_ms} ms")
 
 
-async def delete_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def delete_topics(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     Result = DeleteTopicsResponse.DeletableTopicResult
     if version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
@@ -271,7 +267,7 @@ async def delete_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
 # ------------------------------------------------------------------------------------------ CreatePartitions
 
 
-async def _add_one(ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int,
+async def _add_one(ctx: BrokerContext, topic: ApiStruct, validate_only: bool, timeout_ms: int,
                    budget: PartitionBudget) -> None:
     require(ctx, AclOperation.ALTER, ResourceType.TOPIC, topic.name)
     current = ctx.snapshot.topics.get(topic.name)
@@ -305,7 +301,7 @@ async def _add_one(ctx: BrokerContext, topic: Any, validate_only: bool, timeout_
                       and ctx.snapshot.has_leaders(topic.name), timeout_ms)
 
 
-async def create_partitions(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def create_partitions(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     Result = CreatePartitionsResponse.CreatePartitionsTopicResult
     budget = PartitionBudget(ctx)
     results = []
