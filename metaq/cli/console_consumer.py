@@ -36,6 +36,7 @@ from metaq.cli.output import (
     zk_security,
     zk_security_properties,
 )
+from metaq.cli.subparsers import SubParsers
 from metaq.config import load_properties
 from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
 from metaq.errors import MetaqError
@@ -48,7 +49,7 @@ Printed = tuple[str, int, int, int, bytes | None, bytes | None]
 """(topic, partition, offset, timestamp, key, value)."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = add_parser(sub, "console-consumer", "print a topic's messages, one value per line")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--group", default=None)

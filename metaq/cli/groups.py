@@ -22,12 +22,13 @@ from metaq.admin import GroupDescription, GroupSummary, Member, PartitionLag
 from metaq.admin.broker_groups import CoordinatorGroup
 from metaq.admin.groups import DEFAULT_STALL_AFTER_MS, zookeeper_state
 from metaq.cli.output import add_parser, emit, note, open_admin, table, when
+from metaq.cli.subparsers import SubParsers
 
 PARTITION_HEADERS = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER", "LAST-COMMIT",
                      "SOURCE", "STATUS"]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = sub.add_parser("groups", help="list and describe consumer groups (lag, owners, commit times)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = add_parser(actions, "list", "list every group under /consumers and every group a broker coordinates")

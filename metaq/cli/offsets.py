@@ -32,10 +32,11 @@ from metaq.cli.output import (
     table,
     usage_error,
 )
+from metaq.cli.subparsers import SubParsers
 from metaq.errors import ConfigError, UnknownTopicError
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = sub.add_parser("offsets", help="reset, export and import committed offsets")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     _register_reset(actions)
@@ -67,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     imp.set_defaults(func=_import)
 
 
-def _register_reset(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _register_reset(actions: SubParsers) -> None:
     reset = add_parser(actions, "reset", "move a group's offsets (a dry run unless --execute)")
     reset.add_argument("group")
     scope = reset.add_mutually_exclusive_group(required=True)

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from metaq.admin.client import Admin, resolve_connect
 from metaq.admin.timefmt import format_ms
+from metaq.cli.subparsers import SubParsers
 from metaq.client.security import SecurityConfig
 from metaq.config import load_properties
 from metaq.errors import ConfigError
@@ -49,7 +50,7 @@ def common_options(*, json_output: bool = True) -> argparse.ArgumentParser:
     return parent
 
 
-def add_parser(actions: argparse._SubParsersAction, name: str, help_text: str,  # type: ignore[type-arg]
+def add_parser(actions: SubParsers, name: str, help_text: str,
                *, json_output: bool = True) -> argparse.ArgumentParser:
     """A sub-command with the common options; it remembers itself so that usage errors can exit 2."""
     parser: argparse.ArgumentParser = actions.add_parser(name, help=help_text, description=help_text,
