@@ -19,8 +19,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-
-from kazoo.client import KazooClient
+from typing import TYPE_CHECKING
 
 from metaq.client.cluster import ClusterClient, Leader
 from metaq.client.security import SecurityConfig
@@ -37,6 +36,9 @@ from metaq.spark.options import ReadOptions, Subscription
 from metaq.zkclient import connect
 from metaq.zksecurity import ZooKeeperSecurity
 from zk_layout import ZkLayout
+
+if TYPE_CHECKING:  # for the annotation only: importing this module needs no more than it did
+    from kazoo.client import KazooClient
 
 log = logging.getLogger(__name__)
 
