@@ -28,7 +28,8 @@ from metaq.broker.log.cleaner.config import CleanerConfig
 from metaq.broker.log.config import LogConfig
 from metaq.broker.security.authorizer import check_authorizer_class, check_super_users
 from metaq.client.security import ENDPOINT_IDENTIFICATION, SecurityConfig
-from metaq.config import ConfigError, Secret, non_negative, one_of, positive, prop
+from metaq.config import Secret, non_negative, one_of, positive, prop
+from metaq.errors import ConfigError
 from metaq.metrics.off import check_metrics
 from metaq.zksecurity import ZooKeeperClientConfig
 from zk_layout.paths import INT32_MAX

@@ -1,15 +1,17 @@
-"""What request handlers may use: config, logs, the cluster snapshot, the append notifier."""
+"""What request handlers may use: config, logs, the cluster snapshot, the append notifier, and the session
+of the connection whose request is being handled (one copy of the broker's context per connection, made by
+the network layer with :meth:`BrokerContext.for_session`)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from metaq.broker.auth.session import current_session
+from metaq.broker.auth.session import Session
 from metaq.broker.config import BrokerConfig
 from metaq.broker.coordinator.coordinator import GroupCoordinator
 from metaq.broker.log.manager import LogManager
@@ -30,10 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
-"""The address of the client whose request is being handled, as Kafka shows it ("/127.0.0.1"); set by the
-network layer for each connection's task (DescribeGroups reports it per member)."""
-
 _DENIED = {
     ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
     ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
@@ -42,8 +40,11 @@ _DENIED = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class BrokerContext:
+    """The broker's parts a handler may use, built once by the composition root (metaq/broker/server.py), and
+    the :class:`Session` of one connection (the default one until :meth:`for_session` binds a connection's)."""
+
     config: BrokerConfig
     logs: LogManager
     metadata: MetadataWatcher
@@ -52,20 +53,25 @@ class BrokerContext:
     layout: ZkLayout
     coordinator: GroupCoordinator
     metrics: BrokerMetrics
-    replication: ReplicaManager | None = None  # set once started (metaq/broker/replication)
-    producer_ids: ProducerIdManager | None = None  # InitProducerId's ids (ZooKeeper blocks); set by the server
+    replication: ReplicaManager | None = None  # metaq/broker/replication; None in a broker without it
+    producer_ids: ProducerIdManager | None = None  # InitProducerId's ids (ZooKeeper blocks)
     authorizer: Authorizer | None = None
     """None unless ``authorizer.class.name`` is set: then every check below allows everything."""
     transactions: TransactionCoordinator | None = None  # set by the server (docs/transactions.md)
     txn_offsets: PendingTxnOffsets | None = None  # TxnOffsetCommit's offsets until their transaction ends
+    session: Session = Session()
+    """Who sent the request being handled (listener, principal, address)."""
+
+    def for_session(self, session: Session) -> BrokerContext:
+        """This context for the requests of one connection (its session changes once SASL completes)."""
+        return dataclasses.replace(self, session=session)
 
     def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> bool:
         """Whether the current connection's principal may do ``operation`` on the resource (Kafka's ACL rules,
         see metaq/broker/security/acl_rules.py); always True without an authorizer."""
         if self.authorizer is None:
             return True
-        host = CLIENT_HOST.get().lstrip("/")
-        return self.authorizer.authorize(self.principal, host, operation, resource_type, name)
+        return self.authorizer.authorize(self.principal, self.session.client_host, operation, resource_type, name)
 
     def denied(self, operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
         """0 if :meth:`authorize` allows, else the error code Kafka answers for the resource type
@@ -79,8 +85,7 @@ class BrokerContext:
         authorizeByResourceType)."""
         if self.authorizer is None:
             return True
-        return self.authorizer.authorize_any(self.principal, CLIENT_HOST.get().lstrip("/"), operation,
-                                             resource_type)
+        return self.authorizer.authorize_any(self.principal, self.session.client_host, operation, resource_type)
 
     @property
     def broker_id(self) -> int:
@@ -93,13 +98,13 @@ class BrokerContext:
     @property
     def principal(self) -> str:
         """``User:<name>`` of the client whose request is being handled (the SASL user, the TLS client
-        certificate's subject, or ``User:ANONYMOUS``); set per connection by the network layer."""
-        return current_session().principal
+        certificate's subject, or ``User:ANONYMOUS``)."""
+        return self.session.principal
 
     @property
     def listener(self) -> str:
         """The listener name the current request came in on."""
-        return current_session().listener
+        return self.session.listener
 
     def broker_addresses(self, snapshot: ClusterSnapshot) -> list[tuple[BrokerInfo, tuple[str, int]]]:
         """Live brokers by id with their (host, port) on the current request's listener; a broker without

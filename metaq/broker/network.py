@@ -1,4 +1,7 @@
-"""The broker's socket layer: framing, dispatch, and isolation of misbehaving clients.
+"""The broker's socket layer: framing, admission (limits, the authentication stage), dispatch, and isolation
+of misbehaving clients. What a request means is the handlers' business (metaq/broker/handlers), who the client
+is the authentication stage's (metaq/broker/auth/stage.py), and how an answer is written the answer's own
+(metaq/broker/response.py): this layer never looks at what it sends (docs/architecture.md, "The request path").
 
 Each connection is served by one task that handles its requests in order (as Kafka mutes a channel
 while a request is in flight), so responses keep the request order; a long-polling fetch waits without
@@ -8,8 +11,7 @@ version closes that connection only, with a log line naming the client; the brok
 Resources a client can hold are bounded (see :class:`ConnectionLimits`): connections in total and per
 address, an idle connection's lifetime, the time to send a frame's body once its size is known, and the
 bytes of request frames read but not yet handled. A frame is read into memory as it arrives (a client
-that stalls pins only what it sent) and a response is written in bounded pieces, each handed to the
-socket before the next is read from disk, and the next request is read only once the response is out.
+that stalls pins only what it sent), and the next request is read only once the response is out.
 """
 
 from __future__ import annotations
@@ -21,48 +23,31 @@ import socket
 import ssl
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Self
 
-from metaq.broker.auth.listeners import Listener
-from metaq.broker.auth.sasl import (
-    SASL_SERVER_MAX_RECEIVE_SIZE,
-    SaslAuthenticationError,
-    SaslAuthenticator,
-    SaslExchange,
-    authenticate_response,
-    handshake_response,
-)
-from metaq.broker.auth.session import ANONYMOUS, SESSION, Session
+from metaq.broker.auth.sasl import SaslAuthenticationError
+from metaq.broker.auth.stage import AuthenticationStage, ServedListener
 from metaq.broker.auth.tls import certificate_principal
-from metaq.broker.context import CLIENT_HOST, BrokerContext
-from metaq.broker.downconvert import DownConverted
+from metaq.broker.config import BrokerConfig
+from metaq.broker.context import BrokerContext
 from metaq.broker.handlers.api_versions import unsupported_version_response
-from metaq.broker.handlers.fetch import FetchReply
 from metaq.broker.request_bounds import SLICE, check_entries
+from metaq.broker.response import Encoded, Handler, Outbound, Response
 from metaq.errors import ConfigError, ProtocolError
 from metaq.protocol.apis import BROKER_APIS, ApiKey, api_name
-from metaq.protocol.fetch_response import encode_fetch_response
 from metaq.protocol.framing import SIZE, decode_request, peek_request
-from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.messages import ApiRequest
 
 log = logging.getLogger(__name__)
 
-# Record slices smaller than this are read into the response buffer: one write() is cheaper than the
-# extra system calls and event-loop round trip of sendfile for small pieces.
-SENDFILE_MIN_BYTES = 32 * 1024
-# Response bytes gathered in memory before they are handed to the socket (and drained).
-WRITE_BATCH_BYTES = 64 * 1024
 # Bytes a connection's reader may buffer ahead of the frame being read (asyncio pauses at twice this).
 READ_BUFFER_LIMIT = 1 << 20
 # At most one log line per this many seconds about connections refused for a limit.
 REFUSAL_LOG_INTERVAL_S = 10.0
 
-Handler = Callable[[BrokerContext, ApiRequest, int], Awaitable[ApiResponse | FetchReply | None]]
-"""A request handler: (context, decoded request, its version) -> response; None answers nothing (acks=0)."""
-SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 
 
 @dataclass(frozen=True)
@@ -76,6 +61,19 @@ class ConnectionLimits:
     max_connections_per_ip: int = 2147483647  # max.connections.per.ip
     queued_max_request_bytes: int = -1  # queued.max.request.bytes (-1: unbounded)
     max_request_entries: int = 20000  # metaq.max.request.entries (see metaq.broker.request_bounds)
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> Self:
+        """The limits a broker config sets."""
+        return cls(
+            max_request_bytes=config.socket_request_max_bytes,
+            request_body_timeout_ms=config.socket_request_body_timeout_ms,
+            idle_timeout_ms=config.connections_max_idle_ms,
+            max_connections=config.max_connections,
+            max_connections_per_ip=config.max_connections_per_ip,
+            queued_max_request_bytes=config.queued_max_request_bytes,
+            max_request_entries=config.max_request_entries,
+        )
 
 
 OFF_LOOP_DECODE_BYTES = 64 * 1024
@@ -111,30 +109,38 @@ class RequestMemoryPool:
 
 
 @dataclass(frozen=True)
-class ServedListener:
-    """A listener and what serving it takes: a TLS context for SSL/SASL_SSL."""
+class Decoded:
+    """A request frame decoded; ``request`` is None for an ApiVersions request of a version the broker does
+    not serve (answered with the versions it does, KIP-511)."""
 
-    listener: Listener
-    ssl_context: ssl.SSLContext | None = None
-    sasl: SaslAuthenticator | None = None  # for SASL_PLAINTEXT and SASL_SSL
+    api_key: ApiKey
+    version: int
+    correlation_id: int
+    request: ApiRequest | None
 
 
 class ClientConnection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 served: ServedListener | None = None) -> None:
+    """One client's connection: its streams, who it is (``auth``, once the TLS handshake is done) and the
+    broker's context bound to its session (``context``, rebound when the session changes)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, served: ServedListener) -> None:
         self.reader = reader
         self.writer = writer
         self.served = served
-        self.tls = served is not None and served.ssl_context is not None
-        self.sasl: SaslExchange | None = None
+        self.tls = served.ssl_context is not None
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         self.client_id: str | None = None
+        self.auth: AuthenticationStage | None = None
+        self.context: BrokerContext | None = None
 
-    @property
-    def listener_name(self) -> str:
-        return self.served.listener.name if self.served is not None else "PLAINTEXT"
+    def bind(self, broker: BrokerContext) -> BrokerContext:
+        """The context for this connection's next request: the broker's, bound to the current session."""
+        assert self.auth is not None
+        if self.context is None or self.context.session is not self.auth.session:
+            self.context = broker.for_session(self.auth.session)
+        return self.context
 
     def __str__(self) -> str:
         return f"{self.peer} (client.id={self.client_id!r})" if self.client_id else self.peer
@@ -150,7 +156,7 @@ class BrokerServer:
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
     ) -> None:
-        self._context: Any = None
+        self._context: BrokerContext | None = None
         self._handlers = handlers
         self._listeners = listeners
         self._limits = limits or ConnectionLimits()
@@ -184,14 +190,15 @@ class BrokerServer:
                 )
             except OSError as e:  # in use, not a local address, or a name that does not resolve
                 # asyncio rewords bind errors ("error while attempting to bind on address ..."): say it plainly
-                plain = e.errno and e.errno > 0 and not isinstance(e, socket.gaierror)
-                reason = os.strerror(e.errno) if plain else (e.strerror or str(e))
+                errno = e.errno if not isinstance(e, socket.gaierror) else None
+                reason = os.strerror(errno) if errno is not None and errno > 0 else (e.strerror or str(e))
                 await self.close()
                 raise ConfigError(f"config 'listeners': cannot listen on {listener.name} {listener.host}:"
                                   f"{listener.port}: {reason}") from e
 
-    async def start_serving(self, context: Any) -> None:
-        """Accept connections; requests are handled with ``context`` (the broker's, once it is registered)."""
+    async def start_serving(self, context: BrokerContext) -> None:
+        """Accept connections; requests are handled with ``context`` (the broker's, once it is registered),
+        bound to each connection's session."""
         self._context = context
         ports = self.ports
         for served in self._listeners:
@@ -218,23 +225,21 @@ class BrokerServer:
             writer.close()
             return
         task = asyncio.current_task()
-        assert task is not None
+        assert task is not None and self._context is not None
+        metrics = self._context.metrics
         self._connections.add(task)
-        self._context.metrics.connection_opened()
-        CLIENT_HOST.set("/" + conn.host)  # this task's context: the connection's requests (DescribeGroups)
+        metrics.connection_opened()
         try:
             self._tune_socket(writer)
             principal = await self._start_tls(conn) if conn.tls else None
-            SESSION.set(Session(served.listener.name, principal or ANONYMOUS))
-            if served.sasl is not None:
-                conn.sasl = served.sasl.exchange()
-            await self._serve_requests(conn)
+            conn.auth = served.authentication(conn.host, principal)
+            await self._serve_requests(conn, conn.auth)
         except SaslAuthenticationError as e:
             log.warning("Failed authentication with %s (%s)", conn, e)
-            self._context.metrics.error("NONE", "SASL_AUTHENTICATION_FAILED")
+            metrics.error("NONE", "SASL_AUTHENTICATION_FAILED")
         except ProtocolError as e:
             log.warning("closing connection from %s: %s", conn, e)
-            self._context.metrics.error("NONE", "PROTOCOL")
+            metrics.error("NONE", "PROTOCOL")
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the client went away; nothing to answer
         except asyncio.CancelledError:
@@ -242,7 +247,7 @@ class BrokerServer:
         except Exception:
             log.exception("closing connection from %s after an unexpected error", conn)
         finally:
-            self._context.metrics.connection_closed()
+            metrics.connection_closed()
             self._connections.discard(task)
             self._per_ip[conn.host] -= 1
             if self._per_ip[conn.host] <= 0:
@@ -253,7 +258,7 @@ class BrokerServer:
         """The TLS handshake (after the connection limits let it in: a handshake costs CPU), bounded by
         socket.request.body.timeout.ms; a failed one is logged with the peer and ends the connection.
         Returns the principal of the client's certificate, if it sent one."""
-        assert conn.served is not None and conn.served.ssl_context is not None
+        assert conn.served.ssl_context is not None
         try:
             await conn.writer.start_tls(conn.served.ssl_context,
                                         ssl_handshake_timeout=self._limits.request_body_timeout_ms / 1000.0)
@@ -286,22 +291,22 @@ class BrokerServer:
             self._refused = 0
             self._refusal_logged_at = now
 
-    async def _serve_requests(self, conn: ClientConnection) -> None:
+    async def _serve_requests(self, conn: ClientConnection, auth: AuthenticationStage) -> None:
         while True:
-            frame = await self._read_frame(conn)
+            frame = await self._read_frame(conn, auth)
             if frame is None:
                 return
             size = len(frame)
             try:
-                if conn.sasl is not None and conn.sasl.raw_tokens:  # after SaslHandshake v0
-                    await self._raw_sasl_token(conn, bytes(frame))
+                if auth.raw_token_expected:  # a token framed on its own, not a request
+                    await auth.raw_token(bytes(frame)).write(Outbound(conn.writer, conn.tls, 0))
                     continue
                 if size >= OFF_LOOP_DECODE_BYTES:
                     request = await asyncio.to_thread(self._decode, frame)
                 else:
                     request = self._decode(frame)
                 del frame  # a large produce is held once (decoded), not twice, while it is handled
-                await self._handle(conn, request)
+                await self._handle(conn, auth, request)
             finally:
                 self._pool.release(size)
 
@@ -315,7 +320,7 @@ class BrokerServer:
         if self._receive_buffer > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer)
 
-    async def _read_frame(self, conn: ClientConnection) -> bytes | bytearray | None:
+    async def _read_frame(self, conn: ClientConnection, auth: AuthenticationStage) -> bytes | bytearray | None:
         """The next frame's body, or None when the client closed (or idled out) between frames.
 
         On return the frame's bytes are counted in the request memory pool; the caller releases them."""
@@ -332,10 +337,8 @@ class BrokerServer:
                 raise ProtocolError(f"connection closed inside a frame size ({len(e.partial)} of 4 bytes)") from e
             return None
         (size,) = SIZE.unpack(head)
-        if conn.sasl is not None and not conn.sasl.complete:  # unauthenticated: Kafka's smaller bound
-            if not 0 <= size <= SASL_SERVER_MAX_RECEIVE_SIZE or (size < 8 and not conn.sasl.raw_tokens):
-                raise ProtocolError(f"frame size {size} before SASL authentication is outside"
-                                    f" 8..{SASL_SERVER_MAX_RECEIVE_SIZE}")
+        if auth.check_frame_size(size):  # unauthenticated: the stage's bound
+            pass
         elif size < 8 or size > limits.max_request_bytes:
             raise ProtocolError(
                 f"request frame size {size} is outside 8..{limits.max_request_bytes} (socket.request.max.bytes)"
@@ -368,17 +371,16 @@ class BrokerServer:
             raise ProtocolError(f"connection closed after {len(body)} of a {size}-byte frame")
         return body
 
-    def _decode(self, frame: bytes | bytearray) -> tuple[int, int, int, ApiRequest | None]:
-        """(api key, version, correlation id, request); the request is None for an ApiVersions request
-        of a version the broker does not serve (answered with the versions it does, KIP-511)."""
-        api_key, version, correlation_id = peek_request(frame)
-        entry = BROKER_APIS.get(api_key)  # type: ignore[call-overload]
-        if entry is None:
-            raise ProtocolError(f"unknown API key {api_key} (correlation id {correlation_id})")
-        request_cls, _, lo, hi = entry
+    def _decode(self, frame: bytes | bytearray) -> Decoded:
+        """The frame's API, version, correlation id and request."""
+        number, version, correlation_id = peek_request(frame)
+        if number not in BROKER_APIS:
+            raise ProtocolError(f"unknown API key {number} (correlation id {correlation_id})")
+        api_key = ApiKey(number)
+        request_cls, _, lo, hi = BROKER_APIS[api_key]
         if not lo <= version <= hi:
             if api_key == ApiKey.API_VERSIONS:
-                return api_key, version, correlation_id, None
+                return Decoded(api_key, version, correlation_id, None)
             raise ProtocolError(f"{api_name(api_key)} v{version} is not supported (broker serves v{lo}..v{hi})")
         try:
             request = decode_request(request_cls, frame, version)
@@ -386,122 +388,25 @@ class BrokerServer:
             raise ProtocolError(
                 f"cannot decode {api_name(api_key)} v{version} request of {len(frame)} bytes: {e!r}"
             ) from e
-        return api_key, version, correlation_id, request
+        return Decoded(api_key, version, correlation_id, request)
 
-    async def _handle(self, conn: ClientConnection, decoded: tuple[int, int, int, ApiRequest | None]) -> None:
-        api_key, version, correlation_id, request = decoded
+    async def _handle(self, conn: ClientConnection, auth: AuthenticationStage, decoded: Decoded) -> None:
+        """Admit the request (authentication stage, entry limits), dispatch it, and have its answer written."""
+        request = decoded.request
+        out = Outbound(conn.writer, conn.tls, decoded.correlation_id)
         if request is None:
-            await self._send_response(conn, unsupported_version_response(), correlation_id)
+            await Encoded(unsupported_version_response()).write(out)
             return
         conn.client_id = request.header.client_id
         started = time.monotonic()
-        if api_key in SASL_APIS:
-            await self._sasl_request(conn, api_key, request, version, correlation_id)
+        answered = auth.answer(decoded.api_key, request, decoded.version)
+        if answered is not None:  # the stage's own (SASL) answer: not counted as a request
+            await answered.write(out)
             return
-        if conn.sasl is not None and not conn.sasl.complete and api_key != ApiKey.API_VERSIONS:
-            raise SaslAuthenticationError(f"{api_name(api_key)} request before SASL authentication completed")
-        entries = check_entries(api_key, request, self._limits.max_request_entries)
-        reply = await self._handlers[ApiKey(api_key)](self._context, request, version)
-        if isinstance(reply, FetchReply):
-            await self._send_fetch(conn, reply, correlation_id)
-        elif reply is not None:
-            await self._send_response(conn, reply, correlation_id, off_loop=entries > SLICE)
-        self._context.metrics.request(api_name(api_key), time.monotonic() - started)
-
-    async def _sasl_request(self, conn: ClientConnection, api_key: int, request: Any, version: int,
-                            correlation_id: int) -> None:
-        """SaslHandshake / SaslAuthenticate: answered, then the connection is closed on a failure."""
-        exchange = conn.sasl
-        if api_key == ApiKey.SASL_HANDSHAKE:
-            mechanisms = conn.served.sasl.mechanisms if conn.served and conn.served.sasl else ()
-            reply = handshake_response(exchange, request, version, mechanisms)
-            await self._send_response(conn, reply, correlation_id)
-            if reply.error_code:
-                raise SaslAuthenticationError(f"SaslHandshake for mechanism {request.mechanism!r} refused with"
-                                              f" error {reply.error_code} (enabled: {', '.join(mechanisms)})")
-            return
-        reply, failure = authenticate_response(exchange, request, version)
-        await self._send_response(conn, reply, correlation_id)
-        if failure is not None:
-            raise SaslAuthenticationError(f"{failure} (mechanism {exchange.mechanism if exchange else None})")
-        self._authenticated(conn)
-
-    async def _raw_sasl_token(self, conn: ClientConnection, token: bytes) -> None:
-        """A SASL token framed on its own (after SaslHandshake v0): the answer goes back the same way; a
-        failure just closes the connection, as Kafka does (v0 has no way to say why)."""
-        assert conn.sasl is not None
-        answer = conn.sasl.evaluate(token)
-        conn.writer.write(SIZE.pack(len(answer)) + answer)
-        await conn.writer.drain()
-        if conn.sasl.complete:
-            self._authenticated(conn)
-
-    @staticmethod
-    def _authenticated(conn: ClientConnection) -> None:
-        if conn.sasl is not None and conn.sasl.complete:
-            SESSION.set(Session(conn.listener_name, conn.sasl.principal))
-            log.debug("%s authenticated as %s with %s", conn, conn.sasl.principal, conn.sasl.mechanism)
-
-    async def _send_response(self, conn: ClientConnection, response: ApiResponse, correlation_id: int, *,
-                             off_loop: bool = False) -> None:
-        """``off_loop``: encode in a worker thread (an answer with many entries takes long to encode)."""
-        response.with_header(correlation_id=correlation_id)
-        encode = partial(response.encode, header=True, framed=True)
-        conn.writer.write(await asyncio.to_thread(encode) if off_loop else encode())
-        await conn.writer.drain()
-
-    async def _send_fetch(self, conn: ClientConnection, reply: FetchReply, correlation_id: int) -> None:
-        """Write the response in pieces of about WRITE_BATCH_BYTES, each drained to the socket before
-        the next is read from disk, so a slow reader holds little memory; large slices go by sendfile.
-
-        Under TLS the kernel cannot send file bytes itself (they must be encrypted in this process), so
-        every slice takes the batch path instead: preadv reads it from the page cache straight into the
-        batch's one bytearray, and the TLS transport encrypts from that buffer; no per-record bytes
-        object is made and no more than about WRITE_BATCH_BYTES of plaintext is held per connection."""
-        loop = asyncio.get_running_loop()
-        batch: list[Any] = []
-        batch_bytes = 0
-        for chunk in encode_fetch_response(reply.version, correlation_id, reply.topics):
-            if isinstance(chunk, DownConverted):  # Fetch v0..3: converted a piece at a time, as it is sent
-                for piece in chunk.pieces():
-                    batch.append(piece)
-                    batch_bytes += len(piece)
-                    if batch_bytes >= WRITE_BATCH_BYTES:
-                        await self._write_batch(conn, batch, batch_bytes)
-                        batch, batch_bytes = [], 0
-                continue
-            size = len(chunk) if isinstance(chunk, bytes) else chunk.size
-            if not conn.tls and not isinstance(chunk, bytes) and size >= SENDFILE_MIN_BYTES:
-                await self._write_batch(conn, batch, batch_bytes)
-                batch, batch_bytes = [], 0
-                sent = await loop.sendfile(conn.writer.transport, chunk.file, chunk.position, size)
-                if sent != size:  # the segment shrank under us: the frame is now wrong, so end it
-                    raise ConnectionError(f"sendfile sent {sent} of {size} bytes")
-                continue
-            batch.append(chunk)
-            batch_bytes += size
-            if batch_bytes >= WRITE_BATCH_BYTES:
-                await self._write_batch(conn, batch, batch_bytes)
-                batch, batch_bytes = [], 0
-        await self._write_batch(conn, batch, batch_bytes)
-
-    @staticmethod
-    async def _write_batch(conn: ClientConnection, batch: list[Any], size: int) -> None:
-        """Header bytes and small record slices gathered into one buffer; slices are read straight into
-        it (one copy from the page cache, none after), then written and drained."""
-        if not batch:
-            return
-        buffer = bytearray(size)
-        with memoryview(buffer) as view:
-            at = 0
-            for chunk in batch:
-                if isinstance(chunk, bytes):
-                    view[at:at + len(chunk)] = chunk
-                    at += len(chunk)
-                    continue
-                got = os.preadv(chunk.file.fileno(), [view[at:at + chunk.size]], chunk.position)
-                if got != chunk.size:  # the segment shrank under us: the frame is now wrong, so end it
-                    raise ConnectionError(f"read {got} of a {chunk.size}-byte record slice")
-                at += got
-        conn.writer.write(buffer)
-        await conn.writer.drain()
+        entries = check_entries(decoded.api_key, request, self._limits.max_request_entries)
+        assert self._context is not None
+        context = conn.bind(self._context)
+        response: Response | None = await self._handlers[decoded.api_key](context, request, decoded.version)
+        if response is not None:
+            await response.write(Outbound(conn.writer, conn.tls, decoded.correlation_id, large=entries > SLICE))
+        context.metrics.request(api_name(decoded.api_key), time.monotonic() - started)

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from metaq.errors import ProtocolError
 from metaq.protocol.apis import ApiKey, api_name
+from metaq.protocol.messages import ApiRequest, ApiStruct
 
 T = TypeVar("T")
 
 
-def _nested(topics: Iterable[Any] | None, field: str) -> int:
+def _nested(topics: Iterable[ApiStruct] | None, field: str) -> int:
     return sum(len(getattr(topic, field) or ()) for topic in topics or ())
 
 
-ENTRY_COUNTS: dict[int, Callable[[Any], int]] = {
+ENTRY_COUNTS: dict[int, Callable[[ApiRequest], int]] = {
     ApiKey.DESCRIBE_GROUPS: lambda r: len(r.groups),
     ApiKey.DELETE_GROUPS: lambda r: len(r.groups_names),
     ApiKey.OFFSET_FETCH: lambda r: _nested(r.topics, "partition_indexes"),
@@ -42,7 +43,7 @@ SLICE = 200
 """Entries a handler works through before it lets the event loop serve the other connections."""
 
 
-def check_entries(api_key: int, request: Any, limit: int) -> int:
+def check_entries(api_key: int, request: ApiRequest, limit: int) -> int:
     """The entries ``request`` names (0 for an API not listed); ProtocolError (the connection is closed) if more
     than ``limit``."""
     count = ENTRY_COUNTS.get(api_key)

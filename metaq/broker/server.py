@@ -26,7 +26,7 @@ from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.broker.coordinator.transactions import TRANSACTION_TOPIC, TransactionCoordinator, TxnCoordinatorConfig
-from metaq.broker.handlers import HANDLERS
+from metaq.broker.handlers import DISPATCH
 from metaq.broker.log.cleaner.manager import LogCleaner, loop_caller
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
@@ -101,17 +101,9 @@ class Broker:
         config = self.config
         # the listeners first: a port in use or a host that is not ours fails before anything else starts
         self._server = BrokerServer(
-            HANDLERS,
+            DISPATCH,
             listeners=served_listeners(config, self.scram),
-            limits=ConnectionLimits(
-                max_request_bytes=config.socket_request_max_bytes,
-                request_body_timeout_ms=config.socket_request_body_timeout_ms,
-                idle_timeout_ms=config.connections_max_idle_ms,
-                max_connections=config.max_connections,
-                max_connections_per_ip=config.max_connections_per_ip,
-                queued_max_request_bytes=config.queued_max_request_bytes,
-                max_request_entries=config.max_request_entries,
-            ),
+            limits=ConnectionLimits.from_config(config),
             send_buffer_bytes=config.socket_send_buffer_bytes,
             receive_buffer_bytes=config.socket_receive_buffer_bytes,
         )
@@ -129,34 +121,28 @@ class Broker:
         layout = ZkLayout(self._zk)
         self._layout = layout
         self.metadata = MetadataWatcher(layout, on_change=self._on_metadata_change)
+        notifier = AppendNotifier()
+        self.replication = ReplicaManager(config, self.logs, self.metadata, layout, notifier)  # started below
         self.coordinator = GroupCoordinator(
-            CoordinatorConfig(
-                broker_id=config.broker_id,
-                offsets_topic_num_partitions=config.offsets_topic_num_partitions,
-                offsets_retention_ms=config.offsets_retention_minutes * 60000,
-                offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
-                offset_metadata_max_bytes=config.offset_metadata_max_bytes,
-                group_min_session_timeout_ms=config.group_min_session_timeout_ms,
-                group_max_session_timeout_ms=config.group_max_session_timeout_ms,
-                group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-                flush_each_commit=config.log_flush_interval_messages <= 1,
-                offsets_commit_required_acks=config.offsets_commit_required_acks,
-                group_max_member_metadata_bytes=config.group_max_member_metadata_bytes,
-                group_max_metadata_bytes=config.group_max_metadata_bytes,
-            ),
+            CoordinatorConfig.from_config(config),
             self.logs,
             lambda: self.metadata.snapshot,
             self._create_offsets_topic,
-            asyncio.to_thread,
+            replication=self.replication,
+            notify=notifier.notify,
         )
         if config.authorizer_class_name:  # ACLs loaded before the first request is served
             self.authorizer = Authorizer(layout, Rules(parse_super_users(config.super_users),
                                                        config.allow_everyone_if_no_acl_found))
             await asyncio.to_thread(self.authorizer.start)
-        context = BrokerContext(config, self.logs, self.metadata, AppendNotifier(), self._auto_create, layout,
-                                self.coordinator, self.metrics, authorizer=self.authorizer,
-                                producer_ids=ProducerIdManager(layout, config.broker_id))
-        self._start_transactions(context)
+        producer_ids = ProducerIdManager(layout, config.broker_id)
+        self.transactions = self._transaction_coordinator(producer_ids)
+        txn_offsets = PendingTxnOffsets(self.coordinator)
+        context = BrokerContext(config, self.logs, self.metadata, notifier, self._auto_create, layout,
+                                self.coordinator, self.metrics, replication=self.replication,
+                                producer_ids=producer_ids, authorizer=self.authorizer,
+                                transactions=self.transactions, txn_offsets=txn_offsets)
+        self.transactions.attach_marker_writer(MarkerWriter(context, txn_offsets))
         self._start_metrics()
         # listeners may say port 0: advertise the port actually bound
         advertised = advertised_endpoints(config.listener_list, config.advertised_list, self.ports)
@@ -166,13 +152,7 @@ class Broker:
         await asyncio.to_thread(self._registration.register)
         await asyncio.to_thread(self.metadata.start)
         await asyncio.to_thread(self.scram.load_all, layout)  # before serving: SCRAM users can log in at once
-        self.replication = ReplicaManager(config, self.logs, self.metadata, layout, context.notifier)
         await self.replication.start()
-        context.replication = self.replication
-        self.coordinator.replication = self.replication
-        self.coordinator.notify = context.notifier.notify
-        if context.transactions is not None:
-            context.transactions.append_epoch = self.replication.append_epoch
         self.controller = Controller(
             config.broker_id, layout, self._zk, unclean=config.unclean_leader_election_enable,
             rebalance_interval_s=(config.leader_imbalance_check_interval_seconds
@@ -337,12 +317,12 @@ class Broker:
                         "only %d brokers are live", OFFSETS_TOPIC, factor, wanted, live)
         await self._create_and_wait(OFFSETS_TOPIC, partitions, factor)
 
-    def _start_transactions(self, context: BrokerContext) -> None:
-        """The transaction coordinator and its marker writer (docs/transactions.md)."""
+    def _transaction_coordinator(self, producer_ids: ProducerIdManager) -> TransactionCoordinator:
+        """The transaction coordinator (docs/transactions.md); its marker writer is attached once the
+        context exists."""
         config = self.config
-        producer_ids = context.producer_ids
-        assert producer_ids is not None
-        self.transactions = TransactionCoordinator(
+        assert self.replication is not None
+        return TransactionCoordinator(
             TxnCoordinatorConfig(
                 broker_id=config.broker_id,
                 num_partitions=config.transaction_state_log_num_partitions,
@@ -351,10 +331,7 @@ class Broker:
                 id_expiration_ms=config.transactional_id_expiration_ms,
             ),
             self.logs, lambda: self.metadata.snapshot, self._create_transaction_topic, producer_ids.next_id,
-            asyncio.to_thread)
-        context.transactions = self.transactions
-        context.txn_offsets = PendingTxnOffsets(self.coordinator)
-        self.transactions.write_markers = MarkerWriter(context, context.txn_offsets)
+            asyncio.to_thread, self.replication.append_epoch)
 
     async def _create_transaction_topic(self, partitions: int) -> None:
         """``__transaction_state`` on first use, as ``__consumer_offsets`` (replication capped by live brokers)."""

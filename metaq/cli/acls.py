@@ -19,6 +19,7 @@ import argparse
 
 from metaq.broker.security.acl_rules import AclFilter, AclSnapshot
 from metaq.cli.output import add_parser, emit, open_admin, table, usage_error
+from metaq.cli.subparsers import SubParsers
 from zk_layout.acl_formats import (
     CLUSTER_NAME,
     WILDCARD,
@@ -31,7 +32,7 @@ from zk_layout.acl_formats import (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = sub.add_parser("acls", help="add, list and remove the brokers' ACLs (like kafka-acls)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     add = add_parser(actions, "add", "add ACLs to resources")

@@ -6,11 +6,12 @@ import argparse
 import asyncio
 
 from metaq.broker.config import BrokerConfig
+from metaq.cli.subparsers import SubParsers
 from metaq.config import load_properties
 from metaq.errors import ConfigError
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = sub.add_parser("broker", help="run a metaq broker")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     start = actions.add_parser("start", help="start a broker with a Kafka-style properties file")

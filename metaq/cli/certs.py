@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from metaq.cli.subparsers import SubParsers
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+
+def register(sub: SubParsers) -> None:
     parser = sub.add_parser("certs", help="make a CA, broker and client certificates for TLS (with openssl)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = actions.add_parser("create", help="a CA, a broker (server) and a client certificate in --dir")

@@ -42,6 +42,7 @@ from metaq.cli.output import (
     zk_security,
     zk_security_properties,
 )
+from metaq.cli.subparsers import SubParsers
 from metaq.config import load_properties
 from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError, Whitelist
 from metaq.errors import ConfigError, MetaqError
@@ -66,7 +67,7 @@ class Printed:
     headers: Headers = ()
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = add_parser(sub, "console-consumer", "print a topic's messages, one value per line")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--topic")

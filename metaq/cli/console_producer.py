@@ -29,13 +29,14 @@ from metaq.cli.output import (
     print_json,
     zk_security_properties,
 )
+from metaq.cli.subparsers import SubParsers
 from metaq.errors import ConfigError, MetaqError
 from metaq.producer import Producer, RecordMetadata
 
 _FLUSH_TIMEOUT_S = 120.0  # the producer's own request timeouts end every send well before this
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = add_parser(sub, "console-producer", "send each input line as a message")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--partition", type=int, default=None, help="send every message to this partition")

@@ -26,11 +26,12 @@ from pathlib import Path
 from metaq.broker.topics import create_topic
 from metaq.cli.demo_failover import DemoBrokers, Failover
 from metaq.cli.demo_harness import ConsumerProcess, GroupHarness, SteadyProducer, check_delivery
+from metaq.cli.subparsers import SubParsers
 from metaq.zkclient import connect
 from zk_layout import ZkLayout
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = sub.add_parser("demo", help="run the demo on an embedded ZooKeeper and three brokers")
     parser.add_argument("--messages", type=_positive, default=None,
                         help="messages to produce (default 30000 with several brokers, 20000 with one)")

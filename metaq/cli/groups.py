@@ -31,6 +31,7 @@ from metaq.cli.output import (
     table,
     when,
 )
+from metaq.cli.subparsers import SubParsers
 
 if TYPE_CHECKING:  # the group tools import the Kafka clients: `metaq groups --help` should not wait for them
     from metaq.admin import GroupDescription, GroupSummary, Member, PartitionLag
@@ -42,7 +43,7 @@ PARTITION_HEADERS = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "
                      "SOURCE", "STATUS"]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = sub.add_parser("groups", help="list and describe consumer groups (lag, owners, commit times)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = add_parser(actions, "list", "list every group under /consumers and every group a broker coordinates",

@@ -35,6 +35,7 @@ from metaq.cli.output import (
     table,
     usage_error,
 )
+from metaq.cli.subparsers import SubParsers
 from metaq.errors import ConfigError, GroupNotFoundError, UnknownTopicError
 
 if TYPE_CHECKING:  # the offset tools import the Kafka clients: `metaq offsets --help` should not wait for them
@@ -44,7 +45,7 @@ LINES, JSON = "lines", "json"
 FORMATS = (LINES, JSON)  # metaq.admin.transfer's (tests/test_cli_startup.py checks they agree)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = sub.add_parser("offsets", help="reset, export and import committed offsets")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     _register_reset(actions)
@@ -80,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     imp.set_defaults(func=_import)
 
 
-def _register_reset(actions: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _register_reset(actions: SubParsers) -> None:
     reset = add_parser(actions, "reset", "move a group's offsets (a dry run unless --execute)",
                        bootstrap=True)
     add_group_arguments(reset, several=True)

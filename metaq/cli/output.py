@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from metaq.cli.subparsers import SubParsers
 from metaq.errors import ConfigError
 
 if TYPE_CHECKING:  # imported where used: they bring in kazoo and ssl, which `metaq groups --help` never needs
@@ -49,7 +50,7 @@ def common_options(*, json_output: bool = True) -> argparse.ArgumentParser:
     return parent
 
 
-def add_parser(actions: argparse._SubParsersAction, name: str, help_text: str,  # type: ignore[type-arg]
+def add_parser(actions: SubParsers, name: str, help_text: str,
                *, json_output: bool = True, bootstrap: bool = False) -> argparse.ArgumentParser:
     """A sub-command with the common options; it remembers itself so that usage errors can exit 2.
     ``bootstrap``: it also works with ``--bootstrap-server`` alone (brokers only, no ZooKeeper)."""

@@ -15,9 +15,10 @@ from typing import Any
 
 from metaq.admin import Admin, OwnersReport
 from metaq.cli.output import add_parser, note, open_admin, print_json, table, when
+from metaq.cli.subparsers import SubParsers
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = add_parser(sub, "owners", "owner nodes of a group, with orphans flagged")
     parser.add_argument("group")
     parser.add_argument("--watch", nargs="?", type=float, const=2.0, default=None, metavar="SECONDS",

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from metaq.cli.output import add_parser, connect_string, emit, note, table, when, zk_security_properties
+from metaq.cli.subparsers import SubParsers
 from metaq.config import load_properties
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.recover import RecoverEntry, RecoverStore, default_dir, recover_stores, store_name
@@ -27,7 +28,7 @@ from metaq.producer import Producer
 _SEND_TIMEOUT_S = 60.0  # per entry; the producer's own retries end well before this
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = sub.add_parser("recover", help="list, replay or drop messages set aside by the recover store")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = _store_parser(actions, "list", "list the entries of every store (or of --topic/--group)")
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     drop.set_defaults(func=_drop)
 
 
-def _store_parser(actions: argparse._SubParsersAction, name: str,  # type: ignore[type-arg]
+def _store_parser(actions: SubParsers, name: str,
                   help_text: str) -> argparse.ArgumentParser:
     parser = add_parser(actions, name, help_text)
     parser.add_argument("--dir", default=None, help="the recover directory (metaq.recover.dir)")

@@ -45,6 +45,7 @@ from metaq.admin.watch import (
     to_json,
 )
 from metaq.cli.output import add_parser, open_admin, print_json
+from metaq.cli.subparsers import SubParsers
 from metaq.errors import MetaqError
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ LOG_LINES = 8
 ONCE_WIDTH = 160  # --once into a pipe or file: wide enough for generated consumer ids
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = add_parser(sub, "top", "a live view of a group: members, lag, rates, orphans and rebalances")
     parser.add_argument("group")
     parser.add_argument("--interval", type=_seconds, default=2.0, metavar="SECONDS",

@@ -17,10 +17,11 @@ from metaq.admin import TopicDetail, TopicSummary
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, validate_topic_config
 from metaq.broker.topics import add_partitions, create_topic
 from metaq.cli.output import ProgressBar, add_parser, emit, note, open_admin, table, usage_error
+from metaq.cli.subparsers import SubParsers
 from metaq.errors import ZooKeeperError
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = sub.add_parser("topics", help="create and inspect topics")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = add_parser(actions, "create", "create a topic, spreading partitions over live brokers")

@@ -22,13 +22,14 @@ from pathlib import Path
 
 from metaq.broker.auth.scram import make_credential
 from metaq.cli.output import add_parser, emit, open_admin, table, usage_error
+from metaq.cli.subparsers import SubParsers
 from zk_layout import ScramCredential
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384  # Kafka's bounds for SCRAM iterations
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = sub.add_parser("users", help="SCRAM users of SASL listeners (like kafka-configs --entity-type users)")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     add = add_parser(actions, "add", "add a user or change its password (SCRAM credentials in ZooKeeper)")

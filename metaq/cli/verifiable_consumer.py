@@ -22,6 +22,7 @@ from typing import Any
 
 from kazoo.protocol.states import WatchedEvent
 
+from metaq.cli.subparsers import SubParsers
 from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
 from metaq.consumer.connector import default_offset_store
 from metaq.consumer.offsets import CommitResult, OffsetStore, TopicPartition
@@ -148,7 +149,7 @@ class ReportingListener:
         emit("rebalance_failed", error=str(error))
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = sub.add_parser("verifiable-consumer", help="a group member reporting its work as JSON lines")
     parser.add_argument("--zookeeper", required=True)
     parser.add_argument("--group", required=True)

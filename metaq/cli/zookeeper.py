@@ -25,6 +25,7 @@ import sys
 import threading
 from pathlib import Path
 
+from metaq.cli.subparsers import SubParsers
 from metaq.errors import ConfigError
 from metaq.signals import TerminationHandler
 from metaq.zkserver import ZooKeeperServer, ZooKeeperTls
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 _HEALTH_CHECK_S = 1.0  # how often we look whether the JVM died on its own
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: SubParsers) -> None:
     parser = sub.add_parser("zookeeper", help="run an embedded Apache ZooKeeper server")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     start = actions.add_parser("start", help="start a standalone server on 127.0.0.1 and run until Ctrl-C")

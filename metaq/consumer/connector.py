@@ -248,7 +248,8 @@ class Consumer:
     @property
     def zookeeper_session(self) -> tuple[int, bytes] | None:
         """(session id, password) of the current ZooKeeper session, for fault-injection tools."""
-        return self._zk.client_id
+        session: tuple[int, bytes] | None = self._zk.client_id  # kazoo is untyped
+        return session
 
     def add_session_listener(self, listener: Callable[[str], None]) -> None:
         """Call ``listener("SUSPENDED" | "LOST" | "CONNECTED")`` after the consumer handled that change of its

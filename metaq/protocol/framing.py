@@ -20,7 +20,7 @@ class RequestPrefix(NamedTuple):
     correlation_id: int
 
 
-def peek_request(frame: bytes | memoryview) -> RequestPrefix:
+def peek_request(frame: bytes | bytearray | memoryview) -> RequestPrefix:
     """The header prefix of a request frame, without decoding the rest."""
     if len(frame) < REQUEST_PREFIX_SIZE:
         raise ProtocolError(f"request frame of {len(frame)} bytes is shorter than a request header")

@@ -11,10 +11,11 @@ header, encoding itself) is typed and checked; the schema's own fields stay dyna
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-__all__ = ["ApiMessageLike", "ApiRequest", "ApiResponse", "RequestFields", "RequestHeader"]
+__all__ = ["ApiMessageLike", "ApiRequest", "ApiResponse", "ApiStruct", "RequestFields", "RequestHeader",
+           "ResponseFamily"]
 
 RequestFields = Mapping[str, Any]
 """A request as its fields by schema name (structs as nested dicts), built for the version the broker speaks."""
@@ -40,6 +41,13 @@ class ApiMessageLike(Protocol):
     def __getattr__(self, name: str) -> Any: ...
 
 
+class ApiStruct(Protocol):
+    """One element of a request's or response's schema (a topic, a partition, a resource, a filter): its
+    fields are the schema's, dynamic attributes."""
+
+    def __getattr__(self, name: str) -> Any: ...
+
+
 class ApiRequest(ApiMessageLike, Protocol):
     """A decoded request, header included (what a broker handler receives)."""
 
@@ -48,3 +56,12 @@ class ApiRequest(ApiMessageLike, Protocol):
 
 class ApiResponse(ApiMessageLike, Protocol):
     """A decoded response (what a client reads), or one a broker handler builds."""
+
+
+class ResponseFamily(Protocol):
+    """An API's response classes, one per version: ``Family[version](**fields)`` builds an :class:`ApiResponse`;
+    other attributes (the schema's nested struct classes) stay dynamic (metaq/protocol/responses.py)."""
+
+    def __getitem__(self, version: int) -> Callable[..., ApiResponse]: ...
+
+    def __getattr__(self, name: str) -> Any: ...

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from metaq.client.cluster import ClusterClient, Leader
 from metaq.client.security import SecurityConfig
@@ -35,6 +36,9 @@ from metaq.spark.options import ReadOptions, Subscription
 from metaq.zkclient import connect
 from metaq.zksecurity import ZooKeeperSecurity
 from zk_layout import ZkLayout
+
+if TYPE_CHECKING:  # for the annotation only: importing this module needs no more than it did
+    from kazoo.client import KazooClient
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +71,7 @@ class Cluster:
         self._connection_timeout_ms = connection_timeout_ms
         self._max_age_ms = metadata_max_age_ms
         self._max_age_s = metadata_max_age_ms / 1000.0
-        self._zk = None
+        self._zk: KazooClient | None = None
         self._layout: ZkLayout | None = None
         self._client: ClusterClient | None = None
         self._topology: _Topology | None = None
@@ -160,7 +164,7 @@ class Cluster:
 
     def _load_topology(self, subscription: Subscription) -> _Topology:
         client = self.client
-        topology = _Topology(time.monotonic(), subscription.select(client.layout.topics()))
+        topology = _Topology(time.monotonic(), subscription.select(self.layout.topics()))  # the layout the client reads
         for topic in topology.topics:
             try:
                 info = client.topic(topic)

@@ -16,8 +16,9 @@ from dataclasses import dataclass, replace
 
 from pyspark.sql.datasource import InputPartition
 
+from metaq.client.cluster import Leader
 from metaq.errors import ConfigError, DataLossError
-from metaq.spark.cluster import Cluster, Leader
+from metaq.spark.cluster import Cluster
 from metaq.spark.offsets import EARLIEST, LATEST, Offsets, TopicPartition
 from metaq.spark.options import OffsetSpec, ReadOptions
 
@@ -150,7 +151,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
     if not min_partitions or len(ranges) >= min_partitions:
         return ranges
     total = sum(r.end - r.start for r in ranges)
-    result = []
+    result: list[OffsetRange] = []
     for r in ranges:
         size = r.end - r.start
         parts = max(1, min(-(-size * min_partitions // total), size))

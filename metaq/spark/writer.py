@@ -190,7 +190,8 @@ def _row_headers(items: list[dict[str, Any]] | None, topic: str) -> list[tuple[s
 
 def _bytes_column(batch: pa.RecordBatch, name: str, is_string: bool) -> list[bytes | None]:
     column = batch.column(name)
-    return (column.cast(pa.binary()) if is_string else column).to_pylist()
+    values: list[bytes | None] = (column.cast(pa.binary()) if is_string else column).to_pylist()
+    return values
 
 
 def _value_encoder(value_format: str) -> Callable[[Any], bytes | None]:

@@ -76,7 +76,7 @@ def run(tmp_path: Path, scenario: Callable[[GroupCoordinator], Awaitable[None]],
     async def main() -> None:
         settings = {"group_min_session_timeout_ms": 50, **config}
         coordinator = GroupCoordinator(CoordinatorConfig(broker_id=0, **settings), logs,  # type: ignore[arg-type]
-                                       lambda: snapshot, _no_topic_creation, _inline)
+                                       lambda: snapshot, _no_topic_creation, in_thread=_inline)
         coordinator.start()
         try:
             if load:
@@ -361,7 +361,7 @@ def run_moving(tmp_path: Path,
 
     async def main() -> None:
         c = GroupCoordinator(CoordinatorConfig(broker_id=0, group_min_session_timeout_ms=50), logs,  # type: ignore[arg-type]
-                             lambda: current[0], _no_topic_creation, _inline)
+                             lambda: current[0], _no_topic_creation, in_thread=_inline)
         c.start()
         try:
             await loaded(c)

@@ -2,10 +2,11 @@
 (API 36), mechanisms PLAIN and SCRAM-SHA-256/512 (KIP-43, KIP-84, KIP-152).
 
 One :class:`SaslExchange` per connection walks HANDSHAKE -> AUTHENTICATE -> COMPLETE. Until COMPLETE only
-ApiVersions and the two SASL APIs are served (the network layer closes the connection on anything else).
-After a v0 handshake the tokens come as raw size-prefixed frames (:attr:`SaslExchange.raw_tokens`); after v1
-they come inside SaslAuthenticate requests. A failure answers SASL_AUTHENTICATION_FAILED (58) with a
-message where the protocol allows an answer, and the connection is closed after it.
+ApiVersions and the two SASL APIs are served (metaq/broker/auth/stage.py closes the connection on
+anything else). After a v0 handshake the tokens come as raw size-prefixed frames
+(:attr:`SaslExchange.raw_tokens`); after v1 they come inside SaslAuthenticate requests. A failure answers
+SASL_AUTHENTICATION_FAILED (58) with a message where the protocol allows an answer, and the connection is
+closed after it.
 
 The SCRAM exchange is :mod:`metaq.broker.auth.scram` (why not the ``scramp`` package: see there);
 credentials come from :class:`metaq.broker.auth.credentials.ScramCredentialCache`. No message, log line or
@@ -15,9 +16,6 @@ exception carries a password or a key.
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from metaq.broker.auth.credentials import PlainUsers, ScramCredentialCache
 from metaq.broker.auth.scram import ScramError, ScramServer
@@ -132,26 +130,3 @@ class SaslExchange:
         assert self._scram.user is not None
         self._done(self._scram.user)
         return final.encode()
-
-
-def handshake_response(exchange: SaslExchange | None, request: Any, version: int,
-                       mechanisms: tuple[str, ...]) -> Any:
-    """SaslHandshake answer; on a listener without SASL, ILLEGAL_SASL_STATE (as Kafka)."""
-    error = ErrorCode.ILLEGAL_SASL_STATE if exchange is None else exchange.handshake(request.mechanism, version)
-    return SaslHandshakeResponse[version](error_code=error, mechanisms=list(mechanisms))
-
-
-def authenticate_response(exchange: SaslExchange | None, request: Any, version: int) -> tuple[Any, str | None]:
-    """(SaslAuthenticate answer, failure message or None)."""
-    fields: dict[str, Any] = {"session_lifetime_ms": 0} if version >= 1 else {}
-    if exchange is None or exchange.raw_tokens:
-        message = "SaslAuthenticate is not expected on this connection"
-        return SaslAuthenticateResponse[version](error_code=ErrorCode.ILLEGAL_SASL_STATE,
-                                                 error_message=message, auth_bytes=b"", **fields), message
-    try:
-        answer = exchange.evaluate(bytes(request.auth_bytes))
-    except SaslAuthenticationError as e:
-        return SaslAuthenticateResponse[version](error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
-                                                 error_message=str(e), auth_bytes=b"", **fields), str(e)
-    return SaslAuthenticateResponse[version](error_code=ErrorCode.NONE, error_message=None, auth_bytes=answer,
-                                             **fields), None

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from metaq.broker.auth.credentials import PlainUsers, ScramCredentialCache
 from metaq.broker.auth.listeners import PLAINTEXT, Listener
 from metaq.broker.auth.sasl import SaslAuthenticator
+from metaq.broker.auth.stage import ServedListener
 from metaq.broker.auth.tls import server_context
 from metaq.broker.config import BrokerConfig
-from metaq.broker.network import ServedListener
 from zk_layout import BrokerInfo
 
 

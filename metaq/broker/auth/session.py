@@ -1,13 +1,12 @@
-"""Who is on the other end of the connection whose request is being handled.
+"""Who is on the other end of a connection: the listener it came in on, its principal, its address.
 
-The network layer sets :data:`SESSION` once per connection task (and again when SASL authentication
-completes); handlers, the coordinator and the authorizer read it through :func:`current_session` or
-``BrokerContext.principal`` without it being passed down every call.
+The connection's authentication stage (metaq/broker/auth/stage.py) makes one when the connection opens and
+a new one when SASL authentication completes; the network layer hands it to the handlers with the broker's
+context (``BrokerContext.for_session``), so handlers, the coordinator and the authorizer read it there.
 """
 
 from __future__ import annotations
 
-import contextvars
 from dataclasses import dataclass
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -16,15 +15,9 @@ ANONYMOUS = "User:ANONYMOUS"
 @dataclass(frozen=True)
 class Session:
     """``listener``: the listener name the connection came in on (Metadata answers its endpoints);
-    ``principal``: Kafka's ``User:<name>`` (``User:ANONYMOUS`` before/without authentication)."""
+    ``principal``: Kafka's ``User:<name>`` (``User:ANONYMOUS`` before/without authentication);
+    ``client_host``: the client's address (ACLs match it; DescribeGroups reports it per member)."""
 
     listener: str = "PLAINTEXT"
     principal: str = ANONYMOUS
-
-
-_DEFAULT = Session()
-SESSION: contextvars.ContextVar[Session | None] = contextvars.ContextVar("metaq_broker_session", default=None)
-
-
-def current_session() -> Session:
-    return SESSION.get() or _DEFAULT
+    client_host: str = ""

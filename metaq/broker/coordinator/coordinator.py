@@ -23,9 +23,9 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, Self
 
-from metaq.broker.auth.session import current_session
+from metaq.broker.config import BrokerConfig
 from metaq.broker.coordinator import group as g
 from metaq.broker.coordinator.group import Group, GroupSummary, JoinResult, Member, protocols_bytes
 from metaq.broker.coordinator.offsets import LOADED, LOADING, CommittedOffset, OffsetsPartition
@@ -91,6 +91,25 @@ class CoordinatorConfig:
     group_max_member_metadata_bytes: int = 1048576
     group_max_metadata_bytes: int = 8388608
 
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> Self:
+        """The coordinator's settings in a broker config (``offsets.retention.minutes`` in ms; a commit is
+        flushed at once when ``log.flush.interval.messages`` asks for a flush per message)."""
+        return cls(
+            broker_id=config.broker_id,
+            offsets_topic_num_partitions=config.offsets_topic_num_partitions,
+            offsets_retention_ms=config.offsets_retention_minutes * 60000,
+            offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
+            offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+            group_min_session_timeout_ms=config.group_min_session_timeout_ms,
+            group_max_session_timeout_ms=config.group_max_session_timeout_ms,
+            group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            flush_each_commit=config.log_flush_interval_messages <= 1,
+            offsets_commit_required_acks=config.offsets_commit_required_acks,
+            group_max_member_metadata_bytes=config.group_max_member_metadata_bytes,
+            group_max_metadata_bytes=config.group_max_metadata_bytes,
+        )
+
 
 class GroupCoordinator:
     """The group coordinator of one broker (module docstring): owns the :class:`OffsetsPartition` of every
@@ -105,8 +124,13 @@ class GroupCoordinator:
         logs: LogManager,
         snapshot: Callable[[], ClusterSnapshot],
         create_offsets_topic: Callable[[int], Awaitable[None]],
-        in_thread: Callable[..., Awaitable[Any]],
+        *,
+        replication: Replication | None = None,
+        notify: Callable[[tuple[str, int]], None] = lambda _key: None,
+        in_thread: Callable[..., Awaitable[Any]] = asyncio.to_thread,
     ) -> None:
+        """``replication``: with it, appends are stamped and replicated; ``notify`` wakes followers' long polls
+        when the offsets log grows; ``in_thread`` runs blocking log work (replays, flushes) off the loop."""
         self._config = config
         self._logs = logs
         self._snapshot = snapshot
@@ -117,9 +141,8 @@ class GroupCoordinator:
         self._groups: dict[str, Group] = {}
         self._loads: dict[int, asyncio.Task[None]] = {}  # partitions being replayed
         self._tasks: list[asyncio.Task[None]] = []
-        # set by the broker once its replica manager exists; with it, appends are stamped and replicated
-        self.replication: Replication | None = None
-        self.notify: Callable[[tuple[str, int]], None] = lambda _key: None  # wakes followers' long polls
+        self.replication = replication
+        self.notify = notify
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -143,10 +166,10 @@ class GroupCoordinator:
         """The ``__consumer_offsets`` partition of ``group_id`` in the current cluster snapshot."""
         return partition_for(group_id, self.offsets_partitions(self._snapshot()))
 
-    async def find_coordinator(self, key: str) -> CoordinatorAddress:
-        """The broker coordinating group ``key``."""
+    async def find_coordinator(self, key: str, listener: str) -> CoordinatorAddress:
+        """The broker coordinating group ``key``, on ``listener`` (the one the request came in on)."""
         return await locate_coordinator(self._snapshot, OFFSETS_TOPIC, key, self._create_offsets_topic,
-                                        self._config.offsets_topic_num_partitions)
+                                        self._config.offsets_topic_num_partitions, listener)
 
     def check(self, group_id: str) -> int:
         """0 if this broker coordinates ``group_id`` and its offsets are loaded, else the error to answer."""
@@ -768,10 +791,10 @@ class GroupCoordinator:
 
 
 async def locate_coordinator(snapshot_of: Callable[[], ClusterSnapshot], topic: str, key: str,
-                             create_topic: Callable[[int], Awaitable[None]], partitions: int
+                             create_topic: Callable[[int], Awaitable[None]], partitions: int, listener: str
                              ) -> CoordinatorAddress:
     """The leader of ``key``'s partition of the internal ``topic`` (created
-    with ``partitions`` on first use), on the current request's listener: where Kafka's FindCoordinator
+    with ``partitions`` on first use), on ``listener`` (the one the request came in on): where Kafka's FindCoordinator
     sends a group (``__consumer_offsets``) or a transactional id (``__transaction_state``)."""
     snapshot = snapshot_of()
     if topic not in snapshot.topics:
@@ -781,7 +804,7 @@ async def locate_coordinator(snapshot_of: Callable[[], ClusterSnapshot], topic: 
             return CoordinatorAddress(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     existing = snapshot.topics.get(topic)
     meta = snapshot.partition(topic, partition_for(key, len(existing) if existing else partitions))
-    address = snapshot.address(meta.leader, current_session().listener) if meta else None
+    address = snapshot.address(meta.leader, listener) if meta else None
     if meta is None or address is None:
         return CoordinatorAddress(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     return CoordinatorAddress(ErrorCode.NONE, meta.leader, address[0], address[1])

@@ -139,7 +139,7 @@ class OffsetsPartition:
 
     def append_commits(self, group: str, commits: dict[TopicPartition, CommittedOffset]) -> None:
         """Append, then update the cache. Raises (and changes nothing in the cache) if the append fails."""
-        records = [(encode_offset_key(OffsetKey(group, t, p)), encode_offset_value(
+        records: list[tuple[bytes, bytes | None]] = [(encode_offset_key(OffsetKey(group, t, p)), encode_offset_value(
             OffsetValue(c.offset, c.metadata, c.commit_timestamp, c.expire_timestamp)))
             for (t, p), c in commits.items()]
         self._append(records)

@@ -167,7 +167,11 @@ class TransactionCoordinator:
         create_topic: Callable[[int], Awaitable[None]],
         next_producer_id: Callable[[], Awaitable[int]],
         in_thread: Callable[..., Awaitable[object]],
+        append_epoch: Callable[[str, int], int | None],
     ) -> None:
+        """``append_epoch``: the leader epoch to stamp on ``__transaction_state`` appends (the replica
+        manager's); the marker writer is given by :meth:`attach_marker_writer` once the broker's context,
+        which the writer needs and which holds this coordinator, exists."""
         self._config = config
         self._logs = logs
         self._snapshot = snapshot
@@ -178,8 +182,12 @@ class TransactionCoordinator:
         self._loads: dict[int, asyncio.Task[None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self.write_markers: WriteMarkers | None = None  # set by the broker (metaq/broker/txn_markers.py)
-        self.append_epoch: Callable[[str, int], int | None] = lambda _topic, _partition: None
+        self.write_markers: WriteMarkers | None = None  # metaq/broker/txn_markers.py, see attach_marker_writer
+        self.append_epoch = append_epoch
+
+    def attach_marker_writer(self, write_markers: WriteMarkers) -> None:
+        """Where commit/abort markers go (before :meth:`start`)."""
+        self.write_markers = write_markers
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -196,10 +204,10 @@ class TransactionCoordinator:
         parts = snapshot.topics.get(TRANSACTION_TOPIC)
         return len(parts) if parts else self._config.num_partitions
 
-    async def find_coordinator(self, transactional_id: str) -> CoordinatorAddress:
-        """The broker coordinating ``transactional_id``."""
+    async def find_coordinator(self, transactional_id: str, listener: str) -> CoordinatorAddress:
+        """The broker coordinating ``transactional_id``, on ``listener``."""
         return await locate_coordinator(self._snapshot, TRANSACTION_TOPIC, transactional_id, self._create_topic,
-                                        self._config.num_partitions)
+                                        self._config.num_partitions, listener)
 
     def _check(self, transactional_id: str) -> tuple[int, TxnStatePartition | None]:
         """(0, its partition) if this broker coordinates ``transactional_id`` and its partition is loaded."""

@@ -1,4 +1,10 @@
-"""One module per Kafka API the broker answers; ``HANDLERS`` maps an API key to its handler."""
+"""One module per Kafka API the broker answers; ``HANDLERS`` maps an API key to its handler.
+
+Most handlers answer one Kafka message (``HANDLERS``: typed :data:`metaq.broker.response.MessageHandler`);
+a handler that writes its answer itself (Fetch's file slices) answers a :class:`metaq.broker.response.Response`
+(``RESPONDERS``). ``DISPATCH`` is what the network layer serves: every API key to a handler answering a
+``Response``.
+"""
 
 from __future__ import annotations
 
@@ -20,13 +26,13 @@ from metaq.broker.handlers import (
     topic_admin,
     transactions,
 )
+from metaq.broker.response import Handler, MessageHandler, encoded
 from metaq.protocol.apis import ApiKey
 
-HANDLERS = {
+HANDLERS: dict[ApiKey, MessageHandler] = {
     ApiKey.API_VERSIONS: api_versions.handle,
     ApiKey.METADATA: metadata.handle,
     ApiKey.PRODUCE: produce.handle,
-    ApiKey.FETCH: fetch.handle,
     ApiKey.LIST_OFFSETS: list_offsets.handle,
     ApiKey.INIT_PRODUCER_ID: init_producer_id.handle,
     ApiKey.FIND_COORDINATOR: groups.find_coordinator,
@@ -58,3 +64,9 @@ HANDLERS = {
     ApiKey.WRITE_TXN_MARKERS: transactions.write_txn_markers,
     ApiKey.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
 }
+
+RESPONDERS: dict[ApiKey, Handler] = {
+    ApiKey.FETCH: fetch.handle,
+}
+
+DISPATCH: dict[ApiKey, Handler] = {**{key: encoded(handler) for key, handler in HANDLERS.items()}, **RESPONDERS}

@@ -13,12 +13,12 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from kafka.protocol.admin import CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse
-
 from metaq.broker.context import BrokerContext
 from metaq.broker.security.acl_rules import AclFilter
 from metaq.broker.security.authorizer import AclBinding, validate_binding
 from metaq.errors import ConfigError, ErrorCode, MetaqError
+from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct
+from metaq.protocol.responses import CreateAclsResponse, DeleteAclsResponse, DescribeAclsResponse
 from zk_layout.acl_formats import (
     AclEntry,
     AclOperation,
@@ -48,7 +48,7 @@ def _enum(cls: Callable[[int], E], code: int, unknown: E) -> E:
         return unknown
 
 
-def _filter(f: Any, version: int) -> AclFilter:
+def _filter(f: ApiStruct, version: int) -> AclFilter:
     return AclFilter(
         resource_type=_enum(ResourceType, f.resource_type_filter, ResourceType.UNKNOWN),
         name=f.resource_name_filter,
@@ -70,7 +70,7 @@ def _cluster_refusal(ctx: BrokerContext, operation: AclOperation) -> tuple[int, 
     return 0, None
 
 
-async def describe_acls(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def describe_acls(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     error, message = _cluster_refusal(ctx, AclOperation.DESCRIBE)
     acl_filter = _filter(request, version)
     if not error and (reason := acl_filter.invalid()):
@@ -89,7 +89,7 @@ async def describe_acls(ctx: BrokerContext, request: Any, version: int) -> Any:
     return DescribeAclsResponse[version](throttle_time_ms=0, error_code=0, error_message=None, resources=resources)
 
 
-def _binding(creation: Any, version: int) -> AclBinding:
+def _binding(creation: ApiStruct, version: int) -> AclBinding:
     pattern_type = (_enum(PatternType, creation.resource_pattern_type, PatternType.UNKNOWN) if version >= 1
                     else PatternType.LITERAL)
     binding = AclBinding(
@@ -102,7 +102,7 @@ def _binding(creation: Any, version: int) -> AclBinding:
     return binding
 
 
-async def _create_one(ctx: BrokerContext, creation: Any, version: int) -> tuple[int, str | None]:
+async def _create_one(ctx: BrokerContext, creation: ApiStruct, version: int) -> tuple[int, str | None]:
     assert ctx.authorizer is not None
     try:
         binding = _binding(creation, version)
@@ -116,7 +116,7 @@ async def _create_one(ctx: BrokerContext, creation: Any, version: int) -> tuple[
     return 0, None
 
 
-async def create_acls(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def create_acls(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     error, message = _cluster_refusal(ctx, AclOperation.ALTER)
     results = []
     for creation in request.creations:
@@ -125,7 +125,7 @@ async def create_acls(ctx: BrokerContext, request: Any, version: int) -> Any:
     return CreateAclsResponse[version](throttle_time_ms=0, results=results)
 
 
-async def _delete_one(ctx: BrokerContext, f: Any, version: int) -> Any:
+async def _delete_one(ctx: BrokerContext, f: ApiStruct, version: int) -> Any:
     assert ctx.authorizer is not None
     acl_filter = _filter(f, version)
     if reason := acl_filter.invalid():
@@ -142,7 +142,7 @@ async def _delete_one(ctx: BrokerContext, f: Any, version: int) -> Any:
         for b in removed])
 
 
-async def delete_acls(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def delete_acls(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     error, message = _cluster_refusal(ctx, AclOperation.ALTER)
     results = []
     for f in request.filters:

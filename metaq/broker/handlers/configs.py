@@ -11,12 +11,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from kafka.protocol.admin import (
-    AlterConfigsResponse,
-    DescribeConfigsResponse,
-    IncrementalAlterConfigsResponse,
-)
-
 from metaq.broker.context import BrokerContext
 from metaq.broker.handlers.topic_admin import AdminError, attempt, require
 from metaq.broker.topic_config import (
@@ -28,6 +22,8 @@ from metaq.broker.topic_config import (
     validate_topic_config,
 )
 from metaq.errors import ConfigError, ErrorCode
+from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct
+from metaq.protocol.responses import AlterConfigsResponse, DescribeConfigsResponse, IncrementalAlterConfigsResponse
 from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
@@ -66,7 +62,7 @@ def _entry(version: int, synonyms: bool, name: str, value: str | None, source: i
 
 
 async def _describe_topic(ctx: BrokerContext, name: str, keys: list[str] | None, version: int,
-                          synonyms: bool) -> list[Any]:
+                          synonyms: bool) -> list[ApiStruct]:
     if name not in ctx.snapshot.topics:
         raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist")
     stored = await ctx.in_thread(ctx.layout.topic_config, name)
@@ -88,7 +84,7 @@ async def _describe_topic(ctx: BrokerContext, name: str, keys: list[str] | None,
 
 
 def _describe_broker(ctx: BrokerContext, name: str, keys: list[str] | None, version: int,
-                     synonyms: bool) -> list[Any]:
+                     synonyms: bool) -> list[ApiStruct]:
     if name not in ("", str(ctx.broker_id)):
         raise AdminError(ErrorCode.INVALID_REQUEST, f"broker {name}'s configs are described by broker {name}, this is"
                                           f" broker {ctx.broker_id}")
@@ -102,8 +98,8 @@ def _describe_broker(ctx: BrokerContext, name: str, keys: list[str] | None, vers
     return entries
 
 
-async def _describe(ctx: BrokerContext, resource: Any, keys: list[str] | None, version: int,
-                    synonyms: bool) -> list[Any]:
+async def _describe(ctx: BrokerContext, resource: ApiStruct, keys: list[str] | None, version: int,
+                    synonyms: bool) -> list[ApiStruct]:
     if resource.resource_type == TOPIC:
         require(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, resource.resource_name)
         return await _describe_topic(ctx, resource.resource_name, keys, version, synonyms)
@@ -114,7 +110,7 @@ async def _describe(ctx: BrokerContext, resource: Any, keys: list[str] | None, v
                                       f" {resource.resource_type}")
 
 
-async def describe_configs(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def describe_configs(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     Result = DescribeConfigsResponse.DescribeConfigsResult
     synonyms = bool(version >= 1 and request.include_synonyms)
     results = []
@@ -130,7 +126,7 @@ async def describe_configs(ctx: BrokerContext, request: Any, version: int) -> An
 # ------------------------------------------------------------------------------------------ alter
 
 
-def _incremental(current: dict[str, str], ops: list[Any]) -> dict[str, str]:
+def _incremental(current: dict[str, str], ops: list[ApiStruct]) -> dict[str, str]:
     """Kafka's IncrementalAlterConfigs semantics on a topic's overrides."""
     result = dict(current)
     names = [op.name for op in ops]
@@ -160,7 +156,7 @@ def _incremental(current: dict[str, str], ops: list[Any]) -> dict[str, str]:
     return result
 
 
-async def _alter(ctx: BrokerContext, resource: Any, validate_only: bool,
+async def _alter(ctx: BrokerContext, resource: ApiStruct, validate_only: bool,
                  change: Callable[[dict[str, str]], dict[str, str]]) -> None:
     if resource.resource_type == BROKER:
         require(ctx, AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER)
@@ -184,8 +180,8 @@ async def _alter(ctx: BrokerContext, resource: Any, validate_only: bool,
     log.info("topic %s: config set to %s", topic, new)
 
 
-async def _alter_all(ctx: BrokerContext, request: Any, result_cls: type,
-                     change_of: Callable[[Any], Callable[[dict[str, str]], dict[str, str]]]) -> list[Any]:
+async def _alter_all(ctx: BrokerContext, request: ApiRequest, result_cls: type,
+                     change_of: Callable[[ApiStruct], Callable[[dict[str, str]], dict[str, str]]]) -> list[ApiStruct]:
     results = []
     for resource in request.resources:
         code, message, _ = await attempt(f"altering the configs of {resource.resource_name}",
@@ -195,9 +191,9 @@ async def _alter_all(ctx: BrokerContext, request: Any, result_cls: type,
     return results
 
 
-async def alter_configs(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def alter_configs(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     """AlterConfigs replaces the whole set of overrides: keys left out return to their defaults."""
-    def change_of(resource: Any) -> Callable[[dict[str, str]], dict[str, str]]:
+    def change_of(resource: ApiStruct) -> Callable[[dict[str, str]], dict[str, str]]:
         names = [c.name for c in resource.configs]
         duplicate = next((n for n in names if names.count(n) > 1), None)
 
@@ -211,8 +207,8 @@ async def alter_configs(ctx: BrokerContext, request: Any, version: int) -> Any:
     return AlterConfigsResponse[version](throttle_time_ms=0, responses=results)
 
 
-async def incremental_alter_configs(ctx: BrokerContext, request: Any, version: int) -> Any:
-    def change_of(resource: Any) -> Callable[[dict[str, str]], dict[str, str]]:
+async def incremental_alter_configs(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
+    def change_of(resource: ApiStruct) -> Callable[[dict[str, str]], dict[str, str]]:
         return lambda current: _incremental(current, list(resource.configs))
 
     results = await _alter_all(ctx, request, IncrementalAlterConfigsResponse.AlterConfigsResourceResponse,

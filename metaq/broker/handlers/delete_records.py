@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
-
-from kafka.protocol.admin import DeleteRecordsResponse
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.request_bounds import in_slices
 from metaq.errors import ErrorCode, OffsetOutOfRangeError, StorageError
+from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.responses import DeleteRecordsResponse
 from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
@@ -48,7 +47,7 @@ def _delete(ctx: BrokerContext, topic: str, partition: int, offset: int) -> tupl
         return ErrorCode.KAFKA_STORAGE_ERROR, -1
 
 
-async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     topics = []
     for topic in request.topics:
         parts = []

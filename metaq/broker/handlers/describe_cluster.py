@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka.protocol.admin import DescribeClusterResponse
-
 from metaq.broker.context import BrokerContext
 from metaq.errors import ErrorCode
+from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.responses import DescribeClusterResponse
 from zk_layout.acl_formats import AclOperation, ResourceType
 
 BROKERS_ENDPOINT = 1
@@ -16,7 +16,7 @@ BROKERS_ENDPOINT = 1
 Broker = DescribeClusterResponse.DescribeClusterBroker
 
 
-async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     snapshot = ctx.snapshot
     fields: dict[str, Any] = {}
     if version >= 1:

@@ -1,7 +1,7 @@
 """Fetch v0..11 with long polling: wait up to ``max_wait_ms`` for ``min_bytes``, then answer with
-slices of the segment files (sent by the network layer with sendfile); Fetch v0..3 (Kafka 0.8-0.10 clients)
-get the batches down-converted to message format v0/v1 while the answer is written
-(metaq/broker/downconvert.py).
+slices of the segment files (a :class:`FetchReply` writes them with sendfile, metaq/broker/zero_copy.py);
+Fetch v0..3 (Kafka 0.8-0.10 clients) get the batches down-converted to message format v0/v1 while the answer
+is written (metaq/broker/downconvert.py).
 
 The answer's size is bounded as Kafka bounds it: by the request's ``max_bytes`` capped by the broker's
 ``fetch.max.bytes`` (``replica.fetch.response.max.bytes`` for a replica), and by each partition's
@@ -22,28 +22,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.downconvert import DownConverted, fetch_magic
+from metaq.broker.zero_copy import FetchReply
 from metaq.errors import ErrorCode, OffsetOutOfRangeError, UnsupportedCompressionError
 from metaq.protocol.fetch_response import PartitionPart, TopicPart
+from metaq.protocol.messages import ApiRequest, ApiStruct
 from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
 
-class FetchReply:
-    """A Fetch response whose records are still file slices; the network layer encodes and sends it."""
-
-    def __init__(self, version: int, topics: list[TopicPart]) -> None:
-        self.version = version
-        self.topics = topics
-
-
-def _merge_partitions(request: Any) -> list[tuple[str, list[Any]]]:
+def _merge_partitions(request: ApiRequest) -> list[tuple[str, list[ApiStruct]]]:
     """(topic, partitions) with each topic-partition once, topics in order of first mention."""
-    merged: dict[str, dict[int, Any]] = {}
+    merged: dict[str, dict[int, ApiStruct]] = {}
     for topic in request.topics:
         parts = merged.setdefault(topic.topic, {})
         for p in topic.partitions:
@@ -51,7 +44,7 @@ def _merge_partitions(request: Any) -> list[tuple[str, list[Any]]]:
     return [(topic, list(parts.values())) for topic, parts in merged.items()]
 
 
-def response_budget(ctx: BrokerContext, request: Any, version: int) -> int:
+def response_budget(ctx: BrokerContext, request: ApiRequest, version: int) -> int:
     """Record bytes the whole answer may carry: the request's ``max_bytes`` capped by the broker."""
     cap = ctx.config.replica_fetch_response_max_bytes if request.replica_id >= 0 else ctx.config.fetch_max_bytes
     asked = request.max_bytes if version >= 3 else cap
@@ -71,7 +64,7 @@ READ_COMMITTED = 1
 
 
 def _read_partition(
-    ctx: BrokerContext, topic: str, p: Any, limit: int, min_one: bool, replica_id: int = -1,
+    ctx: BrokerContext, topic: str, p: ApiStruct, limit: int, min_one: bool, replica_id: int = -1,
     magic: int | None = None, isolation_level: int = 0,
 ) -> tuple[PartitionPart, int]:
     """One partition's part of the answer and the number of record bytes it carries.
@@ -114,7 +107,7 @@ def _read_partition(
 
 
 def _collect(
-    ctx: BrokerContext, wanted: list[tuple[str, list[Any]]], budget: int, replica_id: int = -1,
+    ctx: BrokerContext, wanted: list[tuple[str, list[ApiStruct]]], budget: int, replica_id: int = -1,
     magic: int | None = None, isolation_level: int = 0,
 ) -> tuple[list[TopicPart], int, bool]:
     """(topics, total record bytes, whether any partition has an error)."""
@@ -147,7 +140,7 @@ def _count(ctx: BrokerContext, topics: list[TopicPart]) -> None:
             ctx.metrics.served(topic.topic, size)
 
 
-async def handle(ctx: BrokerContext, request: Any, version: int) -> FetchReply:
+async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> FetchReply:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000.0
     wanted = _merge_partitions(request)

@@ -7,15 +7,17 @@ which librdkafka 2.0.2 skips correctly (docs/wire-protocol.md §1).
 
 from __future__ import annotations
 
-from typing import Any
-
-from kafka.protocol.admin import DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse
-from kafka.protocol.consumer import OffsetDeleteResponse
-
 from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.group import DEAD
 from metaq.broker.request_bounds import in_slices
 from metaq.errors import ErrorCode
+from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.responses import (
+    DeleteGroupsResponse,
+    DescribeGroupsResponse,
+    ListGroupsResponse,
+    OffsetDeleteResponse,
+)
 from zk_layout.acl_formats import AclOperation, ResourceType
 
 CLASSIC_GROUP_TYPE = "classic"  # KIP-848's name for JoinGroup/SyncGroup groups, the only kind metaq has
@@ -32,7 +34,7 @@ DeleteTopic = OffsetDeleteResponse.OffsetDeleteResponseTopic
 DeletePartition = DeleteTopic.OffsetDeleteResponsePartition
 
 
-async def list_groups(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def list_groups(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     states = request.states_filter if version >= 4 else []
     types = {t.lower() for t in request.types_filter} if version >= 5 else set()
     error, groups = await ctx.coordinator.list_groups(states)
@@ -46,7 +48,7 @@ async def list_groups(ctx: BrokerContext, request: Any, version: int) -> Any:
         for g in groups])
 
 
-async def describe_groups(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def describe_groups(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     operations = set(ALL_GROUP_OPERATIONS) if version >= 3 and request.include_authorized_operations else None
     described = []
     async for group_id in in_slices(request.groups):
@@ -69,14 +71,14 @@ async def describe_groups(ctx: BrokerContext, request: Any, version: int) -> Any
     return DescribeGroupsResponse[version](throttle_time_ms=0, groups=described)
 
 
-async def delete_groups(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def delete_groups(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     results = [DeletableGroup(group_id=gid, error_code=ctx.denied(AclOperation.DELETE, ResourceType.GROUP, gid)
                               or await ctx.coordinator.delete_group(gid))
                for gid in dict.fromkeys(request.groups_names)]
     return DeleteGroupsResponse[version](throttle_time_ms=0, results=results)
 
 
-async def offset_delete(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def offset_delete(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     if denied := ctx.denied(AclOperation.DELETE, ResourceType.GROUP, request.group_id):
         return OffsetDeleteResponse[version](throttle_time_ms=0, error_code=denied, topics=[])
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]

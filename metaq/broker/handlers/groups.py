@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from kafka.protocol.consumer import (
+from metaq.broker.context import BrokerContext
+from metaq.errors import ErrorCode
+from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.responses import (
+    FindCoordinatorResponse,
     HeartbeatResponse,
     JoinGroupResponse,
     LeaveGroupResponse,
     SyncGroupResponse,
 )
-from kafka.protocol.metadata import FindCoordinatorResponse
-
-from metaq.broker.context import CLIENT_HOST, BrokerContext
-from metaq.errors import ErrorCode
 from zk_layout.acl_formats import AclOperation, ResourceType
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 
 
-async def find_coordinator(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def find_coordinator(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     key_type = request.key_type if version >= 1 else GROUP_KEY
     if key_type == TRANSACTION_KEY:  # the transaction coordinator (docs/transactions.md)
         error = ctx.denied(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, request.key)
@@ -28,7 +26,7 @@ async def find_coordinator(ctx: BrokerContext, request: Any, version: int) -> An
             if ctx.transactions is None:
                 error = ErrorCode.COORDINATOR_NOT_AVAILABLE
             else:
-                error, node_id, host, port = await ctx.transactions.find_coordinator(request.key)
+                error, node_id, host, port = await ctx.transactions.find_coordinator(request.key, ctx.listener)
         return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=error, error_message=None,
                                                 node_id=node_id, host=host, port=port)
     if key_type != GROUP_KEY:
@@ -38,12 +36,12 @@ async def find_coordinator(ctx: BrokerContext, request: Any, version: int) -> An
     if denied := ctx.denied(AclOperation.DESCRIBE, ResourceType.GROUP, request.key):
         return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=denied, error_message=None,
                                                 node_id=-1, host="", port=-1)
-    found = await ctx.coordinator.find_coordinator(request.key)
+    found = await ctx.coordinator.find_coordinator(request.key, ctx.listener)
     return FindCoordinatorResponse[version](throttle_time_ms=0, error_code=found.error_code, error_message=None,
                                             node_id=found.node_id, host=found.host, port=found.port)
 
 
-async def join_group(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def join_group(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     if denied := ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id):
         return JoinGroupResponse[version](throttle_time_ms=0, error_code=denied, generation_id=-1, protocol_name="",
                                           leader="", member_id=request.member_id, members=[])
@@ -52,7 +50,7 @@ async def join_group(ctx: BrokerContext, request: Any, version: int) -> Any:
         request.member_id,
         request.group_instance_id if version >= 5 else None,
         request.header.client_id or "",
-        CLIENT_HOST.get(),
+        "/" + ctx.session.client_host,  # as Kafka shows a member's host
         request.session_timeout_ms,
         request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms,
         request.protocol_type,
@@ -71,7 +69,7 @@ async def join_group(ctx: BrokerContext, request: Any, version: int) -> Any:
     )
 
 
-async def sync_group(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def sync_group(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     if denied := ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id):
         return SyncGroupResponse[version](throttle_time_ms=0, error_code=denied, assignment=b"")
     assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
@@ -81,13 +79,13 @@ async def sync_group(ctx: BrokerContext, request: Any, version: int) -> Any:
     return SyncGroupResponse[version](throttle_time_ms=0, error_code=error, assignment=assignment)
 
 
-async def heartbeat(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def heartbeat(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     error = ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id) or ctx.coordinator.heartbeat(
         request.group_id, request.generation_id, request.member_id, request.group_instance_id if version >= 3 else None)
     return HeartbeatResponse[version](throttle_time_ms=0, error_code=error)
 
 
-async def leave_group(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def leave_group(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     error = (ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id)
              or ctx.coordinator.leave_group(request.group_id, request.member_id))
     return LeaveGroupResponse[version](throttle_time_ms=0, error_code=error)

@@ -10,19 +10,18 @@ get INVALID_PRODUCER_EPOCH for PRODUCER_FENCED, as Kafka's KafkaApis answers the
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-from kafka.protocol.producer import InitProducerIdResponse
 
 from metaq.broker.context import BrokerContext
 from metaq.errors import ErrorCode, ZooKeeperError
+from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.responses import InitProducerIdResponse
 from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
 
-async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
-    def answer(error: int, producer_id: int = -1, epoch: int = -1) -> Any:
+async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
+    def answer(error: int, producer_id: int = -1, epoch: int = -1) -> ApiResponse:
         return InitProducerIdResponse[version](throttle_time_ms=0, error_code=error, producer_id=producer_id,
                                                producer_epoch=epoch)
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, NamedTuple
-
-from kafka.protocol.consumer import ListOffsetsResponse
+from typing import NamedTuple
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.request_bounds import in_slices
 from metaq.errors import ErrorCode
+from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.responses import ListOffsetsResponse
 from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     unconfirmed = unconfirmed_error(version, request.replica_id)
     client = request.replica_id == -1
     topics = []

@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kafka.protocol.metadata import MetadataResponse
-
 from metaq.broker.context import BrokerContext
 from metaq.broker.metadata import ClusterSnapshot
 from metaq.errors import ConfigError, ErrorCode
+from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.responses import MetadataResponse
 from zk_layout import validate_topic
 from zk_layout.acl_formats import AclOperation, ResourceType
 
@@ -34,7 +34,7 @@ Partition = Topic.MetadataResponsePartition
 Broker = MetadataResponse.MetadataResponseBroker
 
 
-def _requested_topics(request: Any, version: int, snapshot: ClusterSnapshot) -> list[str]:
+def _requested_topics(request: ApiRequest, version: int, snapshot: ClusterSnapshot) -> list[str]:
     topics = request.topics
     if topics is None or (version == 0 and not topics):
         return sorted(snapshot.topics)
@@ -78,7 +78,7 @@ async def _maybe_create(ctx: BrokerContext, name: str, allowed: bool) -> int:
     return ErrorCode.LEADER_NOT_AVAILABLE
 
 
-async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     snapshot = ctx.snapshot
     allow_create = version < 4 or bool(request.allow_auto_topic_creation)
     created = 0

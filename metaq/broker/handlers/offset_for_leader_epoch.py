@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from kafka.protocol.consumer import OffsetForLeaderEpochResponse
-
 from metaq.broker.context import BrokerContext
+from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct
+from metaq.protocol.responses import OffsetForLeaderEpochResponse
 
 TopicResult = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
 EpochEndOffset = TopicResult.EpochEndOffset
 
 
-def _answer(ctx: BrokerContext, topic: str, p: Any) -> Any:
+def _answer(ctx: BrokerContext, topic: str, p: ApiStruct) -> Any:
     error = ctx.serving_error(topic, p.partition) or ctx.epoch_error(topic, p.partition, p.current_leader_epoch)
     if error or ctx.replication is None:
         if error:
@@ -27,7 +27,7 @@ def _answer(ctx: BrokerContext, topic: str, p: Any) -> Any:
     return EpochEndOffset(error_code=0, partition=p.partition, leader_epoch=epoch, end_offset=end)
 
 
-async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     topics = [TopicResult(topic=t.topic, partitions=[_answer(ctx, t.topic, p) for p in t.partitions])
               for t in request.topics]
     return OffsetForLeaderEpochResponse[version](throttle_time_ms=0, topics=topics)

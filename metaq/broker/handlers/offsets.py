@@ -10,11 +10,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchResponse
-
 from metaq.broker.context import BrokerContext
 from metaq.broker.request_bounds import in_slices
 from metaq.errors import ConfigError, ErrorCode, MetaqError
+from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct
+from metaq.protocol.responses import OffsetCommitResponse, OffsetFetchResponse
 from zk_layout import validate_group, validate_topic
 from zk_layout.acl_formats import AclOperation, ResourceType
 
@@ -26,7 +26,7 @@ FetchTopic = OffsetFetchResponse.OffsetFetchResponseTopic
 FetchPartition = FetchTopic.OffsetFetchResponsePartition
 
 
-def _commit_response(version: int, topics: Any, errors: dict[tuple[str, int], int]) -> Any:
+def _commit_response(version: int, topics: Any, errors: dict[tuple[str, int], int]) -> ApiResponse:
     return OffsetCommitResponse[version](throttle_time_ms=0, topics=[
         CommitTopic(name=t.name, partitions=[
             CommitPartition(partition_index=p.partition_index, error_code=errors[(t.name, p.partition_index)])
@@ -34,7 +34,7 @@ def _commit_response(version: int, topics: Any, errors: dict[tuple[str, int], in
         for t in topics])
 
 
-async def offset_commit(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def offset_commit(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     offsets = {(t.name, p.partition_index): (p.committed_offset, p.committed_metadata)
                for t in request.topics for p in t.partitions}
     if denied := ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id):
@@ -88,7 +88,7 @@ async def _commit_to_zookeeper(ctx: BrokerContext, group: str,
     return errors
 
 
-async def offset_fetch(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def offset_fetch(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     wanted = None if request.topics is None else [
         (t.name, p) for t in request.topics for p in t.partition_indexes]
     if denied := ctx.denied(AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
@@ -102,7 +102,7 @@ async def offset_fetch(ctx: BrokerContext, request: Any, version: int) -> Any:
         error, committed = ctx.coordinator.fetch_offsets(request.group_id, wanted)
         found = {tp: (c.offset, c.metadata) for tp, c in committed.items()}
     keys = wanted if wanted is not None else sorted(found)
-    by_topic: dict[str, list[Any]] = {}
+    by_topic: dict[str, list[ApiStruct]] = {}
     async for topic, partition in in_slices(keys):
         offset, metadata = found.get((topic, partition), (-1, ""))
         part_error = error if version < 2 else 0

@@ -19,8 +19,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kafka.protocol.producer import ProduceResponse
-
 from metaq.broker.context import BrokerContext
 from metaq.broker.log.partition_log import AppendResult, PartitionLog
 from metaq.broker.log.upconvert import upconvert
@@ -37,6 +35,8 @@ from metaq.errors import (
     UnsupportedCompressionError,
     UnsupportedMessageFormatError,
 )
+from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.responses import ProduceResponse
 from zk_layout.acl_formats import AclOperation, ResourceType
 from zk_layout.formats import INTERNAL_TOPICS
 
@@ -126,7 +126,7 @@ def _legacy_code(error: int) -> int:
     return error
 
 
-def _transactional_denied(ctx: BrokerContext, request: Any, version: int) -> int:
+def _transactional_denied(ctx: BrokerContext, request: ApiRequest, version: int) -> int:
     """A transactional producer's request needs Write on its TransactionalId, else the whole request is
     refused (Kafka's KafkaApis.handleProduceRequest; docs/transactions.md)."""
     transactional_id = getattr(request, "transactional_id", None) if version >= _FIRST_BATCH_V2_VERSION else None
@@ -135,7 +135,7 @@ def _transactional_denied(ctx: BrokerContext, request: Any, version: int) -> int
     return ctx.denied(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
-async def handle(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse | None:
     acks = request.acks
     refused = _transactional_denied(ctx, request, version)
     responses: list[tuple[str, list[tuple[int, int, int, int]]]] = []

@@ -12,12 +12,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from kafka.protocol.admin import (
-    CreatePartitionsResponse,
-    CreateTopicsResponse,
-    DeleteTopicsResponse,
-)
-
 from metaq.broker.context import BrokerContext
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, default_value, validate_topic_config
 from metaq.broker.topics import add_partitions, create_topic
@@ -30,6 +24,8 @@ from metaq.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct
+from metaq.protocol.responses import CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse
 from zk_layout import validate_topic
 from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
 from zk_layout.topics import check_deletable
@@ -148,7 +144,7 @@ class TopicPlan:
     """The config overrides."""
 
 
-def _plan_topic(ctx: BrokerContext, topic: Any, budget: PartitionBudget) -> TopicPlan:
+def _plan_topic(ctx: BrokerContext, topic: ApiStruct, budget: PartitionBudget) -> TopicPlan:
     """The plan of one CreatableTopic, or AdminError."""
     assignment = None
     if topic.assignments:
@@ -184,7 +180,7 @@ def _plan_topic(ctx: BrokerContext, topic: Any, budget: PartitionBudget) -> Topi
 
 
 async def _create_one(
-    ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int, budget: PartitionBudget
+    ctx: BrokerContext, topic: ApiStruct, validate_only: bool, timeout_ms: int, budget: PartitionBudget
 ) -> TopicPlan:
     if not ctx.authorize(AclOperation.CREATE, ResourceType.CLUSTER):
         require(ctx, AclOperation.CREATE, ResourceType.TOPIC, topic.name)
@@ -213,7 +209,7 @@ async def _refuse(code: int, message: str) -> Any:
     raise AdminError(code, message)
 
 
-async def create_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def create_topics(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     Result = CreateTopicsResponse.CreatableTopicResult
     validate_only = bool(version >= 1 and request.validate_only)
     names = [t.name for t in request.topics]
@@ -268,7 +264,7 @@ async def _delete_one(ctx: BrokerContext, topic: str, timeout_ms: int) -> None:
                          f" hosting its partitions have not deleted them within {timeout_ms} ms")
 
 
-async def delete_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def delete_topics(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     Result = DeleteTopicsResponse.DeletableTopicResult
     if version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
@@ -291,7 +287,7 @@ async def delete_topics(ctx: BrokerContext, request: Any, version: int) -> Any:
 # ------------------------------------------------------------------------------------------ CreatePartitions
 
 
-async def _add_one(ctx: BrokerContext, topic: Any, validate_only: bool, timeout_ms: int,
+async def _add_one(ctx: BrokerContext, topic: ApiStruct, validate_only: bool, timeout_ms: int,
                    budget: PartitionBudget) -> None:
     require(ctx, AclOperation.ALTER, ResourceType.TOPIC, topic.name)
     current = ctx.snapshot.topics.get(topic.name)
@@ -325,7 +321,7 @@ async def _add_one(ctx: BrokerContext, topic: Any, validate_only: bool, timeout_
                       and ctx.snapshot.has_leaders(topic.name), timeout_ms)
 
 
-async def create_partitions(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def create_partitions(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     Result = CreatePartitionsResponse.CreatePartitionsTopicResult
     budget = PartitionBudget(ctx)
     results = []

@@ -82,7 +82,7 @@ async def add_offsets_to_txn(ctx: BrokerContext, request: Any, version: int) -> 
         or ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id)
     if not error:
         assert ctx.transactions is not None
-        await ctx.coordinator.find_coordinator(request.group_id)  # __consumer_offsets exists from here on
+        await ctx.coordinator.find_coordinator(request.group_id, ctx.listener)  # __consumer_offsets exists now
         error = await ctx.transactions.add_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch,
             ctx.coordinator.offsets_partition_of(request.group_id))

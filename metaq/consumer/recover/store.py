@@ -12,7 +12,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Self
@@ -155,7 +155,7 @@ class RecoverStore:
                 if entry is None or (entry.dead and not include_dead):
                     continue
                 counts[self._replay_one(entry, handler, max_attempts)] += 1
-            return ReplayResult(**counts)
+            return ReplayResult(succeeded=counts["succeeded"], failed=counts["failed"], dead=counts["dead"])
 
     def compact(self) -> None:
         """Rewrite the log with the live entries only (atomically)."""
@@ -338,7 +338,7 @@ class RecoverStore:
         except (KeyError, TypeError, ValueError) as e:
             log.warning("recover store %s: ignoring a malformed %r record: %r", self.path, op, e)
 
-    def _write(self, records: list[dict[str, Any]]) -> None:
+    def _write(self, records: Sequence[dict[str, Any]]) -> None:
         """Append frames and fsync them; a failed write is cut off again so the log stays parseable."""
         data = b"".join(_frame(r) for r in records)
         try:
