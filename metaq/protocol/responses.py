@@ -90,6 +90,21 @@ from kafka.protocol.producer import (
 from kafka.protocol.producer import (
     ProduceResponse as _ProduceResponse,
 )
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnResponse as _AddOffsetsToTxnResponse,
+)
+from kafka.protocol.producer.transaction import (
+    AddPartitionsToTxnResponse as _AddPartitionsToTxnResponse,
+)
+from kafka.protocol.producer.transaction import (
+    EndTxnResponse as _EndTxnResponse,
+)
+from kafka.protocol.producer.transaction import (
+    TxnOffsetCommitResponse as _TxnOffsetCommitResponse,
+)
+from kafka.protocol.producer.transaction import (
+    WriteTxnMarkersResponse as _WriteTxnMarkersResponse,
+)
 from kafka.protocol.sasl import (
     SaslAuthenticateResponse as _SaslAuthenticateResponse,
 )
@@ -129,3 +144,8 @@ ProduceResponse: ResponseFamily = _ProduceResponse
 SaslAuthenticateResponse: ResponseFamily = _SaslAuthenticateResponse
 SaslHandshakeResponse: ResponseFamily = _SaslHandshakeResponse
 SyncGroupResponse: ResponseFamily = _SyncGroupResponse
+AddOffsetsToTxnResponse: ResponseFamily = _AddOffsetsToTxnResponse
+AddPartitionsToTxnResponse: ResponseFamily = _AddPartitionsToTxnResponse
+EndTxnResponse: ResponseFamily = _EndTxnResponse
+TxnOffsetCommitResponse: ResponseFamily = _TxnOffsetCommitResponse
+WriteTxnMarkersResponse: ResponseFamily = _WriteTxnMarkersResponse

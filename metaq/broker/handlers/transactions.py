@@ -12,18 +12,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kafka.protocol.producer.transaction import (
+from metaq.broker.context import BrokerContext
+from metaq.broker.coordinator.schema import OFFSETS_TOPIC
+from metaq.broker.txn_markers import write_local
+from metaq.errors import ErrorCode
+from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.responses import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
     EndTxnResponse,
     TxnOffsetCommitResponse,
     WriteTxnMarkersResponse,
 )
-
-from metaq.broker.context import BrokerContext
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC
-from metaq.broker.txn_markers import write_local
-from metaq.errors import ErrorCode
 from zk_layout.acl_formats import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def _transactions_error(ctx: BrokerContext, transactional_id: str) -> int:
     return ctx.denied(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
-async def add_partitions_to_txn(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def add_partitions_to_txn(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     txn_id = request.v3_and_below_transactional_id
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
     errors: dict[tuple[str, int], int] = {}
@@ -77,7 +77,7 @@ async def add_partitions_to_txn(ctx: BrokerContext, request: Any, version: int) 
         results_by_topic_v3_and_below=[ApTopic(name=t, results_by_partition=p) for t, p in by_topic.items()])
 
 
-async def add_offsets_to_txn(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def add_offsets_to_txn(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     error = _transactions_error(ctx, request.transactional_id) \
         or ctx.denied(AclOperation.READ, ResourceType.GROUP, request.group_id)
     if not error:
@@ -89,7 +89,7 @@ async def add_offsets_to_txn(ctx: BrokerContext, request: Any, version: int) -> 
     return AddOffsetsToTxnResponse[version](throttle_time_ms=0, error_code=_fenced(error, version, 2))
 
 
-async def end_txn(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def end_txn(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     error = _transactions_error(ctx, request.transactional_id)
     if not error:
         assert ctx.transactions is not None
@@ -99,7 +99,7 @@ async def end_txn(ctx: BrokerContext, request: Any, version: int) -> Any:
                                    producer_id=-1, producer_epoch=-1)
 
 
-async def txn_offset_commit(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def txn_offset_commit(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     """Offsets staged for the producer's transaction: stored at its commit, dropped at its abort."""
     offsets = {(t.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
                for t in request.topics for p in t.partitions}
@@ -125,7 +125,7 @@ async def txn_offset_commit(ctx: BrokerContext, request: Any, version: int) -> A
                                             topics=[TocTopic(name=t, partitions=p) for t, p in by_topic.items()])
 
 
-async def write_txn_markers(ctx: BrokerContext, request: Any, version: int) -> Any:
+async def write_txn_markers(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     """A coordinator's markers for the partitions this broker leads (ClusterAction, as from brokers only)."""
     denied = ctx.denied(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
     results = []
