@@ -208,17 +208,22 @@ def _lines_until(proc: subprocess.Popen[str], messages: int) -> list[str]:
     return lines
 
 
-@pytest.mark.parametrize("script", ["consume_stream.py", "consume_listener.py", "consume_batch_listener.py"])
-def test_example_consumers_run(cluster: BrokerCluster, layout: ZkLayout, script: str) -> None:
+@pytest.mark.parametrize(("script", "coordination"), [
+    ("consume_stream.py", None), ("consume_listener.py", None), ("consume_batch_listener.py", None),
+    ("consume_listener.py", "kafka")])
+def test_example_consumers_run(cluster: BrokerCluster, layout: ZkLayout, script: str,
+                               coordination: str | None) -> None:
     """examples/consume_*.py run as their docstrings say: they print every message, and SIGTERM (as Ctrl-C)
-    ends them with exit 0 after committing what they printed."""
-    topic = f"ex-{script.split('.')[0].replace('_', '-')}"
+    ends them with exit 0 after committing what they printed (to ZooKeeper, or to the group coordinator with
+    ``--coordination kafka``)."""
+    topic = f"ex-{script.split('.')[0].replace('_', '-')}{'-' + coordination if coordination else ''}"
     _topic(cluster, layout, topic, 2)
     _produce(cluster.zk_connect, topic, 0, 3)
     _produce(cluster.zk_connect, topic, 1, 2)
     group = f"{topic}-group"
+    extra = ["--coordination", coordination] if coordination else []
     with subprocess.Popen([sys.executable, str(EXAMPLES / script), "--zookeeper", cluster.zk_connect, "--topic",
-                           topic, "--group", group], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           topic, "--group", group, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True) as proc:
         try:
             lines = _lines_until(proc, 5)
@@ -227,7 +232,11 @@ def test_example_consumers_run(cluster: BrokerCluster, layout: ZkLayout, script:
         finally:
             if proc.poll() is None:
                 proc.kill()
-    assert layout.offsets(group) == {(topic, 0): 3, (topic, 1): 2}  # committed on the way out
+    if coordination == "kafka":
+        assert confluent_committed(cluster.brokers[0].bootstrap, group, topic, 2) == {0: 3, 1: 2}
+        assert not layout.group_exists(group)  # nothing of a broker-coordinated group is in ZooKeeper
+    else:
+        assert layout.offsets(group) == {(topic, 0): 3, (topic, 1): 2}  # committed on the way out
     values = [line.split() for line in lines if not line.startswith("chunk")]
     assert sorted((int(p), int(o)) for p, o, _ in values) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
     if script == "consume_batch_listener.py":
