@@ -46,7 +46,7 @@ def test_topics_create_alter_config_delete(broker, zk_connect: str, zk_layout: Z
 
     wait_until(rolled, 30, "a roll at segment.bytes=1500")
 
-    bad = metaq("topics", "alter-config", "cli", "--set", "cleanup.policy=compact", *z)
+    bad = metaq("topics", "alter-config", "cli", "--set", "cleanup.policy=shred", *z)
     assert bad.returncode == 1 and "cleanup.policy" in bad.stderr and "Traceback" not in bad.stderr
     bad = metaq("topics", "alter-config", "nope", "--set", "retention.ms=1", *z)
     assert bad.returncode == 1 and "topic 'nope' does not exist" in bad.stderr
