@@ -1,9 +1,10 @@
 """Cleaning one log, as Kafka's ``Cleaner.doClean`` (docs/compaction.md).
 
 1. Build the offset map (key -> offset of its latest record) over the dirty section, from the first dirty offset
-   up to the first uncleanable offset (the active segment, or the first segment younger than
+   up to the first uncleanable offset (the active segment, the last stable offset -- the high watermark or the
+   first offset of an open transaction, whichever is lower -- or the first segment younger than
    ``min.compaction.lag.ms``), stopping early when the map is full: that pass then cleans up to the last mapped
-   offset and the next pass continues from there.
+   offset and the next pass continues from there. Records from that end on are kept as they are.
 2. Rewrite every segment below that end, in groups of consecutive segments that fit in one segment, into one
    ``.cleaned`` segment keeping a record only if no later record of its key was mapped, dropping keyless records,
    and dropping tombstones whose delete horizon has passed (:mod:`.rewrite`).
@@ -34,25 +35,36 @@ if TYPE_CHECKING:
     from metaq.broker.log.partition_log import PartitionLog
     from metaq.broker.log.segment import LogSegment
 
-__all__ = ["CleanResult", "Cleaner", "LogSnapshot", "OnLoop"]
+__all__ = ["CleanResult", "Cleaner", "HighWatermark", "LogSnapshot", "OnLoop", "log_end_offset"]
 
 logger = logging.getLogger(__name__)
 
 OnLoop = Callable[[Callable[[], Any]], Any]
 """Runs a function on the broker's event loop and returns its result (waiting for it)."""
 
+HighWatermark = Callable[["PartitionLog"], int]
+"""The high watermark of a log, called on the event loop (the replication manager owns it: the broker passes
+``BrokerContext.high_watermark``)."""
+
+
+def log_end_offset(log: PartitionLog) -> int:
+    """The high watermark of a log nobody replicates: its log end (tests and bench)."""
+    return log.log_end_offset
+
 _INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
 class LogSnapshot:
-    """What the cleaner reads of a log, captured on the event loop: its inactive segments, config, and the last
-    offset of each producer's last batch (those batches are kept even when emptied)."""
+    """What the cleaner reads of a log, captured on the event loop: its inactive segments, config, the last
+    offset of each producer's last batch (those batches are kept even when emptied), and its last stable offset
+    (nothing from there on may be cleaned: not yet replicated, or part of an open transaction)."""
 
     segments: list[LogSegment]
     config: LogConfig
     log_start_offset: int
     producer_last_offsets: frozenset[int]
+    stable_offset: int
 
 
 @dataclass
@@ -73,33 +85,37 @@ class CleanResult:
     touched: list[int] = field(default_factory=list)
 
 
-def snapshot(log: PartitionLog) -> LogSnapshot:
-    """On the event loop: what :meth:`Cleaner.clean` needs of ``log``."""
+def snapshot(log: PartitionLog, high_watermark: int) -> LogSnapshot:
+    """On the event loop: what :meth:`Cleaner.clean` needs of ``log``, whose high watermark is given."""
     last_offsets = frozenset(entry.batches[-1].last_offset
                              for entry in log.producer_state.producers.values() if entry.batches)
-    return LogSnapshot(log.inactive_segments(), log.config, log.log_start_offset, last_offsets)
+    return LogSnapshot(log.inactive_segments(), log.config, log.log_start_offset, last_offsets,
+                       log.last_stable_offset(high_watermark))
 
 
 def first_uncleanable_offset(view: LogSnapshot, now_ms: int) -> int:
-    """Where cleaning must stop: the first segment that is active or holds records younger than
-    ``min.compaction.lag.ms`` (Kafka's ``LogCleanerManager.cleanableOffsets``)."""
+    """Where cleaning must stop: the last stable offset (at most the high watermark), or the first segment that
+    is active or holds records younger than ``min.compaction.lag.ms``, whichever is lower (Kafka's
+    ``LogCleanerManager.cleanableOffsets``, docs/compaction.md)."""
     lag = view.config.min_compaction_lag_ms
     for segment in view.segments:
         if lag > 0 and now_ms - segment.largest_timestamp() < lag:
-            return segment.base_offset
-    return view.segments[-1].next_offset if view.segments else view.log_start_offset
+            return min(segment.base_offset, view.stable_offset)
+    end = view.segments[-1].next_offset if view.segments else view.log_start_offset
+    return min(end, view.stable_offset)
 
 
 class Cleaner:
     """Cleans logs one at a time with one offset map (one per cleaner thread)."""
 
-    def __init__(self, offset_map: OffsetMap, on_loop: OnLoop) -> None:
+    def __init__(self, offset_map: OffsetMap, on_loop: OnLoop, high_watermark: HighWatermark) -> None:
         self.offset_map = offset_map
         self._on_loop = on_loop
+        self._high_watermark = high_watermark
 
     def clean(self, log: PartitionLog, first_dirty: int, now_ms: int) -> CleanResult:
         """One pass over ``log`` from ``first_dirty``; see the module doc."""
-        view: LogSnapshot = self._on_loop(lambda: snapshot(log))
+        view: LogSnapshot = self._on_loop(lambda: snapshot(log, self._high_watermark(log)))
         first_dirty = max(first_dirty, view.log_start_offset)
         upper = first_uncleanable_offset(view, now_ms)
         end = self._build_offset_map(view, first_dirty, upper)
