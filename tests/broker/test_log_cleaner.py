@@ -124,6 +124,46 @@ def test_nothing_from_the_first_open_transaction_on_is_cleaned(tmp_path: Path) -
         (0, b"a", b"1"), (1, b"b", b"1"), (2, b"a", b"txn"), (3, b"b", b"2"), (4, b"a", b"2"), (5, b"c", b"1")]
 
 
+def markers(log: PartitionLog) -> list[int]:
+    """Offsets of the transaction markers left in the log's inactive segments."""
+    return [h.base_offset for s in log.inactive_segments() for _, h in s.batch_positions() if h.is_control]
+
+
+def test_aborted_records_are_removed_and_supersede_nothing(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=100_000)
+    log.append(batch([(b"a", b"v1")]))  # 0
+    log.append(txn_batch([(b"a", b"aborted")], producer_id=9))  # 1
+    log.append_marker(9, 0, commit=False, coordinator_epoch=0, now_ms=BASE_TS)  # 2
+    log.append(txn_batch([(b"b", b"committed")], producer_id=9, seq=1))  # 3
+    log.append_marker(9, 0, commit=True, coordinator_epoch=0, now_ms=BASE_TS)  # 4
+    log.append(batch([(b"c", b"v1")]))  # 5
+    assert clean(log) == 6
+    assert read_all(log) == [(0, b"a", b"v1"), (3, b"b", b"committed"), (5, b"c", b"v1")]
+    assert markers(log) == [2, 4]  # the abort's data was there in this pass: its marker stays
+    assert [(t.first_offset, t.last_offset) for t in log.aborted_transactions(0, 6)] == [(1, 2)]
+    clean(log, first_dirty=6)  # nothing of the aborted transaction left: its marker gets a delete horizon
+    assert markers(log) == [2, 4]
+    clean(log, now_ms=BASE_TS + 1001, first_dirty=6)  # past it (delete.retention.ms 1000): gone
+    assert markers(log) == [4]  # the commit's data is still there
+    assert read_all(log) == [(0, b"a", b"v1"), (3, b"b", b"committed"), (5, b"c", b"v1")]
+
+
+def test_a_commit_marker_goes_once_its_data_is_superseded(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=100_000)
+    log.append(txn_batch([(b"a", b"x")], producer_id=9))  # 0
+    log.append_marker(9, 0, commit=True, coordinator_epoch=0, now_ms=BASE_TS)  # 1
+    log.append(txn_batch([(b"a", b"y")], producer_id=9, seq=1))  # 2
+    log.append_marker(9, 0, commit=True, coordinator_epoch=0, now_ms=BASE_TS)  # 3
+    log.append(batch([(b"a", b"z")]))  # 4
+    clean(log)
+    assert read_all(log) == [(4, b"a", b"z")]
+    assert markers(log) == [1, 3]  # their batches were there in this pass (the last one kept empty)
+    clean(log, first_dirty=5)
+    clean(log, now_ms=BASE_TS + 1001, first_dirty=5)
+    assert markers(log) == [3]  # the producer's last batch (kept empty for its sequence) still precedes it
+    assert read_all(log) == [(4, b"a", b"z")]
+
+
 def test_tombstones_kept_until_their_horizon_then_removed(tmp_path: Path) -> None:
     log = open_log(tmp_path, delete_retention_ms=5000)
     for i in range(20):

@@ -7,7 +7,8 @@
    offset and the next pass continues from there. Records from that end on are kept as they are.
 2. Rewrite every segment below that end, in groups of consecutive segments that fit in one segment, into one
    ``.cleaned`` segment keeping a record only if no later record of its key was mapped, dropping keyless records,
-   and dropping tombstones whose delete horizon has passed (:mod:`.rewrite`).
+   records of aborted transactions, tombstones and transaction markers whose delete horizon has passed
+   (:mod:`.rewrite`, :mod:`.transactions`).
 3. Swap each cleaned segment in (:mod:`.swap`, :meth:`PartitionLog.replace_segments`).
 
 The heavy work (reading, filtering, writing, fsync) runs on the cleaner thread; what touches the log's segment
@@ -24,16 +25,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from metaq.broker.log.cleaner.offset_map import OffsetMap
-from metaq.broker.log.cleaner.rewrite import delete_horizon, filter_batch, keys_of
+from metaq.broker.log.cleaner.rewrite import delete_horizon, filter_batch, keys_of, with_delete_horizon
 from metaq.broker.log.cleaner.swap import CLEANED_SUFFIX, fault_point, remove_cleaned, swap_in
+from metaq.broker.log.cleaner.transactions import TxnTracker
 from metaq.broker.log.index import OffsetIndex, TimeIndex
 from metaq.protocol.batches import BatchHeader, read_header
+from metaq.protocol.control import marker_is_abort
 from metaq.protocol.records import Record
 
 if TYPE_CHECKING:
     from metaq.broker.log.config import LogConfig
     from metaq.broker.log.partition_log import PartitionLog
     from metaq.broker.log.segment import LogSegment
+    from metaq.broker.log.txn_index import AbortedTxn
 
 __all__ = ["CleanResult", "Cleaner", "HighWatermark", "LogSnapshot", "OnLoop", "log_end_offset"]
 
@@ -57,14 +61,18 @@ _INT32_MAX = 2**31 - 1
 @dataclass(frozen=True)
 class LogSnapshot:
     """What the cleaner reads of a log, captured on the event loop: its inactive segments, config, the last
-    offset of each producer's last batch (those batches are kept even when emptied), and its last stable offset
-    (nothing from there on may be cleaned: not yet replicated, or part of an open transaction)."""
+    offset of each producer's last batch (those batches are kept even when emptied), its last stable offset
+    (nothing from there on may be cleaned: not yet replicated, or part of an open transaction), its aborted
+    transactions, and the (producer id, epoch) of producers it tracks with no batch left, only markers (their
+    last marker carries the epoch that fences them: kept, as Kafka's ``RETAIN_EMPTY`` of such a marker)."""
 
     segments: list[LogSegment]
     config: LogConfig
     log_start_offset: int
     producer_last_offsets: frozenset[int]
     stable_offset: int
+    aborted: tuple[AbortedTxn, ...] = ()
+    marker_only_producers: frozenset[tuple[int, int]] = frozenset()
 
 
 @dataclass
@@ -87,10 +95,12 @@ class CleanResult:
 
 def snapshot(log: PartitionLog, high_watermark: int) -> LogSnapshot:
     """On the event loop: what :meth:`Cleaner.clean` needs of ``log``, whose high watermark is given."""
-    last_offsets = frozenset(entry.batches[-1].last_offset
-                             for entry in log.producer_state.producers.values() if entry.batches)
+    producers = log.producer_state.producers.values()
+    last_offsets = frozenset(entry.batches[-1].last_offset for entry in producers if entry.batches)
+    marker_only = frozenset((entry.producer_id, entry.epoch) for entry in producers if not entry.batches)
     return LogSnapshot(log.inactive_segments(), log.config, log.log_start_offset, last_offsets,
-                       log.last_stable_offset(high_watermark))
+                       log.last_stable_offset(high_watermark),
+                       tuple(log.aborted_transactions(log.log_start_offset, log.log_end_offset)), marker_only)
 
 
 def first_uncleanable_offset(view: LogSnapshot, now_ms: int) -> int:
@@ -121,8 +131,9 @@ class Cleaner:
         end = self._build_offset_map(view, first_dirty, upper)
         result = CleanResult(first_dirty, end)
         groups = _group_segments([s for s in view.segments if s.base_offset < end], view.config)
+        txns = TxnTracker(view.aborted)  # one walk from the log start over every group, as Kafka's doClean
         for group in groups:
-            if not self._clean_group(log, view, group, end, now_ms, result):
+            if not self._clean_group(log, view, group, _Pass(end, now_ms, txns), result):
                 result.aborted = True
                 break
         logger.info("Cleaned %s-%d offsets %d..%d: %d of %d records kept, %d -> %d bytes in %d segment(s)%s",
@@ -135,15 +146,22 @@ class Cleaner:
         """Map keys of the dirty range ``[start, upper)``; return the end of what was mapped."""
         offset_map = self.offset_map
         offset_map.clear()
+        txns = TxnTracker(view.aborted, start)
         end = start
         for segment in view.segments:
             if segment.next_offset <= start or segment.base_offset >= upper:
                 continue
             for header, raw in _batches(segment):
-                if header.last_offset < start or header.is_control:
+                if header.last_offset < start:
                     continue
                 if header.base_offset >= upper:
                     return end
+                if header.is_control:
+                    txns.on_marker(header, marker_is_abort(raw))
+                    continue
+                if txns.on_data(header):  # an aborted transaction's records supersede nothing
+                    end = max(end, header.next_offset)
+                    continue
                 for offset, key, _ in keys_of(raw):
                     if offset < start or key is None:
                         continue
@@ -155,9 +173,10 @@ class Cleaner:
                 end = max(end, header.next_offset)
         return max(end, min(upper, start))
 
-    def _clean_group(self, log: PartitionLog, view: LogSnapshot, group: list[LogSegment], end: int, now_ms: int,
+    def _clean_group(self, log: PartitionLog, view: LogSnapshot, group: list[LogSegment], cleaning: _Pass,
                      result: CleanResult) -> bool:
         offset_map = self.offset_map
+        end, now_ms = cleaning.end, cleaning.now_ms
         horizon_ms = now_ms + view.config.delete_retention_ms
 
         def keep(header: BatchHeader, record: Record) -> bool:
@@ -181,9 +200,13 @@ class Cleaner:
                 for header, raw in _batches(segment):
                     result.bytes_read += len(raw)
                     if header.is_control:
-                        writer.write(header, raw)  # transaction markers stay (docs/compaction.md)
+                        marker = _clean_marker(view, cleaning, header, raw, horizon_ms)
+                        if marker:
+                            writer.write(header, marker)
+                            _note_horizon(result, marker)
                         continue
-                    filtered = filter_batch(raw, header, keep,
+                    aborted = header.base_offset < end and cleaning.txns.on_data(header)
+                    filtered = filter_batch(raw, header, _drop_all if aborted else keep,
                                             retain_empty=header.producer_id >= 0
                                             and header.last_offset in view.producer_last_offsets,
                                             new_horizon_ms=horizon_ms)
@@ -191,10 +214,7 @@ class Cleaner:
                     result.records_kept += filtered.kept
                     if filtered.data:
                         writer.write(header, filtered.data)
-                        kept_horizon = _tombstone_horizon(filtered.data)
-                        if kept_horizon is not None and (result.next_horizon_ms is None
-                                                         or kept_horizon < result.next_horizon_ms):
-                            result.next_horizon_ms = kept_horizon
+                        _note_horizon(result, filtered.data)
             writer.finish(max(segment.last_modified_ms() for segment in group))
         except BaseException:
             writer.abandon()
@@ -212,8 +232,39 @@ class Cleaner:
         return True
 
 
-def _tombstone_horizon(data: bytes) -> int | None:
-    return delete_horizon(read_header(data))
+@dataclass(frozen=True)
+class _Pass:
+    """One cleaning of a log: the end of what was mapped, the time it runs at, its walk over transactions."""
+
+    end: int
+    now_ms: int
+    txns: TxnTracker
+
+
+def _drop_all(header: BatchHeader, record: Record) -> bool:
+    return False  # an aborted transaction's record
+
+
+def _clean_marker(view: LogSnapshot, cleaning: _Pass, header: BatchHeader, raw: bytes, horizon_ms: int) -> bytes:
+    """What to write for a transaction marker (empty: nothing), as Kafka's ``cleanInto``: a marker whose
+    transaction has no batch left in this walk gets a delete horizon, and goes once that has passed; one beyond
+    the mapped range, or the last word of a producer with no batch left, stays as it is."""
+    if header.base_offset >= cleaning.end:
+        return raw
+    may_go = cleaning.txns.on_marker(header, marker_is_abort(raw))
+    if not may_go or (header.producer_id, header.producer_epoch) in view.marker_only_producers:
+        return raw
+    horizon = delete_horizon(header)
+    if horizon is None:
+        return with_delete_horizon(raw, header, horizon_ms)
+    return b"" if cleaning.now_ms >= horizon else raw
+
+
+def _note_horizon(result: CleanResult, data: bytes) -> None:
+    """The log is worth cleaning again when the earliest delete horizon it keeps passes."""
+    horizon = delete_horizon(read_header(data))
+    if horizon is not None and (result.next_horizon_ms is None or horizon < result.next_horizon_ms):
+        result.next_horizon_ms = horizon
 
 
 def _batches(segment: LogSegment) -> Iterator[tuple[BatchHeader, bytes]]:
