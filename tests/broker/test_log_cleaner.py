@@ -164,6 +164,32 @@ def test_a_commit_marker_goes_once_its_data_is_superseded(tmp_path: Path) -> Non
     assert read_all(log) == [(4, b"a", b"z")]
 
 
+def test_the_aborted_index_follows_the_cleaned_segments(tmp_path: Path) -> None:
+    """An abort whose marker is in the second of two segments cleaned into one is still indexed after a
+    reopen while its marker stays, and no longer once the marker is gone."""
+    log = open_log(tmp_path, segment_bytes=100_000)
+    log.append(batch([(b"a", b"v1")]))  # 0
+    log.roll("test")
+    log.append(txn_batch([(b"a", b"aborted")], producer_id=9))  # 1
+    log.append_marker(9, 0, commit=False, coordinator_epoch=0, now_ms=BASE_TS)  # 2: indexed in segment 1's file
+    log.append(txn_batch([(b"b", b"ok")], producer_id=9, seq=1))  # 3
+    log.append_marker(9, 0, commit=True, coordinator_epoch=0, now_ms=BASE_TS)  # 4
+    clean(log)
+    assert [s.base_offset for s in log.inactive_segments()] == [0]
+    directory, config = log.directory, log.config
+    log.close()
+    log = PartitionLog.open(directory, "cmp", 0, config, recover=False)
+    assert [(t.first_offset, t.last_offset) for t in log.aborted_transactions(0, 5)] == [(1, 2)]
+    clean(log, first_dirty=5)
+    clean(log, now_ms=BASE_TS + 1001, first_dirty=5)
+    assert markers(log) == [4]
+    assert log.aborted_transactions(0, 5) == []
+    log.close()
+    log = PartitionLog.open(directory, "cmp", 0, config, recover=False)
+    assert log.aborted_transactions(0, 5) == []
+    assert read_all(log) == [(0, b"a", b"v1"), (3, b"b", b"ok")]
+
+
 def test_tombstones_kept_until_their_horizon_then_removed(tmp_path: Path) -> None:
     log = open_log(tmp_path, delete_retention_ms=5000)
     for i in range(20):

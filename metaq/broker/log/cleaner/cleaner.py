@@ -9,7 +9,8 @@
    ``.cleaned`` segment keeping a record only if no later record of its key was mapped, dropping keyless records,
    records of aborted transactions, tombstones and transaction markers whose delete horizon has passed
    (:mod:`.rewrite`, :mod:`.transactions`).
-3. Swap each cleaned segment in (:mod:`.swap`, :meth:`PartitionLog.replace_segments`).
+3. Swap each cleaned segment in (:mod:`.swap`, :meth:`PartitionLog.replace_segments`), with a ``.txnindex`` of
+   the aborts whose marker it keeps.
 
 The heavy work (reading, filtering, writing, fsync) runs on the cleaner thread; what touches the log's segment
 list runs on the broker's event loop through ``on_loop``, like every other change of a log.
@@ -29,6 +30,7 @@ from metaq.broker.log.cleaner.rewrite import delete_horizon, filter_batch, keys_
 from metaq.broker.log.cleaner.swap import CLEANED_SUFFIX, fault_point, remove_cleaned, swap_in
 from metaq.broker.log.cleaner.transactions import TxnTracker
 from metaq.broker.log.index import OffsetIndex, TimeIndex
+from metaq.broker.log.txn_index import TXN_INDEX_SUFFIX, write_entries
 from metaq.protocol.batches import BatchHeader, read_header
 from metaq.protocol.control import marker_is_abort
 from metaq.protocol.records import Record
@@ -195,6 +197,7 @@ class Cleaner:
         base = group[0].base_offset
         directory = log.directory
         writer = _CleanedWriter(directory, base, view.config)
+        kept_markers: set[int] = set()
         try:
             for segment in group:
                 for header, raw in _batches(segment):
@@ -203,6 +206,7 @@ class Cleaner:
                         marker = _clean_marker(view, cleaning, header, raw, horizon_ms)
                         if marker:
                             writer.write(header, marker)
+                            kept_markers.add(header.base_offset)
                             _note_horizon(result, marker)
                         continue
                     aborted = header.base_offset < end and cleaning.txns.on_data(header)
@@ -215,7 +219,8 @@ class Cleaner:
                     if filtered.data:
                         writer.write(header, filtered.data)
                         _note_horizon(result, filtered.data)
-            writer.finish(max(segment.last_modified_ms() for segment in group))
+            writer.finish(max(segment.last_modified_ms() for segment in group),
+                          [txn for txn in view.aborted if txn.last_offset in kept_markers])
         except BaseException:
             writer.abandon()
             raise
@@ -299,6 +304,7 @@ class _CleanedWriter:
         self.index = OffsetIndex(directory / f"{name}.index{CLEANED_SUFFIX}", base, config.index_max_bytes)
         self.time_index = TimeIndex(directory / f"{name}.timeindex{CLEANED_SUFFIX}", base,
                                     config.index_max_bytes)
+        self.txn_index_path = directory / f"{name}{TXN_INDEX_SUFFIX}{CLEANED_SUFFIX}"
         self.index.create()
         self.time_index.create()
         self._interval = config.index_interval_bytes
@@ -321,10 +327,18 @@ class _CleanedWriter:
             self.time_index.maybe_append(self._max_ts, self._offset_of_max)
             self._last_indexed = position
 
-    def finish(self, mtime_ms: int) -> None:
-        """The final time index entry, fsync everything, and the replaced segments' last modified time (what
-        time-based retention of a ``compact,delete`` log and ListOffsets v0 go by, as Kafka)."""
+    def finish(self, mtime_ms: int, aborts: list[AbortedTxn]) -> None:
+        """The final time index entry, the aborted-transaction index of the markers kept (``aborts``, written
+        even when empty: it replaces the first old segment's), fsync everything, and the replaced segments'
+        last modified time (what time-based retention of a ``compact,delete`` log and ListOffsets v0 go by, as
+        Kafka)."""
         self.time_index.maybe_append(self._max_ts, self._offset_of_max)
+        write_entries(self.txn_index_path, aborts)
+        txn_fd = os.open(self.txn_index_path, os.O_RDONLY)
+        try:
+            os.fsync(txn_fd)
+        finally:
+            os.close(txn_fd)
         for fd in (self._fd, self.index.fd, self.time_index.fd):
             if fd is not None:
                 os.fsync(fd)
@@ -341,3 +355,4 @@ class _CleanedWriter:
         self.index.delete()
         self.time_index.delete()
         self.path.unlink(missing_ok=True)
+        self.txn_index_path.unlink(missing_ok=True)
