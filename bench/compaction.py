@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from metaq.broker.log.cleaner.cleaner import Cleaner
+from metaq.broker.log.cleaner.cleaner import Cleaner, log_end_offset
 from metaq.broker.log.cleaner.offset_map import OffsetMap
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
@@ -50,7 +50,7 @@ def main() -> None:
         log.roll("bench")
         size = log.size_bytes()
         map_bytes = args.map_bytes or max(1 << 20, args.keys * 24 * 2)
-        cleaner = Cleaner(OffsetMap(map_bytes), _direct)
+        cleaner = Cleaner(OffsetMap(map_bytes), _direct, log_end_offset)
         wall, cpu = time.perf_counter(), time.process_time()
         first_dirty, passes, kept = 0, 0, 0
         while first_dirty < log.log_end_offset:

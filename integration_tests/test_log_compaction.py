@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from metaq.broker.log.cleaner.swap import CRASH_ENV
 from metaq.broker.process import BrokerProcess
+from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header
 from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker
 from metaq.testing.broker import BrokerCluster
 from metaq.testing.wait import wait_until
@@ -26,7 +27,8 @@ COMPACT = {"cleanup.policy": "compact", "segment.bytes": "1024", "min.cleanable.
            "delete.retention.ms": "3600000"}
 BROKER = {"log.cleaner.backoff.ms": 200, "log.retention.check.interval.ms": 300,
           # 100 map slots (90 usable): the 300-key test needs several passes
-          "log.cleaner.dedupe.buffer.size": 2400, "log.segment.delete.delay.ms": 0}
+          "log.cleaner.dedupe.buffer.size": 2400, "log.segment.delete.delay.ms": 0,
+          "transaction.state.log.num.partitions": 2}
 TIMEOUT = 60
 
 
@@ -72,10 +74,11 @@ def produce(bootstrap: str, topic: str, entries: Sequence[Entry]) -> list[Record
     return acked
 
 
-def consume_all(bootstrap: str, topic: str) -> list[Record]:
-    """Every record from the start to the high watermark, as confluent-kafka reads it."""
+def consume_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[Record]:
+    """Every record from the start to the high watermark, as confluent-kafka reads it (the last one must be a
+    data record)."""
     consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
-                                         "enable.auto.commit": False})
+                                         "enable.auto.commit": False, "isolation.level": isolation})
     try:
         partition = confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)
         _, high = consumer.get_watermark_offsets(partition, timeout=10)
@@ -181,6 +184,52 @@ def test_compact_delete_also_applies_retention(metaq_broker: BrokerProcess) -> N
         produce(metaq_broker.bootstrap, topic, history(keys=20, versions=1))
     wait_until(lambda: low_watermark(metaq_broker.bootstrap, both) > 0, TIMEOUT, "retention of compact,delete")
     assert low_watermark(metaq_broker.bootstrap, compact_only) == 0  # compact alone: retention.ms has no effect
+
+
+def markers_on_disk(partition_dir: Path) -> list[int]:
+    """Offsets of the control batches in the partition's segment files."""
+    found = []
+    for path in sorted(partition_dir.glob("*.log")):
+        data, position = path.read_bytes(), 0
+        while position + BATCH_HEADER_SIZE <= len(data):
+            header = read_header(data[position:position + BATCH_HEADER_SIZE])
+            if header.is_control:
+                found.append(header.base_offset)
+            position += header.size
+    return found
+
+
+def test_transactions_in_a_compacted_topic(metaq_broker: BrokerProcess) -> None:
+    """confluent-kafka's transactional producer: an aborted transaction's records are removed and never replace
+    an older value of their key, a committed one's are cleaned by key, and the abort marker goes after
+    delete.retention.ms once its data is gone (docs/compaction.md, "Transactions")."""
+    topic, bootstrap = "cmp-txn", metaq_broker.bootstrap
+    create(bootstrap, topic, {**COMPACT, "delete.retention.ms": "0"})
+    produce(bootstrap, topic, [(b"k0", b"old-0"), (b"k1", b"old-1")])
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "transactional.id": f"cmp-{uuid.uuid4().hex}",
+                                         "linger.ms": 0})
+    producer.init_transactions(30)
+    for entries, commit in (([(b"k0", b"aborted"), (b"k2", b"aborted")], False), ([(b"k1", b"new-1")], True)):
+        producer.begin_transaction()
+        for key, value in entries:
+            producer.produce(topic, key=key, value=value)
+        producer.flush(30)
+        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+    pads = [(f"pad-{i}".encode(), b"x" * 40) for i in range(30)]
+    produce(bootstrap, topic, pads)  # rolls segments: the transactions become cleanable
+    directory = metaq_dir(metaq_broker, topic)
+
+    def cleaned() -> bool:
+        values = {(k, v) for _, k, v in consume_all(bootstrap, topic, "read_uncommitted") if not k.startswith(b"pad")}
+        return values == {(b"k0", b"old-0"), (b"k1", b"new-1")}
+
+    wait_until(cleaned, TIMEOUT, "aborted records removed, committed ones cleaned by key")
+    committed = [(o, k, v) for o, k, v in consume_all(bootstrap, topic) if not k.startswith(b"pad")]
+    assert [(k, v) for _, k, v in committed] == [(b"k0", b"old-0"), (b"k1", b"new-1")]
+    commit_marker = committed[-1][0] + 1  # the committed transaction's one record, then its marker
+    produce(bootstrap, topic, pads)  # dirties the log again: the next passes give the marker a horizon, then drop it
+    wait_until(lambda: markers_on_disk(directory) == [commit_marker], TIMEOUT,
+               f"the abort marker removed, the commit marker at {commit_marker} kept")
 
 
 @pytest.mark.parametrize("step", ["cleaned", "swap", "replace"])

@@ -162,7 +162,8 @@ class Broker:
         self.topic_admin = TopicAdmin(config.broker_id, layout, self.logs, self.metadata, config.log_config(),
                                       on_user_change=self.scram.reload)
         await self.topic_admin.start()  # topic configs applied before the first request is served
-        self.cleaner = LogCleaner(self.logs, config.cleaner_config(), loop_caller(asyncio.get_running_loop()))
+        self.cleaner = LogCleaner(self.logs, config.cleaner_config(), loop_caller(asyncio.get_running_loop()),
+                                  lambda plog: context.high_watermark(plog.topic, plog.partition, plog))
         self.cleaner.start()  # after the topic configs: it cleans the logs whose cleanup.policy is compact
         self.metrics.report_cleaner(self.cleaner.state)
         self.coordinator.start()

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from metaq.broker.log.cleaner.cleaner import Cleaner
+from metaq.broker.log.cleaner.cleaner import Cleaner, log_end_offset
 from metaq.broker.log.cleaner.offset_map import ENTRY_SIZE, OffsetMap
 from metaq.broker.log.cleaner.swap import CLEANED_SUFFIX, SWAP_SUFFIX
 from metaq.broker.log.config import LogConfig
@@ -20,6 +20,7 @@ from metaq.errors import InvalidRecordError
 from metaq.protocol.batches import read_header
 from metaq.protocol.builder import PyBatchBuilder, with_producer
 from metaq.protocol.records import decode_records
+from tests.broker import make_batch
 
 BASE_TS = 1_700_000_000_000
 Entry = tuple[bytes | None, bytes | None]  # (key, value); value None: a tombstone
@@ -58,7 +59,13 @@ def read_all(log: PartitionLog) -> list[tuple[int, bytes | None, bytes | None]]:
 
 def clean(log: PartitionLog, map_bytes: int = 1 << 16, now_ms: int = BASE_TS, first_dirty: int = 0) -> int:
     log.roll("test")  # everything appended so far becomes cleanable
-    return Cleaner(OffsetMap(map_bytes), _direct).clean(log, first_dirty, now_ms).end_offset
+    return Cleaner(OffsetMap(map_bytes), _direct, log_end_offset).clean(log, first_dirty, now_ms).end_offset
+
+
+def txn_batch(entries: Sequence[tuple[bytes, bytes]], producer_id: int, seq: int = 0) -> bytes:
+    """A transactional producer's batch of keyed records."""
+    return make_batch([v for _, v in entries], keys=[k for k, _ in entries], transactional=True,
+                      producer=(producer_id, 0, seq), base_ts=BASE_TS)
 
 
 def latest(entries: Sequence[tuple[int, Entry]]) -> dict[bytes, tuple[int, bytes | None]]:
@@ -82,6 +89,105 @@ def test_latest_value_per_key_survives_with_its_offset(tmp_path: Path) -> None:
     assert [o for o, _, _ in records] == sorted(o for o, _ in latest(written).values())
     assert log.log_end_offset == end and log.log_start_offset == 0
     assert log.append(batch([(b"k1", b"after")])).base_offset == end  # offsets never reused
+
+
+def test_nothing_at_or_above_the_high_watermark_is_cleaned(tmp_path: Path) -> None:
+    """A leader whose followers have not fetched the second segment yet: the first segment's records that the
+    second supersedes stay (docs/compaction.md, Kafka's cleanableOffsets), and are cleaned once the HW passes."""
+    log = open_log(tmp_path)
+    for i in range(5):
+        log.append(batch([(f"k{i}".encode(), b"old")]))
+    log.roll("test")
+    hw = log.log_end_offset
+    for i in range(5):
+        log.append(batch([(f"k{i}".encode(), b"new")]))
+    log.roll("test")  # both segments inactive; the HW is at the second one's base
+    cleaner = Cleaner(OffsetMap(1 << 16), _direct, lambda _: hw)
+    assert cleaner.clean(log, 0, BASE_TS).end_offset == hw
+    expected = [(i, b"old") for i in range(5)] + [(i, b"new") for i in range(5, 10)]
+    assert [(o, v) for o, _, v in read_all(log)] == expected
+    assert Cleaner(OffsetMap(1 << 16), _direct, log_end_offset).clean(log, hw, BASE_TS).end_offset == 10
+    assert [(o, v) for o, _, v in read_all(log)] == [(i, b"new") for i in range(5, 10)]
+
+
+def test_nothing_from_the_first_open_transaction_on_is_cleaned(tmp_path: Path) -> None:
+    """An open transaction bounds cleaning (the last stable offset): neither its records nor later ones
+    supersede older records of their keys, which its abort could still leave as the latest."""
+    log = open_log(tmp_path, segment_bytes=100_000)
+    log.append(batch([(b"a", b"1"), (b"b", b"1")]))  # 0..1
+    log.append(txn_batch([(b"a", b"txn")], producer_id=9))  # 2: open
+    log.append(batch([(b"b", b"2")]))  # 3
+    log.append(batch([(b"a", b"2"), (b"c", b"1")]))  # 4..5
+    assert log.last_stable_offset(log.log_end_offset) == 2
+    assert clean(log) == 2
+    assert [(o, k, v) for o, k, v in read_all(log)] == [
+        (0, b"a", b"1"), (1, b"b", b"1"), (2, b"a", b"txn"), (3, b"b", b"2"), (4, b"a", b"2"), (5, b"c", b"1")]
+
+
+def markers(log: PartitionLog) -> list[int]:
+    """Offsets of the transaction markers left in the log's inactive segments."""
+    return [h.base_offset for s in log.inactive_segments() for _, h in s.batch_positions() if h.is_control]
+
+
+def test_aborted_records_are_removed_and_supersede_nothing(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=100_000)
+    log.append(batch([(b"a", b"v1")]))  # 0
+    log.append(txn_batch([(b"a", b"aborted")], producer_id=9))  # 1
+    log.append_marker(9, 0, commit=False, coordinator_epoch=0, now_ms=BASE_TS)  # 2
+    log.append(txn_batch([(b"b", b"committed")], producer_id=9, seq=1))  # 3
+    log.append_marker(9, 0, commit=True, coordinator_epoch=0, now_ms=BASE_TS)  # 4
+    log.append(batch([(b"c", b"v1")]))  # 5
+    assert clean(log) == 6
+    assert read_all(log) == [(0, b"a", b"v1"), (3, b"b", b"committed"), (5, b"c", b"v1")]
+    assert markers(log) == [2, 4]  # the abort's data was there in this pass: its marker stays
+    assert [(t.first_offset, t.last_offset) for t in log.aborted_transactions(0, 6)] == [(1, 2)]
+    clean(log, first_dirty=6)  # nothing of the aborted transaction left: its marker gets a delete horizon
+    assert markers(log) == [2, 4]
+    clean(log, now_ms=BASE_TS + 1001, first_dirty=6)  # past it (delete.retention.ms 1000): gone
+    assert markers(log) == [4]  # the commit's data is still there
+    assert read_all(log) == [(0, b"a", b"v1"), (3, b"b", b"committed"), (5, b"c", b"v1")]
+
+
+def test_a_commit_marker_goes_once_its_data_is_superseded(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=100_000)
+    log.append(txn_batch([(b"a", b"x")], producer_id=9))  # 0
+    log.append_marker(9, 0, commit=True, coordinator_epoch=0, now_ms=BASE_TS)  # 1
+    log.append(txn_batch([(b"a", b"y")], producer_id=9, seq=1))  # 2
+    log.append_marker(9, 0, commit=True, coordinator_epoch=0, now_ms=BASE_TS)  # 3
+    log.append(batch([(b"a", b"z")]))  # 4
+    clean(log)
+    assert read_all(log) == [(4, b"a", b"z")]
+    assert markers(log) == [1, 3]  # their batches were there in this pass (the last one kept empty)
+    clean(log, first_dirty=5)
+    clean(log, now_ms=BASE_TS + 1001, first_dirty=5)
+    assert markers(log) == [3]  # the producer's last batch (kept empty for its sequence) still precedes it
+    assert read_all(log) == [(4, b"a", b"z")]
+
+
+def test_the_aborted_index_follows_the_cleaned_segments(tmp_path: Path) -> None:
+    """An abort whose marker is in the second of two segments cleaned into one is still indexed after a
+    reopen while its marker stays, and no longer once the marker is gone."""
+    log = open_log(tmp_path, segment_bytes=100_000)
+    log.append(batch([(b"a", b"v1")]))  # 0
+    log.roll("test")
+    log.append(txn_batch([(b"a", b"aborted")], producer_id=9))  # 1
+    log.append_marker(9, 0, commit=False, coordinator_epoch=0, now_ms=BASE_TS)  # 2: indexed in segment 1's file
+    log.append(txn_batch([(b"b", b"ok")], producer_id=9, seq=1))  # 3
+    log.append_marker(9, 0, commit=True, coordinator_epoch=0, now_ms=BASE_TS)  # 4
+    clean(log)
+    assert [s.base_offset for s in log.inactive_segments()] == [0]
+    directory, config = log.directory, log.config
+    log.close()
+    log = PartitionLog.open(directory, "cmp", 0, config, recover=False)
+    assert [(t.first_offset, t.last_offset) for t in log.aborted_transactions(0, 5)] == [(1, 2)]
+    clean(log, first_dirty=5)
+    clean(log, now_ms=BASE_TS + 1001, first_dirty=5)
+    assert markers(log) == [4]
+    assert log.aborted_transactions(0, 5) == []
+    log.close()
+    log = PartitionLog.open(directory, "cmp", 0, config, recover=False)
+    assert log.aborted_transactions(0, 5) == []
+    assert read_all(log) == [(0, b"a", b"v1"), (3, b"b", b"ok")]
 
 
 def test_tombstones_kept_until_their_horizon_then_removed(tmp_path: Path) -> None:
@@ -146,7 +252,7 @@ def test_interrupted_swap_recovers_every_latest_value(tmp_path: Path, leftover: 
     log.roll("test")
     directory, old = log.directory, log.inactive_segments()
     # a crash after the cleaned copy was written (or swapped): the copy of the first segments' latest records
-    cleaner = Cleaner(OffsetMap(1 << 16), _direct)
+    cleaner = Cleaner(OffsetMap(1 << 16), _direct, log_end_offset)
     replace = PartitionLog.replace_segments
     try:
         PartitionLog.replace_segments = lambda self, group, base: False  # type: ignore[method-assign]

@@ -604,6 +604,7 @@ class PartitionLog:
             self._segments[first:first + len(old)] = [new]
             self._bases[first:first + len(old)] = [base]
             self._dir_dirty = True
+        self.txn_index.segments_replaced(base, old[-1].next_offset, [segment.base_offset for segment in old])
         fsync_dir(self.directory)
         return True
 

@@ -4,7 +4,8 @@
 Each entry says that producer ``producer_id``'s transaction spanning ``first_offset..last_offset`` (the abort
 marker's offset) was aborted, and what the last stable offset was when the marker was written. A
 read_committed Fetch answers the entries overlapping the offsets it returns (``aborted_transactions``), so the
-client can drop those records. An entry goes into the file of the segment that holds its abort marker;
+client can drop those records. An entry goes into the file of the segment that holds its abort marker
+(a segment the log cleaner rewrites gets the entries of the markers it keeps, docs/compaction.md);
 a segment deleted by retention takes its file with it (the file is removed when its segment no longer exists
 at the next open, and the entries are dropped from memory once wholly below the log start).
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from metaq.errors import StorageError
 
-__all__ = ["TXN_INDEX_SUFFIX", "AbortedTxn", "TxnIndex"]
+__all__ = ["TXN_INDEX_SUFFIX", "AbortedTxn", "TxnIndex", "write_entries"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,15 +72,38 @@ class TxnIndex:
             if int(match.group(1)) not in bases:
                 path.unlink(missing_ok=True)
                 continue
-            data = path.read_bytes()
-            for pos in range(0, len(data) - _ENTRY.size + 1, _ENTRY.size):
-                version, pid, first, last, lso = _ENTRY.unpack_from(data, pos)
-                if version != _VERSION:
-                    logger.warning("%s: ignoring the rest of %s: entry version %d", self.name, path, version)
-                    break
-                if last >= log_start:
-                    self._add(AbortedTxn(first, pid, last, lso))
+            for entry in self._read(path):
+                if entry.last_offset >= log_start:
+                    self._add(entry)
         self.entries.sort()
+
+    def _read(self, path: Path) -> list[AbortedTxn]:
+        data = path.read_bytes()
+        entries = []
+        for pos in range(0, len(data) - _ENTRY.size + 1, _ENTRY.size):
+            version, pid, first, last, lso = _ENTRY.unpack_from(data, pos)
+            if version != _VERSION:
+                logger.warning("%s: ignoring the rest of %s: entry version %d", self.name, path, version)
+                break
+            entries.append(AbortedTxn(first, pid, last, lso))
+        return entries
+
+    def segments_replaced(self, base: int, end: int, old_bases: Iterable[int]) -> None:
+        """The log cleaner swapped the segment ``base`` in for the segments ``old_bases`` (offsets ``base..end-1``):
+        the aborts whose marker lies there are now those of its file; the other old segments' files go."""
+        path = self.directory / f"{base:020d}{TXN_INDEX_SUFFIX}"
+        try:
+            cleaned = self._read(path) if path.exists() else []
+        except OSError as e:
+            raise StorageError(f"cannot read the transaction index {path}: {e}") from e
+        self.entries = [e for e in self.entries if not base <= e.last_offset < end]
+        self._keys = {(e.producer_id, e.first_offset) for e in self.entries}
+        for entry in cleaned:
+            self._add(entry)
+        self.entries.sort()
+        for old in old_bases:
+            if old != base:
+                (self.directory / f"{old:020d}{TXN_INDEX_SUFFIX}").unlink(missing_ok=True)
 
     def _add(self, entry: AbortedTxn) -> bool:
         key = (entry.producer_id, entry.first_offset)
@@ -136,3 +160,9 @@ class TxnIndex:
             match = _FILE.match(entry.name)
             if match is not None and int(match.group(1)) not in bases:
                 Path(entry.path).unlink(missing_ok=True)
+
+
+def write_entries(path: Path, entries: Iterable[AbortedTxn]) -> None:
+    """A ``.txnindex`` file holding ``entries`` (the log cleaner's cleaned copy; the caller fsyncs it)."""
+    path.write_bytes(b"".join(_ENTRY.pack(_VERSION, e.producer_id, e.first_offset, e.last_offset,
+                                          e.last_stable_offset) for e in entries))

@@ -1,13 +1,16 @@
 """Cleaning one log, as Kafka's ``Cleaner.doClean`` (docs/compaction.md).
 
 1. Build the offset map (key -> offset of its latest record) over the dirty section, from the first dirty offset
-   up to the first uncleanable offset (the active segment, or the first segment younger than
+   up to the first uncleanable offset (the active segment, the last stable offset -- the high watermark or the
+   first offset of an open transaction, whichever is lower -- or the first segment younger than
    ``min.compaction.lag.ms``), stopping early when the map is full: that pass then cleans up to the last mapped
-   offset and the next pass continues from there.
+   offset and the next pass continues from there. Records from that end on are kept as they are.
 2. Rewrite every segment below that end, in groups of consecutive segments that fit in one segment, into one
    ``.cleaned`` segment keeping a record only if no later record of its key was mapped, dropping keyless records,
-   and dropping tombstones whose delete horizon has passed (:mod:`.rewrite`).
-3. Swap each cleaned segment in (:mod:`.swap`, :meth:`PartitionLog.replace_segments`).
+   records of aborted transactions, tombstones and transaction markers whose delete horizon has passed
+   (:mod:`.rewrite`, :mod:`.transactions`).
+3. Swap each cleaned segment in (:mod:`.swap`, :meth:`PartitionLog.replace_segments`), with a ``.txnindex`` of
+   the aborts whose marker it keeps.
 
 The heavy work (reading, filtering, writing, fsync) runs on the cleaner thread; what touches the log's segment
 list runs on the broker's event loop through ``on_loop``, like every other change of a log.
@@ -23,36 +26,55 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from metaq.broker.log.cleaner.offset_map import OffsetMap
-from metaq.broker.log.cleaner.rewrite import delete_horizon, filter_batch, keys_of
+from metaq.broker.log.cleaner.rewrite import delete_horizon, filter_batch, keys_of, with_delete_horizon
 from metaq.broker.log.cleaner.swap import CLEANED_SUFFIX, fault_point, remove_cleaned, swap_in
+from metaq.broker.log.cleaner.transactions import TxnTracker
 from metaq.broker.log.index import OffsetIndex, TimeIndex
+from metaq.broker.log.txn_index import TXN_INDEX_SUFFIX, write_entries
 from metaq.protocol.batches import BatchHeader, read_header
+from metaq.protocol.control import marker_is_abort
 from metaq.protocol.records import Record
 
 if TYPE_CHECKING:
     from metaq.broker.log.config import LogConfig
     from metaq.broker.log.partition_log import PartitionLog
     from metaq.broker.log.segment import LogSegment
+    from metaq.broker.log.txn_index import AbortedTxn
 
-__all__ = ["CleanResult", "Cleaner", "LogSnapshot", "OnLoop"]
+__all__ = ["CleanResult", "Cleaner", "HighWatermark", "LogSnapshot", "OnLoop", "log_end_offset"]
 
 logger = logging.getLogger(__name__)
 
 OnLoop = Callable[[Callable[[], Any]], Any]
 """Runs a function on the broker's event loop and returns its result (waiting for it)."""
 
+HighWatermark = Callable[["PartitionLog"], int]
+"""The high watermark of a log, called on the event loop (the replication manager owns it: the broker passes
+``BrokerContext.high_watermark``)."""
+
+
+def log_end_offset(log: PartitionLog) -> int:
+    """The high watermark of a log nobody replicates: its log end (tests and bench)."""
+    return log.log_end_offset
+
 _INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
 class LogSnapshot:
-    """What the cleaner reads of a log, captured on the event loop: its inactive segments, config, and the last
-    offset of each producer's last batch (those batches are kept even when emptied)."""
+    """What the cleaner reads of a log, captured on the event loop: its inactive segments, config, the last
+    offset of each producer's last batch (those batches are kept even when emptied), its last stable offset
+    (nothing from there on may be cleaned: not yet replicated, or part of an open transaction), its aborted
+    transactions, and the (producer id, epoch) of producers it tracks with no batch left, only markers (their
+    last marker carries the epoch that fences them: kept, as Kafka's ``RETAIN_EMPTY`` of such a marker)."""
 
     segments: list[LogSegment]
     config: LogConfig
     log_start_offset: int
     producer_last_offsets: frozenset[int]
+    stable_offset: int
+    aborted: tuple[AbortedTxn, ...] = ()
+    marker_only_producers: frozenset[tuple[int, int]] = frozenset()
 
 
 @dataclass
@@ -73,40 +95,47 @@ class CleanResult:
     touched: list[int] = field(default_factory=list)
 
 
-def snapshot(log: PartitionLog) -> LogSnapshot:
-    """On the event loop: what :meth:`Cleaner.clean` needs of ``log``."""
-    last_offsets = frozenset(entry.batches[-1].last_offset
-                             for entry in log.producer_state.producers.values() if entry.batches)
-    return LogSnapshot(log.inactive_segments(), log.config, log.log_start_offset, last_offsets)
+def snapshot(log: PartitionLog, high_watermark: int) -> LogSnapshot:
+    """On the event loop: what :meth:`Cleaner.clean` needs of ``log``, whose high watermark is given."""
+    producers = log.producer_state.producers.values()
+    last_offsets = frozenset(entry.batches[-1].last_offset for entry in producers if entry.batches)
+    marker_only = frozenset((entry.producer_id, entry.epoch) for entry in producers if not entry.batches)
+    return LogSnapshot(log.inactive_segments(), log.config, log.log_start_offset, last_offsets,
+                       log.last_stable_offset(high_watermark),
+                       tuple(log.aborted_transactions(log.log_start_offset, log.log_end_offset)), marker_only)
 
 
 def first_uncleanable_offset(view: LogSnapshot, now_ms: int) -> int:
-    """Where cleaning must stop: the first segment that is active or holds records younger than
-    ``min.compaction.lag.ms`` (Kafka's ``LogCleanerManager.cleanableOffsets``)."""
+    """Where cleaning must stop: the last stable offset (at most the high watermark), or the first segment that
+    is active or holds records younger than ``min.compaction.lag.ms``, whichever is lower (Kafka's
+    ``LogCleanerManager.cleanableOffsets``, docs/compaction.md)."""
     lag = view.config.min_compaction_lag_ms
     for segment in view.segments:
         if lag > 0 and now_ms - segment.largest_timestamp() < lag:
-            return segment.base_offset
-    return view.segments[-1].next_offset if view.segments else view.log_start_offset
+            return min(segment.base_offset, view.stable_offset)
+    end = view.segments[-1].next_offset if view.segments else view.log_start_offset
+    return min(end, view.stable_offset)
 
 
 class Cleaner:
     """Cleans logs one at a time with one offset map (one per cleaner thread)."""
 
-    def __init__(self, offset_map: OffsetMap, on_loop: OnLoop) -> None:
+    def __init__(self, offset_map: OffsetMap, on_loop: OnLoop, high_watermark: HighWatermark) -> None:
         self.offset_map = offset_map
         self._on_loop = on_loop
+        self._high_watermark = high_watermark
 
     def clean(self, log: PartitionLog, first_dirty: int, now_ms: int) -> CleanResult:
         """One pass over ``log`` from ``first_dirty``; see the module doc."""
-        view: LogSnapshot = self._on_loop(lambda: snapshot(log))
+        view: LogSnapshot = self._on_loop(lambda: snapshot(log, self._high_watermark(log)))
         first_dirty = max(first_dirty, view.log_start_offset)
         upper = first_uncleanable_offset(view, now_ms)
         end = self._build_offset_map(view, first_dirty, upper)
         result = CleanResult(first_dirty, end)
         groups = _group_segments([s for s in view.segments if s.base_offset < end], view.config)
+        txns = TxnTracker(view.aborted)  # one walk from the log start over every group, as Kafka's doClean
         for group in groups:
-            if not self._clean_group(log, view, group, end, now_ms, result):
+            if not self._clean_group(log, view, group, _Pass(end, now_ms, txns), result):
                 result.aborted = True
                 break
         logger.info("Cleaned %s-%d offsets %d..%d: %d of %d records kept, %d -> %d bytes in %d segment(s)%s",
@@ -119,15 +148,22 @@ class Cleaner:
         """Map keys of the dirty range ``[start, upper)``; return the end of what was mapped."""
         offset_map = self.offset_map
         offset_map.clear()
+        txns = TxnTracker(view.aborted, start)
         end = start
         for segment in view.segments:
             if segment.next_offset <= start or segment.base_offset >= upper:
                 continue
             for header, raw in _batches(segment):
-                if header.last_offset < start or header.is_control:
+                if header.last_offset < start:
                     continue
                 if header.base_offset >= upper:
                     return end
+                if header.is_control:
+                    txns.on_marker(header, marker_is_abort(raw))
+                    continue
+                if txns.on_data(header):  # an aborted transaction's records supersede nothing
+                    end = max(end, header.next_offset)
+                    continue
                 for offset, key, _ in keys_of(raw):
                     if offset < start or key is None:
                         continue
@@ -139,9 +175,10 @@ class Cleaner:
                 end = max(end, header.next_offset)
         return max(end, min(upper, start))
 
-    def _clean_group(self, log: PartitionLog, view: LogSnapshot, group: list[LogSegment], end: int, now_ms: int,
+    def _clean_group(self, log: PartitionLog, view: LogSnapshot, group: list[LogSegment], cleaning: _Pass,
                      result: CleanResult) -> bool:
         offset_map = self.offset_map
+        end, now_ms = cleaning.end, cleaning.now_ms
         horizon_ms = now_ms + view.config.delete_retention_ms
 
         def keep(header: BatchHeader, record: Record) -> bool:
@@ -160,14 +197,20 @@ class Cleaner:
         base = group[0].base_offset
         directory = log.directory
         writer = _CleanedWriter(directory, base, view.config)
+        kept_markers: set[int] = set()
         try:
             for segment in group:
                 for header, raw in _batches(segment):
                     result.bytes_read += len(raw)
                     if header.is_control:
-                        writer.write(header, raw)  # transaction markers stay (docs/compaction.md)
+                        marker = _clean_marker(view, cleaning, header, raw, horizon_ms)
+                        if marker:
+                            writer.write(header, marker)
+                            kept_markers.add(header.base_offset)
+                            _note_horizon(result, marker)
                         continue
-                    filtered = filter_batch(raw, header, keep,
+                    aborted = header.base_offset < end and cleaning.txns.on_data(header)
+                    filtered = filter_batch(raw, header, _drop_all if aborted else keep,
                                             retain_empty=header.producer_id >= 0
                                             and header.last_offset in view.producer_last_offsets,
                                             new_horizon_ms=horizon_ms)
@@ -175,11 +218,9 @@ class Cleaner:
                     result.records_kept += filtered.kept
                     if filtered.data:
                         writer.write(header, filtered.data)
-                        kept_horizon = _tombstone_horizon(filtered.data)
-                        if kept_horizon is not None and (result.next_horizon_ms is None
-                                                         or kept_horizon < result.next_horizon_ms):
-                            result.next_horizon_ms = kept_horizon
-            writer.finish(max(segment.last_modified_ms() for segment in group))
+                        _note_horizon(result, filtered.data)
+            writer.finish(max(segment.last_modified_ms() for segment in group),
+                          [txn for txn in view.aborted if txn.last_offset in kept_markers])
         except BaseException:
             writer.abandon()
             raise
@@ -196,8 +237,39 @@ class Cleaner:
         return True
 
 
-def _tombstone_horizon(data: bytes) -> int | None:
-    return delete_horizon(read_header(data))
+@dataclass(frozen=True)
+class _Pass:
+    """One cleaning of a log: the end of what was mapped, the time it runs at, its walk over transactions."""
+
+    end: int
+    now_ms: int
+    txns: TxnTracker
+
+
+def _drop_all(header: BatchHeader, record: Record) -> bool:
+    return False  # an aborted transaction's record
+
+
+def _clean_marker(view: LogSnapshot, cleaning: _Pass, header: BatchHeader, raw: bytes, horizon_ms: int) -> bytes:
+    """What to write for a transaction marker (empty: nothing), as Kafka's ``cleanInto``: a marker whose
+    transaction has no batch left in this walk gets a delete horizon, and goes once that has passed; one beyond
+    the mapped range, or the last word of a producer with no batch left, stays as it is."""
+    if header.base_offset >= cleaning.end:
+        return raw
+    may_go = cleaning.txns.on_marker(header, marker_is_abort(raw))
+    if not may_go or (header.producer_id, header.producer_epoch) in view.marker_only_producers:
+        return raw
+    horizon = delete_horizon(header)
+    if horizon is None:
+        return with_delete_horizon(raw, header, horizon_ms)
+    return b"" if cleaning.now_ms >= horizon else raw
+
+
+def _note_horizon(result: CleanResult, data: bytes) -> None:
+    """The log is worth cleaning again when the earliest delete horizon it keeps passes."""
+    horizon = delete_horizon(read_header(data))
+    if horizon is not None and (result.next_horizon_ms is None or horizon < result.next_horizon_ms):
+        result.next_horizon_ms = horizon
 
 
 def _batches(segment: LogSegment) -> Iterator[tuple[BatchHeader, bytes]]:
@@ -232,6 +304,7 @@ class _CleanedWriter:
         self.index = OffsetIndex(directory / f"{name}.index{CLEANED_SUFFIX}", base, config.index_max_bytes)
         self.time_index = TimeIndex(directory / f"{name}.timeindex{CLEANED_SUFFIX}", base,
                                     config.index_max_bytes)
+        self.txn_index_path = directory / f"{name}{TXN_INDEX_SUFFIX}{CLEANED_SUFFIX}"
         self.index.create()
         self.time_index.create()
         self._interval = config.index_interval_bytes
@@ -254,10 +327,18 @@ class _CleanedWriter:
             self.time_index.maybe_append(self._max_ts, self._offset_of_max)
             self._last_indexed = position
 
-    def finish(self, mtime_ms: int) -> None:
-        """The final time index entry, fsync everything, and the replaced segments' last modified time (what
-        time-based retention of a ``compact,delete`` log and ListOffsets v0 go by, as Kafka)."""
+    def finish(self, mtime_ms: int, aborts: list[AbortedTxn]) -> None:
+        """The final time index entry, the aborted-transaction index of the markers kept (``aborts``, written
+        even when empty: it replaces the first old segment's), fsync everything, and the replaced segments'
+        last modified time (what time-based retention of a ``compact,delete`` log and ListOffsets v0 go by, as
+        Kafka)."""
         self.time_index.maybe_append(self._max_ts, self._offset_of_max)
+        write_entries(self.txn_index_path, aborts)
+        txn_fd = os.open(self.txn_index_path, os.O_RDONLY)
+        try:
+            os.fsync(txn_fd)
+        finally:
+            os.close(txn_fd)
         for fd in (self._fd, self.index.fd, self.time_index.fd):
             if fd is not None:
                 os.fsync(fd)
@@ -274,3 +355,4 @@ class _CleanedWriter:
         self.index.delete()
         self.time_index.delete()
         self.path.unlink(missing_ok=True)
+        self.txn_index_path.unlink(missing_ok=True)

@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from metaq.broker.log.checkpoint import read_checkpoint, write_checkpoint
-from metaq.broker.log.cleaner.cleaner import Cleaner, CleanResult, OnLoop, first_uncleanable_offset, snapshot
+from metaq.broker.log.cleaner.cleaner import (
+    Cleaner,
+    CleanResult,
+    HighWatermark,
+    OnLoop,
+    first_uncleanable_offset,
+    snapshot,
+)
 from metaq.broker.log.cleaner.config import CleanerConfig
 from metaq.broker.log.cleaner.offset_map import OffsetMap
 from metaq.errors import MetaqError, StorageError
@@ -91,10 +98,12 @@ class LogCleaner:
     """Owns the cleaner threads of a broker; :meth:`start` after the logs are loaded, :meth:`stop` before
     they are shut down."""
 
-    def __init__(self, logs: LogManager, config: CleanerConfig, on_loop: OnLoop) -> None:
+    def __init__(self, logs: LogManager, config: CleanerConfig, on_loop: OnLoop,
+                 high_watermark: HighWatermark) -> None:
         self.logs = logs
         self.config = config
         self._on_loop = on_loop
+        self._high_watermark = high_watermark
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._in_progress: set[TopicPartition] = set()
@@ -111,7 +120,8 @@ class LogCleaner:
             self._checkpoints[log_dir] = _read_or_empty(log_dir / CLEANER_CHECKPOINT)
         for number in range(self.config.threads):
             offset_map = OffsetMap(self.config.map_bytes_per_thread)
-            thread = threading.Thread(target=self._run, args=(Cleaner(offset_map, self._on_loop),),
+            cleaner = Cleaner(offset_map, self._on_loop, self._high_watermark)
+            thread = threading.Thread(target=self._run, args=(cleaner,),
                                       name=f"kafka-log-cleaner-thread-{number}", daemon=True)
             self._threads.append(thread)
             thread.start()
@@ -191,7 +201,7 @@ class LogCleaner:
         first_dirty = log.log_start_offset
         if checkpointed is not None and log.log_start_offset <= checkpointed <= log.log_end_offset:
             first_dirty = checkpointed  # else: reset to the log start, as Kafka does for a stale checkpoint
-        view = snapshot(log)
+        view = snapshot(log, self._high_watermark(log))
         upper = first_uncleanable_offset(view, now_ms)
         clean = dirty = 0
         first_dirty_ts: int | None = None

@@ -10,7 +10,8 @@ last batch of a still-active idempotent producer: then its header is kept with n
 Tombstones (records with a null value) get a delete horizon the first time the cleaner passes them (KIP-534):
 attribute bit 6 set and the base timestamp field holding ``now + delete.retention.ms``; record timestamps stay
 the same because their deltas are taken from that field. Later passes drop them once the horizon is past.
-Control batches (transaction markers) are always kept as they are (docs/compaction.md).
+A transaction marker (control batch) that may go gets a delete horizon the same way (:func:`with_delete_horizon`)
+and is dropped by a later pass once it is past (docs/compaction.md).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from metaq.protocol.builder import BATCH_HEADER, encode_headers, varint
 from metaq.protocol.compression import compress
 from metaq.protocol.records import Record, decode_records
 
-__all__ = ["DELETE_HORIZON_FLAG", "FilteredBatch", "delete_horizon", "filter_batch", "keys_of"]
+__all__ = ["DELETE_HORIZON_FLAG", "FilteredBatch", "delete_horizon", "filter_batch", "keys_of", "with_delete_horizon"]
 
 DELETE_HORIZON_FLAG = 0x40
 """Attribute bit: the base timestamp field holds the delete horizon (KIP-534)."""
@@ -72,6 +73,20 @@ def filter_batch(raw: bytes, header: BatchHeader, keep: RecordTest, *, retain_em
     if not kept:
         return FilteredBatch(_empty_batch(header) if retain_empty else b"", 0, dropped)
     return FilteredBatch(_build(header, kept, new_horizon_ms if needs_horizon else horizon), len(kept), dropped)
+
+
+def with_delete_horizon(raw: bytes, header: BatchHeader, horizon_ms: int) -> bytes:
+    """The transaction marker ``raw`` with the delete horizon ``horizon_ms``: attribute bit and base timestamp
+    set, CRC computed again, its record bytes unchanged. The marker record's timestamp delta (0) then counts
+    from the horizon; nothing reads a control record's timestamp (readers skip control batches, and producer
+    state goes by the max timestamp, which stays)."""
+    out = bytearray(raw)
+    BATCH_HEADER.pack_into(out, 0, header.base_offset, len(out) - 12, header.partition_leader_epoch, 2, 0,
+                           header.attributes | DELETE_HORIZON_FLAG, header.last_offset_delta, horizon_ms,
+                           header.max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence,
+                           header.record_count)
+    _CRC.pack_into(out, _CRC_OFFSET, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
+    return bytes(out)
 
 
 def _build(header: BatchHeader, records: list[Record], horizon: int | None) -> bytes:

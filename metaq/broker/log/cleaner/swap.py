@@ -2,7 +2,8 @@
 
 The steps, as Kafka's ``LocalLog.replaceSegments`` and ``LogLoader`` (docs/compaction.md):
 
-1. the cleaner writes ``<base>.log.cleaned`` (and ``.index.cleaned``, ``.timeindex.cleaned``) and fsyncs them;
+1. the cleaner writes ``<base>.log.cleaned`` (and ``.index.cleaned``, ``.timeindex.cleaned``, ``.txnindex.cleaned``)
+   and fsyncs them;
 2. it renames them to ``*.swap`` and fsyncs the directory: from here the cleaned copy is durable and wins;
 3. the replaced segments are renamed ``*.deleted`` (removed later, readers may still send from them);
 4. the ``.swap`` files are renamed to their final names.
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 CRASH_ENV = "METAQ_CLEANER_CRASH_AT"
-_SEGMENT_PART = re.compile(r"^(\d{20})\.(log|index|timeindex)(\.[a-z]+)?$")
+_SEGMENT_PART = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)(\.[a-z]+)?$")
 
 
 def fault_point(step: str) -> None:
@@ -47,7 +48,7 @@ def fault_point(step: str) -> None:
 
 def _parts(directory: Path, base: int, suffix: str) -> list[Path]:
     name = f"{base:020d}"
-    return [directory / f"{name}.{kind}{suffix}" for kind in ("log", "index", "timeindex")]
+    return [directory / f"{name}.{kind}{suffix}" for kind in ("log", "index", "timeindex", "txnindex")]
 
 
 def swap_in(directory: Path, base: int) -> None:
