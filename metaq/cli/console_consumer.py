@@ -29,9 +29,8 @@ import sys
 import threading
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from metaq.admin import EARLIEST, LATEST, PartitionReader
 from metaq.cli.output import (
     add_parser,
     apply_overrides,
@@ -44,12 +43,10 @@ from metaq.cli.output import (
 )
 from metaq.cli.subparsers import SubParsers
 from metaq.config import load_properties
-from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError, Whitelist
 from metaq.errors import ConfigError, MetaqError
-from metaq.signals import TerminationHandler
-from metaq.zkclient import session
-from metaq.zksecurity import ZooKeeperSecurity
-from zk_layout import ZkLayout
+
+if TYPE_CHECKING:  # imported where used: `metaq console-consumer --help` needs no client, consumer or kazoo
+    from metaq.zksecurity import ZooKeeperSecurity
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -101,6 +98,9 @@ def _run(args: argparse.Namespace) -> int:
         usage_error(args, f"--partition {args.partition}: must be >= 0")
     if args.partition is not None and args.topic is None:
         usage_error(args, "--partition needs --topic (not --include)")
+    from metaq.admin import LATEST
+    from metaq.signals import TerminationHandler
+
     start = _start_offset(args) if args.partition is not None else LATEST
     args.formatter = _formatter(args)
     if args.kcat_format is not None:
@@ -154,6 +154,8 @@ class _StopRequest:
 
 
 def _start_offset(args: argparse.Namespace) -> int:
+    from metaq.admin import EARLIEST, LATEST
+
     text = args.offset or ("earliest" if args.from_beginning else "latest")
     if text in ("earliest", "latest"):
         return EARLIEST if text == "earliest" else LATEST
@@ -163,6 +165,10 @@ def _start_offset(args: argparse.Namespace) -> int:
 
 
 def _fixed_partition(args: argparse.Namespace, start: int, stop: _StopRequest) -> Generator[Printed, None, None]:
+    from metaq.admin import PartitionReader
+    from metaq.zkclient import session
+    from zk_layout import ZkLayout
+
     security = command_security(args)
     connect, timeout_ms = connect_string(args)
     idle = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
@@ -174,6 +180,8 @@ def _fixed_partition(args: argparse.Namespace, start: int, stop: _StopRequest) -
 
 
 def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Printed, None, None]:
+    from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError, Whitelist
+
     connect, timeout_ms = connect_string(args)
     props: dict[str, Any] = load_properties(args.config) if args.config else {}
     props.update(zk_security_properties(args))
@@ -209,6 +217,9 @@ def _delete_generated_group(connect: str, group: str, timeout_ms: int | None,
                             security: ZooKeeperSecurity) -> None:
     """A group nobody named is nobody's to resume: remove it on exit, as Kafka 0.8's console consumer did,
     so that ``metaq groups list`` does not fill up with console-consumer-NNNNN."""
+    from metaq.zkclient import session
+    from zk_layout import ZkLayout
+
     try:
         with session(connect, connection_timeout_ms=timeout_ms or 6000, security=security) as client:
             ZkLayout(client).delete_group(group)
