@@ -37,6 +37,7 @@ from metaq.cli.output import (
     command_properties,
     command_security,
     connect_string,
+    quiet_libraries,
     usage_error,
     zk_security,
     zk_security_properties,
@@ -46,7 +47,9 @@ from metaq.config import load_properties
 from metaq.errors import ConfigError, MetaqError
 
 if TYPE_CHECKING:  # imported where used: `metaq console-consumer --help` needs no client, consumer or kazoo
+    from metaq.client.security import SecurityConfig
     from metaq.zksecurity import ZooKeeperSecurity
+    from zk_layout import ZkLayout
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -74,6 +77,9 @@ def register(sub: SubParsers) -> None:
     parser.add_argument("--from-beginning", action="store_true", help="start at the earliest offset "
                         "when the group has no committed offset (with --partition: --offset earliest)")
     parser.add_argument("--partition", type=int, default=None, help="read only this partition, without a group")
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                        help="with --partition: find its leader through the brokers, without ZooKeeper (a group "
+                             "member needs --zookeeper: the consumer finds leaders there)")
     parser.add_argument("--offset", default=None, metavar="N|earliest|latest",
                         help="with --partition: where to start (default latest)")
     parser.add_argument("--print-key", action="store_true", help="print key<TAB>value")
@@ -98,6 +104,11 @@ def _run(args: argparse.Namespace) -> int:
         usage_error(args, f"--partition {args.partition}: must be >= 0")
     if args.partition is not None and args.topic is None:
         usage_error(args, "--partition needs --topic (not --include)")
+    if args.bootstrap_server is not None and args.partition is None:
+        usage_error(args, "--bootstrap-server reads one --partition without a group; a group member needs "
+                          "--zookeeper or --config (the consumer finds partition leaders in ZooKeeper)")
+    if args.bootstrap_server is not None and (args.zookeeper or args.config):
+        usage_error(args, "give either --bootstrap-server or --zookeeper/--config, not both")
     from metaq.admin import LATEST
     from metaq.signals import TerminationHandler
 
@@ -165,18 +176,31 @@ def _start_offset(args: argparse.Namespace) -> int:
 
 
 def _fixed_partition(args: argparse.Namespace, start: int, stop: _StopRequest) -> Generator[Printed, None, None]:
-    from metaq.admin import PartitionReader
     from metaq.zkclient import session
     from zk_layout import ZkLayout
 
     security = command_security(args)
+    if args.bootstrap_server is not None:  # the brokers' Metadata names the leaders (metaq/admin/bootstrap.py)
+        from metaq.admin.bootstrap import BootstrapLayout, as_layout
+
+        quiet_libraries()
+        layout = as_layout(BootstrapLayout.connect(args.bootstrap_server, security))
+        yield from _read_partition(layout, args, start, stop, security)
+        return
     connect, timeout_ms = connect_string(args)
-    idle = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
     with session(connect, connection_timeout_ms=timeout_ms or 6000, security=zk_security(args)) as client:
-        with PartitionReader(ZkLayout(client), args.topic, args.partition, start, security=security) as reader:
-            for offset, timestamp, key, value, headers in reader.records(
-                    idle_timeout_s=idle, should_stop=lambda: stop.requested):
-                yield Printed(args.topic, args.partition, offset, timestamp, key, value, tuple(headers or ()))
+        yield from _read_partition(ZkLayout(client), args, start, stop, security)
+
+
+def _read_partition(layout: ZkLayout, args: argparse.Namespace, start: int, stop: _StopRequest,
+                    security: SecurityConfig) -> Generator[Printed, None, None]:
+    from metaq.admin import PartitionReader
+
+    idle = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
+    with PartitionReader(layout, args.topic, args.partition, start, security=security) as reader:
+        for offset, timestamp, key, value, headers in reader.records(
+                idle_timeout_s=idle, should_stop=lambda: stop.requested):
+            yield Printed(args.topic, args.partition, offset, timestamp, key, value, tuple(headers or ()))
 
 
 def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Printed, None, None]:
