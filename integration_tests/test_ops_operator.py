@@ -359,9 +359,10 @@ def test_all_groups_and_csv_reset_plans(cluster: BrokerCluster, layout: ZkLayout
 
 
 def test_bootstrap_server_mode_sees_what_the_brokers_know(cluster: BrokerCluster, layout: ZkLayout) -> None:
-    """``--bootstrap-server`` instead of ``--zookeeper`` for topics and broker groups (as Kafka's tools moved to):
-    the same topics, partitions, group offsets and lookups as through ZooKeeper; a reset commits at the coordinator
-    only; ZooKeeper groups are not seen; the errors name the option at fault."""
+    """``--bootstrap-server`` instead of ``--zookeeper`` for topics, broker groups and console-consumer
+    ``--partition`` (as Kafka's tools moved to): the same topics, partitions, group offsets, lookups and records as
+    through ZooKeeper; a reset commits at the coordinator only; ZooKeeper groups are not seen; the errors name the
+    option at fault."""
     topic = _topic(cluster, layout, "bsmode", 2)
     _produce(cluster.zk_connect, topic, 0, 5)
     bootstrap = cluster.brokers[0].bootstrap
@@ -379,6 +380,12 @@ def test_bootstrap_server_mode_sees_what_the_brokers_know(cluster: BrokerCluster
     via_zk, via_brokers = both("groups", "describe", "bs-std")
     assert via_brokers["partitions"] == via_zk["partitions"] and len(via_brokers["partitions"]) == 2
     assert ok("offsets", "lookup", "--topic", topic, "--time", "latest", *b) == f"{topic}:0:5\n{topic}:1:0\n"
+    read = ("console-consumer", "--topic", topic, "--partition", "0", "--offset", "earliest", "--timeout-ms", "2000",
+            "--format", "%p %o %s\\n")
+    via_zk_read = ok(*read, *z)
+    assert ok(*read, *b) == via_zk_read and len(via_zk_read.splitlines()) == 5  # leaders from Metadata alone
+    group_member = metaq("console-consumer", "--topic", topic, *b)
+    assert group_member.returncode == 2 and "a group member needs --zookeeper" in group_member.stderr
     listed = {g["group"] for g in json.loads(ok("groups", "list", "--json", *b))["groups"]}
     assert "bs-std" in listed and "bs-zk" not in listed  # ZooKeeper groups live in ZooKeeper only
 

@@ -16,20 +16,17 @@ broker applies them without a restart (metaq/broker/security/authorizer.py).
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from metaq.broker.security.acl_rules import AclFilter, AclSnapshot
 from metaq.cli.output import add_parser, emit, open_admin, table, usage_error
 from metaq.cli.subparsers import SubParsers
-from zk_layout.acl_formats import (
-    CLUSTER_NAME,
-    WILDCARD,
-    AclEntry,
-    AclOperation,
-    AclPermission,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-)
+
+if TYPE_CHECKING:  # imported where used: the zk_layout package imports kazoo, which `metaq acls --help` never needs
+    from zk_layout.acl_formats import AclEntry, PatternType, ResourcePattern, ResourceType
+
+# the Kafka names of zk_layout.acl_formats.AclOperation above Any, for --help (tests/test_cli_startup.py checks them)
+OPERATION_NAMES = ("All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction",
+                   "DescribeConfigs", "AlterConfigs", "IdempotentWrite", "CreateTokens", "DescribeTokens")
 
 
 def register(sub: SubParsers) -> None:
@@ -57,7 +54,7 @@ def _entry_options(parser: argparse.ArgumentParser) -> None:
                         help="hosts the allow principals may connect from (default: * = any)")
     parser.add_argument("--deny-host", action="append", default=[], metavar="HOST",
                         help="hosts the deny principals are denied from (default: * = any)")
-    operations = ", ".join(op.kafka_name for op in AclOperation if op.value > 1)
+    operations = ", ".join(OPERATION_NAMES)
     parser.add_argument("--operation", action="append", default=[], metavar="OP",
                         help=f"{operations} (repeatable; add: default All; remove: default every operation)")
 
@@ -73,6 +70,8 @@ def _resource_options(parser: argparse.ArgumentParser, default_pattern: str) -> 
 
 
 def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
+    from zk_layout.acl_formats import CLUSTER_NAME, ResourceType
+
     named = [(ResourceType.TOPIC, t) for t in args.topic] + [(ResourceType.GROUP, g) for g in args.group]
     named += [(ResourceType.TRANSACTIONAL_ID, t) for t in args.transactional_id]
     if args.cluster:
@@ -81,6 +80,8 @@ def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
 
 
 def _patterns(args: argparse.Namespace) -> list[ResourcePattern]:
+    from zk_layout.acl_formats import PatternType, ResourcePattern, ResourceType
+
     resources = _resources(args)
     if not resources:
         usage_error(args, "give at least one resource: --topic, --group, --transactional-id or --cluster")
@@ -92,6 +93,8 @@ def _patterns(args: argparse.Namespace) -> list[ResourcePattern]:
 
 def _entries(args: argparse.Namespace, *, default_all: bool) -> list[AclEntry] | None:
     """The ACL entries the options describe; None (remove) when no principal is given."""
+    from zk_layout.acl_formats import WILDCARD, AclEntry, AclOperation, AclPermission
+
     if not args.allow_principal and not args.deny_principal:
         if default_all:
             usage_error(args, "give at least one --allow-principal or --deny-principal")
@@ -136,6 +139,8 @@ def _remove(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from metaq.broker.security.acl_rules import AclFilter, AclSnapshot
+
     pattern_type = filter_pattern_type(args.resource_pattern_type)
     filters = [AclFilter(rtype, name, pattern_type) for rtype, name in _resources(args)] or [AclFilter()]
     with open_admin(args) as admin:
@@ -152,6 +157,8 @@ def _list(args: argparse.Namespace) -> int:
 def filter_pattern_type(text: str) -> PatternType:
     """``--resource-pattern-type`` of a listing, a filter: ``any`` (the default, every pattern) and ``match``
     are filter values that :meth:`PatternType.parse` (concrete patterns only) refuses."""
+    from zk_layout.acl_formats import PatternType
+
     if text.lower() == "any":
         return PatternType.ANY
     parsed: PatternType = PatternType.parse(text, "--resource-pattern-type")

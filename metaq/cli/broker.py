@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 
-from metaq.broker.config import BrokerConfig
 from metaq.cli.subparsers import SubParsers
-from metaq.config import load_properties
 from metaq.errors import ConfigError
 
 
@@ -33,7 +30,11 @@ def _parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 def _start(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from metaq.broker.config import BrokerConfig  # imported here: `metaq broker --help` needs no broker
     from metaq.broker.server import Broker
+    from metaq.config import load_properties
 
     values = load_properties(args.config)
     values.update(_parse_overrides(args.override))

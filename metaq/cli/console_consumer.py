@@ -29,27 +29,27 @@ import sys
 import threading
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from metaq.admin import EARLIEST, LATEST, PartitionReader
 from metaq.cli.output import (
     add_parser,
     apply_overrides,
     command_properties,
     command_security,
     connect_string,
+    quiet_libraries,
     usage_error,
     zk_security,
     zk_security_properties,
 )
 from metaq.cli.subparsers import SubParsers
 from metaq.config import load_properties
-from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError, Whitelist
 from metaq.errors import ConfigError, MetaqError
-from metaq.signals import TerminationHandler
-from metaq.zkclient import session
-from metaq.zksecurity import ZooKeeperSecurity
-from zk_layout import ZkLayout
+
+if TYPE_CHECKING:  # imported where used: `metaq console-consumer --help` needs no client, consumer or kazoo
+    from metaq.client.security import SecurityConfig
+    from metaq.zksecurity import ZooKeeperSecurity
+    from zk_layout import ZkLayout
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -77,6 +77,9 @@ def register(sub: SubParsers) -> None:
     parser.add_argument("--from-beginning", action="store_true", help="start at the earliest offset "
                         "when the group has no committed offset (with --partition: --offset earliest)")
     parser.add_argument("--partition", type=int, default=None, help="read only this partition, without a group")
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                        help="with --partition: find its leader through the brokers, without ZooKeeper (a group "
+                             "member needs --zookeeper: the consumer finds leaders there)")
     parser.add_argument("--offset", default=None, metavar="N|earliest|latest",
                         help="with --partition: where to start (default latest)")
     parser.add_argument("--print-key", action="store_true", help="print key<TAB>value")
@@ -101,6 +104,14 @@ def _run(args: argparse.Namespace) -> int:
         usage_error(args, f"--partition {args.partition}: must be >= 0")
     if args.partition is not None and args.topic is None:
         usage_error(args, "--partition needs --topic (not --include)")
+    if args.bootstrap_server is not None and args.partition is None:
+        usage_error(args, "--bootstrap-server reads one --partition without a group; a group member needs "
+                          "--zookeeper or --config (the consumer finds partition leaders in ZooKeeper)")
+    if args.bootstrap_server is not None and (args.zookeeper or args.config):
+        usage_error(args, "give either --bootstrap-server or --zookeeper/--config, not both")
+    from metaq.admin import LATEST
+    from metaq.signals import TerminationHandler
+
     start = _start_offset(args) if args.partition is not None else LATEST
     args.formatter = _formatter(args)
     if args.kcat_format is not None:
@@ -154,6 +165,8 @@ class _StopRequest:
 
 
 def _start_offset(args: argparse.Namespace) -> int:
+    from metaq.admin import EARLIEST, LATEST
+
     text = args.offset or ("earliest" if args.from_beginning else "latest")
     if text in ("earliest", "latest"):
         return EARLIEST if text == "earliest" else LATEST
@@ -163,17 +176,36 @@ def _start_offset(args: argparse.Namespace) -> int:
 
 
 def _fixed_partition(args: argparse.Namespace, start: int, stop: _StopRequest) -> Generator[Printed, None, None]:
+    from metaq.zkclient import session
+    from zk_layout import ZkLayout
+
     security = command_security(args)
+    if args.bootstrap_server is not None:  # the brokers' Metadata names the leaders (metaq/admin/bootstrap.py)
+        from metaq.admin.bootstrap import BootstrapLayout, as_layout
+
+        quiet_libraries()
+        layout = as_layout(BootstrapLayout.connect(args.bootstrap_server, security))
+        yield from _read_partition(layout, args, start, stop, security)
+        return
     connect, timeout_ms = connect_string(args)
-    idle = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
     with session(connect, connection_timeout_ms=timeout_ms or 6000, security=zk_security(args)) as client:
-        with PartitionReader(ZkLayout(client), args.topic, args.partition, start, security=security) as reader:
-            for offset, timestamp, key, value, headers in reader.records(
-                    idle_timeout_s=idle, should_stop=lambda: stop.requested):
-                yield Printed(args.topic, args.partition, offset, timestamp, key, value, tuple(headers or ()))
+        yield from _read_partition(ZkLayout(client), args, start, stop, security)
+
+
+def _read_partition(layout: ZkLayout, args: argparse.Namespace, start: int, stop: _StopRequest,
+                    security: SecurityConfig) -> Generator[Printed, None, None]:
+    from metaq.admin import PartitionReader
+
+    idle = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
+    with PartitionReader(layout, args.topic, args.partition, start, security=security) as reader:
+        for offset, timestamp, key, value, headers in reader.records(
+                idle_timeout_s=idle, should_stop=lambda: stop.requested):
+            yield Printed(args.topic, args.partition, offset, timestamp, key, value, tuple(headers or ()))
 
 
 def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Printed, None, None]:
+    from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError, Whitelist
+
     connect, timeout_ms = connect_string(args)
     props: dict[str, Any] = load_properties(args.config) if args.config else {}
     props.update(zk_security_properties(args))
@@ -209,6 +241,9 @@ def _delete_generated_group(connect: str, group: str, timeout_ms: int | None,
                             security: ZooKeeperSecurity) -> None:
     """A group nobody named is nobody's to resume: remove it on exit, as Kafka 0.8's console consumer did,
     so that ``metaq groups list`` does not fill up with console-consumer-NNNNN."""
+    from metaq.zkclient import session
+    from zk_layout import ZkLayout
+
     try:
         with session(connect, connection_timeout_ms=timeout_ms or 6000, security=security) as client:
             ZkLayout(client).delete_group(group)

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metaq.cli.output import (
     ProgressBar,
@@ -31,7 +31,9 @@ from metaq.cli.output import (
 )
 from metaq.cli.subparsers import SubParsers
 from metaq.errors import ConfigError, MetaqError
-from metaq.producer import Producer, RecordMetadata
+
+if TYPE_CHECKING:  # the producer imports the Kafka client: `metaq console-producer --help` needs none
+    from metaq.producer import RecordMetadata
 
 _FLUSH_TIMEOUT_S = 120.0  # the producer's own request timeouts end every send well before this
 
@@ -68,6 +70,8 @@ class _Outcomes:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from metaq.producer import Producer
+
     connect, timeout_ms = connect_string(args)
     props: dict[str, Any] = {"zookeeper.connect": connect, "linger.ms": 5, **zk_security_properties(args),
                              **command_properties(args)}

@@ -11,11 +11,13 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from metaq.admin import Admin, OwnersReport
 from metaq.cli.output import add_parser, note, open_admin, print_json, table, when
 from metaq.cli.subparsers import SubParsers
+
+if TYPE_CHECKING:  # the admin API imports kazoo and the Kafka clients: `metaq owners --help` needs neither
+    from metaq.admin import Admin, OwnersReport
 
 
 def register(sub: SubParsers) -> None:

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from metaq.cli.output import add_parser, connect_string, emit, note, table, when, zk_security_properties
 from metaq.cli.subparsers import SubParsers
 from metaq.config import load_properties
-from metaq.consumer.message import MessageAndMetadata
-from metaq.consumer.recover import RecoverEntry, RecoverStore, default_dir, recover_stores, store_name
 from metaq.errors import ConfigError, MetaqError, StorageError
-from metaq.producer import Producer
+
+if TYPE_CHECKING:  # the consumer and producer packages import the Kafka client: `metaq recover --help` needs none
+    from metaq.consumer.message import MessageAndMetadata
+    from metaq.consumer.recover import RecoverEntry, RecoverStore
 
 _SEND_TIMEOUT_S = 60.0  # per entry; the producer's own retries end well before this
 
@@ -63,6 +64,8 @@ def _add_store_name(parser: argparse.ArgumentParser) -> None:
 
 
 def recover_dir(args: argparse.Namespace) -> Path:
+    from metaq.consumer.recover import default_dir
+
     if args.dir:
         return default_dir(args.dir)
     configured = load_properties(args.config).get("metaq.recover.dir") if args.config else None
@@ -71,6 +74,8 @@ def recover_dir(args: argparse.Namespace) -> Path:
 
 def _open_existing(args: argparse.Namespace) -> RecoverStore:
     """Open a store that exists; opening a missing one would create it, which no ops command should do."""
+    from metaq.consumer.recover import RecoverStore, recover_stores, store_name
+
     directory = recover_dir(args)
     name = store_name(args.topic, args.group)
     if (args.topic, args.group) not in recover_stores(directory):
@@ -82,6 +87,8 @@ def _open_existing(args: argparse.Namespace) -> RecoverStore:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from metaq.consumer.recover import RecoverStore, recover_stores
+
     directory = recover_dir(args)
     stores = [(t, g) for t, g in recover_stores(directory)
               if args.topic in (None, t) and args.group in (None, g)]
@@ -124,6 +131,9 @@ def _text(data: bytes | None) -> str | None:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from metaq.consumer.recover import store_name
+    from metaq.producer import Producer
+
     if args.max_attempts < 1:
         raise ConfigError(f"--max-attempts {args.max_attempts}: must be >= 1")
     connect, timeout_ms = connect_string(args)

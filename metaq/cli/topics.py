@@ -12,13 +12,21 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from metaq.admin import TopicDetail, TopicSummary
-from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, validate_topic_config
-from metaq.broker.topics import add_partitions, create_topic
 from metaq.cli.output import ProgressBar, add_parser, emit, note, open_admin, table, usage_error
 from metaq.cli.subparsers import SubParsers
 from metaq.errors import ZooKeeperError
+
+if TYPE_CHECKING:  # imported where used: `metaq topics --help` needs neither the admin API nor the broker
+    from metaq.admin import TopicDetail, TopicSummary
+
+# the keys of metaq.broker.topic_config.TOPIC_CONFIG_KEYS, named here for --help without importing the broker
+# (tests/test_cli_startup.py checks they are the same)
+TOPIC_CONFIG_NAMES = ("retention.ms", "retention.bytes", "segment.bytes", "segment.ms", "segment.index.bytes",
+                      "index.interval.bytes", "max.message.bytes", "file.delete.delay.ms", "flush.messages",
+                      "cleanup.policy", "min.cleanable.dirty.ratio", "min.compaction.lag.ms",
+                      "max.compaction.lag.ms", "delete.retention.ms", "min.insync.replicas")
 
 
 def register(sub: SubParsers) -> None:
@@ -29,7 +37,7 @@ def register(sub: SubParsers) -> None:
     create.add_argument("--partitions", type=int, default=1)
     create.add_argument("--replication-factor", type=int, default=1)
     create.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"a topic config override (repeatable): {', '.join(TOPIC_CONFIG_KEYS)}")
+                        help=f"a topic config override (repeatable): {', '.join(TOPIC_CONFIG_NAMES)}")
     create.set_defaults(func=_create)
     listing = add_parser(actions, "list", "list topics with their partition counts",
                          bootstrap=True)
@@ -76,6 +84,9 @@ def _key_values(args: argparse.Namespace, items: list[str], option: str) -> dict
 
 
 def _create(args: argparse.Namespace) -> int:
+    from metaq.broker.topic_config import validate_topic_config
+    from metaq.broker.topics import create_topic
+
     config = validate_topic_config(_key_values(args, args.topic_config, "--topic-config"))
     with open_admin(args) as admin:
         assignment = create_topic(admin.layout, args.topic, args.partitions,
@@ -186,6 +197,8 @@ def _elect_leaders(args: argparse.Namespace) -> int:
 def _alter_partitions(args: argparse.Namespace) -> int:
     """As kafka-topics --alter --partitions: the new partitions are placed on the live brokers with the
     topic's replication factor (the path CreatePartitions takes at a broker); fewer or equal is an error."""
+    from metaq.broker.topics import add_partitions
+
     with open_admin(args) as admin:
         before = admin.layout.topic_assignment(args.topic)
         assignment = add_partitions(admin.layout, args.topic, args.partitions)

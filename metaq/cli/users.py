@@ -19,11 +19,13 @@ import getpass
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from metaq.broker.auth.scram import make_credential
 from metaq.cli.output import add_parser, emit, open_admin, table, usage_error
 from metaq.cli.subparsers import SubParsers
-from zk_layout import ScramCredential
+
+if TYPE_CHECKING:  # the zk_layout package imports kazoo, which `metaq users --help` never needs
+    from zk_layout import ScramCredential
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384  # Kafka's bounds for SCRAM iterations
@@ -76,6 +78,8 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def _add(args: argparse.Namespace) -> int:
+    from metaq.broker.auth.scram import make_credential
+
     if not MIN_ITERATIONS <= args.iterations <= MAX_ITERATIONS:
         usage_error(args, f"--iterations {args.iterations}: must be in {MIN_ITERATIONS}..{MAX_ITERATIONS}")
     password = _password(args)

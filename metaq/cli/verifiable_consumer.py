@@ -18,16 +18,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import Any
-
-from kazoo.protocol.states import WatchedEvent
+from typing import TYPE_CHECKING, Any
 
 from metaq.cli.subparsers import SubParsers
-from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
-from metaq.consumer.connector import default_offset_store
-from metaq.consumer.offsets import CommitResult, OffsetStore, TopicPartition
-from metaq.errors import ConsumerRebalanceFailedError
-from metaq.signals import TerminationHandler
+from metaq.errors import ConsumerRebalanceFailedError, ConsumerTimeoutError
+
+if TYPE_CHECKING:  # the consumer imports kazoo and the Kafka client: `metaq verifiable-consumer --help` needs none
+    from kazoo.protocol.states import WatchedEvent
+
+    from metaq.consumer.offsets import CommitResult, OffsetStore, TopicPartition
 
 _print_lock = threading.Lock()
 RUN_GAP_S = 0.5  # a pause in delivery longer than this starts a new records_consumed run
@@ -162,6 +161,10 @@ def register(sub: SubParsers) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from metaq.consumer import Consumer, ConsumerConfig
+    from metaq.consumer.connector import default_offset_store
+    from metaq.signals import TerminationHandler
+
     props: dict[str, Any] = {"group.id": args.group, "zookeeper.connect": args.zookeeper,
                              "consumer.timeout.ms": args.report_every_ms, "auto.offset.reset": "smallest"}
     for item in args.property:

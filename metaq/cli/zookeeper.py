@@ -24,12 +24,13 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from metaq.cli.subparsers import SubParsers
 from metaq.errors import ConfigError
-from metaq.signals import TerminationHandler
-from metaq.zkserver import ZooKeeperServer, ZooKeeperTls
-from zk_layout.znode_acls import digest_identity
+
+if TYPE_CHECKING:  # imported where used: `metaq zookeeper --help` needs neither the server nor kazoo
+    from metaq.zkserver import ZooKeeperServer, ZooKeeperTls
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,9 @@ def register(sub: SubParsers) -> None:
 
 
 def _start(args: argparse.Namespace) -> int:
+    from metaq.signals import TerminationHandler
+    from metaq.zkserver import ZooKeeperServer
+
     stop = threading.Event()
     handler = TerminationHandler(stop.set).install()  # a second signal exits at once (the JVM dies with us)
     data_dir = args.data_dir or (default_data_dir(args.port) if args.port is not None else None)
@@ -101,6 +105,8 @@ def _tls(args: argparse.Namespace) -> ZooKeeperTls | None:
         return None
     if args.tls_keystore is None or args.tls_truststore is None:
         raise ConfigError("--tls-keystore and --tls-truststore go together")
+    from metaq.zkserver import ZooKeeperTls
+
     for option, path in (("--tls-keystore", args.tls_keystore), ("--tls-truststore", args.tls_truststore)):
         if not path.is_file():
             raise ConfigError(f"{option} {path}: not a readable file")
@@ -113,6 +119,8 @@ def _digest(args: argparse.Namespace) -> int:
                 else sys.stdin.readline().rstrip("\r\n"))
     if not password:
         raise ConfigError("no password given on stdin")
+    from zk_layout.znode_acls import digest_identity
+
     print(digest_identity(args.user, password))
     return 0
 

@@ -25,7 +25,7 @@ from metaq.admin.protocol_groups import (
     group_from_response,
 )
 from metaq.admin.watch import GroupWatch, Sample, moves_text, sample_group, short_id, to_json
-from metaq.cli.top import render
+from metaq.cli.top_screen import render
 from metaq.client.connection import build_request
 from metaq.errors import BrokerResponseError, GroupNotFoundError
 
