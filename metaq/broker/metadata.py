@@ -82,11 +82,16 @@ def _endpoints(info: BrokerInfo) -> dict[str, tuple[str, int]]:
 
 
 class MetadataWatcher:
-    """Keeps ``snapshot`` current. Thread: ``metaq-broker-metadata``."""
+    """Keeps ``snapshot`` current. Thread: ``metaq-broker-metadata``.
 
-    def __init__(self, layout: ZkLayout, on_change: Callable[[ClusterSnapshot], None] | None = None) -> None:
+    ``before_publish`` runs on that thread with each new snapshot before requests can see it (a new topic's
+    config is loaded there, so no request creates its log with the broker's defaults); ``on_change`` after."""
+
+    def __init__(self, layout: ZkLayout, on_change: Callable[[ClusterSnapshot], None] | None = None,
+                 before_publish: Callable[[ClusterSnapshot], None] | None = None) -> None:
         self._layout = layout
         self._on_change = on_change
+        self._before_publish = before_publish
         self._dirty = threading.Event()
         self._stopped = threading.Event()
         self._retry = zookeeper_follower("metadata")
@@ -162,6 +167,8 @@ class MetadataWatcher:
         snapshot = ClusterSnapshot(brokers=brokers, topics=topics, cluster_id=cluster_id, topic_ids=topic_ids,
                                    endpoints={b: _endpoints(info) for b, info in brokers.items()},
                                    controller=holder.broker_id if holder is not None else None)
+        if self._before_publish is not None:
+            self._before_publish(snapshot)
         with self._reloaded:
             self.snapshot = snapshot
             self._reloaded.notify_all()

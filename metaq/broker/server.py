@@ -120,7 +120,8 @@ class Broker:
         )
         layout = ZkLayout(self._zk)
         self._layout = layout
-        self.metadata = MetadataWatcher(layout, on_change=self._on_metadata_change)
+        self.metadata = MetadataWatcher(layout, on_change=self._on_metadata_change,
+                                        before_publish=self._configure_new_topics)
         notifier = AppendNotifier()
         self.replication = ReplicaManager(config, self.logs, self.metadata, layout, notifier)  # started below
         self.coordinator = GroupCoordinator(
@@ -222,6 +223,12 @@ class Broker:
             groups=len(groups),
             members=sum(len(g["members"]) for g in groups.values()),
         )
+
+    def _configure_new_topics(self, snapshot: ClusterSnapshot) -> None:
+        """Watcher thread, before requests see ``snapshot``: new topics' configs in place (before the topic
+        admin starts, it applies every config itself before the first request is served)."""
+        if self.topic_admin is not None:
+            self.topic_admin.configure_new_topics(snapshot.topics)
 
     def _on_metadata_change(self, snapshot: ClusterSnapshot) -> None:
         """Watcher thread: a new topic's config (written with it, without a notification) is applied at once."""

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kazoo.exceptions import KazooException
@@ -151,8 +151,21 @@ class TopicAdmin:
         for topic in sorted(topics - self._configured):
             await self.apply_topic_config(topic)
 
+    def configure_new_topics(self, topics: Iterable[str]) -> None:
+        """Blocking, on the metadata watcher's thread before it publishes ``topics``: the stored config of
+        each topic not configured yet, so that no request creates its log with the broker's defaults (Kafka
+        reads ``/config/topics/<t>`` when it creates a log). A ZooKeeper error leaves it to the next run."""
+        for topic in sorted(set(topics) - self._configured):
+            try:
+                self._configure(topic)
+            except (MetaqError, KazooException) as e:
+                log.warning("cannot read the config of new topic %s yet (applied on the next run): %s", topic, e)
+
     async def apply_topic_config(self, topic: str) -> None:
-        stored = await asyncio.to_thread(self._layout.topic_config, topic)
+        await asyncio.to_thread(self._configure, topic)
+
+    def _configure(self, topic: str) -> None:
+        stored = self._layout.topic_config(topic)
         overrides = stored.config if stored is not None else {}
         try:
             config = log_config_for(self._base, overrides)

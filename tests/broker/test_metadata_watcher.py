@@ -9,7 +9,7 @@ import logging
 import pytest
 from kazoo.client import KazooClient
 
-from metaq.broker.metadata import MetadataWatcher
+from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from zk_layout import BrokerInfo, PartitionState, ZkLayout
 
 STATE = PartitionState(leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)
@@ -66,5 +66,27 @@ def test_malformed_partition_state_costs_only_that_partition_its_leader(
         assert watcher.snapshot.partition("t", 0).leader == 0  # type: ignore[union-attr]
         assert watcher.snapshot.partition("t", 1).leader == -1  # type: ignore[union-attr]
         assert list(watcher.skipped) == [zk_layout.full_path("/brokers/topics/t/partitions/1/state")]
+    finally:
+        watcher.stop()
+
+
+def test_before_publish_runs_before_requests_can_see_a_new_topic(zk_layout: ZkLayout) -> None:
+    """The broker loads a new topic's config in ``before_publish``: when it runs, the published snapshot must
+    not have the topic yet (a produce to a just-created compacted topic was taken with the default policy)."""
+    zk_layout.ensure_persistent_paths()
+    zk_layout.register_broker(BrokerInfo.plaintext(0, "127.0.0.1", 9092))
+    seen_published: dict[str, bool] = {}
+    watcher: MetadataWatcher
+
+    def before_publish(snapshot: ClusterSnapshot) -> None:
+        for topic in snapshot.topics:
+            seen_published.setdefault(topic, topic in watcher.snapshot.topics)
+
+    watcher = MetadataWatcher(zk_layout, before_publish=before_publish)
+    watcher.start()
+    try:
+        zk_layout.create_topic("fresh", {0: [0]}, {0: STATE})
+        assert watcher.wait_for(lambda s: "fresh" in s.topics, timeout=20)
+        assert seen_published == {"fresh": False}
     finally:
         watcher.stop()
