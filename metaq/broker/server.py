@@ -18,6 +18,7 @@ from functools import partial
 
 from kazoo.client import KazooClient
 
+from metaq.broker.admin_watcher import TopicAdmin
 from metaq.broker.auth.credentials import ScramCredentialCache
 from metaq.broker.auth.listeners import advertised_endpoints
 from metaq.broker.auth.serving import registration_info, served_listeners
@@ -38,7 +39,6 @@ from metaq.broker.replication.controller import Controller
 from metaq.broker.replication.manager import ReplicaManager
 from metaq.broker.security.acl_rules import Rules
 from metaq.broker.security.authorizer import Authorizer, parse_super_users
-from metaq.broker.topic_admin import TopicAdmin
 from metaq.broker.topics import create_topic
 from metaq.broker.txn_markers import MarkerWriter, PendingTxnOffsets
 from metaq.errors import TopicError, TopicExistsError

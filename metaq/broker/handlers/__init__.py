@@ -12,6 +12,7 @@ from metaq.broker.handlers import (
     acls,
     api_versions,
     configs,
+    create_delete_topics,
     delete_records,
     describe_cluster,
     fetch,
@@ -23,7 +24,6 @@ from metaq.broker.handlers import (
     offset_for_leader_epoch,
     offsets,
     produce,
-    topic_admin,
     transactions,
 )
 from metaq.broker.response import Handler, MessageHandler, encoded
@@ -46,9 +46,9 @@ HANDLERS: dict[ApiKey, MessageHandler] = {
     ApiKey.DESCRIBE_GROUPS: group_admin.describe_groups,
     ApiKey.DELETE_GROUPS: group_admin.delete_groups,
     ApiKey.OFFSET_DELETE: group_admin.offset_delete,
-    ApiKey.CREATE_TOPICS: topic_admin.create_topics,
-    ApiKey.DELETE_TOPICS: topic_admin.delete_topics,
-    ApiKey.CREATE_PARTITIONS: topic_admin.create_partitions,
+    ApiKey.CREATE_TOPICS: create_delete_topics.create_topics,
+    ApiKey.DELETE_TOPICS: create_delete_topics.delete_topics,
+    ApiKey.CREATE_PARTITIONS: create_delete_topics.create_partitions,
     ApiKey.DELETE_RECORDS: delete_records.handle,
     ApiKey.DESCRIBE_CONFIGS: configs.describe_configs,
     ApiKey.ALTER_CONFIGS: configs.alter_configs,
