@@ -25,7 +25,7 @@ from kazoo.protocol.states import WatchedEvent
 from metaq.cli.subparsers import SubParsers
 from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError
 from metaq.consumer.connector import default_offset_store
-from metaq.consumer.offsets import CommitResult, OffsetStore, TopicPartition
+from metaq.consumer.offset_store import CommitResult, OffsetStore, TopicPartition
 from metaq.errors import ConsumerRebalanceFailedError
 from metaq.signals import TerminationHandler
 
