@@ -1,4 +1,4 @@
-"""TopicAdmin in-process against a real ZooKeeper: config notifications applied to the local logs, old
+"""AdminWatcher in-process against a real ZooKeeper: config notifications applied to the local logs, old
 notifications purged, and a deletion marker carried out (logs, partition nodes, topic nodes, marker)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from metaq.broker import admin_watcher
-from metaq.broker.admin_watcher import TopicAdmin
+from metaq.broker.admin_watcher import AdminWatcher
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import MetadataWatcher
@@ -38,7 +38,7 @@ def test_configs_purge_and_deletion(zk_layout: ZkLayout, tmp_path: Path, monkeyp
     metadata.start()
 
     async def scenario() -> None:
-        admin = TopicAdmin(0, zk_layout, logs, metadata, BASE)
+        admin = AdminWatcher(0, zk_layout, logs, metadata, BASE)
         await admin.start()
         try:
             log = logs.get("t", 0)
