@@ -38,7 +38,7 @@ from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.kafka_offsets import KafkaOffsetStore
-from metaq.consumer.offsets import OffsetStore, TopicPartition, ZooKeeperOffsetStore
+from metaq.consumer.offset_store import OffsetStore, TopicPartition, ZooKeeperOffsetStore
 from metaq.testing.broker import request, topic_leaders
 from metaq.testing.wait import wait_until
 from metaq.zkclient import connect

@@ -373,7 +373,7 @@ def measure_rebalance(zk: str, client: Any, bootstrap: str, layout: Any, work_di
 def measure_commit(client: Any, partitions: int = 1000, reps: int = 10,
                    report: Any = print) -> tuple[float, list[float]]:
     """(seconds to fence, [seconds per commit]) for ``partitions`` partitions of one group."""
-    from metaq.consumer.offsets import ZooKeeperOffsetStore
+    from metaq.consumer.offset_store import ZooKeeperOffsetStore
     from zk_layout import ZkLayout
 
     layout = ZkLayout(client)

@@ -54,7 +54,7 @@ from kazoo.protocol.serialization import Transaction
 from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer
 from metaq.consumer.fetcher import FetcherManager
-from metaq.consumer.offsets import ZooKeeperOffsetStore
+from metaq.consumer.offset_store import ZooKeeperOffsetStore
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
 from metaq.errors import MetaqError
 from zk_layout import ZkLayout, paths
@@ -560,7 +560,7 @@ def measure_offsets(layout: ZkLayout, partitions: int, rep: int) -> list[OffsetR
         except MetaqError as e:
             rows.append(OffsetRow(what, partitions, 0.0, 0.0, type(e.__cause__ or e).__name__))
             return rows
-    quiet = logging.getLogger("metaq.consumer.offsets")
+    quiet = logging.getLogger("metaq.consumer.offset_store")
     level, quiet.level = quiet.level, logging.ERROR  # one "fenced" warning per partition is expected here
     try:
         fenced_out = first.commit(dict.fromkeys(keys, 10**9)).lost  # an offset neither store committed

@@ -21,7 +21,7 @@ from kazoo.retry import KazooRetry
 
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
-from metaq.consumer.offsets import ZooKeeperOffsetStore
+from metaq.consumer.offset_store import ZooKeeperOffsetStore
 from metaq.errors import ZooKeeperUnavailableError
 from metaq.testing.broker import topic_leaders
 from metaq.testing.group import (

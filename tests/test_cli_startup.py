@@ -63,9 +63,9 @@ def test_the_command_table_says_what_each_module_registers() -> None:
 
 
 def test_the_offsets_command_knows_the_export_formats() -> None:
-    """metaq/cli/offsets.py names the formats itself (importing metaq.admin.transfer would load the clients)."""
+    """metaq/cli/offsets_cmd.py names the formats itself (importing metaq.admin.transfer would load the clients)."""
     from metaq.admin.transfer import FORMATS
-    from metaq.cli.offsets import FORMATS as CLI_FORMATS
+    from metaq.cli.offsets_cmd import FORMATS as CLI_FORMATS
 
     assert CLI_FORMATS == FORMATS
 

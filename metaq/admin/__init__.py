@@ -28,8 +28,8 @@ _HOMES = {
     "GroupDescription": "groups", "GroupSummary": "groups", "Member": "groups", "PartitionLag": "groups",
     "EARLIEST": "log_offsets", "LATEST": "log_offsets", "BrokerLogOffsets": "log_offsets",
     "LogOffsets": "log_offsets", "Watermarks": "log_offsets",
-    "OffsetChange": "offsets", "OffsetPlan": "offsets", "ResetSpec": "offsets", "format_ms": "timefmt",
-    "parse_topic_selection": "offsets",
+    "OffsetChange": "offset_reset", "OffsetPlan": "offset_reset", "ResetSpec": "offset_reset", "format_ms": "timefmt",
+    "parse_topic_selection": "offset_reset",
     "OwnerRow": "owners", "OwnersReport": "owners",
     "PartitionReader": "reader",
     "PartitionDetail": "topics", "TopicDetail": "topics", "TopicSummary": "topics",
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from metaq.admin.client import Admin, resolve_connect
     from metaq.admin.groups import GroupDescription, GroupSummary, Member, PartitionLag
     from metaq.admin.log_offsets import EARLIEST, LATEST, BrokerLogOffsets, LogOffsets, Watermarks
-    from metaq.admin.offsets import OffsetChange, OffsetPlan, ResetSpec, parse_topic_selection
+    from metaq.admin.offset_reset import OffsetChange, OffsetPlan, ResetSpec, parse_topic_selection
     from metaq.admin.owners import OwnerRow, OwnersReport
     from metaq.admin.reader import PartitionReader
     from metaq.admin.timefmt import format_ms

@@ -168,7 +168,7 @@ class BootstrapLayout:
 
     def write_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
         """A reset's ZooKeeper copy: there is none to write. A broker group's new offsets were committed at its
-        coordinator first (:func:`metaq.admin.offsets.apply_plan`), which is where such a group keeps them."""
+        coordinator first (:func:`metaq.admin.offset_reset.apply_plan`), which is where such a group keeps them."""
 
     def __getattr__(self, name: str) -> Any:
         """Whatever needs ZooKeeper: an error naming the option to use, never an AttributeError."""

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     )
     from metaq.admin.kafka_offsets import GroupOffsetsStore
     from metaq.admin.log_offsets import LogOffsets, TopicPartition
-    from metaq.admin.offsets import OffsetChange, OffsetPlan, Progress, ResetSpec
+    from metaq.admin.offset_reset import OffsetChange, OffsetPlan, Progress, ResetSpec
     from metaq.admin.owners import OwnersReport
     from metaq.admin.topics import PartitionHealth, TopicDetail, TopicSummary
     from metaq.admin.transfer import OffsetRecord
@@ -179,7 +179,7 @@ class Admin:
                        force: bool = False) -> list[OffsetDeleteResult]:
         """``selection``: topic -> partitions (None: every partition of the topic)."""
         from metaq.admin.groups import delete_offsets
-        from metaq.admin.offsets import selected_partitions
+        from metaq.admin.offset_reset import selected_partitions
 
         return delete_offsets(self.layout, group, selected_partitions(self.layout, selection), self.coordinators,
                               force=force)
@@ -195,7 +195,7 @@ class Admin:
                    create_group: bool = False, all_topics: bool = False,
                    requested: Mapping[TopicPartition, int] | None = None) -> OffsetPlan:
         """``requested``: partition -> offset, a plan read from a file (see :func:`plan_reset`)."""
-        from metaq.admin.offsets import plan_reset
+        from metaq.admin.offset_reset import plan_reset
 
         return plan_reset(self.layout, self.log_offsets, group, selection, spec, create_group=create_group,
                           kafka=self.kafka, all_topics=all_topics, requested=requested)
@@ -203,7 +203,7 @@ class Admin:
     def apply_plan(self, plan: OffsetPlan, *, force: bool = False, progress: Progress | None = None,
                    kafka_groups: list[str] | None = None) -> list[OffsetChange]:
         """Also commits to ``__consumer_offsets`` for groups that have offsets there (listed in ``kafka_groups``)."""
-        from metaq.admin.offsets import apply_plan
+        from metaq.admin.offset_reset import apply_plan
 
         return apply_plan(self.layout, plan, force=force, progress=progress, kafka=self.kafka,
                           kafka_groups=kafka_groups)

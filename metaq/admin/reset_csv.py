@@ -25,7 +25,7 @@ PlanOffsets = dict[str, dict[tuple[str, int], int]]
 
 
 class PlannedOffset(Protocol):
-    """What a plan row gives the CSV (an :class:`~metaq.admin.offsets.OffsetChange` with a new offset)."""
+    """What a plan row gives the CSV (an :class:`~metaq.admin.offset_reset.OffsetChange` with a new offset)."""
 
     @property
     def group(self) -> str: ...

@@ -18,6 +18,7 @@ from functools import partial
 
 from kazoo.client import KazooClient
 
+from metaq.broker.admin_watcher import AdminWatcher
 from metaq.broker.auth.credentials import ScramCredentialCache
 from metaq.broker.auth.listeners import advertised_endpoints
 from metaq.broker.auth.serving import registration_info, served_listeners
@@ -38,7 +39,6 @@ from metaq.broker.replication.controller import Controller
 from metaq.broker.replication.manager import ReplicaManager
 from metaq.broker.security.acl_rules import Rules
 from metaq.broker.security.authorizer import Authorizer, parse_super_users
-from metaq.broker.topic_admin import TopicAdmin
 from metaq.broker.topics import create_topic
 from metaq.broker.txn_markers import MarkerWriter, PendingTxnOffsets
 from metaq.errors import TopicError, TopicExistsError
@@ -68,7 +68,7 @@ class Broker:
         self.ports: dict[str, int] = {}  # listener name -> bound port
         self.metrics = BrokerMetrics() if config.metrics_enabled else disabled(BrokerMetrics)
         self._metrics_server: MetricsServer | None = None
-        self.topic_admin: TopicAdmin | None = None
+        self.admin_watcher: AdminWatcher | None = None
         self.cleaner: LogCleaner | None = None
         self.authorizer: Authorizer | None = None
         self.scram = ScramCredentialCache()
@@ -160,9 +160,9 @@ class Broker:
                                   if config.auto_leader_rebalance_enable else None),
             imbalance_percentage=config.leader_imbalance_per_broker_percentage)
         self.controller.start()
-        self.topic_admin = TopicAdmin(config.broker_id, layout, self.logs, self.metadata, config.log_config(),
+        self.admin_watcher = AdminWatcher(config.broker_id, layout, self.logs, self.metadata, config.log_config(),
                                       on_user_change=self.scram.reload)
-        await self.topic_admin.start()  # topic configs applied before the first request is served
+        await self.admin_watcher.start()  # topic configs applied before the first request is served
         self.cleaner = LogCleaner(self.logs, config.cleaner_config(), loop_caller(asyncio.get_running_loop()),
                                   lambda plog: context.high_watermark(plog.topic, plog.partition, plog))
         self.cleaner.start()  # after the topic configs: it cleans the logs whose cleanup.policy is compact
@@ -226,14 +226,14 @@ class Broker:
 
     def _configure_new_topics(self, snapshot: ClusterSnapshot) -> None:
         """Watcher thread, before requests see ``snapshot``: new topics' configs in place (before the topic
-        admin starts, it applies every config itself before the first request is served)."""
-        if self.topic_admin is not None:
-            self.topic_admin.configure_new_topics(snapshot.topics)
+        admin watcher starts, it applies every config itself before the first request is served)."""
+        if self.admin_watcher is not None:
+            self.admin_watcher.configure_new_topics(snapshot.topics)
 
     def _on_metadata_change(self, snapshot: ClusterSnapshot) -> None:
         """Watcher thread: a new topic's config (written with it, without a notification) is applied at once."""
-        if self.topic_admin is not None:
-            self.topic_admin.kick()
+        if self.admin_watcher is not None:
+            self.admin_watcher.kick()
         if self.replication is not None:
             self.replication.on_metadata(snapshot)
 
@@ -252,8 +252,8 @@ class Broker:
         if self.replication is not None:
             await self.replication.stop()
         if self._zk is not None:
-            if self.topic_admin is not None:
-                await self.topic_admin.stop()
+            if self.admin_watcher is not None:
+                await self.admin_watcher.stop()
             await self.coordinator.stop()
             if self.transactions is not None:
                 await self.transactions.stop()

@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("topics", "create and inspect topics"),
     "groups": ("groups", "list and describe consumer groups (lag, owners, commit times)"),
     "owners": ("owners", "owner nodes of a group, with orphans flagged"),
-    "offsets": ("offsets", "reset, export and import committed offsets"),
+    "offsets": ("offsets_cmd", "reset, export and import committed offsets"),
     "recover": ("recover", "list, replay or drop messages set aside by the recover store"),
     "console-producer": ("console_producer", "send each input line as a message"),
     "console-consumer": ("console_consumer", "print a topic's messages, one value per line"),

@@ -26,7 +26,7 @@ from metaq.errors import ConsumerRebalanceFailedError, ConsumerTimeoutError
 if TYPE_CHECKING:  # the consumer imports kazoo and the Kafka client: `metaq verifiable-consumer --help` needs none
     from kazoo.protocol.states import WatchedEvent
 
-    from metaq.consumer.offsets import CommitResult, OffsetStore, TopicPartition
+    from metaq.consumer.offset_store import CommitResult, OffsetStore, TopicPartition
 
 _print_lock = threading.Lock()
 RUN_GAP_S = 0.5  # a pause in delivery longer than this starts a new records_consumed run

@@ -34,7 +34,7 @@ from metaq.consumer.coordination import CommitListener, GroupMember
 from metaq.consumer.fetcher import FetcherManager
 from metaq.consumer.ids import make_consumer_id, make_thread_ids
 from metaq.consumer.kafka_offsets import KafkaOffsetStore
-from metaq.consumer.offsets import OffsetStore, ZooKeeperOffsetStore
+from metaq.consumer.offset_store import OffsetStore, ZooKeeperOffsetStore
 from metaq.consumer.partition_info import ChunkQueue
 from metaq.consumer.rebalance import ConsumerState, RebalanceListener, ZKRebalancerListener
 from metaq.consumer.serde import get_deserializer

@@ -55,7 +55,7 @@ from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.client.versions import DEFAULT_FALLBACK, ApiKey
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.offsets import CommitResult, TopicPartition, ZooKeeperOffsetStore
+from metaq.consumer.offset_store import CommitResult, TopicPartition, ZooKeeperOffsetStore
 from metaq.errors import (
     BrokerConnectionError,
     CoordinatorError,

@@ -34,7 +34,7 @@ from kazoo.protocol.states import EventType, WatchedEvent
 from metaq.consumer.assignors import assign, assign_for
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.ids import make_thread_ids
-from metaq.consumer.offsets import OffsetStore, TopicPartition
+from metaq.consumer.offset_store import OffsetStore, TopicPartition
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.errors import (
     AuthenticationError,

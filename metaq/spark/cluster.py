@@ -31,7 +31,7 @@ from metaq.errors import (
     ZooKeeperUnavailableError,
 )
 from metaq.retry import spark_list_offsets
-from metaq.spark.offsets import Offsets, TopicPartition
+from metaq.spark.offset_ranges import Offsets, TopicPartition
 from metaq.spark.options import ReadOptions, Subscription
 from metaq.zkclient import connect
 from metaq.zksecurity import ZooKeeperSecurity

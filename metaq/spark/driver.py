@@ -20,7 +20,7 @@ from typing import Any
 
 from metaq.errors import ConfigError
 from metaq.spark.cluster import Cluster
-from metaq.spark.offsets import Offsets, from_spark, to_spark
+from metaq.spark.offset_ranges import Offsets, from_spark, to_spark
 from metaq.spark.options import ReadOptions
 from metaq.spark.planning import resolve_end, starting_offsets
 

@@ -54,7 +54,7 @@ from typing import Any
 from metaq.client.security import SECRET_KEYS, SECURITY_KEYS, SecurityConfig
 from metaq.config import Secret
 from metaq.errors import ConfigError
-from metaq.spark.offsets import EARLIEST, LATEST, Offsets
+from metaq.spark.offset_ranges import EARLIEST, LATEST, Offsets
 from metaq.zksecurity import ZOOKEEPER_CLIENT_KEYS, ZooKeeperSecurity, security_from_properties
 from zk_layout import normalize_topic_filter, validate_group, validate_topic
 

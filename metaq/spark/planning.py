@@ -19,7 +19,7 @@ from pyspark.sql.datasource import InputPartition
 from metaq.client.cluster import Leader
 from metaq.errors import ConfigError, DataLossError
 from metaq.spark.cluster import Cluster
-from metaq.spark.offsets import EARLIEST, LATEST, Offsets, TopicPartition
+from metaq.spark.offset_ranges import EARLIEST, LATEST, Offsets, TopicPartition
 from metaq.spark.options import OffsetSpec, ReadOptions
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from metaq.errors import ConfigError
 from metaq.spark.arrow import BatchBuilder
 from metaq.spark.cluster import Cluster
 from metaq.spark.fetch import FetchSettings, read_range
-from metaq.spark.offsets import (
+from metaq.spark.offset_ranges import (
     EARLIEST,
     LATEST,
     Offsets,

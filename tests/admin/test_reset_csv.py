@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metaq.admin.offsets import OffsetChange, ResetSpec, apply_plan, merge_plans, plan_reset
+from metaq.admin.offset_reset import OffsetChange, ResetSpec, apply_plan, merge_plans, plan_reset
 from metaq.admin.reset_csv import format_reset_csv, parse_reset_csv
 from metaq.errors import ConfigError
 from tests.admin.fakes import FakeLayout, FakeLogOffsets

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from metaq.admin.offsets import apply_plan
+from metaq.admin.offset_reset import apply_plan
 from metaq.admin.transfer import (
     OffsetRecord,
     export_offsets,

@@ -18,7 +18,7 @@ import pytest
 from metaq.broker.coordinator import group as g
 from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from metaq.broker.coordinator.group import JoinResult
-from metaq.broker.coordinator.offsets import CommittedOffset, OffsetsPartition
+from metaq.broker.coordinator.offsets_partition import CommittedOffset, OffsetsPartition
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from metaq.broker.handlers.configs import APPEND, DELETE, SET, SUBTRACT, _incremental
-from metaq.broker.handlers.topic_admin import AdminError
+from metaq.broker.handlers.create_delete_topics import AdminError
 from metaq.broker.log.config import LogConfig
 from metaq.broker.topic_config import broker_property, default_value, log_config_for, validate_topic_config
 from metaq.errors import ConfigError, ErrorCode

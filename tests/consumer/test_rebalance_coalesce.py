@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.offsets import ZooKeeperOffsetStore
+from metaq.consumer.offset_store import ZooKeeperOffsetStore
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
 from metaq.testing.wait import wait_until
 from tests.consumer.rebalance_fakes import STATE, FakeFetcher, FakeSubscription

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import pytest
 
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.offsets import TopicPartition, ZooKeeperOffsetStore
+from metaq.consumer.offset_store import TopicPartition, ZooKeeperOffsetStore
 from metaq.consumer.rebalance import FAILED, ZKRebalancerListener
 from metaq.errors import (
     AuthenticationError,

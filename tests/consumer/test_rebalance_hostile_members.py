@@ -12,7 +12,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.offsets import ZooKeeperOffsetStore
+from metaq.consumer.offset_store import ZooKeeperOffsetStore
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
 from tests.consumer.rebalance_fakes import FakeFetcher, FakeSubscription
 from zk_layout import WHITE_LIST, BrokerInfo, PartitionState, TopicCount, ZkLayout, paths
@@ -65,7 +65,7 @@ def test_offset_node_that_is_no_offset_warns_and_resets(
     listener, _ = _group(zk_layout, partitions=2)
     zk.create(paths.offset_path("g", "t", 0), b"-5", makepath=True)
     zk_layout.write_offset("g", "t", 1, 9)
-    caplog.set_level(logging.WARNING, logger="metaq.consumer.offsets")
+    caplog.set_level(logging.WARNING, logger="metaq.consumer.offset_store")
     listener.synced_rebalance()
     assert listener.state == STABLE
     assert listener.registry[("t", 0)].fetched_offset == -1  # resolved by auto.offset.reset

@@ -5,7 +5,7 @@ auto.commit.interval.ms, so the check it starts is often in flight when ZooKeepe
 from __future__ import annotations
 
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.offsets import ZooKeeperOffsetStore
+from metaq.consumer.offset_store import ZooKeeperOffsetStore
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
 from metaq.errors import ZooKeeperUnavailableError
 from metaq.testing.wait import wait_until

@@ -11,7 +11,7 @@ from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, St
 
 from metaq.errors import ConfigError, DataLossError, DeserializationError
 from metaq.spark.arrow import BatchBuilder
-from metaq.spark.offsets import advance, cap_rows, from_spark, to_spark
+from metaq.spark.offset_ranges import advance, cap_rows, from_spark, to_spark
 from metaq.spark.options import ReadOptions, WriteOptions
 from metaq.spark.planning import OffsetRange, pack_ranges, plan_ranges, resolve_end, resolve_start, split_ranges
 from metaq.spark.schema import check_schema, source_schema

@@ -1,7 +1,7 @@
 """Where the broker looks users up: SCRAM credentials from ZooKeeper, PLAIN users from a file.
 
 SCRAM credentials (``/config/users/<user>``, see :mod:`zk_layout.users`) are all read at start-up and one user
-is re-read whenever a ``/config/changes`` notification names it (:class:`metaq.broker.topic_admin.TopicAdmin`
+is re-read whenever a ``/config/changes`` notification names it (:class:`metaq.broker.admin_watcher.AdminWatcher`
 follows the notifications), so a new password works on new connections without a restart. Lookups on the
 event loop only read the cache (one dict, replaced per user: no lock needed).
 

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, Protocol, Self
 from metaq.broker.config import BrokerConfig
 from metaq.broker.coordinator import group as g
 from metaq.broker.coordinator.group import Group, GroupSummary, JoinResult, Member, protocols_bytes
-from metaq.broker.coordinator.offsets import LOADED, LOADING, CommittedOffset, OffsetsPartition
+from metaq.broker.coordinator.offsets_partition import LOADED, LOADING, CommittedOffset, OffsetsPartition
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, GroupValue, StoredMember, partition_for
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import ClusterSnapshot

@@ -6,7 +6,7 @@ Every state change is appended to the transactional id's ``__transaction_state``
 coordinator replays the log and finds each transaction where it was: one left in PrepareCommit or
 PrepareAbort gets its markers written again (markers are idempotent for the partitions: a second marker
 for a transaction already ended there ends nothing). The log is kept small as ``__consumer_offsets`` is
-(metaq/broker/coordinator/offsets.py): once enough records were appended, the live states are rewritten at
+(metaq/broker/coordinator/offsets_partition.py): once enough records were appended, the live states are rewritten at
 the head of a fresh segment and everything older is deleted.
 
 Markers go to every partition of the transaction through ``write_markers`` (metaq/broker/txn_markers.py):
@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 from metaq.broker.coordinator.coordinator import CoordinatorAddress, locate_coordinator
-from metaq.broker.coordinator.offsets import replay_records
+from metaq.broker.coordinator.offsets_partition import replay_records
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
 from metaq.broker.coordinator.txn_state import (
     COMPLETE_ABORT,
@@ -144,7 +144,7 @@ class TxnStatePartition:
         self._appended_since_rewrite += len(records)
 
     def compact_if_needed(self, now_ms: int) -> bool:
-        """Rewrite the live states in a fresh segment and delete everything older (as offsets.py does)."""
+        """Rewrite the live states in a fresh segment and delete everything older (as offsets_partition.py does)."""
         with self._lock:
             live = list(self.txns.values())
         if self._appended_since_rewrite < max(COMPACT_MIN_RECORDS, 2 * len(live)):

@@ -1,7 +1,7 @@
 """DescribeConfigs v0..4, AlterConfigs v0..2 and IncrementalAlterConfigs v0..1.
 
 Topic configs live in ``/config/topics/<t>`` (Kafka's format) and every change is announced under
-``/config/changes`` so each broker applies it to its logs (:mod:`metaq.broker.topic_admin`). Broker configs
+``/config/changes`` so each broker applies it to its logs (:mod:`metaq.broker.admin_watcher`). Broker configs
 come from the broker's properties file: they are described, read-only.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from metaq.broker.context import BrokerContext
-from metaq.broker.handlers.topic_admin import AdminError, attempt, require
+from metaq.broker.handlers.create_delete_topics import AdminError, attempt, require
 from metaq.broker.topic_config import (
     LIST_KEYS,
     TOPIC_CONFIG_KEYS,

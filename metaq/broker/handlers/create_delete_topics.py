@@ -1,6 +1,6 @@
 """CreateTopics v0..7, DeleteTopics v0..6 and CreatePartitions v0..3, written to ZooKeeper as Kafka's admin
 tools write them (``/brokers/topics``, ``/config/topics``, ``/admin/delete_topics``). Any broker answers them
-(the controller only moves leaders); the brokers apply them through their watches (:mod:`metaq.broker.topic_admin`).
+(the controller only moves leaders); the brokers apply them through their watches (:mod:`metaq.broker.admin_watcher`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from metaq.admin.log_offsets import Watermarks
-from metaq.admin.offsets import (
+from metaq.admin.offset_reset import (
     ResetSpec,
     apply_plan,
     parse_datetime,

@@ -122,7 +122,7 @@ def _add_apply_options(parser: argparse.ArgumentParser) -> None:
 
 
 def reset_spec(args: argparse.Namespace) -> ResetSpec:
-    from metaq.admin.offsets import ResetSpec
+    from metaq.admin.offset_reset import ResetSpec
 
     if args.to_earliest:
         return ResetSpec.earliest()
@@ -141,7 +141,7 @@ def reset_spec(args: argparse.Namespace) -> ResetSpec:
 
 def topic_selection(texts: list[str]) -> dict[str, list[int] | None]:
     """``--topic T[:P,P]`` options merged per topic (None: every partition)."""
-    from metaq.admin.offsets import parse_topic_selection
+    from metaq.admin.offset_reset import parse_topic_selection
 
     selection: dict[str, list[int] | None] = {}
     for text in texts:
@@ -154,7 +154,7 @@ def topic_selection(texts: list[str]) -> dict[str, list[int] | None]:
 def _reset(args: argparse.Namespace) -> int:
     """One plan for every group chosen; with several groups, one that has nothing to reset is skipped with a
     note (as kafka-consumer-groups goes on past a group without a plan in --from-file)."""
-    from metaq.admin.offsets import ResetSpec, merge_plans
+    from metaq.admin.offset_reset import ResetSpec, merge_plans
 
     named = check_group_arguments(args)
     if args.from_file is None and not args.topic and not args.all_topics:
@@ -213,7 +213,7 @@ def _delete(args: argparse.Namespace) -> int:
 def _lookup(args: argparse.Namespace) -> int:
     """Kafka's GetOffsetShell prints ``topic:partition:offset``; kcat -Q the same per partition. For a time
     after the last record, the log end (as Kafka's ListOffsets answers -1 and its tools then reset to the end)."""
-    from metaq.admin.offsets import parse_datetime
+    from metaq.admin.offset_reset import parse_datetime
 
     when = args.time.strip().lower()
     with open_admin(args) as admin:
@@ -235,7 +235,7 @@ def _lookup(args: argparse.Namespace) -> int:
 def _selection(texts: list[str], admin: Admin) -> dict[str, list[int]]:
     """``--topic T[:P,P]`` options as topic -> partitions (every partition of the topic when none is given)."""
     from metaq.admin.groups import topic_partitions
-    from metaq.admin.offsets import parse_topic_selection
+    from metaq.admin.offset_reset import parse_topic_selection
 
     chosen: dict[str, list[int] | None] = {}
     for text in texts:

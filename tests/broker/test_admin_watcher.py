@@ -1,4 +1,4 @@
-"""TopicAdmin in-process against a real ZooKeeper: config notifications applied to the local logs, old
+"""AdminWatcher in-process against a real ZooKeeper: config notifications applied to the local logs, old
 notifications purged, and a deletion marker carried out (logs, partition nodes, topic nodes, marker)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from metaq.broker import topic_admin
+from metaq.broker import admin_watcher
+from metaq.broker.admin_watcher import AdminWatcher
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import MetadataWatcher
-from metaq.broker.topic_admin import TopicAdmin
 from zk_layout import PartitionState, ZkLayout, paths
 
 STATE = PartitionState(leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)
@@ -38,12 +38,12 @@ def test_configs_purge_and_deletion(zk_layout: ZkLayout, tmp_path: Path, monkeyp
     metadata.start()
 
     async def scenario() -> None:
-        admin = TopicAdmin(0, zk_layout, logs, metadata, BASE)
+        admin = AdminWatcher(0, zk_layout, logs, metadata, BASE)
         await admin.start()
         try:
             log = logs.get("t", 0)
             assert log is not None and log.config.retention_ms == 5000  # applied at start
-            monkeypatch.setattr(topic_admin, "CHANGE_EXPIRATION_MS", -1)  # every notification is old now
+            monkeypatch.setattr(admin_watcher, "CHANGE_EXPIRATION_MS", -1)  # every notification is old now
             zk_layout.set_topic_config("t", {"segment.bytes": "4096"})
             await _until(lambda: log.config.segment_bytes == 4096 and log.config.retention_ms == BASE.retention_ms,
                          "the new config applied")

@@ -40,7 +40,7 @@ CHANGE_EXPIRATION_MS = 15 * 60 * 1000  # Kafka's changeExpirationMs
 METADATA_WAIT_S = 5.0
 
 
-class TopicAdmin:
+class AdminWatcher:
     """Applies topic config changes and topic deletions to this broker's logs."""
 
     def __init__(self, broker_id: int, layout: ZkLayout, logs: LogManager, metadata: MetadataWatcher,
