@@ -1,15 +1,18 @@
 """A fixed-size map of record key -> offset of its latest record, as Kafka's ``SkimpyOffsetMap``.
 
-Memory is one ``bytearray`` of the configured size, allocated once: slots of 24 bytes, a 16-byte MD5 hash of the
-key and the 8-byte offset, open addressing with linear probing. Keys are never stored, so a key of any size costs
-24 bytes, and two keys with the same MD5 would share an entry (Kafka accepts the same risk). The map refuses
-entries beyond ``load_factor`` of its slots (:attr:`full`): the cleaner then cleans what it has mapped and
-continues in another pass, so memory never grows with the number of keys (docs/compaction.md).
+Memory is one private anonymous mapping of the configured size, reserved once; its pages are zero until written
+and are given back by :meth:`OffsetMap.clear`, so an idle broker does not hold the 128 MiB default. Slots of 24
+bytes: a 16-byte MD5 hash of the key and the 8-byte offset, open addressing with linear probing. Keys are never
+stored, so a key of any size costs 24 bytes, and two keys with the same MD5 would share an entry (Kafka accepts the
+same risk). The map refuses entries beyond ``load_factor`` of its slots (:attr:`full`): the cleaner then cleans
+what it has mapped and continues in another pass, so memory never grows with the number of keys
+(docs/compaction.md).
 """
 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import struct
 
 __all__ = ["ENTRY_SIZE", "OffsetMap"]
@@ -27,7 +30,7 @@ class OffsetMap:
     def __init__(self, size_bytes: int, load_factor: float = 0.9) -> None:
         self.slots = max(1, size_bytes // ENTRY_SIZE)
         self.max_entries = max(1, int(self.slots * load_factor))
-        self._bytes = bytearray(self.slots * ENTRY_SIZE)
+        self._bytes = mmap.mmap(-1, self.slots * ENTRY_SIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.size = 0
         self.latest_offset = -1
         """The largest offset put since the last :meth:`clear` (-1: none)."""
@@ -37,7 +40,8 @@ class OffsetMap:
         return self.size >= self.max_entries
 
     def clear(self) -> None:
-        self._bytes[:] = bytes(len(self._bytes))
+        """Empty: the pages are dropped (a private anonymous page reads as zero again), not rewritten."""
+        self._bytes.madvise(mmap.MADV_DONTNEED)
         self.size = 0
         self.latest_offset = -1
 
