@@ -1,13 +1,12 @@
-"""The delivery gate with a session lease, the batch in hand, and the lease against a real ZooKeeper."""
+"""The delivery gate with a session lease and the batch in hand (the lease against a real ZooKeeper:
+integration_tests/test_session_lease_zk.py)."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
-from kazoo.client import KazooClient
 
 from metaq.config import ConfigError
 from metaq.consumer.config import ConsumerConfig
@@ -15,7 +14,6 @@ from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.streams import BatchInHand, DeliveryGate, KafkaStream
 from metaq.errors import ConsumerTimeoutError
 from metaq.testing.wait import wait_until
-from metaq.zklease import SessionLease, negotiated_timeout_ms
 
 
 def test_a_leased_gate_is_closed_until_a_proof_and_closes_when_it_runs_out() -> None:
@@ -99,26 +97,3 @@ def test_the_lease_fraction_is_checked() -> None:
     for bad in ("1", "1.5", "-0.1"):
         with pytest.raises(ConfigError, match="metaq.session.lease.fraction"):
             ConsumerConfig.from_properties({**base, "metaq.session.lease.fraction": bad})
-
-
-def test_the_lease_uses_the_negotiated_timeout_and_keeps_renewing(
-        make_zk_client: Callable[..., KazooClient]) -> None:
-    """The test server (tickTime 200 ms) grants at most 4 s: a client asking for 30 s gets 4 s, and a lease
-    computed from the 30 s it asked for would outlive the session."""
-    client = make_zk_client(session_timeout_ms=30000)
-    assert negotiated_timeout_ms(client) == pytest.approx(4000)
-    gate = DeliveryGate(leased=True)
-    lease = SessionLease(client, requested_timeout_ms=30000, fraction=0.5, on_renewed=gate.extend,
-                         on_void=gate.lapse, name="test-lease")
-    assert lease.length_s == pytest.approx(2.0)
-    started = time.monotonic()
-    lease.start()
-    try:
-        assert gate.wait(10)
-        assert gate.deadline <= time.monotonic() + 2.0  # never beyond sent + fraction x negotiated timeout
-        first = lease.renewed_until
-        wait_until(lambda: lease.renewals >= 3, 10, "three lease renewals")
-        assert lease.renewed_until > first  # renewed about every lease / 4
-        assert started < lease.renewed_until - 2.0 < time.monotonic()
-    finally:
-        lease.stop()

@@ -1,4 +1,4 @@
-"""ClusterMetadata over an in-memory layout, and once over the real ZkLayout."""
+"""ClusterMetadata over an in-memory layout (over the real ZkLayout: integration_tests/test_producer_metadata_zk.py)."""
 
 from __future__ import annotations
 
@@ -86,23 +86,3 @@ def test_close_runs_on_close_once(lay):
     md.close()
     md.close()
     assert calls == [1]
-
-
-def test_from_zookeeper_reads_the_real_layout(zk_connect, zk_layout):
-    from zk_layout import BrokerInfo, PartitionState
-
-    zk_layout.ensure_persistent_paths()
-    zk_layout.register_broker(BrokerInfo(id=3, host="127.0.0.1", port=9999,
-                                         endpoints=("PLAINTEXT://127.0.0.1:9999",), timestamp_ms=0))
-    zk_layout.create_topic("clicks", {0: [3], 1: [3]},
-                           {0: PartitionState(leader=3, leader_epoch=0, isr=(3,), controller_epoch=1)})
-    md = ClusterMetadata.from_zookeeper(zk_connect, session_timeout_ms=3000)
-    try:
-        info = md.topic("clicks")
-        assert info.partitions == (0, 1)
-        assert info.leaders[0] == Leader("127.0.0.1", 9999, 3)
-        assert info.leaders[1] == Leader("127.0.0.1", 9999, 3)  # no state node: the preferred replica
-        with pytest.raises(UnknownTopicError):
-            md.topic("views")
-    finally:
-        md.close()

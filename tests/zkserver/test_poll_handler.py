@@ -1,12 +1,12 @@
-"""metaq.zkclient.PollHandler: kazoo's select contract (readable, writable, timeout) on real sockets, and a
-real session through it."""
+"""metaq.zkclient.PollHandler: kazoo's select contract (readable, writable, timeout) on real sockets (a
+real session through it: integration_tests/test_zkserver_poll_handler.py)."""
 
 from __future__ import annotations
 
 import socket
 import time
 
-from metaq.zkclient import PollHandler, connect
+from metaq.zkclient import PollHandler
 
 
 def test_select_reports_readable_and_writable_sockets() -> None:
@@ -29,14 +29,3 @@ def test_select_waits_out_its_timeout() -> None:
         started = time.monotonic()
         assert handler.select([a], [], [], 0.05) == ([], [], [])
         assert time.monotonic() - started >= 0.04
-
-
-def test_sessions_use_it(zk_connect: str) -> None:
-    client = connect(zk_connect)
-    try:
-        assert isinstance(client.handler, PollHandler)
-        client.ensure_path("/poll-handler")
-        assert client.exists("/poll-handler") is not None
-    finally:
-        client.stop()
-        client.close()

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from integration_tests.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offset_store import ZooKeeperOffsetStore
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
 from metaq.testing.wait import wait_until
-from tests.consumer.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
 from zk_layout import BrokerInfo, TopicCount, ZkLayout
 
 PARTITIONS = 12

@@ -4,12 +4,12 @@ auto.commit.interval.ms, so the check it starts is often in flight when ZooKeepe
 
 from __future__ import annotations
 
+from integration_tests.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offset_store import ZooKeeperOffsetStore
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
 from metaq.errors import ZooKeeperUnavailableError
 from metaq.testing.wait import wait_until
-from tests.consumer.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
 from zk_layout import BrokerInfo, FencedOffset, TopicCount, ZkLayout
 
 

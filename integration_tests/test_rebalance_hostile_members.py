@@ -11,10 +11,10 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 
+from integration_tests.rebalance_fakes import FakeFetcher, FakeSubscription
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offset_store import ZooKeeperOffsetStore
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
-from tests.consumer.rebalance_fakes import FakeFetcher, FakeSubscription
 from zk_layout import WHITE_LIST, BrokerInfo, PartitionState, TopicCount, ZkLayout, paths
 
 STATE = PartitionState(leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import pytest
 
+from integration_tests.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offset_store import TopicPartition, ZooKeeperOffsetStore
 from metaq.consumer.rebalance import FAILED, ZKRebalancerListener
@@ -18,7 +19,6 @@ from metaq.errors import (
     MetaqError,
     SaslAuthenticationFailedError,
 )
-from tests.consumer.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
 from zk_layout import BrokerInfo, TopicCount, ZkLayout
 
 

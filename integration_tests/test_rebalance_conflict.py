@@ -9,10 +9,10 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from integration_tests.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offset_store import ZooKeeperOffsetStore
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
-from tests.consumer.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
 from zk_layout import BrokerInfo, TopicCount, ZkLayout
 
 BACKOFF_MS = 8000
