@@ -6,16 +6,6 @@ import pytest
 
 from metaq.errors import UnknownTopicError
 from metaq.producer.metadata import ClusterMetadata, Leader
-from tests.producer.producer_fakes import FakeLayout
-
-
-@pytest.fixture
-def lay() -> FakeLayout:
-    lay = FakeLayout()
-    lay.add_broker(0, 9092, "h0")
-    lay.add_broker(1, 9093, "h1")
-    lay.add_topic("t", 3, leader=1)
-    return lay
 
 
 def test_from_zookeeper_reads_the_real_layout(zk_connect, zk_layout):
