@@ -35,9 +35,11 @@ test: install
 	$(VENV)/bin/ruff check metaq zk_layout pyspark_metaq tests integration_tests bench examples tools
 	$(VENV)/bin/python tools/typecheck.py
 # test peers from Maven Central (real Apache Kafka brokers: metaq/testing/apache_kafka.py; Kafka's Java clients and
-# tools: metaq/testing/java_peers.py): a failure to fetch them stops here, before any test
+# tools: metaq/testing/java_peers.py) and Python peers in virtualenvs of their own (metaq/testing/pypeer.py): a
+# failure to fetch them stops here, before any test
 	$(VENV)/bin/python -m metaq.testing.apache_kafka fetch
 	$(VENV)/bin/python -m metaq.testing.java_peers fetch
+	$(VENV)/bin/python -m metaq.testing.pypeer fetch
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile; status=$$?; \
 	$(VENV)/bin/python tools/compat_table.py || echo "docs/compatibility.md not regenerated" >&2; exit $$status
 

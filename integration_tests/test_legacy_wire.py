@@ -307,9 +307,9 @@ def test_pykafka_produces_and_its_simple_and_balanced_consumers_read_everything(
     import json
     import subprocess
 
-    from metaq.testing.pypeer import virtualenv
+    from metaq.testing.pypeer import peer_python
 
-    python = virtualenv("pykafka-2.8.0", ["pykafka==2.8.0"])  # pins kazoo 2.5.0: not in metaq's environment
+    python = peer_python("pykafka-2.8.0")  # pins kazoo 2.5.0: not in metaq's environment
     bootstrap = shared.broker.bootstrap
     topic = shared.topic("pykafka", partitions=2)
     out = subprocess.run([str(python), "-c", PYKAFKA_SCRIPT, bootstrap, shared.zk_connect, topic, "pk-group"],
