@@ -4,9 +4,11 @@ same produce sequence compacted by Apache Kafka 3.9: the surviving key -> (offse
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 import pytest
@@ -314,4 +316,96 @@ def test_a_follower_replicates_a_cleaned_leader_and_takes_over(zk_server, tmp_pa
         latest = {key: (offset, value) for offset, key, value in produced}
         assert {key: (offset, value) for offset, key, value in records} == latest
     finally:
+        cluster.stop()
+
+
+class SteadyKeyedLoad:
+    """An idempotent acks=all producer writing versions of 50 keys in a thread until stopped: the value of key k
+    carries its version, so the last acknowledged version of each key is known."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
+                                                   "enable.idempotence": True, "message.timeout.ms": 60000})
+        self._topic = topic
+        self.acked: dict[bytes, int] = {}
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="steady-keyed-load", daemon=True)
+        self._thread.start()
+
+    def _report(self, err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+        else:
+            key = msg.key()
+            self.acked[key] = max(self.acked.get(key, -1), int(msg.value().split(b"-")[1]))
+
+    def _run(self) -> None:
+        version = 0
+        while not self._stop.is_set():
+            for k in range(50):
+                self._producer.produce(self._topic, key=f"key-{k}".encode(), value=f"v-{version}-{k}".encode(),
+                                       on_delivery=self._report)
+            self._producer.poll(0.02)
+            version += 1
+
+    def stop(self) -> dict[bytes, int]:
+        self._stop.set()
+        self._thread.join(30)
+        assert self._producer.flush(90) == 0, "sends still unanswered after the failover"
+        return self.acked
+
+
+def latest_versions(records: Sequence[Record]) -> dict[bytes, int]:
+    latest: dict[bytes, int] = {}
+    for _, key, value in records:
+        assert key is not None and value is not None
+        latest[key] = int(value.split(b"-")[1])
+    return latest
+
+
+def test_leader_killed_while_cleaning_keeps_every_latest_value(zk_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """RF 2, acks=all under a steady keyed load: the leader is SIGKILLed while its cleaner keeps up with the writes,
+    the follower (cleaning its own copy) takes over, then the crashed broker recovers its half-cleaned log, catches
+    up and leads again. Each replica, when it leads, serves every key's last acknowledged version, at ascending
+    offsets."""
+    cluster = BrokerCluster(_chroot(zk_server.connect_string, "metaq-compaction-failover"), tmp_path)
+    load: SteadyKeyedLoad | None = None
+    try:
+        for broker_id in (0, 1):
+            cluster.add(broker_id, **BROKER)
+        admin = AdminClient({"bootstrap.servers": cluster.brokers[0].bootstrap})
+        topic = "cmp-failover"
+        admin.create_topics([NewTopic(topic, 1, 2, config=COMPACT)])[topic].result(30)
+
+        def partition() -> Any:
+            return admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+
+        wait_until(lambda: sorted(partition().isrs) == [0, 1], TIMEOUT, "both replicas in the ISR")
+        first_leader = cluster.brokers[partition().leader]
+        other = cluster.brokers[1 - first_leader.broker_id]
+        load = SteadyKeyedLoad(",".join(b.bootstrap for b in cluster.brokers), topic)
+
+        def cleaned_some() -> bool:  # offsets missing from what the leader serves: its cleaner removed them
+            offsets = [r[0] for r in consume_all(first_leader.bootstrap, topic, "read_uncommitted")]
+            return len(offsets) < offsets[-1] + 1
+
+        wait_until(cleaned_some, TIMEOUT, "the leader's cleaner at work")
+        first_leader.kill()
+        wait_until(lambda: partition().leader == other.broker_id, TIMEOUT, "the follower leads")
+        wait_until(lambda: len(load.acked) == 50 and len(list(metaq_dir(other, topic).glob("*.log"))) > 2, TIMEOUT,
+                   "writes acknowledged by the new leader")
+        acked = load.stop()
+        load = None
+        assert latest_versions(consume_all(other.bootstrap, topic)) == acked
+        first_leader.start()
+        wait_until(lambda: sorted(partition().isrs) == [0, 1], TIMEOUT, "the crashed broker back in the ISR")
+        other.stop()
+        wait_until(lambda: partition().leader == first_leader.broker_id, TIMEOUT, "the recovered broker leads")
+        records = consume_all(first_leader.bootstrap, topic)
+        assert [r[0] for r in records] == sorted({r[0] for r in records})
+        assert latest_versions(records) == acked
+    finally:
+        if load is not None:
+            load.stop()
         cluster.stop()
