@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from metaq.consumer import Consumer, ConsumerTimeoutError
 from metaq.testing.apache_kafka import V0_8, V0_10, V1_1, V3_9, ApacheKafkaBroker, kafka_params
+from metaq.testing.spark import local_session
 from metaq.testing.wait import wait_until
 
 CAPABILITY = "metaq consumer group reads old message formats"
@@ -198,3 +199,64 @@ def test_metaq_group_reads_old_message_formats(apache_kafka: Callable[..., Apach
     rows = {r["partition"]: r for r in json.loads(described.stdout)["partitions"] if r["topic"] == topic}
     assert {p: (r["offset"], r["log_end_offset"], r["lag"]) for p, r in rows.items()} == {
         p: (end, end, 0) for p, end in ends.items()}
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    with local_session("metaq-spark-legacy") as session:
+        yield session
+
+
+def _console_lines(broker: ApacheKafkaBroker, topic: str, expected: int, fallback: str | None) -> set[str]:
+    """``metaq console-consumer`` from the beginning, one kcat-style line per record."""
+    argv = [sys.executable, "-m", "metaq", "console-consumer", "--zookeeper", broker.zk_connect, "--topic", topic,
+            "--from-beginning", "--max-messages", str(expected), "--timeout-ms", "60000",
+            "--format", "%p|%o|%T|%k|%s\\n"]
+    if fallback:
+        argv += ["--property", f"broker.version.fallback={fallback}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == expected, lines
+    return set(lines)
+
+
+def _spark_rows(spark: Any, broker: ApacheKafkaBroker, topic: str, fallback: str | None
+                ) -> dict[tuple[int, int], Sent]:
+    """A batch read of the whole topic by metaq's Spark source, by ``(partition, offset)``."""
+    reader = (spark.read.format("metaq").option("zookeeper.connect", broker.zk_connect).option("subscribe", topic)
+              .option("startingOffsets", "earliest"))
+    if fallback:
+        reader = reader.option("broker.version.fallback", fallback)
+    rows = reader.load().selectExpr("partition", "offset", "key", "value",
+                                    "unix_millis(timestamp) AS ms").collect()
+    got = {(r.partition, r.offset): Sent(bytes(r.key), bytes(r.value), r.ms) for r in rows}
+    assert len(got) == len(rows), "a record read twice"
+    return got
+
+
+@pytest.mark.parametrize("case_id", PARAMS)
+def test_console_consumer_and_spark_read_old_message_formats(apache_kafka: Callable[..., ApacheKafkaBroker],
+                                                            spark: Any, case_id: str) -> None:
+    """The same brokers and formats as above, read by the console consumer and the Spark source: every key, value,
+    offset and timestamp (v0 messages have none: -1, which Spark shows as 1 ms before the epoch, as its Kafka source
+    does with the Java consumer's -1)."""
+    case = CASES[case_id]
+    broker = apache_kafka(case.version, properties=case.properties)
+    topic = f"legacy-readers-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, partitions=PARTITIONS, configs=case.topic_configs)
+    sent = _produce(broker, topic, "plain", 10)
+    sent.update(_produce(broker, topic, "gzip", 10, compression="gzip"))
+    if case.switch_format_to:
+        sent.update(_switch_format(broker, topic, case.switch_format_to))
+        sent.update(_produce(broker, topic, "after-gzip", 10, compression="gzip"))
+    assert set(_segment_magics(broker, topic)) == case.magics
+    no_timestamps = 0 in case.magics
+
+    lines = _console_lines(broker, topic, len(sent), case.fallback)
+    shown = NO_TIMESTAMP if no_timestamps else None
+    assert lines == {f"{p}|{o}|{shown if shown is not None else s.timestamp}|{s.key.decode()}|{s.value.decode()}"
+                     for (p, o), s in sent.items()}
+
+    assert _spark_rows(spark, broker, topic, case.fallback) == {
+        where: Sent(s.key, s.value, NO_TIMESTAMP if no_timestamps else s.timestamp) for where, s in sent.items()}

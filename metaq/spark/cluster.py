@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from metaq.client.cluster import ClusterClient, Leader
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
+from metaq.client.versions import DEFAULT_FALLBACK
 from metaq.errors import (
     MalformedNodeError,
     MetaqError,
@@ -61,8 +62,9 @@ class Cluster:
     def __init__(self, zookeeper_connect: str, *, client_id: str = "metaq-spark", request_timeout_ms: int = 30000,
                  session_timeout_ms: int = 10000, connection_timeout_ms: int = 10000,
                  metadata_max_age_ms: int = 1000, zk_security: ZooKeeperSecurity | None = None,
-                 security: SecurityConfig | None = None) -> None:
+                 security: SecurityConfig | None = None, broker_version_fallback: str = DEFAULT_FALLBACK) -> None:
         self.zookeeper_connect = zookeeper_connect
+        self._fallback = broker_version_fallback
         self._zk_security = zk_security
         self._security = security or SecurityConfig()
         self._client_id = client_id
@@ -84,7 +86,7 @@ class Cluster:
                    request_timeout_ms=options.request_timeout_ms, session_timeout_ms=options.zk_session_timeout_ms,
                    connection_timeout_ms=options.zk_connection_timeout_ms,
                    metadata_max_age_ms=options.metadata_max_age_ms, zk_security=options.zk_security,
-                   security=options.security)
+                   security=options.security, broker_version_fallback=options.broker_version_fallback)
 
     def __enter__(self) -> Cluster:
         return self
@@ -112,7 +114,7 @@ class Cluster:
         """The cluster client over :attr:`layout` (connections to leaders are opened on first use)."""
         if self._client is None:
             settings = ConnectionSettings(client_id=self._client_id, request_timeout_ms=self._request_timeout_ms,
-                                          security=self._security)
+                                          security=self._security, broker_version_fallback=self._fallback)
             self._client = ClusterClient(self.layout, settings, metadata_max_age_ms=self._max_age_ms)
         return self._client
 

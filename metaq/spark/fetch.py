@@ -25,6 +25,7 @@ from metaq.client.cluster import EARLIEST, LATEST, ClusterClient, list_offsets_a
 from metaq.client.connection import BrokerConnection, InFlightRequest
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
+from metaq.client.versions import DEFAULT_FALLBACK
 from metaq.errors import (
     BrokerConnectionError,
     DataLossError,
@@ -71,10 +72,12 @@ class FetchSettings:
     zk_connection_timeout_ms: int = 10000
     zk_security: ZooKeeperSecurity | None = None
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    broker_version_fallback: str = DEFAULT_FALLBACK
 
     def connection_settings(self, **limits: Any) -> ConnectionSettings:
         return ConnectionSettings(client_id=self.client_id, request_timeout_ms=self.request_timeout_ms,
-                                  security=self.security, **limits)
+                                  security=self.security, broker_version_fallback=self.broker_version_fallback,
+                                  **limits)
 
 
 def read_range(offset_range: OffsetRange, settings: FetchSettings, *,

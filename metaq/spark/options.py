@@ -26,6 +26,8 @@ Reading:
                                 (as Spark's Kafka source); ``false`` (default)
 ``fetch.max.bytes``, ``request.timeout.ms``, ``client.id``, ``metadata.max.age.ms``,
 ``zookeeper.session.timeout.ms``, ``zookeeper.connection.timeout.ms``: tuning
+``broker.version.fallback``     the API versions for brokers without ApiVersions (Kafka 0.8/0.9), as the
+                                consumer's (docs/legacy-wire.md): ``0.8.2``, ``0.9.0``, ... (default ``0.10.0``)
 ``zookeeper.auth``, ``zookeeper.ssl.*``, ``zookeeper.set.acl``, ...: the ZooKeeper client's security, as for
 every metaq process (:mod:`metaq.zksecurity`); prefer ``zookeeper.auth=file:/path`` (a file every executor
 can read) to a password in the query
@@ -52,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaq.client.security import SECRET_KEYS, SECURITY_KEYS, SecurityConfig
+from metaq.client.versions import DEFAULT_FALLBACK, fallback_versions
 from metaq.config import Secret
 from metaq.errors import ConfigError
 from metaq.spark.offset_ranges import EARLIEST, LATEST, Offsets
@@ -69,7 +72,7 @@ _READ_OPTIONS = (
     "auto.offset.reset", "maxOffsetsPerTrigger", "minPartitions", "maxPartitions", "failOnDataLoss",
     "valueFormat", "valueSchema", "fetch.max.bytes", "request.timeout.ms", "client.id", "metadata.max.age.ms",
     "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms", "keyFormat", "includeHeaders",
-    *sorted(ZOOKEEPER_CLIENT_KEYS),
+    "broker.version.fallback", *sorted(ZOOKEEPER_CLIENT_KEYS),
     *sorted(SECURITY_KEYS),
 )
 _WRITE_OPTIONS = ("zookeeper.connect", "topic", "valueFormat", "checkpointLocation", "path")
@@ -179,6 +182,7 @@ class ReadOptions:
     include_headers: bool = False
     zk_security: ZooKeeperSecurity = ZooKeeperSecurity()  # its repr() hides the secrets
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    broker_version_fallback: str = DEFAULT_FALLBACK
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any], *, streaming: bool | None,
@@ -224,7 +228,18 @@ class ReadOptions:
             include_headers=opts.boolean("includeHeaders", False),
             zk_security=_zk_security(opts),
             security=_security(opts),
+            broker_version_fallback=_fallback(opts),
         )
+
+
+def _fallback(opts: _Options) -> str:
+    """``broker.version.fallback``, checked against the releases metaq knows (the error names the option)."""
+    release = opts.get("broker.version.fallback") or DEFAULT_FALLBACK
+    try:
+        fallback_versions(release)
+    except ConfigError as e:
+        raise ConfigError(f"option 'broker.version.fallback': {e}") from None
+    return release
 
 
 def _zk_security(opts: _Options) -> ZooKeeperSecurity:

@@ -43,6 +43,7 @@ def read_options(**extra: str) -> dict[str, str]:
     (read_options(valueSchema="a INT"), "valueSchema"),
     (read_options(maxOffsetsPerTriger="10"), "maxOffsetsPerTrigger"),  # the suggestion names the right one
     (read_options(subscribe="bad topic"), "subscribe"),
+    (read_options(**{"broker.version.fallback": "0.7"}), "broker.version.fallback"),
 ])
 def test_bad_read_options_name_the_option(options: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
