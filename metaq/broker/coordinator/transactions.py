@@ -22,7 +22,13 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
-from metaq.broker.coordinator.coordinator import CoordinatorAddress, locate_coordinator
+from metaq.broker.coordinator.coordinator import (
+    COMMIT_TIMEOUT_S,
+    CoordinatorAddress,
+    Replication,
+    locate_coordinator,
+    replicate_append,
+)
 from metaq.broker.coordinator.offsets_partition import replay_records
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
 from metaq.broker.coordinator.txn_state import (
@@ -168,10 +174,14 @@ class TransactionCoordinator:
         next_producer_id: Callable[[], Awaitable[int]],
         in_thread: Callable[..., Awaitable[object]],
         append_epoch: Callable[[str, int], int | None],
+        *,
+        replication: Replication | None = None,
+        notify: Callable[[tuple[str, int]], None] = lambda _key: None,
     ) -> None:
         """``append_epoch``: the leader epoch to stamp on ``__transaction_state`` appends (the replica
-        manager's); the marker writer is given by :meth:`attach_marker_writer` once the broker's context,
-        which the writer needs and which holds this coordinator, exists."""
+        manager's); ``replication`` and ``notify``: an append is answered once the ISR has it; the marker
+        writer is given by :meth:`attach_marker_writer` once the broker's context, which the writer needs and
+        which holds this coordinator, exists."""
         self._config = config
         self._logs = logs
         self._snapshot = snapshot
@@ -184,6 +194,8 @@ class TransactionCoordinator:
         self._tasks: list[asyncio.Task[None]] = []
         self.write_markers: WriteMarkers | None = None  # metaq/broker/txn_markers.py, see attach_marker_writer
         self.append_epoch = append_epoch
+        self._replication = replication
+        self._notify = notify
 
     def attach_marker_writer(self, write_markers: WriteMarkers) -> None:
         """Where commit/abort markers go (before :meth:`start`)."""
@@ -438,6 +450,14 @@ class TransactionCoordinator:
             log.error("transactional id %r: appending to %s-%d failed: %s", txn.transactional_id,
                       TRANSACTION_TOPIC, part.partition, e)
             return ErrorCode.NOT_COORDINATOR  # as Kafka maps a failed append: the client finds the coordinator
+        code = await replicate_append(self._replication, self._notify, TRANSACTION_TOPIC, part.partition,
+                                      part.log.log_end_offset, COMMIT_TIMEOUT_S)
+        if code:
+            # as Kafka's TransactionStateManager maps them: the client retries (and finds the coordinator)
+            log.warning("transactional id %r: %s-%d append not replicated (error %d)", txn.transactional_id,
+                        TRANSACTION_TOPIC, part.partition, code)
+            return ErrorCode.NOT_COORDINATOR if code == ErrorCode.NOT_LEADER_OR_FOLLOWER \
+                else ErrorCode.COORDINATOR_NOT_AVAILABLE
         return ErrorCode.NONE
 
     # -- timeouts and expiry -----------------------------------------------------------------------

@@ -9,12 +9,12 @@ Kafka's: Write on the TransactionalId, Write on each topic added, Read on the gr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from metaq.broker.context import BrokerContext
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC
-from metaq.broker.txn_markers import write_local
+from metaq.broker.txn_markers import write_marker
 from metaq.errors import ErrorCode
 from metaq.protocol.messages import ApiRequest, ApiResponse
 from metaq.protocol.responses import (
@@ -100,7 +100,8 @@ async def end_txn(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiR
 
 
 async def txn_offset_commit(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
-    """Offsets staged for the producer's transaction: stored at its commit, dropped at its abort."""
+    """Offsets appended to ``__consumer_offsets`` inside the producer's transaction: the group's at its commit
+    marker, dropped at its abort marker (docs/transactions.md section 2)."""
     offsets = {(t.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
                for t in request.topics for p in t.partitions}
     error = _transactions_error(ctx, request.transactional_id) \
@@ -116,8 +117,10 @@ async def txn_offset_commit(ctx: BrokerContext, request: ApiRequest, version: in
             elif ctx.snapshot.partition(*tp) is None:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         staged = {tp: value for tp, value in offsets.items() if not errors[tp]}
-        if staged and ctx.txn_offsets is not None:
-            ctx.txn_offsets.stage(request.producer_id, request.group_id, staged)
+        if staged:
+            stored = await ctx.coordinator.commit_txn_offsets(request.group_id, request.producer_id,
+                                                              request.producer_epoch, staged)
+            errors.update({tp: _fenced(code, version, 3) for tp, code in stored.items()})
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), code in errors.items():
         by_topic.setdefault(topic, []).append(TocPartition(partition_index=partition, error_code=code))
@@ -133,17 +136,11 @@ async def write_txn_markers(ctx: BrokerContext, request: ApiRequest, version: in
         commit = bool(marker.transaction_result)
         topics = []
         for topic in marker.topics:
-            parts = []
-            for partition in topic.partition_indexes:
-                if denied:
-                    code = denied
-                elif topic.name == OFFSETS_TOPIC and ctx.txn_offsets is not None:
-                    code = ctx.leader_error(topic.name, partition) or await ctx.txn_offsets.complete(
-                        marker.producer_id, partition, commit)
-                else:
-                    code = write_local(ctx, marker.producer_id, marker.producer_epoch, commit,
-                                       marker.coordinator_epoch, topic.name, partition)
-                parts.append(WtmPartition(partition_index=partition, error_code=code))
-            topics.append(WtmTopic(name=topic.name, partitions=parts))
+            indexes = list(topic.partition_indexes)
+            codes = [denied] * len(indexes) if denied else await asyncio.gather(*(
+                write_marker(ctx, marker.producer_id, marker.producer_epoch, commit, marker.coordinator_epoch,
+                             topic.name, partition) for partition in indexes))
+            topics.append(WtmTopic(name=topic.name, partitions=[
+                WtmPartition(partition_index=p, error_code=c) for p, c in zip(indexes, codes, strict=True)]))
         results.append(WtmResult(producer_id=marker.producer_id, topics=topics))
     return WriteTxnMarkersResponse[version](markers=results)
