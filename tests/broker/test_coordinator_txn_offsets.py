@@ -110,3 +110,16 @@ def test_rewrite_waits_for_open_transactions(tmp_path: Path) -> None:
     replayed = _loaded(tmp_path)
     assert _committed(replayed) == 7
     assert replayed.fetch("g", [("t", 1)])[("t", 1)].offset == 29
+
+
+def test_a_plain_commit_after_the_transactional_one_wins_at_the_marker(tmp_path: Path) -> None:
+    """Kafka's olderThan: the transaction's offset replaces the group's only if it was appended later."""
+    part = _loaded(tmp_path)
+    part.append_commits("g", {("t", 1): _offset(1)})
+    part.append_txn_commits(PID, EPOCH, "g", {("t", 0): _offset(10), ("t", 1): _offset(11)})
+    part.append_commits("g", {("t", 0): _offset(3)})  # after TxnOffsetCommit, before the marker
+    _marker(part, commit=True)
+    assert (_committed(part), part.fetch("g", [("t", 1)])[("t", 1)].offset) == (3, 11)
+    part.log.close()
+    replayed = _loaded(tmp_path)
+    assert (_committed(replayed), replayed.fetch("g", [("t", 1)])[("t", 1)].offset) == (3, 11)

@@ -19,11 +19,12 @@ markers it meets, so a coordinator that takes the partition over mid-transaction
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from metaq.broker.coordinator.schema import (
     OFFSETS_TOPIC,
@@ -65,6 +66,9 @@ class CommittedOffset:
     metadata: str
     commit_timestamp: int
     expire_timestamp: int = -1
+    log_offset: int = field(default=-1, compare=False)
+    """Where the batch that wrote it starts in the partition's log (-1: unknown): a transaction's offset
+    replaces the group's at its commit marker only if it was appended later (Kafka's olderThan)."""
 
 
 GroupOffsets = dict[str, dict[TopicPartition, CommittedOffset]]
@@ -77,6 +81,7 @@ class ReplayedBatch:
 
     producer_id: int
     """The producer of a transactional batch (data or marker); NO_PRODUCER_ID for any other."""
+    base_offset: int
     commit: bool | None
     """A transaction marker: True commit, False abort; None for a data batch."""
     records: list[tuple[bytes | None, bytes | None]]
@@ -148,12 +153,12 @@ class OffsetsPartition:
             target = offsets if batch.producer_id == NO_PRODUCER_ID else pending.setdefault(batch.producer_id, {})
             for key, value in batch.records:
                 count += 1
-                self._apply(target, memberships, key, value)
+                self._apply(target, memberships, key, value, batch.base_offset)
         return Replayed(offsets, memberships, pending, count)
 
     @staticmethod
     def _apply(offsets: GroupOffsets, memberships: dict[str, GroupValue],
-               key: bytes | None, value: bytes | None) -> None:
+               key: bytes | None, value: bytes | None, log_offset: int = -1) -> None:
         if key is None:
             return
         try:
@@ -177,7 +182,7 @@ class OffsetsPartition:
             log.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, e)
             return
         offsets.setdefault(decoded.group, {})[tp] = CommittedOffset(
-            v.offset, v.metadata, v.commit_timestamp, v.expire_timestamp)
+            v.offset, v.metadata, v.commit_timestamp, v.expire_timestamp, log_offset)
 
     # -- commits and fetches -----------------------------------------------------------------------
 
@@ -186,9 +191,9 @@ class OffsetsPartition:
         records: list[tuple[bytes, bytes | None]] = [(encode_offset_key(OffsetKey(group, t, p)), encode_offset_value(
             OffsetValue(c.offset, c.metadata, c.commit_timestamp, c.expire_timestamp)))
             for (t, p), c in commits.items()]
-        self._append(records)
+        at = self._append(records)
         with self._lock:
-            self.offsets.setdefault(group, {}).update(commits)
+            self.offsets.setdefault(group, {}).update(_at(commits, at))
 
     def append_txn_commits(self, producer_id: int, producer_epoch: int, group: str,
                            commits: dict[TopicPartition, CommittedOffset]) -> None:
@@ -203,10 +208,10 @@ class OffsetsPartition:
             builder.append(now, encode_offset_key(OffsetKey(group, t, p)), encode_offset_value(
                 OffsetValue(c.offset, c.metadata, c.commit_timestamp, c.expire_timestamp)))
         batch = as_transactional(builder.build(), producer_id, producer_epoch, 0)
-        self.log.append(batch, leader_epoch=self.leader_epoch, from_coordinator=True)
+        at = self.log.append(batch, leader_epoch=self.leader_epoch, from_coordinator=True).base_offset
         self._appended_since_rewrite += len(commits)
         with self._lock:
-            self.pending.setdefault(producer_id, {}).setdefault(group, {}).update(commits)
+            self.pending.setdefault(producer_id, {}).setdefault(group, {}).update(_at(commits, at))
 
     def end_txn(self, producer_id: int, commit: bool) -> list[str]:
         """The producer's marker is in this partition's log: its pending offsets become the groups' (commit)
@@ -229,15 +234,17 @@ class OffsetsPartition:
         with self._lock:
             return self.memberships.get(group)
 
-    def _append(self, records: list[tuple[bytes, bytes | None]]) -> None:
+    def _append(self, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append the records as one batch; where it starts (-1 for none)."""
         if not records:
-            return
+            return -1
         now = int(time.time() * 1000)
         builder = BatchBuilder(1 << 30)
         for key, value in records:
             builder.append(now, key, value)
-        self.log.append(builder.build(), leader_epoch=self.leader_epoch)
+        at = self.log.append(builder.build(), leader_epoch=self.leader_epoch).base_offset
         self._appended_since_rewrite += len(records)
+        return at
 
     def fetch(self, group: str, partitions: list[TopicPartition] | None) -> dict[TopicPartition, CommittedOffset]:
         with self._lock:
@@ -322,7 +329,15 @@ def _end_txn(offsets: GroupOffsets, pending: dict[int, GroupOffsets], producer_i
     if txn is None or not commit:
         return
     for group, entries in txn.items():
-        offsets.setdefault(group, {}).update(entries)
+        stored = offsets.setdefault(group, {})
+        for tp, entry in entries.items():
+            current = stored.get(tp)
+            if current is None or current.log_offset < entry.log_offset:
+                stored[tp] = entry
+
+
+def _at(commits: dict[TopicPartition, CommittedOffset], log_offset: int) -> dict[TopicPartition, CommittedOffset]:
+    return {tp: dataclasses.replace(c, log_offset=log_offset) for tp, c in commits.items()}
 
 
 def replay_records(log_: PartitionLog) -> Iterator[tuple[bytes | None, bytes | None]]:
@@ -371,14 +386,14 @@ def _batches(data: bytes, position: int, records: list[Record]) -> Iterator[Repl
         if header.is_control:
             aborted = marker_is_abort(data[pos:pos + header.size]) if transactional else None
             if aborted is not None:
-                yield ReplayedBatch(producer_id, not aborted, [])
+                yield ReplayedBatch(producer_id, header.base_offset, not aborted, [])
             continue
         mine: list[tuple[bytes | None, bytes | None]] = []
         while index < len(records) and records[index][0] <= header.last_offset:
             if records[index][0] >= header.base_offset:
                 mine.append((records[index][2], records[index][3]))
             index += 1
-        yield ReplayedBatch(producer_id, None, mine)
+        yield ReplayedBatch(producer_id, header.base_offset, None, mine)
 
 
 def _headers(data: bytes) -> Iterator[tuple[int, BatchHeader]]:
