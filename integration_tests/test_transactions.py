@@ -14,12 +14,14 @@ import confluent_kafka
 import kafka
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer, ConsumerTimeoutError
 from metaq.protocol.records import decode_records
-from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker
+from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker, run_kafka_tool
 from metaq.testing.broker import BrokerCluster, request, topic_leaders
 from metaq.testing.wait import wait_until
 from metaq.zkclient import session
@@ -384,3 +386,70 @@ def test_kafka_python_transactional_producer(txn_broker: TxnBroker) -> None:
     finally:
         p.close(timeout=10)
     assert consume_all(txn_broker.bootstrap, topic, "read_committed", 2) == ["kc0", "kc1"]
+
+
+# ------------------------------------------------------------------ KIP-360, DescribeTransactions, ListTransactions
+
+
+def init_producer_id(bootstrap: str, transactional_id: str, version: int, producer_id: int = -1,
+                     epoch: int = -1) -> tuple[int, int, int]:
+    """(error, producer id, epoch) of an InitProducerId; from v3 with the producer id and epoch the client has."""
+    fields: dict[str, object] = {"transactional_id": transactional_id, "transaction_timeout_ms": 60000}
+    if version >= 3:
+        fields.update(producer_id=producer_id, producer_epoch=epoch)
+    answer = request(bootstrap, InitProducerIdRequest[version](**fields), InitProducerIdResponse, version)
+    return int(answer.error_code), int(answer.producer_id), int(answer.producer_epoch)
+
+
+def test_init_producer_id_bumps_the_epoch_it_is_given(txn_broker: TxnBroker) -> None:
+    """KIP-360 (InitProducerId v3+): a producer that names its producer id and epoch gets the next epoch; a retry
+    of that request (its answer lost) gets the same epoch again, not a fence; an older epoch or another
+    producer id is PRODUCER_FENCED (INVALID_PRODUCER_EPOCH for v3, as Kafka answers before KIP-588)."""
+    tid = f"kip360-{uuid.uuid4().hex[:6]}"
+    found = request(txn_broker.bootstrap, FindCoordinatorRequest[1](key=tid, key_type=1), FindCoordinatorResponse, 1)
+    assert found.error_code == 0
+    first: list[tuple[int, int, int]] = []
+    wait_until(lambda: first.append(init_producer_id(txn_broker.bootstrap, tid, 4)) or first[-1][0] == 0, 30,
+               "a producer id for a new transactional id")
+    _, pid, epoch = first[-1]
+    assert init_producer_id(txn_broker.bootstrap, tid, 4, pid, epoch) == (0, pid, epoch + 1)
+    assert init_producer_id(txn_broker.bootstrap, tid, 4, pid, epoch) == (0, pid, epoch + 1)  # a retry
+    assert init_producer_id(txn_broker.bootstrap, tid, 4, pid, epoch + 1) == (0, pid, epoch + 2)
+    assert init_producer_id(txn_broker.bootstrap, tid, 4, pid, epoch)[0] == 90  # PRODUCER_FENCED
+    assert init_producer_id(txn_broker.bootstrap, tid, 3, pid, epoch)[0] == 47  # INVALID_PRODUCER_EPOCH
+    assert init_producer_id(txn_broker.bootstrap, tid, 4, pid + 1000, epoch + 2)[0] == 90
+    assert init_producer_id(txn_broker.bootstrap, tid, 1) == (0, pid, epoch + 3)  # a new instance: no check
+
+
+@pytest.mark.apache_kafka(V3_9)
+@pytest.mark.compat("kafka-transactions list and describe (ListTransactions, DescribeTransactions)", f"Kafka {V3_9}")
+def test_kafka_transactions_tool_lists_and_describes(txn_broker: TxnBroker) -> None:
+    """Kafka 3.9's ``kafka-transactions --bootstrap-server`` against metaq: ``list`` shows an open transaction
+    (ListTransactions), ``describe`` its producer, state and partitions (FindCoordinator, DescribeTransactions)."""
+    topic = txn_broker.topic()
+    tid = f"tool-{topic}"
+    p = producer(txn_broker.bootstrap, tid)
+    try:
+        p.begin_transaction()
+        p.produce(topic, b"x", partition=1)
+        p.flush(30)
+        tool = ["--bootstrap-server", txn_broker.bootstrap]
+        listed = run_kafka_tool(V3_9, "kafka-transactions", [*tool, "list"])
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.split()[:4] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+        rows = {line.split()[0]: line.split()[1:] for line in listed.stdout.splitlines()[1:] if line.strip()}
+        assert rows[tid][0] == "0" and rows[tid][2] == "Ongoing", listed.stdout
+        pid = rows[tid][1]
+        described = run_kafka_tool(V3_9, "kafka-transactions", [*tool, "describe", "--transactional-id", tid])
+        assert described.returncode == 0, described.stderr
+        header, row = (line.split() for line in described.stdout.splitlines()[:2])
+        fields = dict(zip(header, row, strict=True))
+        assert (fields["CoordinatorId"], fields["TransactionalId"], fields["ProducerId"],
+                fields["TransactionState"], fields["TransactionTimeoutMs"], fields["TopicPartitions"]) == (
+                    "0", tid, pid, "Ongoing", "60000", f"{topic}-1"), described.stdout
+        assert int(fields["CurrentTransactionStartTimeMs"]) > 0
+        p.commit_transaction(30)
+    finally:
+        p.close()
+    unknown = run_kafka_tool(V3_9, "kafka-transactions", [*tool, "describe", "--transactional-id", "never-used"])
+    assert unknown.returncode == 1 and "failed because the ID could not be found" in unknown.stderr, unknown.stderr

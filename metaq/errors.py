@@ -296,6 +296,7 @@ class ErrorCode(IntEnum):
     PRODUCER_FENCED = 90
     UNKNOWN_TOPIC_ID = 100
     INCONSISTENT_TOPIC_ID = 103
+    TRANSACTIONAL_ID_NOT_FOUND = 105
     UNSUPPORTED_ENDPOINT_TYPE = 119
 
 
@@ -653,6 +654,11 @@ class UnknownTopicIdError(BrokerResponseError):
 class InconsistentTopicIdError(BrokerResponseError):
     """The broker's log of the partition belongs to an earlier topic of the same name (Kafka's
     InconsistentTopicIdException is an InvalidMetadataException)."""
+
+
+@_broker_error(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND)
+class TransactionalIdNotFoundError(BrokerResponseError):
+    """DescribeTransactions of a transactional id its coordinator does not know."""
 
 
 @_broker_error(ErrorCode.UNSUPPORTED_ENDPOINT_TYPE)

@@ -28,7 +28,6 @@ from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
 if TYPE_CHECKING:
     from metaq.broker.coordinator.transactions import TransactionCoordinator
     from metaq.broker.replication.manager import ReplicaManager
-    from metaq.broker.txn_markers import PendingTxnOffsets
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +57,6 @@ class BrokerContext:
     authorizer: Authorizer | None = None
     """None unless ``authorizer.class.name`` is set: then every check below allows everything."""
     transactions: TransactionCoordinator | None = None  # set by the server (docs/transactions.md)
-    txn_offsets: PendingTxnOffsets | None = None  # TxnOffsetCommit's offsets until their transaction ends
     session: Session = Session()
     """Who sent the request being handled (listener, principal, address)."""
 

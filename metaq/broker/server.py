@@ -40,7 +40,7 @@ from metaq.broker.replication.manager import ReplicaManager
 from metaq.broker.security.acl_rules import Rules
 from metaq.broker.security.authorizer import Authorizer, parse_super_users
 from metaq.broker.topics import create_topic
-from metaq.broker.txn_markers import MarkerWriter, PendingTxnOffsets
+from metaq.broker.txn_markers import MarkerWriter
 from metaq.errors import TopicError, TopicExistsError
 from metaq.metrics import MetricsServer, serve_metrics
 from metaq.metrics.broker import BrokerMetrics, ClusterState, LogState
@@ -137,13 +137,12 @@ class Broker:
                                                        config.allow_everyone_if_no_acl_found))
             await asyncio.to_thread(self.authorizer.start)
         producer_ids = ProducerIdManager(layout, config.broker_id)
-        self.transactions = self._transaction_coordinator(producer_ids)
-        txn_offsets = PendingTxnOffsets(self.coordinator)
+        self.transactions = self._transaction_coordinator(producer_ids, notifier.notify)
         context = BrokerContext(config, self.logs, self.metadata, notifier, self._auto_create, layout,
                                 self.coordinator, self.metrics, replication=self.replication,
                                 producer_ids=producer_ids, authorizer=self.authorizer,
-                                transactions=self.transactions, txn_offsets=txn_offsets)
-        self.transactions.attach_marker_writer(MarkerWriter(context, txn_offsets))
+                                transactions=self.transactions)
+        self.transactions.attach_marker_writer(MarkerWriter(context))
         self._start_metrics()
         # listeners may say port 0: advertise the port actually bound
         advertised = advertised_endpoints(config.listener_list, config.advertised_list, self.ports)
@@ -325,7 +324,8 @@ class Broker:
                         "only %d brokers are live", OFFSETS_TOPIC, factor, wanted, live)
         await self._create_and_wait(OFFSETS_TOPIC, partitions, factor)
 
-    def _transaction_coordinator(self, producer_ids: ProducerIdManager) -> TransactionCoordinator:
+    def _transaction_coordinator(self, producer_ids: ProducerIdManager,
+                                 notify: Callable[[tuple[str, int]], None]) -> TransactionCoordinator:
         """The transaction coordinator (docs/transactions.md); its marker writer is attached once the
         context exists."""
         config = self.config
@@ -339,7 +339,7 @@ class Broker:
                 id_expiration_ms=config.transactional_id_expiration_ms,
             ),
             self.logs, lambda: self.metadata.snapshot, self._create_transaction_topic, producer_ids.next_id,
-            asyncio.to_thread, self.replication.append_epoch)
+            asyncio.to_thread, self.replication.append_epoch, replication=self.replication, notify=notify)
 
     async def _create_transaction_topic(self, partitions: int) -> None:
         """``__transaction_state`` on first use, as ``__consumer_offsets`` (replication capped by live brokers)."""

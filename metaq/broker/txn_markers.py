@@ -1,22 +1,22 @@
 """Writing a transaction's end markers to its partitions (Kafka's ``TransactionMarkerChannelManager`` and the
 leader's side of WriteTxnMarkers), and the offsets a transaction commits (TxnOffsetCommit).
 
-A partition this broker leads gets its control batch appended here (:func:`write_local`); a partition led by
-another broker gets a WriteTxnMarkers request on the inter-broker listener, as Kafka's coordinator sends. A
-``__consumer_offsets`` partition gets no control batch: the group offsets staged by TxnOffsetCommit for the
-producer are stored when the transaction commits, dropped when it aborts (:class:`PendingTxnOffsets`; see
-docs/transactions.md for what that simplification means across a coordinator failover).
+A partition this broker leads gets its control batch appended here (:func:`write_marker`) and, as Kafka
+appends markers with acks -1, the marker counts as written once the partition's ISR has it; a partition led by
+another broker gets a WriteTxnMarkers request on the inter-broker listener, as Kafka's coordinator sends. In a
+``__consumer_offsets`` partition the marker ends the producer's pending transactional offsets there (the group
+coordinator's ``end_txn``, Kafka's onTransactionCompleted; docs/transactions.md section 2).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Collection
 
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 
 from metaq.broker.context import BrokerContext
-from metaq.broker.coordinator.coordinator import GroupCoordinator
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import (
@@ -30,31 +30,7 @@ from metaq.errors import (
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-
-
-class PendingTxnOffsets:
-    """Group offsets committed inside transactions, per producer id, until the transaction ends."""
-
-    def __init__(self, groups: GroupCoordinator) -> None:
-        self._groups = groups
-        self._pending: dict[int, dict[str, dict[TopicPartition, tuple[int, str]]]] = {}
-
-    def stage(self, producer_id: int, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
-        self._pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
-
-    async def complete(self, producer_id: int, offsets_partition: int, commit: bool) -> int:
-        """The marker for ``__consumer_offsets`` partition ``offsets_partition``: store (commit) or drop (abort)
-        the producer's staged offsets of the groups that map to it."""
-        groups = self._pending.get(producer_id, {})
-        error: int = ErrorCode.NONE
-        for group_id in [g for g in groups if self._groups.offsets_partition_of(g) == offsets_partition]:
-            offsets = groups.pop(group_id)
-            if commit:
-                errors = await self._groups.commit_txn_offsets(group_id, offsets)
-                error = error or next((e for e in errors.values() if e), ErrorCode.NONE)
-        if not groups:
-            self._pending.pop(producer_id, None)
-        return error
+MARKER_ACKS_TIMEOUT_S = 5.0  # how long a marker waits for the ISR before the coordinator writes it again
 
 
 def write_local(ctx: BrokerContext, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -79,28 +55,46 @@ def write_local(ctx: BrokerContext, producer_id: int, producer_epoch: int, commi
     return ErrorCode.NONE
 
 
+async def write_marker(ctx: BrokerContext, producer_id: int, producer_epoch: int, commit: bool,
+                       coordinator_epoch: int, topic: str, partition: int) -> int:
+    """:func:`write_local`, then wait for the ISR (Kafka's requiredAcks -1 for markers); in
+    ``__consumer_offsets`` the producer's pending offsets are then committed or dropped. The error code."""
+    error = write_local(ctx, producer_id, producer_epoch, commit, coordinator_epoch, topic, partition)
+    manager = ctx.replication
+    if not error and manager is not None and manager.replicated(topic, partition):
+        min_isr = await manager.min_insync_replicas(topic)
+        error = await manager.wait_replicated(topic, partition, ctx.log_for(topic, partition).log_end_offset,
+                                              min_isr, MARKER_ACKS_TIMEOUT_S)
+        if error:
+            log.warning("transaction marker for %s-%d not replicated: error %d", topic, partition, error)
+    if not error and topic == OFFSETS_TOPIC:
+        await ctx.coordinator.end_txn(producer_id, partition, commit)
+    return error
+
+
 class MarkerWriter:
     """The transaction coordinator's ``write_markers``: local partitions directly, others via their leader."""
 
-    def __init__(self, ctx: BrokerContext, pending: PendingTxnOffsets) -> None:
+    def __init__(self, ctx: BrokerContext) -> None:
         self._ctx = ctx
-        self._pending = pending
 
     async def __call__(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                        partitions: Collection[TopicPartition]) -> dict[TopicPartition, int]:
         ctx = self._ctx
         errors: dict[TopicPartition, int] = {}
         remote: dict[int, list[TopicPartition]] = {}
+        local: list[TopicPartition] = []
         for tp in partitions:
             meta = ctx.snapshot.partition(*tp)
             if meta is None:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif meta.leader != ctx.broker_id:
                 remote.setdefault(meta.leader, []).append(tp)
-            elif tp[0] == OFFSETS_TOPIC:
-                errors[tp] = await self._pending.complete(producer_id, tp[1], commit)
             else:
-                errors[tp] = write_local(ctx, producer_id, producer_epoch, commit, coordinator_epoch, *tp)
+                local.append(tp)
+        codes = await asyncio.gather(*(write_marker(ctx, producer_id, producer_epoch, commit, coordinator_epoch, *tp)
+                                       for tp in local))
+        errors.update(zip(local, codes, strict=True))
         for leader, tps in remote.items():
             errors.update(await ctx.in_thread(self._send, leader, producer_id, producer_epoch, commit,
                                               coordinator_epoch, tps))

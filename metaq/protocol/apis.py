@@ -33,10 +33,14 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
 )
 from kafka.protocol.consumer import (
     FetchRequest,
@@ -131,6 +135,8 @@ class ApiKey(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 # api key -> (request class, response class, min version, max version) served by the broker
@@ -141,7 +147,8 @@ BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
     ApiKey.LIST_OFFSETS: (ListOffsetsRequest, ListOffsetsResponse, 0, 5),
     ApiKey.METADATA: (MetadataRequest, MetadataResponse, 0, 8),  # v9+ is flexible
     ApiKey.API_VERSIONS: (ApiVersionsRequest, ApiVersionsResponse, 0, 3),
-    ApiKey.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse, 0, 1),
+    # v3: KIP-360's producer id and epoch in the request; v4: PRODUCER_FENCED; v5+ is KIP-890's
+    ApiKey.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse, 0, 4),
     ApiKey.FIND_COORDINATOR: (FindCoordinatorRequest, FindCoordinatorResponse, 0, 2),
     ApiKey.JOIN_GROUP: (JoinGroupRequest, JoinGroupResponse, 0, 5),
     ApiKey.SYNC_GROUP: (SyncGroupRequest, SyncGroupResponse, 0, 3),
@@ -159,6 +166,9 @@ BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
     ApiKey.END_TXN: (EndTxnRequest, EndTxnResponse, 0, 3),
     ApiKey.WRITE_TXN_MARKERS: (WriteTxnMarkersRequest, WriteTxnMarkersResponse, 1, 1),
     ApiKey.TXN_OFFSET_COMMIT: (TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3),
+    # kafka-transactions describe/list; ListTransactions v1 (KIP-994's duration filter) as Kafka 3.9
+    ApiKey.DESCRIBE_TRANSACTIONS: (DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0),
+    ApiKey.LIST_TRANSACTIONS: (ListTransactionsRequest, ListTransactionsResponse, 0, 1),
     # DeleteTopics 4, DeleteRecords 2, CreatePartitions 2, AlterConfigs 2, IncrementalAlterConfigs 1,
     # DescribeConfigs 1). The flexible versions among them are answered with no tagged fields.
     # Topic admin, up to the highest versions kafka-python 3.0.12 sends (librdkafka 2.16 stops at CreateTopics 4,

@@ -253,6 +253,19 @@ def with_producer(batch: bytes, producer_id: int, epoch: int, base_sequence: int
     return bytes(out)
 
 
+_ATTRIBUTES = struct.Struct(">h")
+_TRANSACTIONAL = 0x10
+
+
+def as_transactional(batch: bytes, producer_id: int, epoch: int, base_sequence: int) -> bytes:
+    """The batch as part of a transaction: :func:`with_producer` plus the transactional attribute (what a
+    group coordinator writes for TxnOffsetCommit, docs/transactions.md section 2)."""
+    out = bytearray(batch)
+    (attributes,) = _ATTRIBUTES.unpack_from(out, _ATTRIBUTES_OFFSET)
+    _ATTRIBUTES.pack_into(out, _ATTRIBUTES_OFFSET, attributes | _TRANSACTIONAL)
+    return with_producer(bytes(out), producer_id, epoch, base_sequence)
+
+
 AnyBatchBuilder = PyBatchBuilder | CompiledBatchBuilder
 BatchBuilder: type[AnyBatchBuilder] = (
     PyBatchBuilder if _CompiledBuilder is None else CompiledBatchBuilder)

@@ -43,10 +43,16 @@ from kafka.protocol.admin import (
     DescribeGroupsResponse as _DescribeGroupsResponse,
 )
 from kafka.protocol.admin import (
+    DescribeTransactionsResponse as _DescribeTransactionsResponse,
+)
+from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse as _IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.admin import (
     ListGroupsResponse as _ListGroupsResponse,
+)
+from kafka.protocol.admin import (
+    ListTransactionsResponse as _ListTransactionsResponse,
 )
 from kafka.protocol.consumer import (
     HeartbeatResponse as _HeartbeatResponse,
@@ -149,3 +155,5 @@ AddPartitionsToTxnResponse: ResponseFamily = _AddPartitionsToTxnResponse
 EndTxnResponse: ResponseFamily = _EndTxnResponse
 TxnOffsetCommitResponse: ResponseFamily = _TxnOffsetCommitResponse
 WriteTxnMarkersResponse: ResponseFamily = _WriteTxnMarkersResponse
+DescribeTransactionsResponse: ResponseFamily = _DescribeTransactionsResponse
+ListTransactionsResponse: ResponseFamily = _ListTransactionsResponse

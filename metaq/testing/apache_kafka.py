@@ -220,6 +220,7 @@ TOOL_CLASSES: dict[str, tuple[tuple[tuple[int, ...], str | None], ...]] = {
     "kafka-reassign-partitions": (((3, 5), _KT + "reassign.ReassignPartitionsCommand"),
                                   ((0,), "kafka.admin.ReassignPartitionsCommand")),
     "kafka-broker-api-versions": (((0, 10, 2), "kafka.admin.BrokerApiVersionsCommand"),),
+    "kafka-transactions": (((3, 0), _KT + "TransactionsCommand"),),  # KIP-664
     # the old consumer's tools: ConsumerOffsetChecker is gone by 1.1, the ZooKeeper offset tools from 2.0
     "kafka-consumer-offset-checker": (((1, 1), None), ((0,), "kafka.tools.ConsumerOffsetChecker")),
     "kafka-export-zk-offsets": (((2, 0), None), ((0,), "kafka.tools.ExportZkOffsets")),

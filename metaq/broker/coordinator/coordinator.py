@@ -32,7 +32,7 @@ from metaq.broker.coordinator.offsets_partition import LOADED, LOADING, Committe
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, GroupValue, StoredMember, partition_for
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import ClusterSnapshot
-from metaq.errors import ErrorCode, MessageSizeTooLargeError
+from metaq.errors import ErrorCode, InvalidProducerEpochError, MessageSizeTooLargeError
 
 log = logging.getLogger(__name__)
 
@@ -572,17 +572,32 @@ class GroupCoordinator:
             return {tp: error for tp in offsets}
         return await self._store_commits(group_id, offsets, retention_ms)
 
-    async def commit_txn_offsets(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, str]]
-                                 ) -> dict[tuple[str, int], int]:
-        """Offsets of a committed transaction (TxnOffsetCommit, then the commit marker): stored without the
-        member checks, which TxnOffsetCommit made when it staged them (docs/transactions.md)."""
+    async def commit_txn_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                                 offsets: dict[tuple[str, int], tuple[int, str]]) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit: the offsets appended to the group's offsets partition inside the producer's
+        transaction, pending until its marker (:meth:`end_txn`; docs/transactions.md section 2)."""
         error = self.check(group_id)
         if error:
             return {tp: error for tp in offsets}
-        return await self._store_commits(group_id, offsets, -1)
+        return await self._store_commits(group_id, offsets, -1, (producer_id, producer_epoch))
+
+    async def end_txn(self, producer_id: int, offsets_partition: int, commit: bool) -> None:
+        """The producer's marker was written to ``offsets_partition``: its pending offsets there become the
+        groups' (commit) or are dropped (abort), as Kafka's onTransactionCompleted. A partition still
+        loading is waited for (its replay may have ended before the marker); one not loaded here replays the
+        marker when it is."""
+        if offsets_partition in self._loads:
+            await self._loaded([offsets_partition])
+        part = self._partitions.get(offsets_partition)
+        if part is not None and part.state == LOADED:
+            groups = part.end_txn(producer_id, commit)
+            if groups:
+                log.debug("producer %d %s the offsets of groups %s", producer_id,
+                          "committed" if commit else "aborted", groups)
 
     async def _store_commits(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, str]],
-                             retention_ms: int) -> dict[tuple[str, int], int]:
+                             retention_ms: int, producer: tuple[int, int] | None = None
+                             ) -> dict[tuple[str, int], int]:
         now = int(time.time() * 1000)
         expire = now + retention_ms if retention_ms > 0 else -1
         errors = {tp: ErrorCode.OFFSET_METADATA_TOO_LARGE for tp, (_, md) in offsets.items()
@@ -592,7 +607,10 @@ class GroupCoordinator:
         part = self._partition_of(group_id)
         try:
             part.leader_epoch = self._append_epoch(part.partition)
-            part.append_commits(group_id, commits)
+            if producer is None:
+                part.append_commits(group_id, commits)
+            else:
+                part.append_txn_commits(producer[0], producer[1], group_id, commits)
             if self._config.flush_each_commit:
                 await self._in_thread(part.log.flush)
         except MessageSizeTooLargeError as e:
@@ -601,6 +619,9 @@ class GroupCoordinator:
             log.warning("group %s: an OffsetCommit of %d partitions is too large for %s: %s", group_id,
                         len(offsets), OFFSETS_TOPIC, e)
             return {tp: ErrorCode.INVALID_COMMIT_OFFSET_SIZE for tp in offsets}
+        except InvalidProducerEpochError as e:
+            log.warning("group %s: transactional offsets refused: %s", group_id, e)
+            return {tp: ErrorCode.PRODUCER_FENCED for tp in offsets}
         except Exception as e:
             log.error("group %s: appending offsets to %s-%d failed: %s", group_id, OFFSETS_TOPIC, part.partition, e)
             return {tp: ErrorCode.KAFKA_STORAGE_ERROR for tp in offsets}
@@ -808,6 +829,19 @@ async def locate_coordinator(snapshot_of: Callable[[], ClusterSnapshot], topic: 
     if meta is None or address is None:
         return CoordinatorAddress(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     return CoordinatorAddress(ErrorCode.NONE, meta.leader, address[0], address[1])
+
+
+async def replicate_append(replication: Replication | None, notify: Callable[[tuple[str, int]], None], topic: str,
+                           partition: int, end_offset: int, timeout_s: float) -> int:
+    """After a coordinator's append to a replicated internal partition it leads: move the HW of a leader alone
+    in its ISR, wake the followers' long polls and wait until the ISR has ``end_offset`` (Kafka's
+    requiredAcks -1 for ``__transaction_state``). 0, or the replication error."""
+    if replication is None or not replication.replicated(topic, partition):
+        return ErrorCode.NONE
+    replication.leader_appended(topic, partition)
+    notify((topic, partition))
+    min_isr = await replication.min_insync_replicas(topic)
+    return await replication.wait_replicated(topic, partition, end_offset, min_isr, timeout_s)
 
 
 def _fail_member(member: Member, error: int) -> None:

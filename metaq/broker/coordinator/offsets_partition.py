@@ -9,15 +9,22 @@ A commit is appended to the partition's log first and only then applied to the i
 acknowledged commit is on disk (and, with the broker's flush policy, fsynced). The log does not grow
 without bound: when enough records were appended since the last rewrite, the live offsets are written
 again at the head of a fresh segment and every older segment is deleted (snapshot compaction).
+
+Offsets committed inside a transaction (TxnOffsetCommit) are appended at once as a transactional batch carrying
+the producer id and epoch, kept pending per producer id, and become the group's offsets when the producer's
+commit marker is written to this partition (dropped at its abort marker); a replay does the same with the
+markers it meets, so a coordinator that takes the partition over mid-transaction has the pending offsets
+(Kafka's GroupMetadataManager; docs/transactions.md section 2). The rewrite waits while any are pending.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from metaq.broker.coordinator.schema import (
     OFFSETS_TOPIC,
@@ -35,8 +42,9 @@ from metaq.broker.coordinator.schema import (
 )
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.errors import CorruptRecordError
-from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header
-from metaq.protocol.builder import BatchBuilder
+from metaq.protocol.batches import BATCH_HEADER_SIZE, BatchHeader, read_header
+from metaq.protocol.builder import BatchBuilder, as_transactional
+from metaq.protocol.control import marker_is_abort
 from metaq.protocol.records import DecodeResult, Record, decode_records
 
 log = logging.getLogger(__name__)
@@ -49,6 +57,7 @@ REPLAY_READ_BYTES = 1 << 20
 COMPACT_MIN_RECORDS = 10000  # rewrite once this many records (and at least 2x the live offsets) were appended
 
 TopicPartition = tuple[str, int]
+NO_PRODUCER_ID = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +66,36 @@ class CommittedOffset:
     metadata: str
     commit_timestamp: int
     expire_timestamp: int = -1
+    log_offset: int = field(default=-1, compare=False)
+    """Where the batch that wrote it starts in the partition's log (-1: unknown): a transaction's offset
+    replaces the group's at its commit marker only if it was appended later (Kafka's olderThan)."""
+
+
+GroupOffsets = dict[str, dict[TopicPartition, CommittedOffset]]
+"""Offsets by group, then by topic-partition."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedBatch:
+    """One batch of an internal topic's partition as a coordinator replays it."""
+
+    producer_id: int
+    """The producer of a transactional batch (data or marker); NO_PRODUCER_ID for any other."""
+    base_offset: int
+    commit: bool | None
+    """A transaction marker: True commit, False abort; None for a data batch."""
+    records: list[tuple[bytes | None, bytes | None]]
+    """(key, value) of its records; none for a marker."""
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """What a replay of an offsets partition found."""
+
+    offsets: GroupOffsets
+    memberships: dict[str, GroupValue]
+    pending: dict[int, GroupOffsets]
+    records: int
 
 
 class OffsetsPartition:
@@ -69,8 +108,9 @@ class OffsetsPartition:
         self.log = log_
         self.partition = log_.partition
         self.state = LOADING
-        self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        self.offsets: GroupOffsets = {}
         self.memberships: dict[str, GroupValue] = {}  # each group's last stored membership
+        self.pending: dict[int, GroupOffsets] = {}  # producer id -> offsets of its open transaction
         self._appended_since_rewrite = 0
         self.leader_epoch: int | None = None  # stamped on appends when the partition is replicated (KIP-101)
         self._lock = threading.Lock()  # replay runs on a worker thread; everything else on the event loop
@@ -85,31 +125,40 @@ class OffsetsPartition:
         """Replay the log into the cache (blocking; run on a worker thread)."""
         started = time.monotonic()
         try:
-            offsets, memberships, count = self._replay()
+            replayed = self._replay()
         except Exception:
             log.exception("loading %s-%d failed", OFFSETS_TOPIC, self.partition)
             self._set_state(FAILED)
             return
         with self._lock:
-            self.offsets = offsets
-            self.memberships = memberships
-            self._appended_since_rewrite = count
+            self.offsets = replayed.offsets
+            self.memberships = replayed.memberships
+            self.pending = replayed.pending
+            self._appended_since_rewrite = replayed.records
         self._set_state(LOADED)
-        log.info("loaded %d offsets of %d groups from %s-%d in %.3fs", sum(map(len, offsets.values())),
-                 len(offsets), OFFSETS_TOPIC, self.partition, time.monotonic() - started)
+        log.info("loaded %d offsets of %d groups (%d open transactions) from %s-%d in %.3fs",
+                 sum(map(len, replayed.offsets.values())), len(replayed.offsets), len(replayed.pending),
+                 OFFSETS_TOPIC, self.partition, time.monotonic() - started)
 
-    def _replay(self) -> tuple[dict[str, dict[TopicPartition, CommittedOffset]], dict[str, GroupValue], int]:
-        offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+    def _replay(self) -> Replayed:
+        """Kafka's loadGroupsAndOffsets: a transactional batch's offsets wait for the producer's marker."""
+        offsets: GroupOffsets = {}
         memberships: dict[str, GroupValue] = {}
+        pending: dict[int, GroupOffsets] = {}
         count = 0
-        for key, value in replay_records(self.log):
-            count += 1
-            self._apply(offsets, memberships, key, value)
-        return offsets, memberships, count
+        for batch in replay_batches(self.log):
+            if batch.commit is not None:
+                _end_txn(offsets, pending, batch.producer_id, batch.commit)
+                continue
+            target = offsets if batch.producer_id == NO_PRODUCER_ID else pending.setdefault(batch.producer_id, {})
+            for key, value in batch.records:
+                count += 1
+                self._apply(target, memberships, key, value, batch.base_offset)
+        return Replayed(offsets, memberships, pending, count)
 
     @staticmethod
-    def _apply(offsets: dict[str, dict[TopicPartition, CommittedOffset]], memberships: dict[str, GroupValue],
-               key: bytes | None, value: bytes | None) -> None:
+    def _apply(offsets: GroupOffsets, memberships: dict[str, GroupValue],
+               key: bytes | None, value: bytes | None, log_offset: int = -1) -> None:
         if key is None:
             return
         try:
@@ -133,7 +182,7 @@ class OffsetsPartition:
             log.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, e)
             return
         offsets.setdefault(decoded.group, {})[tp] = CommittedOffset(
-            v.offset, v.metadata, v.commit_timestamp, v.expire_timestamp)
+            v.offset, v.metadata, v.commit_timestamp, v.expire_timestamp, log_offset)
 
     # -- commits and fetches -----------------------------------------------------------------------
 
@@ -142,9 +191,35 @@ class OffsetsPartition:
         records: list[tuple[bytes, bytes | None]] = [(encode_offset_key(OffsetKey(group, t, p)), encode_offset_value(
             OffsetValue(c.offset, c.metadata, c.commit_timestamp, c.expire_timestamp)))
             for (t, p), c in commits.items()]
-        self._append(records)
+        at = self._append(records)
         with self._lock:
-            self.offsets.setdefault(group, {}).update(commits)
+            self.offsets.setdefault(group, {}).update(_at(commits, at))
+
+    def append_txn_commits(self, producer_id: int, producer_epoch: int, group: str,
+                           commits: dict[TopicPartition, CommittedOffset]) -> None:
+        """TxnOffsetCommit: append the offsets as a transactional batch of the producer (Kafka's storeOffsets
+        with a producer id), then hold them pending until its marker (:meth:`end_txn`). Raises, changing
+        nothing, if the append fails (InvalidProducerEpochError for a producer fenced here by a marker)."""
+        if not commits:
+            return
+        now = int(time.time() * 1000)
+        builder = BatchBuilder(1 << 30)
+        for (t, p), c in commits.items():
+            builder.append(now, encode_offset_key(OffsetKey(group, t, p)), encode_offset_value(
+                OffsetValue(c.offset, c.metadata, c.commit_timestamp, c.expire_timestamp)))
+        batch = as_transactional(builder.build(), producer_id, producer_epoch, 0)
+        at = self.log.append(batch, leader_epoch=self.leader_epoch, from_coordinator=True).base_offset
+        self._appended_since_rewrite += len(commits)
+        with self._lock:
+            self.pending.setdefault(producer_id, {}).setdefault(group, {}).update(_at(commits, at))
+
+    def end_txn(self, producer_id: int, commit: bool) -> list[str]:
+        """The producer's marker is in this partition's log: its pending offsets become the groups' (commit)
+        or are dropped (abort), as Kafka's handleTxnCompletion. Returns the groups whose offsets it held."""
+        with self._lock:
+            groups = list(self.pending.get(producer_id, {}))
+            _end_txn(self.offsets, self.pending, producer_id, commit)
+        return groups
 
     def store_membership(self, group: str, value: GroupValue | None) -> None:
         """Append the group's membership (None: a tombstone), then update the cache."""
@@ -159,15 +234,17 @@ class OffsetsPartition:
         with self._lock:
             return self.memberships.get(group)
 
-    def _append(self, records: list[tuple[bytes, bytes | None]]) -> None:
+    def _append(self, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append the records as one batch; where it starts (-1 for none)."""
         if not records:
-            return
+            return -1
         now = int(time.time() * 1000)
         builder = BatchBuilder(1 << 30)
         for key, value in records:
             builder.append(now, key, value)
-        self.log.append(builder.build(), leader_epoch=self.leader_epoch)
+        at = self.log.append(builder.build(), leader_epoch=self.leader_epoch).base_offset
         self._appended_since_rewrite += len(records)
+        return at
 
     def fetch(self, group: str, partitions: list[TopicPartition] | None) -> dict[TopicPartition, CommittedOffset]:
         with self._lock:
@@ -225,6 +302,8 @@ class OffsetsPartition:
         with self._lock:
             live = [(g, tp, c) for g, entries in self.offsets.items() for tp, c in entries.items()]
             memberships = list(self.memberships.items())
+            if self.pending:
+                return False  # their transactional records must stay until their markers: rewrite later
         if self._appended_since_rewrite < max(COMPACT_MIN_RECORDS, 2 * (len(live) + len(memberships))):
             return False
         self.log.roll("offsets compaction")
@@ -244,9 +323,35 @@ class OffsetsPartition:
         return True
 
 
+def _end_txn(offsets: GroupOffsets, pending: dict[int, GroupOffsets], producer_id: int, commit: bool) -> None:
+    """A marker of ``producer_id``: its pending offsets into ``offsets`` (commit) or gone (abort)."""
+    txn = pending.pop(producer_id, None)
+    if txn is None or not commit:
+        return
+    for group, entries in txn.items():
+        stored = offsets.setdefault(group, {})
+        for tp, entry in entries.items():
+            current = stored.get(tp)
+            if current is None or current.log_offset < entry.log_offset:
+                stored[tp] = entry
+
+
+def _at(commits: dict[TopicPartition, CommittedOffset], log_offset: int) -> dict[TopicPartition, CommittedOffset]:
+    return {tp: dataclasses.replace(c, log_offset=log_offset) for tp, c in commits.items()}
+
+
 def replay_records(log_: PartitionLog) -> Iterator[tuple[bytes | None, bytes | None]]:
-    """(key, value) of every record of an internal topic's partition, oldest first: what a coordinator
-    replays when it takes the partition over (``__consumer_offsets``, ``__transaction_state``)."""
+    """(key, value) of every data record of an internal topic's partition, oldest first: what a coordinator
+    replays when it takes the partition over (``__transaction_state``; ``__consumer_offsets`` needs the
+    batches, :func:`replay_batches`)."""
+    for batch in replay_batches(log_):
+        if batch.commit is None:
+            yield from batch.records
+
+
+def replay_batches(log_: PartitionLog) -> Iterator[ReplayedBatch]:
+    """Every batch of an internal topic's partition, oldest first, with its transaction (producer id,
+    marker) and its records; unreadable batches are skipped (logged)."""
     position = log_.log_start_offset
     end = log_.log_end_offset
     max_bytes = REPLAY_READ_BYTES
@@ -265,9 +370,44 @@ def replay_records(log_: PartitionLog) -> Iterator[tuple[bytes | None, bytes | N
         if result.next_offset is None:
             max_bytes *= 2  # a batch larger than the read: read more
             continue
-        for _, _, key, value, _ in result.records:
-            yield key, value
+        yield from _batches(data, position, result.records)
         position = max(result.next_offset, position + 1)
+
+
+def _batches(data: bytes, position: int, records: list[Record]) -> Iterator[ReplayedBatch]:
+    """The complete batches of ``data`` (read from offset ``position``) with their share of ``records``,
+    the decoded records of ``data`` in offset order (those of undecodable batches missing)."""
+    index = 0
+    for pos, header in _headers(data):
+        if header.next_offset <= position:
+            continue
+        transactional = header.is_transactional and header.producer_id != NO_PRODUCER_ID
+        producer_id = header.producer_id if transactional else NO_PRODUCER_ID
+        if header.is_control:
+            aborted = marker_is_abort(data[pos:pos + header.size]) if transactional else None
+            if aborted is not None:
+                yield ReplayedBatch(producer_id, header.base_offset, not aborted, [])
+            continue
+        mine: list[tuple[bytes | None, bytes | None]] = []
+        while index < len(records) and records[index][0] <= header.last_offset:
+            if records[index][0] >= header.base_offset:
+                mine.append((records[index][2], records[index][3]))
+            index += 1
+        yield ReplayedBatch(producer_id, header.base_offset, None, mine)
+
+
+def _headers(data: bytes) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each complete batch at the start of ``data``."""
+    pos = 0
+    while len(data) - pos >= BATCH_HEADER_SIZE:
+        try:
+            header = read_header(data, pos)
+        except CorruptRecordError:
+            return
+        if pos + header.size > len(data):
+            return
+        yield pos, header
+        pos += header.size
 
 
 def _decode_batch_by_batch(data: bytes, position: int, name: str) -> DecodeResult:

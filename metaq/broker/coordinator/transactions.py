@@ -22,7 +22,13 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
-from metaq.broker.coordinator.coordinator import CoordinatorAddress, locate_coordinator
+from metaq.broker.coordinator.coordinator import (
+    COMMIT_TIMEOUT_S,
+    CoordinatorAddress,
+    Replication,
+    locate_coordinator,
+    replicate_append,
+)
 from metaq.broker.coordinator.offsets_partition import replay_records
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
 from metaq.broker.coordinator.txn_state import (
@@ -36,6 +42,7 @@ from metaq.broker.coordinator.txn_state import (
     PREPARE_ABORT,
     PREPARE_COMMIT,
     PREPARE_EPOCH_FENCE,
+    STATE_IDS,
     TopicPartition,
     TxnMetadata,
     decode_key,
@@ -135,6 +142,14 @@ class TxnStatePartition:
             else:
                 self.txns[txn.transactional_id] = txn
 
+    def restore(self, transactional_id: str, txn: TxnMetadata | None) -> None:
+        """Use ``txn`` again (None: forget the id) after a stored change the ISR did not take."""
+        with self._lock:
+            if txn is None:
+                self.txns.pop(transactional_id, None)
+            else:
+                self.txns[transactional_id] = txn
+
     def _append(self, records: list[tuple[bytes, bytes | None]]) -> None:
         builder = BatchBuilder(1 << 30)
         now = int(time.time() * 1000)
@@ -168,10 +183,14 @@ class TransactionCoordinator:
         next_producer_id: Callable[[], Awaitable[int]],
         in_thread: Callable[..., Awaitable[object]],
         append_epoch: Callable[[str, int], int | None],
+        *,
+        replication: Replication | None = None,
+        notify: Callable[[tuple[str, int]], None] = lambda _key: None,
     ) -> None:
         """``append_epoch``: the leader epoch to stamp on ``__transaction_state`` appends (the replica
-        manager's); the marker writer is given by :meth:`attach_marker_writer` once the broker's context,
-        which the writer needs and which holds this coordinator, exists."""
+        manager's); ``replication`` and ``notify``: an append is answered once the ISR has it; the marker
+        writer is given by :meth:`attach_marker_writer` once the broker's context, which the writer needs and
+        which holds this coordinator, exists."""
         self._config = config
         self._logs = logs
         self._snapshot = snapshot
@@ -184,6 +203,8 @@ class TransactionCoordinator:
         self._tasks: list[asyncio.Task[None]] = []
         self.write_markers: WriteMarkers | None = None  # metaq/broker/txn_markers.py, see attach_marker_writer
         self.append_epoch = append_epoch
+        self._replication = replication
+        self._notify = notify
 
     def attach_marker_writer(self, write_markers: WriteMarkers) -> None:
         """Where commit/abort markers go (before :meth:`start`)."""
@@ -274,10 +295,12 @@ class TransactionCoordinator:
 
     # -- InitProducerId ----------------------------------------------------------------------------
 
-    async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> ProducerIdAndEpoch:
-        """Kafka's handleInitProducerId (without KIP-360's producer id and epoch in the request): a new
-        transactional id gets a producer id, a known one the next epoch, which fences the older instance; a
-        transaction that instance left open is aborted first (the client retries CONCURRENT_TRANSACTIONS)."""
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                               expected: tuple[int, int] | None = None) -> ProducerIdAndEpoch:
+        """Kafka's handleInitProducerId: a new transactional id gets a producer id, a known one the next epoch,
+        which fences the older instance; a transaction that instance left open is aborted first (the client
+        retries CONCURRENT_TRANSACTIONS). ``expected``: the (producer id, epoch) the client has (KIP-360,
+        InitProducerId v3+), checked by :func:`_bump`."""
         if timeout_ms <= 0 or timeout_ms > self._config.max_timeout_ms:
             return ProducerIdAndEpoch(ErrorCode.INVALID_TRANSACTION_TIMEOUT)
         error, part = await self._ready(transactional_id)
@@ -291,21 +314,42 @@ class TransactionCoordinator:
                                   frozenset(), -1, now)
             elif txn.completing:
                 return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
+            elif expected is not None and not _expected_id(txn, expected):
+                return ProducerIdAndEpoch(ErrorCode.PRODUCER_FENCED)
             elif txn.state in (ONGOING, PREPARE_EPOCH_FENCE):
                 await self._fence_and_abort(part, txn, "a new producer instance started")
                 return ProducerIdAndEpoch(ErrorCode.CONCURRENT_TRANSACTIONS)
-            elif txn.producer_epoch >= MAX_EPOCH - 1:  # epoch exhausted: a new producer id
-                new = txn.transition(EMPTY, now, producer_id=await self._next_producer_id(), producer_epoch=0,
-                                     timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1)
             else:
-                new = txn.transition(EMPTY, now, producer_epoch=txn.producer_epoch + 1, timeout_ms=timeout_ms,
-                                     partitions=frozenset(), start_ms=-1)
+                bumped = await self._bump(txn, timeout_ms, expected, now)
+                if isinstance(bumped, int):
+                    return ProducerIdAndEpoch(bumped)
+                if bumped is txn:  # a retry of a bump that was done: its answer again
+                    return ProducerIdAndEpoch(ErrorCode.NONE, txn.producer_id, txn.producer_epoch)
+                new = bumped
             error = await self._store(part, new)
             if error:
                 return ProducerIdAndEpoch(error)
             log.info("transactional id %r: producer id %d, epoch %d", transactional_id, new.producer_id,
                      new.producer_epoch)
             return ProducerIdAndEpoch(ErrorCode.NONE, new.producer_id, new.producer_epoch)
+
+    async def _bump(self, txn: TxnMetadata, timeout_ms: int, expected: tuple[int, int] | None, now: int
+                    ) -> TxnMetadata | int:
+        """The next epoch of a transactional id with no open transaction, or a new producer id when the epoch
+        is exhausted (Kafka's prepareIncrementProducerEpoch / prepareProducerIdRotation). With KIP-360's
+        ``expected`` epoch: the current one is bumped, the one before the last bump is a retry (``txn``
+        itself returned), any other is PRODUCER_FENCED (the error code returned)."""
+        reset: dict[str, object] = {"timeout_ms": timeout_ms, "partitions": frozenset(), "start_ms": -1}
+        if txn.producer_epoch >= MAX_EPOCH - 1 and (expected is None or expected[1] == txn.producer_epoch):
+            return txn.transition(EMPTY, now, producer_id=await self._next_producer_id(), producer_epoch=0,
+                                  previous_producer_id=txn.producer_id if expected else -1,
+                                  last_producer_epoch=txn.producer_epoch if expected else NO_EPOCH, **reset)
+        if expected is None or txn.producer_epoch == NO_EPOCH or expected[1] == txn.producer_epoch:
+            return txn.transition(EMPTY, now, producer_epoch=txn.producer_epoch + 1,
+                                  last_producer_epoch=txn.producer_epoch if expected else NO_EPOCH, **reset)
+        if expected[1] == txn.last_producer_epoch:
+            return txn
+        return ErrorCode.PRODUCER_FENCED
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn -------------------------------------------------------
 
@@ -420,7 +464,11 @@ class TransactionCoordinator:
             await asyncio.sleep(MARKER_RETRY_S)
         done = txn.transition(COMPLETE_COMMIT if commit else COMPLETE_ABORT, _now_ms(), partitions=frozenset(),
                               start_ms=-1)
-        return await self._store(part, done)
+        while True:  # as Kafka's marker channel retries the completion's append until it is replicated
+            error = await self._store(part, done)
+            if error != ErrorCode.COORDINATOR_NOT_AVAILABLE or self._partitions.get(part.partition) is not part:
+                return error
+            await asyncio.sleep(MARKER_RETRY_S)
 
     async def _resume(self, part: TxnStatePartition, transactional_id: str) -> None:
         async with self._lock(transactional_id):
@@ -431,6 +479,9 @@ class TransactionCoordinator:
                 await self._complete(part, txn)
 
     async def _store(self, part: TxnStatePartition, txn: TxnMetadata) -> int:
+        """Append ``txn`` and use it once the ISR has it; an append the ISR does not take within the timeout
+        leaves the previous state in use (as Kafka drops a pending transition whose append failed)."""
+        previous = part.txns.get(txn.transactional_id)
         try:
             part.leader_epoch = self.append_epoch(TRANSACTION_TOPIC, part.partition)
             part.store(txn)
@@ -438,7 +489,53 @@ class TransactionCoordinator:
             log.error("transactional id %r: appending to %s-%d failed: %s", txn.transactional_id,
                       TRANSACTION_TOPIC, part.partition, e)
             return ErrorCode.NOT_COORDINATOR  # as Kafka maps a failed append: the client finds the coordinator
+        code = await replicate_append(self._replication, self._notify, TRANSACTION_TOPIC, part.partition,
+                                      part.log.log_end_offset, COMMIT_TIMEOUT_S)
+        if code:
+            # as Kafka's TransactionStateManager maps them: the client retries (and finds the coordinator)
+            log.warning("transactional id %r: %s-%d append not replicated (error %d)", txn.transactional_id,
+                        TRANSACTION_TOPIC, part.partition, code)
+            part.restore(txn.transactional_id, previous)
+            return ErrorCode.NOT_COORDINATOR if code == ErrorCode.NOT_LEADER_OR_FOLLOWER \
+                else ErrorCode.COORDINATOR_NOT_AVAILABLE
         return ErrorCode.NONE
+
+    # -- DescribeTransactions, ListTransactions ----------------------------------------------------
+
+    async def describe(self, transactional_id: str) -> tuple[int, TxnMetadata | None]:
+        """Kafka's handleDescribeTransactions: (0, the id's state), or the error (TRANSACTIONAL_ID_NOT_FOUND
+        for an id this coordinator does not know)."""
+        error, part = await self._ready(transactional_id)
+        if error or part is None:
+            return error, None
+        txn = part.txns.get(transactional_id)
+        if txn is None or txn.state == DEAD:
+            return ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, None
+        return ErrorCode.NONE, txn
+
+    async def list_transactions(self, states: Collection[str], producer_ids: Collection[int],
+                                min_duration_ms: int) -> tuple[list[str], list[TxnMetadata]]:
+        """Kafka's listTransactionStates over the ``__transaction_state`` partitions this broker leads (their
+        loads waited for): (the unknown state names of ``states``, the transactions that match every filter
+        given: one of ``states``, one of ``producer_ids``, open longer than ``min_duration_ms`` if >= 0)."""
+        snapshot = self._snapshot()
+        self._resign(snapshot)
+        led = {i: meta.leader_epoch for i, meta in (snapshot.topics.get(TRANSACTION_TOPIC) or {}).items()
+               if meta.leader == self._config.broker_id}
+        parts = [self._partition(i, epoch) for i, epoch in led.items()]
+        loading = [self._loads[i] for i in led if i in self._loads]
+        if loading:
+            await asyncio.wait([asyncio.shield(t) for t in loading])
+        unknown = [s for s in states if s not in STATE_IDS]
+        now = _now_ms()
+
+        def wanted(txn: TxnMetadata) -> bool:
+            return txn.state != DEAD and (not producer_ids or txn.producer_id in producer_ids) \
+                and (not states or txn.state in states) \
+                and (min_duration_ms < 0 or now - txn.start_ms > min_duration_ms)
+
+        found = [txn for part in parts if part.state == LOADED for txn in part.txns.values() if wanted(txn)]
+        return unknown, sorted(found, key=lambda t: t.transactional_id)
 
     # -- timeouts and expiry -----------------------------------------------------------------------
 
@@ -476,6 +573,15 @@ class TransactionCoordinator:
                 return 0
             await action(part, txn)
             return 1
+
+
+def _expected_id(txn: TxnMetadata, expected: tuple[int, int]) -> bool:
+    """KIP-360: the client's producer id may bump ``txn``'s epoch: it is the current one, or the previous one
+    with an exhausted epoch (a retry after the rotation), or the id has no epoch yet (Kafka's
+    isValidProducerId)."""
+    producer_id, epoch = expected
+    return txn.producer_epoch == NO_EPOCH or producer_id == txn.producer_id \
+        or (producer_id == txn.previous_producer_id and epoch >= MAX_EPOCH - 1)
 
 
 def _now_ms() -> int:

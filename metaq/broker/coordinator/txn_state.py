@@ -74,6 +74,11 @@ class TxnMetadata:
     partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
     start_ms: int = -1
     last_update_ms: int = -1
+    last_producer_epoch: int = NO_EPOCH
+    """The epoch before the last bump asked for with KIP-360's expected epoch (in memory only, as Kafka 3.9's
+    ``lastProducerEpoch``): a retry of that InitProducerId gets the current epoch instead of a fence."""
+    previous_producer_id: int = -1
+    """The producer id before an epoch exhaustion replaced it on such a request (Kafka's ``lastProducerId``)."""
 
     def transition(self, state: str, now_ms: int, **changes: object) -> TxnMetadata:
         """This metadata moved to ``state`` (with other fields changed); InvalidTransition if not allowed."""

@@ -63,6 +63,8 @@ HANDLERS: dict[ApiKey, MessageHandler] = {
     ApiKey.END_TXN: transactions.end_txn,
     ApiKey.WRITE_TXN_MARKERS: transactions.write_txn_markers,
     ApiKey.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
+    ApiKey.DESCRIBE_TRANSACTIONS: transactions.describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: transactions.list_transactions,
 }
 
 RESPONDERS: dict[ApiKey, Handler] = {

@@ -1,10 +1,12 @@
-"""InitProducerId v0..1, so that idempotent producers (Java's and kafka-python's default) can start.
+"""InitProducerId v0..4, so that idempotent producers (Java's and kafka-python's default) can start.
 
 Producer ids come from blocks claimed in ZooKeeper (metaq/broker/producer_ids.py), unique across the cluster;
 every partition deduplicates and orders an idempotent producer's batches (metaq/broker/log/producer_state.py).
 With a transactional id the transaction coordinator answers (metaq/broker/coordinator/transactions.py):
-the id's producer id with its next epoch, fencing older instances (docs/transactions.md). Versions below 4
-get INVALID_PRODUCER_EPOCH for PRODUCER_FENCED, as Kafka's KafkaApis answers them.
+the id's producer id with its next epoch, fencing older instances (docs/transactions.md). From v3 (KIP-360) the
+request may carry the producer id and epoch the client has: a transactional producer bumps its own epoch to
+recover from an abortable error; an idempotent one simply gets a new producer id, as from Kafka. Versions
+below 4 get INVALID_PRODUCER_EPOCH for PRODUCER_FENCED, as Kafka's KafkaApis answers them.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiRe
             return answer(denied)
         if ctx.transactions is None:
             return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        result = await ctx.transactions.init_producer_id(request.transactional_id, request.transaction_timeout_ms)
+        expected = (request.producer_id, request.producer_epoch) if version >= 3 and request.producer_id >= 0 \
+            else None
+        result = await ctx.transactions.init_producer_id(request.transactional_id, request.transaction_timeout_ms,
+                                                         expected)
         error = result.error_code
         if error == ErrorCode.PRODUCER_FENCED and version < 4:
             error = ErrorCode.INVALID_PRODUCER_EPOCH

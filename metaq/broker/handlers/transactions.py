@@ -1,26 +1,29 @@
-"""AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit and WriteTxnMarkers: thin codecs around the
-transaction coordinator (metaq/broker/coordinator/transactions.py) and the marker writer
-(metaq/broker/txn_markers.py); docs/transactions.md.
+"""AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, WriteTxnMarkers, DescribeTransactions and
+ListTransactions: thin codecs around the transaction coordinator (metaq/broker/coordinator/transactions.py)
+and the marker writer (metaq/broker/txn_markers.py); docs/transactions.md.
 
 Clients of versions that predate PRODUCER_FENCED (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn below v2,
 TxnOffsetCommit below v3) get INVALID_PRODUCER_EPOCH instead, as Kafka's KafkaApis answers them. ACLs as
-Kafka's: Write on the TransactionalId, Write on each topic added, Read on the group of offsets.
+Kafka's: Write on the TransactionalId, Write on each topic added, Read on the group of offsets; Describe on
+the TransactionalId to describe or list it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from metaq.broker.context import BrokerContext
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC
-from metaq.broker.txn_markers import write_local
+from metaq.broker.txn_markers import write_marker
 from metaq.errors import ErrorCode
 from metaq.protocol.messages import ApiRequest, ApiResponse
 from metaq.protocol.responses import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
+    DescribeTransactionsResponse,
     EndTxnResponse,
+    ListTransactionsResponse,
     TxnOffsetCommitResponse,
     WriteTxnMarkersResponse,
 )
@@ -35,6 +38,9 @@ TocPartition = TocTopic.TxnOffsetCommitResponsePartition
 WtmResult = WriteTxnMarkersResponse.WritableTxnMarkerResult
 WtmTopic = WtmResult.WritableTxnMarkerTopicResult
 WtmPartition = WtmTopic.WritableTxnMarkerPartitionResult
+DtState = DescribeTransactionsResponse.TransactionState
+DtTopic = DtState.TopicData
+LtState = ListTransactionsResponse.TransactionState
 
 
 def _fenced(error: int, version: int, first_version: int) -> int:
@@ -100,7 +106,8 @@ async def end_txn(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiR
 
 
 async def txn_offset_commit(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
-    """Offsets staged for the producer's transaction: stored at its commit, dropped at its abort."""
+    """Offsets appended to ``__consumer_offsets`` inside the producer's transaction: the group's at its commit
+    marker, dropped at its abort marker (docs/transactions.md section 2)."""
     offsets = {(t.name, p.partition_index): (p.committed_offset, p.committed_metadata or "")
                for t in request.topics for p in t.partitions}
     error = _transactions_error(ctx, request.transactional_id) \
@@ -116,8 +123,10 @@ async def txn_offset_commit(ctx: BrokerContext, request: ApiRequest, version: in
             elif ctx.snapshot.partition(*tp) is None:
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         staged = {tp: value for tp, value in offsets.items() if not errors[tp]}
-        if staged and ctx.txn_offsets is not None:
-            ctx.txn_offsets.stage(request.producer_id, request.group_id, staged)
+        if staged:
+            stored = await ctx.coordinator.commit_txn_offsets(request.group_id, request.producer_id,
+                                                              request.producer_epoch, staged)
+            errors.update({tp: _fenced(code, version, 3) for tp, code in stored.items()})
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), code in errors.items():
         by_topic.setdefault(topic, []).append(TocPartition(partition_index=partition, error_code=code))
@@ -133,17 +142,52 @@ async def write_txn_markers(ctx: BrokerContext, request: ApiRequest, version: in
         commit = bool(marker.transaction_result)
         topics = []
         for topic in marker.topics:
-            parts = []
-            for partition in topic.partition_indexes:
-                if denied:
-                    code = denied
-                elif topic.name == OFFSETS_TOPIC and ctx.txn_offsets is not None:
-                    code = ctx.leader_error(topic.name, partition) or await ctx.txn_offsets.complete(
-                        marker.producer_id, partition, commit)
-                else:
-                    code = write_local(ctx, marker.producer_id, marker.producer_epoch, commit,
-                                       marker.coordinator_epoch, topic.name, partition)
-                parts.append(WtmPartition(partition_index=partition, error_code=code))
-            topics.append(WtmTopic(name=topic.name, partitions=parts))
+            indexes = list(topic.partition_indexes)
+            codes = [denied] * len(indexes) if denied else await asyncio.gather(*(
+                write_marker(ctx, marker.producer_id, marker.producer_epoch, commit, marker.coordinator_epoch,
+                             topic.name, partition) for partition in indexes))
+            topics.append(WtmTopic(name=topic.name, partitions=[
+                WtmPartition(partition_index=p, error_code=c) for p, c in zip(indexes, codes, strict=True)]))
         results.append(WtmResult(producer_id=marker.producer_id, topics=topics))
     return WriteTxnMarkersResponse[version](markers=results)
+
+
+async def describe_transactions(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
+    """Each transactional id's state at its coordinator (Kafka's handleDescribeTransactions)."""
+    states = []
+    for txn_id in request.transactional_ids:
+        error = ctx.denied(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id)
+        txn = None
+        if not error:
+            if ctx.transactions is None:
+                error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            else:
+                error, txn = await ctx.transactions.describe(txn_id)
+        if txn is None:
+            states.append(DtState(error_code=error, transactional_id=txn_id, transaction_state="",
+                                  transaction_timeout_ms=0, transaction_start_time_ms=-1, producer_id=-1,
+                                  producer_epoch=-1, topics=[]))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(txn.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        states.append(DtState(error_code=ErrorCode.NONE, transactional_id=txn_id, transaction_state=txn.state,
+                              transaction_timeout_ms=txn.timeout_ms, transaction_start_time_ms=txn.start_ms,
+                              producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+                              topics=[DtTopic(topic=t, partitions=p) for t, p in by_topic.items()]))
+    return DescribeTransactionsResponse[version](throttle_time_ms=0, transaction_states=states)
+
+
+async def list_transactions(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
+    """The transactions this broker coordinates that pass the request's filters, leaving out the ids the
+    principal may not Describe (Kafka's handleListTransactionsRequest)."""
+    if ctx.transactions is None:
+        return ListTransactionsResponse[version](throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                                 unknown_state_filters=[], transaction_states=[])
+    duration = request.duration_filter if version >= 1 else -1
+    unknown, found = await ctx.transactions.list_transactions(
+        list(request.state_filters or []), set(request.producer_id_filters or []), duration)
+    states = [LtState(transactional_id=t.transactional_id, producer_id=t.producer_id, transaction_state=t.state)
+              for t in found if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t.transactional_id)]
+    return ListTransactionsResponse[version](throttle_time_ms=0, error_code=ErrorCode.NONE,
+                                             unknown_state_filters=unknown, transaction_states=states)

@@ -142,13 +142,16 @@ class PartitionLog:
 
     # ---------------------------------------------------------------------------------------- writing
 
-    def append(self, records: Buffer, *, now_ms: int | None = None, leader_epoch: int | None = None) -> AppendResult:
+    def append(self, records: Buffer, *, now_ms: int | None = None, leader_epoch: int | None = None,
+               from_coordinator: bool = False) -> AppendResult:
         """Validate the batches of a produce request, assign offsets and write them to the active segment.
 
         Nothing of an invalid request is written: CorruptRecordError or one of its subclasses
         (UnsupportedMessageFormatError, UnsupportedCompressionError, InvalidRecordError: see
         :mod:`metaq.broker.log.validator`), MessageSizeTooLargeError for a batch above ``max_message_bytes``
-        (or a request larger than a segment, or a compressed batch that expands too much)."""
+        (or a request larger than a segment, or a compressed batch that expands too much).
+        ``from_coordinator``: a group coordinator's transactional batch (no sequence checks, see
+        :meth:`ProducerStateManager.check_client_append`)."""
         self._check_open()
         headers = validate_batches(records)
         self._check_sizes(headers, len(records))
@@ -157,7 +160,8 @@ class PartitionLog:
             require_keys(records, f"{self.topic}-{self.partition}")
         now = _now_ms() if now_ms is None else now_ms
         first_offset = self.log_end_offset
-        duplicate, updates = self.producer_state.check_client_append(headers, first_offset)
+        duplicate, updates = self.producer_state.check_client_append(headers, first_offset,
+                                                                     from_coordinator=from_coordinator)
         if duplicate is not None:
             return AppendResult(duplicate.first_offset, duplicate.last_offset, self.log_start_offset, 0, True)
         data = bytearray(records)

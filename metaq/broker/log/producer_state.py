@@ -171,14 +171,16 @@ class ProducerStateManager:
     # ------------------------------------------------------------------------------------------ appends
 
     def check_client_append(
-        self, headers: Sequence[BatchHeader], first_offset: int
+        self, headers: Sequence[BatchHeader], first_offset: int, *, from_coordinator: bool = False
     ) -> tuple[BatchMetadata | None, list[ProducerUpdate]]:
         """Check a client's batches as Kafka's ``analyzeAndValidateProducerState`` does (origin CLIENT).
 
         Returns ``(duplicate, [])`` when a batch repeats one of the producer's last five (the caller appends
         nothing and answers the original offsets), else ``(None, updates)`` to :meth:`apply` after the write.
         InvalidProducerEpochError for an epoch older than the producer's, OutOfOrderSequenceError for a
-        sequence that does not follow the producer's last one (a gap)."""
+        sequence that does not follow the producer's last one (a gap). ``from_coordinator``: a batch the group
+        coordinator writes for a transaction (Kafka's origin COORDINATOR): only the epoch is checked, neither
+        duplicates nor sequences (it numbers none)."""
         staged: dict[int, ProducerEntry] = {}
         updates: list[ProducerUpdate] = []
         offset = first_offset
@@ -189,12 +191,12 @@ class ProducerStateManager:
                 continue
             pid = header.producer_id
             current = self.producers.get(pid)
-            if current is not None:
+            if current is not None and not from_coordinator:
                 duplicate = current.find_duplicate(header.producer_epoch, header.base_sequence,
                                                    increment_sequence(header.base_sequence, header.last_offset_delta))
                 if duplicate is not None:
                     return duplicate, []
-            self._check(header, current, staged.get(pid), batch_first)
+            self._check(header, current, staged.get(pid), batch_first, check_sequence=not from_coordinator)
             batch = _batch_metadata(header, batch_first)
             entry = staged.setdefault(pid, ProducerEntry(pid, current.epoch if current else NO_PRODUCER_EPOCH))
             entry.add(header.producer_epoch, batch)
@@ -202,7 +204,7 @@ class ProducerStateManager:
         return None, updates
 
     def _check(self, header: BatchHeader, current: ProducerEntry | None, staged: ProducerEntry | None,
-               offset: int) -> None:
+               offset: int, *, check_sequence: bool = True) -> None:
         """Kafka's ProducerAppendInfo.checkProducerEpoch and checkSequence."""
         epoch, first_seq = header.producer_epoch, header.base_sequence
         current_epoch = current.epoch if current is not None else NO_PRODUCER_EPOCH
@@ -211,6 +213,8 @@ class ProducerStateManager:
         if epoch < known_epoch:
             raise InvalidProducerEpochError(f"epoch of {where} is {epoch}, older than the last seen epoch "
                                             f"{known_epoch}")
+        if not check_sequence:
+            return
         if epoch != known_epoch:
             if first_seq != 0 and known_epoch != NO_PRODUCER_EPOCH:
                 raise OutOfOrderSequenceError(f"invalid sequence {first_seq} for new epoch {epoch} of {where} "
