@@ -19,7 +19,7 @@ import confluent_kafka
 import pytest
 
 from metaq.testing.broker import SharedBroker, shared_broker
-from metaq.testing.probes import RssSampler, WellBehavedClient
+from metaq.testing.probes import RssSampler, WellBehavedClient, closed_by_peer
 from metaq.testing.wait import wait_until
 
 NOFILE = 512
@@ -114,7 +114,7 @@ def test_a_connection_flood_is_refused_before_the_limit(shared: SharedBroker) ->
             for _ in range(NOFILE + 100):
                 flood.append(socket.create_connection((host, int(port)), timeout=10))
             # those over the cap the limit leaves for connections are closed at once, not left hanging
-            wait_until(lambda: sum(_closed(s) for s in flood) >= 100, 30, "connections over the cap closed")
+            wait_until(lambda: sum(closed_by_peer(s) for s in flood) >= 100, 30, "connections over the cap closed")
             assert open_fds(pid) < NOFILE
             wait_until(lambda: len(client.latencies) >= 10, 30, "probes beside the flood")
         finally:
@@ -124,16 +124,6 @@ def test_a_connection_flood_is_refused_before_the_limit(shared: SharedBroker) ->
     assert log_lines(shared, "refused connection") <= 3  # one line per 10 s, with a count
     assert log_lines(shared, "out of system resource") == 0
     assert count_wide(shared.broker.bootstrap) == PARTITIONS * MESSAGES_PER_PARTITION  # new clients served
-
-
-def _closed(s: socket.socket) -> bool:
-    s.setblocking(False)
-    try:
-        return s.recv(1) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
 
 
 def test_restarts_after_kill_under_the_low_limit(shared: SharedBroker) -> None:
