@@ -171,3 +171,22 @@ def test_appends_continue_after_the_active_segment_is_evicted(tmp_path: Path, sm
     finally:
         for log in logs:
             log.close()
+
+
+def test_listing_segment_times_opens_nothing(tmp_path: Path, small_cache: OpenSegments) -> None:
+    """ListOffsets v0 and retention ask every segment for its mtime: a closed segment answers from a stat."""
+    logs = _many_segment_logs(tmp_path, 3)
+    try:
+        first = logs[0]
+        for log in logs[1:]:
+            assert_fully_readable(log)
+        closed = [segment for segment in first._segments if not segment.has_open_files]
+        assert len(closed) > 1
+        evictions = small_cache.evictions
+        times = first.segment_offsets_and_times()
+        assert len(times) == first.segment_count() and all(t > 0 for _, t in times)
+        assert not any(segment.has_open_files for segment in closed)
+        assert small_cache.evictions == evictions
+    finally:
+        for log in logs:
+            log.close()

@@ -234,7 +234,16 @@ class LogSegment:
         return self._fstat().st_size
 
     def _mtime_ms(self) -> int:
-        return int(self._fstat().st_mtime * 1000)
+        """The ``.log``'s mtime, without opening it if it is closed (retention and ListOffsets v0 ask every
+        segment: that must not cycle the whole log through the open-files cache)."""
+        file = self._file
+        if file is None:
+            try:
+                return int(os.stat(self.log_path).st_mtime * 1000)
+            except FileNotFoundError:  # renamed (deleted) meanwhile: the descriptor follows the file
+                pass
+        stat = os.fstat(file.fileno()) if file is not None else self._fstat()
+        return int(stat.st_mtime * 1000)
 
     def last_modified_ms(self) -> int:
         """When the segment's log file was last written (ListOffsets v0 answers by it, as Kafka 0.8)."""
