@@ -23,7 +23,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from metaq.broker.process import BrokerProcess
 from metaq.testing.broker import topic_leaders
-from metaq.testing.probes import RssSampler
+from metaq.testing.probes import RssSampler, closed_by_peer
 from metaq.testing.wait import wait_until
 
 MAX_INT32 = 0x7FFFFFFF
@@ -38,19 +38,6 @@ def _connect(bootstrap: str, source: str = "127.0.0.1", timeout: float = 10.0) -
     s.bind((source, 0))
     s.connect((host, int(port)))
     return s
-
-
-def _closed_by_peer(s: socket.socket) -> bool:
-    """True once the broker has closed ``s`` (EOF or reset); False while it is still open."""
-    s.setblocking(False)
-    try:
-        return s.recv(1) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-    finally:
-        s.settimeout(10.0)
 
 
 def _recv_frame(s: socket.socket) -> bytes:
@@ -211,20 +198,20 @@ def test_connections_over_the_per_ip_limit_are_refused_and_idle_ones_closed(brok
     broker = broker_cluster.add(0, **{"max.connections.per.ip": 5, "connections.max.idle.ms": 3000})
     make_topic("idle")
     sockets.extend(_connect(broker.bootstrap, "127.0.0.2") for _ in range(20))
-    wait_until(lambda: sum(_closed_by_peer(s) for s in sockets) >= 15, 15, "connections over the limit closed")
+    wait_until(lambda: sum(closed_by_peer(s) for s in sockets) >= 15, 15, "connections over the limit closed")
     # the healthy client, from another address, is not affected
     _kcat_round_trip(broker.bootstrap, "idle")
     # and the 5 that were admitted are closed once idle for connections.max.idle.ms
-    wait_until(lambda: all(_closed_by_peer(s) for s in sockets), 30, "idle connections closed")
+    wait_until(lambda: all(closed_by_peer(s) for s in sockets), 30, "idle connections closed")
     assert broker.proc is not None and broker.proc.poll() is None
 
 
 def test_max_connections_bounds_all_connections(broker_cluster, sockets) -> None:
     broker = broker_cluster.add(0, **{"max.connections": 10})
     sockets.extend(_connect(broker.bootstrap, "127.0.0.3") for _ in range(25))
-    wait_until(lambda: sum(_closed_by_peer(s) for s in sockets) >= 15, 15, "connections over the limit closed")
+    wait_until(lambda: sum(closed_by_peer(s) for s in sockets) >= 15, 15, "connections over the limit closed")
     time.sleep(0.5)
-    assert 0 < sum(not _closed_by_peer(s) for s in sockets) <= 10  # (a probe may still hold a slot)
+    assert 0 < sum(not closed_by_peer(s) for s in sockets) <= 10  # (a probe may still hold a slot)
     for s in sockets:
         s.close()
     sockets.clear()
@@ -247,15 +234,15 @@ def test_slowloris_and_stalled_partial_frames_are_closed_after_the_body_deadline
     sockets.append(loris)
     loris.sendall(struct.pack(">i", 1000))
     start = time.monotonic()
-    while not _closed_by_peer(loris) and time.monotonic() - start < 30:
+    while not closed_by_peer(loris) and time.monotonic() - start < 30:
         try:
             loris.send(b"\0")
         except OSError:
             break
         _kcat_round_trip(broker.bootstrap, "slow")  # the healthy client keeps working meanwhile
         time.sleep(0.2)
-    assert _closed_by_peer(loris), "slowloris still connected after 30 s"
-    wait_until(lambda: all(_closed_by_peer(s) for s in stalled), 30, "stalled partial frames closed")
+    assert closed_by_peer(loris), "slowloris still connected after 30 s"
+    wait_until(lambda: all(closed_by_peer(s) for s in stalled), 30, "stalled partial frames closed")
     # their memory is given back
     wait_until(lambda: psutil.Process(broker.pid).memory_info().rss < 150e6, 15, "partial frames freed")
     assert "socket.request.body.timeout.ms" in broker.log_tail(200)
@@ -284,7 +271,7 @@ def test_queued_max_request_bytes_reads_one_large_frame_at_a_time(broker_cluster
             t.start()
         for t in threads:
             t.join(120)
-        wait_until(lambda: all(_closed_by_peer(s) for s in clients), 60, "big frames refused")
+        wait_until(lambda: all(closed_by_peer(s) for s in clients), 60, "big frames refused")
     assert not errors, errors
     # without the pool the four frames are held at once (160 MB); with it one at a time
     assert rss.growth_mb < 100, f"broker RSS grew {rss.growth_mb:.0f} MB"
@@ -299,7 +286,7 @@ def test_truncated_metadata_request_creates_no_topic(broker: BrokerProcess, zk_l
     cut = wire[4:-6]  # the topic name's length now runs past the end of the frame
     with _connect(broker.bootstrap) as s:
         s.sendall(struct.pack(">i", len(cut)) + cut)
-        wait_until(lambda: _closed_by_peer(s), 15, "connection with a malformed frame closed")
+        wait_until(lambda: closed_by_peer(s), 15, "connection with a malformed frame closed")
     time.sleep(0.5)
     assert not [t for t in zk_layout.topics() if t.startswith("garbage")]
     assert "past the end" in broker.log_tail(50)

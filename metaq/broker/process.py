@@ -10,12 +10,13 @@ The port is chosen once, so a restarted broker comes back where clients expect i
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Self
 
@@ -43,13 +44,16 @@ class BrokerProcess:
         port: int | None = None,
         properties: Mapping[str, Any] | None = None,
         log_level: str = "INFO",
+        nofile_limit: int | None = None,
     ) -> None:
+        """``nofile_limit``: the broker's soft RLIMIT_NOFILE (``ulimit -n``), to test it under a low one."""
         self.zk_connect = zk_connect
         self.broker_id = broker_id
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.properties = dict(properties or {})
         self.log_level = log_level
+        self.nofile_limit = nofile_limit
         self.proc: subprocess.Popen[bytes] | None = None
         self.config_path = self.data_dir / f"broker-{broker_id}.properties"
         self.log_path = self.data_dir / f"broker-{broker_id}.log"
@@ -83,7 +87,7 @@ class BrokerProcess:
                  "--config", str(self.config_path)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent(),
+                preexec_fn=self._preexec(),
             )
         try:
             self._wait_ready(timeout)
@@ -91,6 +95,20 @@ class BrokerProcess:
             self.kill()  # not left running behind a failed start
             raise
         return self
+
+    def _preexec(self) -> Callable[[], None] | None:
+        base = die_with_parent()
+        limit = self.nofile_limit
+        if limit is None:
+            return base
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # resolved here: the child only sets it
+
+        def preexec() -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+            if base is not None:
+                base()
+
+        return preexec
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

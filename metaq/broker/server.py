@@ -11,6 +11,7 @@ so clients do not see the broker gone while it still acknowledges writes).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from functools import partial
 
 from kazoo.client import KazooClient
 
+from metaq.broker.accept_guard import AcceptGuard
 from metaq.broker.admin_watcher import AdminWatcher
 from metaq.broker.auth.credentials import ScramCredentialCache
 from metaq.broker.auth.listeners import advertised_endpoints
@@ -30,6 +32,7 @@ from metaq.broker.coordinator.transactions import TRANSACTION_TOPIC, Transaction
 from metaq.broker.handlers import DISPATCH
 from metaq.broker.log.cleaner.manager import LogCleaner, loop_caller
 from metaq.broker.log.manager import LogManager
+from metaq.broker.log.open_files import SEGMENT_FILES, FileBudget, file_budget
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.network import BrokerServer, ConnectionLimits
 from metaq.broker.producer_ids import ProducerIdManager
@@ -75,6 +78,7 @@ class Broker:
         self.replication: ReplicaManager | None = None
         self.controller: Controller | None = None
         self.transactions: TransactionCoordinator | None = None
+        self._accept_guard = AcceptGuard()
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
@@ -83,6 +87,7 @@ class Broker:
         # the same metaq.signals handler as every other metaq process, kept until the shutdown is done
         handler = (TerminationHandler(partial(loop.call_soon_threadsafe, self.request_stop)).install()
                    if install_signal_handlers else None)
+        self._accept_guard.install(loop)
         try:
             await self._start()
             try:
@@ -90,6 +95,7 @@ class Broker:
             finally:
                 await self._shutdown()
         finally:
+            self._accept_guard.uninstall(loop)
             if handler is not None:
                 handler.restore()
 
@@ -99,11 +105,14 @@ class Broker:
 
     async def _start(self) -> None:
         config = self.config
+        budget = file_budget()
+        SEGMENT_FILES.resize(budget.segments)
+        log.info("open files: %r (RLIMIT_NOFILE)", budget)
         # the listeners first: a port in use or a host that is not ours fails before anything else starts
         self._server = BrokerServer(
             DISPATCH,
             listeners=served_listeners(config, self.scram),
-            limits=ConnectionLimits.from_config(config),
+            limits=_within_budget(ConnectionLimits.from_config(config), budget),
             send_buffer_bytes=config.socket_send_buffer_bytes,
             receive_buffer_bytes=config.socket_receive_buffer_bytes,
         )
@@ -363,3 +372,15 @@ class Broker:
             await self._create_and_wait(topic, self.config.num_partitions, self.config.default_replication_factor)
         except TopicError as e:
             log.warning("cannot auto-create topic %s: %s", topic, e)
+
+
+def _within_budget(limits: ConnectionLimits, budget: FileBudget) -> ConnectionLimits:
+    """``max.connections`` at most what the descriptor limit leaves for connections: a connection over it is
+    refused (accepted and closed, with a rate-limited log line) while the process still has descriptors,
+    instead of ``accept()`` failing for every client once it has none."""
+    if limits.max_connections <= budget.connections:
+        return limits
+    if limits.max_connections != ConnectionLimits.max_connections:  # set by the operator: say it is lowered
+        log.warning("max.connections %d lowered to %d: the open-file limit (RLIMIT_NOFILE %d) leaves room for no"
+                    " more", limits.max_connections, budget.connections, budget.limit)
+    return dataclasses.replace(limits, max_connections=budget.connections)

@@ -140,12 +140,13 @@ class SharedBroker:
 
 
 @contextlib.contextmanager
-def shared_broker(zk_connect_string: str, directory: Path, prefix: str) -> Iterator[SharedBroker]:
+def shared_broker(zk_connect_string: str, directory: Path, prefix: str, *, properties: dict[str, Any] | None = None,
+                  nofile_limit: int | None = None) -> Iterator[SharedBroker]:
     """A broker on a fresh ZooKeeper chroot ``<prefix>-<uuid hex>`` under ``zk_connect_string``, for a
-    module-scoped fixture; stopped on exit."""
+    module-scoped fixture; stopped on exit. ``properties`` and ``nofile_limit``: see BrokerProcess."""
     hosts, base = split_connect(zk_connect_string)
     zk_connect = f"{hosts}{base}/{prefix}-{uuid.uuid4().hex}"
-    broker = BrokerProcess(zk_connect, 0, directory).start()
+    broker = BrokerProcess(zk_connect, 0, directory, properties=properties, nofile_limit=nofile_limit).start()
     try:
         yield SharedBroker(broker, zk_connect)
     finally:

@@ -3,13 +3,14 @@ next to the attacker (:class:`WellBehavedClient`), both in threads of their own.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
 import confluent_kafka
 import psutil
 
-__all__ = ["RssSampler", "WellBehavedClient"]
+__all__ = ["RssSampler", "WellBehavedClient", "closed_by_peer"]
 
 
 class RssSampler:
@@ -94,3 +95,16 @@ class WellBehavedClient:
     def p99(self) -> float:
         ordered = sorted(self.latencies)
         return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def closed_by_peer(s: socket.socket) -> bool:
+    """True once the broker has closed ``s`` (EOF or reset); False while it is still open."""
+    s.setblocking(False)
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        s.settimeout(10.0)

@@ -95,9 +95,12 @@ async def offset_fetch(ctx: BrokerContext, request: ApiRequest, version: int) ->
         return OffsetFetchResponse[version](throttle_time_ms=0, error_code=denied, topics=[
             FetchTopic(name=t, partitions=[FetchPartition(partition_index=p, committed_offset=-1, metadata="",
                                                           error_code=denied)]) for t, p in wanted or []])
-    if version == 0:
-        found = await _fetch_from_zookeeper(ctx, request.group_id, wanted or [])
-        error = 0
+    refused: dict[tuple[str, int], int] = {}
+    if version == 0:  # ZooKeeper paths are made of the names: names that cannot be one are refused as in a commit
+        error = 0 if _is_valid(validate_group, request.group_id) else ErrorCode.INVALID_GROUP_ID
+        refused = {tp: ErrorCode.INVALID_TOPIC_EXCEPTION for tp in wanted or [] if not _is_valid(validate_topic, tp[0])}
+        found = {} if error else await _fetch_from_zookeeper(
+            ctx, request.group_id, [tp for tp in wanted or [] if tp not in refused])
     else:
         error, committed = ctx.coordinator.fetch_offsets(request.group_id, wanted)
         found = {tp: (c.offset, c.metadata) for tp, c in committed.items()}
@@ -105,7 +108,7 @@ async def offset_fetch(ctx: BrokerContext, request: ApiRequest, version: int) ->
     by_topic: dict[str, list[ApiStruct]] = {}
     async for topic, partition in in_slices(keys):
         offset, metadata = found.get((topic, partition), (-1, ""))
-        part_error = error if version < 2 else 0
+        part_error = refused.get((topic, partition), error if version < 2 else 0)
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic):
             if wanted is None:
                 continue  # all of the group's offsets: the topics the principal may not see are left out

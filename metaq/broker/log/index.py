@@ -16,6 +16,7 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
+from metaq.broker.log.open_files import SegmentFile
 from metaq.errors import StorageError
 
 __all__ = ["OFFSET_ENTRY_SIZE", "TIME_ENTRY_SIZE", "OffsetIndex", "TimeIndex"]
@@ -27,7 +28,10 @@ _TIME_ENTRY = struct.Struct(">qi")
 
 
 class _IndexFile:
-    """The file half of an index: lazily opened descriptor, positional appends, truncation, fsync."""
+    """The file half of an index: lazily opened descriptor, positional appends, truncation, fsync.
+
+    The descriptor is a :class:`SegmentFile` its segment may drop at any time (metaq/broker/log/open_files.py):
+    a user holds the object while it uses the descriptor, and the next use reopens it."""
 
     entry_size: int
 
@@ -35,7 +39,9 @@ class _IndexFile:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max_bytes // self.entry_size
-        self._fd: int | None = None
+        self._file: SegmentFile | None = None
+        self.on_open = _no_op
+        """Called when the file is opened (the segment counts itself in the open-files cache)."""
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -45,17 +51,20 @@ class _IndexFile:
         return len(self) >= self.max_entries
 
     @property
-    def fd(self) -> int | None:
-        """The open descriptor, if any (a flush thread captures it to fsync)."""
-        return self._fd
+    def is_open(self) -> bool:
+        return self._file is not None
 
-    def _open(self) -> int:
-        if self._fd is None:
+    def handle(self) -> SegmentFile:
+        """The descriptor, opened if needed; hold it while using it (a flush thread captures it to fsync)."""
+        file = self._file
+        if file is None:
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                file = SegmentFile(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644), "r+")
             except OSError as e:
                 raise StorageError(f"cannot open index {self.path}: {e.strerror}") from e
-        return self._fd
+            self._file = file
+            self.on_open()
+        return file
 
     def create(self) -> None:
         """Create the file now, empty (whatever a stray file of that name held), so a fresh segment has its
@@ -63,9 +72,9 @@ class _IndexFile:
         self._truncate_file(0)
 
     def _write_entry(self, data: bytes, count: int) -> None:
-        fd = self._open()
+        file = self.handle()
         try:
-            written = os.pwrite(fd, data, count * self.entry_size)
+            written = os.pwrite(file.fileno(), data, count * self.entry_size)
         except OSError as e:
             raise StorageError(f"cannot write index {self.path}: {e.strerror}") from e
         if written != len(data):  # a full disk may cut a write short instead of failing it
@@ -82,9 +91,9 @@ class _IndexFile:
         raise NotImplementedError
 
     def _truncate_file(self, count: int) -> None:
-        fd = self._open()
+        file = self.handle()
         try:
-            os.ftruncate(fd, count * self.entry_size)
+            os.ftruncate(file.fileno(), count * self.entry_size)
         except OSError as e:
             raise StorageError(f"cannot truncate index {self.path}: {e.strerror}") from e
 
@@ -99,9 +108,13 @@ class _IndexFile:
 
     def close_file(self) -> None:
         """Close the descriptor (reopened on demand). In-memory entries stay usable for lookups."""
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()
+
+    def release_file(self) -> None:
+        """Drop this index's reference to the descriptor: closed now unless a user (a flush) still holds it."""
+        self._file = None
 
     def rename(self, new_path: Path) -> None:
         try:
@@ -258,6 +271,10 @@ class TimeIndex(_IndexFile):
         self._truncate_file(0)
         self._timestamps = array("q")
         self._relative = array("i")
+
+
+def _no_op() -> None:
+    pass
 
 
 def _check_increasing(values: array[int], what: str, *, strict: bool = True) -> str | None:

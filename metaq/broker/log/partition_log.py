@@ -25,6 +25,7 @@ from pathlib import Path
 from metaq.broker.log.cleaner.keys import require_keys
 from metaq.broker.log.cleaner.swap import fault_point, finish_swap, recover_swaps
 from metaq.broker.log.config import LogConfig
+from metaq.broker.log.open_files import SegmentFile
 from metaq.broker.log.producer_state import CompletedTxn, ProducerStateManager
 from metaq.broker.log.segment import (
     DELETED_SUFFIX,
@@ -378,21 +379,20 @@ class PartitionLog:
                     return self.recovery_point
                 end = self.log_end_offset
                 targets = [segment for segment in self._segments if segment.dirty]
-                fds: list[int] = []
                 for segment in targets:
                     segment.dirty = False
                     segment.pinned = True
-                    fds.extend(segment.flush_fds())
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
                 first_unflushed, self._first_unflushed_ms = self._first_unflushed_ms, None
             try:
-                for fd in fds:
-                    os.fsync(fd)
+                for segment in targets:  # one segment's files at a time (after recovery every segment is dirty)
+                    _fsync_all(segment.flush_files())
                 if dir_dirty:
                     fsync_dir(self.directory)
-            except OSError as e:
+            except (OSError, StorageError) as e:
                 self._flush_failed(targets, dir_dirty, first_unflushed)
-                raise StorageError(f"cannot flush log {self.directory}: {e.strerror}") from e
+                reason = e.strerror if isinstance(e, OSError) else str(e)
+                raise StorageError(f"cannot flush log {self.directory}: {reason}") from e
             return self._flush_done(targets, end)
 
     def _flush_failed(self, targets: list[LogSegment], dir_dirty: bool, first_unflushed: int | None) -> None:
@@ -738,6 +738,12 @@ def delete_dir_name(topic: str, partition: int) -> str:
     the name keeps within 255 bytes (a legal 249-character topic would otherwise fail the rename)."""
     suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
     return topic[:MAX_FILE_NAME - len(suffix)] + suffix
+
+
+def _fsync_all(files: list[SegmentFile]) -> None:
+    """fsync ``files``, held meanwhile (an eviction by the open-files cache cannot close them under us)."""
+    for file in files:
+        os.fsync(file.fileno())
 
 
 def _now_ms() -> int:

@@ -3,11 +3,15 @@
 Threading model (see PartitionLog): the event-loop thread appends, reads, rolls and deletes; a flush
 thread only fsyncs descriptors that the partition log hands it under its lock. So a segment keeps:
 
-* ``file`` - a read-only file object on the ``.log``, open for the segment's whole life (until the
-  segment is really deleted). Reads, FetchSlice/sendfile and fsync go through it (Linux fsyncs read-only
-  descriptors), so it never changes under a flush.
+* ``file`` - a read-only file object on the ``.log``, opened on first use. Reads, FetchSlice/sendfile and
+  fsync go through it (Linux fsyncs read-only descriptors).
 * a write descriptor, opened only while the segment is active and closed when it rolls; writes are
   positional (``pwrite`` at the tracked size).
+
+Every descriptor is opened lazily and counted in the broker-wide open-files cache
+(metaq/broker/log/open_files.py), which may drop a segment's descriptors when others are used more recently.
+Whoever uses a descriptor holds its :class:`SegmentFile` object meanwhile (a FetchSlice does, so does a flush
+or a cleaner pass): it is closed only when the last holder lets go, and the segment reopens it on next use.
 * ``size`` - bytes fully written. Readers never look past it, whatever the file length is.
 
 An append that fails (a full disk cuts writes short) is rolled back at once: the ``.log`` is cut back to
@@ -29,6 +33,7 @@ from typing import NamedTuple
 
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.index import OffsetIndex, TimeIndex
+from metaq.broker.log.open_files import SEGMENT_FILES, SegmentFile
 from metaq.errors import CorruptRecordError, StorageError
 from metaq.protocol.batches import (
     BATCH_HEADER_SIZE,
@@ -74,9 +79,9 @@ class TimestampOffset(NamedTuple):
 class FetchSlice:
     """A byte range of one segment's ``.log`` holding whole batches (the last one may be cut short).
 
-    ``file`` is shared by every slice of the segment and stays open until the segment is really deleted;
-    a server may hand it to ``loop.sendfile``. Use explicit offsets on it (``os.pread``/``os.sendfile``):
-    other users may move its file position."""
+    ``file`` is shared by every slice of the segment; the slice's reference keeps it open (whatever the
+    open-files cache does) until the slice is dropped. A server may hand it to ``loop.sendfile``. Use explicit
+    offsets on it (``os.pread``/``os.sendfile``): other users may move its file position."""
 
     file: io.FileIO
     position: int
@@ -116,10 +121,10 @@ class LogSegment:
         self.time_index = TimeIndex(
             directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, config.index_max_bytes
         )
-        try:
-            self.file = io.FileIO(self.log_path, "r")
-        except OSError as e:
-            raise StorageError(f"cannot open segment {self.log_path}: {e.strerror}") from e
+        self._file: SegmentFile | None = None
+        self._write_file: SegmentFile | None = None
+        self.index.on_open = self._opened
+        self.time_index.on_open = self._opened
         self.size = 0
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -131,7 +136,6 @@ class LogSegment:
         self.pinned = False
         """A flush is fsyncing this segment's descriptors: do not close them (guarded by the lock)."""
         self._bytes_since_index = 0
-        self._wfd: int | None = None
         self._torn = False
         """The file may hold bytes of a failed append past ``size`` (cutting them failed): cut before writing."""
 
@@ -192,11 +196,54 @@ class LogSegment:
             self.close()
             raise
 
+    @property
+    def file(self) -> SegmentFile:
+        """The ``.log`` open for reading (opened now if the segment has none open); hold it while using it."""
+        file = self._file
+        if file is None:
+            try:
+                file = SegmentFile(self.log_path, "r")
+            except OSError as e:
+                raise StorageError(f"cannot open segment {self.log_path}: {e.strerror}") from e
+            self._file = file
+        SEGMENT_FILES.touch(self)
+        return file
+
+    def _opened(self) -> None:
+        SEGMENT_FILES.touch(self)
+
+    def release_files(self) -> None:
+        """The open-files cache evicts this segment: drop its references to its descriptors. Each closes now,
+        or when the last user holding it (a fetch being sent, a flush) lets go; the next use reopens it."""
+        self._file = None
+        self._write_file = None
+        self.index.release_file()
+        self.time_index.release_file()
+
+    @property
+    def has_open_files(self) -> bool:
+        """Whether the segment itself holds a descriptor (tests, metrics)."""
+        return (self._file is not None or self._write_file is not None or self.index.is_open
+                or self.time_index.is_open)
+
+    def _fstat(self) -> os.stat_result:
+        file = self.file  # held across the call (see the module docstring)
+        return os.fstat(file.fileno())
+
     def _file_size(self) -> int:
-        return os.fstat(self.file.fileno()).st_size
+        return self._fstat().st_size
 
     def _mtime_ms(self) -> int:
-        return int(os.fstat(self.file.fileno()).st_mtime * 1000)
+        """The ``.log``'s mtime, without opening it if it is closed (retention and ListOffsets v0 ask every
+        segment: that must not cycle the whole log through the open-files cache)."""
+        file = self._file
+        if file is None:
+            try:
+                return int(os.stat(self.log_path).st_mtime * 1000)
+            except FileNotFoundError:  # renamed (deleted) meanwhile: the descriptor follows the file
+                pass
+        stat = os.fstat(file.fileno()) if file is not None else self._fstat()
+        return int(stat.st_mtime * 1000)
 
     def last_modified_ms(self) -> int:
         """When the segment's log file was last written (ListOffsets v0 answers by it, as Kafka 0.8)."""
@@ -212,7 +259,7 @@ class LogSegment:
         indexed_max = self.time_index.last_entry
         if indexed_max is not None:
             self.max_timestamp, self.offset_of_max_timestamp = indexed_max
-        scanner = _FileScanner(self.file.fileno(), start, log_size, self.base_offset, end_limit)
+        scanner = _FileScanner(self.file, start, log_size, self.base_offset, end_limit)
         next_offset = self.base_offset
         for _, header in scanner:
             self._track_timestamp(header.max_timestamp, header.last_offset)
@@ -255,7 +302,7 @@ class LogSegment:
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         log_size = self._file_size()
         interval = self.config.index_interval_bytes
-        scanner = _FileScanner(self.file.fileno(), 0, log_size, self.base_offset, end_limit)
+        scanner = _FileScanner(self.file, 0, log_size, self.base_offset, end_limit)
         next_offset = self.base_offset
         last_index_position = 0
         for position, header in scanner:
@@ -294,8 +341,9 @@ class LogSegment:
         self.recover()
 
     def _truncate_log(self, size: int) -> None:
+        writer = self._writer()
         try:
-            os.ftruncate(self._writer(), size)
+            os.ftruncate(writer.fileno(), size)
         except OSError as e:
             raise StorageError(f"cannot truncate {self.log_path}: {e.strerror}") from e
 
@@ -319,13 +367,17 @@ class LogSegment:
             return "relative offset overflow"
         return None
 
-    def _writer(self) -> int:
-        if self._wfd is None:
+    def _writer(self) -> SegmentFile:
+        """The ``.log`` open for writing (opened now if needed); hold it while writing."""
+        writer = self._write_file
+        if writer is None:
             try:
-                self._wfd = os.open(self.log_path, os.O_WRONLY)
+                writer = SegmentFile(os.open(self.log_path, os.O_WRONLY), "w")
             except OSError as e:
                 raise StorageError(f"cannot open {self.log_path} for writing: {e.strerror}") from e
-        return self._wfd
+            self._write_file = writer
+        SEGMENT_FILES.touch(self)
+        return writer
 
     def append(self, data: bytearray, headers: Sequence[BatchHeader], first_offset: int, now_ms: int) -> PendingAppend:
         """Write batches whose offsets were assigned from ``first_offset`` at the end of the segment, and
@@ -374,7 +426,8 @@ class LogSegment:
         self.dirty = True
 
     def _write_at(self, data: bytearray, position: int) -> None:
-        fd = self._writer()
+        writer = self._writer()
+        fd = writer.fileno()
         view = memoryview(data)
         written = 0
         try:
@@ -403,7 +456,7 @@ class LogSegment:
         """Cut the ``.log`` to ``size`` if a failed append left bytes past it (StorageError if impossible)."""
         try:
             if self._torn or self._file_size() > self.size:
-                os.ftruncate(self._writer(), self.size)
+                os.ftruncate(self._writer().fileno(), self.size)
         except OSError as e:
             raise StorageError(f"cannot truncate {self.log_path} to {self.size} bytes: {e.strerror}") from e
         self._torn = False
@@ -414,15 +467,15 @@ class LogSegment:
         timestamp is indexed) and close the write descriptor."""
         self.trim_tail()
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-        if self._wfd is not None:
-            fd, self._wfd = self._wfd, None
-            os.close(fd)
+        writer, self._write_file = self._write_file, None
+        if writer is not None:
+            writer.close()
 
-    def flush_fds(self) -> list[int]:
-        """Descriptors a flush must fsync (captured under the partition log's lock)."""
-        fds = [self.file.fileno()]
-        fds.extend(fd for fd in (self.index.fd, self.time_index.fd) if fd is not None)
-        return fds
+    def flush_files(self) -> list[SegmentFile]:
+        """Descriptors a flush must fsync (captured under the partition log's lock), opened if the open-files
+        cache closed them since the writes (fsync of any descriptor of a file flushes all its dirty pages).
+        The flush holds them until its fsyncs are done, so an eviction meanwhile does not close them."""
+        return [self.file, self.index.handle(), self.time_index.handle()]
 
     def close_index_files(self) -> None:
         """Release index descriptors of a segment that will not be written again (entries stay in memory)."""
@@ -433,7 +486,8 @@ class LogSegment:
 
     def _iter_headers(self, position: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
         """Walk the (already validated) batch headers from ``position`` up to ``end``, reading in chunks."""
-        fd = self.file.fileno()
+        file = self.file  # held for the whole walk: an eviction meanwhile must not close it under us
+        fd = file.fileno()
         buf = b""
         buf_start = position
         while position < end:
@@ -505,7 +559,8 @@ class LogSegment:
     def _first_record_at_or_after(self, position: int, header: BatchHeader,
                                   timestamp: int) -> TimestampOffset | None:
         """Decode this one batch (decompressed if it is) to find the exact record, not the batch's first."""
-        data = os.pread(self.file.fileno(), header.size, position)
+        file = self.file
+        data = os.pread(file.fileno(), header.size, position)
         try:
             records = decode_records(data).records
         except CorruptRecordError as e:
@@ -547,11 +602,12 @@ class LogSegment:
                 self.trim_tail()
             except StorageError as e:
                 logger.error("%s; recovery will cut it at the next start", e)
-        if self._wfd is not None:
-            fd, self._wfd = self._wfd, None
-            os.close(fd)
+        SEGMENT_FILES.forget(self)
+        for file in (self._write_file, self._file):
+            if file is not None:
+                file.close()
+        self._write_file = self._file = None
         self.close_index_files()
-        self.file.close()
 
     def remove(self) -> None:
         """Close and unlink the files (normally after :meth:`mark_deleted` and the delete delay)."""
@@ -572,8 +628,9 @@ class _FileScanner:
     must fit the segment's int32 relative offsets, and must end below ``end_limit`` (the next segment's base
     offset) if given."""
 
-    def __init__(self, fd: int, start: int, end: int, base_offset: int, end_limit: int | None = None) -> None:
-        self._fd = fd
+    def __init__(self, file: SegmentFile, start: int, end: int, base_offset: int, end_limit: int | None = None) -> None:
+        self._file = file  # held, so that an eviction during the scan does not close it
+        self._fd = file.fileno()
         self._end = end
         self._base_offset = base_offset
         self._end_limit = end_limit

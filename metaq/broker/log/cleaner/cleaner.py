@@ -274,9 +274,9 @@ def _note_horizon(result: CleanResult, data: bytes) -> None:
 
 def _batches(segment: LogSegment) -> Iterator[tuple[BatchHeader, bytes]]:
     """Each batch of an inactive segment with its bytes."""
-    fd = segment.file.fileno()
+    file = segment.file  # held for the whole pass: the open-files cache may drop the segment's reference
     for position, header in segment.batch_positions():
-        yield header, os.pread(fd, header.size, position)
+        yield header, os.pread(file.fileno(), header.size, position)
 
 
 def _group_segments(segments: list[LogSegment], config: LogConfig) -> list[list[LogSegment]]:
@@ -339,9 +339,9 @@ class _CleanedWriter:
             os.fsync(txn_fd)
         finally:
             os.close(txn_fd)
-        for fd in (self._fd, self.index.fd, self.time_index.fd):
-            if fd is not None:
-                os.fsync(fd)
+        os.fsync(self._fd)
+        for index in (self.index, self.time_index):
+            os.fsync(index.handle().fileno())
         os.close(self._fd)
         self.index.close_file()
         self.time_index.close_file()
