@@ -140,12 +140,12 @@ class SharedBroker:
 
 
 @contextlib.contextmanager
-def shared_broker(zk_connect_string: str, directory: Path, prefix: str) -> Iterator[SharedBroker]:
-    """A broker on a fresh ZooKeeper chroot ``<prefix>-<uuid hex>`` under ``zk_connect_string``, for a
-    module-scoped fixture; stopped on exit."""
+def shared_broker(zk_connect_string: str, directory: Path, prefix: str, **properties: Any) -> Iterator[SharedBroker]:
+    """A broker (with these ``properties``) on a fresh ZooKeeper chroot ``<prefix>-<uuid hex>`` under
+    ``zk_connect_string``, for a module-scoped fixture; stopped on exit."""
     hosts, base = split_connect(zk_connect_string)
     zk_connect = f"{hosts}{base}/{prefix}-{uuid.uuid4().hex}"
-    broker = BrokerProcess(zk_connect, 0, directory).start()
+    broker = BrokerProcess(zk_connect, 0, directory, properties=properties).start()
     try:
         yield SharedBroker(broker, zk_connect)
     finally:
