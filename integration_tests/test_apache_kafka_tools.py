@@ -9,13 +9,9 @@ with Kafka's CreateTopics (``create_topic``), never with metaq's ``topics create
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,39 +19,20 @@ import confluent_kafka
 import pytest
 
 from integration_tests.peers import Msg, confluent_committed, confluent_consume
-from metaq.cli.main import main as cli_main
 from metaq.consumer import Consumer
 from metaq.errors import MetaqError
 from metaq.producer import Producer
 from metaq.testing.apache_kafka import V1_1, V3_9, ApacheKafkaBroker, kafka_matrix
+from metaq.testing.cli import CliResult, run_cli
 from metaq.testing.group import consume_and_commit
 from zk_layout import ZkLayout
 
 pytestmark = pytest.mark.timeout(300)
 
 
-@dataclass(frozen=True)
-class CliResult:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 def metaq(*args: str, stdin: str | None = None) -> CliResult:
-    """``metaq <args>`` run in this process (the same ``main`` the command runs; a Python start per call costs
-    seconds on the loaded test machine), with stdin, stdout and stderr captured."""
-    out, err = io.StringIO(), io.StringIO()
-    saved_stdin = sys.stdin
-    sys.stdin = io.StringIO(stdin or "")
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = cli_main(list(args))
-            except SystemExit as e:  # argparse's usage errors
-                code = int(e.code or 0)
-    finally:
-        sys.stdin = saved_stdin
-    return CliResult(code, out.getvalue(), err.getvalue())
+    """``metaq <args>`` run in this process (metaq.testing.cli)."""
+    return run_cli(*args, stdin=stdin)
 
 
 def ok(*args: str, stdin: str | None = None) -> str:
