@@ -16,6 +16,7 @@ the ZooKeeper address except where a test compares with ZooKeeper mode.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -140,6 +141,8 @@ def test_topics_create_alter_and_delete_with_bootstrap_server(cluster: SharedBro
                  *b)
     assert changed.strip() == "Topic bs-admin: config segment.bytes=1048576"
     assert _kafka_describe(b[1], "bs-admin") == ("segment.bytes=1048576", [(0, 0), (1, 0), (2, 0)])
+    [described] = json.loads(ok("topics", "describe", "bs-admin", "--json", *b))["topics"]
+    assert described["config"] == {"segment.bytes": "1048576"} and len(described["partitions"]) == 3
     shrink = metaq("topics", "alter", "bs-admin", "--partitions", "2", *b)
     assert shrink.returncode == 1 and "bs-admin" in shrink.stderr  # the broker's INVALID_PARTITIONS
     bad_key = metaq("topics", "alter-config", "bs-admin", "--set", "no.such.config=1", *b)

@@ -7,10 +7,11 @@
 Kafka's tools moved from ``--zookeeper`` to ``--bootstrap-server``: the brokers answer Metadata (topics, partitions,
 replicas, ISR, live brokers), and groups live in their coordinators. :class:`BootstrapLayout` answers the read-only
 part of :class:`~zk_layout.ZkLayout` that the topic and broker-group commands use from one Metadata answer (asked
-again when older than a second, so that a leader change seen by a retry is picked up). It knows no ZooKeeper
-groups: they exist only in ZooKeeper, so the group reads answer "none" and the group commands show the brokers'
-groups alone. Anything else (owners, ZooKeeper writes, topic changes) raises a ConfigError naming ``--zookeeper``,
-the option the command needs instead.
+again when older than a second, so that a leader change seen by a retry is picked up; the Metadata reads are
+metaq.client.metadata's), and a topic's config overrides with DescribeConfigs. It knows no ZooKeeper groups: they
+exist only in ZooKeeper, so the group reads answer "none" and the group commands show the brokers' groups alone.
+Topic changes go through the brokers' admin requests instead (metaq.admin.broker_topics). Anything else (owners,
+ZooKeeper writes) raises a ConfigError naming ``--zookeeper``, the option the command needs instead.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from metaq.client.metadata import MetadataLayout, MetadataSnapshot, parse_metada
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import ConfigError
-from zk_layout import ZkLayout
+from zk_layout import TopicConfig, ZkLayout
 
 REFRESH_AFTER_S = 1.0
 OPTION = "--bootstrap-server"
@@ -48,9 +49,12 @@ class BootstrapLayout(MetadataLayout):
         layout.metadata()
         return layout
 
-    def topic_config(self, topic: str) -> None:
-        """Configs are not in Metadata (kafka-configs asks DescribeConfigs): none shown in this mode."""
-        return None
+    def topic_config(self, topic: str) -> TopicConfig:
+        """The topic's overrides: not in Metadata, so asked with DescribeConfigs as kafka-topics --describe does
+        (metaq.admin.broker_topics)."""
+        from metaq.admin.broker_topics import BrokerTopics
+
+        return TopicConfig(BrokerTopics(self).overrides(topic))
 
     def topics_marked_for_deletion(self) -> list[str]:
         return []
