@@ -102,6 +102,8 @@ def _kafka_group_rows(out: str) -> dict[int, tuple[int, int, int]]:
     return rows
 
 
+@pytest.mark.compat("metaq console-consumer --bootstrap-server --group, as kafka-consumer-groups --describe sees it",
+                    f"Kafka {V3_9}")
 def test_console_consumer_group_member_with_bootstrap_server_only(cluster: SharedBroker) -> None:
     b = cluster.broker.bootstrap
     ok("topics", "create", "--topic", "bs-console", "--partitions", "3", "--bootstrap-server", b)
@@ -130,6 +132,8 @@ def _kafka_describe(bootstrap: str, topic: str) -> tuple[str, list[tuple[int, in
     return (configs.group(1) if configs else ""), partitions
 
 
+@pytest.mark.compat("metaq topics create/alter/alter-config/delete --bootstrap-server, as kafka-topics --describe "
+                    "sees it", f"Kafka {V3_9}")
 def test_topics_create_alter_and_delete_with_bootstrap_server(cluster: SharedBroker) -> None:
     b = ["--bootstrap-server", cluster.broker.bootstrap]
     created = ok("topics", "create", "--topic", "bs-admin", "--partitions", "2", "--topic-config",
@@ -173,6 +177,7 @@ def _sigterm(command: list[str], out: Path) -> tuple[int, str]:
     return proc.returncode, err
 
 
+@pytest.mark.compat("console consumer exit status on SIGTERM, beside Kafka's", f"Kafka {V3_9}")
 def test_console_consumer_exit_status_on_sigterm_beside_kafka(cluster: SharedBroker, tmp_path: Path) -> None:
     """Kafka's console consumer runs its shutdown hook on SIGTERM (the consumer is woken, the count line printed)
     and the JVM then exits 128 + 15; metaq's does the same after its clean stop."""
