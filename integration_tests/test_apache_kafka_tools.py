@@ -291,6 +291,24 @@ def test_topic_and_console_tools(kafka_broker: ApacheKafkaBroker) -> None:
     assert [(m["offset"], m["value"]) for m in tail] == [(1, "b"), (2, "c")]
 
 
+@kafka_matrix("metaq topics create/alter/alter-config/delete --bootstrap-server", versions=[V3_9, V1_1])
+def test_topic_changes_through_the_brokers(kafka_broker: ApacheKafkaBroker) -> None:
+    """CreateTopics, CreatePartitions, IncrementalAlterConfigs (1.1.1: AlterConfigs with the whole set) and
+    DeleteTopics at a real controller; kafka-topics --describe sees the partitions, DescribeConfigs the overrides."""
+    b, topic = ["--bootstrap-server", kafka_broker.bootstrap], "bs-changes"
+    ok("topics", "create", "--topic", topic, "--partitions", "2", "--topic-config", "retention.ms=3600000", *b)
+    assert "2 -> 3 partitions" in ok("topics", "alter", topic, "--partitions", "3", *b)
+    changed = ok("topics", "alter-config", topic, "--set", "segment.bytes=1048576", "--delete", "retention.ms", *b)
+    assert changed.strip() == f"Topic {topic}: config segment.bytes=1048576"
+    assert kafka_topic_partitions(kafka_broker, topic) == {p: (0, [0], [0]) for p in range(3)}
+    [described] = ok_json("topics", "describe", topic, *b)["topics"]
+    assert described["config"] == {"segment.bytes": "1048576"}
+    assert ok("topics", "delete", topic, *b).strip() == f"Deleted topic {topic}"
+    assert topic not in {t["topic"] for t in ok_json("topics", "list", *b)["topics"]}
+    refused = metaq("topics", "delete", "__consumer_offsets", *b)
+    assert refused.returncode == 1 and "is an internal topic" in refused.stderr
+
+
 # -- metaq.Producer ---------------------------------------------------------------------------------------------
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")

@@ -8,7 +8,8 @@
 
 What Kafka's ``kafka-topics --bootstrap-server`` and ``kafka-configs --bootstrap-server`` send through its
 AdminClient: CreateTopics, CreatePartitions and DeleteTopics to the controller (``KafkaAdminClient`` sends them
-to the node Metadata names as controller), IncrementalAlterConfigs and DescribeConfigs to any broker. The broker
+to the node Metadata names as controller), IncrementalAlterConfigs (before Kafka 2.3: AlterConfigs with the
+whole set of overrides) and DescribeConfigs to any broker. The broker
 validates names, counts and config keys (its refusal is raised with its message), so a Kafka broker's own
 configs are accepted. The internal topics are refused by :meth:`BrokerTopics.delete` before anything is sent,
 as in ZooKeeper mode (zk_layout.check_deletable). Versions: the highest non-flexible one both sides speak.
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
@@ -42,6 +44,7 @@ MAX_CREATE_PARTITIONS_VERSION = 1
 MAX_DELETE_TOPICS_VERSION = 3
 MAX_INCREMENTAL_ALTER_CONFIGS_VERSION = 0
 MAX_DESCRIBE_CONFIGS_VERSION = 1
+MAX_ALTER_CONFIGS_VERSION = 1
 TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC
 SET, DELETE = 0, 1  # AlterConfigOp.OpType
 DYNAMIC_TOPIC_CONFIG = 1  # DescribeConfigs' config_source of a topic override
@@ -105,9 +108,14 @@ class BrokerTopics:
         return pending
 
     def alter_config(self, topic: str, updates: Mapping[str, str], removals: Iterable[str] = ()) -> dict[str, str]:
-        """IncrementalAlterConfigs (SET ``updates``, DELETE ``removals``); returns the topic's overrides after."""
+        """IncrementalAlterConfigs (SET ``updates``, DELETE ``removals``); returns the topic's overrides after.
+        A broker without it (before Kafka 2.3) gets AlterConfigs with the whole new set of overrides, as
+        Kafka's ConfigCommand does for such brokers (AlterConfigs replaces every override of the topic)."""
+        removed = list(removals)
+        if ApiKey.INCREMENTAL_ALTER_CONFIGS not in self._offered():
+            return self._replace_config(topic, updates, removed)
         ops = [{"name": k, "config_operation": SET, "value": v} for k, v in updates.items()]
-        ops += [{"name": k, "config_operation": DELETE, "value": None} for k in removals]
+        ops += [{"name": k, "config_operation": DELETE, "value": None} for k in removed]
         answer = self._send(IncrementalAlterConfigsRequest, ApiKey.INCREMENTAL_ALTER_CONFIGS,
                             MAX_INCREMENTAL_ALTER_CONFIGS_VERSION, {
                                 "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": topic,
@@ -115,6 +123,25 @@ class BrokerTopics:
         for result in answer.responses:
             _raise(result.error_code, result.error_message, f"altering the config of topic {topic}")
         return self.overrides(topic)
+
+    def _replace_config(self, topic: str, updates: Mapping[str, str], removals: list[str]) -> dict[str, str]:
+        config = {k: v for k, v in self.overrides(topic).items() if k not in removals}
+        config.update(updates)
+        answer = self._send(AlterConfigsRequest, ApiKey.ALTER_CONFIGS, MAX_ALTER_CONFIGS_VERSION, {
+            "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": topic,
+                           "configs": [{"name": k, "value": v} for k, v in config.items()]}],
+            "validate_only": False})
+        for result in answer.responses:
+            _raise(result.error_code, result.error_message, f"altering the config of topic {topic}")
+        return self.overrides(topic)
+
+    def _offered(self) -> dict[int, tuple[int, int]]:
+        """The API versions of a broker of the cluster (the same release everywhere, as in the tests' clusters)."""
+        conn = self._connect(controller=False)
+        try:
+            return dict(conn.broker_versions)
+        finally:
+            conn.close()
 
     def overrides(self, topic: str) -> dict[str, str]:
         """DescribeConfigs: the topic's own overrides (config source DYNAMIC_TOPIC_CONFIG)."""
