@@ -9,13 +9,9 @@ with Kafka's CreateTopics (``create_topic``), never with metaq's ``topics create
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,39 +19,20 @@ import confluent_kafka
 import pytest
 
 from integration_tests.peers import Msg, confluent_committed, confluent_consume
-from metaq.cli.main import main as cli_main
 from metaq.consumer import Consumer
 from metaq.errors import MetaqError
 from metaq.producer import Producer
 from metaq.testing.apache_kafka import V1_1, V3_9, ApacheKafkaBroker, kafka_matrix
+from metaq.testing.cli import CliResult, run_cli
 from metaq.testing.group import consume_and_commit
 from zk_layout import ZkLayout
 
 pytestmark = pytest.mark.timeout(300)
 
 
-@dataclass(frozen=True)
-class CliResult:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 def metaq(*args: str, stdin: str | None = None) -> CliResult:
-    """``metaq <args>`` run in this process (the same ``main`` the command runs; a Python start per call costs
-    seconds on the loaded test machine), with stdin, stdout and stderr captured."""
-    out, err = io.StringIO(), io.StringIO()
-    saved_stdin = sys.stdin
-    sys.stdin = io.StringIO(stdin or "")
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = cli_main(list(args))
-            except SystemExit as e:  # argparse's usage errors
-                code = int(e.code or 0)
-    finally:
-        sys.stdin = saved_stdin
-    return CliResult(code, out.getvalue(), err.getvalue())
+    """``metaq <args>`` run in this process (metaq.testing.cli)."""
+    return run_cli(*args, stdin=stdin)
 
 
 def ok(*args: str, stdin: str | None = None) -> str:
@@ -312,6 +289,24 @@ def test_topic_and_console_tools(kafka_broker: ApacheKafkaBroker) -> None:
     assert ok(*read, "--partition", "0", "--from-beginning", "--print-key") == "k1\tv1\nk2\tv2\n"
     tail = [json.loads(line) for line in ok(*read, "--partition", "1", "--offset", "1", "--json").splitlines()]
     assert [(m["offset"], m["value"]) for m in tail] == [(1, "b"), (2, "c")]
+
+
+@kafka_matrix("metaq topics create/alter/alter-config/delete --bootstrap-server", versions=[V3_9, V1_1])
+def test_topic_changes_through_the_brokers(kafka_broker: ApacheKafkaBroker) -> None:
+    """CreateTopics, CreatePartitions, IncrementalAlterConfigs (1.1.1: AlterConfigs with the whole set) and
+    DeleteTopics at a real controller; kafka-topics --describe sees the partitions, DescribeConfigs the overrides."""
+    b, topic = ["--bootstrap-server", kafka_broker.bootstrap], "bs-changes"
+    ok("topics", "create", "--topic", topic, "--partitions", "2", "--topic-config", "retention.ms=3600000", *b)
+    assert "2 -> 3 partitions" in ok("topics", "alter", topic, "--partitions", "3", *b)
+    changed = ok("topics", "alter-config", topic, "--set", "segment.bytes=1048576", "--delete", "retention.ms", *b)
+    assert changed.strip() == f"Topic {topic}: config segment.bytes=1048576"
+    assert kafka_topic_partitions(kafka_broker, topic) == {p: (0, [0], [0]) for p in range(3)}
+    [described] = ok_json("topics", "describe", topic, *b)["topics"]
+    assert described["config"] == {"segment.bytes": "1048576"}
+    assert ok("topics", "delete", topic, *b).strip() == f"Deleted topic {topic}"
+    assert topic not in {t["topic"] for t in ok_json("topics", "list", *b)["topics"]}
+    refused = metaq("topics", "delete", "__consumer_offsets", *b)
+    assert refused.returncode == 1 and "is an internal topic" in refused.stderr
 
 
 # -- metaq.Producer ---------------------------------------------------------------------------------------------

@@ -252,13 +252,15 @@ def test_three_members_join_leave_and_kill(coord: SharedBroker, tmp_path: Path) 
 
 @kafka_matrix("broker-coordinated consumer group (group.coordination=kafka)", (V3_9, V2_8))
 def test_two_members_on_apache_kafka(kafka_broker: ApacheKafkaBroker) -> None:
-    """The same two-member run against Apache Kafka's own group coordinator (its minimum session is 6 s)."""
+    """The same two-member run against Apache Kafka's own group coordinator (its minimum session is 6 s); the
+    second member has no ZooKeeper: it finds leaders with Kafka's Metadata answers (bootstrap.servers)."""
     topic, group = "coordinated", "coordinated-g"
     kafka_broker.create_topic(topic, partitions=4)
     properties = {"group.id": group, "zookeeper.connect": kafka_broker.zk_connect, **MEMBER,
                   "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
+    brokers_only = {**properties, "zookeeper.connect": "", "bootstrap.servers": kafka_broker.bootstrap}
     acked = _produce(kafka_broker.zk_connect, topic, 4, 20)
-    a, b = StreamReader(properties, topic), StreamReader(properties, topic)
+    a, b = StreamReader(properties, topic), StreamReader(brokers_only, topic)
     try:
         wait_until(lambda: _split([a, b], 4) and len(a.owned()) == len(b.owned()) == 2, 60,
                    "two members to split 4 partitions at Kafka's coordinator")

@@ -61,7 +61,8 @@ def test_console_consumer_commits_on_sigterm_and_the_next_member_resumes_there(
     try:
         wait_until(lambda: len(_lines(first_out)) >= 1500, 60, "the first member to print 1500 messages")
         first.send_signal(signal.SIGTERM)
-        assert first.wait(30) == 0, (tmp_path / "first.err").read_text()
+        # 128 + SIGTERM after the clean stop, as Kafka's console consumer (test_bootstrap_only.py runs both)
+        assert first.wait(30) == 143, (tmp_path / "first.err").read_text()
     finally:
         if first.poll() is None:
             first.kill()

@@ -3,9 +3,12 @@
     metaq console-consumer --zookeeper Z --topic T --group G [--from-beginning]    # a group member
     metaq console-consumer --zookeeper Z --topic T --partition 2 --offset 1200     # one partition, no group
     metaq console-consumer --zookeeper Z --include 'logs[.].*' --format '%t %p %o %k %s\\n'   # kcat -f
+    metaq console-consumer --bootstrap-server B --topic T --group G     # broker-coordinated, no ZooKeeper
 
 Like Kafka's console consumer. With a group it is a member like any other (it registers, owns partitions
 and commits offsets); without ``--group`` a fresh ``console-consumer-<n>`` group is used. With
+``--bootstrap-server`` instead of ZooKeeper it is a broker-coordinated member (``group.coordination=kafka``:
+JoinGroup, offsets at the group's coordinator, leaders from Metadata), as Kafka's console consumer is. With
 ``--partition`` it reads that partition from ``--offset`` (a number, ``earliest`` or ``latest``, the
 default) without any group: nothing is registered or committed. ``--json`` prints one JSON object per
 message (key and value decoded as UTF-8, invalid bytes replaced).
@@ -16,8 +19,9 @@ Exit codes as Kafka's console consumer (ConsoleConsumer.process): 0 after ``--ma
 ``--timeout-ms`` without a message and when stdout is closed (it says so on stderr); 1 on an error.
 
 SIGTERM and Ctrl-C stop it cleanly, like Kafka's shutdown hook: the messages already fetched for the chunk in
-hand are printed, their offsets committed, the partitions released and the group left, exit code 0; a
-second signal exits at once (metaq.signals).
+hand are printed, their offsets committed, the partitions released and the group left, then it exits with
+the signal's status, 143 (SIGTERM) or 130 (SIGINT), as Kafka's console consumer does (the JVM exits with
+128 + the signal after its shutdown hooks ran); a second signal exits at once (metaq.signals).
 """
 
 from __future__ import annotations
@@ -78,8 +82,8 @@ def register(sub: SubParsers) -> None:
                         "when the group has no committed offset (with --partition: --offset earliest)")
     parser.add_argument("--partition", type=int, default=None, help="read only this partition, without a group")
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
-                        help="with --partition: find its leader through the brokers, without ZooKeeper (a group "
-                             "member needs --zookeeper: the consumer finds leaders there)")
+                        help="the brokers alone, without ZooKeeper: a group member is broker-coordinated "
+                             "(group.coordination=kafka); with --partition its leader comes from Metadata")
     parser.add_argument("--offset", default=None, metavar="N|earliest|latest",
                         help="with --partition: where to start (default latest)")
     parser.add_argument("--print-key", action="store_true", help="print key<TAB>value")
@@ -104,9 +108,9 @@ def _run(args: argparse.Namespace) -> int:
         usage_error(args, f"--partition {args.partition}: must be >= 0")
     if args.partition is not None and args.topic is None:
         usage_error(args, "--partition needs --topic (not --include)")
-    if args.bootstrap_server is not None and args.partition is None:
-        usage_error(args, "--bootstrap-server reads one --partition without a group; a group member needs "
-                          "--zookeeper or --config (the consumer finds partition leaders in ZooKeeper)")
+    if args.bootstrap_server is not None and args.include is not None:
+        usage_error(args, "--include needs --zookeeper or --config: with --bootstrap-server the member is "
+                          "broker-coordinated and subscribes to a named --topic")
     if args.bootstrap_server is not None and (args.zookeeper or args.config):
         usage_error(args, "give either --bootstrap-server or --zookeeper/--config, not both")
     from metaq.admin import LATEST
@@ -123,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
             usage_error(args, str(e))
     count = 0
     stop = _StopRequest()
-    with TerminationHandler(stop.request):
+    with TerminationHandler(stop.request) as signals:
         messages = _fixed_partition(args, start, stop) if args.partition is not None else _group_member(args, stop)
         try:
             for message in messages:
@@ -137,7 +141,8 @@ def _run(args: argparse.Namespace) -> int:
             messages.close()  # leaves the group (committing what was printed) before the summary line
             sys.stdout.flush()
     print(f"Processed a total of {count} messages", file=sys.stderr)
-    return 0
+    # as Kafka's console consumer under the JVM: the clean stop above, then the signal's status (128 + n)
+    return 128 + signals.received if signals.received is not None else 0
 
 
 class _StopRequest:
@@ -204,13 +209,26 @@ def _read_partition(layout: ZkLayout, args: argparse.Namespace, start: int, stop
 
 
 def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Printed, None, None]:
+    """A group member over ZooKeeper, or (``--bootstrap-server``) a broker-coordinated one that finds leaders
+    with Metadata requests (docs/broker-coordinated-consumer.md). A generated group is deleted at exit in
+    ZooKeeper; with the brokers, as Kafka's ConsoleConsumerOptions, it commits nothing unless told
+    (``auto.commit.enable``), so that nothing is left behind."""
     from metaq.consumer import Consumer, ConsumerConfig, ConsumerTimeoutError, Whitelist
 
-    connect, timeout_ms = connect_string(args)
-    props: dict[str, Any] = load_properties(args.config) if args.config else {}
-    props.update(zk_security_properties(args))
-    props.update(command_properties(args))
-    props.update({"zookeeper.connect": connect, "consumer.timeout.ms": args.timeout_ms})
+    connect: str | None = None
+    timeout_ms: int | None = None
+    props: dict[str, Any] = {}
+    if args.bootstrap_server is not None:
+        quiet_libraries()
+        props.update({**command_properties(args), "bootstrap.servers": args.bootstrap_server,
+                      "group.coordination": "kafka"})
+    else:
+        connect, timeout_ms = connect_string(args)
+        props.update(load_properties(args.config) if args.config else {})
+        props.update(zk_security_properties(args))
+        props.update(command_properties(args))
+        props["zookeeper.connect"] = connect
+    props["consumer.timeout.ms"] = args.timeout_ms
     props.setdefault("auto.commit.interval.ms", 1000)
     props.setdefault("auto.offset.reset", "largest")
     if args.group:
@@ -219,6 +237,8 @@ def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Pri
         props["auto.offset.reset"] = "smallest"
     apply_overrides(props, args, timeout_ms)
     generated = "group.id" not in props
+    if generated and connect is None:
+        props.setdefault("auto.commit.enable", False)
     props.setdefault("group.id", f"console-consumer-{random.randrange(100000)}")
     try:
         with Consumer(ConsumerConfig.from_properties(props)) as consumer:
@@ -233,7 +253,7 @@ def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Pri
             except ConsumerTimeoutError:
                 return
     finally:
-        if generated:
+        if generated and connect is not None:
             _delete_generated_group(connect, props["group.id"], timeout_ms, zk_security(args))
 
 

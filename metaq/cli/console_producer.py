@@ -2,10 +2,12 @@
 
     seq 1000 | metaq console-producer --zookeeper 127.0.0.1:2181 --topic clicks
     metaq console-producer --config consumer.properties --topic clicks --input lines.txt --parse-key
+    seq 1000 | metaq console-producer --bootstrap-server 127.0.0.1:9092 --topic clicks   # no ZooKeeper
 
 Like Kafka's console producer: each line (without its newline) is a value; with ``--parse-key`` the text
 before the first ``--key-separator`` is the key. Producer settings go in ``--property KEY=VALUE``. Every
-message is waited for: the exit code is 1 if any could not be delivered.
+message is waited for: the exit code is 1 if any could not be delivered. With ``--bootstrap-server`` the
+producer finds partitions and leaders with Metadata requests (metaq.client.metadata), as Kafka's does.
 """
 
 from __future__ import annotations
@@ -27,19 +29,21 @@ from metaq.cli.output import (
     connect_string,
     note,
     print_json,
+    quiet_libraries,
+    usage_error,
     zk_security_properties,
 )
 from metaq.cli.subparsers import SubParsers
 from metaq.errors import ConfigError, MetaqError
 
 if TYPE_CHECKING:  # the producer imports the Kafka client: `metaq console-producer --help` needs none
-    from metaq.producer import RecordMetadata
+    from metaq.producer import Producer, RecordMetadata
 
 _FLUSH_TIMEOUT_S = 120.0  # the producer's own request timeouts end every send well before this
 
 
 def register(sub: SubParsers) -> None:
-    parser = add_parser(sub, "console-producer", "send each input line as a message")
+    parser = add_parser(sub, "console-producer", "send each input line as a message", bootstrap=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--partition", type=int, default=None, help="send every message to this partition")
     parser.add_argument("--input", default="-", metavar="FILE", help="read lines from FILE (default stdin)")
@@ -70,15 +74,20 @@ class _Outcomes:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from metaq.producer import Producer
-
-    connect, timeout_ms = connect_string(args)
-    props: dict[str, Any] = {"zookeeper.connect": connect, "linger.ms": 5, **zk_security_properties(args),
-                             **command_properties(args)}
-    apply_overrides(props, args, timeout_ms)
+    if args.bootstrap_server is not None:
+        if args.zookeeper or args.config:
+            usage_error(args, "give either --bootstrap-server or --zookeeper/--config, not both")
+        quiet_libraries()
+        props: dict[str, Any] = {"linger.ms": 5, **command_properties(args)}
+        apply_overrides(props, args, None)
+    else:
+        connect, timeout_ms = connect_string(args)
+        props = {"zookeeper.connect": connect, "linger.ms": 5, **zk_security_properties(args),
+                 **command_properties(args)}
+        apply_overrides(props, args, timeout_ms)
     outcomes = _Outcomes()
     sent = 0
-    with _input_lines(args.input) as lines, Producer(props) as producer:
+    with _input_lines(args.input) as lines, _producer(props, args.bootstrap_server) as producer:
         with ProgressBar("producing", _count_lines(args.input)) as bar:
             for line in lines:
                 key, value = _split(line.rstrip("\r\n"), args)
@@ -87,6 +96,20 @@ def _run(args: argparse.Namespace) -> int:
                 bar.update()
         producer.flush(_FLUSH_TIMEOUT_S)
     return _report(args, sent, outcomes)
+
+
+def _producer(props: dict[str, Any], bootstrap: str | None) -> Producer:
+    """A producer over ZooKeeper, or (``bootstrap``) over the brokers' Metadata answers."""
+    from metaq.client.metadata import MetadataLayout
+    from metaq.producer import ClusterMetadata, Producer, ProducerConfig
+    from metaq.producer.producer import connection_settings
+
+    config = ProducerConfig.from_properties(props)
+    if bootstrap is None:
+        return Producer(config)
+    settings = connection_settings(config)
+    layout = MetadataLayout.connect(bootstrap, settings, option="--bootstrap-server", min_refresh_s=0.1)
+    return Producer(config, metadata=ClusterMetadata(layout, settings, max_age_ms=config.metadata_max_age_ms))
 
 
 def _split(line: str, args: argparse.Namespace) -> tuple[bytes | None, bytes]:

@@ -6,6 +6,8 @@
     metaq topics alter clicks --partitions 12 --zookeeper 127.0.0.1:2181     # grow only, as kafka-topics --alter
     metaq topics delete clicks --zookeeper 127.0.0.1:2181       # /admin/delete_topics: the brokers delete it
     metaq topics alter-config clicks --set segment.bytes=1048576 --delete retention.ms --zookeeper 127.0.0.1:2181
+    metaq topics create --topic clicks --partitions 6 --bootstrap-server 127.0.0.1:9092   # CreateTopics etc.
+    (--bootstrap-server: every command but elect-leaders, through the brokers: metaq/cli/broker_topics.py)
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from metaq.cli import broker_topics
 from metaq.cli.output import ProgressBar, add_parser, emit, note, open_admin, table, usage_error
 from metaq.cli.subparsers import SubParsers
 from metaq.errors import ZooKeeperError
@@ -32,7 +35,8 @@ TOPIC_CONFIG_NAMES = ("retention.ms", "retention.bytes", "segment.bytes", "segme
 def register(sub: SubParsers) -> None:
     parser = sub.add_parser("topics", help="create and inspect topics")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    create = add_parser(actions, "create", "create a topic, spreading partitions over live brokers")
+    create = add_parser(actions, "create", "create a topic, spreading partitions over live brokers",
+                        bootstrap=True)
     create.add_argument("--topic", required=True)
     create.add_argument("--partitions", type=int, default=1)
     create.add_argument("--replication-factor", type=int, default=1)
@@ -52,7 +56,8 @@ def register(sub: SubParsers) -> None:
                       help="only partitions with fewer in-sync replicas than min.insync.replicas, or no leader")
     only.add_argument("--unavailable", action="store_true", help="only partitions without a live leader")
     describe.set_defaults(func=_describe)
-    delete = add_parser(actions, "delete", "delete topics: every broker hosting a partition removes its log")
+    delete = add_parser(actions, "delete", "delete topics: every broker hosting a partition removes its log",
+                        bootstrap=True)
     delete.add_argument("topic", nargs="+")
     delete.add_argument("--wait-s", type=float, default=30.0,
                         help="how long to wait for the brokers to finish (0: only mark the topics)")
@@ -61,12 +66,14 @@ def register(sub: SubParsers) -> None:
     elect.add_argument("topic", nargs="*", help="topics (default: all)")
     elect.add_argument("--wait-s", type=float, default=30.0, help="how long to wait for the controller")
     elect.set_defaults(func=_elect_leaders)
-    grow = add_parser(actions, "alter", "add partitions to a topic (kafka-topics --alter --partitions)")
+    grow = add_parser(actions, "alter", "add partitions to a topic (kafka-topics --alter --partitions)",
+                      bootstrap=True)
     grow.add_argument("topic")
     grow.add_argument("--partitions", type=int, required=True, metavar="N",
                       help="the new partition count: more than the current one (partitions cannot be removed)")
     grow.set_defaults(func=_alter_partitions)
-    alter = add_parser(actions, "alter-config", "set or remove topic config overrides; brokers apply them live")
+    alter = add_parser(actions, "alter-config", "set or remove topic config overrides; brokers apply them live",
+                       bootstrap=True)
     alter.add_argument("topic")
     alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     alter.add_argument("--delete", action="append", default=[], metavar="KEY")
@@ -84,16 +91,20 @@ def _key_values(args: argparse.Namespace, items: list[str], option: str) -> dict
 
 
 def _create(args: argparse.Namespace) -> int:
-    from metaq.broker.topic_config import validate_topic_config
-    from metaq.broker.topics import create_topic
+    pairs = _key_values(args, args.topic_config, "--topic-config")
+    if args.bootstrap_server is not None:  # CreateTopics (metaq/cli/broker_topics.py); the broker validates
+        partitions = broker_topics.create(args, pairs)
+    else:
+        from metaq.broker.topic_config import validate_topic_config
+        from metaq.broker.topics import create_topic
 
-    config = validate_topic_config(_key_values(args, args.topic_config, "--topic-config"))
-    with open_admin(args) as admin:
-        assignment = create_topic(admin.layout, args.topic, args.partitions,
-                                  replication_factor=args.replication_factor, config=config)
-    leaders = {p: r[0] for p, r in sorted(assignment.partitions.items())}
-    emit(args, {"topic": args.topic, "partitions": args.partitions, "leaders": {str(p): b for p, b in leaders.items()}},
-         lambda: f"Created topic {args.topic} with {args.partitions} partitions (partition:leader "
+        config = validate_topic_config(pairs)
+        with open_admin(args) as admin:
+            partitions = create_topic(admin.layout, args.topic, args.partitions,
+                                      replication_factor=args.replication_factor, config=config).partitions
+    leaders = {p: r[0] for p, r in sorted(partitions.items())}
+    emit(args, {"topic": args.topic, "partitions": len(leaders), "leaders": {str(p): b for p, b in leaders.items()}},
+         lambda: f"Created topic {args.topic} with {len(leaders)} partitions (partition:leader "
                  f"{', '.join(f'{p}:{b}' for p, b in leaders.items())})")
     return 0
 
@@ -172,8 +183,11 @@ def render(details: list[TopicDetail]) -> str:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    with open_admin(args) as admin:
-        pending = admin.delete_topics(args.topic, wait_s=args.wait_s)
+    if args.bootstrap_server is not None:  # DeleteTopics (metaq/cli/broker_topics.py)
+        pending = broker_topics.delete(args)
+    else:
+        with open_admin(args) as admin:
+            pending = admin.delete_topics(args.topic, wait_s=args.wait_s)
     if pending and args.wait_s > 0:
         raise ZooKeeperError(f"topics {', '.join(pending)} are marked for deletion, but the brokers hosting their"
                              f" partitions did not finish within {args.wait_s:g} s (is one of them down?)")
@@ -197,16 +211,19 @@ def _elect_leaders(args: argparse.Namespace) -> int:
 def _alter_partitions(args: argparse.Namespace) -> int:
     """As kafka-topics --alter --partitions: the new partitions are placed on the live brokers with the
     topic's replication factor (the path CreatePartitions takes at a broker); fewer or equal is an error."""
-    from metaq.broker.topics import add_partitions
+    if args.bootstrap_server is not None:  # CreatePartitions (metaq/cli/broker_topics.py)
+        have, partitions = broker_topics.add_partitions(args)
+    else:
+        from metaq.broker.topics import add_partitions
 
-    with open_admin(args) as admin:
-        before = admin.layout.topic_assignment(args.topic)
-        assignment = add_partitions(admin.layout, args.topic, args.partitions)
-    have = len(before.partitions) if before is not None else 0
-    added = {p: r for p, r in sorted(assignment.partitions.items()) if p >= have}
-    emit(args, {"topic": args.topic, "partitions": len(assignment.partitions),
+        with open_admin(args) as admin:
+            before = admin.layout.topic_assignment(args.topic)
+            partitions = add_partitions(admin.layout, args.topic, args.partitions).partitions
+        have = len(before.partitions) if before is not None else 0
+    added = {p: r for p, r in sorted(partitions.items()) if p >= have}
+    emit(args, {"topic": args.topic, "partitions": len(partitions),
                 "added": {str(p): list(r) for p, r in added.items()}},
-         lambda: f"Topic {args.topic}: {have} -> {len(assignment.partitions)} partitions (partition:replicas "
+         lambda: f"Topic {args.topic}: {have} -> {len(partitions)} partitions (partition:replicas "
                  f"{', '.join(f'{p}:' + ','.join(map(str, r)) for p, r in added.items())})")
     return 0
 
@@ -215,8 +232,11 @@ def _alter_config(args: argparse.Namespace) -> int:
     if not args.set and not args.delete:
         usage_error(args, "nothing to change: give --set KEY=VALUE or --delete KEY")
     updates = _key_values(args, args.set, "--set")
-    with open_admin(args) as admin:
-        config = admin.alter_topic_config(args.topic, updates, args.delete)
+    if args.bootstrap_server is not None:  # IncrementalAlterConfigs (metaq/cli/broker_topics.py)
+        config = broker_topics.alter_config(args, updates)
+    else:
+        with open_admin(args) as admin:
+            config = admin.alter_topic_config(args.topic, updates, args.delete)
     emit(args, {"topic": args.topic, "config": config},
          lambda: f"Topic {args.topic}: config {','.join(f'{k}={v}' for k, v in sorted(config.items())) or '-'}")
     return 0

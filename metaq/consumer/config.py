@@ -16,8 +16,10 @@ coordinator (the rebalance attempt then fails and is retried).
 Group coordination: ``group.coordination=zookeeper`` (default, Kafka 0.8's algorithm) or ``kafka`` (Kafka's
 group protocol through the broker's group coordinator: ``session.timeout.ms``, ``heartbeat.interval.ms``,
 ``max.poll.interval.ms``, ``group.instance.id``; see metaq.consumer.coordination). With ``kafka`` the offsets
-are committed to the coordinator with the member's generation (``offsets.storage`` does not apply) and
-``zookeeper.connect`` still names the cluster (partition leaders are read there).
+are committed to the coordinator with the member's generation (``offsets.storage`` does not apply), and
+``bootstrap.servers`` may stand in for ``zookeeper.connect``: partition leaders and counts then come from
+Metadata requests (metaq.client.metadata), refreshed every ``metadata.max.age.ms`` and after errors. With
+``zookeeper.connect`` given, ZooKeeper names the leaders as in ZooKeeper mode.
 """
 
 from __future__ import annotations
@@ -59,6 +61,21 @@ def _check_group_protocol(config: ConsumerConfig) -> None:
                           f"'session.timeout.ms' ({config.session_timeout_ms})")
 
 
+def _check_cluster(config: ConsumerConfig) -> None:
+    """Where the cluster is: ZooKeeper, or (broker-coordinated only) the brokers' Metadata."""
+    if config.zookeeper_connect:
+        return
+    if config.group_coordination != "kafka":
+        raise ConfigError("config 'zookeeper.connect': a value is required (only group.coordination=kafka can "
+                          "use 'bootstrap.servers' instead)")
+    if not config.bootstrap_servers:
+        raise ConfigError("config 'bootstrap.servers': a value is required with group.coordination=kafka when "
+                          "'zookeeper.connect' is not set (one of the two names the cluster)")
+    from metaq.client.metadata import parse_addresses
+
+    parse_addresses(config.bootstrap_servers, "config 'bootstrap.servers':")
+
+
 def _lease_fraction(value: float) -> str | None:
     if not 0.0 <= value < 1.0:
         return "must be >= 0 and < 1 (a fraction of the session timeout; 0 turns the lease off)"
@@ -73,6 +90,12 @@ class ConsumerConfig(ZooKeeperClientConfig, SecurityConfig):
     # Kafka 0.8 ZookeeperConsumerConnector (ConsumerConfig.scala, ZKConfig)
     group_id: str = prop("group.id", "", check=_valid_chars)
     zookeeper_connect: str = prop("zookeeper.connect", "")
+    bootstrap_servers: str = prop("bootstrap.servers", "",
+                                  doc="group.coordination=kafka without zookeeper.connect: HOST:PORT[,...] of "
+                                      "brokers asked for Metadata (partition leaders and counts)")
+    metadata_max_age_ms: int = prop("metadata.max.age.ms", 300000, check=positive,
+                                    doc="topic metadata is read again after this long (a topic that gained "
+                                        "partitions makes the group leader rejoin)")
     zookeeper_session_timeout_ms: int = prop("zookeeper.session.timeout.ms", 6000, check=positive)
     zookeeper_connection_timeout_ms: int | None = prop("zookeeper.connection.timeout.ms", None)
     zookeeper_sync_time_ms: int = prop("zookeeper.sync.time.ms", 2000, check=positive)
@@ -150,8 +173,7 @@ class ConsumerConfig(ZooKeeperClientConfig, SecurityConfig):
         config = super().from_properties(values, **overrides)
         if not config.group_id:
             raise ConfigError("config 'group.id': a value is required")
-        if not config.zookeeper_connect:
-            raise ConfigError("config 'zookeeper.connect': a value is required")
+        _check_cluster(config)
         if config.socket_timeout_ms < config.fetch_wait_max_ms:
             raise ConfigError(
                 f"config 'socket.timeout.ms': {config.socket_timeout_ms} must be >= 'fetch.wait.max.ms' "

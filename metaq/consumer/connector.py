@@ -15,7 +15,9 @@ even notices that the session expired.
 
 With ``group.coordination=kafka`` the broker's group coordinator decides ownership instead
 (metaq.consumer.coordination.GroupMember: JoinGroup/SyncGroup/Heartbeat, offsets committed with the member's
-generation); ZooKeeper then only names partition leaders, and delivery is leased on the heartbeats.
+generation); ZooKeeper then only names partition leaders, and delivery is leased on the heartbeats. Without
+``zookeeper.connect`` it needs no ZooKeeper at all: ``bootstrap.servers``' Metadata answers name the leaders
+and partition counts (metaq.client.metadata).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from kazoo.client import KazooState
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -79,6 +81,18 @@ def default_offset_store(layout: ZkLayout, config: ConsumerConfig) -> OffsetStor
     return ZooKeeperOffsetStore(layout, config.group_id, auto_offset_reset=config.auto_offset_reset)
 
 
+def _metadata_layout(config: ConsumerConfig) -> ZkLayout:
+    """``bootstrap.servers`` instead of ZooKeeper (group.coordination=kafka): leaders and partition counts from
+    Metadata answers, asked again at most every ``refresh.leader.backoff.ms`` (metaq.client.metadata)."""
+    from metaq.client.metadata import MetadataLayout
+    from metaq.consumer.fetcher import connection_settings
+
+    layout = MetadataLayout.connect(config.bootstrap_servers, connection_settings(config),
+                                    option="config 'bootstrap.servers':",
+                                    min_refresh_s=config.refresh_leader_backoff_ms / 1000.0)
+    return cast(ZkLayout, layout)  # the consumer reads only what MetadataLayout answers (its module docstring)
+
+
 class Consumer:
     """One group member (module docstring): owns its ZooKeeper session (and the session lease and delivery
     gate that depend on it), its consumer id, the streams and chunk queues it hands out, the fetcher manager,
@@ -113,17 +127,18 @@ class Consumer:
         self._broker_coordinated = self.config.group_coordination == "kafka"
         port = self.config.metrics_port
         self._metrics_server = serve_metrics(port, self.config.metrics_host, registry) if port is not None else None
-        self._zk = connect(
+        self._zk = None if not self.config.zookeeper_connect else connect(
             self.config.zookeeper_connect,
             session_timeout_ms=self.config.zookeeper_session_timeout_ms,
             connection_timeout_ms=self.config.connection_timeout_ms,
             security=self.config.zookeeper_security(),
         )
-        self._layout = ZkLayout(self._zk)
+        self._layout = ZkLayout(self._zk) if self._zk is not None else _metadata_layout(self.config)
         fraction = self.config.session_lease_fraction
         self._gate = DeliveryGate(leased=fraction > 0)
         self._lease: SessionLease | None = None
-        if fraction > 0 and not self._broker_coordinated:  # broker-coordinated: leased on heartbeats instead
+        # broker-coordinated: leased on heartbeats instead
+        if fraction > 0 and not self._broker_coordinated and self._zk is not None:
             self._lease = SessionLease(
                 self._zk, requested_timeout_ms=self.config.zookeeper_session_timeout_ms, fraction=fraction,
                 on_renewed=self._gate.extend, on_void=self._gate.lapse, name=f"{self.consumer_id}-session-lease")
@@ -137,7 +152,8 @@ class Consumer:
         self._committer: AutoCommitter | None = None
         self._shutdown_lock = threading.Lock()
         self._closed = False
-        self._zk.add_listener(self._on_session_state)
+        if self._zk is not None:
+            self._zk.add_listener(self._on_session_state)
         if self._lease is not None:
             self._lease.start()
 
@@ -248,6 +264,8 @@ class Consumer:
     @property
     def zookeeper_session(self) -> tuple[int, bytes] | None:
         """(session id, password) of the current ZooKeeper session, for fault-injection tools."""
+        if self._zk is None:
+            return None
         session: tuple[int, bytes] | None = self._zk.client_id  # kazoo is untyped
         return session
 
@@ -315,11 +333,13 @@ class Consumer:
             except MetaqError as e:
                 log.info("consumer %s: unregister failed (the session close removes it): %s", self.consumer_id, e)
             self._store.close()
-        self._zk.remove_listener(self._on_session_state)
-        self._zk.stop()  # first: a renewal in flight then fails at once instead of holding up the lease's stop
+        if self._zk is not None:
+            self._zk.remove_listener(self._on_session_state)
+            self._zk.stop()  # first: a renewal in flight then fails at once instead of holding up the lease's stop
         if self._lease is not None:
             self._lease.stop()
-        self._zk.close()
+        if self._zk is not None:
+            self._zk.close()
         self.metrics.close()
         if self._metrics_server is not None:
             self._metrics_server.close()

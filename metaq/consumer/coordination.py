@@ -58,6 +58,7 @@ from metaq.consumer.group_protocol import (
     decode_subscription,
     encode_assignment,
     encode_subscription,
+    metadata_changes,
 )
 from metaq.consumer.ids import make_thread_ids
 from metaq.consumer.kafka_offsets import OffsetsChannel, commit_codes, fetched_offsets, look_again
@@ -194,6 +195,10 @@ class GroupMember:
         self._left_for_poll = False  # left the group for max.poll.interval.ms; rejoin once the application polls
         self._failed_rounds = 0
         self._retry_at: float | None = None
+        # the leader's partition counts behind the current assignment (Java's assignmentSnapshot), checked
+        # against the metadata every metadata.max.age.ms
+        self._assigned_counts: dict[str, int] | None = None
+        self._metadata_check_at = 0.0
         self._attempt_policy = rebalance_attempts(rebalance_backoff_ms=config.backoff_ms,
                                                   rebalance_max_retries=config.rebalance_max_retries)
         self._round_policy = rebalance_rounds(rebalance_backoff_ms=config.backoff_ms, max_s=MAX_FAILED_BACKOFF_S)
@@ -350,6 +355,7 @@ class GroupMember:
 
     def _join_and_sync(self) -> None:
         self._set_state(JOINING)
+        self._assigned_counts = None
         joined = self._join()
         generation = Generation(joined.generation_id, joined.member_id, joined.protocol_name)
         self.generation_info = generation
@@ -410,12 +416,16 @@ class GroupMember:
         _raise_for(code, f"from {request} of group {self._group}")
 
     def _assign(self, joined: Any) -> dict[str, bytes]:
-        """The leader's part: every member's assignment over the partitions ZooKeeper lists now."""
+        """The leader's part: every member's assignment over the partitions ZooKeeper lists now (or the brokers'
+        Metadata, with bootstrap.servers)."""
         members = {m.member_id: Member(m.member_id, getattr(m, "group_instance_id", None),
                                        decode_subscription(m.metadata)) for m in joined.members}
         topics = sorted({t for member in members.values() for t in member.topics})
-        counts = {topic: len(ids) for topic, ids in self._layout.topic_partition_ids(topics).items() if ids}
+        found = self._layout.topic_partition_ids(topics)
+        counts = {topic: len(ids) for topic, ids in found.items() if ids}
         assignment = ASSIGNORS[self._assignor](members, counts)
+        self._assigned_counts = {topic: len(ids or ()) for topic, ids in found.items()}
+        self._metadata_check_at = time.monotonic() + self._config.metadata_max_age_ms / 1000.0
         log.info("consumer %s leads group %s generation %d: %s", self._consumer_id, self._group,
                  joined.generation_id, {m: len(ps) for m, ps in assignment.items()})
         return {member: encode_assignment(parts) for member, parts in assignment.items()}
@@ -525,6 +535,7 @@ class GroupMember:
                 self._heartbeat_once()
                 self._check_session()
                 self._check_poll()
+                self._check_metadata()
             except Exception:  # the heartbeat thread must survive anything
                 log.exception("consumer %s: heartbeat error", self._consumer_id)
 
@@ -564,6 +575,23 @@ class GroupMember:
         generation = self.generation_info
         if self.state == STABLE and self._proof > 0 and time.monotonic() - self._proof > self._session_s:
             self._lose(generation, f"no heartbeat answered for session.timeout.ms={self._config.session_timeout_ms}")
+
+    def _check_metadata(self) -> None:
+        """The leader, every metadata.max.age.ms: a subscribed topic that gained partitions (or appeared, or
+        went) since the assignment makes it rejoin, so that the new partitions get an owner, as Java's
+        ``ConsumerCoordinator.rejoinNeededOrPending`` does with its assignment snapshot."""
+        counts = self._assigned_counts
+        if counts is None or self.state != STABLE or time.monotonic() < self._metadata_check_at:
+            return
+        self._metadata_check_at = time.monotonic() + self._config.metadata_max_age_ms / 1000.0
+        try:
+            now = self._layout.topic_partition_ids(sorted(counts))
+        except MetaqError as e:
+            log.info("consumer %s: reading topic metadata failed: %s", self._consumer_id, e)
+            return
+        changes = metadata_changes(counts, now)
+        if changes:
+            self.request_rejoin("; ".join(changes))
 
     def _check_poll(self) -> None:
         """max.poll.interval.ms: records wait while the application has not come back for them that long. Like

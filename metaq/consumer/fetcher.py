@@ -542,7 +542,8 @@ class FetcherManager:
         self._config = config
         self._metrics = metrics
         self._owns_client = client is None
-        self._client = client if client is not None else ClusterClient(layout, connection_settings(config))
+        self._client = client if client is not None else ClusterClient(
+            layout, connection_settings(config), metadata_max_age_ms=config.metadata_max_age_ms)
         self._settings = self._client.settings
         self.consumer_id = consumer_id
         self._lock = threading.Lock()  # guards everything below; never held while joining or doing I/O

@@ -113,3 +113,17 @@ def roundrobin_assign(members: Mapping[str, Member],
 
 ASSIGNORS = {RANGE: range_assign, ROUNDROBIN: roundrobin_assign}
 """Assignor name (JoinGroup's protocol name, ``partition.assignment.strategy``) -> function."""
+
+
+def metadata_changes(assigned: Mapping[str, int], now: Mapping[str, tuple[int, ...] | None]) -> list[str]:
+    """What changed in the subscribed topics since the leader computed the assignment from ``assigned``
+    (partition counts): Java's ``ConsumerCoordinator`` rejoins when its ``assignmentSnapshot`` no longer
+    matches the metadata (a topic gained partitions, was created or deleted). Empty: nothing changed."""
+    changes = []
+    for topic in sorted(set(assigned) | set(now)):
+        before = assigned.get(topic, 0)
+        ids = now.get(topic)
+        after = len(ids) if ids else 0
+        if before != after:
+            changes.append(f"topic {topic} has {after} partitions (the assignment used {before})")
+    return changes

@@ -89,3 +89,31 @@ def test_coordinator_errors_are_retried_and_unchanged_offsets_not_resent() -> No
     assert len(channel.sent) == 2 and not info.revoked and member.state == STABLE
     member.commit()
     assert len(channel.sent) == 2  # offset 10 is committed already
+
+
+def test_the_leader_rejoins_when_a_subscribed_topic_gains_partitions() -> None:
+    """Java's ConsumerCoordinator compares its assignment snapshot with the metadata: so does the leader, every
+    metadata.max.age.ms, reading the partition counts again (ZooKeeper, or Metadata with bootstrap.servers)."""
+    partitions: dict[str, tuple[int, ...] | None] = {"t": (0, 1)}
+    reads: list[list[str]] = []
+
+    def topic_partition_ids(topics: list[str]) -> dict[str, tuple[int, ...] | None]:
+        reads.append(topics)
+        return {t: partitions.get(t) for t in topics}
+
+    config = ConsumerConfig.from_properties({"group.id": "g", "bootstrap.servers": "b:9092",
+                                             "group.coordination": "kafka", "metadata.max.age.ms": 60000})
+    member = GroupMember(config, SimpleNamespace(topic_partition_ids=topic_partition_ids),  # type: ignore[arg-type]
+                         "g_c1", _Subscription(), SimpleNamespace(), DeliveryGate(leased=True))
+    member.state = STABLE
+    member._check_metadata()
+    assert reads == []  # not the leader: no snapshot to compare
+    member._assigned_counts = {"t": 2}
+    member._check_metadata()
+    assert reads == [["t"]] and not member._rejoin_needed
+    member._check_metadata()
+    assert reads == [["t"]]  # the next check waits metadata.max.age.ms
+    partitions["t"] = (0, 1, 2)
+    member._metadata_check_at = 0.0
+    member._check_metadata()
+    assert member._rejoin_needed
