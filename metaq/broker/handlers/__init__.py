@@ -20,6 +20,7 @@ from metaq.broker.handlers import (
     groups,
     init_producer_id,
     list_offsets,
+    log_dirs,
     metadata,
     offset_commit_fetch,
     offset_for_leader_epoch,
@@ -63,6 +64,8 @@ HANDLERS: dict[ApiKey, MessageHandler] = {
     ApiKey.END_TXN: transactions.end_txn,
     ApiKey.WRITE_TXN_MARKERS: transactions.write_txn_markers,
     ApiKey.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
+    ApiKey.DESCRIBE_LOG_DIRS: log_dirs.describe_log_dirs,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: log_dirs.alter_replica_log_dirs,
 }
 
 RESPONDERS: dict[ApiKey, Handler] = {
