@@ -45,7 +45,7 @@ from metaq.broker.security.acl_rules import Rules
 from metaq.broker.security.authorizer import Authorizer, parse_super_users
 from metaq.broker.topics import create_topic
 from metaq.broker.txn_markers import MarkerWriter, PendingTxnOffsets
-from metaq.errors import MetaqError, TopicError, TopicExistsError
+from metaq.errors import MetaqError, StorageError, TopicError, TopicExistsError
 from metaq.metrics import MetricsServer, serve_metrics
 from metaq.metrics.broker import BrokerMetrics, ClusterState, LogState
 from metaq.metrics.off import disabled
@@ -79,6 +79,7 @@ class Broker:
         self.replication: ReplicaManager | None = None
         self.controller: Controller | None = None
         self.transactions: TransactionCoordinator | None = None
+        self._fatal: MetaqError | None = None
         self.mover = LogDirMover(self.logs, side_files=(leader_epochs.FILE_NAME, PARTITION_METADATA_FILE))
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
@@ -97,6 +98,8 @@ class Broker:
         finally:
             if handler is not None:
                 handler.restore()
+        if self._fatal is not None:
+            raise self._fatal  # the process exits 1, as Kafka's halts when every log dir has failed
 
     def request_stop(self) -> None:
         if self._stop is not None:
@@ -327,6 +330,7 @@ class Broker:
         self._tasks.append(task)
         if not self.logs.online_dirs():
             log.error("every log directory of broker %d has failed: shutting down", self.config.broker_id)
+            self._fatal = StorageError(f"every log directory failed: {', '.join(map(str, self.logs.log_dirs))}")
             task.add_done_callback(lambda _: self.request_stop())
 
     async def _retention(self) -> None:
