@@ -81,6 +81,8 @@ class Dirs:
 
     def __init__(self, base: Path, disk: Path) -> None:
         self.by_broker = {0: [base / "b0-a", disk / "logs"], 1: [base / "b1-a", base / "b1-b"]}
+        self.only_disk = disk / "solo"
+        """Broker 2's only log directory: it stops when the disk fails."""
 
     def holding(self, broker: int, topic: str, partition: int) -> Path | None:
         found = [d for d in self.by_broker[broker] if (d / f"{topic}-{partition}").is_dir()]
@@ -101,6 +103,9 @@ def cluster(zk_server: Any, tmp_path_factory: pytest.TempPathFactory, dirs: Dirs
             for broker_id, paths in dirs.by_broker.items():
                 brokers.add(broker_id, **{"log.dirs": ",".join(map(str, paths)),
                                           "offsets.topic.num.partitions": 1})
+            # checkpoints twice a second: it notices the failed disk without a partition of its own
+            brokers.add(2, **{"log.dirs": dirs.only_disk, "offsets.topic.num.partitions": 1,
+                              "log.flush.offset.checkpoint.interval.ms": 500})
             yield brokers
         finally:
             brokers.stop()
@@ -228,7 +233,8 @@ def test_kafka_log_dirs_describe_names_each_partitions_directory(cluster: Broker
     assert dirs.holding(0, topic, 0) != dirs.holding(0, topic, 1)
     assert dirs.holding(1, topic, 2) != dirs.holding(1, topic, 3)
     ours = _described(bootstrap, topic)
-    assert {(b, d) for b, d in ours} == {(b, str(d)) for b, ds in dirs.by_broker.items() for d in ds}
+    assert {(b, d) for b, d in ours} == {(b, str(d)) for b, ds in dirs.by_broker.items() for d in ds} | {
+        (2, str(dirs.only_disk))}
     assert {p["partition"]: (b, d, p["size"], p["isFuture"]) for (b, d), e in ours.items()
             for p in e["partitions"]} == expected
 
@@ -316,3 +322,11 @@ def test_failed_log_dir_takes_only_its_partitions_offline(cluster: BrokerCluster
     assert entries[(0, str(healthy_dir))]["error"] is None
     assert [p["partition"] for p in entries[(0, str(healthy_dir))]["partitions"]] == [f"{topic}-1"]
     assert cluster.brokers[0].proc is not None and cluster.brokers[0].proc.poll() is None  # serves on
+
+    # a broker whose only log directory failed stops, with exit status 1 (Kafka's halts)
+    solo = cluster.brokers[2]
+    assert solo.proc is not None
+    wait_until(lambda: solo.proc is not None and solo.proc.poll() is not None, 60,
+               "broker 2, whose only log directory was on the failed disk, to stop")
+    assert solo.proc.returncode == 1, solo.log_tail()
+    assert f"every log directory failed: {dirs.only_disk}" in solo.log_path.read_text()
