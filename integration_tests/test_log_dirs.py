@@ -1,5 +1,6 @@
 """Several log directories per broker (docs/log-dirs.md), with real broker processes and real peers: Kafka
-3.9.2's ``kafka-log-dirs --describe``, moving a partition between directories while it is written
+3.9.2's ``kafka-log-dirs --describe``, moving a replicated partition's leader between directories while it is
+written
 (AlterReplicaLogDirs from kafka-python's admin client and from ``metaq brokers move-replica-dir``), and a log
 directory whose file system fails taking only its partitions offline while the controller moves their
 leadership to the other replica.
@@ -241,7 +242,7 @@ def test_kafka_log_dirs_describe_names_each_partitions_directory(cluster: Broker
 
 def test_partition_moves_between_log_dirs_while_written(cluster: BrokerCluster, layout: ZkLayout,
                                                         dirs: Dirs) -> None:
-    topic = _topic(cluster, layout, "moved", {0: [1]})
+    topic = _topic(cluster, layout, "moved", {0: [1, 0]})  # broker 1 leads, broker 0 follows (acks=all)
     bootstrap = cluster.brokers[1].bootstrap
     writer = Writer(bootstrap, topic, 0, size=1000)
     writer.send(3000)  # ~3 MB to copy before the tail
@@ -268,6 +269,7 @@ def test_partition_moves_between_log_dirs_while_written(cluster: BrokerCluster, 
     writer.stop()
     assert writer.errors == []
     _all_acked_readable(bootstrap, topic, 0, writer)
+    assert layout.partition_state(topic, 0).isr == (1, 0)  # type: ignore[union-attr]  # the follower kept up
     entries = _described(bootstrap, topic)
     assert [p["isFuture"] for p in entries[(1, str(source))]["partitions"]] == [False]
     assert entries[(1, str(target))]["partitions"] == []
