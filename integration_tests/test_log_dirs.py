@@ -273,6 +273,10 @@ def test_partition_moves_between_log_dirs_while_written(cluster: BrokerCluster, 
     entries = _described(bootstrap, topic)
     assert [p["isFuture"] for p in entries[(1, str(source))]["partitions"]] == [False]
     assert entries[(1, str(target))]["partitions"] == []
+    lines = _metaq("brokers", "log-dirs", "--bootstrap-server", bootstrap, "--topic-list", topic).splitlines()
+    assert lines[0].split() == ["BROKER", "LOG-DIR", "STATUS", "PARTITION", "SIZE", "OFFSET-LAG", "FUTURE"]
+    assert [line.split()[:4] for line in lines if f"{topic}-0" in line] == [
+        ["0", str(dirs.holding(0, topic, 0)), "online", f"{topic}-0"], ["1", str(source), "online", f"{topic}-0"]]
     assert not any(p.name.startswith(f"{topic}-0") for p in target.iterdir())  # no future or -delete left
 
     refused = subprocess.run([sys.executable, "-m", "metaq", "brokers", "move-replica-dir", "--bootstrap-server",
