@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 from pathlib import Path
 
@@ -156,3 +157,50 @@ def test_leftover_future_logs_at_load(tmp_path: Path) -> None:
     assert not unfinished.exists() and reloaded.log_dir_of("t", 0) == dirs[0]
     assert reloaded.log_dir_of("t", 1) == dirs[0] and reloaded.get("t", 1).log_end_offset == 2  # type: ignore[union-attr]
     reloaded.shutdown()
+
+
+class _Context:
+    """What the log dir handlers use of a BrokerContext: the logs, an authorizer that allows, HWs."""
+
+    def __init__(self, logs: LogManager) -> None:
+        self.logs = logs
+
+    def denied(self, *_: object) -> int:
+        return 0
+
+    def high_watermark(self, _topic: str, _partition: int, plog: PartitionLog) -> int:
+        return plog.log_end_offset - 1
+
+
+def test_alter_replica_log_dirs_answers_per_partition_as_kafka(tmp_path: Path) -> None:
+    from kafka.protocol.admin import AlterReplicaLogDirsRequest, DescribeLogDirsRequest
+
+    from metaq.broker.handlers.log_dirs import alter_replica_log_dirs, describe_log_dirs
+
+    dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    manager = new_manager(dirs)
+    for p in range(3):
+        manager.get_or_create("t", p).append(make_batch(make_values(2)))  # t-0 in a, t-1 in b, t-2 in c
+    manager.fail_dir(dirs[2], "test")
+    ctx = _Context(manager)
+    Dir = AlterReplicaLogDirsRequest.AlterReplicaLogDir  # noqa: N806
+    request = AlterReplicaLogDirsRequest[1](dirs=[
+        Dir(path=str(dirs[1]), topics=[Dir.AlterReplicaLogDirTopic(name="t", partitions=[0, 1, 2, 9])]),
+        Dir(path=str(dirs[2]), topics=[Dir.AlterReplicaLogDirTopic(name="u", partitions=[0])]),
+        Dir(path=str(tmp_path / "x"), topics=[Dir.AlterReplicaLogDirTopic(name="u", partitions=[1])])])
+    answer = asyncio.run(alter_replica_log_dirs(ctx, request, 1))  # type: ignore[arg-type]
+    codes = {(t.topic_name, p.partition_index): p.error_code for t in answer.results for p in t.partitions}
+    assert codes == {("t", 0): 0, ("t", 1): 0,  # a move started; already there
+                     ("t", 2): 56, ("u", 0): 56,  # offline replica; offline directory: KAFKA_STORAGE_ERROR
+                     ("t", 9): 9,  # no replica here yet: REPLICA_NOT_AVAILABLE (and remembered)
+                     ("u", 1): 57}  # not a log dir: LOG_DIR_NOT_FOUND
+    assert manager.future("t", 0) is not None and manager.future("t", 1) is None
+
+    described = asyncio.run(describe_log_dirs(ctx, DescribeLogDirsRequest[4](topics=None), 4))  # type: ignore[arg-type]
+    by_dir = {r.log_dir: r for r in described.results}
+    assert by_dir[str(dirs[2])].error_code == 56 and by_dir[str(dirs[2])].topics == []
+    [topic] = by_dir[str(dirs[1])].topics
+    found = {(p.partition_index, p.is_future_key, p.offset_lag) for p in topic.partitions}
+    assert found == {(1, False, 1), (0, True, 2)}  # current: end - HW; future: behind the current log
+    assert by_dir[str(dirs[0])].total_bytes > 0 and by_dir[str(dirs[0])].usable_bytes > 0
+    manager.shutdown()
