@@ -351,11 +351,18 @@ def test_broker_api_versions(bootstrap: str) -> None:
     assert "ElectLeaders(43): UNSUPPORTED" in run.stdout
 
 
-@pytest.mark.compat("log-dirs (DescribeLogDirs: not served)", TOOLS)
-def test_log_dirs_not_served(bootstrap: str) -> None:
-    run = tool("org.apache.kafka.tools.LogDirsCommand", "--bootstrap-server", bootstrap, "--describe")
-    assert run.returncode != 0
-    assert "UnsupportedVersionException: The node does not support DESCRIBE_LOG_DIRS" in run.output
+@pytest.mark.compat("log-dirs --describe (DescribeLogDirs)", TOOLS)
+def test_log_dirs_describe(layout: ZkLayout, bootstrap: str) -> None:
+    topic = new_topic(layout, bootstrap, "tool-log-dirs")
+    produce(bootstrap, topic, 0, 3)
+    run = tool("org.apache.kafka.tools.LogDirsCommand", "--bootstrap-server", bootstrap, "--describe",
+               "--topic-list", topic).check()
+    document = json.loads(run.stdout.strip().splitlines()[-1])
+    [broker] = document["brokers"]
+    [log_dir] = broker["logDirs"]
+    [partition] = log_dir["partitions"]
+    assert broker["broker"] == 0 and log_dir["error"] is None and log_dir["logDir"].endswith("/logs-0")
+    assert partition["partition"] == f"{topic}-0" and partition["size"] > 0 and partition["isFuture"] is False
 
 
 @pytest.mark.compat("leader-election (ElectLeaders: not served)", TOOLS)

@@ -235,6 +235,7 @@ class ErrorCode(IntEnum):
     LEADER_NOT_AVAILABLE = 5
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
+    REPLICA_NOT_AVAILABLE = 9
     MESSAGE_TOO_LARGE = 10
     OFFSET_METADATA_TOO_LARGE = 12
     COORDINATOR_LOAD_IN_PROGRESS = 14
@@ -280,6 +281,7 @@ class ErrorCode(IntEnum):
     SECURITY_DISABLED = 54
     OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
+    LOG_DIR_NOT_FOUND = 57
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     NON_EMPTY_GROUP = 68
@@ -603,6 +605,16 @@ class TransactionalIdAuthorizationFailedError(BrokerResponseError):
 @_broker_error(ErrorCode.KAFKA_STORAGE_ERROR, retriable=True, invalid_metadata=True)
 class KafkaStorageError(BrokerResponseError):
     pass
+
+
+@_broker_error(ErrorCode.LOG_DIR_NOT_FOUND)
+class LogDirNotFoundError(BrokerResponseError):
+    """AlterReplicaLogDirs named a path that is not one of the broker's log.dirs."""
+
+
+@_broker_error(ErrorCode.REPLICA_NOT_AVAILABLE, retriable=True, invalid_metadata=True)
+class ReplicaNotAvailableError(BrokerResponseError):
+    """The broker holds no replica of the partition (yet)."""
 
 
 @_broker_error(ErrorCode.SASL_AUTHENTICATION_FAILED)

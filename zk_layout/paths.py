@@ -35,6 +35,7 @@ PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+OFFLINE_REPLICAS = "/metaq/offline_replicas"  # metaq's own: see zk_layout/log_dirs.py
 # ACLs of Kafka's ZooKeeper-mode AclAuthorizer (KIP-11, KIP-290): see docs/zookeeper-layout.md
 ACL_LITERAL = "/kafka-acl"
 ACL_EXTENDED = "/kafka-acl-extended"
@@ -113,6 +114,10 @@ def _validate_id(kind: str, value: int) -> int:
 
 def broker_path(broker_id: int) -> str:
     return f"{BROKER_IDS}/{_validate_id('broker id', broker_id)}"
+
+
+def offline_replicas_path(broker_id: int) -> str:
+    return f"{OFFLINE_REPLICAS}/{_validate_id('broker id', broker_id)}"
 
 
 def topic_path(topic: str) -> str:

@@ -128,6 +128,8 @@ class BrokerContext:
         """0 if this broker leads topic-partition and its local log belongs to the topic (same topic id, see
         metaq/broker/log/partition_metadata.py), else the error code a client should get."""
         error = self.leader_error(topic, partition)
+        if not error and self.logs.is_offline(topic, partition):  # its log dir failed (docs/log-dirs.md)
+            return ErrorCode.KAFKA_STORAGE_ERROR
         topic_id = self.snapshot.topic_ids.get(topic)
         if error or topic_id is None:  # topics created before topic ids have none to check
             return error

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 from kazoo.client import KazooClient
 
@@ -31,20 +32,23 @@ from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.broker.coordinator.transactions import TRANSACTION_TOPIC, TransactionCoordinator, TxnCoordinatorConfig
 from metaq.broker.handlers import DISPATCH
 from metaq.broker.log.cleaner.manager import LogCleaner, loop_caller
+from metaq.broker.log.dir_mover import LogDirMover
 from metaq.broker.log.manager import LogManager
 from metaq.broker.log.open_files import SEGMENT_FILES, FileBudget, file_budget
+from metaq.broker.log.partition_metadata import PARTITION_METADATA_FILE
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.network import BrokerServer, ConnectionLimits
 from metaq.broker.producer_ids import ProducerIdManager
 from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.registration import BrokerRegistration
+from metaq.broker.replication import leader_epochs
 from metaq.broker.replication.controller import Controller
 from metaq.broker.replication.manager import ReplicaManager
 from metaq.broker.security.acl_rules import Rules
 from metaq.broker.security.authorizer import Authorizer, parse_super_users
 from metaq.broker.topics import create_topic
 from metaq.broker.txn_markers import MarkerWriter
-from metaq.errors import TopicError, TopicExistsError
+from metaq.errors import MetaqError, StorageError, TopicError, TopicExistsError
 from metaq.metrics import MetricsServer, serve_metrics
 from metaq.metrics.broker import BrokerMetrics, ClusterState, LogState
 from metaq.metrics.off import disabled
@@ -79,6 +83,8 @@ class Broker:
         self.controller: Controller | None = None
         self.transactions: TransactionCoordinator | None = None
         self._accept_guard = AcceptGuard()
+        self._fatal: MetaqError | None = None
+        self.mover = LogDirMover(self.logs, side_files=(leader_epochs.FILE_NAME, PARTITION_METADATA_FILE))
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
@@ -98,6 +104,8 @@ class Broker:
             self._accept_guard.uninstall(loop)
             if handler is not None:
                 handler.restore()
+        if self._fatal is not None:
+            raise self._fatal  # the process exits 1, as Kafka's halts when every log dir has failed
 
     def request_stop(self) -> None:
         if self._stop is not None:
@@ -133,6 +141,7 @@ class Broker:
                                         before_publish=self._configure_new_topics)
         notifier = AppendNotifier()
         self.replication = ReplicaManager(config, self.logs, self.metadata, layout, notifier)  # started below
+        self.logs.on_dir_failure = self._log_dir_failed
         self.coordinator = GroupCoordinator(
             CoordinatorConfig.from_config(config),
             self.logs,
@@ -159,6 +168,8 @@ class Broker:
         self._registration = BrokerRegistration(self._zk, layout, info, self.metadata.request_reload,
                                                 session_timeout_ms=config.session_timeout_ms)
         await asyncio.to_thread(self._registration.register)
+        # what an earlier run reported offline is online again (or offline anew: a directory failed at load)
+        await asyncio.to_thread(layout.set_offline_replicas, config.broker_id, self.logs.offline_partitions())
         await asyncio.to_thread(self.metadata.start)
         await asyncio.to_thread(self.scram.load_all, layout)  # before serving: SCRAM users can log in at once
         await self.replication.start()
@@ -178,6 +189,7 @@ class Broker:
         self.coordinator.start()
         if context.transactions is not None:
             context.transactions.start()
+        self.mover.start()
         await self._server.start_serving(context)  # only now: a client that connects finds us registered
         self._tasks = [
             asyncio.create_task(self._every(config.log_flush_scheduler_interval_ms, self._flush_due)),
@@ -253,6 +265,7 @@ class Broker:
         self.metrics.close()
         for task in self._tasks:
             task.cancel()
+        await self.mover.stop()
         if self._server is not None:
             await self._server.close()
         if self.controller is not None:
@@ -307,7 +320,26 @@ class Broker:
 
     async def _flush_due(self) -> None:
         for plog in self.logs.flush_due(int(time.time() * 1000)):
-            await asyncio.to_thread(plog.flush)
+            try:
+                await asyncio.to_thread(plog.flush)
+            except (MetaqError, OSError) as e:
+                if not self.logs.handle_error(plog.topic, plog.partition, e):
+                    raise
+
+    def _log_dir_failed(self, log_dir: Path) -> None:
+        """Event loop, once per failed log directory (docs/log-dirs.md): the replicas in it leave their roles,
+        ZooKeeper learns which partitions are offline here (the controller moves their leadership), and with
+        no directory left the broker stops, as Kafka's does."""
+        if self.replication is not None:
+            self.replication.reconcile(self.metadata.snapshot)
+        offline = self.logs.offline_partitions()
+        task = asyncio.create_task(asyncio.to_thread(self._layout.announce_log_dir_failure, self.config.broker_id,
+                                                     offline), name="metaq-broker-log-dir-event")
+        self._tasks.append(task)
+        if not self.logs.online_dirs():
+            log.error("every log directory of broker %d has failed: shutting down", self.config.broker_id)
+            self._fatal = StorageError(f"every log directory failed: {', '.join(map(str, self.logs.log_dirs))}")
+            task.add_done_callback(lambda _: self.request_stop())
 
     async def _retention(self) -> None:
         removed = self.logs.run_retention(int(time.time() * 1000))
@@ -320,7 +352,10 @@ class Broker:
             log.info("forgot %d idempotent producer(s) idle for producer.id.expiration.ms", removed)
 
     async def _checkpoint(self) -> None:
-        await asyncio.to_thread(self.logs.checkpoint_recovery_points)
+        try:
+            await asyncio.to_thread(self.logs.checkpoint_recovery_points)
+        finally:
+            self.logs.apply_dir_failures()
 
     async def _create_offsets_topic(self, partitions: int) -> None:
         """``__consumer_offsets`` on first use, spread over the live brokers (as Kafka does), with

@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "zookeeper": ("zookeeper", "run an embedded Apache ZooKeeper server"),
     "broker": ("broker", "run a metaq broker"),
     "topics": ("topics", "create and inspect topics"),
+    "brokers": ("brokers", "the brokers' log directories (like kafka-log-dirs)"),
     "groups": ("groups", "list and describe consumer groups (lag, owners, commit times)"),
     "owners": ("owners", "owner nodes of a group, with orphans flagged"),
     "offsets": ("offsets_cmd", "reset, export and import committed offsets"),

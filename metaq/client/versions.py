@@ -44,9 +44,12 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.HEARTBEAT: (0, 3),
     ApiKey.LEAVE_GROUP: (0, 3),
     ApiKey.WRITE_TXN_MARKERS: (1, 1),  # a broker's transaction coordinator to other brokers (flexible)
+    # metaq brokers log-dirs / move-replica-dir (metaq/admin/log_dirs.py): v4 has the volume's bytes (flexible)
+    ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (0, 2),
 }
-"""API key -> (min, max) version metaq's client can encode and decode; all but ApiVersions 3 and WriteTxnMarkers 1
-non-flexible."""
+"""API key -> (min, max) version metaq's client can encode and decode; all but ApiVersions 3, WriteTxnMarkers 1,
+DescribeLogDirs 2+ and AlterReplicaLogDirs 2 non-flexible."""
 
 _V0_8_0: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 0), ApiKey.FETCH: (0, 0), ApiKey.LIST_OFFSETS: (0, 0), ApiKey.METADATA: (0, 0)}

@@ -11,6 +11,8 @@ from enum import IntEnum
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
     CreateAclsRequest,
     CreateAclsResponse,
     CreatePartitionsRequest,
@@ -33,6 +35,8 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
     IncrementalAlterConfigsRequest,
@@ -129,6 +133,8 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
@@ -190,6 +196,9 @@ BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
     ApiKey.DESCRIBE_ACLS: (DescribeAclsRequest, DescribeAclsResponse, 0, 3),
     ApiKey.CREATE_ACLS: (CreateAclsRequest, CreateAclsResponse, 0, 3),
     ApiKey.DELETE_ACLS: (DeleteAclsRequest, DeleteAclsResponse, 0, 3),
+    # log directories (docs/log-dirs.md): Kafka 3.9's ranges; v2+ flexible, answered with no tagged fields
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, 0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: (DescribeLogDirsRequest, DescribeLogDirsResponse, 0, 4),
     # SASL (metaq/broker/auth/sasl.py): handled by the network layer, which holds the connection's state
     ApiKey.SASL_HANDSHAKE: (SaslHandshakeRequest, SaslHandshakeResponse, 0, 1),
     ApiKey.SASL_AUTHENTICATE: (SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2),

@@ -10,6 +10,9 @@ from kafka.protocol.admin import (
     AlterConfigsResponse as _AlterConfigsResponse,
 )
 from kafka.protocol.admin import (
+    AlterReplicaLogDirsResponse as _AlterReplicaLogDirsResponse,
+)
+from kafka.protocol.admin import (
     CreateAclsResponse as _CreateAclsResponse,
 )
 from kafka.protocol.admin import (
@@ -41,6 +44,9 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.admin import (
     DescribeGroupsResponse as _DescribeGroupsResponse,
+)
+from kafka.protocol.admin import (
+    DescribeLogDirsResponse as _DescribeLogDirsResponse,
 )
 from kafka.protocol.admin import (
     DescribeTransactionsResponse as _DescribeTransactionsResponse,
@@ -121,6 +127,8 @@ from kafka.protocol.sasl import (
 from metaq.protocol.messages import ResponseFamily
 
 AlterConfigsResponse: ResponseFamily = _AlterConfigsResponse
+AlterReplicaLogDirsResponse: ResponseFamily = _AlterReplicaLogDirsResponse
+DescribeLogDirsResponse: ResponseFamily = _DescribeLogDirsResponse
 ApiVersionsResponse: ResponseFamily = _ApiVersionsResponse
 CreateAclsResponse: ResponseFamily = _CreateAclsResponse
 CreatePartitionsResponse: ResponseFamily = _CreatePartitionsResponse

@@ -149,8 +149,9 @@ def test_unrelated_entries_ignored_and_delete_dirs_removed(tmp_path: Path, caplo
 def test_duplicate_partition_across_dirs(tmp_path: Path) -> None:
     (tmp_path / "a" / "t-0").mkdir(parents=True)
     (tmp_path / "b" / "t-0").mkdir(parents=True)
-    with pytest.raises(StorageError, match="duplicate"):
+    with pytest.raises(StorageError, match="duplicate") as excinfo:
         new_manager([tmp_path / "a", tmp_path / "b"])
+    assert f"{tmp_path / 'a' / 't-0'} and {tmp_path / 'b' / 't-0'}" in str(excinfo.value)
     assert _open_files_under(tmp_path) == []  # the log of "a" that load() opened was closed again
 
 

@@ -20,6 +20,7 @@ from metaq.broker.handlers import (
     groups,
     init_producer_id,
     list_offsets,
+    log_dirs,
     metadata,
     offset_commit_fetch,
     offset_for_leader_epoch,
@@ -65,6 +66,8 @@ HANDLERS: dict[ApiKey, MessageHandler] = {
     ApiKey.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
     ApiKey.DESCRIBE_TRANSACTIONS: transactions.describe_transactions,
     ApiKey.LIST_TRANSACTIONS: transactions.list_transactions,
+    ApiKey.DESCRIBE_LOG_DIRS: log_dirs.describe_log_dirs,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: log_dirs.alter_replica_log_dirs,
 }
 
 RESPONDERS: dict[ApiKey, Handler] = {

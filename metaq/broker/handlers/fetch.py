@@ -89,7 +89,9 @@ def _read_partition(
                  if limit > 0 or min_one else None)
     except OffsetOutOfRangeError:
         return PartitionPart(p.partition, ErrorCode.OFFSET_OUT_OF_RANGE, end, end, start, b""), 0
-    except Exception:
+    except Exception as e:
+        if ctx.logs.handle_error(topic, p.partition, e):  # a hard I/O error: its log dir went offline
+            return PartitionPart(p.partition, ErrorCode.KAFKA_STORAGE_ERROR, hw, hw, start, b""), 0
         log.exception("reading %s-%d at offset %d failed", topic, p.partition, p.fetch_offset)
         return PartitionPart(p.partition, ErrorCode.UNKNOWN_SERVER_ERROR, hw, hw, start, b""), 0
     if piece is None or (piece.size > limit and not min_one):

@@ -73,6 +73,7 @@ def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tup
         return _rejection_code(e), -1, plog
     except (StorageError, OSError) as e:
         log.error("produce to %s-%d failed to write: %s", topic, partition, e)
+        ctx.logs.handle_error(topic, partition, e)  # a hard I/O error takes the log dir offline
         return ErrorCode.KAFKA_STORAGE_ERROR, -1, plog
     _appended(ctx, topic, partition, result, len(records))
     return 0, result.base_offset, plog

@@ -5,6 +5,11 @@ Each log directory holds ``<topic>-<partition>/`` subdirectories, a ``recovery-p
 ``.kafka_cleanshutdown`` marker that lets the next start trust the files instead of validating them, and a
 ``.lock`` file that the broker using the directory holds an exclusive ``flock`` on (as Kafka does), so a
 second broker pointed at the same directory refuses to start instead of writing into live files.
+
+Several directories (docs/log-dirs.md): new partitions go to the online directory holding the fewest
+(:func:`metaq.broker.log.log_dirs.choose_log_dir`); a directory whose I/O fails hard goes offline with its
+partitions (:meth:`LogManager.fail_dir`); a partition moved by AlterReplicaLogDirs has a future log in the
+target directory until :meth:`LogManager.swap_future` replaces the current one with it.
 """
 
 from __future__ import annotations
@@ -19,10 +24,20 @@ from pathlib import Path
 
 from metaq.broker.log.checkpoint import read_checkpoint, write_checkpoint
 from metaq.broker.log.config import LogConfig
-from metaq.broker.log.partition_log import DELETE_DIR_SUFFIX, PartitionLog
+from metaq.broker.log.log_dirs import (
+    LogDirDescription,
+    LogDirOfflineError,
+    ReplicaDescription,
+    choose_log_dir,
+    future_dir_name,
+    is_dir_failure,
+    parse_future_dir_name,
+    volume_bytes,
+)
+from metaq.broker.log.partition_log import DELETE_DIR_SUFFIX, PartitionLog, delete_dir_name
 from metaq.broker.log.partition_metadata import read_topic_id, write_topic_id
 from metaq.errors import MetaqError, StorageError, TopicError
-from metaq.fileio import atomic_write
+from metaq.fileio import atomic_write, fsync_dir
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LOCK_FILE", "RECOVERY_POINT_CHECKPOINT", "LogManager", "parse_log_dir_name"]
 
@@ -71,6 +86,15 @@ class LogManager:
         self._topic_configs: dict[str, LogConfig] = {}
         self._topic_ids: dict[TopicPartition, str] = {}  # ids checked against partition.metadata
         self._mismatches: set[tuple[TopicPartition, str]] = set()  # (partition, ZooKeeper's id) logged
+        self._offline_dirs: list[Path] = []
+        self._offline: dict[TopicPartition, Path] = {}  # partitions of failed directories, until a restart
+        self._futures: dict[TopicPartition, PartitionLog] = {}  # AlterReplicaLogDirs moves in progress
+        self._future_dir_of: dict[TopicPartition, Path] = {}
+        self._preferred: dict[TopicPartition, Path] = {}  # AlterReplicaLogDirs before the log exists here
+        self._found_futures: list[tuple[TopicPartition, Path, Path]] = []  # (key, log dir, path) at load
+        self._pending_failures: list[tuple[Path, BaseException]] = []  # appended by checkpoint threads
+        self.on_dir_failure: Callable[[Path], None] | None = None
+        """Called on the event loop once per directory that goes offline."""
 
     # ----------------------------------------------------------------------------------------- loading
 
@@ -83,6 +107,7 @@ class LogManager:
                 self._lock_fds.append(_lock_dir(log_dir))
             for log_dir in self.log_dirs:
                 self._load_dir(log_dir)
+            self._resolve_found_futures()
         except BaseException:
             for log in self._logs.values():  # opened before the failure: nobody else will close them
                 _try(log.close, f"close {log.topic}-{log.partition}")
@@ -112,12 +137,17 @@ class LogManager:
                 logger.info("Removing partially deleted log %s", entry.path)
                 shutil.rmtree(entry.path, ignore_errors=True)
                 continue
+            future = parse_future_dir_name(entry.name)
+            if future is not None:
+                self._found_futures.append((future, log_dir, Path(entry.path)))
+                continue
             parsed = parse_log_dir_name(entry.name)
             if parsed is None:
                 logger.warning("Ignoring directory %s: not a <topic>-<partition> log", entry.path)
                 continue
             if parsed in self._logs:
-                raise StorageError(f"duplicate log for {parsed[0]}-{parsed[1]}: {self._dir_of[parsed]} and {log_dir}")
+                raise StorageError(f"duplicate log for {parsed[0]}-{parsed[1]}: {self._dir_of[parsed] / entry.name} "
+                                   f"and {entry.path}")
             self._logs[parsed] = PartitionLog.open(
                 Path(entry.path),
                 parsed[0],
@@ -133,6 +163,23 @@ class LogManager:
         if clean:
             marker.unlink()
         logger.info("Loaded %d logs from %s (%s shutdown)", loaded, log_dir, "clean" if clean else "unclean")
+
+    def _resolve_found_futures(self) -> None:
+        """A future log left by a move the broker did not finish: dropped if the partition's current log is
+        there (the move is given up; the operator runs it again), else it is the move's result, interrupted
+        between retiring the old log and renaming the future one (:meth:`swap_future`), and it is loaded."""
+        found, self._found_futures = self._found_futures, []
+        for key, log_dir, path in found:
+            if key in self._logs:
+                logger.warning("Removing %s: an unfinished move of %s-%d to %s (run it again)", path, *key, log_dir)
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            target = log_dir / f"{key[0]}-{key[1]}"
+            logger.warning("Completing the interrupted move of %s-%d: %s becomes %s", *key, path, target)
+            path.rename(target)
+            fsync_dir(log_dir)
+            self._logs[key] = PartitionLog.open(target, key[0], key[1], self.config_for(key[0]), recover=True)
+            self._dir_of[key] = log_dir
 
     @staticmethod
     def _read_recovery_points(log_dir: Path) -> dict[TopicPartition, int]:
@@ -153,7 +200,7 @@ class LogManager:
             self._topic_configs.pop(topic, None)
         else:
             self._topic_configs[topic] = config
-        for (log_topic, _), log in self._logs.items():
+        for (log_topic, _), log in [*self._logs.items(), *self._futures.items()]:
             if log_topic == topic:
                 log.update_config(config)
 
@@ -178,15 +225,16 @@ class LogManager:
         return self._logs.get((topic, partition))
 
     def get_or_create(self, topic: str, partition: int) -> PartitionLog:
-        """The log of ``topic``-``partition``, created in the directory holding the fewest logs if needed."""
+        """The log of ``topic``-``partition``, created if needed in the directory AlterReplicaLogDirs asked
+        for, else in the online one holding the fewest logs. LogDirOfflineError if its directory failed."""
         log = self._logs.get((topic, partition))
         if log is not None:
             return log
+        self._check_online(topic, partition)
         _check_topic_partition(topic, partition)
-        counts = {log_dir: 0 for log_dir in self.log_dirs}
-        for log_dir in self._dir_of.values():
-            counts[log_dir] = counts.get(log_dir, 0) + 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        preferred = self._preferred.pop((topic, partition), None)
+        online = self.online_dirs()
+        log_dir = preferred if preferred in online else choose_log_dir(online, self._partition_counts())
         log = PartitionLog.open(log_dir / f"{topic}-{partition}", topic, partition, self.config_for(topic),
                                 recover=False)
         self._logs[(topic, partition)] = log
@@ -226,8 +274,171 @@ class LogManager:
     def logs(self) -> list[PartitionLog]:
         return list(self._logs.values())
 
+    # ----------------------------------------------------------------------------------------- directories
+
+    def online_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if d not in self._offline_dirs]
+
+    def offline_dirs(self) -> list[Path]:
+        return list(self._offline_dirs)
+
+    def offline_partitions(self) -> list[TopicPartition]:
+        """Partitions whose log is in a failed directory (offline here until a restart)."""
+        return sorted(self._offline)
+
+    def is_offline(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self._offline
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        """The directory holding the partition's current log (None if it has none here)."""
+        key = (topic, partition)
+        return self._dir_of.get(key) or self._offline.get(key)
+
+    def _partition_counts(self) -> dict[Path, int]:
+        counts: dict[Path, int] = {}
+        for log_dir in [*self._dir_of.values(), *self._future_dir_of.values()]:
+            counts[log_dir] = counts.get(log_dir, 0) + 1
+        return counts
+
+    def _check_online(self, topic: str, partition: int) -> None:
+        where = self._offline.get((topic, partition))
+        if where is not None:
+            raise LogDirOfflineError(f"{topic}-{partition} is offline: its log directory {where} failed")
+
+    def handle_error(self, topic: str, partition: int, error: BaseException) -> bool:
+        """Called where an operation on a partition's log failed: a hard I/O error
+        (:func:`metaq.broker.log.log_dirs.is_dir_failure`) takes the log's directory offline. True if so."""
+        key = (topic, partition)
+        log_dir = self._dir_of.get(key)
+        if log_dir is None or not is_dir_failure(error):
+            return False
+        self.fail_dir(log_dir, error)
+        return True
+
+    def fail_dir(self, log_dir: Path, error: BaseException | str) -> None:
+        """Take ``log_dir`` offline (Kafka's LogDirFailureChannel + ``LogManager.handleLogDirFailure``): its
+        logs and future logs are closed without flushing and their partitions answer KAFKA_STORAGE_ERROR here
+        until the broker restarts; :attr:`on_dir_failure` tells the broker, which reports it in ZooKeeper."""
+        if log_dir in self._offline_dirs or log_dir not in self.log_dirs:
+            return
+        self._offline_dirs.append(log_dir)
+        doomed = [key for key, d in self._dir_of.items() if d == log_dir]
+        for key in doomed:
+            log = self._logs.pop(key)
+            self._dir_of.pop(key)
+            self._topic_ids.pop(key, None)
+            self._offline[key] = log_dir
+            _try(log.abandon, f"close {key[0]}-{key[1]}")
+        for key in [k for k, d in self._future_dir_of.items() if d == log_dir]:
+            self.abandon_future(*key)
+        for key in [k for k in self._future_dir_of if k in self._offline]:
+            self.abandon_future(*key)  # the current log went offline: its move cannot finish
+        logger.error("Log directory %s failed (%s): %d partitions offline on this broker: %s%s", log_dir, error,
+                     len(doomed), ", ".join(f"{t}-{p}" for t, p in sorted(doomed)[:20]),
+                     "" if self.online_dirs() else "; no log directory is left online")
+        if self.on_dir_failure is not None:
+            self.on_dir_failure(log_dir)
+
+    def describe(self, high_watermark: Callable[[PartitionLog], int]) -> list[LogDirDescription]:
+        """DescribeLogDirs: each directory with its current and future logs (an offline one with none).
+        ``high_watermark`` gives a current log's HW (its offset lag is the log end minus that)."""
+        result = []
+        for log_dir in self.log_dirs:
+            if log_dir in self._offline_dirs:
+                result.append(LogDirDescription(log_dir, online=False))
+                continue
+            replicas = [ReplicaDescription(key[0], key[1], log.size_bytes(),
+                                           max(0, log.log_end_offset - high_watermark(log)), False)
+                        for key, log in sorted(self._logs.items()) if self._dir_of[key] == log_dir]
+            for key, future in sorted(self._futures.items()):
+                if self._future_dir_of[key] == log_dir:
+                    current = self._logs.get(key)
+                    lag = max(0, current.log_end_offset - future.log_end_offset) if current is not None else 0
+                    replicas.append(ReplicaDescription(key[0], key[1], future.size_bytes(), lag, True))
+            total, usable = volume_bytes(log_dir)
+            result.append(LogDirDescription(log_dir, True, replicas, total, usable))
+        return result
+
+    # ----------------------------------------------------------------------------------------- future logs
+
+    def set_preferred_dir(self, topic: str, partition: int, log_dir: Path) -> None:
+        """Where the partition's log goes when it is created here (AlterReplicaLogDirs before it exists)."""
+        self._preferred[(topic, partition)] = log_dir
+
+    def future(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._futures.get((topic, partition))
+
+    def futures(self) -> dict[TopicPartition, PartitionLog]:
+        return dict(self._futures)
+
+    def create_future(self, topic: str, partition: int, log_dir: Path) -> PartitionLog:
+        """An empty future log of the partition in ``log_dir`` (replacing one being built elsewhere)."""
+        key = (topic, partition)
+        existing = self._future_dir_of.get(key)
+        if existing == log_dir:
+            return self._futures[key]
+        if existing is not None:
+            self.abandon_future(topic, partition)
+        log = PartitionLog.open(log_dir / future_dir_name(topic, partition), topic, partition,
+                                self.config_for(topic), recover=False)
+        self._futures[key] = log
+        self._future_dir_of[key] = log_dir
+        logger.info("Moving %s-%d from %s to %s: future log %s created", topic, partition, self._dir_of.get(key),
+                    log_dir, log.directory)
+        return log
+
+    def abandon_future(self, topic: str, partition: int) -> None:
+        """Give up a move: the future log is removed, the current one stays."""
+        key = (topic, partition)
+        log = self._futures.pop(key, None)
+        self._future_dir_of.pop(key, None)
+        if log is not None:
+            _try(log.delete, f"delete the future log {log.directory}")
+            logger.info("Move of %s-%d abandoned", topic, partition)
+
+    def swap_future(self, topic: str, partition: int, side_files: Sequence[str] = ()) -> PartitionLog:
+        """Replace the current log with its caught-up future log (same log end offset), which the caller
+        guarantees by calling this on the thread that appends (nothing is appended meanwhile). Both are
+        flushed and closed; ``side_files`` (the leader epoch checkpoint, ``partition.metadata``) are copied;
+        the current directory is renamed to ``-delete`` and only then the future one to the real name (a
+        crash between the two leaves the complete future log, which :meth:`load` promotes), as Kafka's
+        ``LogManager.replaceCurrentWithFutureLog``. Returns the reopened log in its new directory."""
+        key = (topic, partition)
+        future, current = self._futures[key], self._logs[key]
+        if future.log_end_offset != current.log_end_offset:
+            raise StorageError(f"{topic}-{partition}: the future log ends at {future.log_end_offset}, the current "
+                               f"one at {current.log_end_offset}: not caught up")
+        old_dir, new_dir = self._dir_of[key], self._future_dir_of[key]
+        start = current.log_start_offset
+        current.close()
+        future.close()
+        for name in side_files:
+            source = current.directory / name
+            if source.exists():
+                shutil.copy2(source, future.directory / name)
+        doomed = current.directory.with_name(delete_dir_name(topic, partition))
+        current.directory.rename(doomed)
+        fsync_dir(old_dir)
+        target = new_dir / f"{topic}-{partition}"
+        future.directory.rename(target)
+        fsync_dir(new_dir)
+        del self._futures[key], self._future_dir_of[key]
+        log = PartitionLog.open(target, topic, partition, self.config_for(topic), recover=False)
+        if start > log.log_start_offset:
+            log.restore_log_start_offset(start)
+        self._logs[key] = log
+        self._dir_of[key] = new_dir
+        self._topic_ids.pop(key, None)
+        shutil.rmtree(doomed, ignore_errors=True)
+        self.checkpoint_recovery_points()
+        logger.info("Moved %s-%d from %s to %s at log end offset %d", topic, partition, old_dir, new_dir,
+                    log.log_end_offset)
+        return log
+
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close and remove a partition's log; False if there was none."""
+        self.abandon_future(topic, partition)
+        self._preferred.pop((topic, partition), None)
         log = self._logs.pop((topic, partition), None)
         self._dir_of.pop((topic, partition), None)
         self._topic_ids.pop((topic, partition), None)
@@ -259,22 +470,39 @@ class LogManager:
 
     def checkpoint_recovery_points(self) -> None:
         """Atomically write each directory's recovery-point checkpoint (and the log start offsets)."""
-        by_dir: dict[Path, dict[TopicPartition, int]] = {log_dir: {} for log_dir in self.log_dirs}
+        by_dir: dict[Path, dict[TopicPartition, int]] = {log_dir: {} for log_dir in self.online_dirs()}
         for key, log in self._logs.items():
             by_dir[self._dir_of[key]][key] = log.recovery_point
         for log_dir, points in by_dir.items():
-            write_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT, points)
+            self._write_dir_checkpoint(log_dir, RECOVERY_POINT_CHECKPOINT, points)
         self.checkpoint_log_start_offsets()
+
+    def _write_dir_checkpoint(self, log_dir: Path, name: str, entries: dict[TopicPartition, int]) -> None:
+        """Write one directory's checkpoint. A hard I/O error is kept for :meth:`apply_dir_failures` instead of
+        raised (checkpoints are written on a worker thread, and only the event loop may take a directory
+        offline), so that the other directories' checkpoints are still written."""
+        try:
+            write_checkpoint(log_dir / name, entries)
+        except (StorageError, OSError) as e:
+            if not is_dir_failure(e):
+                raise
+            self._pending_failures.append((log_dir, e))
+
+    def apply_dir_failures(self) -> None:
+        """Event loop: take offline the directories whose checkpoint write failed hard."""
+        pending, self._pending_failures = self._pending_failures, []
+        for log_dir, error in pending:
+            self.fail_dir(log_dir, error)
 
     def checkpoint_log_start_offsets(self) -> None:
         """Atomically write each directory's ``log-start-offset-checkpoint``: the logs whose start was moved
         inside their first segment (DeleteRecords), so that the move survives a restart."""
-        by_dir: dict[Path, dict[TopicPartition, int]] = {log_dir: {} for log_dir in self.log_dirs}
+        by_dir: dict[Path, dict[TopicPartition, int]] = {log_dir: {} for log_dir in self.online_dirs()}
         for key, log in self._logs.items():
             if log.log_start_offset > log.segment_base_offsets()[0]:
                 by_dir[self._dir_of[key]][key] = log.log_start_offset
         for log_dir, starts in by_dir.items():
-            write_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT, starts)
+            self._write_dir_checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT, starts)
 
     def delete_records(self, topic: str, partition: int, offset: int, now_ms: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` and persist it; return the new start."""
@@ -297,6 +525,8 @@ class LogManager:
         """Flush and checkpoint everything, close the logs, and mark each directory cleanly shut down (only
         if all of that succeeded: otherwise the next start recovers)."""
         failed = False
+        for key in list(self._futures):  # an unfinished move is given up (docs/log-dirs.md)
+            self.abandon_future(*key)
         for log in self._logs.values():
             failed |= not _try(log.flush, f"flush {log.topic}-{log.partition}")
         failed |= not _try(self.checkpoint_recovery_points, "write recovery points")
@@ -309,7 +539,7 @@ class LogManager:
             self.release_locks()
             return
         try:
-            for log_dir in self.log_dirs:
+            for log_dir in self.online_dirs():
                 atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b"")
         finally:
             self.release_locks()  # only after the marker: no other broker may start before it is written

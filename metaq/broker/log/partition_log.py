@@ -695,6 +695,12 @@ class PartitionLog:
         finally:
             self._close_files()
 
+    def abandon(self) -> None:
+        """Close every file without flushing or snapshotting: the log's directory failed
+        (metaq/broker/log/log_dirs.py), so nothing more is written to it."""
+        if not self._closed:
+            self._close_files()
+
     def _close_files(self) -> None:
         with self._flush_lock, self._lock:
             self._closed = True

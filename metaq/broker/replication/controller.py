@@ -143,6 +143,7 @@ class Controller:
         self._layout.topics(watch=self.kick)  # a new topic: its partitions are checked at once
         for name in self._layout.isr_changes(watch=self.kick):
             self._layout.delete_isr_change(name)
+        offline = self._offline_replicas(live)
         requested = self._layout.preferred_election_request(watch=self.kick)
         preferred = set(requested or ())
         rebalance = self._rebalance_due()
@@ -170,7 +171,8 @@ class Controller:
             for (_, partition), versioned in states.items():
                 if versioned is not None:
                     seen[(topic, partition)] = (versioned[0].leader, replicated[partition])
-                    self._decide(fence, topic, partition, replicated[partition], live, *versioned,
+                    self._decide(fence, topic, partition, replicated[partition],
+                                 {b for b in live if (topic, partition) not in offline.get(b, ())}, *versioned,
                                  preferred=(topic, partition) in preferred)
         self._report(malformed)
         if requested is not None:
@@ -183,6 +185,15 @@ class Controller:
                 log.info("leader imbalance on brokers %s: moving %d partitions to their preferred replica",
                          sorted(brokers), len(moves))
                 self._layout.request_preferred_election(moves)  # carried out by the next pass (its watch)
+
+    def _offline_replicas(self, live: set[int]) -> dict[int, set[tuple[str, int]]]:
+        """Consume the log dir event notifications and read the live brokers' offline partitions: a replica
+        in a failed log directory counts as a dead broker for that partition alone (leaves the ISR, loses
+        leadership), as Kafka's ``onReplicasBecomeOffline`` (docs/log-dirs.md)."""
+        for name, broker in self._layout.log_dir_events(watch=self.kick).items():
+            log.info("log directory failure reported by broker %d", broker)
+            self._layout.delete_log_dir_event(name)
+        return self._layout.offline_replicas(live)
 
     def _initialize_new_partitions(self, fence: ControllerEpoch, topic: str, topic_id: str | None,
                                    assignment: Mapping[int, tuple[int, ...]], live: set[int]) -> None:

@@ -129,7 +129,8 @@ class ReplicaManager:
         """Take the roles the state nodes give this broker (idempotent; runs after every metadata reload)."""
         wanted: dict[TopicPartition, PartitionMeta] = {
             (topic, p): meta for topic, parts in snapshot.topics.items() for p, meta in parts.items()
-            if len(meta.replicas) > 1 and self._id in meta.replicas}
+            if len(meta.replicas) > 1 and self._id in meta.replicas
+            and not self._logs.is_offline(topic, p)}  # a replica in a failed log dir has no role (docs/log-dirs.md)
         for key in list(self._replicas):
             if key not in wanted:
                 self._drop(key)
@@ -457,6 +458,7 @@ class ReplicaManager:
             try:
                 headers = plog.append_replica(records)
             except (MetaqError, OSError) as e:
+                self._logs.handle_error(*key, e)  # a hard I/O error takes the log dir offline
                 raise StorageError(f"{key[0]}-{key[1]}: appending batches from broker {source.leader} failed: "
                                    f"{e}") from e
             cache = self.epoch_cache(key, plog)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, NamedTuple, ParamSpec, Protocol
 
@@ -96,6 +97,9 @@ class ReplicaFetcher(threading.Thread):
         self._changed = threading.Event()
         self._conn: BrokerConnection | None = None
         self._backoff = replica_fetch(replica_fetch_backoff_ms=config.replica_fetch_backoff_ms)
+        # partitions the leader answered with an error, left out until then (monotonic s): one partition's
+        # error ends a Fetch at once, which would otherwise spin the others' fetches (Kafka's delayPartitions)
+        self._delayed: dict[TopicPartition, float] = {}
         # the inter-broker listener's protocol, as any client would speak it (TLS, SASL: BrokerConfig)
         self._settings = ConnectionSettings(
             client_id=f"metaq-replica-fetcher-{manager.broker_id}",
@@ -106,6 +110,7 @@ class ReplicaFetcher(threading.Thread):
     def add(self, key: TopicPartition, leader_epoch: int) -> None:
         with self._lock:
             self._partitions[key] = leader_epoch
+            self._delayed.pop(key, None)  # a new leader epoch: fetch at once
         self._changed.set()
 
     def remove(self, key: TopicPartition) -> None:
@@ -169,7 +174,12 @@ class ReplicaFetcher(threading.Thread):
         sources: dict[TopicPartition, FetchSource] = {}
         topics: dict[str, list[dict[str, int]]] = {}
         truncating: dict[TopicPartition, tuple[FetchSource, int]] = {}
+        now = time.monotonic()
+        for key in [k for k, until in list(self._delayed.items()) if until <= now]:
+            self._delayed.pop(key, None)
         for key, epoch in partitions.items():
+            if key in self._delayed:
+                continue
             position = self._manager.fetch_position(key)
             if position is None or position.leader_epoch != epoch:
                 continue
@@ -200,6 +210,7 @@ class ReplicaFetcher(threading.Thread):
                 self._on_loop(self._manager.leader_out_of_range, sources[key], part.high_watermark,
                               part.log_start_offset)
             if part.error_code:
+                self._delayed[key] = now + self._config.replica_fetch_backoff_ms / 1000.0
                 continue
             ok = True
             records = bytes(part.records or b"")

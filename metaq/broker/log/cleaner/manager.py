@@ -183,6 +183,8 @@ class LogCleaner:
             key = (log.topic, log.partition)
             if not log.config.compact or key in self._in_progress or self._failed_until.get(key, 0) > now:
                 continue
+            if self.logs.future(*key) is not None:  # being moved to another log dir: paused, as Kafka does
+                continue
             todo = self.log_to_clean(log, now)
             assert self.stats.last_ratio is not None
             self.stats.last_ratio[key] = todo.ratio
