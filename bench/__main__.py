@@ -32,9 +32,15 @@ ends with one set of tables:
 8. scale: N members x P partitions (10 x 1,000, 50 x 5,000, 100 x 10,000), settle time after a join burst
    and a leave, attempts, ZooKeeper requests and claim conflicts; fence and commit of 10,000 offsets
    (bench/scale.py; --only scale).
+10. apache: the metaq broker beside Apache Kafka 3.9.2 (one broker, and RF 3 on three of each), confluent-kafka
+   produce and confluent-kafka / metaq consume, CPU, RSS, latency at a fixed rate; metaq's Spark source beside
+   spark-sql-kafka-0-10 (bench/apache.py; --only apache, --apache-messages, --apache-parts).
 9. replication: confluent-kafka produce to RF1 acks=1, RF3 acks=1, RF3 acks=all on three brokers (leader's and
    a follower's CPU), and the failover time after SIGKILL / SIGTERM of a leader, to the first acks=all produce
    and to the first record fetched that was produced after it (bench/replication.py; --only replication).
+
+The run ends with one line per target (bench/targets.py) of the sections that ran: ``--only
+apache,producer,consumer`` covers every target of docs/performance.md.
 
 ``ZOOKEEPER_CONNECT=host:port`` uses an existing ZooKeeper instead of the embedded one.
 """
@@ -51,12 +57,14 @@ from dataclasses import dataclass
 
 import psutil
 
+from bench import apache as bench_apache
 from bench import consumer as bench_consumer
 from bench import rebalance as bench_rebalance
 from bench import scale as bench_scale
 from bench.clients import KCAT, confluent_consume, confluent_produce, kcat_consume, kcat_produce, metaq_produce
 from bench.environment import Environment, environment
 from bench.tables import print_table
+from bench.targets import Target, print_targets
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.testing.broker import topic_leaders
@@ -143,7 +151,7 @@ def run_broker(env: Environment, messages: int, sizes: list[int]) -> list[Row]:
 
 
 PRODUCER_MESSAGES = 1_000_000
-PRODUCER_TARGET = 0.6  # metaq.Producer's msgs/s >= 0.6x confluent-kafka's, same broker, same run
+PRODUCER_TARGET = 0.8  # metaq.Producer's msgs/s >= 0.8x confluent-kafka's (median), same broker, same run
 
 
 def run_producer_ratio(env: Environment, messages: int, repeat: int) -> list[Row]:
@@ -230,6 +238,17 @@ def producer_ratio_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     return header, table
 
 
+def producer_targets(rows: list[Row]) -> list[Target]:
+    """The median of the rounds' metaq / confluent msgs/s ratios."""
+    pairs = zip([r for r in rows if r.client == "metaq.Producer"], [r for r in rows if r.client == "confluent-kafka"],
+                strict=True)
+    ratios = [(m.messages / m.seconds) / (c.messages / c.seconds) for m, c in pairs]
+    if not ratios:
+        return []
+    return [Target(f"metaq.Producer/confluent-kafka produce msgs/s (median of {len(ratios)} alternating rounds)",
+                   statistics.median(ratios), PRODUCER_TARGET)]
+
+
 def _per_m(cpu: float, row: Row) -> str:
     return f"{cpu / row.messages * 1e6:.2f}"
 
@@ -289,12 +308,13 @@ class Plan:
     scale_sizes: tuple[tuple[int, int], ...]
     scale_reps: int
     producer_repeat: int
+    apache_messages: int
 
 
-FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20, bench_scale.SIZES, 2, 5)
-QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5, ((10, 1_000),), 1, 1)
+FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20, bench_scale.SIZES, 2, 5, 1_000_000)
+QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5, ((10, 1_000),), 1, 1, 100_000)
 SECTIONS = ("broker", "producer", "consumer", "rebalance", "commit", "offsets", "spark", "security", "scale",
-            "replication")
+            "replication", "apache")
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -307,13 +327,21 @@ def main() -> None:
     parser.add_argument("--consumer-messages", type=int, default=None, help="consumer section: messages")
     parser.add_argument("--repeat", type=int, default=None,
                         help="consumer section: runs per client (best); producer section: rounds")
+    parser.add_argument("--apache-messages", type=int, default=None,
+                        help="apache section: messages per job and in the Spark topic (default 1,000,000)")
+    parser.add_argument("--apache-parts", default=",".join(bench_apache.PARTS),
+                        help=f"apache section: comma-separated subset of {bench_apache.PARTS}")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     only = {s.strip() for s in args.only.split(",") if s.strip()}
     if only - set(SECTIONS):
         parser.error(f"--only: unknown sections {sorted(only - set(SECTIONS))}; choose from {SECTIONS}")
     sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else plan.sizes
+    apache_parts = tuple(p.strip() for p in args.apache_parts.split(",") if p.strip())
+    if set(apache_parts) - set(bench_apache.PARTS):
+        parser.error(f"--apache-parts: choose from {bench_apache.PARTS}")
     tables: list[tuple[str, Table]] = []
+    targets: list[Target] = []
     started = time.monotonic()
     with environment() as env:
         if "broker" in only:
@@ -328,6 +356,7 @@ def main() -> None:
             print("== 1c. producer: metaq.Producer vs confluent-kafka, interleaved", flush=True)
             rows = run_producer_ratio(env, args.messages or (plan.broker_messages if args.quick else PRODUCER_MESSAGES),
                                       args.repeat or plan.producer_repeat)
+            targets += producer_targets(rows)
             tables.append(("1c. metaq.Producer / confluent-kafka produce (acks=1, linger.ms=5, batch.size 1,000,000, "
                            "100 B, one partition; c | m: confluent | metaq)", producer_ratio_table(rows)))
             print("== 1d. producer: idempotent vs plain produce, acks=all, interleaved", flush=True)
@@ -345,6 +374,7 @@ def main() -> None:
                            bench_consumer.ratio_table(results)))
             tables.append(("   metaq consumer with metrics on and off (metrics.enabled)",
                            bench_consumer.metrics_table(results)))
+            targets += bench_consumer.targets(results)
             tables.append(("   Compressed topics (the same messages, compression.type lz4 and zstd; ratio: to the "
                            "confluent-kafka counterpart on the same topic)", bench_consumer.codec_table(results)))
         if "rebalance" in only:
@@ -375,6 +405,11 @@ def main() -> None:
             tables.extend(bench_replication.tables(repl_rows, failovers))
     # The last two sections bring their own ZooKeeper, broker (and SparkSession) and print their own tables.
     late: list[Callable[[], None]] = []
+    if "apache" in only:  # first of the late ones: its SparkSession needs a JVM started with spark.jars
+        print("== 10. apache: the metaq broker beside Apache Kafka; metaq's Spark source beside Spark's", flush=True)
+        apache_results = bench_apache.run(args.apache_messages or plan.apache_messages, apache_parts)
+        targets += bench_apache.targets(apache_results)
+        late.append(lambda: bench_apache.print_tables(apache_results))
     if "offsets" in only:
         print("== 5. offsets channel vs ZooKeeper storage; standard-client group stabilisation", flush=True)
         from bench import offsets as bench_offsets
@@ -402,6 +437,7 @@ def main() -> None:
         print_table(header, rows, title)
     for printer in late:
         printer()
+    print_targets(targets)
 
 
 if __name__ == "__main__":

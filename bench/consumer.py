@@ -34,6 +34,7 @@ from typing import Any
 from bench.clients import produce as produce_values
 from bench.environment import Environment, environment
 from bench.tables import print_table
+from bench.targets import Target
 from metaq.childproc import die_with_parent
 
 VALUE_SIZE = 100
@@ -46,8 +47,9 @@ WORKER_TIMEOUT_S = 300.0
 class Meter:
     """Counts deliveries; the clock starts at the first one and stops when ``target`` messages are in."""
 
-    def __init__(self, target: int) -> None:
+    def __init__(self, target: int, value_size: int = VALUE_SIZE) -> None:
         self.target = target
+        self.value_size = value_size
         self.count = 0
         self.nbytes = 0
         self.first_count = 0
@@ -72,9 +74,9 @@ class Meter:
         return self.count >= self.target
 
     def result(self) -> dict[str, Any]:
-        if self.nbytes != self.count * VALUE_SIZE:
+        if self.nbytes != self.count * self.value_size:
             raise AssertionError(f"read {self.nbytes} value bytes in {self.count} messages, "
-                                 f"expected {VALUE_SIZE} each")
+                                 f"expected {self.value_size} each")
         return {"messages": self.count, "timed": self.count - self.first_count,
                 "seconds": self.t_last - self.t_first, "cpu": self.cpu_last - self.cpu_first}
 
@@ -88,6 +90,7 @@ class WorkerArgs:
     messages: int
     work_dir: Path
     metrics: bool = True
+    value_size: int = VALUE_SIZE
 
 
 def metaq_properties(args: WorkerArgs, group: str) -> dict[str, Any]:
@@ -99,7 +102,7 @@ def run_metaq_stream(args: WorkerArgs) -> Meter:
     """metaq's 0.8 stream iterator: one stream, every partition, ``for message in stream``."""
     from metaq.consumer import Consumer
 
-    meter = Meter(args.messages)
+    meter = Meter(args.messages, args.value_size)
     with Consumer(metaq_properties(args, f"bench-stream-{os.getpid()}")) as consumer:
         [stream] = consumer.create_message_streams({args.topic: 1})[args.topic]
         add = meter.add
@@ -136,7 +139,7 @@ class _CountingBatchListener:
 def _run_metaq_listener(args: WorkerArgs, listener_class: Callable[[Meter], Any], name: str) -> Meter:
     from metaq.consumer.listener import MessageConsumer
 
-    meter = Meter(args.messages)
+    meter = Meter(args.messages, args.value_size)
     consumer = MessageConsumer(metaq_properties(args, f"bench-{name}-{os.getpid()}"))
     consumer.subscribe(args.topic, 1 << 20, listener_class(meter)).complete_subscribe()
     try:
@@ -161,7 +164,7 @@ def run_kafka_python(args: WorkerArgs) -> Meter:
     """kafka-python's KafkaConsumer, assigned every partition, iterated."""
     from kafka import KafkaConsumer, TopicPartition
 
-    meter = Meter(args.messages)
+    meter = Meter(args.messages, args.value_size)
     consumer = KafkaConsumer(bootstrap_servers=args.bootstrap, group_id=None, enable_auto_commit=False,
                              auto_offset_reset="earliest", consumer_timeout_ms=int(WORKER_TIMEOUT_S * 1000))
     consumer.assign([TopicPartition(args.topic, p) for p in range(args.partitions)])
@@ -186,7 +189,7 @@ def _confluent(args: WorkerArgs) -> Any:
 
 def run_confluent_poll(args: WorkerArgs) -> Meter:
     """confluent-kafka's Consumer in assign mode, ``poll()`` one message at a time."""
-    meter = Meter(args.messages)
+    meter = Meter(args.messages, args.value_size)
     consumer = _confluent(args)
     add = meter.add
     deadline = time.monotonic() + WORKER_TIMEOUT_S
@@ -204,7 +207,7 @@ def run_confluent_poll(args: WorkerArgs) -> Meter:
 
 def run_confluent_consume(args: WorkerArgs) -> Meter:
     """confluent-kafka's Consumer in assign mode, ``consume(10000)`` batches."""
-    meter = Meter(args.messages)
+    meter = Meter(args.messages, args.value_size)
     consumer = _confluent(args)
     add = meter.add
     deadline = time.monotonic() + WORKER_TIMEOUT_S
@@ -240,11 +243,13 @@ CLIENTS = [
 ]
 BY_KEY = {c.key: c for c in CLIENTS}
 
+BATCH_LISTENER_TARGET = 0.9
+"""metaq's batch listener >= 0.9x confluent-kafka's consume(10000), uncompressed and on every codec of CODECS."""
 RATIOS = [
     # (numerator, denominator, target)
     ("metaq-stream", "kafka-python", 2.0),
     ("metaq-stream", "confluent-poll", 0.8),  # the consumer throughput target
-    ("metaq-batch-listener", "confluent-consume", 0.7),
+    ("metaq-batch-listener", "confluent-consume", BATCH_LISTENER_TARGET),
     ("metaq-listener", "kafka-python", None),
     ("metaq-listener", "confluent-poll", 0.8),
 ]
@@ -289,7 +294,8 @@ def run_worker(kind: str, args: WorkerArgs) -> dict[str, Any]:
     """One client in a fresh process; returns its JSON report."""
     cmd = [sys.executable, "-m", "bench.consumer", "worker", kind, "--zk", args.zk, "--bootstrap", args.bootstrap,
            "--topic", args.topic, "--partitions", str(args.partitions), "--messages", str(args.messages),
-           "--work-dir", str(args.work_dir), *(() if args.metrics else ("--metrics-off",))]
+           "--work-dir", str(args.work_dir), "--value-size", str(args.value_size),
+           *(() if args.metrics else ("--metrics-off",))]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S + 60,
                           preexec_fn=die_with_parent(), cwd=Path(__file__).resolve().parent.parent)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -341,6 +347,16 @@ def codec_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
         cpu = "-" if other is None else f"{r.cpu_per_m / other.cpu_per_m:.2f}x"
         rows.append([r.client.label, r.codec, f"{r.rate:,.0f}", f"{r.cpu_per_m:.2f}", ratio, cpu])
     return header, rows
+
+
+def targets(results: list[Result]) -> list[Target]:
+    """The batch listener over consume(10000) on each topic (uncompressed and each codec)."""
+    by_key = {(r.codec, r.client.key): r for r in results if r.metrics}
+    return [Target(f"batch listener/confluent consume(10000) msgs/s ({codec})",
+                   by_key[codec, "metaq-batch-listener"].rate / by_key[codec, "confluent-consume"].rate,
+                   BATCH_LISTENER_TARGET)
+            for codec in ("none", *CODECS)
+            if (codec, "metaq-batch-listener") in by_key and (codec, "confluent-consume") in by_key]
 
 
 def metrics_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
@@ -411,6 +427,7 @@ def main() -> None:
     worker.add_argument("--messages", type=int, required=True)
     worker.add_argument("--work-dir", type=Path, required=True)
     worker.add_argument("--metrics-off", action="store_true", help="metrics.enabled=false")
+    worker.add_argument("--value-size", type=int, default=VALUE_SIZE, help="bytes of every value (checked)")
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1)
@@ -419,7 +436,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "worker":
         wargs = WorkerArgs(args.zk, args.bootstrap, args.topic, args.partitions, args.messages, args.work_dir,
-                           metrics=not args.metrics_off)
+                           metrics=not args.metrics_off, value_size=args.value_size)
         meter = BY_KEY[args.kind].run(wargs)
         print(json.dumps(meter.result()), flush=True)
         os._exit(0)  # do not wait for the clients' background threads

@@ -89,16 +89,21 @@ def produce(env: Environment, messages: int, partitions: int) -> float:
     return time.perf_counter() - t0
 
 
-def spark_session() -> Any:
+def spark_session(jars: list[Path] | None = None) -> Any:
+    """local[2], no UI, 2 shuffle partitions, metaq's source registered; ``jars`` (``spark.jars``: e.g. Spark's
+    own Kafka source) reach the driver only if this process has no Spark JVM yet."""
     from pyspark.sql import SparkSession
 
     import metaq.spark
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("metaq-bench-spark")
+    builder = (SparkSession.builder.master("local[2]").appName("metaq-bench-spark")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+               .config("spark.sql.shuffle.partitions", "2"))
+    if jars:
+        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     metaq.spark.register(session)
     return session

@@ -11,9 +11,17 @@ Kafka's framing of each codec inside a record batch v2 (attributes bits 0-2):
 * 4 zstd: one or more zstd frames.
 
 Compression bombs: :func:`decompress` takes a ``limit`` and never holds much more than that in memory: gzip
-streams through zlib with an output bound, lz4 and zstd decompress into a buffer of a guessed size (16x the
-payload), on overflow into one four times larger, and so on up to one of ``limit + 1`` bytes, snappy checks each
-block's declared length before decompressing it (see metaq/broker/log/validator.py for the limit).
+streams through zlib with an output bound, lz4 and zstd decompress into a buffer of a guessed size, on overflow
+into one four times larger, and so on up to one of ``limit + 1`` bytes, snappy checks each block's declared length
+before decompressing it (see metaq/broker/log/validator.py for the limit).
+
+The first guess comes from the frame headers where they tell the size (:func:`_size_hint`): a zstd frame's
+Frame_Content_Size (RFC 8878 section 3.1.1.1), which librdkafka, Kafka's Java client and cramjam write; an lz4
+frame's content size, or else a bound from its block headers (each block decodes to at most the frame's block
+maximum and to at most 255 bytes per compressed byte, LZ4's own limit). Without a hint (no such field, or a
+header that does not parse) the guess is 16x the payload. An exact first guess decompresses once: a guess too
+small cost a failed try and a second buffer, for a batch of repetitive values every time (about 2x the
+decompression's own time).
 """
 
 from __future__ import annotations
@@ -150,7 +158,9 @@ def _bounded(decompress_into: Callable[[bytes, bytearray], int], name: str) -> C
     def run(payload: bytes, limit: int | None) -> bytes:
         if limit is None:
             return bytes(plain(payload))
-        for size in _buffer_sizes(_FIRST_GUESS_RATIO * len(payload) + _FIRST_GUESS_EXTRA, limit + 1):
+        hint = _size_hint(payload, name)
+        first = max(hint, 1) if hint is not None else _FIRST_GUESS_RATIO * len(payload) + _FIRST_GUESS_EXTRA
+        for size in _buffer_sizes(min(first, limit + 1), limit + 1):
             out = bytearray(size)
             try:
                 written = decompress_into(payload, out)
@@ -162,6 +172,110 @@ def _bounded(decompress_into: Callable[[bytes, bytearray], int], name: str) -> C
         raise MessageSizeTooLargeError(f"{name} payload decompresses to more than {limit} bytes")
 
     return run
+
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_ZSTD_FCS_BYTES = (0, 2, 4, 8)  # by Frame_Content_Size_flag; flag 0 with Single_Segment_flag: 1 byte
+_ZSTD_DICT_ID_BYTES = (0, 1, 2, 4)
+_ZSTD_BLOCK_MAX = 128 << 10
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}  # by the BD byte's Block MaxSize field
+_LZ4_MAX_RATIO = 255  # a match length extension byte (255) per compressed byte, at most
+_LZ4_UNCOMPRESSED_BLOCK = 0x80000000
+_UINT32 = struct.Struct("<I")
+
+
+def _size_hint(payload: bytes, name: str) -> int | None:
+    """A first buffer size from the frame headers (module doc), or None."""
+    try:
+        return _zstd_size_bound(payload) if name == "zstd" else _lz4_size_bound(payload)
+    except (IndexError, struct.error, KeyError):  # a header cut off or not as expected: guess as before
+        return None
+
+
+def _zstd_size_bound(payload: bytes) -> int | None:
+    """The decompressed size of every zstd frame in ``payload`` (RFC 8878 section 3.1.1): its Frame_Content_Size
+    if the header carries one, else the sum over its blocks (a raw or RLE block's Block_Size; a compressed block at
+    most Block_Maximum_Size, the smaller of the window and 128 KiB). librdkafka's frames carry no content size."""
+    total = 0
+    pos = 0
+    while pos < len(payload):
+        if payload[pos:pos + 4] != _ZSTD_MAGIC:
+            return None
+        descriptor = payload[pos + 4]
+        single_segment = descriptor >> 5 & 1
+        pos += 5
+        if single_segment:
+            window = None
+        else:
+            exponent, mantissa = payload[pos] >> 3, payload[pos] & 7
+            window = (1 << (10 + exponent)) + ((1 << (10 + exponent)) >> 3) * mantissa
+            pos += 1
+        pos += _ZSTD_DICT_ID_BYTES[descriptor & 3]
+        size_bytes = _ZSTD_FCS_BYTES[descriptor >> 6] or single_segment
+        content_size = None
+        if size_bytes:
+            field = payload[pos:pos + size_bytes]
+            if len(field) != size_bytes:
+                return None
+            content_size = int.from_bytes(field, "little") + (256 if size_bytes == 2 else 0)
+            pos += size_bytes
+        block_max = min(_ZSTD_BLOCK_MAX, window if window is not None else content_size or _ZSTD_BLOCK_MAX)
+        bound = 0
+        last = False
+        while not last:
+            if pos + 3 > len(payload):
+                return None
+            header = int.from_bytes(payload[pos:pos + 3], "little")
+            last, kind, size = bool(header & 1), header >> 1 & 3, header >> 3
+            pos += 3
+            if kind == 0:  # raw
+                bound += size
+                pos += size
+            elif kind == 1:  # RLE: one byte repeated Block_Size times
+                bound += size
+                pos += 1
+            elif kind == 2:
+                bound += block_max
+                pos += size
+            else:
+                return None
+        pos += 4 * (descriptor >> 2 & 1)  # content checksum
+        total += bound if content_size is None else content_size
+    return total if pos == len(payload) else None
+
+
+def _lz4_size_bound(payload: bytes) -> int | None:
+    """The decompressed size of every lz4 frame in ``payload``: its content size field if it has one, else the
+    bound its block headers give (LZ4 frame format 1.6.x: FLG, BD, optional content size and dictionary id, header
+    checksum, then blocks of a 4-byte length, the top bit "stored uncompressed", each followed by a 4-byte checksum
+    if the FLG says so, ended by a zero length and an optional 4-byte content checksum)."""
+    total = 0
+    pos = 0
+    while pos < len(payload):
+        if payload[pos:pos + 4] != _LZ4_MAGIC:
+            return None
+        flags, block_max = payload[pos + 4], _LZ4_BLOCK_MAX[payload[pos + 5] >> 4 & 7]
+        block_checksum, content_checksum = 4 * (flags >> 4 & 1), 4 * (flags >> 2 & 1)
+        pos += 6
+        if flags & 0x08:  # content size
+            content_size = int.from_bytes(payload[pos:pos + 8], "little")
+            pos += 8
+        else:
+            content_size = None
+        pos += 4 * (flags & 0x01) + 1  # dictionary id, header checksum
+        bound = 0
+        while True:
+            (word,) = _UINT32.unpack_from(payload, pos)
+            pos += 4
+            if word == 0:
+                break
+            size = word & ~_LZ4_UNCOMPRESSED_BLOCK
+            bound += size if word & _LZ4_UNCOMPRESSED_BLOCK else min(block_max, _LZ4_MAX_RATIO * size)
+            pos += size + block_checksum
+        pos += content_checksum
+        total += bound if content_size is None else content_size
+    return total if pos == len(payload) else None
 
 
 def _buffer_sizes(first: int, last: int) -> Iterator[int]:

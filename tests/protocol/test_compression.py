@@ -12,7 +12,7 @@ import zstandard
 
 from metaq.errors import CorruptRecordError, MessageSizeTooLargeError, UnsupportedCompressionError
 from metaq.protocol.builder import BatchBuilder
-from metaq.protocol.compression import CODECS, compress, decompress
+from metaq.protocol.compression import CODECS, _size_hint, compress, decompress
 from metaq.protocol.records import decode_records
 
 DATA = b"".join(b"record %d with some repeated text " % i for i in range(5000))  # > one 32 KiB snappy block
@@ -104,3 +104,31 @@ def test_a_very_compressible_batch_is_not_decompressed_into_a_limit_sized_buffer
         if not already_tracing:
             tracemalloc.stop()
     assert peak < 8 * len(data), f"{name}: {peak} bytes at the peak to decompress {len(data)}"
+
+
+def test_the_first_buffer_is_the_size_the_frame_headers_give() -> None:
+    """zstd's Frame_Content_Size and lz4's content size field are exact; lz4 frames without one give a bound from
+    their block headers (no smaller than the content); a payload the hint misjudges still decompresses."""
+    assert _size_hint(compress(CODECS["zstd"], DATA), "zstd") == len(DATA)
+    streamed = zstandard.ZstdCompressor(write_content_size=False).compressobj()  # as librdkafka writes them
+    packed = streamed.compress(DATA) + streamed.flush()
+    bound = _size_hint(packed, "zstd")
+    assert bound is not None and len(DATA) <= bound <= len(DATA) + (128 << 10)
+    assert decompress(CODECS["zstd"], packed, limit=len(DATA)) == DATA
+    assert _size_hint(lz4.frame.compress(DATA, store_size=True), "lz4") == len(DATA)
+    for checksums in (False, True):
+        packed = lz4.frame.compress(DATA, store_size=False, block_linked=False, block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+                                    block_checksum=checksums, content_checksum=checksums)
+        bound = _size_hint(packed, "lz4")
+        assert bound is not None and len(DATA) <= bound <= len(DATA) + (64 << 10)
+        assert decompress(CODECS["lz4"], packed, limit=len(DATA)) == DATA
+    assert _size_hint(b"\x04\x22\x4d\x18\x60", "lz4") is None  # cut off in the header: guessed as before
+    assert _size_hint(b"\x28\xb5\x2f\xfd\x00\x58", "zstd") is None
+
+
+@pytest.mark.parametrize("name", ["lz4", "zstd"])
+def test_several_frames_and_empty_frames(name: str) -> None:
+    codec = CODECS[name]
+    two = compress(codec, DATA) + compress(codec, DATA[:1000])  # the first frame's size is too small a guess
+    assert decompress(codec, two, limit=64 << 20) == DATA + DATA[:1000]
+    assert decompress(codec, compress(codec, b""), limit=64 << 20) == b""
