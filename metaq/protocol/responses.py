@@ -10,6 +10,9 @@ from kafka.protocol.admin import (
     AlterConfigsResponse as _AlterConfigsResponse,
 )
 from kafka.protocol.admin import (
+    AlterPartitionReassignmentsResponse as _AlterPartitionReassignmentsResponse,
+)
+from kafka.protocol.admin import (
     CreateAclsResponse as _CreateAclsResponse,
 )
 from kafka.protocol.admin import (
@@ -43,10 +46,16 @@ from kafka.protocol.admin import (
     DescribeGroupsResponse as _DescribeGroupsResponse,
 )
 from kafka.protocol.admin import (
+    ElectLeadersResponse as _ElectLeadersResponse,
+)
+from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse as _IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.admin import (
     ListGroupsResponse as _ListGroupsResponse,
+)
+from kafka.protocol.admin import (
+    ListPartitionReassignmentsResponse as _ListPartitionReassignmentsResponse,
 )
 from kafka.protocol.consumer import (
     HeartbeatResponse as _HeartbeatResponse,
@@ -115,6 +124,9 @@ from kafka.protocol.sasl import (
 from metaq.protocol.messages import ResponseFamily
 
 AlterConfigsResponse: ResponseFamily = _AlterConfigsResponse
+AlterPartitionReassignmentsResponse: ResponseFamily = _AlterPartitionReassignmentsResponse
+ElectLeadersResponse: ResponseFamily = _ElectLeadersResponse
+ListPartitionReassignmentsResponse: ResponseFamily = _ListPartitionReassignmentsResponse
 ApiVersionsResponse: ResponseFamily = _ApiVersionsResponse
 CreateAclsResponse: ResponseFamily = _CreateAclsResponse
 CreatePartitionsResponse: ResponseFamily = _CreatePartitionsResponse

@@ -24,6 +24,7 @@ from metaq.broker.handlers import (
     offset_commit_fetch,
     offset_for_leader_epoch,
     produce,
+    reassignment,
     transactions,
 )
 from metaq.broker.response import Handler, MessageHandler, encoded
@@ -63,6 +64,9 @@ HANDLERS: dict[ApiKey, MessageHandler] = {
     ApiKey.END_TXN: transactions.end_txn,
     ApiKey.WRITE_TXN_MARKERS: transactions.write_txn_markers,
     ApiKey.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
+    ApiKey.ELECT_LEADERS: reassignment.elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignment.alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignment.list_partition_reassignments,
 }
 
 RESPONDERS: dict[ApiKey, Handler] = {
