@@ -3,7 +3,9 @@ Kafka's own ``kafka-reassign-partitions`` (2.8.2 with ``--zookeeper``, 3.9.2 wit
 ``kafka-leader-election`` (3.9.2), and by ``metaq topics reassign``.
 
 One cluster for the module: broker 4 starts first, so it is the controller until a test kills it; brokers 1, 2, 3
-hold the topics. Each test makes its own topics.
+hold the topics. Each test makes its own topics. The module's own ZooKeeper has a tickTime of 2 s, so that broker 3,
+with a 30 s session, stays registered (so a valid target) while it is paused: its reassignment stays half-way as
+long as the test needs (cancellation, controller failover) without depending on timing.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from metaq.broker.topics import create_topic
 from metaq.testing.apache_kafka import V2_8, V3_9, run_kafka_tool
 from metaq.testing.group import GroupHarness, SteadyProducer, check_delivery, wait_consuming, wait_drained
 from metaq.testing.wait import wait_until
-from metaq.testing.zookeeper import ZooKeeperEndpoint, own_chroot
+from metaq.testing.zookeeper import embedded_server
 from metaq.zkclient import connect
-from zk_layout import ZkLayout
+from metaq.zkserver import ZooKeeperServer
+from zk_layout import PartitionState, ZkLayout
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,14 +43,17 @@ class Cluster:
         self.layout = ZkLayout(self.client)
 
     def start(self, broker_id: int) -> BrokerProcess:
+        # broker 3 outlives a pause (the module docstring)
+        properties = {**FAST, "zookeeper.session.timeout.ms": 30000} if broker_id == 3 else FAST
         broker = self.brokers.get(broker_id) or BrokerProcess(self.zk_connect, broker_id, self.directory,
-                                                                properties=FAST)
+                                                                properties=properties)
         self.brokers[broker_id] = broker
         return broker.start()
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(b.bootstrap for b in self.brokers.values() if b.proc is not None and b.proc.poll() is None)
+        """Brokers 1 and 2, never paused (a client whose bootstrap broker is paused waits for it)."""
+        return f"{self.brokers[1].bootstrap},{self.brokers[2].bootstrap}"
 
     def log_dir(self, broker_id: int, topic: str, partition: int) -> Path:
         return self.directory / f"logs-{broker_id}" / f"{topic}-{partition}"
@@ -81,18 +87,23 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(zk_server: ZooKeeperEndpoint, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with own_chroot(zk_server, "reassign") as zk_connect:
-        cluster = Cluster(zk_connect, tmp_path_factory.mktemp("reassign"))
-        try:
-            for broker_id in (4, 1, 2, 3):  # 4 first: the controller
-                cluster.start(broker_id)
-                if broker_id == 4:
-                    wait_until(lambda: (c := cluster.layout.controller()) is not None and c.broker_id == 4, 30,
-                               "broker 4 to be the controller")
-            yield cluster
-        finally:
-            cluster.stop()
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    with embedded_server(tmp_path_factory, tick_time_ms=2000) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cluster(zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    cluster = Cluster(zk_server.connect_string, tmp_path_factory.mktemp("reassign"))
+    try:
+        for broker_id in (4, 1, 2, 3):  # 4 first: the controller
+            cluster.start(broker_id)
+            if broker_id == 4:
+                wait_until(lambda: (c := cluster.layout.controller()) is not None and c.broker_id == 4, 30,
+                           "broker 4 to be the controller")
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def plan(topic: str, target: dict[int, list[int]]) -> str:
@@ -150,3 +161,131 @@ def test_kafka_28_zookeeper_tool_moves_a_topic_under_load(cluster: Cluster, tmp_
         wait_until(lambda p=partition: not cluster.log_dir(1, topic, p).exists(), 20, f"broker 1's {topic}-{partition}")
         assert cluster.log_dir(3, topic, partition).exists()
     assert check_delivery(group.events(), acked).missing == []
+
+
+def test_kafka_39_bootstrap_tool_moves_a_topic_and_verifies(cluster: Cluster, tmp_path: Path) -> None:
+    """``kafka-reassign-partitions --bootstrap-server`` (3.9.2: AlterPartitionReassignments, then
+    ListPartitionReassignments for ``--verify``) under acks=all load: nothing acknowledged is lost."""
+    topic = cluster.topic("moved39", {0: [1, 2], 1: [2, 1]})
+    producer = SteadyProducer(cluster.zk_connect, topic, rate=200, acks="all")
+    producer.start()
+    target = {0: [2, 3], 1: [3, 2]}
+    (tmp_path / "plan.json").write_text(plan(topic, target))
+    try:
+        wait_until(lambda: len(producer.acked) > 100, 30, "records acknowledged before the move")
+        out = kafka(V3_9, "kafka-reassign-partitions", "--bootstrap-server", cluster.bootstrap,
+                    "--reassignment-json-file", str(tmp_path / "plan.json"), "--execute")
+        assert "Successfully started partition reassignments" in out, out
+        cluster.wait_moved(topic, target)
+    finally:
+        acked = producer.finish()
+    assert producer.failed == 0
+    out = kafka(V3_9, "kafka-reassign-partitions", "--bootstrap-server", cluster.bootstrap,
+                "--reassignment-json-file", str(tmp_path / "plan.json"), "--verify", "--preserve-throttles")
+    assert f"Reassignment of partition {topic}-0 is completed." in out, out
+    assert f"Reassignment of partition {topic}-1 is completed." in out, out
+    read_all(cluster.brokers[2].bootstrap, topic, 2, acked)
+    for partition in (0, 1):
+        wait_until(lambda p=partition: not cluster.log_dir(1, topic, p).exists(), 20, f"broker 1's {topic}-{partition}")
+
+
+def test_cancel_half_way_reverts_to_the_original_replicas(cluster: Cluster, tmp_path: Path) -> None:
+    """Broker 3 is paused, so the move to {2,3} cannot complete; ``--cancel`` (AlterPartitionReassignments with
+    null replicas) puts the partition back on {1,2} and nothing is listed in progress any more."""
+    topic = cluster.topic("cancelled", {0: [1, 2]})
+    (tmp_path / "plan.json").write_text(plan(topic, {0: [2, 3]}))
+    cluster.brokers[3].pause()
+    try:
+        kafka(V3_9, "kafka-reassign-partitions", "--bootstrap-server", cluster.bootstrap,
+              "--reassignment-json-file", str(tmp_path / "plan.json"), "--execute")
+        assignment = cluster.layout.topic_assignment(topic)
+        assert assignment is not None
+        assert assignment.partitions[0] == (2, 3, 1) and assignment.adding_replicas == {0: (3,)}
+        assert assignment.removing_replicas == {0: (1,)}
+        out = kafka(V3_9, "kafka-reassign-partitions", "--bootstrap-server", cluster.bootstrap,
+                    "--reassignment-json-file", str(tmp_path / "plan.json"), "--cancel", "--preserve-throttles")
+        assert f"Successfully cancelled partition reassignment for: {topic}-0" in out, out
+        wait_until(lambda: cluster.moved(topic, {0: [2, 1]}), 30, "the original replicas back")
+        out = kafka(V3_9, "kafka-reassign-partitions", "--bootstrap-server", cluster.bootstrap, "--list")
+        assert topic not in out, out
+    finally:
+        cluster.brokers[3].resume()
+    state = cluster.layout.partition_state(topic, 0)
+    assert state is not None and state.leader in (1, 2)
+
+
+def test_a_new_controller_resumes_a_move_after_a_sigkill(cluster: Cluster, tmp_path: Path) -> None:
+    """The controller (broker 4) is SIGKILLed while the move waits for paused broker 3; a new controller
+    resumes from the topic node's adding/removing replicas and completes it once broker 3 catches up."""
+    topic = cluster.topic("failover", {0: [1, 2]})
+    producer = SteadyProducer(cluster.zk_connect, topic, rate=200, acks="all")
+    producer.start()
+    cluster.brokers[3].pause()
+    try:
+        wait_until(lambda: len(producer.acked) > 50, 30, "records acknowledged before the move")
+        assert cluster.layout.request_reassignment({(topic, 0): (2, 3)})  # what --zookeeper --execute writes
+        wait_until(lambda: (a := cluster.layout.topic_assignment(topic)) is not None and a.adding_replicas, 30,
+                   "the move started")
+        controller = cluster.layout.controller()
+        assert controller is not None and controller.broker_id == 4
+        cluster.brokers[4].kill()
+        wait_until(lambda: (c := cluster.layout.controller()) is not None and c.broker_id != 4, 30,
+                   "a new controller")
+    finally:
+        cluster.brokers[3].resume()
+    try:
+        cluster.wait_moved(topic, {0: [2, 3]})
+    finally:
+        acked = producer.finish()
+    assert producer.failed == 0
+    read_all(cluster.brokers[2].bootstrap, topic, 1, acked)
+    wait_until(lambda: not cluster.log_dir(1, topic, 0).exists(), 20, "broker 1's copy deleted")
+    cluster.start(4)
+
+
+def test_replication_factor_one_to_three_on_a_live_topic(cluster: Cluster, tmp_path: Path) -> None:
+    """The same path raises the replication factor: [1] -> [1,2,3] while producing; the records written before
+    are on the new replicas (read from broker 3 once it leads) and the ISR is all three."""
+    topic = cluster.topic("grown", {0: [1]})
+    producer = SteadyProducer(cluster.zk_connect, topic, rate=200, acks="all")
+    producer.start()
+    (tmp_path / "plan.json").write_text(plan(topic, {0: [1, 2, 3]}))
+    try:
+        wait_until(lambda: len(producer.acked) > 50, 30, "records acknowledged before the move")
+        kafka(V3_9, "kafka-reassign-partitions", "--bootstrap-server", cluster.bootstrap,
+              "--reassignment-json-file", str(tmp_path / "plan.json"), "--execute")
+        cluster.wait_moved(topic, {0: [1, 2, 3]})
+        wait_until(lambda: (s := cluster.layout.partition_state(topic, 0)) is not None and len(s.isr) == 3, 30,
+                   "all three in the ISR")
+    finally:
+        acked = producer.finish()
+    assert producer.failed == 0
+    read_all(cluster.brokers[1].bootstrap, topic, 1, acked)
+    assert cluster.log_dir(3, topic, 0).exists() and cluster.log_dir(2, topic, 0).exists()
+
+
+def test_kafka_leader_election_preferred_and_unclean(cluster: Cluster) -> None:
+    """``kafka-leader-election`` (3.9.2, ElectLeaders v2): preferred moves leadership back to the first replica
+    and reports a partition already led by it; unclean elects a live out-of-sync replica of a partition whose
+    only in-sync replica (broker 5) is gone."""
+    topic = cluster.topic("elect", {0: [1, 2], 1: [2, 1]})
+    state = cluster.layout.partition_state_versioned(topic, 0)
+    assert state is not None and state[0].leader == 1
+    # leadership moved to broker 2 (as after broker 1 restarted), the ISR unchanged
+    cluster.layout.set_partition_state(topic, 0, PartitionState(2, state[0].leader_epoch + 1, state[0].isr,
+                                                                state[0].controller_epoch), state[1])
+    out = kafka(V3_9, "kafka-leader-election", "--bootstrap-server", cluster.bootstrap, "--election-type",
+                "PREFERRED", "--topic", topic, "--partition", "0")
+    assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" in out, out
+    assert (s := cluster.layout.partition_state(topic, 0)) is not None and s.leader == 1
+    out = kafka(V3_9, "kafka-leader-election", "--bootstrap-server", cluster.bootstrap, "--election-type",
+                "PREFERRED", "--topic", topic, "--partition", "1")
+    assert f"Valid replica already elected for partitions {topic}-1" in out, out
+
+    offline = "offline"
+    cluster.layout.create_topic(offline, {0: [5, 1]}, {0: PartitionState(-1, 3, (5,), 1)})
+    out = kafka(V3_9, "kafka-leader-election", "--bootstrap-server", cluster.bootstrap, "--election-type",
+                "UNCLEAN", "--topic", offline, "--partition", "0")
+    assert f"Successfully completed leader election (UNCLEAN) for partitions {offline}-0" in out, out
+    state = cluster.layout.partition_state(offline, 0)
+    assert state is not None and state.leader == 1 and state.isr == (1,) and state.leader_epoch == 4
