@@ -10,6 +10,8 @@ long as the test needs (cancellation, controller failover) without depending on 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 from integration_tests.peers import confluent_consume
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
+from metaq.cli.main import main as cli_main
 from metaq.testing.apache_kafka import V2_8, V3_9, run_kafka_tool
 from metaq.testing.group import GroupHarness, SteadyProducer, check_delivery, wait_consuming, wait_drained
 from metaq.testing.wait import wait_until
@@ -289,3 +292,73 @@ def test_kafka_leader_election_preferred_and_unclean(cluster: Cluster) -> None:
     assert f"Successfully completed leader election (UNCLEAN) for partitions {offline}-0" in out, out
     state = cluster.layout.partition_state(offline, 0)
     assert state is not None and state.leader == 1 and state.isr == (1,) and state.leader_epoch == 4
+
+
+def metaq_cli(cluster: Cluster, *args: str) -> tuple[int, Any]:
+    """``metaq <args> --zookeeper ... --json`` in this process: (exit code, parsed output)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli_main([*args, "--zookeeper", cluster.zk_connect, "--json"])
+    return code, json.loads(out.getvalue())
+
+
+def test_metaq_topics_reassign_generate_execute_verify_cancel(cluster: Cluster, tmp_path: Path) -> None:
+    """``metaq topics reassign``: --generate proposes {2,3} for every partition, --execute moves them under
+    acks=all load (describe shows the replicas being added while broker 3 is paused, --verify says in progress,
+    exit 1, then completed), and --cancel puts a half-way move back."""
+    topic = cluster.topic("viacli", {0: [1, 2], 1: [2, 1]})
+    (tmp_path / "topics.json").write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+    code, generated = metaq_cli(cluster, "topics", "reassign", "--generate", "--topics-to-move-json-file",
+                                str(tmp_path / "topics.json"), "--broker-list", "2,3")
+    assert code == 0
+    proposed = {e["partition"]: e["replicas"] for e in generated["proposed"]}
+    assert {p: sorted(r) for p, r in proposed.items()} == {0: [2, 3], 1: [2, 3]}
+    (tmp_path / "plan.json").write_text(plan(topic, proposed))
+    producer = SteadyProducer(cluster.zk_connect, topic, rate=200, acks="all")
+    producer.start()
+    cluster.brokers[3].pause()
+    try:
+        wait_until(lambda: len(producer.acked) > 50, 30, "records acknowledged before the move")
+        code, started = metaq_cli(cluster, "topics", "reassign", "--execute", "--reassignment-json-file",
+                                  str(tmp_path / "plan.json"))
+        assert code == 0 and {e["partition"]: e["replicas"] for e in started["current"]} == {0: [1, 2], 1: [2, 1]}
+        wait_until(lambda: metaq_cli(cluster, "topics", "describe", topic)[1]["topics"][0]["partitions"][0]
+                   ["adding_replicas"] == [3], 30, "describe shows broker 3 being added")
+        code, verified = metaq_cli(cluster, "topics", "reassign", "--verify", "--reassignment-json-file",
+                                   str(tmp_path / "plan.json"))
+        assert code == 1 and {e["status"] for e in verified["partitions"]} == {"in progress"}
+    finally:
+        cluster.brokers[3].resume()
+    try:
+        wait_until(lambda: metaq_cli(cluster, "topics", "reassign", "--verify", "--reassignment-json-file",
+                                     str(tmp_path / "plan.json"))[0] == 0, 60, "--verify to say completed")
+    finally:
+        acked = producer.finish()
+    assert producer.failed == 0
+    read_all(cluster.brokers[2].bootstrap, topic, 2, acked)
+    for partition in (0, 1):
+        wait_until(lambda p=partition: not cluster.log_dir(1, topic, p).exists(), 20, f"broker 1's {topic}-{partition}")
+
+    half = cluster.topic("viacli-cancel", {0: [1, 2]})
+    (tmp_path / "half.json").write_text(plan(half, {0: [2, 3]}))
+    cluster.brokers[3].pause()
+    try:
+        assert metaq_cli(cluster, "topics", "reassign", "--execute", "--reassignment-json-file",
+                         str(tmp_path / "half.json"))[0] == 0
+        wait_until(lambda: (a := cluster.layout.topic_assignment(half)) is not None and a.adding_replicas, 30,
+                   "the move started")
+        code, cancelled = metaq_cli(cluster, "topics", "reassign", "--cancel", "--reassignment-json-file",
+                                    str(tmp_path / "half.json"))
+        assert code == 0 and cancelled["cancelled"] == [{"topic": half, "partition": 0}]
+        wait_until(lambda: cluster.moved(half, {0: [2, 1]}), 30, "the original replicas back")
+    finally:
+        cluster.brokers[3].resume()
+
+
+def test_metaq_elect_leaders_unclean(cluster: Cluster) -> None:
+    """``metaq topics elect-leaders --type unclean`` (ElectLeaders to the controller) gives a partition whose
+    only in-sync replica is gone a live leader."""
+    cluster.layout.create_topic("offline-cli", {0: [5, 2]}, {0: PartitionState(-1, 3, (5,), 1)})
+    code, result = metaq_cli(cluster, "topics", "elect-leaders", "offline-cli", "--type", "unclean")
+    assert code == 0 and result["leaders"] == [{"topic": "offline-cli", "partition": 0, "leader": 2,
+                                                "result": "elected"}]
