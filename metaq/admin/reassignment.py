@@ -17,7 +17,7 @@ from typing import Any
 
 from kafka.protocol.admin import ElectLeadersRequest
 
-from metaq.broker.replication.reassignment import ReplicaAssignment
+from metaq.broker.replication.reassignment import replica_assignments, with_assignments
 from metaq.broker.topics import assign_replicas
 from metaq.client.connection import build_request
 from metaq.client.security import SecurityConfig
@@ -142,18 +142,11 @@ def cancel(layout: ZkLayout, partitions: Iterable[TopicPartition]) -> list[Topic
             if versioned is None:
                 raise UnknownTopicError(f"topic {topic!r} does not exist")
             assignment, version = versioned
-            entries = {p: ReplicaAssignment(r, assignment.adding_replicas.get(p, ()),
-                                            assignment.removing_replicas.get(p, ()))
-                       for p, r in assignment.partitions.items()}
+            entries = replica_assignments(assignment)
             changed = [p for p in mine if p in entries and entries[p].reassigning]
             if not changed:
                 break
-            for p in changed:
-                entries[p] = entries[p].cancelled()
-            new = TopicAssignment({p: e.replicas for p, e in entries.items()}, version=max(assignment.version, 2),
-                                  topic_id=assignment.topic_id,
-                                  adding_replicas={p: e.adding for p, e in entries.items() if e.adding},
-                                  removing_replicas={p: e.removing for p, e in entries.items() if e.removing})
+            new = with_assignments(assignment, entries | {p: entries[p].cancelled() for p in changed})
             try:
                 layout.set_topic_assignment(topic, new, version)
             except StaleVersionError:

@@ -45,7 +45,9 @@ from metaq.broker.replication.reassignment import (
     Reassignment,
     ReplicaAssignment,
     completion_state,
+    replica_assignments,
     target_in_sync,
+    with_assignments,
 )
 from metaq.errors import ControllerMovedError, ErrorCode, MalformedNodeError, MetaqError, StaleVersionError
 from metaq.retry import zookeeper_follower
@@ -300,7 +302,7 @@ class Controller:
         request entries done with (completed, or naming no partition, or no valid replica list) and whether
         the topic node was written."""
         finished: set[TopicPartition] = set()
-        current = _replica_assignments(assignment)
+        current = replica_assignments(assignment)
         updated: dict[int, ReplicaAssignment] = {}
         for (name, partition), target in targets.items():
             if name != topic:
@@ -325,7 +327,7 @@ class Controller:
         if not updated:
             return finished, False
         try:
-            self._layout.set_topic_assignment(topic, _with_assignments(assignment, current | updated), version, fence)
+            self._layout.set_topic_assignment(topic, with_assignments(assignment, current | updated), version, fence)
         except StaleVersionError:
             for partition in completing:  # resumed from the node on the next pass
                 self._reassignments.pop((topic, partition), None)
@@ -406,7 +408,7 @@ class Controller:
             if versioned is None or topic in self._layout.topics_marked_for_deletion():
                 return {(topic, p): _NO_PARTITION for p in wanted}
             assignment, version = versioned
-            current = _replica_assignments(assignment)
+            current = replica_assignments(assignment)
             results: dict[TopicPartition, PartitionResult] = {}
             updated: dict[int, ReplicaAssignment] = {}
             for partition, target in wanted.items():
@@ -417,7 +419,7 @@ class Controller:
             if not updated:
                 return results
             try:
-                self._layout.set_topic_assignment(topic, _with_assignments(assignment, current | updated), version,
+                self._layout.set_topic_assignment(topic, with_assignments(assignment, current | updated), version,
                                                   fence)
             except StaleVersionError:
                 continue
@@ -442,7 +444,7 @@ class Controller:
                 continue
             if assignment is None:
                 continue
-            for partition, entry in _replica_assignments(assignment).items():
+            for partition, entry in replica_assignments(assignment).items():
                 if entry.reassigning and (partitions is None or (topic, partition) in partitions):
                     result[(topic, partition)] = entry
         return result
@@ -509,19 +511,6 @@ class Controller:
         if fence is None:
             raise NotControllerError(f"broker {self._broker_id} is not the controller")
         return fence
-
-
-def _replica_assignments(assignment: TopicAssignment) -> dict[int, ReplicaAssignment]:
-    return {p: ReplicaAssignment(r, assignment.adding_replicas.get(p, ()), assignment.removing_replicas.get(p, ()))
-            for p, r in assignment.partitions.items()}
-
-
-def _with_assignments(assignment: TopicAssignment, entries: Mapping[int, ReplicaAssignment]) -> TopicAssignment:
-    """The topic node with ``entries``: adding/removing fields kept only for partitions being reassigned."""
-    return TopicAssignment(
-        {p: e.replicas for p, e in entries.items()}, version=max(assignment.version, 2), topic_id=assignment.topic_id,
-        adding_replicas={p: e.adding for p, e in entries.items() if e.adding},
-        removing_replicas={p: e.removing for p, e in entries.items() if e.removing})
 
 
 def _valid_replicas(replicas: Sequence[int]) -> bool:

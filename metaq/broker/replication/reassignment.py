@@ -22,10 +22,11 @@ no longer in RS stops its replica and deletes its log. Replication throttles are
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from zk_layout import PartitionState
+from zk_layout.formats import TopicAssignment
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,20 @@ class ReplicaAssignment:
     def cancelled(self) -> ReplicaAssignment:
         """Back to the original replicas (AlterPartitionReassignments with null replicas)."""
         return ReplicaAssignment(self.origin)
+
+
+def replica_assignments(assignment: TopicAssignment) -> dict[int, ReplicaAssignment]:
+    """Each partition's entry of a topic node."""
+    return {p: ReplicaAssignment(r, assignment.adding_replicas.get(p, ()), assignment.removing_replicas.get(p, ()))
+            for p, r in assignment.partitions.items()}
+
+
+def with_assignments(assignment: TopicAssignment, entries: Mapping[int, ReplicaAssignment]) -> TopicAssignment:
+    """The topic node with ``entries``: adding/removing fields kept only for partitions being reassigned."""
+    return TopicAssignment(
+        {p: e.replicas for p, e in entries.items()}, version=max(assignment.version, 2), topic_id=assignment.topic_id,
+        adding_replicas={p: e.adding for p, e in entries.items() if e.adding},
+        removing_replicas={p: e.removing for p, e in entries.items() if e.removing})
 
 
 def target_in_sync(assignment: ReplicaAssignment, state: PartitionState | None) -> bool:
