@@ -18,12 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.protocol.admin import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
 
 from integration_tests.peers import confluent_consume
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.cli.main import main as cli_main
+from metaq.errors import ErrorCode
 from metaq.testing.apache_kafka import V2_8, V3_9, run_kafka_tool
+from metaq.testing.broker import request
 from metaq.testing.group import GroupHarness, SteadyProducer, check_delivery, wait_consuming, wait_drained
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import embedded_server
@@ -360,3 +363,14 @@ def test_metaq_elect_leaders_unclean(cluster: Cluster) -> None:
     code, result = metaq_cli(cluster, "topics", "elect-leaders", "offline-cli", "--type", "unclean")
     assert code == 0 and result["leaders"] == [{"topic": "offline-cli", "partition": 0, "leader": 2,
                                                 "result": "elected"}]
+
+
+def test_a_broker_that_is_not_the_controller_answers_not_controller(cluster: Cluster) -> None:
+    """As Kafka's ZooKeeper-mode brokers: the client looks the controller up again (Metadata's controller_id)."""
+    controller = cluster.layout.controller()
+    assert controller is not None
+    other = next(b for i, b in cluster.brokers.items() if i != controller.broker_id and i != 3)
+    req = ListPartitionReassignmentsRequest[0](timeout_ms=1000, topics=None)
+    assert request(other.bootstrap, req, ListPartitionReassignmentsResponse, 0).error_code == ErrorCode.NOT_CONTROLLER
+    answer = request(cluster.brokers[controller.broker_id].bootstrap, req, ListPartitionReassignmentsResponse, 0)
+    assert answer.error_code == 0 and answer.topics == []
