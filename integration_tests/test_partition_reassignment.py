@@ -85,9 +85,9 @@ class Cluster:
                        and s.leader in r and set(s.isr) <= set(r), 30, f"{topic}-{partition} led inside {replicas}")
 
     def stop(self) -> None:
-        for broker in self.brokers.values():
+        for broker in self.brokers.values():  # SIGKILL: a clean shutdown's leadership moves are not under test
             broker.resume()
-            broker.stop()
+            broker.kill()
         self.client.stop()
         self.client.close()
 
@@ -102,11 +102,11 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 def cluster(zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     cluster = Cluster(zk_server.connect_string, tmp_path_factory.mktemp("reassign"))
     try:
-        for broker_id in (4, 1, 2, 3):  # 4 first: the controller
+        cluster.start(4)  # first: the controller
+        wait_until(lambda: (c := cluster.layout.controller()) is not None and c.broker_id == 4, 30,
+                   "broker 4 to be the controller")
+        for broker_id in (1, 2, 3):  # one after the other: a child dies with the thread that started it
             cluster.start(broker_id)
-            if broker_id == 4:
-                wait_until(lambda: (c := cluster.layout.controller()) is not None and c.broker_id == 4, 30,
-                           "broker 4 to be the controller")
         yield cluster
     finally:
         cluster.stop()
