@@ -136,6 +136,7 @@ def read_all(bootstrap: str, topic: str, partitions: int, acked: dict[tuple[int,
         assert set(wanted) <= offsets, f"{topic}-{partition}: {len(set(wanted) - offsets)} acknowledged lost"
 
 
+@pytest.mark.compat("kafka-reassign-partitions --zookeeper moves a topic under acks=all load", f"Kafka {V2_8}")
 def test_kafka_28_zookeeper_tool_moves_a_topic_under_load(cluster: Cluster, tmp_path: Path) -> None:
     """``kafka-reassign-partitions --zookeeper --execute`` (2.8.2) moves both partitions from {1,2} to {2,3}
     while a metaq producer writes with acks=all and a metaq group reads: nothing acknowledged is lost, the
@@ -169,6 +170,7 @@ def test_kafka_28_zookeeper_tool_moves_a_topic_under_load(cluster: Cluster, tmp_
     assert check_delivery(group.events(), acked).missing == []
 
 
+@pytest.mark.compat("kafka-reassign-partitions --bootstrap-server --execute/--verify", f"Kafka {V3_9}")
 def test_kafka_39_bootstrap_tool_moves_a_topic_and_verifies(cluster: Cluster, tmp_path: Path) -> None:
     """``kafka-reassign-partitions --bootstrap-server`` (3.9.2: AlterPartitionReassignments, then
     ListPartitionReassignments for ``--verify``) under acks=all load: nothing acknowledged is lost."""
@@ -195,6 +197,7 @@ def test_kafka_39_bootstrap_tool_moves_a_topic_and_verifies(cluster: Cluster, tm
         wait_until(lambda p=partition: not cluster.log_dir(1, topic, p).exists(), 20, f"broker 1's {topic}-{partition}")
 
 
+@pytest.mark.compat("kafka-reassign-partitions --cancel half-way", f"Kafka {V3_9}")
 def test_cancel_half_way_reverts_to_the_original_replicas(cluster: Cluster, tmp_path: Path) -> None:
     """Broker 3 is paused, so the move to {2,3} cannot complete; ``--cancel`` (AlterPartitionReassignments with
     null replicas) puts the partition back on {1,2} and nothing is listed in progress any more."""
@@ -268,6 +271,7 @@ def test_replication_factor_one_to_three_on_a_live_topic(cluster: Cluster, tmp_p
     assert cluster.log_dir(3, topic, 0).exists() and cluster.log_dir(2, topic, 0).exists()
 
 
+@pytest.mark.compat("kafka-leader-election preferred and unclean", f"Kafka {V3_9}")
 def test_kafka_leader_election_preferred_and_unclean(cluster: Cluster, tmp_path: Path) -> None:
     """``kafka-leader-election`` (3.9.2, ElectLeaders v2): preferred moves leadership back to the first replica
     and reports a partition already led by it; unclean elects a live out-of-sync replica of a partition whose
