@@ -121,14 +121,20 @@ class _Controller(_Nodes):
         """Write a partition's state if ``/controller_epoch`` is still at ``fence`` and the state node at
         ``version``, in one multi-op. ControllerMovedError if the epoch moved (we are a zombie),
         StaleVersionError if the state changed (re-read and decide again). Returns the new zkVersion."""
-        path = paths.partition_state_path(topic, partition)
+        return self._set_data_fenced(fence, paths.partition_state_path(topic, partition), state.encode(), version)
+
+    def _set_data_fenced(self, fence: ControllerEpoch | None, path: str, data: bytes, version: int) -> int:
+        """Set ``path`` to ``data`` if it is still at ``version`` and, with ``fence``, ``/controller_epoch`` at it,
+        in one multi-op: ControllerMovedError, StaleVersionError or ZooKeeperError. Returns the new zkVersion."""
         with self._translated("write", path):
             tx = self._client.transaction()
-            tx.check(paths.CONTROLLER_EPOCH, fence.zk_version)
-            tx.set_data(path, state.encode(), version=version)
+            if fence is not None:
+                tx.check(paths.CONTROLLER_EPOCH, fence.zk_version)
+            tx.set_data(path, data, version=version)
             results = tx.commit()
-        check, written = results[0], results[1]
-        if isinstance(check, Exception) and not isinstance(check, RolledBackError):
+        self._raise_if_no_auth(tx, results, f"writing {self.full_path(path)} failed: ")
+        check, written = (results[0], results[1]) if fence is not None else (None, results[0])
+        if fence is not None and isinstance(check, Exception) and not isinstance(check, RolledBackError):
             raise ControllerMovedError(f"{self.full_path(paths.CONTROLLER_EPOCH)} is no longer at controller epoch "
                                        f"{fence.epoch}: another broker is the controller") from check
         if isinstance(written, BadVersionError | NoNodeError):

@@ -13,12 +13,12 @@ import json
 import logging
 from collections.abc import Mapping
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from metaq.errors import ControllerMovedError, MalformedNodeError, StaleVersionError, ZooKeeperError
+from metaq.errors import MalformedNodeError
 from zk_layout import paths
-from zk_layout._nodes import Watch, _Nodes
-from zk_layout.controller import ControllerEpoch
+from zk_layout._nodes import Watch
+from zk_layout.controller import ControllerEpoch, _Controller
 from zk_layout.formats import TopicAssignment
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ def decode_reassignment_request(path: str, raw: bytes) -> dict[TopicPartition, t
         raise MalformedNodeError(path, raw, f"not a partition reassignment request ({e})") from e
 
 
-class _Reassignment(_Nodes):
+class _Reassignment(_Controller):
     def request_reassignment(self, targets: Mapping[TopicPartition, tuple[int, ...]]) -> bool:
         """Create ``/admin/reassign_partitions`` (what ``kafka-reassign-partitions --zookeeper --execute``
         does); False if a request is pending already (Kafka's tool refuses then too)."""
@@ -115,19 +115,4 @@ class _Reassignment(_Nodes):
             assignment = TopicAssignment(assignment.partitions, version=2, topic_id=assignment.topic_id,
                                          adding_replicas=assignment.adding_replicas,
                                          removing_replicas=assignment.removing_replicas)
-        with self._translated("write", path):
-            tx = self._client.transaction()
-            if fence is not None:
-                tx.check(paths.CONTROLLER_EPOCH, fence.zk_version)
-            tx.set_data(path, assignment.encode(), version=version)
-            results = tx.commit()
-        self._raise_if_no_auth(tx, results, f"writing {self.full_path(path)} failed: ")
-        check, written = (results[0], results[1]) if fence is not None else (None, results[0])
-        if isinstance(check, Exception) and not isinstance(check, RolledBackError):
-            raise ControllerMovedError(f"{self.full_path(paths.CONTROLLER_EPOCH)} is no longer at controller epoch "
-                                       f"{fence.epoch if fence else '?'}: another broker is the controller") from check
-        if isinstance(written, BadVersionError | NoNodeError):
-            raise StaleVersionError(f"{self.full_path(path)} changed since it was read") from written
-        if isinstance(written, Exception):
-            raise ZooKeeperError(f"writing {self.full_path(path)} failed: {written!r}") from written
-        return int(written.version)
+        return self._set_data_fenced(fence, path, assignment.encode(), version)

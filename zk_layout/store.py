@@ -21,7 +21,7 @@ from __future__ import annotations
 from zk_layout._nodes import Watch
 from zk_layout.acls import _Acls
 from zk_layout.brokers import _Brokers, new_cluster_id
-from zk_layout.controller import ControllerEpoch, _Controller
+from zk_layout.controller import ControllerEpoch
 from zk_layout.groups import ConsumerNode, OwnerNode, _Groups
 from zk_layout.offsets import NO_OFFSET, FencedOffset, OffsetNode, _Offsets, parse_offset_path
 from zk_layout.producer_ids import _ProducerIds
@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 
-class ZkLayout(_Brokers, _Users, _Groups, _Offsets, _Acls, _Controller, _Reassignment, _ProducerIds):
+class ZkLayout(_Brokers, _Users, _Groups, _Offsets, _Acls, _Reassignment, _ProducerIds):
     """Typed access to the Kafka 0.8 ZooKeeper layout; see the module docstring.
 
     ``stale_node_wait_s`` bounds how long :meth:`register_broker` and :meth:`register_consumer` wait for an
