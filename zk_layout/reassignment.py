@@ -105,14 +105,17 @@ class _Reassignment(_Controller):
         return TopicAssignment.decode(self.full_path(path), node[0]), node[1].version
 
     def set_topic_assignment(self, topic: str, assignment: TopicAssignment, version: int,
-                             fence: ControllerEpoch | None = None) -> int:
+                             fence: ControllerEpoch | None = None, request_version: int | None = None) -> int:
         """Write ``/brokers/topics/<t>`` if still at ``version`` (else StaleVersionError) and, with ``fence``,
         only while ``/controller_epoch`` is at it (else ControllerMovedError), as Kafka's
-        ``setTopicAssignmentRaw`` checks the controller's epoch zkVersion. The node is written as version 2
-        at least: the adding/removing fields exist from there. Returns the new zkVersion."""
+        ``setTopicAssignmentRaw`` checks the controller's epoch zkVersion; with ``request_version``, only while
+        ``/admin/reassign_partitions`` is at that version (a request acted on must still stand: a cancellation
+        removes it first). The node is written as version 2 at least: the adding/removing fields exist from
+        there. Returns the new zkVersion."""
         path = paths.topic_path(topic)
         if assignment.version < 2:
             assignment = TopicAssignment(assignment.partitions, version=2, topic_id=assignment.topic_id,
                                          adding_replicas=assignment.adding_replicas,
                                          removing_replicas=assignment.removing_replicas)
-        return self._set_data_fenced(fence, path, assignment.encode(), version)
+        unchanged = None if request_version is None else (paths.REASSIGN_PARTITIONS, request_version)
+        return self._set_data_fenced(fence, path, assignment.encode(), version, unchanged)

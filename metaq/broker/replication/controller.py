@@ -198,6 +198,7 @@ class Controller:
         malformed: dict[str, str] = {}
         request = self._layout.reassignment_request(watch=self.kick)
         targets = request[0] if request is not None else {}
+        request_version = request[1] if request is not None else None
         finished: set[TopicPartition] = {key for key in targets if key[0] not in present or key[0] in deleting}
         for topic in topics:
             try:
@@ -210,7 +211,8 @@ class Controller:
                 continue
             assignment, version = node
             if topic not in deleting:
-                done, rewritten = self._reassign(fence, topic, assignment, version, targets, live)
+                done, rewritten = self._reassign(fence, topic, assignment, version, (targets, request_version),
+                                                 live)
                 finished |= done
                 if rewritten:
                     continue  # its data watch runs the next pass on the new assignment
@@ -295,12 +297,13 @@ class Controller:
     # ------------------------------------------------------------------------------------------ reassignment
 
     def _reassign(self, fence: ControllerEpoch, topic: str, assignment: TopicAssignment, version: int,
-                  targets: Mapping[TopicPartition, tuple[int, ...]], live: set[int]
+                  request: tuple[Mapping[TopicPartition, tuple[int, ...]], int | None], live: set[int]
                   ) -> tuple[set[TopicPartition], bool]:
         """One pass over ``topic``'s reassignments: start those requested in ``/admin/reassign_partitions``
         (Kafka's phase U), complete those whose target replicas are all in the ISR (phase B). Returns the
         request entries done with (completed, or naming no partition, or no valid replica list) and whether
         the topic node was written."""
+        targets, request_version = request
         finished: set[TopicPartition] = set()
         current = replica_assignments(assignment)
         updated: dict[int, ReplicaAssignment] = {}
@@ -326,8 +329,10 @@ class Controller:
                 updated[partition] = ReplicaAssignment(current[partition].target)
         if not updated:
             return finished, False
+        started = set(updated) - completing  # acted on the request: written only while it still stands
         try:
-            self._layout.set_topic_assignment(topic, with_assignments(assignment, current | updated), version, fence)
+            self._layout.set_topic_assignment(topic, with_assignments(assignment, current | updated), version, fence,
+                                              request_version if started else None)
         except StaleVersionError:
             for partition in completing:  # resumed from the node on the next pass
                 self._reassignments.pop((topic, partition), None)
@@ -390,12 +395,12 @@ class Controller:
         by_topic: dict[str, dict[int, tuple[int, ...] | None]] = {}
         for (topic, partition), target in requests.items():
             by_topic.setdefault(topic, {})[partition] = target
+        # the latest request wins: a pending /admin/reassign_partitions entry is dropped before the topic node is
+        # written (the controller acts on an entry only while the node is unchanged, so it cannot undo this)
+        self._layout.remove_from_reassignment_request(set(requests))
         for topic, wanted in by_topic.items():
             results.update(self._alter_topic(fence, topic, wanted, live))
-        accepted = {key for key, result in results.items() if result.error == ErrorCode.NONE}
-        if accepted:
-            self._layout.remove_from_reassignment_request(accepted)
-            self._wake.set()
+        self._wake.set()
         return results
 
     def _alter_topic(self, fence: ControllerEpoch, topic: str, wanted: Mapping[int, tuple[int, ...] | None],
