@@ -121,16 +121,29 @@ class _Controller(_Nodes):
         """Write a partition's state if ``/controller_epoch`` is still at ``fence`` and the state node at
         ``version``, in one multi-op. ControllerMovedError if the epoch moved (we are a zombie),
         StaleVersionError if the state changed (re-read and decide again). Returns the new zkVersion."""
-        path = paths.partition_state_path(topic, partition)
+        return self._set_data_fenced(fence, paths.partition_state_path(topic, partition), state.encode(), version)
+
+    def _set_data_fenced(self, fence: ControllerEpoch | None, path: str, data: bytes, version: int,
+                         unchanged: tuple[str, int] | None = None) -> int:
+        """Set ``path`` to ``data`` if it is still at ``version``, with ``fence`` only while ``/controller_epoch``
+        is at it, and with ``unchanged`` (a path and a version) only while that node is at that version, in one
+        multi-op: ControllerMovedError (the epoch moved), StaleVersionError (``path`` or ``unchanged`` changed)
+        or ZooKeeperError. Returns the new zkVersion."""
         with self._translated("write", path):
             tx = self._client.transaction()
-            tx.check(paths.CONTROLLER_EPOCH, fence.zk_version)
-            tx.set_data(path, state.encode(), version=version)
+            if fence is not None:
+                tx.check(paths.CONTROLLER_EPOCH, fence.zk_version)
+            if unchanged is not None:
+                tx.check(*unchanged)
+            tx.set_data(path, data, version=version)
             results = tx.commit()
-        check, written = results[0], results[1]
-        if isinstance(check, Exception) and not isinstance(check, RolledBackError):
+        self._raise_if_no_auth(tx, results, f"writing {self.full_path(path)} failed: ")
+        written = results[-1]
+        if fence is not None and isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
             raise ControllerMovedError(f"{self.full_path(paths.CONTROLLER_EPOCH)} is no longer at controller epoch "
-                                       f"{fence.epoch}: another broker is the controller") from check
+                                       f"{fence.epoch}: another broker is the controller") from results[0]
+        if unchanged is not None and isinstance(results[-2], BadVersionError | NoNodeError):
+            raise StaleVersionError(f"{self.full_path(unchanged[0])} changed since it was read") from results[-2]
         if isinstance(written, BadVersionError | NoNodeError):
             raise StaleVersionError(f"{self.full_path(path)} changed since it was read") from written
         if isinstance(written, Exception):

@@ -21,11 +21,12 @@ from __future__ import annotations
 from zk_layout._nodes import Watch
 from zk_layout.acls import _Acls
 from zk_layout.brokers import _Brokers, new_cluster_id
-from zk_layout.controller import ControllerEpoch, _Controller
+from zk_layout.controller import ControllerEpoch
 from zk_layout.groups import ConsumerNode, OwnerNode, _Groups
 from zk_layout.log_dirs import _LogDirs
 from zk_layout.offsets import NO_OFFSET, FencedOffset, OffsetNode, _Offsets, parse_offset_path
 from zk_layout.producer_ids import _ProducerIds
+from zk_layout.reassignment import _Reassignment
 from zk_layout.users import ScramCredential, _Users
 
 __all__ = [
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 
-class ZkLayout(_Brokers, _Users, _Groups, _Offsets, _Acls, _Controller, _ProducerIds, _LogDirs):
+class ZkLayout(_Brokers, _Users, _Groups, _Offsets, _Acls, _Reassignment, _ProducerIds, _LogDirs):
     """Typed access to the Kafka 0.8 ZooKeeper layout; see the module docstring.
 
     ``stale_node_wait_s`` bounds how long :meth:`register_broker` and :meth:`register_consumer` wait for an
@@ -54,5 +55,6 @@ class ZkLayout(_Brokers, _Users, _Groups, _Offsets, _Acls, _Controller, _Produce
     :mod:`zk_layout.brokers`, topics and topic admin in :mod:`zk_layout.topics`, members and owners in
     :mod:`zk_layout.groups`, offsets and fencing in :mod:`zk_layout.offsets`, ACLs in :mod:`zk_layout.acls`,
     the controller's election and fenced state writes in :mod:`zk_layout.controller`, producer id blocks in
-    :mod:`zk_layout.producer_ids`, failed log directories in :mod:`zk_layout.log_dirs`.
+    :mod:`zk_layout.producer_ids`, failed log directories in :mod:`zk_layout.log_dirs`,
+    partition reassignment in :mod:`zk_layout.reassignment`.
     """

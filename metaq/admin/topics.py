@@ -45,6 +45,8 @@ class PartitionDetail:
     log_end: int | None
     error: str | None = None
     status: str = "ok"  # see partition_status
+    adding: tuple[int, ...] = ()  # a reassignment in progress (docs/reassignment.md): replicas being added
+    removing: tuple[int, ...] = ()  # and being removed
 
     @property
     def messages(self) -> int | None:
@@ -56,7 +58,8 @@ class PartitionDetail:
     def to_json(self) -> dict[str, Any]:
         return {"partition": self.partition, "leader": self.leader, "replicas": list(self.replicas),
                 "isr": list(self.isr), "log_start_offset": self.log_start, "log_end_offset": self.log_end,
-                "messages": self.messages, "error": self.error, "status": self.status}
+                "messages": self.messages, "error": self.error, "status": self.status,
+                "adding_replicas": list(self.adding), "removing_replicas": list(self.removing)}
 
 
 OK, UNDER_REPLICATED, OFFLINE = "ok", "under-replicated", "offline"
@@ -171,7 +174,9 @@ def describe_topic(layout: ZkLayout, log_offsets: LogOffsets, topic: str,
         replicas, isr = tuple(assignment.partitions[partition]), tuple(state.isr) if state is not None else ()
         details.append(PartitionDetail(partition, leader, replicas, isr,
                                        m.start if m else None, m.end if m else None, m.error if m else None,
-                                       partition_status(leader, replicas, isr, live)))
+                                       partition_status(leader, replicas, isr, live),
+                                       assignment.adding_replicas.get(partition, ()),
+                                       assignment.removing_replicas.get(partition, ())))
         if progress is not None:
             progress(1)
     config = layout.topic_config(topic)

@@ -27,6 +27,7 @@ from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from metaq.broker.coordinator.transactions import TransactionCoordinator
+    from metaq.broker.replication.controller import Controller
     from metaq.broker.replication.manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class BrokerContext:
     authorizer: Authorizer | None = None
     """None unless ``authorizer.class.name`` is set: then every check below allows everything."""
     transactions: TransactionCoordinator | None = None  # set by the server (docs/transactions.md)
+    controller: Controller | None = None  # set by the server: ElectLeaders and reassignments act through it
     session: Session = Session()
     """Who sent the request being handled (listener, principal, address)."""
 

@@ -35,6 +35,9 @@ ENTRY_COUNTS: dict[int, Callable[[ApiRequest], int]] = {
     ApiKey.DELETE_RECORDS: lambda r: _nested(r.topics, "partitions"),
     ApiKey.CREATE_TOPICS: lambda r: len(r.topics),
     ApiKey.CREATE_PARTITIONS: lambda r: len(r.topics),
+    ApiKey.ELECT_LEADERS: lambda r: _nested(r.topic_partitions, "partitions"),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: lambda r: _nested(r.topics, "partitions"),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: lambda r: _nested(r.topics, "partition_indexes"),
 }
 """The entries of each bounded API's request (the others are bounded otherwise: Fetch and Produce by bytes)."""
 

@@ -156,10 +156,15 @@ class Broker:
             await asyncio.to_thread(self.authorizer.start)
         producer_ids = ProducerIdManager(layout, config.broker_id)
         self.transactions = self._transaction_coordinator(producer_ids, notifier.notify)
+        self.controller = Controller(  # started once this broker is registered (below)
+            config.broker_id, layout, self._zk, unclean=config.unclean_leader_election_enable,
+            rebalance_interval_s=(config.leader_imbalance_check_interval_seconds
+                                  if config.auto_leader_rebalance_enable else None),
+            imbalance_percentage=config.leader_imbalance_per_broker_percentage)
         context = BrokerContext(config, self.logs, self.metadata, notifier, self._auto_create, layout,
                                 self.coordinator, self.metrics, replication=self.replication,
                                 producer_ids=producer_ids, authorizer=self.authorizer,
-                                transactions=self.transactions)
+                                transactions=self.transactions, controller=self.controller)
         self.transactions.attach_marker_writer(MarkerWriter(context))
         self._start_metrics()
         # listeners may say port 0: advertise the port actually bound
@@ -173,11 +178,6 @@ class Broker:
         await asyncio.to_thread(self.metadata.start)
         await asyncio.to_thread(self.scram.load_all, layout)  # before serving: SCRAM users can log in at once
         await self.replication.start()
-        self.controller = Controller(
-            config.broker_id, layout, self._zk, unclean=config.unclean_leader_election_enable,
-            rebalance_interval_s=(config.leader_imbalance_check_interval_seconds
-                                  if config.auto_leader_rebalance_enable else None),
-            imbalance_percentage=config.leader_imbalance_per_broker_percentage)
         self.controller.start()
         self.admin_watcher = AdminWatcher(config.broker_id, layout, self.logs, self.metadata, config.log_config(),
                                       on_user_change=self.scram.reload)

@@ -8,6 +8,8 @@
     metaq topics alter-config clicks --set segment.bytes=1048576 --delete retention.ms --zookeeper 127.0.0.1:2181
     metaq topics create --topic clicks --partitions 6 --bootstrap-server 127.0.0.1:9092   # CreateTopics etc.
     (--bootstrap-server: every command but elect-leaders, through the brokers: metaq/cli/broker_topics.py)
+    metaq topics reassign --generate --topics-to-move-json-file t.json --broker-list 2,3 --zookeeper 127.0.0.1:2181
+    metaq topics reassign --execute|--verify|--cancel --reassignment-json-file plan.json --zookeeper 127.0.0.1:2181
 """
 
 from __future__ import annotations
@@ -65,7 +67,22 @@ def register(sub: SubParsers) -> None:
     elect = add_parser(actions, "elect-leaders", "move leadership back to each partition's preferred replica")
     elect.add_argument("topic", nargs="*", help="topics (default: all)")
     elect.add_argument("--wait-s", type=float, default=30.0, help="how long to wait for the controller")
+    elect.add_argument("--type", choices=("preferred", "unclean"), default="preferred",
+                       help="preferred: back to the first replica; unclean: a live replica, in sync or not, for "
+                            "partitions without a live leader (may lose acknowledged records)")
     elect.set_defaults(func=_elect_leaders)
+    reassign = add_parser(actions, "reassign", "move partitions between brokers (kafka-reassign-partitions' JSON)")
+    mode = reassign.add_mutually_exclusive_group(required=True)
+    for name, text in (("generate", "print a plan moving the topics of --topics-to-move-json-file onto "
+                                    "--broker-list"),
+                       ("execute", "start the plan of --reassignment-json-file (the controller carries it out)"),
+                       ("verify", "whether each partition of the plan completed"),
+                       ("cancel", "put the plan's partitions still moving back on their original replicas")):
+        mode.add_argument(f"--{name}", action="store_true", help=text)
+    reassign.add_argument("--reassignment-json-file", metavar="FILE")
+    reassign.add_argument("--topics-to-move-json-file", metavar="FILE")
+    reassign.add_argument("--broker-list", metavar="ID[,ID...]")
+    reassign.set_defaults(func=_reassign)
     grow = add_parser(actions, "alter", "add partitions to a topic (kafka-topics --alter --partitions)",
                       bootstrap=True)
     grow.add_argument("topic")
@@ -173,12 +190,15 @@ def render(details: list[TopicDetail]) -> str:
     parts = []
     for d in details:
         config = ",".join(f"{k}={v}" for k, v in sorted(d.config.items())) or "-"
+        moving = any(p.adding or p.removing for p in d.partitions)  # columns only while a reassignment runs
         rows = [(p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)) or None,
-                 p.status, p.log_start, p.log_end, p.messages, p.error) for p in d.partitions]
+                 p.status, p.log_start, p.log_end, p.messages, p.error,
+                 *((",".join(map(str, p.adding)) or None, ",".join(map(str, p.removing)) or None) if moving else ()))
+                for p in d.partitions]
         parts.append(f"Topic {d.topic}: {d.partition_count} partitions, replication factor {d.replication_factor}, "
                      f"config {config}\n" + table(
             ["PARTITION", "LEADER", "REPLICAS", "ISR", "STATUS", "LOG-START-OFFSET", "LOG-END-OFFSET", "MESSAGES",
-             "ERROR"], rows))
+             "ERROR", *(("ADDING", "REMOVING") if moving else ())], rows))
     return "\n\n".join(parts)
 
 
@@ -199,6 +219,8 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _elect_leaders(args: argparse.Namespace) -> int:
+    if args.type == "unclean":
+        return _elect_unclean(args)
     with open_admin(args) as admin:
         leaders = admin.elect_preferred_leaders(args.topic, wait_s=args.wait_s)
     rows = sorted(leaders.items())
@@ -240,3 +262,71 @@ def _alter_config(args: argparse.Namespace) -> int:
     emit(args, {"topic": args.topic, "config": config},
          lambda: f"Topic {args.topic}: config {','.join(f'{k}={v}' for k, v in sorted(config.items())) or '-'}")
     return 0
+
+
+def _elect_unclean(args: argparse.Namespace) -> int:
+    from metaq.admin.reassignment import elect_leaders_unclean
+
+    with open_admin(args) as admin:
+        names = args.topic or admin.layout.topics()
+        partitions = [(t, p) for t in names for p in admin.layout.topic_partition_ids([t]).get(t) or ()]
+        errors = elect_leaders_unclean(admin.layout, partitions, security=admin.security)
+        states = admin.layout.partition_states(errors)
+    rows = [(t, p, s.leader if s is not None else -1, _ELECTION.get(e, f"error {e}"))
+            for (t, p), e in sorted(errors.items()) for s in (states.get((t, p)),)]
+    emit(args, {"leaders": [{"topic": t, "partition": p, "leader": b, "result": r} for t, p, b, r in rows]},
+         lambda: table(["TOPIC", "PARTITION", "LEADER", "RESULT"], rows) if rows else "No partitions.")
+    return 0 if all(e in (0, 84) for e in errors.values()) else 1
+
+
+_ELECTION = {0: "elected", 84: "not needed", 83: "no eligible replica", 3: "unknown partition"}
+
+
+def _read(args: argparse.Namespace, option: str) -> str:
+    path = getattr(args, option.lstrip("-").replace("-", "_"))
+    if not path:
+        usage_error(args, f"{option} is required")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _reassign(args: argparse.Namespace) -> int:
+    from metaq.admin import reassignment as plans
+
+    with open_admin(args) as admin:
+        layout = admin.layout
+        if args.generate:
+            if not args.broker_list:
+                usage_error(args, "--broker-list is required with --generate")
+            try:
+                brokers = [int(b) for b in args.broker_list.split(",")]
+            except ValueError:
+                usage_error(args, f"--broker-list {args.broker_list!r}: expected ID[,ID...]")
+            current, proposed = plans.generate(layout, plans.parse_topics_to_move(
+                _read(args, "--topics-to-move-json-file")), brokers)
+            emit(args, {"current": plans.to_json(current), "proposed": plans.to_json(proposed)},
+                 lambda: f"Current partition replica assignment\n{plans.format_plan(current)}\n\n"
+                         f"Proposed partition reassignment configuration\n{plans.format_plan(proposed)}")
+            return 0
+        plan = plans.parse_plan(_read(args, "--reassignment-json-file"))
+        if args.execute:
+            current = plans.execute(layout, plan)
+            emit(args, {"current": plans.to_json(current), "started": plans.to_json(plan)},
+                 lambda: f"Current partition replica assignment\n\n{plans.format_plan(current)}\n\n"
+                         f"Save this to use as the --reassignment-json-file option during rollback\n"
+                         f"Successfully started partition reassignments for "
+                         f"{','.join(f'{t}-{p}' for t, p in sorted(plan))}")
+            return 0
+        if args.cancel:
+            cancelled = plans.cancel(layout, plan)
+            emit(args, {"cancelled": [{"topic": t, "partition": p} for t, p in cancelled]},
+                 lambda: f"Successfully cancelled partition reassignments for: "
+                         f"{','.join(f'{t}-{p}' for t, p in cancelled)}" if cancelled
+                 else "None of the specified partition reassignments are active.")
+            return 0
+        status = plans.verify(layout, plan)
+    emit(args, {"partitions": [{"topic": t, "partition": p, "status": s} for (t, p), s in sorted(status.items())]},
+         lambda: "\n".join(f"Reassignment of partition {t}-{p} is {s}." if s != plans.IN_PROGRESS
+                           else f"Reassignment of partition {t}-{p} is still in progress."
+                           for (t, p), s in sorted(status.items())))
+    return 0 if all(s == plans.COMPLETED for s in status.values()) else 1

@@ -11,6 +11,8 @@ from enum import IntEnum
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterReplicaLogDirsRequest,
     AlterReplicaLogDirsResponse,
     CreateAclsRequest,
@@ -39,10 +41,14 @@ from kafka.protocol.admin import (
     DescribeLogDirsResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
@@ -138,7 +144,10 @@ class ApiKey(IntEnum):
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
     DESCRIBE_TRANSACTIONS = 65
@@ -192,6 +201,11 @@ BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1),
     ApiKey.LIST_GROUPS: (ListGroupsRequest, ListGroupsResponse, 0, 5),
     ApiKey.OFFSET_DELETE: (OffsetDeleteRequest, OffsetDeleteResponse, 0, 0),
+    # cluster operation, answered by the controller (docs/reassignment.md); Kafka 3.9 serves these ranges too
+    ApiKey.ELECT_LEADERS: (ElectLeadersRequest, ElectLeadersResponse, 0, 2),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
+                                           0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0),
     # ACL admin (kafka-acls, AdminClient *_acls): v1 adds prefixed patterns, v2+ are flexible (no tagged fields)
     ApiKey.DESCRIBE_ACLS: (DescribeAclsRequest, DescribeAclsResponse, 0, 3),
     ApiKey.CREATE_ACLS: (CreateAclsRequest, CreateAclsResponse, 0, 3),

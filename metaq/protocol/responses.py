@@ -10,6 +10,9 @@ from kafka.protocol.admin import (
     AlterConfigsResponse as _AlterConfigsResponse,
 )
 from kafka.protocol.admin import (
+    AlterPartitionReassignmentsResponse as _AlterPartitionReassignmentsResponse,
+)
+from kafka.protocol.admin import (
     AlterReplicaLogDirsResponse as _AlterReplicaLogDirsResponse,
 )
 from kafka.protocol.admin import (
@@ -52,10 +55,16 @@ from kafka.protocol.admin import (
     DescribeTransactionsResponse as _DescribeTransactionsResponse,
 )
 from kafka.protocol.admin import (
+    ElectLeadersResponse as _ElectLeadersResponse,
+)
+from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse as _IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.admin import (
     ListGroupsResponse as _ListGroupsResponse,
+)
+from kafka.protocol.admin import (
+    ListPartitionReassignmentsResponse as _ListPartitionReassignmentsResponse,
 )
 from kafka.protocol.admin import (
     ListTransactionsResponse as _ListTransactionsResponse,
@@ -129,6 +138,9 @@ from metaq.protocol.messages import ResponseFamily
 AlterConfigsResponse: ResponseFamily = _AlterConfigsResponse
 AlterReplicaLogDirsResponse: ResponseFamily = _AlterReplicaLogDirsResponse
 DescribeLogDirsResponse: ResponseFamily = _DescribeLogDirsResponse
+AlterPartitionReassignmentsResponse: ResponseFamily = _AlterPartitionReassignmentsResponse
+ElectLeadersResponse: ResponseFamily = _ElectLeadersResponse
+ListPartitionReassignmentsResponse: ResponseFamily = _ListPartitionReassignmentsResponse
 ApiVersionsResponse: ResponseFamily = _ApiVersionsResponse
 CreateAclsResponse: ResponseFamily = _CreateAclsResponse
 CreatePartitionsResponse: ResponseFamily = _CreatePartitionsResponse

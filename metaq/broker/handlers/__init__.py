@@ -25,6 +25,7 @@ from metaq.broker.handlers import (
     offset_commit_fetch,
     offset_for_leader_epoch,
     produce,
+    reassignment,
     transactions,
 )
 from metaq.broker.response import Handler, MessageHandler, encoded
@@ -68,6 +69,9 @@ HANDLERS: dict[ApiKey, MessageHandler] = {
     ApiKey.LIST_TRANSACTIONS: transactions.list_transactions,
     ApiKey.DESCRIBE_LOG_DIRS: log_dirs.describe_log_dirs,
     ApiKey.ALTER_REPLICA_LOG_DIRS: log_dirs.alter_replica_log_dirs,
+    ApiKey.ELECT_LEADERS: reassignment.elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignment.alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignment.list_partition_reassignments,
 }
 
 RESPONDERS: dict[ApiKey, Handler] = {

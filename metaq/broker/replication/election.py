@@ -24,9 +24,10 @@ def elect(
     controller_epoch: int,
     unclean: bool = False,
 ) -> PartitionState | None:
-    """The state to write after the set of ``live`` brokers changed, or None to leave it as it is."""
-    live_isr = tuple(b for b in state.isr if b in live)
-    if state.leader != NO_LEADER and state.leader in live:
+    """The state to write after the set of ``live`` brokers changed, or None to leave it as it is. A broker
+    no longer among ``replicas`` (a reassignment removed it) counts as dead: out of the ISR, and led over."""
+    live_isr = tuple(b for b in state.isr if b in live and b in replicas)
+    if state.leader != NO_LEADER and state.leader in live and state.leader in replicas:
         if len(live_isr) == len(state.isr):
             return None
         # a follower died: out of the ISR at once (acks=all must not wait for it), same leader and epoch

@@ -71,6 +71,8 @@ class ReplicaManager:
         self._isr_writes: set[TopicPartition] = set()
         self._isr_tasks: set[asyncio.Task[None]] = set()  # ISR expansions started by a fetch (kept referenced)
         self._epochs: dict[TopicPartition, LeaderEpochCache] = {}
+        self._hosted: set[TopicPartition] = set()  # assigned here in some snapshot (a later removal deletes the log)
+        self._single: set[TopicPartition] = set()  # assigned here alone in the last snapshot
         self._retry_scheduled = False
         self._role_retry = replica_role_retry()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -134,7 +136,10 @@ class ReplicaManager:
         for key in list(self._replicas):
             if key not in wanted:
                 self._drop(key)
+        self._delete_removed_replicas(snapshot)
         for key, meta in wanted.items():
+            if key not in self._replicas and key in self._single:
+                self._start_replicating(key)
             role = self._replicas.setdefault(key, Role(key))
             try:
                 if meta.leader == self._id:
@@ -149,6 +154,37 @@ class ReplicaManager:
                     self._loop.call_later(delay, self._retry_reconcile)
         for leader_id in [b for b, f in self._fetchers.items() if f.idle()]:
             self._fetchers.pop(leader_id).shutdown()
+
+    def _delete_removed_replicas(self, snapshot: ClusterSnapshot) -> None:
+        """Delete the log of each partition this broker hosted and no longer does (a reassignment moved it
+        away: Kafka's StopReplica with delete), and note which hosted ones have a single replica. Only
+        partitions seen assigned here while this process ran: a log the assignment never named here is not
+        ours to delete (docs/reassignment.md)."""
+        hosted: set[TopicPartition] = set()
+        single: set[TopicPartition] = set()
+        for topic, parts in snapshot.topics.items():
+            for partition, meta in parts.items():
+                key = (topic, partition)
+                if self._id in meta.replicas:
+                    hosted.add(key)
+                    if len(meta.replicas) == 1:
+                        single.add(key)
+                elif key in self._hosted and meta.replicas and self._logs.get(*key) is not None:
+                    log.info("%s-%d: no longer a replica here (replicas %s): deleting its log", *key,
+                             list(meta.replicas))
+                    self._checkpointed.pop(key, None)
+                    self._epochs.pop(key, None)
+                    self._logs.delete_log(*key)
+        # forgotten once the snapshot shows it elsewhere (deleted above); kept while its topic is out of view
+        self._hosted = hosted | {key for key in self._hosted if snapshot.partition(*key) is None}
+        self._single = single
+
+    def _start_replicating(self, key: TopicPartition) -> None:
+        """A single-replica partition gains replicas (its replication factor raised): its high watermark was
+        its log end, and stays there rather than falling back to a checkpoint it never had."""
+        plog = self._logs.get(*key)
+        if plog is not None:
+            self._checkpointed[key] = plog.log_end_offset
 
     def epoch_cache(self, key: TopicPartition, plog: PartitionLog) -> LeaderEpochCache:
         cache = self._epochs.get(key)
