@@ -622,6 +622,32 @@ class ReplicaNotAvailableError(BrokerResponseError):
     """The broker holds no replica of the partition (yet)."""
 
 
+@_broker_error(ErrorCode.NOT_CONTROLLER, retriable=True)
+class NotControllerError(BrokerResponseError):
+    """(The classes of 80, 83 and 84 are invalid-metadata errors, as Kafka's Errors.java makes them.) The request
+    must go to the controller (ElectLeaders, partition reassignments in ZooKeeper mode)."""
+
+
+@_broker_error(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, retriable=True, invalid_metadata=True)
+class PreferredLeaderNotAvailableError(BrokerResponseError):
+    """A preferred election found the first replica dead or out of the ISR."""
+
+
+@_broker_error(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, retriable=True, invalid_metadata=True)
+class EligibleLeadersNotAvailableError(BrokerResponseError):
+    """An unclean election found no live replica to lead."""
+
+
+@_broker_error(ErrorCode.ELECTION_NOT_NEEDED, retriable=True, invalid_metadata=True)
+class ElectionNotNeededError(BrokerResponseError):
+    """The partition already has the leader the election would choose."""
+
+
+@_broker_error(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS)
+class NoReassignmentInProgressError(BrokerResponseError):
+    """A cancellation named a partition that is not being moved."""
+
+
 @_broker_error(ErrorCode.SASL_AUTHENTICATION_FAILED)
 class SaslAuthenticationFailedError(BrokerResponseError, AuthenticationError):
     pass

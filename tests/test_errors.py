@@ -25,7 +25,9 @@ def test_leader_errors_ask_for_new_metadata() -> None:
     stale = {c for c in ErrorCode if c is not ErrorCode.NONE and for_code(c).invalid_metadata}
     assert stale == {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE,
                      ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.UNKNOWN_TOPIC_ID,
-                     ErrorCode.INCONSISTENT_TOPIC_ID, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.REPLICA_NOT_AVAILABLE}
+                     ErrorCode.INCONSISTENT_TOPIC_ID, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.REPLICA_NOT_AVAILABLE,
+                     ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                     ErrorCode.ELECTION_NOT_NEEDED}
     assert all(for_code(c).retriable for c in stale)
 
 
