@@ -624,13 +624,13 @@ class ReplicaNotAvailableError(BrokerResponseError):
 
 @_broker_error(ErrorCode.NOT_CONTROLLER, retriable=True)
 class NotControllerError(BrokerResponseError):
-    """(The classes of 80, 83 and 84 are invalid-metadata errors, as Kafka's Errors.java makes them.) The request
-    must go to the controller (ElectLeaders, partition reassignments in ZooKeeper mode)."""
+    """The request must go to the controller (ElectLeaders, partition reassignments in ZooKeeper mode)."""
 
 
 @_broker_error(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, retriable=True, invalid_metadata=True)
 class PreferredLeaderNotAvailableError(BrokerResponseError):
-    """A preferred election found the first replica dead or out of the ISR."""
+    """A preferred election found the first replica dead or out of the ISR (80, 83 and 84 are invalid-metadata
+    errors, as Kafka's exception classes for them are)."""
 
 
 @_broker_error(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, retriable=True, invalid_metadata=True)
