@@ -25,7 +25,8 @@ from zk_layout.controller import ControllerEpoch, _Controller
 from zk_layout.groups import ConsumerNode, OwnerNode, _Groups
 from zk_layout.offsets import NO_OFFSET, FencedOffset, OffsetNode, _Offsets, parse_offset_path
 from zk_layout.producer_ids import _ProducerIds
-from zk_layout.users import ScramCredential, _Users
+from zk_layout.quotas import _Quotas
+from zk_layout.users import ScramCredential
 
 __all__ = [
     "NO_OFFSET",
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 
-class ZkLayout(_Brokers, _Users, _Groups, _Offsets, _Acls, _Controller, _ProducerIds):
+class ZkLayout(_Brokers, _Quotas, _Groups, _Offsets, _Acls, _Controller, _ProducerIds):
     """Typed access to the Kafka 0.8 ZooKeeper layout; see the module docstring.
 
     ``stale_node_wait_s`` bounds how long :meth:`register_broker` and :meth:`register_consumer` wait for an

@@ -27,6 +27,7 @@ from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from metaq.broker.coordinator.transactions import TransactionCoordinator
+    from metaq.broker.quota.throttling import Quotas
     from metaq.broker.replication.manager import ReplicaManager
     from metaq.broker.txn_markers import PendingTxnOffsets
 
@@ -59,6 +60,7 @@ class BrokerContext:
     """None unless ``authorizer.class.name`` is set: then every check below allows everything."""
     transactions: TransactionCoordinator | None = None  # set by the server (docs/transactions.md)
     txn_offsets: PendingTxnOffsets | None = None  # TxnOffsetCommit's offsets until their transaction ends
+    quotas: Quotas | None = None  # client quotas and replication throttles (docs/quotas.md)
     session: Session = Session()
     """Who sent the request being handled (listener, principal, address)."""
 

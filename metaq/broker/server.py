@@ -34,6 +34,7 @@ from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.network import BrokerServer, ConnectionLimits
 from metaq.broker.producer_ids import ProducerIdManager
 from metaq.broker.purgatory import AppendNotifier
+from metaq.broker.quota.store import QuotaConfigStore, quotas_for
 from metaq.broker.registration import BrokerRegistration
 from metaq.broker.replication.controller import Controller
 from metaq.broker.replication.manager import ReplicaManager
@@ -75,6 +76,7 @@ class Broker:
         self.replication: ReplicaManager | None = None
         self.controller: Controller | None = None
         self.transactions: TransactionCoordinator | None = None
+        self.quotas = quotas_for(config)  # client quotas and replication throttles (docs/quotas.md)
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
@@ -139,10 +141,12 @@ class Broker:
         producer_ids = ProducerIdManager(layout, config.broker_id)
         self.transactions = self._transaction_coordinator(producer_ids)
         txn_offsets = PendingTxnOffsets(self.coordinator)
+        quota_store = QuotaConfigStore(layout, self.quotas, config.broker_id)
+        await asyncio.to_thread(quota_store.load_all)  # quotas hold from the first request
         context = BrokerContext(config, self.logs, self.metadata, notifier, self._auto_create, layout,
                                 self.coordinator, self.metrics, replication=self.replication,
                                 producer_ids=producer_ids, authorizer=self.authorizer,
-                                transactions=self.transactions, txn_offsets=txn_offsets)
+                                transactions=self.transactions, txn_offsets=txn_offsets, quotas=self.quotas)
         self.transactions.attach_marker_writer(MarkerWriter(context, txn_offsets))
         self._start_metrics()
         # listeners may say port 0: advertise the port actually bound
@@ -161,7 +165,8 @@ class Broker:
             imbalance_percentage=config.leader_imbalance_per_broker_percentage)
         self.controller.start()
         self.admin_watcher = AdminWatcher(config.broker_id, layout, self.logs, self.metadata, config.log_config(),
-                                      on_user_change=self.scram.reload)
+                                          on_user_change=self.scram.reload, on_config_change=quota_store.on_change,
+                                          on_topic_config=quota_store.on_topic_config)
         await self.admin_watcher.start()  # topic configs applied before the first request is served
         self.cleaner = LogCleaner(self.logs, config.cleaner_config(), loop_caller(asyncio.get_running_loop()),
                                   lambda plog: context.high_watermark(plog.topic, plog.partition, plog))
