@@ -11,6 +11,7 @@ from __future__ import annotations
 from metaq.broker.handlers import (
     acls,
     api_versions,
+    client_quotas,
     configs,
     create_delete_topics,
     delete_records,
@@ -63,6 +64,8 @@ HANDLERS: dict[ApiKey, MessageHandler] = {
     ApiKey.END_TXN: transactions.end_txn,
     ApiKey.WRITE_TXN_MARKERS: transactions.write_txn_markers,
     ApiKey.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe_client_quotas,
+    ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.alter_client_quotas,
 }
 
 RESPONDERS: dict[ApiKey, Handler] = {

@@ -25,6 +25,7 @@ import logging
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.downconvert import DownConverted, fetch_magic
+from metaq.broker.quota.request_path import fetch_budget
 from metaq.broker.zero_copy import FetchReply
 from metaq.errors import ErrorCode, OffsetOutOfRangeError, UnsupportedCompressionError
 from metaq.protocol.fetch_response import PartitionPart, TopicPart
@@ -144,7 +145,7 @@ async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> Fetch
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000.0
     wanted = _merge_partitions(request)
-    budget = response_budget(ctx, request, version)
+    budget = fetch_budget(ctx, request, response_budget(ctx, request, version))  # capped by a fetch quota
     keys = [(topic, p.partition) for topic, partitions in wanted for p in partitions]
     while True:
         topics, total, errors = _collect(ctx, wanted, budget, request.replica_id, fetch_magic(version),

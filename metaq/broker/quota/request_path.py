@@ -50,6 +50,17 @@ async def serve(ctx: BrokerContext, handler: Handler, api_key: ApiKey, request: 
     return response, Throttle(throttle_ms, client_throttles(api_key, version))
 
 
+def fetch_budget(ctx: BrokerContext, request: ApiRequest, budget: int) -> int:
+    """A consumer's fetch asks for no more than its fetch quota allows in one window (Kafka's
+    ``getMaxValueInQuotaWindow`` cap on ``fetchMaxBytes``): a larger answer would always be throttled."""
+    quotas = ctx.quotas
+    if quotas is None or getattr(request, "replica_id", -1) >= 0 or not quotas.fetch.enabled:
+        return budget
+    caller = Caller.of(ctx.principal, request.header.client_id)
+    cap = quotas.fetch.max_value_in_window(caller.user, caller.client_id)
+    return budget if cap is None else min(budget, int(cap))
+
+
 def _request_exempt(api_key: ApiKey, request: ApiRequest) -> bool:
     """acks=0 produce is exempt from the request quota, as in Kafka (its channel may still be throttled for
     bandwidth)."""

@@ -1,0 +1,208 @@
+"""Client quotas and replication throttles on a real metaq cluster (docs/quotas.md), set by Kafka's own
+``kafka-configs`` (3.9.2 through AlterClientQuotas, 2.8.2 writing ZooKeeper directly) and by ``metaq quotas``,
+obeyed by confluent-kafka clients.
+
+The brokers run with ``quota.window.num=3`` (Kafka's default is 11): with 11 one-second samples a client may
+burst ten times its rate at the start and again each time its burst ages out, so its average over 20 s is
+about 1.1x the quota (docs/quotas.md, "Bursts"); three samples keep the average within a few percent, which
+is what the 10% assertions below check. The rate arithmetic itself is Kafka's either way
+(tests/test_quota_rate.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import confluent_kafka
+import pytest
+
+from metaq.broker.topics import create_topic
+from metaq.testing.apache_kafka import V2_8, V3_9, run_kafka_tool
+from metaq.testing.broker import BrokerCluster, topic_leaders
+from metaq.testing.wait import wait_until
+from metaq.testing.zookeeper import own_chroot
+from metaq.zkclient import connect
+from zk_layout import ZkLayout
+from zk_layout.quotas import ClientQuotaEntity
+
+log = logging.getLogger(__name__)
+
+QUOTA = 1024 * 1024  # bytes/s
+MEASURE_S = 12.0
+VALUE = b"x" * 10_000
+BROKER_PROPS = {"quota.window.num": 3, "offsets.topic.num.partitions": 1, "replica.fetch.max.bytes": 65536,
+                "replica.fetch.wait.max.ms": 100}
+
+
+@pytest.fixture(scope="module")
+def cluster(zk_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    with own_chroot(zk_server, "metaq-quotas") as connect_string:
+        brokers = BrokerCluster(connect_string, tmp_path_factory.mktemp("quotas"))
+        try:
+            brokers.add(0, **BROKER_PROPS)
+            brokers.add(1, **BROKER_PROPS)
+            yield brokers
+        finally:
+            brokers.stop()
+
+
+@pytest.fixture(scope="module")
+def layout(cluster: BrokerCluster) -> Iterator[ZkLayout]:
+    client = connect(cluster.zk_connect, session_timeout_ms=10000)
+    try:
+        yield ZkLayout(client)
+    finally:
+        client.stop()
+        client.close()
+
+
+def _topic(cluster: BrokerCluster, layout: ZkLayout, name: str, replicas: list[int]) -> str:
+    create_topic(layout, name, 1, replication_factor=len(replicas), assignment={0: replicas})
+    wait_until(lambda: topic_leaders(cluster.brokers[0].bootstrap, name).get(0) == replicas[0], 20,
+               f"topic {name} led by broker {replicas[0]}")
+    return name
+
+
+def _kafka_configs(version: str, *args: str) -> str:
+    result = run_kafka_tool(version, "kafka-configs", list(args))
+    assert result.returncode == 0, f"kafka-configs {' '.join(args)}: {result.stdout}{result.stderr}"
+    return result.stdout
+
+
+def _metaq(*args: str) -> str:
+    result = subprocess.run([sys.executable, "-m", "metaq", *args], capture_output=True, text=True, timeout=90)
+    assert result.returncode == 0, f"metaq {' '.join(args)} exited {result.returncode}: {result.stderr}"
+    return result.stdout
+
+
+@dataclass
+class Throttles:
+    """The largest throttle time librdkafka's statistics reported (``brokers.*.throttle.max``, ms)."""
+
+    max_ms: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on_stats(self, text: str) -> None:
+        stats = json.loads(text)
+        seen = max((b.get("throttle", {}).get("max", 0) for b in stats.get("brokers", {}).values()), default=0)
+        with self.lock:
+            self.max_ms = max(self.max_ms, int(seen))
+
+
+@dataclass
+class Produced:
+    rate: float
+    throttles: Throttles
+
+
+def _produce_for(bootstrap: str, topic: str, client_id: str, seconds: float) -> Produced:
+    """Produce as fast as the broker lets this client for ``seconds``; the acknowledged payload bytes/s."""
+    throttles = Throttles()
+    acked = [0]
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is None:
+            acked[0] += len(msg.value())
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
+                                         "queue.buffering.max.kbytes": 4096, "statistics.interval.ms": 500,
+                                         "stats_cb": throttles.on_stats})
+    started = time.monotonic()
+    deadline = started + seconds
+    while time.monotonic() < deadline:
+        try:
+            producer.produce(topic, VALUE, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.05)
+            continue
+        producer.poll(0)
+    counted = acked[0]  # what the broker acknowledged within the measurement
+    producer.flush(60)
+    return Produced(counted / seconds, throttles)
+
+
+def _consume_for(bootstrap: str, topic: str, client_id: str, seconds: float, **config: Any) -> Produced:
+    throttles = Throttles()
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "client.id": client_id,
+                                         "group.id": f"g-{client_id}", "auto.offset.reset": "earliest",
+                                         "enable.auto.commit": False, "statistics.interval.ms": 500,
+                                         "stats_cb": throttles.on_stats, **config})
+    consumer.subscribe([topic])
+    received = 0
+    started = None
+    try:
+        while True:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                started = started or time.monotonic()
+                received += len(msg.value())
+            if started is not None and time.monotonic() - started >= seconds:
+                return Produced(received / (time.monotonic() - started), throttles)
+            assert started is not None or received == 0
+    finally:
+        consumer.close()
+
+
+def test_kafka_2_8_zookeeper_quota_holds_a_producer_while_another_is_unthrottled(
+        cluster: BrokerCluster, layout: ZkLayout) -> None:
+    topic = _topic(cluster, layout, "q-produce", [0])
+    bootstrap = cluster.brokers[0].bootstrap
+    _kafka_configs(V2_8, "--zookeeper", cluster.zk_connect, "--alter", "--entity-type", "clients",
+                   "--entity-name", "slow-producer", "--add-config", f"producer_byte_rate={QUOTA}")
+    assert layout.client_quota_config(ClientQuotaEntity(None, "slow-producer")) == {"producer_byte_rate": str(QUOTA)}
+    results: dict[str, Produced] = {}
+    fast = threading.Thread(target=lambda: results.__setitem__(
+        "fast", _produce_for(bootstrap, topic, "fast-producer", MEASURE_S)), name="fast-producer")
+    fast.start()
+    results["slow"] = _produce_for(bootstrap, topic, "slow-producer", MEASURE_S)
+    fast.join(90)
+    slow, quick = results["slow"], results["fast"]
+    log.info("producers: throttled %.3f x the quota (max throttle %d ms), unthrottled %.2f x", slow.rate / QUOTA,
+             slow.throttles.max_ms, quick.rate / QUOTA)
+    assert 0.9 * QUOTA <= slow.rate <= 1.1 * QUOTA, f"throttled producer: {slow.rate / QUOTA:.3f} x the quota"
+    assert slow.throttles.max_ms > 0, "the throttled producer saw no throttle time"
+    assert quick.rate > 2 * QUOTA, f"unthrottled producer only {quick.rate / QUOTA:.2f} x the quota"
+    assert quick.throttles.max_ms == 0
+
+
+def test_kafka_3_9_quota_holds_a_consumer(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    topic = _topic(cluster, layout, "q-consume", [0])
+    bootstrap = cluster.brokers[0].bootstrap
+    # batches of at most 64 KiB: a consumer's answer is at least one whole batch
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 65536})
+    for _ in range(int(2 * MEASURE_S * QUOTA / len(VALUE))):
+        while True:
+            try:
+                producer.produce(topic, VALUE)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+    _kafka_configs(V3_9, "--bootstrap-server", bootstrap, "--alter", "--entity-type", "users", "--entity-name",
+                   "ANONYMOUS", "--entity-type", "clients", "--entity-name", "slow-consumer", "--add-config",
+                   f"consumer_byte_rate={QUOTA}")
+    assert layout.client_quota_config(ClientQuotaEntity("ANONYMOUS", "slow-consumer")) == {
+        "consumer_byte_rate": str(QUOTA)}
+    results: dict[str, Produced] = {}
+    fast = threading.Thread(target=lambda: results.__setitem__(
+        "fast", _consume_for(bootstrap, topic, "fast-consumer", 3.0)), name="fast-consumer")
+    fast.start()
+    # small answers: a throttled answer is dropped whole and its client waits as if it had been served
+    # (Kafka's fetch quota), so answers near a window's allowance would keep it well under its quota
+    results["slow"] = _consume_for(bootstrap, topic, "slow-consumer", MEASURE_S,
+                                   **{"max.partition.fetch.bytes": 65536})
+    fast.join(90)
+    slow, quick = results["slow"], results["fast"]
+    log.info("consumers: throttled %.3f x the quota (max throttle %d ms), unthrottled %.2f x", slow.rate / QUOTA,
+             slow.throttles.max_ms, quick.rate / QUOTA)
+    assert 0.9 * QUOTA <= slow.rate <= 1.1 * QUOTA, f"throttled consumer: {slow.rate / QUOTA:.3f} x the quota"
+    assert slow.throttles.max_ms > 0
+    assert quick.rate > 2 * QUOTA, f"unthrottled consumer only {quick.rate / QUOTA:.2f} x the quota"
