@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -39,7 +41,7 @@ QUOTA = 1024 * 1024  # bytes/s
 MEASURE_S = 12.0
 VALUE = b"x" * 10_000
 BROKER_PROPS = {"quota.window.num": 3, "offsets.topic.num.partitions": 1, "replica.fetch.max.bytes": 65536,
-                "replica.fetch.wait.max.ms": 100}
+                "replica.fetch.wait.max.ms": 100, "replica.fetch.backoff.ms": 100}
 
 
 @pytest.fixture(scope="module")
@@ -206,3 +208,45 @@ def test_kafka_3_9_quota_holds_a_consumer(cluster: BrokerCluster, layout: ZkLayo
     assert 0.9 * QUOTA <= slow.rate <= 1.1 * QUOTA, f"throttled consumer: {slow.rate / QUOTA:.3f} x the quota"
     assert slow.throttles.max_ms > 0
     assert quick.rate > 2 * QUOTA, f"unthrottled consumer only {quick.rate / QUOTA:.2f} x the quota"
+
+
+def _log_bytes(directory: Path) -> int:
+    return sum(f.stat().st_size for f in directory.glob("*.log")) if directory.exists() else 0
+
+
+def test_a_new_replica_catches_up_under_the_follower_throttle(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    """An empty replica outside the ISR fetches no faster than follower.replication.throttled.rate."""
+    topic = _topic(cluster, layout, "q-replica", [0, 1])
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.brokers[0].bootstrap, "linger.ms": 5,
+                                         "batch.size": 65536, "acks": "all"})
+    for _ in range(int(8 * QUOTA / len(VALUE))):
+        while True:
+            try:
+                producer.produce(topic, VALUE)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+    follower = cluster.brokers[1]
+    follower.stop()
+    wait_until(lambda: (state := layout.partition_state(topic, 0)) is not None and state.isr == (0,), 30,
+               "the stopped follower left the ISR")
+    replica_dir = follower.data_dir / "logs-1" / f"{topic}-0"
+    shutil.rmtree(replica_dir)  # a new, empty replica
+    layout.set_broker_config("1", {"follower.replication.throttled.rate": str(QUOTA)})
+    layout.set_topic_config(topic, {"follower.replication.throttled.replicas": "0:1"})
+    target = _log_bytes(cluster.brokers[0].data_dir / "logs-0" / f"{topic}-0")
+    follower.start()
+    samples: list[tuple[float, int]] = []
+
+    def caught_up() -> bool:
+        samples.append((time.monotonic(), _log_bytes(replica_dir)))
+        return samples[-1][1] >= target
+
+    wait_until(caught_up, 60, "the new replica caught up", interval=0.2)
+    first = next((t, size) for t, size in samples if size > 0)
+    rate = (samples[-1][1] - first[1]) / (samples[-1][0] - first[0])
+    log.info("a new replica caught up %d bytes at %.3f x the follower throttle", target, rate / QUOTA)
+    assert rate <= 1.1 * QUOTA, f"the throttled follower fetched {rate / QUOTA:.2f} x its throttle"
+    described = _metaq("topics", "describe", topic, "--zookeeper", cluster.zk_connect)
+    assert "follower.replication.throttled.replicas=0:1" in described, described

@@ -126,6 +126,7 @@ class Broker:
                                         before_publish=self._configure_new_topics)
         notifier = AppendNotifier()
         self.replication = ReplicaManager(config, self.logs, self.metadata, layout, notifier)  # started below
+        self.replication.follower_quota = self.quotas.follower
         self.coordinator = GroupCoordinator(
             CoordinatorConfig.from_config(config),
             self.logs,
