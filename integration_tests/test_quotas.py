@@ -90,6 +90,7 @@ class Throttles:
     """The largest throttle time librdkafka's statistics reported (``brokers.*.throttle.max``, ms)."""
 
     max_ms: int = 0
+    reports: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def on_stats(self, text: str) -> None:
@@ -97,6 +98,7 @@ class Throttles:
         seen = max((b.get("throttle", {}).get("max", 0) for b in stats.get("brokers", {}).values()), default=0)
         with self.lock:
             self.max_ms = max(self.max_ms, int(seen))
+            self.reports += 1
 
 
 @dataclass
@@ -250,3 +252,57 @@ def test_a_new_replica_catches_up_under_the_follower_throttle(cluster: BrokerClu
     assert rate <= 1.1 * QUOTA, f"the throttled follower fetched {rate / QUOTA:.2f} x its throttle"
     described = _metaq("topics", "describe", topic, "--zookeeper", cluster.zk_connect)
     assert "follower.replication.throttled.replicas=0:1" in described, described
+
+
+def test_metaq_quotas_set_list_remove_as_kafka_configs_sees_them(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    zk, bootstrap = cluster.zk_connect, cluster.brokers[0].bootstrap
+    shown = _metaq("quotas", "set", "--user", "alice", "--client-id", "app", "--producer-byte-rate", "2048",
+                   "--request-percentage", "25.5", "--zookeeper", zk)
+    assert "alice" in shown and "2048" in shown and "25.5" in shown, shown
+    assert layout.client_quota_config(ClientQuotaEntity("alice", "app")) == {"producer_byte_rate": "2048",
+                                                                            "request_percentage": "25.5"}
+    _metaq("quotas", "set", "--default", "client-id", "--consumer-byte-rate", "4096", "--bootstrap-server", bootstrap)
+    assert layout.client_quota_config(ClientQuotaEntity(None, "<default>")) == {"consumer_byte_rate": "4096"}
+    listed = json.loads(_metaq("quotas", "list", "--json", "--zookeeper", zk))["quotas"]
+    assert {"user": "alice", "client_id": "app", "quotas": {"producer_byte_rate": 2048.0,
+                                                             "request_percentage": 25.5}} in listed
+    assert {"user": None, "client_id": "<default>", "quotas": {"consumer_byte_rate": 4096.0}} in listed
+    described = _kafka_configs(V3_9, "--bootstrap-server", bootstrap, "--describe", "--entity-type", "users",
+                               "--entity-name", "alice", "--entity-type", "clients", "--entity-name", "app")
+    assert "producer_byte_rate=2048.0" in described and "request_percentage=25.5" in described, described
+    _metaq("quotas", "remove", "--user", "alice", "--client-id", "app", "--quota", "producer_byte_rate",
+           "--bootstrap-server", bootstrap)
+    assert layout.client_quota_config(ClientQuotaEntity("alice", "app")) == {"request_percentage": "25.5"}
+    _metaq("quotas", "remove", "--user", "alice", "--client-id", "app", "--zookeeper", zk)
+    _metaq("quotas", "remove", "--default", "client-id", "--zookeeper", zk)
+    assert json.loads(_metaq("quotas", "list", "--json", "--user", "alice", "--zookeeper", zk))["quotas"] == []
+
+
+def test_a_quota_change_applies_within_seconds(cluster: BrokerCluster, layout: ZkLayout) -> None:
+    topic = _topic(cluster, layout, "q-change", [0])
+    throttles = Throttles()
+    stop = threading.Event()
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.brokers[0].bootstrap, "client.id": "changing",
+                                         "linger.ms": 5, "queue.buffering.max.kbytes": 1024,
+                                         "statistics.interval.ms": 200, "stats_cb": throttles.on_stats})
+
+    def produce() -> None:
+        while not stop.is_set():
+            try:
+                producer.produce(topic, VALUE)
+            except BufferError:
+                pass
+            producer.poll(0.01)
+
+    worker = threading.Thread(target=produce, name="changing-producer")
+    worker.start()
+    try:
+        wait_until(lambda: throttles.reports >= 3, 20, "statistics of the unthrottled producer")
+        assert throttles.max_ms == 0
+        _metaq("quotas", "set", "--client-id", "changing", "--producer-byte-rate", "20000", "--zookeeper",
+               cluster.zk_connect)
+        wait_until(lambda: throttles.max_ms > 0, 15, "the new quota throttles the running producer")
+    finally:
+        stop.set()
+        worker.join(30)
+        _metaq("quotas", "remove", "--client-id", "changing", "--zookeeper", cluster.zk_connect)

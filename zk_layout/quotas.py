@@ -24,12 +24,17 @@ from zk_layout.formats import TopicConfig
 from zk_layout.users import _Users
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class ClientQuotaEntity:
     """A quota entity: ``user`` and/or ``client_id`` (None: not part of it; ``<default>``: the default)."""
 
     user: str | None = None
     client_id: str | None = None
+
+    @property
+    def sort_key(self) -> tuple[str, str]:
+        """Users first, then client ids, by name (None sorts as empty)."""
+        return (self.user or "", self.client_id or "")
 
     def __str__(self) -> str:
         parts = [f"user={self.user}"] if self.user is not None else []

@@ -44,6 +44,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.HEARTBEAT: (0, 3),
     ApiKey.LEAVE_GROUP: (0, 3),
     ApiKey.WRITE_TXN_MARKERS: (1, 1),  # a broker's transaction coordinator to other brokers (flexible)
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 0),  # metaq quotas --bootstrap-server (metaq/admin/quotas.py)
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 0),
 }
 """API key -> (min, max) version metaq's client can encode and decode; all but ApiVersions 3 and WriteTxnMarkers 1
 non-flexible."""

@@ -29,7 +29,8 @@ async def describe_client_quotas(ctx: BrokerContext, request: ApiRequest, versio
         found = describe(stored, components, request.strict)
     except InvalidRequestError as e:
         return family(throttle_time_ms=0, error_code=e.code, error_message=str(e), entries=None)
-    entries = [_entry(family, entity, values) for entity, values in sorted(found.items())]
+    ordered = sorted(found.items(), key=lambda item: item[0].sort_key)
+    entries = [_entry(family, entity, values) for entity, values in ordered]
     return family(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, entries=entries)
 
 

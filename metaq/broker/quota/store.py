@@ -59,7 +59,8 @@ class QuotaConfigStore:
             self._publish()
         self.reload_rates()
         if self._entities:
-            log.info("client quotas: %s", "; ".join(f"{e}: {v}" for e, v in sorted(self._entities.items())))
+            ordered = sorted(self._entities.items(), key=lambda item: item[0].sort_key)
+            log.info("client quotas: %s", "; ".join(f"{e}: {v}" for e, v in ordered))
 
     def on_change(self, entity_path: str) -> None:
         """Blocking: apply a ``/config/changes`` notification if it concerns quotas."""
