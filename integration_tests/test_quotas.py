@@ -6,7 +6,7 @@ The brokers run with ``quota.window.num=3`` (Kafka's default is 11): with 11 one
 burst ten times its rate at the start and again each time its burst ages out, so its average over 20 s is
 about 1.1x the quota (docs/quotas.md, "Bursts"); three samples keep the average within a few percent, which
 is what the 10% assertions below check. The rate arithmetic itself is Kafka's either way
-(tests/test_quota_rate.py).
+(tests/broker/test_quota_rate.py).
 """
 
 from __future__ import annotations
@@ -155,6 +155,7 @@ def _consume_for(bootstrap: str, topic: str, client_id: str, seconds: float, **c
         consumer.close()
 
 
+@pytest.mark.compat("client quotas (kafka-configs --entity-type users|clients)", f"Kafka {V2_8}")
 def test_kafka_2_8_zookeeper_quota_holds_a_producer_while_another_is_unthrottled(
         cluster: BrokerCluster, layout: ZkLayout) -> None:
     topic = _topic(cluster, layout, "q-produce", [0])
@@ -177,6 +178,7 @@ def test_kafka_2_8_zookeeper_quota_holds_a_producer_while_another_is_unthrottled
     assert quick.throttles.max_ms == 0
 
 
+@pytest.mark.compat("client quotas (kafka-configs --entity-type users|clients)", f"Kafka {V3_9}")
 def test_kafka_3_9_quota_holds_a_consumer(cluster: BrokerCluster, layout: ZkLayout) -> None:
     topic = _topic(cluster, layout, "q-consume", [0])
     bootstrap = cluster.brokers[0].bootstrap

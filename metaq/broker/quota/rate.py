@@ -8,7 +8,7 @@ throttle time is Kafka's ``QuotaUtils.throttleTime``: the delay X that brings an
 window W down to the bound T, ``O * W / (W + X) = T``, so ``X = (O - T) / T * W``. See docs/quotas.md.
 
 Times are milliseconds from any monotonic clock; nothing here reads the clock (the callers pass ``now_ms``),
-so the arithmetic is tested directly (tests/test_quota_rate.py).
+so the arithmetic is tested directly (tests/broker/test_quota_rate.py).
 """
 
 from __future__ import annotations
