@@ -40,16 +40,18 @@ class ClientQuotas:
     max_throttle_ms: int | None = None  # the request quota's cap (one window); byte quotas are not capped
     _quotas: Mapping[ClientQuotaEntity, Mapping[str, float]] = field(default_factory=dict)
     _rates: dict[QuotaKey, _Tracked] = field(default_factory=dict)
+    _enabled: bool = False
 
     def update(self, quotas: Mapping[ClientQuotaEntity, Mapping[str, float]]) -> None:
         """Replace the configured quotas (every entity's values); rates already counted are kept, their
         bounds follow the new values on the next request."""
         self._quotas = quotas
+        self._enabled = any(self.quota_key in values for values in quotas.values())
 
     @property
     def enabled(self) -> bool:
         """Whether any entity has a quota of this type (otherwise nothing is counted, as in Kafka)."""
-        return any(self.quota_key in values for values in self._quotas.values())
+        return self._enabled
 
     def record(self, user: str, client_id: str, value: float, now_ms: int) -> int:
         """Count ``value`` for the client and answer the throttle time in ms (0: within its quota)."""
@@ -79,6 +81,8 @@ class ClientQuotas:
         return bound * (self.window.samples - 1) * self.window.window_ms / 1000.0
 
     def _tracked(self, user: str, client_id: str, now_ms: int) -> _Tracked | None:
+        if not self._enabled:  # the common case: no quota of this type anywhere
+            return None
         resolved = resolve(self._quotas, self.quota_key, user, client_id)
         if resolved.bound is None:
             return None
