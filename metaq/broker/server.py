@@ -143,7 +143,6 @@ class Broker:
         self.transactions = self._transaction_coordinator(producer_ids)
         txn_offsets = PendingTxnOffsets(self.coordinator)
         quota_store = QuotaConfigStore(layout, self.quotas, config.broker_id)
-        await asyncio.to_thread(quota_store.load_all)  # quotas hold from the first request
         context = BrokerContext(config, self.logs, self.metadata, notifier, self._auto_create, layout,
                                 self.coordinator, self.metrics, replication=self.replication,
                                 producer_ids=producer_ids, authorizer=self.authorizer,
@@ -169,6 +168,9 @@ class Broker:
                                           on_user_change=self.scram.reload, on_config_change=quota_store.on_change,
                                           on_topic_config=quota_store.on_topic_config)
         await self.admin_watcher.start()  # topic configs applied before the first request is served
+        # quotas hold from the first request; read after the watcher took its place in /config/changes, so a
+        # change made meanwhile is either read here or notified
+        await asyncio.to_thread(quota_store.load_all)
         self.cleaner = LogCleaner(self.logs, config.cleaner_config(), loop_caller(asyncio.get_running_loop()),
                                   lambda plog: context.high_watermark(plog.topic, plog.partition, plog))
         self.cleaner.start()  # after the topic configs: it cleans the logs whose cleanup.policy is compact
