@@ -8,6 +8,10 @@ while a request is in flight), so responses keep the request order; a long-polli
 holding up other connections. A frame that is too large, does not decode, or names an unknown API or
 version closes that connection only, with a log line naming the client; the broker keeps serving.
 
+A client over a quota (docs/quotas.md, metaq/broker/quota) is throttled here: a KIP-219 version gets its answer
+at once and its connection is then not read for the throttle time; an older version gets its answer after it.
+Only that connection's task waits.
+
 Resources a client can hold are bounded (see :class:`ConnectionLimits`): connections in total and per
 address, an idle connection's lifetime, the time to send a frame's body once its size is known, and the
 bytes of request frames read but not yet handled. A frame is read into memory as it arrives (a client
