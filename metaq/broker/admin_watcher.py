@@ -79,10 +79,14 @@ class AdminWatcher:
         self._task = asyncio.create_task(self._run(), name="metaq-broker-topic-admin")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        """Cancel the task, again if a cancellation was lost: Python 3.11's ``asyncio.wait_for`` drops one that
+        arrives as the awaited wake-up completes, and the task would then wait for its next run."""
+        task = self._task
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=1.0)
+        if task is not None and not task.cancelled() and task.exception() is not None:
+            log.warning("the topic admin task ended with %r", task.exception())
 
     def kick(self, *_: Any) -> None:
         """Watch callback (any thread): schedule a run; never blocks."""
