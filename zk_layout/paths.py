@@ -176,6 +176,47 @@ def user_config_path(user: str) -> str:
     return f"{CONFIG_USERS}/{sanitize_user(user)}"
 
 
+# -- client quotas and dynamic broker configs ------------------------------------------------------
+
+DEFAULT_ENTITY = "<default>"  # Kafka's ZooKeeperInternals.DEFAULT_STRING, written as is
+
+
+def sanitize_entity(kind: str, name: str) -> str:
+    """A user or client id as a node name (Kafka's ``Sanitizer``), ``<default>`` kept as it is."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{kind} {name!r}: must be a non-empty name or {DEFAULT_ENTITY}")
+    return name if name == DEFAULT_ENTITY else quote(name, safe="-._~")
+
+
+def client_quota_entity_path(user: str | None, client_id: str | None) -> str:
+    """``/config/users/<u>``, ``/config/users/<u>/clients/<c>`` or ``/config/clients/<c>`` (Kafka's
+    quota entities, names sanitized, ``<default>`` for a default)."""
+    if user is not None and client_id is not None:
+        return f"{CONFIG_USERS}/{sanitize_entity('user', user)}/clients/{sanitize_entity('client id', client_id)}"
+    if user is not None:
+        return f"{CONFIG_USERS}/{sanitize_entity('user', user)}"
+    if client_id is not None:
+        return f"{CONFIG_CLIENTS}/{sanitize_entity('client id', client_id)}"
+    raise ConfigError("a quota entity names a user, a client id, or both")
+
+
+def client_quota_entity_change(user: str | None, client_id: str | None) -> str:
+    """The ``entity_path`` of its ``/config/changes`` notification (the path below ``/config``)."""
+    return client_quota_entity_path(user, client_id)[len(CONFIG) + 1:]
+
+
+def user_clients_path(user: str) -> str:
+    """``/config/users/<u>/clients``: the (user, client id) entities of a user."""
+    return f"{CONFIG_USERS}/{sanitize_entity('user', user)}/clients"
+
+
+def broker_config_path(broker: str) -> str:
+    """``/config/brokers/<id>`` or ``/config/brokers/<default>``: a broker's dynamic configs."""
+    if broker != DEFAULT_ENTITY and not broker.isdigit():
+        raise ConfigError(f"broker {broker!r}: must be a broker id or {DEFAULT_ENTITY}")
+    return f"{CONFIG_BROKERS}/{broker}"
+
+
 # -- consumers -------------------------------------------------------------------------------------
 
 

@@ -26,8 +26,9 @@ from zk_layout.groups import ConsumerNode, OwnerNode, _Groups
 from zk_layout.log_dirs import _LogDirs
 from zk_layout.offsets import NO_OFFSET, FencedOffset, OffsetNode, _Offsets, parse_offset_path
 from zk_layout.producer_ids import _ProducerIds
+from zk_layout.quotas import _Quotas
 from zk_layout.reassignment import _Reassignment
-from zk_layout.users import ScramCredential, _Users
+from zk_layout.users import ScramCredential
 
 __all__ = [
     "NO_OFFSET",
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 
-class ZkLayout(_Brokers, _Users, _Groups, _Offsets, _Acls, _Reassignment, _ProducerIds, _LogDirs):
+class ZkLayout(_Brokers, _Quotas, _Groups, _Offsets, _Acls, _Reassignment, _ProducerIds, _LogDirs):
     """Typed access to the Kafka 0.8 ZooKeeper layout; see the module docstring.
 
     ``stale_node_wait_s`` bounds how long :meth:`register_broker` and :meth:`register_consumer` wait for an

@@ -5,7 +5,7 @@
 
 A change is announced as Kafka's ``kafka-configs --entity-type users`` does: a sequential
 ``/config/changes/config_change_<seq>`` node ``{"version":2,"entity_path":"users/<user>"}`` written in the same
-transaction. Other keys of the node (quotas such as ``producer_byte_rate``) are kept untouched.
+transaction. Other keys of the node (quotas such as ``producer_byte_rate``, zk_layout/quotas.py) are kept untouched.
 """
 
 from __future__ import annotations
@@ -67,7 +67,10 @@ class _Users(_Topics):
         """The node's ``config`` map, or None if the user has no node."""
         path = paths.user_config_path(user)
         node = self._read(path)
-        return None if node is None else TopicConfig.decode(self.full_path(path), node[0]).config
+        if node is None:
+            return None
+        # a node Kafka created empty as the parent of /clients/<c> quota nodes holds no config
+        return TopicConfig.decode(self.full_path(path), node[0]).config if node[0] else {}
 
     def scram_credentials(self, user: str) -> dict[str, ScramCredential]:
         """Mechanism -> credential ({} for an unknown user); MalformedNodeError naming the node."""

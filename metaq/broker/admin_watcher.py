@@ -2,7 +2,8 @@
 
 * ``/config/changes/config_change_<seq>`` (Kafka's notification ``{"version":2,"entity_path":"topics/<t>"}``):
   re-read ``/config/topics/<t>`` and apply it to the topic's local logs, without a restart. A notification for
-  ``users/<u>`` (SCRAM credentials) is handed to ``on_user_change`` (in a worker thread). Notifications
+  ``users/<u>`` (SCRAM credentials) is handed to ``on_user_change`` (in a worker thread), and every
+  notification's entity path to ``on_config_change`` (client quotas, broker configs: docs/quotas.md). Notifications
   older than 15 minutes are purged, as Kafka's ``ZkNodeChangeNotificationListener`` does.
 * ``/admin/delete_topics/<t>``: delete the local logs of ``t``, then the partition nodes of the partitions
   this broker hosts; the broker that removes the last partition node removes the topic node, its config
@@ -19,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kazoo.exceptions import KazooException
@@ -44,8 +45,14 @@ class AdminWatcher:
     """Applies topic config changes and topic deletions to this broker's logs."""
 
     def __init__(self, broker_id: int, layout: ZkLayout, logs: LogManager, metadata: MetadataWatcher,
-                 base: LogConfig, *, on_user_change: Callable[[str], None] | None = None) -> None:
+                 base: LogConfig, *, on_user_change: Callable[[str], None] | None = None,
+                 on_config_change: Callable[[str], None] | None = None,
+                 on_topic_config: Callable[[str, Mapping[str, str]], None] | None = None) -> None:
+        """``on_config_change`` gets every notification's entity path (worker thread; client quotas and
+        broker configs, metaq/broker/quota/store.py); ``on_topic_config`` every topic config applied."""
         self._on_user_change = on_user_change
+        self._on_config_change = on_config_change
+        self._on_topic_config = on_topic_config
         self._broker_id = broker_id
         self._layout = layout
         self._logs = logs
@@ -72,10 +79,14 @@ class AdminWatcher:
         self._task = asyncio.create_task(self._run(), name="metaq-broker-topic-admin")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        """Cancel the task, again if a cancellation was lost: Python 3.11's ``asyncio.wait_for`` drops one that
+        arrives as the awaited wake-up completes, and the task would then wait for its next run."""
+        task = self._task
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=1.0)
+        if task is not None and not task.cancelled() and task.exception() is not None:
+            log.warning("the topic admin task ended with %r", task.exception())
 
     def kick(self, *_: Any) -> None:
         """Watch callback (any thread): schedule a run; never blocks."""
@@ -132,6 +143,8 @@ class AdminWatcher:
             user = change[0].user if change is not None else None
             if user is not None and self._on_user_change is not None:
                 await asyncio.to_thread(self._on_user_change, user)
+            if change is not None and self._on_config_change is not None:
+                await asyncio.to_thread(self._on_config_change, change[0].entity_path)
         if fresh:
             await asyncio.to_thread(self._purge, names)
 
@@ -173,6 +186,8 @@ class AdminWatcher:
             log.error("ignoring the config of topic %s in %s: %s", topic, paths.topic_config_path(topic), e)
             config = self._base
         self._logs.set_topic_config(topic, config)
+        if self._on_topic_config is not None:
+            self._on_topic_config(topic, overrides)
         self._configured.add(topic)
         if overrides:
             log.info("topic %s: config overrides %s applied", topic, overrides)

@@ -181,6 +181,11 @@ class BrokerConfig(ZooKeeperClientConfig):
     allow_everyone_if_no_acl_found: bool = prop("allow.everyone.if.no.acl.found", False,
                                                 doc="allow what no ACL of the resource mentions")
     fetch_max_bytes: int = prop("fetch.max.bytes", 52428800, check=positive)
+    # client quotas and replication throttles (docs/quotas.md): the rates' sample windows, Kafka's defaults
+    quota_window_num: int = prop("quota.window.num", 11, check=positive)
+    quota_window_size_seconds: int = prop("quota.window.size.seconds", 1, check=positive)
+    replication_quota_window_num: int = prop("replication.quota.window.num", 11, check=positive)
+    replication_quota_window_size_seconds: int = prop("replication.quota.window.size.seconds", 1, check=positive)
     replica_fetch_response_max_bytes: int = prop("replica.fetch.response.max.bytes", 10485760, check=positive)
     log_segment_bytes: int = prop("log.segment.bytes", 1073741824, check=positive)
     log_roll_hours: int = prop("log.roll.hours", 168, check=positive)

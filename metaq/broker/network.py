@@ -8,6 +8,10 @@ while a request is in flight), so responses keep the request order; a long-polli
 holding up other connections. A frame that is too large, does not decode, or names an unknown API or
 version closes that connection only, with a log line naming the client; the broker keeps serving.
 
+A client over a quota (docs/quotas.md, metaq/broker/quota) is throttled here: a KIP-219 version gets its answer
+at once and its connection is then not read for the throttle time; an older version gets its answer after it.
+Only that connection's task waits.
+
 Resources a client can hold are bounded (see :class:`ConnectionLimits`): connections in total and per
 address, an idle connection's lifetime, the time to send a frame's body once its size is known, and the
 bytes of request frames read but not yet handled. A frame is read into memory as it arrives (a client
@@ -26,7 +30,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Self
+from typing import Self, cast
 
 from metaq.broker.auth.sasl import SaslAuthenticationError
 from metaq.broker.auth.stage import AuthenticationStage, ServedListener
@@ -34,8 +38,10 @@ from metaq.broker.auth.tls import certificate_principal
 from metaq.broker.config import BrokerConfig
 from metaq.broker.context import BrokerContext
 from metaq.broker.handlers.api_versions import unsupported_version_response
+from metaq.broker.quota.request_path import serve as serve_with_quotas
+from metaq.broker.quota.throttling import NO_THROTTLE, Throttle
 from metaq.broker.request_bounds import SLICE, check_entries
-from metaq.broker.response import Encoded, Handler, Outbound, Response
+from metaq.broker.response import Encoded, Handler, Outbound
 from metaq.errors import ConfigError, ProtocolError
 from metaq.protocol.apis import BROKER_APIS, ApiKey, api_name
 from metaq.protocol.framing import SIZE, decode_request, peek_request
@@ -297,6 +303,7 @@ class BrokerServer:
             if frame is None:
                 return
             size = len(frame)
+            throttle = NO_THROTTLE
             try:
                 if auth.raw_token_expected:  # a token framed on its own, not a request
                     await auth.raw_token(bytes(frame)).write(Outbound(conn.writer, conn.tls, 0))
@@ -306,9 +313,11 @@ class BrokerServer:
                 else:
                     request = self._decode(frame)
                 del frame  # a large produce is held once (decoded), not twice, while it is handled
-                await self._handle(conn, auth, request)
+                throttle = await self._handle(conn, auth, request, size)
             finally:
                 self._pool.release(size)
+            if throttle.mute_s > 0:
+                await _muted(conn, throttle.mute_s)
 
     def _tune_socket(self, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
@@ -390,23 +399,41 @@ class BrokerServer:
             ) from e
         return Decoded(api_key, version, correlation_id, request)
 
-    async def _handle(self, conn: ClientConnection, auth: AuthenticationStage, decoded: Decoded) -> None:
-        """Admit the request (authentication stage, entry limits), dispatch it, and have its answer written."""
+    async def _handle(self, conn: ClientConnection, auth: AuthenticationStage, decoded: Decoded,
+                      size: int) -> Throttle:
+        """Admit the request (authentication stage, entry limits), dispatch it (client quotas counted, see
+        metaq/broker/quota), and have its answer written; answers the request's throttle."""
         request = decoded.request
         out = Outbound(conn.writer, conn.tls, decoded.correlation_id)
         if request is None:
             await Encoded(unsupported_version_response()).write(out)
-            return
+            return NO_THROTTLE
         conn.client_id = request.header.client_id
         started = time.monotonic()
         answered = auth.answer(decoded.api_key, request, decoded.version)
         if answered is not None:  # the stage's own (SASL) answer: not counted as a request
             await answered.write(out)
-            return
+            return NO_THROTTLE
         entries = check_entries(decoded.api_key, request, self._limits.max_request_entries)
         assert self._context is not None
         context = conn.bind(self._context)
-        response: Response | None = await self._handlers[decoded.api_key](context, request, decoded.version)
+        response, throttle = await serve_with_quotas(context, self._handlers[decoded.api_key], decoded.api_key,
+                                                     request, decoded.version, size)
+        if throttle.delay_s > 0:  # a client that does not back off itself gets its answer late
+            await asyncio.sleep(throttle.delay_s)
         if response is not None:
             await response.write(Outbound(conn.writer, conn.tls, decoded.correlation_id, large=entries > SLICE))
         context.metrics.request(api_name(decoded.api_key), time.monotonic() - started)
+        return throttle
+
+
+async def _muted(conn: ClientConnection, seconds: float) -> None:
+    """Read nothing from a throttled client for ``seconds`` (Kafka mutes its channel): its socket is not
+    read, so its requests wait in the kernel; only this connection's task waits."""
+    transport = cast("asyncio.Transport", conn.writer.transport)  # a stream's transport reads and writes
+    transport.pause_reading()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        if not transport.is_closing():
+            transport.resume_reading()

@@ -40,6 +40,7 @@ from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.network import BrokerServer, ConnectionLimits
 from metaq.broker.producer_ids import ProducerIdManager
 from metaq.broker.purgatory import AppendNotifier
+from metaq.broker.quota.store import QuotaConfigStore, quotas_for
 from metaq.broker.registration import BrokerRegistration
 from metaq.broker.replication import leader_epochs
 from metaq.broker.replication.controller import Controller
@@ -85,6 +86,7 @@ class Broker:
         self._accept_guard = AcceptGuard()
         self._fatal: MetaqError | None = None
         self.mover = LogDirMover(self.logs, side_files=(leader_epochs.FILE_NAME, PARTITION_METADATA_FILE))
+        self.quotas = quotas_for(config)  # client quotas and replication throttles (docs/quotas.md)
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         loop = asyncio.get_running_loop()
@@ -142,6 +144,7 @@ class Broker:
         notifier = AppendNotifier()
         self.replication = ReplicaManager(config, self.logs, self.metadata, layout, notifier)  # started below
         self.logs.on_dir_failure = self._log_dir_failed
+        self.replication.follower_quota = self.quotas.follower
         self.coordinator = GroupCoordinator(
             CoordinatorConfig.from_config(config),
             self.logs,
@@ -161,10 +164,11 @@ class Broker:
             rebalance_interval_s=(config.leader_imbalance_check_interval_seconds
                                   if config.auto_leader_rebalance_enable else None),
             imbalance_percentage=config.leader_imbalance_per_broker_percentage)
+        quota_store = QuotaConfigStore(layout, self.quotas, config.broker_id)
         context = BrokerContext(config, self.logs, self.metadata, notifier, self._auto_create, layout,
                                 self.coordinator, self.metrics, replication=self.replication,
                                 producer_ids=producer_ids, authorizer=self.authorizer,
-                                transactions=self.transactions, controller=self.controller)
+                                transactions=self.transactions, controller=self.controller, quotas=self.quotas)
         self.transactions.attach_marker_writer(MarkerWriter(context))
         self._start_metrics()
         # listeners may say port 0: advertise the port actually bound
@@ -180,8 +184,12 @@ class Broker:
         await self.replication.start()
         self.controller.start()
         self.admin_watcher = AdminWatcher(config.broker_id, layout, self.logs, self.metadata, config.log_config(),
-                                      on_user_change=self.scram.reload)
+                                          on_user_change=self.scram.reload, on_config_change=quota_store.on_change,
+                                          on_topic_config=quota_store.on_topic_config)
         await self.admin_watcher.start()  # topic configs applied before the first request is served
+        # quotas hold from the first request; read after the watcher took its place in /config/changes, so a
+        # change made meanwhile is either read here or notified
+        await asyncio.to_thread(quota_store.load_all)
         self.cleaner = LogCleaner(self.logs, config.cleaner_config(), loop_caller(asyncio.get_running_loop()),
                                   lambda plog: context.high_watermark(plog.topic, plog.partition, plog))
         self.cleaner.start()  # after the topic configs: it cleans the logs whose cleanup.policy is compact

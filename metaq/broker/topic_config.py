@@ -42,11 +42,15 @@ _KEYS = (
     TopicConfigKey("max.compaction.lag.ms", "max_compaction_lag_ms", "LONG", 1),
     TopicConfigKey("delete.retention.ms", "delete_retention_ms", "LONG", 0),
     TopicConfigKey("min.insync.replicas", None, "INT", 1),
+    # replication throttles (metaq/broker/quota/replication.py): "*" or partition:broker,...
+    TopicConfigKey("leader.replication.throttled.replicas", None, "REPLICAS"),
+    TopicConfigKey("follower.replication.throttled.replicas", None, "REPLICAS"),
 )
 TOPIC_CONFIG_KEYS: dict[str, TopicConfigKey] = {key.name: key for key in _KEYS}
 LIST_KEYS = frozenset(key.name for key in _KEYS if key.kind == "LIST")
 
-_STORED_DEFAULTS = {"min.insync.replicas": "1"}
+_STORED_DEFAULTS = {"min.insync.replicas": "1", "leader.replication.throttled.replicas": "",
+                    "follower.replication.throttled.replicas": ""}
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 
@@ -65,6 +69,8 @@ def validate_topic_config(config: Mapping[str, str | None]) -> dict[str, str]:
 
 
 def _normalise(key: TopicConfigKey, value: str) -> str:
+    if key.kind == "REPLICAS":
+        return _throttled_replicas(key.name, value)
     if key.kind == "LIST":
         policies = [p.strip().lower() for p in value.split(",") if p.strip()]
         if not policies or any(p not in CLEANUP_POLICIES for p in policies) or len(set(policies)) != len(policies):
@@ -91,6 +97,20 @@ def _normalise(key: TopicConfigKey, value: str) -> str:
         raise ConfigError(f"Invalid value {value} for configuration {key.name}: must be between {key.minimum}"
                           f" and {limit}")
     return str(number)
+
+
+def _throttled_replicas(name: str, value: str) -> str:
+    """Kafka's ThrottledReplicaListValidator: ``*``, empty, or ``partition:broker`` entries."""
+    entries = [e.strip() for e in value.split(",")] if value.strip() else []
+    if value.strip() == "*" or all(_is_replica_entry(e) for e in entries):
+        return value.strip() if value.strip() == "*" else ",".join(entries)
+    raise ConfigError(f"Invalid value {value} for configuration {name}: must be the literal '*' or a list of"
+                      " replicas in the format [PartitionId]:[BrokerId],[PartitionId]:[BrokerId],...")
+
+
+def _is_replica_entry(entry: str) -> bool:
+    partition, sep, broker = entry.partition(":")
+    return bool(sep) and partition.strip().isdigit() and broker.strip().isdigit()
 
 
 def log_config_for(base: LogConfig, overrides: Mapping[str, str]) -> LogConfig:

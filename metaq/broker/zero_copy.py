@@ -29,9 +29,10 @@ WRITE_BATCH_BYTES = 64 * 1024
 class FetchReply:
     """A Fetch response whose records are still file slices; it encodes and sends itself."""
 
-    def __init__(self, version: int, topics: list[TopicPart]) -> None:
+    def __init__(self, version: int, topics: list[TopicPart], throttle_time_ms: int = 0) -> None:
         self.version = version
         self.topics = topics
+        self.throttle_time_ms = throttle_time_ms  # a client quota's (metaq/broker/quota/request_path.py)
 
     async def write(self, out: Outbound) -> None:
         """Under TLS the kernel cannot send file bytes itself (they must be encrypted in this process), so
@@ -41,7 +42,8 @@ class FetchReply:
         loop = asyncio.get_running_loop()
         batch: list[bytes | FetchSlice] = []
         batch_bytes = 0
-        for chunk in encode_fetch_response(self.version, out.correlation_id, self.topics):
+        for chunk in encode_fetch_response(self.version, out.correlation_id, self.topics,
+                                           throttle_time_ms=self.throttle_time_ms):
             if isinstance(chunk, DownConverted):  # Fetch v0..3: converted a piece at a time, as it is sent
                 for converted in chunk.pieces():
                     batch.append(converted)

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "top": ("top", "a live view of a group: members, lag, rates, orphans and rebalances"),
     "acls": ("acls", "add, list and remove the brokers' ACLs (like kafka-acls)"),
     "users": ("users", "SCRAM users of SASL listeners (like kafka-configs --entity-type users)"),
+    "quotas": ("quotas", "client quotas per user and client id (like kafka-configs --entity-type users|clients)"),
     "certs": ("certs", "make a CA, broker and client certificates for TLS (with openssl)"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))

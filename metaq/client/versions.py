@@ -47,6 +47,8 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     # metaq brokers log-dirs / move-replica-dir (metaq/admin/log_dirs.py): v4 has the volume's bytes (flexible)
     ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
     ApiKey.ALTER_REPLICA_LOG_DIRS: (0, 2),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 0),  # metaq quotas --bootstrap-server (metaq/admin/quotas.py)
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 0),
 }
 """API key -> (min, max) version metaq's client can encode and decode; all but ApiVersions 3, WriteTxnMarkers 1,
 DescribeLogDirs 2+ and AlterReplicaLogDirs 2 non-flexible."""

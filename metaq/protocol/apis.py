@@ -9,6 +9,8 @@ from __future__ import annotations
 from enum import IntEnum
 
 from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterPartitionReassignmentsRequest,
@@ -31,6 +33,8 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
     DescribeAclsRequest,
     DescribeAclsResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
@@ -149,6 +153,8 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_CLUSTER = 60
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -206,6 +212,9 @@ BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse,
                                            0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, 0, 0),
+    # client quotas (docs/quotas.md): v1 is flexible (no tagged fields)
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (DescribeClientQuotasRequest, DescribeClientQuotasResponse, 0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (AlterClientQuotasRequest, AlterClientQuotasResponse, 0, 1),
     # ACL admin (kafka-acls, AdminClient *_acls): v1 adds prefixed patterns, v2+ are flexible (no tagged fields)
     ApiKey.DESCRIBE_ACLS: (DescribeAclsRequest, DescribeAclsResponse, 0, 3),
     ApiKey.CREATE_ACLS: (CreateAclsRequest, CreateAclsResponse, 0, 3),

@@ -7,6 +7,9 @@ builds an :class:`~metaq.protocol.messages.ApiResponse`, so a handler's answer i
 from __future__ import annotations
 
 from kafka.protocol.admin import (
+    AlterClientQuotasResponse as _AlterClientQuotasResponse,
+)
+from kafka.protocol.admin import (
     AlterConfigsResponse as _AlterConfigsResponse,
 )
 from kafka.protocol.admin import (
@@ -38,6 +41,9 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.admin import (
     DescribeAclsResponse as _DescribeAclsResponse,
+)
+from kafka.protocol.admin import (
+    DescribeClientQuotasResponse as _DescribeClientQuotasResponse,
 )
 from kafka.protocol.admin import (
     DescribeClusterResponse as _DescribeClusterResponse,
@@ -141,6 +147,8 @@ DescribeLogDirsResponse: ResponseFamily = _DescribeLogDirsResponse
 AlterPartitionReassignmentsResponse: ResponseFamily = _AlterPartitionReassignmentsResponse
 ElectLeadersResponse: ResponseFamily = _ElectLeadersResponse
 ListPartitionReassignmentsResponse: ResponseFamily = _ListPartitionReassignmentsResponse
+AlterClientQuotasResponse: ResponseFamily = _AlterClientQuotasResponse
+DescribeClientQuotasResponse: ResponseFamily = _DescribeClientQuotasResponse
 ApiVersionsResponse: ResponseFamily = _ApiVersionsResponse
 CreateAclsResponse: ResponseFamily = _CreateAclsResponse
 CreatePartitionsResponse: ResponseFamily = _CreatePartitionsResponse

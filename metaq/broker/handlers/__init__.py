@@ -11,6 +11,7 @@ from __future__ import annotations
 from metaq.broker.handlers import (
     acls,
     api_versions,
+    client_quotas,
     configs,
     create_delete_topics,
     delete_records,
@@ -72,6 +73,8 @@ HANDLERS: dict[ApiKey, MessageHandler] = {
     ApiKey.ELECT_LEADERS: reassignment.elect_leaders,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignment.alter_partition_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignment.list_partition_reassignments,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quotas.describe_client_quotas,
+    ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.alter_client_quotas,
 }
 
 RESPONDERS: dict[ApiKey, Handler] = {

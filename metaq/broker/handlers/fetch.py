@@ -25,6 +25,8 @@ import logging
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.downconvert import DownConverted, fetch_magic
+from metaq.broker.quota.replica_fetch import leader_holds_back, record_leader_bytes
+from metaq.broker.quota.request_path import fetch_budget
 from metaq.broker.zero_copy import FetchReply
 from metaq.errors import ErrorCode, OffsetOutOfRangeError, UnsupportedCompressionError
 from metaq.protocol.fetch_response import PartitionPart, TopicPart
@@ -81,6 +83,8 @@ def _read_partition(
     end, start = plog.log_end_offset, plog.log_start_offset
     hw = ctx.high_watermark(topic, p.partition, plog)
     lso = plog.last_stable_offset(hw)
+    if replica_id >= 0 and leader_holds_back(ctx, topic, p.partition, replica_id):  # replication throttle
+        return PartitionPart(p.partition, 0, hw, lso, start, b""), 0
     committed = isolation_level == READ_COMMITTED and replica_id < 0
     try:
         # consumers never get records at or above the high watermark (they could still be truncated), nor
@@ -146,7 +150,7 @@ async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> Fetch
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(request.max_wait_ms, 0) / 1000.0
     wanted = _merge_partitions(request)
-    budget = response_budget(ctx, request, version)
+    budget = fetch_budget(ctx, request, response_budget(ctx, request, version))  # capped by a fetch quota
     keys = [(topic, p.partition) for topic, partitions in wanted for p in partitions]
     while True:
         topics, total, errors = _collect(ctx, wanted, budget, request.replica_id, fetch_magic(version),
@@ -154,5 +158,7 @@ async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> Fetch
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
             _count(ctx, topics)
+            if request.replica_id >= 0:
+                record_leader_bytes(ctx, topics)
             return FetchReply(version, topics)
         await ctx.notifier.wait_any(keys, remaining)

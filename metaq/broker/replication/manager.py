@@ -35,6 +35,7 @@ from metaq.broker.log.manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher, PartitionMeta
 from metaq.broker.purgatory import AppendNotifier
+from metaq.broker.quota.replication import ReplicationQuota
 from metaq.broker.replication.leader_epochs import EpochEnd, LeaderEpochCache
 from metaq.broker.replication.partition_state import LeaderState
 from metaq.broker.replication.replica_fetcher import FetchPosition, FetchSource, ReplicaFetcher
@@ -423,6 +424,14 @@ class ReplicaManager:
         role.waiters.clear()
 
     # ------------------------------------------------------------------------------------------ follower
+
+    follower_quota: ReplicationQuota | None = None
+    """The follower's replication throttle (metaq/broker/quota/replication.py), set by the server."""
+
+    def in_isr(self, key: TopicPartition, broker_id: int) -> bool:
+        """Whether ``broker_id`` is in the partition's ISR (replication throttles spare in-sync replicas)."""
+        meta = self._metadata.snapshot.partition(*key)
+        return meta is not None and broker_id in meta.isr
 
     def fetch_position(self, key: TopicPartition) -> FetchPosition | None:
         """For a fetcher thread (any thread): where to fetch from, or None if not following."""

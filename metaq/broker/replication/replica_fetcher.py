@@ -26,6 +26,8 @@ from typing import Any, NamedTuple, ParamSpec, Protocol
 from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
 from metaq.broker.config import BrokerConfig
+from metaq.broker.quota.replication import ReplicationQuota
+from metaq.broker.quota.throttling import now_ms
 from metaq.broker.replication.leader_epochs import EpochEnd
 from metaq.client.connection import BrokerConnection
 from metaq.client.settings import ConnectionSettings
@@ -81,6 +83,11 @@ class ReplicaHost(Protocol):
     def append_fetched(self, source: FetchSource, records: bytes, leader_hw: int, leader_start: int = -1) -> None: ...
 
     def leader_out_of_range(self, source: FetchSource, leader_end: int, leader_start: int) -> None: ...
+
+    def in_isr(self, key: TopicPartition, broker_id: int) -> bool: ...
+
+    @property
+    def follower_quota(self) -> ReplicationQuota | None: ...
 
 
 class ReplicaFetcher(threading.Thread):
@@ -187,6 +194,8 @@ class ReplicaFetcher(threading.Thread):
             if position.truncate_epoch is not None:
                 truncating[key] = (source, position.truncate_epoch)
                 continue
+            if self._held_back(key):
+                continue
             sources[key] = source
             topics.setdefault(key[0], []).append({
                 "partition": key[1], "current_leader_epoch": epoch, "fetch_offset": position.fetch_offset,
@@ -215,9 +224,23 @@ class ReplicaFetcher(threading.Thread):
             ok = True
             records = bytes(part.records or b"")
             complete, _ = valid_prefix(records)
+            self._count_throttled(key, complete)
             self._on_loop(self._manager.append_fetched, sources[key], records[:complete], part.high_watermark,
                           part.log_start_offset)
         return ok
+
+    def _held_back(self, key: TopicPartition) -> bool:
+        """The follower's replication throttle (docs/quotas.md): a throttled partition outside the ISR is not
+        fetched while the throttled bytes are over ``follower.replication.throttled.rate``."""
+        quota = self._manager.follower_quota
+        return quota is not None and quota.bound is not None and quota.holds_back(
+            key[0], key[1], self._manager.in_isr(key, self._manager.broker_id), now_ms())
+
+    def _count_throttled(self, key: TopicPartition, size: int) -> None:
+        """Bytes of a throttled partition count towards the follower's rate, in sync or not (as Kafka)."""
+        quota = self._manager.follower_quota
+        if quota is not None and size and quota.is_throttled(*key):
+            quota.record(size, now_ms())
 
     def _answers(self, topics: Any, index: str, wanted: Collection[TopicPartition],
                  what: str) -> Iterator[tuple[TopicPartition, Any]]:
