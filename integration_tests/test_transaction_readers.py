@@ -21,12 +21,14 @@ from typing import Any
 
 import confluent_kafka
 import pytest
+from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 
 from integration_tests.peers import Msg
 from integration_tests.test_transactions import TxnBroker as Cluster  # a broker and topics made in ZooKeeper
 from metaq.broker.process import BrokerProcess
 from metaq.cli.main import main as cli_main
 from metaq.testing.apache_kafka import V3_9, run_kafka_tool
+from metaq.testing.broker import request
 from metaq.testing.java_peers import SPARK_KAFKA, spark_kafka_jars
 from metaq.testing.spark import local_session
 from metaq.testing.wait import wait_until
@@ -248,3 +250,33 @@ def test_offsets_lookup_isolation_level(cluster: Cluster, txn_topic: TxnTopic) -
                           "--isolation-level", "read_committed")
     assert uncommitted.splitlines() == [f"{txn_topic.name}:0:{hw0}", f"{txn_topic.name}:1:{end1}"]
     assert committed.splitlines() == [f"{txn_topic.name}:0:{first_open}", f"{txn_topic.name}:1:{end1}"]
+
+
+# -- OffsetFetch require_stable (KIP-447) -------------------------------------------------------------------------
+
+
+def fetch_offset(bootstrap: str, group: str, topic: str, require_stable: bool) -> tuple[int, int]:
+    """(error code, offset) of partition 0 from OffsetFetch v7."""
+    req = OffsetFetchRequest[7](group_id=group, require_stable=require_stable, topics=[
+        OffsetFetchRequest[7].OffsetFetchRequestTopic(name=topic, partition_indexes=[0])])
+    part = request(bootstrap, req, OffsetFetchResponse, 7).topics[0].partitions[0]
+    return int(part.error_code), int(part.committed_offset)
+
+
+def test_offset_fetch_require_stable(cluster: Cluster) -> None:
+    """While a transaction holds a group's offsets, OffsetFetch v7 with require_stable answers
+    UNSTABLE_OFFSET_COMMIT (88, retriable) for them, as Kafka does for Kafka Streams' exactly_once_v2; without
+    it, the offset committed before; after the commit, the new offset."""
+    topic, group = cluster.topic(), f"stable-{uuid.uuid4().hex[:6]}"
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    writer = TxnWriter(cluster.bootstrap)
+    try:
+        writer.transaction(topic, "t", {0: 1})
+        writer.producer.send_offsets_to_transaction([confluent_kafka.TopicPartition(topic, 0, 7)],
+                                                    consumer.consumer_group_metadata(), 30)
+        assert fetch_offset(cluster.bootstrap, group, topic, require_stable=True) == (88, -1)
+        assert fetch_offset(cluster.bootstrap, group, topic, require_stable=False) == (0, -1)
+        writer.commit()
+        assert fetch_offset(cluster.bootstrap, group, topic, require_stable=True) == (0, 7)
+    finally:
+        consumer.close()

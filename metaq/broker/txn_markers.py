@@ -42,6 +42,12 @@ class PendingTxnOffsets:
     def stage(self, producer_id: int, group_id: str, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
         self._pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
 
+    def pending_partitions(self, group_id: str) -> set[TopicPartition]:
+        """The partitions of ``group_id`` with offsets in a transaction not yet ended (OffsetFetch's
+        require_stable answers UNSTABLE_OFFSET_COMMIT for them, as Kafka's ``GroupMetadata.hasPendingOffsetCommits``
+        makes it)."""
+        return {tp for groups in self._pending.values() for tp in groups.get(group_id, ())}
+
     async def complete(self, producer_id: int, offsets_partition: int, commit: bool) -> int:
         """The marker for ``__consumer_offsets`` partition ``offsets_partition``: store (commit) or drop (abort)
         the producer's staged offsets of the groups that map to it."""

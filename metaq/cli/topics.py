@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # imported where used: `metaq topics --help` needs neither th
 TOPIC_CONFIG_NAMES = ("retention.ms", "retention.bytes", "segment.bytes", "segment.ms", "segment.index.bytes",
                       "index.interval.bytes", "max.message.bytes", "file.delete.delay.ms", "flush.messages",
                       "cleanup.policy", "min.cleanable.dirty.ratio", "min.compaction.lag.ms",
-                      "max.compaction.lag.ms", "delete.retention.ms", "min.insync.replicas")
+                      "max.compaction.lag.ms", "delete.retention.ms", "min.insync.replicas",
+                      "message.timestamp.type")
 
 
 def register(sub: SubParsers) -> None:
