@@ -35,7 +35,7 @@ from metaq.testing.wait import wait_until
 
 pyspark = pytest.importorskip("pyspark")
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # the first test starts Spark: 200 s at load 18
 
 Row = tuple[int, int, bytes, bytes]  # partition, offset, key, value
 
