@@ -35,6 +35,9 @@ ends with one set of tables:
 10. apache: the metaq broker beside Apache Kafka 3.9.2 (one broker, and RF 3 on three of each), confluent-kafka
    produce and confluent-kafka / metaq consume, CPU, RSS, latency at a fixed rate; metaq's Spark source beside
    spark-sql-kafka-0-10 (bench/apache.py; --only apache, --apache-messages, --apache-parts).
+11. transactions: confluent-kafka acks=all idempotent produce against transactional produce in transactions of
+   100 and 10,000 records, and fetch of the transactional topic read_uncommitted vs read_committed, interleaved
+   rounds (medians; --only transactions).
 9. replication: confluent-kafka produce to RF1 acks=1, RF3 acks=1, RF3 acks=all on three brokers (leader's and
    a follower's CPU), and the failover time after SIGKILL / SIGTERM of a leader, to the first acks=all produce
    and to the first record fetched that was produced after it (bench/replication.py; --only replication).
@@ -61,7 +64,15 @@ from bench import apache as bench_apache
 from bench import consumer as bench_consumer
 from bench import rebalance as bench_rebalance
 from bench import scale as bench_scale
-from bench.clients import KCAT, confluent_consume, confluent_produce, kcat_consume, kcat_produce, metaq_produce
+from bench.clients import (
+    KCAT,
+    confluent_consume,
+    confluent_produce,
+    kcat_consume,
+    kcat_produce,
+    metaq_produce,
+    transactional_produce,
+)
 from bench.environment import Environment, environment
 from bench.tables import print_table
 from bench.targets import Target, print_targets
@@ -211,6 +222,47 @@ def idempotence_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     return header, table
 
 
+TRANSACTION_SIZES = (100, 10_000)
+
+
+def run_transactions(env: Environment, messages: int, repeat: int) -> list[Row]:
+    """confluent-kafka with acks=all: idempotent produce (what a transactional producer is without transactions),
+    then produce in transactions of each of :data:`TRANSACTION_SIZES`, then the last transactional topic fetched
+    read_uncommitted and read_committed (the broker's LSO and aborted-index work); ``repeat`` rounds, the order
+    reversed in odd rounds."""
+    bench = Bench(env.broker, env.layout, "transactions")
+    value = b"x" * 100
+    for rep in range(repeat):
+        jobs: list[tuple[str, str, Callable[..., None], tuple[object, ...]]] = [
+            ("idempotent", "produce", confluent_produce, (value, messages, "none", "all", True))]
+        jobs += [(f"transactions of {size:,}", "produce", transactional_produce, (value, messages, size))
+                 for size in TRANSACTION_SIZES]
+        for label, job, fn, args in jobs[::-1] if rep % 2 else jobs:
+            topic = bench.topic()
+            bench.measure(label, job, 100, messages, fn, env.bootstrap, topic, *args)
+        fetches = ["read_uncommitted", "read_committed"]
+        for isolation in fetches[::-1] if rep % 2 else fetches:
+            bench.measure(isolation, "fetch", 100, messages, confluent_consume, env.bootstrap, topic, messages,
+                          isolation)
+    return bench.rows
+
+
+def transactions_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+    """Per job: median msgs/s and broker CPU s/1M, and the broker CPU relative to the job's baseline (idempotent
+    produce; read_uncommitted fetch)."""
+    header = ["client (confluent-kafka, acks=all, 100 B)", "job", "msgs/s", "broker CPU s/1M", "CPU vs baseline"]
+    table = []
+    baselines = {"produce": "idempotent", "fetch": "read_uncommitted"}
+    for label in dict.fromkeys(r.client for r in rows):
+        mine = [r for r in rows if r.client == label]
+        base = [r for r in rows if r.client == baselines[mine[0].job]]
+        cpu = statistics.median(r.broker_cpu / r.messages * 1e6 for r in mine)
+        base_cpu = statistics.median(r.broker_cpu / r.messages * 1e6 for r in base)
+        table.append([label, mine[0].job, f"{statistics.median(r.messages / r.seconds for r in mine):,.0f}",
+                      f"{cpu:.2f}", f"{cpu / base_cpu:.2f}x" if base_cpu else "-"])
+    return header, table
+
+
 def producer_ratio_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """Each round's metaq / confluent ratios (msgs/s, client and broker CPU per message), then the medians."""
     ours = [r for r in rows if r.client == "metaq.Producer"]
@@ -314,7 +366,7 @@ class Plan:
 FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20, bench_scale.SIZES, 2, 5, 1_000_000)
 QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5, ((10, 1_000),), 1, 1, 100_000)
 SECTIONS = ("broker", "producer", "consumer", "rebalance", "commit", "offsets", "spark", "security", "scale",
-            "replication", "apache")
+            "replication", "apache", "transactions")
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -364,6 +416,12 @@ def main() -> None:
                                    max(2, (args.repeat or plan.producer_repeat) // 2))
             tables.append(("1d. Idempotent vs plain produce (acks=all, enable.idempotence, 100 B, one partition; "
                            "medians)", idempotence_table(rows)))
+        if "transactions" in only:
+            print("== 10. transactions: transactional produce and read_committed fetch, interleaved", flush=True)
+            rows = run_transactions(env, args.messages or plan.broker_messages,
+                                    max(2, (args.repeat or plan.producer_repeat) // 2))
+            tables.append(("10. Transactions (confluent-kafka, acks=all, 100 B, one partition; medians; baselines: "
+                           "idempotent produce, read_uncommitted fetch)", transactions_table(rows)))
         if "consumer" in only:
             print("== 2. consumer throughput", flush=True)
             results = bench_consumer.run(env, args.consumer_messages or plan.consumer_messages,

@@ -43,9 +43,22 @@ def confluent_produce(bootstrap: str, topic: str, value: bytes, n: int, compress
              "enable.idempotence": idempotence}, topic, value, n)
 
 
-def confluent_consume(bootstrap: str, topic: str, n: int) -> None:
+def transactional_produce(bootstrap: str, topic: str, value: bytes, n: int, per_transaction: int) -> None:
+    """``n`` values to partition 0 in transactions of ``per_transaction`` records (confluent-kafka's transactional
+    producer, otherwise as :func:`confluent_produce` with acks=all), each committed before the next begins."""
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": CONFLUENT_BATCH_SIZE,
+        "queue.buffering.max.messages": 2000000, "transactional.id": f"bench-{topic}"})
+    producer.init_transactions(30)
+    for first in range(0, n, per_transaction):
+        producer.begin_transaction()
+        send_all(producer, topic, value, min(per_transaction, n - first))
+        producer.commit_transaction(60)
+
+
+def confluent_consume(bootstrap: str, topic: str, n: int, isolation: str = "read_uncommitted") -> None:
     c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                                  "fetch.queue.backoff.ms": 10})
+                                  "fetch.queue.backoff.ms": 10, "isolation.level": isolation})
     c.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
     got = 0
     while got < n:

@@ -7,8 +7,6 @@ spark-sql-kafka-0-10 4.3.0 is not on Maven Central: the 4.2.0 connector runs on 
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +17,7 @@ from integration_tests.peers import Msg, confluent_produce
 from metaq.broker.process import BrokerProcess
 from metaq.testing.broker import topic_leaders
 from metaq.testing.java_peers import SPARK_KAFKA, spark_kafka_jars
+from metaq.testing.spark import local_session
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import own_chroot
 
@@ -36,30 +35,8 @@ def broker(zk_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    # spark.jars reaches the driver's class path only when the JVM starts: a JVM left by an earlier Spark module
-    # of this worker process (its session stopped) is shut down, so the next session launches one with the jars
-    gateway = SparkContext._gateway
-    if gateway is not None and SparkContext._active_spark_context is None:
-        gateway.shutdown()
-        proc = getattr(gateway, "proc", None)  # the JVM exits when its stdin closes (PythonGatewayServer)
-        if proc is not None and proc.stdin is not None:
-            proc.stdin.close()
-            proc.wait(timeout=30)
-        SparkContext._gateway = None
-        SparkContext._jvm = None
-    session = (SparkSession.builder.master("local[2]").appName("metaq-spark-kafka-source")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.jars", ",".join(str(j) for j in spark_kafka_jars()))
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    with local_session("metaq-spark-kafka-source", spark_kafka_jars()) as session:
+        yield session
 
 
 def make_topic(broker: BrokerProcess, name: str, partitions: int) -> str:

@@ -300,6 +300,7 @@ class ErrorCode(IntEnum):
     NO_REASSIGNMENT_IN_PROGRESS = 85
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
     PRODUCER_FENCED = 90
     UNKNOWN_TOPIC_ID = 100
     INCONSISTENT_TOPIC_ID = 103
@@ -712,6 +713,11 @@ class UnsupportedEndpointTypeError(BrokerResponseError):
 @_broker_error(ErrorCode.INVALID_RECORD)
 class InvalidRecordResponseError(BrokerResponseError):
     pass
+
+
+@_broker_error(ErrorCode.UNSTABLE_OFFSET_COMMIT, retriable=True)
+class UnstableOffsetCommitError(BrokerResponseError):
+    """OffsetFetch with require_stable while a transaction holds offsets of the partition (KIP-447)."""
 
 
 @_broker_error(ErrorCode.UNKNOWN_SERVER_ERROR)

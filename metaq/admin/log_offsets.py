@@ -65,7 +65,11 @@ class BrokerLogOffsets:
     One connection per leader is kept until :meth:`close`."""
 
     def __init__(self, layout: ZkLayout, *, client_id: str = "metaq-admin", request_timeout_ms: int = 10000,
-                 security: SecurityConfig | None = None) -> None:
+                 security: SecurityConfig | None = None, isolation_level: int = 0) -> None:
+        """``isolation_level`` 1 (read_committed): the end of a log is its last stable offset, as a
+        read_committed consumer sees it (docs/transactions.md §4); 0 (the default, as Kafka's tools): the
+        high watermark."""
+        self._isolation_level = isolation_level
         settings = ConnectionSettings(client_id=client_id, request_timeout_ms=request_timeout_ms,
                                       connect_timeout_ms=request_timeout_ms, security=security or SecurityConfig())
         self._client = ClusterClient(layout, settings, metadata_max_age_ms=0)  # every call reads ZooKeeper
@@ -106,7 +110,7 @@ class BrokerLogOffsets:
         with a retriable error: right after a failover the new leader answers OFFSET_NOT_AVAILABLE until its
         high watermark has caught up."""
         wanted = sorted(set(keys))
-        results = self._client.list_offsets_at(wanted, timestamps)
+        results = self._client.list_offsets_at(wanted, timestamps, isolation_level=self._isolation_level)
         attempt, started = 1, time.monotonic()
         while True:
             again = [key for key in wanted if any(_retriable(result[key]) for result in results)]
@@ -116,7 +120,8 @@ class BrokerLogOffsets:
             log.info("ListOffsets again for %s: %s", again, reason)
             time.sleep(_RETRY.delay(attempt))
             attempt += 1
-            for result, answers in zip(results, self._client.list_offsets_at(again, timestamps), strict=True):
+            for result, answers in zip(results, self._client.list_offsets_at(
+                    again, timestamps, isolation_level=self._isolation_level), strict=True):
                 result.update(answers)
 
     def close(self) -> None:

@@ -7,7 +7,9 @@
 
 What ``kafka-console-consumer --partition P --offset N`` does, for looking at a partition's data while
 debugging. A leader that moves is looked up again in ZooKeeper; an offset outside the log raises
-:class:`OffsetOutOfRangeError` with the log's bounds.
+:class:`OffsetOutOfRangeError` with the log's bounds. Control batches (transaction markers) are never
+returned; ``isolation_level=READ_COMMITTED`` reads only up to the last stable offset and leaves out aborted
+transactions, as Kafka's consumer does (docs/transactions.md §4); LATEST is then the last stable offset.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from metaq.client.connection import BrokerConnection
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, UnknownTopicError, for_code
+from metaq.protocol.control import aborted_ranges, in_ranges
 from metaq.protocol.records import Record, decode_records
 from metaq.retry import admin_reader
 from zk_layout import ZkLayout, validate_topic
@@ -34,6 +37,9 @@ log = logging.getLogger(__name__)
 
 _MAX_WAIT_MS = 500  # long poll: an idle partition costs one request per half second
 _POLICY = admin_reader()  # after a broker error, before looking the leader up again
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
+"""Kafka's ``isolation.level`` names and the isolation_level field of Fetch and ListOffsets."""
 
 
 class PartitionReader:
@@ -41,7 +47,7 @@ class PartitionReader:
 
     def __init__(self, layout: ZkLayout, topic: str, partition: int, start: int = LATEST, *,
                  max_bytes: int = 1048576, client_id: str = "metaq-console-consumer",
-                 security: SecurityConfig | None = None) -> None:
+                 security: SecurityConfig | None = None, isolation_level: int = READ_UNCOMMITTED) -> None:
         validate_topic(topic)
         assignment = layout.topic_assignment(topic)
         if assignment is None:
@@ -56,6 +62,7 @@ class PartitionReader:
         self._max_bytes = max_bytes
         self._client_id = client_id
         self._security = security or SecurityConfig()
+        self._isolation_level = isolation_level
         self._conn: BrokerConnection | None = None
         self.position: int | None = start if start >= 0 else None
 
@@ -80,7 +87,12 @@ class PartitionReader:
                 time.sleep(_POLICY.delay(failures))
                 continue
             failures = 0
-            result = decode_records(part.records or b"", position)
+            data = part.records or b""
+            result = decode_records(data, position)
+            if self._isolation_level == READ_COMMITTED and data:
+                dropped = aborted_ranges(data, getattr(part, "aborted_transactions", None) or ())
+                if dropped:
+                    result = result._replace(records=[r for r in result.records if not in_ranges(r[0], dropped)])
             if result.next_offset is None:
                 if result.first_batch_size is not None and result.first_batch_size > self._max_bytes:
                     self._max_bytes = result.first_batch_size
@@ -103,7 +115,8 @@ class PartitionReader:
     # -- plumbing -----------------------------------------------------------------------------------
 
     def _resolve_start(self) -> int:
-        log_offsets = BrokerLogOffsets(self._layout, client_id=self._client_id, security=self._security)
+        log_offsets = BrokerLogOffsets(self._layout, client_id=self._client_id, security=self._security,
+                                       isolation_level=self._isolation_level)
         try:
             marks = log_offsets.watermarks([(self.topic, self.partition)])[(self.topic, self.partition)]
         finally:
@@ -115,7 +128,7 @@ class PartitionReader:
 
     def _fetch(self, position: int) -> Any:
         fields = {"replica_id": -1, "max_wait_ms": _MAX_WAIT_MS, "min_bytes": 1, "max_bytes": self._max_bytes,
-                  "isolation_level": 0,
+                  "isolation_level": self._isolation_level,
                   "topics": [{"topic": self.topic, "partitions": [
                       {"partition": self.partition, "fetch_offset": position,
                        "partition_max_bytes": self._max_bytes}]}]}

@@ -4,7 +4,9 @@ described and applied to a topic's logs.
 Each supported topic config overrides one :class:`LogConfig` field, whose default is the broker's
 ``log.*`` property (Kafka's topic-level / broker-level pairs). ``min.insync.replicas`` is read by acks=all
 produces to replicated partitions (metaq/broker/replication/acks.py). ``cleanup.policy`` is ``compact``,
-``delete`` or both; the compaction keys tune the log cleaner (docs/compaction.md).
+``delete`` or both; the compaction keys tune the log cleaner (docs/compaction.md). ``message.timestamp.type``
+is accepted as ``CreateTime`` only, what metaq's logs keep (the producer's timestamps): Kafka Streams sets it
+on the repartition topics it creates; ``LogAppendTime`` is refused rather than silently not applied.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from metaq.errors import ConfigError
 class TopicConfigKey:
     name: str  # the topic-level property
     field: str | None  # the LogConfig field it overrides (None: stored only)
-    kind: str  # Kafka ConfigType name: LONG, INT, DOUBLE, LIST
+    kind: str  # Kafka ConfigType name: LONG, INT, DOUBLE, LIST, STRING
     minimum: int | None = None
+    choices: tuple[str, ...] = ()  # STRING: the values accepted (as Kafka spells them; matched ignoring case)
 
 
 _KEYS = (
@@ -45,12 +48,13 @@ _KEYS = (
     # replication throttles (metaq/broker/quota/replication.py): "*" or partition:broker,...
     TopicConfigKey("leader.replication.throttled.replicas", None, "REPLICAS"),
     TopicConfigKey("follower.replication.throttled.replicas", None, "REPLICAS"),
+    TopicConfigKey("message.timestamp.type", None, "STRING", choices=("CreateTime",)),
 )
 TOPIC_CONFIG_KEYS: dict[str, TopicConfigKey] = {key.name: key for key in _KEYS}
 LIST_KEYS = frozenset(key.name for key in _KEYS if key.kind == "LIST")
 
 _STORED_DEFAULTS = {"min.insync.replicas": "1", "leader.replication.throttled.replicas": "",
-                    "follower.replication.throttled.replicas": ""}
+                    "follower.replication.throttled.replicas": "", "message.timestamp.type": "CreateTime"}
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 
@@ -71,6 +75,12 @@ def validate_topic_config(config: Mapping[str, str | None]) -> dict[str, str]:
 def _normalise(key: TopicConfigKey, value: str) -> str:
     if key.kind == "REPLICAS":
         return _throttled_replicas(key.name, value)
+    if key.kind == "STRING":
+        found = next((c for c in key.choices if c.lower() == value.lower()), None)
+        if found is None:
+            raise ConfigError(f"Invalid value {value} for configuration {key.name}: metaq supports only "
+                              f"{' and '.join(key.choices)}")
+        return found
     if key.kind == "LIST":
         policies = [p.strip().lower() for p in value.split(",") if p.strip()]
         if not policies or any(p not in CLEANUP_POLICIES for p in policies) or len(set(policies)) != len(policies):

@@ -13,6 +13,7 @@ JoinGroup, offsets at the group's coordinator, leaders from Metadata), as Kafka'
 default) without any group: nothing is registered or committed. ``--json`` prints one JSON object per
 message (key and value decoded as UTF-8, invalid bytes replaced).
 
+``--isolation-level read_committed`` shows only committed transactions' messages, as Kafka's option does.
 ``--include REGEX`` reads every topic the regex matches, now and later (a whitelist subscription, as Kafka's
 ``--include``). ``--format`` prints each message as kcat's ``-f`` does (docs/ops-cli-parity.md §5).
 Exit codes as Kafka's console consumer (ConsoleConsumer.process): 0 after ``--max-messages``, after
@@ -86,6 +87,10 @@ def register(sub: SubParsers) -> None:
                              "(group.coordination=kafka); with --partition its leader comes from Metadata")
     parser.add_argument("--offset", default=None, metavar="N|earliest|latest",
                         help="with --partition: where to start (default latest)")
+    parser.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"), default=None,
+                        help="read_committed: only committed transactions' messages, up to the last stable "
+                             "offset; read_uncommitted (default): every data message. Transaction markers are "
+                             "never printed (docs/transactions.md §4)")
     parser.add_argument("--print-key", action="store_true", help="print key<TAB>value")
     parser.add_argument("--max-messages", type=int, default=-1)
     parser.add_argument("--timeout-ms", type=int, default=-1, help="exit after this long without a message")
@@ -200,9 +205,12 @@ def _fixed_partition(args: argparse.Namespace, start: int, stop: _StopRequest) -
 def _read_partition(layout: ZkLayout, args: argparse.Namespace, start: int, stop: _StopRequest,
                     security: SecurityConfig) -> Generator[Printed, None, None]:
     from metaq.admin import PartitionReader
+    from metaq.admin.reader import ISOLATION_LEVELS
 
     idle = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
-    with PartitionReader(layout, args.topic, args.partition, start, security=security) as reader:
+    level = ISOLATION_LEVELS[args.isolation_level or "read_uncommitted"]
+    with PartitionReader(layout, args.topic, args.partition, start, security=security,
+                         isolation_level=level) as reader:
         for offset, timestamp, key, value, headers in reader.records(
                 idle_timeout_s=idle, should_stop=lambda: stop.requested):
             yield Printed(args.topic, args.partition, offset, timestamp, key, value, tuple(headers or ()))
@@ -235,6 +243,8 @@ def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Pri
         props["group.id"] = args.group
     if args.from_beginning:
         props["auto.offset.reset"] = "smallest"
+    if args.isolation_level is not None:  # as Kafka's option, it wins over --property isolation.level
+        props["isolation.level"] = args.isolation_level
     apply_overrides(props, args, timeout_ms)
     generated = "group.id" not in props
     if generated and connect is None:

@@ -65,6 +65,10 @@ def register(sub: SubParsers) -> None:
     lookup.add_argument("--time", default="latest", metavar="earliest|latest|MS|ISO8601",
                         help="the first offset at or after this time (epoch ms or ISO 8601; local time without "
                              "a UTC offset), or the log start/end (default latest)")
+    lookup.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
+                        default="read_uncommitted",
+                        help="read_committed: latest is the last stable offset (the end a read_committed "
+                             "consumer sees: before the first open transaction); default: the high watermark")
     lookup.set_defaults(func=_lookup)
     delete = add_parser(actions, "delete", "delete a group's committed offsets (kafka-consumer-groups "
                         "--delete-offsets)", bootstrap=True)
@@ -213,17 +217,24 @@ def _delete(args: argparse.Namespace) -> int:
 def _lookup(args: argparse.Namespace) -> int:
     """Kafka's GetOffsetShell prints ``topic:partition:offset``; kcat -Q the same per partition. For a time
     after the last record, the log end (as Kafka's ListOffsets answers -1 and its tools then reset to the end)."""
+    from metaq.admin.log_offsets import BrokerLogOffsets
     from metaq.admin.offset_reset import parse_datetime
+    from metaq.admin.reader import ISOLATION_LEVELS
 
     when = args.time.strip().lower()
     with open_admin(args) as admin:
         keys = [(t, p) for t, partitions in _selection(args.topic, admin).items() for p in partitions]
-        if when in ("earliest", "latest"):
-            marks = admin.log_offsets.watermarks(keys)
-            offsets = {k: (m.start if when == "earliest" else m.end) for k, m in marks.items()}
-        else:
-            timestamp = int(when) if when.lstrip("-").isdigit() else parse_datetime(args.time)
-            offsets = dict(admin.log_offsets.offsets_for_time(keys, timestamp))
+        log_offsets = BrokerLogOffsets(admin.layout, security=admin.security,
+                                       isolation_level=ISOLATION_LEVELS[args.isolation_level])
+        try:
+            if when in ("earliest", "latest"):
+                marks = log_offsets.watermarks(keys)
+                offsets = {k: (m.start if when == "earliest" else m.end) for k, m in marks.items()}
+            else:
+                timestamp = int(when) if when.lstrip("-").isdigit() else parse_datetime(args.time)
+                offsets = dict(log_offsets.offsets_for_time(keys, timestamp))
+        finally:
+            log_offsets.close()
     rows = sorted(offsets.items())
     if args.json:
         print_json({"time": args.time, "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in rows]})

@@ -32,7 +32,8 @@ TOPIC_CONFIG_NAMES = ("retention.ms", "retention.bytes", "segment.bytes", "segme
                       "index.interval.bytes", "max.message.bytes", "file.delete.delay.ms", "flush.messages",
                       "cleanup.policy", "min.cleanable.dirty.ratio", "min.compaction.lag.ms",
                       "max.compaction.lag.ms", "delete.retention.ms", "min.insync.replicas",
-                      "leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+                      "leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
+                      "message.timestamp.type")
 
 
 def register(sub: SubParsers) -> None:

@@ -392,15 +392,16 @@ class ClusterClient:
 
     def list_offsets(self, keys: Iterable[TopicPartition], timestamp: int, *,
                      leaders: Mapping[TopicPartition, Leader | NoLeader | None] | None = None,
-                     ) -> dict[TopicPartition, ListedOffset]:
+                     isolation_level: int = 0) -> dict[TopicPartition, ListedOffset]:
         """Each partition's offset at ``timestamp`` (EARLIEST, LATEST, or the first offset at or after a time
         in ms; -1 when there is none), asked of its leader: one request per leader. Never raises for a
-        partition: a failure is its ``error``. ``leaders``: use these instead of :meth:`leaders`."""
-        return self.list_offsets_at(keys, [timestamp], leaders=leaders)[0]
+        partition: a failure is its ``error``. ``leaders``: use these instead of :meth:`leaders`.
+        ``isolation_level`` 1 (read_committed): LATEST is the last stable offset (docs/transactions.md)."""
+        return self.list_offsets_at(keys, [timestamp], leaders=leaders, isolation_level=isolation_level)[0]
 
     def list_offsets_at(self, keys: Iterable[TopicPartition], timestamps: Sequence[int], *,
                         leaders: Mapping[TopicPartition, Leader | NoLeader | None] | None = None,
-                        ) -> list[dict[TopicPartition, ListedOffset]]:
+                        isolation_level: int = 0) -> list[dict[TopicPartition, ListedOffset]]:
         """:meth:`list_offsets` at several timestamps: the requests to a leader are pipelined."""
         wanted = sorted(set(keys))
         found = leaders if leaders is not None else self.leaders(wanted)
@@ -415,15 +416,15 @@ class ClusterClient:
                     result[key] = ListedOffset(None, leader.broker_id, leader.reason, no_leader=True)
         with self._io_lock:
             for leader, group in groups.items():
-                self._ask(leader, group, timestamps, results)
+                self._ask(leader, group, timestamps, results, isolation_level)
         return results
 
     def _ask(self, leader: Leader, keys: list[TopicPartition], timestamps: Sequence[int],
-             results: list[dict[TopicPartition, ListedOffset]]) -> None:
+             results: list[dict[TopicPartition, ListedOffset]], isolation_level: int) -> None:
         broker = leader.broker_id
         try:
             conn = self._connection(leader)
-            handles = [send_list_offsets(conn, keys, ts) for ts in timestamps]
+            handles = [send_list_offsets(conn, keys, ts, isolation_level) for ts in timestamps]
             answers = [list_offsets_answers(handle.result()) for handle in handles]
         except (BrokerConnectionError, ProtocolError) as e:
             self._drop_connection(broker)

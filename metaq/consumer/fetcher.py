@@ -62,7 +62,7 @@ from metaq.errors import (
 from metaq.hashing import java_string_hash
 from metaq.metrics.consumer import ConsumerMetrics
 from metaq.protocol.batches import BATCH_HEADER_SIZE, LOG_OVERHEAD
-from metaq.protocol.control import aborted_ranges
+from metaq.protocol.control import aborted_ranges, in_ranges
 from metaq.protocol.records import DecodeResult, Record, decode_records
 from metaq.retry import fetcher as fetcher_policy
 from zk_layout import ZkLayout
@@ -394,7 +394,7 @@ class FetchRequestRunner(threading.Thread):
                 return None
             result = prefix  # the next fetch starts at the bad batch and stops the partition
         if dropped:
-            result = result._replace(records=[r for r in result.records if not _in_ranges(r[0], dropped)])
+            result = result._replace(records=[r for r in result.records if not in_ranges(r[0], dropped)])
         size = result.first_batch_size
         if size is not None and size > self._config.fetch_message_max_bytes:
             self._too_large(info, fetch_offset, size)
@@ -678,7 +678,3 @@ class FetcherManager:
         if key in self._errors:  # unlocked peek: the common case, no error, costs no lock
             with self._lock:
                 self._errors.pop(key, None)
-
-
-def _in_ranges(offset: int, ranges: Sequence[tuple[int, int]]) -> bool:
-    return any(first <= offset <= last for first, last in ranges)

@@ -177,7 +177,8 @@ BROKER_APIS: dict[ApiKey, tuple[type, type, int, int]] = {
     ApiKey.LEAVE_GROUP: (LeaveGroupRequest, LeaveGroupResponse, 0, 1),
     # from v0: the 0.8 consumer with offsets.storage=kafka sends v1, and v0 is served from ZooKeeper
     ApiKey.OFFSET_COMMIT: (OffsetCommitRequest, OffsetCommitResponse, 0, 7),
-    ApiKey.OFFSET_FETCH: (OffsetFetchRequest, OffsetFetchResponse, 0, 5),
+    # v6 is flexible, v7 adds require_stable (KIP-447: Kafka Streams' exactly_once_v2 sends it); v8 batches groups
+    ApiKey.OFFSET_FETCH: (OffsetFetchRequest, OffsetFetchResponse, 0, 7),
     # KIP-101 truncation of followers (v3 adds replica_id); librdkafka validates positions with v2
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 3),
     # transactions (docs/transactions.md): up to v3 (flexible, no tagged fields), before KIP-890's v4+;

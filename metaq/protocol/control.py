@@ -9,7 +9,7 @@ and whose value is ``int16 version (0), int32 coordinator epoch`` (Kafka's ``Con
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import crc32c
@@ -18,7 +18,7 @@ from metaq.errors import CorruptRecordError
 from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header
 from metaq.protocol.builder import varint as _varint
 
-__all__ = ["ABORT", "COMMIT", "aborted_ranges", "build_marker", "marker_is_abort"]
+__all__ = ["ABORT", "COMMIT", "aborted_ranges", "build_marker", "in_ranges", "marker_is_abort"]
 
 ABORT, COMMIT = 0, 1
 _CONTROL_ATTRIBUTES = 0x20 | 0x10  # control | transactional
@@ -106,3 +106,8 @@ def aborted_ranges(data: bytes, aborted: Iterable[Any]) -> list[tuple[int, int]]
             ranges.append((header.base_offset, header.last_offset))
         pos += header.size
     return ranges
+
+
+def in_ranges(offset: int, ranges: Sequence[tuple[int, int]]) -> bool:
+    """Whether ``offset`` is in one of the (first, last) ranges :func:`aborted_ranges` gives."""
+    return any(first <= offset <= last for first, last in ranges)

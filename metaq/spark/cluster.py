@@ -3,6 +3,7 @@
     cluster = Cluster.for_read(options)              # ZooKeeper is opened on first use
     parts = cluster.partitions(cluster.topics(options.subscription))
     cluster.log_offsets(parts, LATEST)               # {("clicks", 0): 120, ...} by ListOffsets
+                                                     # (read_committed: the last stable offset)
     cluster.commit("etl", {("clicks", 0): 120})      # never moves a group's offset backwards
     cluster.close()
 
@@ -62,9 +63,11 @@ class Cluster:
     def __init__(self, zookeeper_connect: str, *, client_id: str = "metaq-spark", request_timeout_ms: int = 30000,
                  session_timeout_ms: int = 10000, connection_timeout_ms: int = 10000,
                  metadata_max_age_ms: int = 1000, zk_security: ZooKeeperSecurity | None = None,
-                 security: SecurityConfig | None = None, broker_version_fallback: str = DEFAULT_FALLBACK) -> None:
+                 security: SecurityConfig | None = None, broker_version_fallback: str = DEFAULT_FALLBACK,
+                 isolation_level: int = 0) -> None:
         self.zookeeper_connect = zookeeper_connect
         self._fallback = broker_version_fallback
+        self._isolation_level = isolation_level  # 1: the latest offset is the last stable offset
         self._zk_security = zk_security
         self._security = security or SecurityConfig()
         self._client_id = client_id
@@ -86,7 +89,8 @@ class Cluster:
                    request_timeout_ms=options.request_timeout_ms, session_timeout_ms=options.zk_session_timeout_ms,
                    connection_timeout_ms=options.zk_connection_timeout_ms,
                    metadata_max_age_ms=options.metadata_max_age_ms, zk_security=options.zk_security,
-                   security=options.security, broker_version_fallback=options.broker_version_fallback)
+                   security=options.security, broker_version_fallback=options.broker_version_fallback,
+                   isolation_level=options.isolation)
 
     def __enter__(self) -> Cluster:
         return self
@@ -209,7 +213,8 @@ class Cluster:
         """One ListOffsets per leader; returns the partitions that failed, with why."""
         leaders = self._topology.leaders if self._topology is not None else {}
         failures: dict[TopicPartition, str] = {}
-        for key, answer in self.client.list_offsets(keys, which, leaders=leaders).items():
+        for key, answer in self.client.list_offsets(keys, which, leaders=leaders,
+                                                    isolation_level=self._isolation_level).items():
             if answer.offset is None:
                 failures[key] = answer.error or "no answer"
             else:

@@ -34,6 +34,7 @@ from metaq.errors import (
     ZooKeeperError,
     for_code,
 )
+from metaq.protocol.control import aborted_ranges
 from metaq.protocol.records import RecordColumns, decode_columns
 from metaq.retry import spark_fetch
 from metaq.spark.planning import OffsetRange
@@ -73,6 +74,8 @@ class FetchSettings:
     zk_security: ZooKeeperSecurity | None = None
     security: SecurityConfig = field(default_factory=SecurityConfig)
     broker_version_fallback: str = DEFAULT_FALLBACK
+    isolation_level: int = 0
+    """1 (read_committed): Fetch up to the last stable offset and leave out aborted transactions."""
 
     def connection_settings(self, **limits: Any) -> ConnectionSettings:
         return ConnectionSettings(client_id=self.client_id, request_timeout_ms=self.request_timeout_ms,
@@ -120,6 +123,8 @@ class _RangeReader:
                 continue
             self.failures = self.hw_waits = 0
             chunk = result.columns
+            if self.settings.isolation_level and chunk:
+                _drop_aborted(chunk, aborted_ranges(data, getattr(part, "aborted_transactions", None) or ()))
             if chunk and chunk.offsets[-1] >= r.end:
                 chunk.delete(bisect.bisect_left(chunk.offsets, r.end))
             if chunk:
@@ -160,7 +165,7 @@ class _RangeReader:
     def _fields(self, pos: int) -> dict[str, Any]:
         r = self.range
         return {"replica_id": -1, "max_wait_ms": _MAX_WAIT_MS, "min_bytes": 1, "max_bytes": self.max_bytes,
-                "isolation_level": 0,
+                "isolation_level": self.settings.isolation_level,
                 "topics": [{"topic": r.topic, "partitions": [
                     {"partition": r.partition, "fetch_offset": pos, "partition_max_bytes": self.max_bytes}]}]}
 
@@ -270,6 +275,13 @@ class _RangeReader:
 
 class _NoLeader(MetaqError):
     """ZooKeeper names no live leader right now; counted as a failed attempt."""
+
+
+def _drop_aborted(chunk: RecordColumns, ranges: list[tuple[int, int]]) -> None:
+    """Remove the records of aborted transactions (read_committed: docs/transactions.md §4) from ``chunk``,
+    whose offsets ascend: each range is one slice of it."""
+    for first, last in reversed(ranges):
+        chunk.delete(bisect.bisect_left(chunk.offsets, first), bisect.bisect_right(chunk.offsets, last))
 
 
 def _next_offset_hint(data: bytes) -> int | None:

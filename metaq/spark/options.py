@@ -24,6 +24,9 @@ Reading:
 ``keyFormat``                   ``binary`` (default) or ``string`` (UTF-8): the type of column ``key``
 ``includeHeaders``              ``true``: add column ``headers``, ``array<struct<key: string, value: binary>>``
                                 (as Spark's Kafka source); ``false`` (default)
+``isolation.level``             ``read_uncommitted`` (default) or ``read_committed``: only committed
+                                transactions' records, reading up to the last stable offset (Spark's Kafka
+                                source: ``kafka.isolation.level``; docs/transactions.md §4)
 ``fetch.max.bytes``, ``request.timeout.ms``, ``client.id``, ``metadata.max.age.ms``,
 ``zookeeper.session.timeout.ms``, ``zookeeper.connection.timeout.ms``: tuning
 ``broker.version.fallback``     the API versions for brokers without ApiVersions (Kafka 0.8/0.9), as the
@@ -64,6 +67,7 @@ from zk_layout import normalize_topic_filter, validate_group, validate_topic
 VALUE_FORMATS = ("binary", "string", "json", "msgpack")
 KEY_FORMATS = ("binary", "string")
 WRITE_VALUE_FORMATS = ("auto", *VALUE_FORMATS)
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 RESET_POLICIES = {"earliest": "earliest", "smallest": "earliest", "latest": "latest", "largest": "latest"}
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -72,7 +76,7 @@ _READ_OPTIONS = (
     "auto.offset.reset", "maxOffsetsPerTrigger", "minPartitions", "maxPartitions", "failOnDataLoss",
     "valueFormat", "valueSchema", "fetch.max.bytes", "request.timeout.ms", "client.id", "metadata.max.age.ms",
     "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms", "keyFormat", "includeHeaders",
-    "broker.version.fallback", *sorted(ZOOKEEPER_CLIENT_KEYS),
+    "broker.version.fallback", "isolation.level", *sorted(ZOOKEEPER_CLIENT_KEYS),
     *sorted(SECURITY_KEYS),
 )
 _WRITE_OPTIONS = ("zookeeper.connect", "topic", "valueFormat", "checkpointLocation", "path")
@@ -180,9 +184,15 @@ class ReadOptions:
     zk_connection_timeout_ms: int
     key_format: str = "binary"
     include_headers: bool = False
+    isolation_level: str = "read_uncommitted"
     zk_security: ZooKeeperSecurity = ZooKeeperSecurity()  # its repr() hides the secrets
     security: SecurityConfig = field(default_factory=SecurityConfig)
     broker_version_fallback: str = DEFAULT_FALLBACK
+
+    @property
+    def isolation(self) -> int:
+        """The isolation_level of Fetch and ListOffsets: 1 for read_committed."""
+        return 1 if self.isolation_level == "read_committed" else 0
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any], *, streaming: bool | None,
@@ -226,6 +236,7 @@ class ReadOptions:
             zk_connection_timeout_ms=opts.integer("zookeeper.connection.timeout.ms", 10000) or 0,
             key_format=opts.choice("keyFormat", "binary", KEY_FORMATS),
             include_headers=opts.boolean("includeHeaders", False),
+            isolation_level=opts.choice("isolation.level", "read_uncommitted", ISOLATION_LEVELS),
             zk_security=_zk_security(opts),
             security=_security(opts),
             broker_version_fallback=_fallback(opts),

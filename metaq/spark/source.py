@@ -120,7 +120,8 @@ class _RangeReading:
         o = self.options
         settings = FetchSettings(o.zookeeper_connect, o.client_id, o.fetch_max_bytes, o.request_timeout_ms,
                                  o.fail_on_data_loss, o.zk_session_timeout_ms, o.zk_connection_timeout_ms,
-                                 o.zk_security, o.security, o.broker_version_fallback)
+                                 o.zk_security, o.security, broker_version_fallback=o.broker_version_fallback,
+                                 isolation_level=o.isolation)
         headers = "headers" in self.schema.fieldNames()
         for r in task.ranges:
             builder = BatchBuilder(self.schema, o.value_format, r.topic, r.partition)

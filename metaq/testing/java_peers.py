@@ -31,7 +31,8 @@ from metaq.testing.maven import MavenArtifact, PeerUnavailableError, classpath, 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "ALL_PEERS", "CLIENTS_3_9", "CLIENTS_4", "CONNECT_3_9", "JAVA_PROGRAMS", "SPARK_KAFKA", "TOOLS_2_8", "TOOLS_3_9",
+    "ALL_PEERS", "CLIENTS_3_9", "CLIENTS_4", "CONNECT_3_9", "JAVA_PROGRAMS", "SPARK_KAFKA", "STREAMS_3_9", "TOOLS_2_8",
+    "TOOLS_3_9",
     "JavaPeer", "JavaRun", "JavaRunError", "run_class", "run_program", "spark_kafka_jars",
 ]
 
@@ -89,7 +90,9 @@ SPARK_KAFKA_JAR_PREFIXES = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka
 CONNECT_3_9 = JavaPeer("kafka-connect-3.9.2", "Kafka Connect 3.9.2", (
     _kafka("connect-runtime", "3.9.2"), _kafka("connect-file", "3.9.2"),
     MavenArtifact("org.slf4j", "slf4j-reload4j", "1.7.36")))
-ALL_PEERS = (CLIENTS_3_9, CLIENTS_4, TOOLS_3_9, TOOLS_2_8, SPARK_KAFKA, CONNECT_3_9)
+# Kafka Streams (RocksDB state stores, exactly_once_v2) for the single-file programs in integration_tests/java/.
+STREAMS_3_9 = JavaPeer("kafka-streams-3.9.1", "Kafka Streams 3.9.1", (_kafka("kafka-streams", "3.9.1"), SLF4J_SIMPLE))
+ALL_PEERS = (CLIENTS_3_9, CLIENTS_4, TOOLS_3_9, TOOLS_2_8, SPARK_KAFKA, CONNECT_3_9, STREAMS_3_9)
 
 
 class JavaRunError(MetaqError):

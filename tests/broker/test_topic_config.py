@@ -90,3 +90,13 @@ def test_numbers_are_ascii_digits_as_kafka_reads_them(number: str) -> None:
     with pytest.raises(ConfigError, match="num.partitions"):
         BrokerConfig.from_properties({**zk, "num.partitions": number})
     assert BrokerConfig.from_properties({**zk, "num.partitions": " 12 "}).num_partitions == 12
+
+
+def test_message_timestamp_type_is_create_time_only() -> None:
+    """Kafka Streams creates its repartition topics with message.timestamp.type=CreateTime: accepted (what metaq's
+    logs keep); LogAppendTime, which metaq does not apply, is refused rather than ignored."""
+    assert validate_topic_config({"message.timestamp.type": "createtime"}) == {"message.timestamp.type": "CreateTime"}
+    with pytest.raises(ConfigError, match="message.timestamp.type: metaq supports only CreateTime"):
+        validate_topic_config({"message.timestamp.type": "LogAppendTime"})
+    assert default_value(LogConfig(), "message.timestamp.type") == "CreateTime"
+    assert log_config_for(LogConfig(), {"message.timestamp.type": "CreateTime"}) == LogConfig()

@@ -10,7 +10,9 @@ import pytest
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
 from metaq.errors import ConfigError, DataLossError, DeserializationError
+from metaq.protocol.records import RecordColumns
 from metaq.spark.arrow import BatchBuilder
+from metaq.spark.fetch import _drop_aborted
 from metaq.spark.offset_ranges import advance, cap_rows, from_spark, to_spark
 from metaq.spark.options import ReadOptions, WriteOptions
 from metaq.spark.planning import OffsetRange, pack_ranges, plan_ranges, resolve_end, resolve_start, split_ranges
@@ -48,6 +50,23 @@ def read_options(**extra: str) -> dict[str, str]:
 def test_bad_read_options_name_the_option(options: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         ReadOptions.parse({k.lower(): v for k, v in options.items()}, streaming=None)
+
+
+def test_isolation_level() -> None:
+    """metaq's options are the consumer's property names: Spark's Kafka source spelling is refused, naming ours."""
+    assert ReadOptions.parse(read_options(), streaming=None).isolation == 0
+    assert ReadOptions.parse(read_options(**{"isolation.level": "READ_COMMITTED"}), streaming=None).isolation == 1
+    with pytest.raises(ConfigError, match="'isolation.level': 'committed' must be one of"):
+        ReadOptions.parse(read_options(**{"isolation.level": "committed"}), streaming=None)
+    with pytest.raises(ConfigError, match="did you mean 'isolation.level'"):
+        ReadOptions.parse(read_options(**{"kafka.isolation.level": "read_committed"}), streaming=None)
+
+
+def test_read_committed_drops_aborted_ranges() -> None:
+    columns = RecordColumns.from_records([(o, 0, None, b"v%d" % o, ()) for o in (3, 4, 5, 7, 8, 10, 12)])
+    _drop_aborted(columns, [(4, 5), (8, 9), (12, 12)])
+    assert columns.offsets == [3, 7, 10]
+    assert columns.values == [b"v3", b"v7", b"v10"]
 
 
 def test_streaming_and_batch_only_options() -> None:

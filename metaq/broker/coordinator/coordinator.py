@@ -28,7 +28,13 @@ from typing import Any, NamedTuple, Protocol, Self
 from metaq.broker.config import BrokerConfig
 from metaq.broker.coordinator import group as g
 from metaq.broker.coordinator.group import Group, GroupSummary, JoinResult, Member, protocols_bytes
-from metaq.broker.coordinator.offsets_partition import LOADED, LOADING, CommittedOffset, OffsetsPartition
+from metaq.broker.coordinator.offsets_partition import (
+    LOADED,
+    LOADING,
+    CommittedOffset,
+    OffsetsPartition,
+    TopicPartition,
+)
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, GroupValue, StoredMember, partition_for
 from metaq.broker.log.manager import LogManager
 from metaq.broker.metadata import ClusterSnapshot
@@ -165,6 +171,15 @@ class GroupCoordinator:
     def offsets_partition_of(self, group_id: str) -> int:
         """The ``__consumer_offsets`` partition of ``group_id`` in the current cluster snapshot."""
         return partition_for(group_id, self.offsets_partitions(self._snapshot()))
+
+    def pending_txn_partitions(self, group_id: str) -> set[TopicPartition]:
+        """The partitions of ``group_id`` whose offsets an open transaction has written but not ended (Kafka's
+        ``GroupMetadata.hasPendingOffsetCommits``): OffsetFetch's require_stable answers UNSTABLE_OFFSET_COMMIT
+        for them."""
+        part = self._partitions.get(self.offsets_partition_of(group_id))
+        if part is None:
+            return set()
+        return {tp for groups in part.pending.values() for tp in groups.get(group_id, {})}
 
     async def find_coordinator(self, key: str, listener: str) -> CoordinatorAddress:
         """The broker coordinating group ``key``, on ``listener`` (the one the request came in on)."""

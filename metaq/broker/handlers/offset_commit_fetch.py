@@ -104,6 +104,7 @@ async def offset_fetch(ctx: BrokerContext, request: ApiRequest, version: int) ->
     else:
         error, committed = ctx.coordinator.fetch_offsets(request.group_id, wanted)
         found = {tp: (c.offset, c.metadata) for tp, c in committed.items()}
+    unstable = _unstable(ctx, request, version)
     keys = wanted if wanted is not None else sorted(found)
     by_topic: dict[str, list[ApiStruct]] = {}
     async for topic, partition in in_slices(keys):
@@ -113,11 +114,22 @@ async def offset_fetch(ctx: BrokerContext, request: ApiRequest, version: int) ->
             if wanted is None:
                 continue  # all of the group's offsets: the topics the principal may not see are left out
             offset, metadata, part_error = -1, "", ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif (topic, partition) in unstable:
+            offset, metadata, part_error = -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT
         by_topic.setdefault(topic, []).append(FetchPartition(
             partition_index=partition, committed_offset=offset, metadata=metadata, error_code=part_error))
     return OffsetFetchResponse[version](
         throttle_time_ms=0, error_code=error,
         topics=[FetchTopic(name=t, partitions=parts) for t, parts in by_topic.items()])
+
+
+def _unstable(ctx: BrokerContext, request: ApiRequest, version: int) -> set[tuple[str, int]]:
+    """v7+ with require_stable (KIP-447): the partitions whose offsets a transaction has staged but not ended,
+    answered UNSTABLE_OFFSET_COMMIT (retriable) so that a read_committed consumer does not start from an offset
+    that could still change (Kafka's ``GroupMetadataManager.getOffsets``)."""
+    if version < 7 or not request.require_stable:
+        return set()
+    return set(ctx.coordinator.pending_txn_partitions(request.group_id))
 
 
 async def _fetch_from_zookeeper(ctx: BrokerContext, group: str,
