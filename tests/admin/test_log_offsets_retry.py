@@ -25,8 +25,8 @@ class _Client:
         self.end = end
         self.calls: list[tuple[list[TopicPartition], list[int]]] = []
 
-    def list_offsets_at(self, keys: Iterable[TopicPartition], timestamps: Sequence[int],
-                        ) -> list[dict[TopicPartition, ListedOffset]]:
+    def list_offsets_at(self, keys: Iterable[TopicPartition], timestamps: Sequence[int], *,
+                        isolation_level: int = 0) -> list[dict[TopicPartition, ListedOffset]]:
         wanted = sorted(keys)
         self.calls.append((wanted, list(timestamps)))
         answer = self.script.pop(0) if self.script else ListedOffset(self.end, 1)
@@ -36,6 +36,7 @@ class _Client:
 def _offsets(client: _Client) -> BrokerLogOffsets:
     offsets = BrokerLogOffsets.__new__(BrokerLogOffsets)
     offsets._client = client  # type: ignore[assignment]
+    offsets._isolation_level = 0
     return offsets
 
 
