@@ -96,10 +96,10 @@ def test_list_offsets_sends_one_request_per_leader_and_timestamp(two_brokers, ma
     sent: list[tuple[int, list[tuple[str, int]], int]] = []
     real = cluster_module.send_list_offsets
 
-    def spy(conn: Any, keys: Any, timestamp: int) -> Any:
+    def spy(conn: Any, keys: Any, timestamp: int, isolation_level: int = 0) -> Any:
         keys = list(keys)
         sent.append((conn.port, keys, timestamp))
-        return real(conn, keys, timestamp)
+        return real(conn, keys, timestamp, isolation_level)
 
     monkeypatch.setattr(cluster_module, "send_list_offsets", spy)
     keys = [(topic, p) for p in range(4)]
