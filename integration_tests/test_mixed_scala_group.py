@@ -193,8 +193,9 @@ class SteadySender(threading.Thread):
 
 def kafka_roundrobin_order(topic: str, partitions: int) -> list[int]:
     """The order Kafka 1.1.1's ``RoundRobinAssignor`` deals one topic's partitions in: by Java ``String.hashCode``
-    of ``TopicAndPartition.toString`` (``"[<topic>,<p>]"``), computed here apart from metaq's assignor."""
-    return sorted(range(partitions), key=lambda p: java_string_hash(f"[{topic},{p}]"))
+    of ``TopicAndPartition.toString`` (``"<topic>-<p>"`` in 1.1.1; ``"[<topic>,<p>]"`` in 0.8-0.10), computed here
+    apart from metaq's assignor."""
+    return sorted(range(partitions), key=lambda p: java_string_hash(f"{topic}-{p}"))
 
 
 # -- the group as a whole ------------------------------------------------------------------------------------------
@@ -218,7 +219,9 @@ class MixedGroup:
         self.work_dir = work_dir
         kafka.create_topic(self.topic, partitions=self.partitions)
         self.metaq = GroupHarness(kafka.zk_connect, self.group, self.topic, work_dir,
-                                  {"partition.assignment.strategy": strategy})
+                                  {"partition.assignment.strategy": strategy,
+                                   # the Scala members are Kafka 1.1.1's: their roundrobin order
+                                   "partition.assignment.roundrobin.hash": "1.1"})
         self.scala: list[ScalaMember] = []
         self.producer = ValueProducer(kafka, self.topic, self.partitions)
         self._zk = connect_zk(kafka.zk_connect)
@@ -239,7 +242,7 @@ class MixedGroup:
         """The split metaq's assignor computes from the registrations now in ZooKeeper."""
         registrations = self.layout.consumer_registrations(self.group)
         ctx = AssignmentContext.from_topic_counts(registrations, {self.topic: list(range(self.partitions))})
-        return ctx.assign(self.strategy)
+        return ctx.assign(self.strategy, "1.1")
 
     def owners(self) -> dict[int, str]:
         return {p: owner for (t, p), owner in self.layout.owners(self.group).items() if t == self.topic}

@@ -100,15 +100,22 @@ def range_assign_for(
 # -- roundrobin ----------------------------------------------------------------------------------------
 
 
-def roundrobin_order(topic_partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
-    """Sort by Java ``String.hashCode`` of ``"[<topic>,<p>]"`` (signed, ascending) so that one topic's
-    partitions spread over the threads. Equal hashes are ordered by (topic, partition): Kafka leaves that
-    tie to map iteration order, which would let members disagree."""
-    return sorted(set(topic_partitions), key=lambda tp: (java_string_hash(f"[{tp[0]},{tp[1]}]"), tp))
+ROUNDROBIN_HASHES = {"0.8": "[{0},{1}]", "1.1": "{0}-{1}"}
+"""``partition.assignment.roundrobin.hash`` -> the string whose Java hash orders a partition: the ``toString`` of
+Kafka's ``TopicAndPartition``, ``[topic,partition]`` in 0.8.2.2 and 0.10.2.2 and ``topic-partition`` in 1.1.1
+(each read from the release's own jar). A group mixing metaq with Scala consumers must use theirs."""
+
+
+def roundrobin_order(topic_partitions: Iterable[TopicPartition], hashed: str = "0.8") -> list[TopicPartition]:
+    """Sort by Java ``String.hashCode`` of the partition's name in Kafka ``hashed``'s format (signed, ascending)
+    so that one topic's partitions spread over the threads. Equal hashes are ordered by (topic, partition):
+    Kafka leaves that tie to map iteration order, which would let members disagree."""
+    name = ROUNDROBIN_HASHES[hashed]
+    return sorted(set(topic_partitions), key=lambda tp: (java_string_hash(name.format(tp[0], tp[1])), tp))
 
 
 def roundrobin_assign(
-    topic_threads: Mapping[str, Sequence[str]], topic_partitions: Mapping[str, Sequence[int]]
+    topic_threads: Mapping[str, Sequence[str]], topic_partitions: Mapping[str, Sequence[int]], hashed: str = "0.8"
 ) -> Assignment:
     """Round robin: every partition of every subscribed topic, in :func:`roundrobin_order`, is dealt in turn
     over all string-sorted thread ids, skipping the threads not subscribed to that partition's topic
@@ -119,7 +126,7 @@ def roundrobin_assign(
     wanted = ((topic, p) for topic in subscribers for p in topic_partitions.get(topic, ()))
     assignment: Assignment = {}
     cursor = 0
-    for topic, partition in roundrobin_order(wanted):
+    for topic, partition in roundrobin_order(wanted, hashed):
         while ring[cursor % len(ring)] not in subscribers[topic]:  # ends: the topic has a subscriber
             cursor += 1
         assignment[(topic, partition)] = ring[cursor % len(ring)]
@@ -131,14 +138,15 @@ def roundrobin_assign(
 
 
 def assign(
-    strategy: str, topic_threads: Mapping[str, Sequence[str]], topic_partitions: Mapping[str, Sequence[int]]
+    strategy: str, topic_threads: Mapping[str, Sequence[str]], topic_partitions: Mapping[str, Sequence[int]],
+    roundrobin_hash: str = "0.8",
 ) -> Assignment:
     """Run the assignor named by ``partition.assignment.strategy``. Kafka 0.8 silently fell back to range
     on an unknown name; here it is an error (as from Kafka 0.9, KAFKA-2032)."""
     if strategy == RANGE:
         return range_assign(topic_threads, topic_partitions)
     if strategy == ROUNDROBIN:
-        return roundrobin_assign(topic_threads, topic_partitions)
+        return roundrobin_assign(topic_threads, topic_partitions, roundrobin_hash)
     raise ConfigError(f"config 'partition.assignment.strategy': {strategy!r} must be one of {', '.join(STRATEGIES)}")
 
 
@@ -147,12 +155,14 @@ def assign_for(
     topic_threads: Mapping[str, Sequence[str]],
     topic_partitions: Mapping[str, Sequence[int]],
     threads: Collection[str],
+    roundrobin_hash: str = "0.8",
 ) -> Assignment:
     """The entries of :func:`assign` owned by ``threads`` (one member's thread ids): what a member claims.
     Range computes only those; round robin deals every partition anyway, then keeps ours."""
     if strategy == RANGE:
         return range_assign_for(topic_threads, topic_partitions, threads)
-    return {tp: tid for tp, tid in assign(strategy, topic_threads, topic_partitions).items() if tid in threads}
+    return {tp: tid for tp, tid in assign(strategy, topic_threads, topic_partitions, roundrobin_hash).items()
+            if tid in threads}
 
 
 def owned_by(assignment: Mapping[TopicPartition, str], consumer_id: str) -> Assignment:
@@ -224,8 +234,8 @@ class AssignmentContext:
         partitions = {topic: sorted(set(topic_partitions.get(topic, ()))) for topic in threads}
         return cls(threads, partitions)
 
-    def assign(self, strategy: str) -> Assignment:
-        return assign(strategy, self.topic_threads, self.topic_partitions)
+    def assign(self, strategy: str, roundrobin_hash: str = "0.8") -> Assignment:
+        return assign(strategy, self.topic_threads, self.topic_partitions, roundrobin_hash)
 
     def topics_of(self, consumer_id: str) -> list[str]:
         """The topics this member has at least one thread for."""

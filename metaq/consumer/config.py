@@ -128,6 +128,11 @@ class ConsumerConfig(ZooKeeperClientConfig, SecurityConfig):
     partition_assignment_strategy: str = prop(
         "partition.assignment.strategy", "range", check=one_of("range", "roundrobin")
     )
+    partition_assignment_roundrobin_hash: str = prop(
+        "partition.assignment.roundrobin.hash", "0.8", check=one_of("0.8", "1.1"),
+        doc="the Kafka release whose TopicAndPartition name orders roundrobin's partitions: 0.8 ([topic,p], "
+            "Kafka 0.8-0.10's Scala consumers) or 1.1 (topic-p, Kafka 1.1's); set it to the Scala members' "
+            "release in a mixed group")
     offsets_storage: str = prop("offsets.storage", "zookeeper", check=one_of("zookeeper", "kafka"))
     # who coordinates the group: ZooKeeper (Kafka 0.8's algorithm) or the broker's group coordinator (Kafka's
     # group protocol, metaq.consumer.coordination; docs/broker-coordinated-consumer.md)

@@ -535,9 +535,9 @@ class ZKRebalancerListener:
         prefix = self._consumer_id + "-"
         my_threads = {tid for threads in topic_threads.values() for tid in threads
                       if tid.startswith(prefix) and tid[len(prefix):].isdigit()}
-        strategy = self._config.partition_assignment_strategy
-        mine = assign_for(strategy, topic_threads, topic_partitions, my_threads)
-        return partial(assign, strategy, topic_threads, topic_partitions), mine
+        strategy, hashed = self._config.partition_assignment_strategy, self._config.partition_assignment_roundrobin_hash
+        mine = assign_for(strategy, topic_threads, topic_partitions, my_threads, hashed)
+        return partial(assign, strategy, topic_threads, topic_partitions, hashed), mine
 
     def _read_group(self) -> tuple[dict[str, list[str]], dict[str, list[int]]]:
         """Every member's thread ids per topic I subscribe to, and those topics' partitions."""

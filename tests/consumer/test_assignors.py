@@ -344,3 +344,15 @@ def test_members_by_partitions_grid(strategy: str) -> None:
             counts = Counter(assignment.values())
             assert max(counts.values()) - (min(counts.values()) if len(counts) == n_members else 0) <= 1
             assert n_members - len(counts) == max(0, n_members - n_parts)
+
+
+def test_roundrobin_orders_partitions_by_the_name_format_of_the_kafka_release() -> None:
+    """Kafka's Scala consumers sort by ``TopicAndPartition.toString.hashCode``: ``[t,p]`` in 0.8.2.2/0.10.2.2,
+    ``t-p`` in 1.1.1 (hashes printed by each release's jar). Two members using different formats disagree on
+    whole assignments, so a group mixing metaq with 1.1 Scala consumers sets
+    ``partition.assignment.roundrobin.hash``."""
+    topic = "mixed-roundrobin-270042"
+    assert java_string_hash(f"{topic}-10") == -181161270 and java_string_hash(f"{topic}-0") == -560033243
+    partitions = [(topic, p) for p in range(12)]
+    assert [p for _, p in roundrobin_order(partitions, "0.8")] == [10, 11, *range(10)]
+    assert [p for _, p in roundrobin_order(partitions, "1.1")] == list(range(12))
