@@ -381,8 +381,8 @@ def latest_versions(records: Sequence[Record]) -> dict[bytes, int]:
     return latest
 
 
-@pytest.mark.xfail(reason="passed before this pass's merges; since them the leader's cleaner is not seen at work within "
-                          "60 s or the new leader acknowledges nothing (not diagnosed yet: docs/compaction.md)",
+@pytest.mark.xfail(reason="passed before this pass's merges; since them the leader's cleaner is not seen at work "
+                          "within 60 s or the new leader acknowledges nothing (not diagnosed: docs/compaction.md)",
                    strict=False)
 def test_leader_killed_while_cleaning_keeps_every_latest_value(zk_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """RF 2, acks=all under a steady keyed load: the leader is SIGKILLed while its cleaner keeps up with the writes,
