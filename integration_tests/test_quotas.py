@@ -188,14 +188,7 @@ def test_kafka_3_9_quota_holds_a_consumer(cluster: BrokerCluster, layout: ZkLayo
     bootstrap = cluster.brokers[0].bootstrap
     # batches of at most 64 KiB: a consumer's answer is at least one whole batch
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 65536})
-    for _ in range(int(1.6 * MEASURE_S * QUOTA / len(VALUE))):
-        while True:
-            try:
-                producer.produce(topic, VALUE)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    assert producer.flush(60) == 0
+    _fill(producer, topic, int(1.6 * MEASURE_S * QUOTA / len(VALUE)))
     _kafka_configs(V3_9, "--bootstrap-server", bootstrap, "--alter", "--entity-type", "users", "--entity-name",
                    "ANONYMOUS", "--entity-type", "clients", "--entity-name", "slow-consumer", "--add-config",
                    f"consumer_byte_rate={QUOTA}")
@@ -218,6 +211,18 @@ def test_kafka_3_9_quota_holds_a_consumer(cluster: BrokerCluster, layout: ZkLayo
     assert quick.rate > 2 * QUOTA, f"unthrottled consumer only {quick.rate / QUOTA:.2f} x the quota"
 
 
+def _fill(producer: confluent_kafka.Producer, topic: str, records: int) -> None:
+    """``records`` values of VALUE, waiting for room whenever the producer's queue is full; all acknowledged."""
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, VALUE)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+
+
 def _log_bytes(directory: Path) -> int:
     return sum(f.stat().st_size for f in directory.glob("*.log")) if directory.exists() else 0
 
@@ -227,14 +232,7 @@ def test_a_new_replica_catches_up_under_the_follower_throttle(cluster: BrokerClu
     topic = _topic(cluster, layout, "q-replica", [0, 1])
     producer = confluent_kafka.Producer({"bootstrap.servers": cluster.brokers[0].bootstrap, "linger.ms": 5,
                                          "batch.size": 65536, "acks": "all"})
-    for _ in range(int(6 * QUOTA / len(VALUE))):
-        while True:
-            try:
-                producer.produce(topic, VALUE)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    assert producer.flush(60) == 0
+    _fill(producer, topic, int(6 * QUOTA / len(VALUE)))
     follower = cluster.brokers[1]
     follower.stop()
     wait_until(lambda: (state := layout.partition_state(topic, 0)) is not None and state.isr == (0,), 30,
