@@ -40,7 +40,7 @@ test: install
 	$(VENV)/bin/python -m metaq.testing.apache_kafka fetch
 	$(VENV)/bin/python -m metaq.testing.java_peers fetch
 	$(VENV)/bin/python -m metaq.testing.pypeer fetch
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile; status=$$?; \
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=30; status=$$?; \
 	$(VENV)/bin/python tools/compat_table.py || echo "docs/compatibility.md not regenerated" >&2; exit $$status
 
 unit: install
