@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cramjam
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, untyped
@@ -30,9 +31,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     ConfigEntry,
     ConfigResource,
 )
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from metaq.consumer import Consumer, ConsumerTimeoutError
+from metaq.protocol import legacy
 from metaq.testing.apache_kafka import V0_8, V0_10, V1_1, V3_9, ApacheKafkaBroker, kafka_params
+from metaq.testing.broker import request
 from metaq.testing.spark import local_session
 from metaq.testing.wait import wait_until
 
@@ -260,3 +264,60 @@ def test_console_consumer_and_spark_read_old_message_formats(apache_kafka: Calla
 
     assert _spark_rows(spark, broker, topic, case.fallback) == {
         where: Sent(s.key, s.value, NO_TIMESTAMP if no_timestamps else s.timestamp) for where, s in sent.items()}
+
+
+def _fetch_v3(bootstrap: str, topic: str, partition: int) -> bytes:
+    """The record bytes of one Fetch v3 (message set v1) of ``topic``-``partition`` from offset 0."""
+    fetch = FetchRequest[3](replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, topics=[
+        FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
+            partition=partition, fetch_offset=0, partition_max_bytes=1 << 20)])])
+    part = request(bootstrap, fetch, FetchResponse, 3).responses[0].partitions[0]
+    assert part.error_code == 0
+    return bytes(part.records or b"")
+
+
+def _entries(data: bytes) -> list[tuple[int, bytes]]:
+    """(offset, bytes) of each top-level entry of a v0/v1 message set."""
+    out, pos = [], 0
+    while pos + 12 <= len(data):
+        offset, size = struct.unpack_from(">qi", data, pos)
+        out.append((offset, data[pos:pos + 12 + size]))
+        pos += 12 + size
+    return out
+
+
+@pytest.mark.apache_kafka(V1_1)
+@pytest.mark.compat("message.timestamp.type=LogAppendTime", "Kafka 1.1.1 (format 0.10.2)")
+def test_log_append_time_as_kafka_stores_it_in_format_v1(apache_kafka: Callable[..., ApacheKafkaBroker]) -> None:
+    """A LogAppendTime topic on Kafka 1.1.1 storing message set v1 (the broker of the case above): metaq's group
+    reads the broker's times (librdkafka's delivery reports carry them), and Kafka's stored messages are, byte for
+    byte, what metaq's broker writes when it down-converts such a batch for Fetch v2/v3 (``legacy.build_message_set``
+    with ``log_append_time``): plain messages, and inside a gzip wrapper, with the LogAppendTime bit and time."""
+    case = CASES["1.1.1-format-0.10.2"]
+    broker = apache_kafka(case.version, properties=case.properties)
+    topic = f"legacy-lat-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, partitions=PARTITIONS, configs={"message.timestamp.type": "LogAppendTime"})
+    created = int(time.time() * 1000) - 60_000  # _produce's CreateTime timestamps are at most this
+    sent = _produce(broker, topic, "plain", 10)
+    sent.update(_produce(broker, topic, "gzip", 10, compression="gzip"))
+    assert all(s.timestamp > created + 30_000 for s in sent.values())  # the broker's times, not the producer's
+    assert _consume(broker, "legacy-log-append-time", topic, len(sent), None) == sent
+
+    for partition in range(PARTITIONS):
+        stored = _entries(_fetch_v3(broker.bootstrap, topic, partition))
+        assert stored and {entry[16] for _, entry in stored} == {1}
+        for offset, entry in stored:
+            attributes, (append_time,) = entry[17], struct.unpack_from(">q", entry, 18)
+            assert attributes & 0x08
+            if attributes & 0x07 == 0:
+                s = sent[(partition, offset)]
+                assert entry == legacy.build_message_set(1, 0, [(offset, -1, s.key, s.value)],
+                                                         log_append_time=append_time)
+                continue
+            assert attributes & 0x07 == 1
+            (value_size,) = struct.unpack_from(">i", entry, 30)
+            inner = _entries(bytes(cramjam.gzip.decompress(entry[34:34 + value_size])))
+            first = offset - inner[-1][0]  # relative inner offsets (KIP-31)
+            expected = [legacy.encode_message(o, 1, 0x08, append_time, sent[(partition, first + o)].key,
+                                              sent[(partition, first + o)].value) for o, _ in inner]
+            assert [e for _, e in inner] == expected

@@ -7,9 +7,15 @@ consumer pinned to api_version (0, 8, 2), (0, 9) and (0, 10, 2)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import struct
+import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import confluent_kafka
 import cramjam
 import kafka
 import pytest
@@ -18,11 +24,13 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from integration_tests import peers
+from metaq.childproc import die_with_parent, stop_process
 from metaq.consumer import Consumer, ConsumerTimeoutError
 from metaq.errors import ErrorCode
 from metaq.protocol import legacy
 from metaq.protocol.builder import BatchBuilder
 from metaq.protocol.records import decode_records
+from metaq.testing.apache_kafka import V1_1, java_command, run_kafka_class
 from metaq.testing.broker import SharedBroker, request, shared_broker
 from metaq.testing.wait import wait_until
 from metaq.zkclient import session
@@ -304,9 +312,6 @@ print(json.dumps({"simple": got_simple, "balanced": got_balanced}))
 
 @pytest.mark.compat("old clients: produce and consume", "pykafka")
 def test_pykafka_produces_and_its_simple_and_balanced_consumers_read_everything(shared: Shared) -> None:
-    import json
-    import subprocess
-
     from metaq.testing.pypeer import peer_python
 
     python = peer_python("pykafka-2.8.0")  # pins kazoo 2.5.0: not in metaq's environment
@@ -320,23 +325,30 @@ def test_pykafka_produces_and_its_simple_and_balanced_consumers_read_everything(
     assert values == sorted(f"pykafka-{i}" for i in range(10))
     assert sorted(v for _, _, v in result["balanced"]) == values
     # a metaq group beside pykafka's (another group id, the same ZooKeeper) reads everything too
-    consumer = Consumer({"group.id": "metaq-beside-pykafka", "zookeeper.connect": shared.zk_connect,
-                         "consumer.timeout.ms": 5000, "auto.offset.reset": "smallest"})
-    try:
-        [stream] = consumer.create_message_streams({topic: 1})[topic]
-        got = []
-        with contextlib.suppress(ConsumerTimeoutError):
-            for message in stream:
-                got.append((message.partition, message.offset, message.value.decode()))
-                if len(got) == len(values):
-                    break
-    finally:
-        consumer.shutdown()
+    got = [(m.partition, m.offset, m.value.decode())
+           for m in _metaq_read(shared, "metaq-beside-pykafka", topic, len(values))]
     assert sorted(got) == sorted((p, o, v) for p, o, _, v in result["simple"])
     # offsets per partition run 0..n-1, as stored
     for partition in (0, 1):
         offsets = sorted(o for p, o, _, _ in result["simple"] if p == partition)
         assert offsets == list(range(len(offsets)))
+
+
+def _metaq_read(shared: Shared, group: str, topic: str, count: int) -> list[Any]:
+    """Up to ``count`` messages of ``topic`` read from the start by a metaq group member (one stream)."""
+    consumer = Consumer({"group.id": group, "zookeeper.connect": shared.zk_connect, "consumer.timeout.ms": 5000,
+                         "auto.offset.reset": "smallest"})
+    got: list[Any] = []
+    try:
+        [stream] = consumer.create_message_streams({topic: 1})[topic]
+        with contextlib.suppress(ConsumerTimeoutError):
+            for message in stream:
+                got.append(message)
+                if len(got) == count:
+                    break
+    finally:
+        consumer.shutdown()
+    return got
 
 
 def test_metaq_offset_commit_at_the_versions_of_kafka_0_8(shared: Shared) -> None:
@@ -370,3 +382,131 @@ def test_metaq_offset_commit_at_the_versions_of_kafka_0_8(shared: Shared) -> Non
         assert (p.error_code, p.committed_offset) == (0, offset)
     with session(shared.zk_connect) as client:
         assert ZkLayout(client).read_offset("mg", topic, 0) == 6
+
+
+OLD_CONSUMER = Path(__file__).parent / "java" / "OldConsumer.java"
+
+
+@pytest.mark.compat("old clients: produce and consume", "Kafka 1.1.1 Scala console producer and old consumer")
+def test_kafka_1_1_1_scala_old_producer_and_old_consumer(shared: Shared, tmp_path: Path) -> None:
+    """Kafka 1.1.1's ConsoleProducer ``--old-producer`` (kafka.producer.Producer: Metadata v0, Produce v2 with
+    gzip magic-1 wrappers) and its ZooKeeper-based old consumer (integration_tests/java/OldConsumer.java:
+    Metadata v0, ListOffsets v0, Fetch v3, offsets committed to ZooKeeper), one JVM each."""
+    bootstrap = shared.broker.bootstrap
+    topic = shared.topic("scala-old-clients")
+    lines = [f"k{i}:scala-{i}" for i in range(8)]
+    before = int(time.time() * 1000)
+    produced = run_kafka_class(V1_1, "kafka.tools.ConsoleProducer", [
+        "--old-producer", "--sync", "--broker-list", bootstrap, "--topic", topic, "--compression-codec", "gzip",
+        "--request-required-acks", "1", "--property", "parse.key=true", "--property", "key.separator=:"],
+        input="\n".join(lines) + "\n")
+    after = int(time.time() * 1000)
+    assert produced.returncode == 0, produced.stderr[-3000:]
+    error, stored = fetch(bootstrap, 4, topic, 0)
+    records = decode_records(stored).records
+    assert error == 0 and [(o, k, v) for o, _, k, v, _ in records] == [
+        (i, f"k{i}".encode(), f"scala-{i}".encode()) for i in range(8)]
+    assert all(before <= ts <= after for _, ts, _, _, _ in records)  # the producer's clock: CreateTime
+
+    group = "scala-old-consumer"
+    out_path, log_path = tmp_path / "old-consumer.jsonl", tmp_path / "old-consumer.log"
+    log4j = tmp_path / "log4j.properties"
+    log4j.write_text("log4j.rootLogger=WARN, stderr\nlog4j.appender.stderr=org.apache.log4j.ConsoleAppender\n"
+                     "log4j.appender.stderr.layout=org.apache.log4j.PatternLayout\n")
+    # the single-file source launcher: no javac step, one JVM
+    command = java_command(V1_1, str(OLD_CONSUMER), [shared.zk_connect, group, topic, "c1", "range",
+                                                     str(len(records))], log4j=log4j)
+    with open(out_path, "wb") as out, open(log_path, "wb") as err:
+        proc = subprocess.Popen(command, stdout=out, stderr=err, preexec_fn=die_with_parent())
+    try:
+        def events() -> list[dict[str, Any]]:
+            return [json.loads(line) for line in out_path.read_text().splitlines() if line.endswith("}")]
+
+        def idle() -> bool:
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            return any(e["event"] == "idle" for e in events())
+
+        wait_until(idle, 120, "the old consumer reading every record")
+    finally:
+        stop_process(proc, 30)  # SIGTERM: the connector commits its offsets to ZooKeeper
+    got = [(e["offset"], e["key"], e["value"], e["timestamp"], e["timestamp_type"])
+           for e in events() if e["event"] == "record"]
+    assert got == [(o, k.decode(), v.decode(), ts, "CreateTime") for o, ts, k, v, _ in records]
+    with session(shared.zk_connect) as client:
+        assert ZkLayout(client).read_offset(group, topic, 0) == len(records)
+
+
+def _confluent_read(bootstrap: str, topic: str, count: int) -> list[tuple[int, bytes | None, bytes, int, int]]:
+    """(offset, key, value, timestamp type, timestamp) of the first ``count`` records, as confluent-kafka reports
+    them."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "lat", "fetch.wait.max.ms": 100,
+                                         "enable.auto.commit": False})
+    got = []
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+
+        def read() -> bool:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                got.append((msg.offset(), msg.key(), msg.value(), *msg.timestamp()))
+            return len(got) >= count
+
+        wait_until(read, 30, f"{count} records of {topic}")
+    finally:
+        consumer.close()
+    return got
+
+
+def _confluent_produce(bootstrap: str, topic: str) -> list[tuple[Any, int, int, int]]:
+    """(error, offset, timestamp type, timestamp) of three records' delivery reports (the producer is freed on
+    return, so librdkafka does not keep reconnecting once the module's broker stops)."""
+    acked = []
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(3):
+        producer.produce(topic, key=b"c%d" % i, value=b"confluent-%d" % i, partition=0, timestamp=TS + i,
+                         on_delivery=lambda err, msg: acked.append((err, msg.offset(), *msg.timestamp())))
+    assert producer.flush(30) == 0
+    return acked
+
+
+@pytest.mark.compat("message.timestamp.type=LogAppendTime", "confluent-kafka")
+def test_log_append_time_topic(shared: Shared) -> None:
+    """``message.timestamp.type=LogAppendTime``: a v2 batch from confluent-kafka and a v1 set (Produce v2) get the
+    broker's time, answered in the Produce response; confluent-kafka reads (TIMESTAMP_LOG_APPEND_TIME, that time),
+    kafka-python at api_version (0, 10, 2) reads down-converted v1 messages of timestamp type 1, metaq's consumer
+    the same timestamps."""
+    bootstrap = shared.broker.bootstrap
+    topic = shared.topic("log-append-time", config={"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    acked = _confluent_produce(bootstrap, topic)
+    data = ProduceRequest.TopicProduceData
+    req = ProduceRequest[2](transactional_id=None, acks=1, timeout_ms=10000, topic_data=[data(
+        name=topic, partition_data=[data.PartitionProduceData(index=0, records=message_set(1, 1, items(2, "v1")))])])
+    (part,) = request(bootstrap, req, ProduceResponse, 2).responses[0].partition_responses
+    after = int(time.time() * 1000)
+    assert (part.error_code, part.base_offset) == (0, 3) and before <= part.log_append_time_ms <= after
+    assert [a[:3] for a in sorted(acked, key=lambda a: a[1])] == [
+        (None, i, confluent_kafka.TIMESTAMP_LOG_APPEND_TIME) for i in range(3)]
+    confluent_time = acked[0][3]
+    assert before <= confluent_time <= part.log_append_time_ms and {a[3] for a in acked} == {confluent_time}
+    expected_ts = [confluent_time] * 3 + [part.log_append_time_ms] * 2
+
+    got = _confluent_read(bootstrap, topic, 5)
+    assert [(o, t, ts) for o, _, _, t, ts in got] == [
+        (o, confluent_kafka.TIMESTAMP_LOG_APPEND_TIME, ts) for o, ts in enumerate(expected_ts)]
+    assert [k for _, k, _, _, _ in got] == [b"c0", b"c1", b"c2", None, b"k1"]
+
+    consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, api_version=(0, 10, 2), group_id=None,
+                                   enable_auto_commit=False, consumer_timeout_ms=15000, fetch_max_wait_ms=100)
+    try:
+        tp = kafka.TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        old = [(r.offset, r.timestamp_type, r.timestamp) for _, r in zip(range(5), consumer, strict=False)]
+    finally:
+        consumer.close()
+    assert old == [(o, 1, ts) for o, ts in enumerate(expected_ts)]
+
+    mine = [(m.offset, m.timestamp) for m in _metaq_read(shared, "metaq-log-append-time", topic, 5)]
+    assert mine == list(enumerate(expected_ts))

@@ -10,7 +10,9 @@
  *   {"event":"assigned","consumer_id":C,"time":T,"assignment":{"<partition>":"<thread id>",...}}   (the whole group's
  *      assignment as this member computed it, from beforeStartingFetchers)
  *   {"event":"released","consumer_id":C,"time":T}
- *   {"event":"record","partition":P,"offset":O,"value":V,"time":T}
+ *   {"event":"record","partition":P,"offset":O,"key":K,"value":V,"timestamp":TS,"timestamp_type":TT,"time":T}
+ *      (K null for a null key; TS and TT as the message carries them: -1 and "NoTimestampType" for magic 0,
+ *      "CreateTime" or "LogAppendTime" for magic 1)
  *   {"event":"idle","consumer_id":C,"time":T}    (max-messages reached: stops iterating, keeps its partitions)
  * T is System.nanoTime()/1e9, the same CLOCK_MONOTONIC as Python's time.monotonic(). SIGTERM shuts the connector
  * down (which commits, auto-commit being on); SIGKILL is a crash.
@@ -111,8 +113,10 @@ public final class OldConsumer {
             MessageAndMetadata<byte[], byte[]> m = it.next();
             count++;
             String value = m.message() == null ? "" : new String(m.message(), StandardCharsets.UTF_8);
+            String key = m.key() == null ? "null" : quote(new String(m.key(), StandardCharsets.UTF_8));
             emit("{\"event\":\"record\",\"partition\":" + m.partition() + ",\"offset\":" + m.offset()
-                 + ",\"value\":" + quote(value) + ",\"time\":" + now() + "}");
+                 + ",\"key\":" + key + ",\"value\":" + quote(value) + ",\"timestamp\":" + m.timestamp()
+                 + ",\"timestamp_type\":" + quote(m.timestampType().toString()) + ",\"time\":" + now() + "}");
         }
         if (maxMessages >= 0 && count >= maxMessages) {
             emit("{\"event\":\"idle\",\"consumer_id\":" + quote(consumerId) + ",\"time\":" + now() + "}");

@@ -25,7 +25,7 @@ from metaq.broker.auth.listeners import (
 )
 from metaq.broker.auth.tls import CLIENT_AUTH, TlsSettings
 from metaq.broker.log.cleaner.config import CleanerConfig
-from metaq.broker.log.config import LogConfig
+from metaq.broker.log.config import CREATE_TIME, TIMESTAMP_TYPES, LogConfig
 from metaq.broker.security.authorizer import check_authorizer_class, check_super_users
 from metaq.client.security import ENDPOINT_IDENTIFICATION, SecurityConfig
 from metaq.config import Secret, non_negative, one_of, positive, prop
@@ -208,6 +208,9 @@ class BrokerConfig(ZooKeeperClientConfig):
     transactional_id_expiration_ms: int = prop("transactional.id.expiration.ms", 604800000, check=positive)
     log_segment_delete_delay_ms: int = prop("log.segment.delete.delay.ms", 60000, check=non_negative)
     log_cleanup_policy: tuple[str, ...] = prop("log.cleanup.policy", ("delete",))
+    log_message_timestamp_type: str = prop("log.message.timestamp.type", CREATE_TIME,
+                                           check=one_of(*TIMESTAMP_TYPES),
+                                           doc="topics' default message.timestamp.type (docs/legacy-wire.md)")
     log_cleaner_min_cleanable_ratio: float = prop("log.cleaner.min.cleanable.ratio", 0.5)
     log_cleaner_min_compaction_lag_ms: int = prop("log.cleaner.min.compaction.lag.ms", 0)
     log_cleaner_max_compaction_lag_ms: int = prop("log.cleaner.max.compaction.lag.ms", NEVER)
@@ -363,6 +366,7 @@ class BrokerConfig(ZooKeeperClientConfig):
             min_compaction_lag_ms=self.log_cleaner_min_compaction_lag_ms,
             max_compaction_lag_ms=self.log_cleaner_max_compaction_lag_ms,
             delete_retention_ms=self.log_cleaner_delete_retention_ms,
+            timestamp_type=self.log_message_timestamp_type,
         )
 
     def cleaner_config(self) -> CleanerConfig:

@@ -5,8 +5,8 @@ Each supported topic config overrides one :class:`LogConfig` field, whose defaul
 ``log.*`` property (Kafka's topic-level / broker-level pairs). ``min.insync.replicas`` is read by acks=all
 produces to replicated partitions (metaq/broker/replication/acks.py). ``cleanup.policy`` is ``compact``,
 ``delete`` or both; the compaction keys tune the log cleaner (docs/compaction.md). ``message.timestamp.type``
-is accepted as ``CreateTime`` only, what metaq's logs keep (the producer's timestamps): Kafka Streams sets it
-on the repartition topics it creates; ``LogAppendTime`` is refused rather than silently not applied.
+is ``CreateTime`` (the producer's timestamps) or ``LogAppendTime`` (the broker's time of append, set on each
+batch as Kafka's LogValidator does: docs/legacy-wire.md).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from metaq.broker.log.config import CLEANUP_POLICIES, LogConfig
+from metaq.broker.log.config import CLEANUP_POLICIES, TIMESTAMP_TYPES, LogConfig
 from metaq.config import Config, parse_int
 from metaq.errors import ConfigError
 
@@ -48,13 +48,13 @@ _KEYS = (
     # replication throttles (metaq/broker/quota/replication.py): "*" or partition:broker,...
     TopicConfigKey("leader.replication.throttled.replicas", None, "REPLICAS"),
     TopicConfigKey("follower.replication.throttled.replicas", None, "REPLICAS"),
-    TopicConfigKey("message.timestamp.type", None, "STRING", choices=("CreateTime",)),
+    TopicConfigKey("message.timestamp.type", "timestamp_type", "STRING", choices=TIMESTAMP_TYPES),
 )
 TOPIC_CONFIG_KEYS: dict[str, TopicConfigKey] = {key.name: key for key in _KEYS}
 LIST_KEYS = frozenset(key.name for key in _KEYS if key.kind == "LIST")
 
 _STORED_DEFAULTS = {"min.insync.replicas": "1", "leader.replication.throttled.replicas": "",
-                    "follower.replication.throttled.replicas": "", "message.timestamp.type": "CreateTime"}
+                    "follower.replication.throttled.replicas": ""}
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 
@@ -78,8 +78,8 @@ def _normalise(key: TopicConfigKey, value: str) -> str:
     if key.kind == "STRING":
         found = next((c for c in key.choices if c.lower() == value.lower()), None)
         if found is None:
-            raise ConfigError(f"Invalid value {value} for configuration {key.name}: metaq supports only "
-                              f"{' and '.join(key.choices)}")
+            raise ConfigError(f"Invalid value {value} for configuration {key.name}: String must be one of: "
+                              f"{', '.join(key.choices)}")
         return found
     if key.kind == "LIST":
         policies = [p.strip().lower() for p in value.split(",") if p.strip()]
@@ -138,6 +138,8 @@ def _typed(key: TopicConfigKey, value: str) -> object:
         return tuple(value.split(","))
     if key.kind == "DOUBLE":
         return float(value)
+    if key.kind == "STRING":
+        return value
     return int(value)
 
 

@@ -2,9 +2,10 @@
 
 The broker stores batches as they came: it parses the 61-byte header, checks size, magic and CRC-32C,
 rewrites the base offset (which lies outside the CRC) and stores the bytes unchanged, so a fetch can be
-served straight from the file. Records are never decoded here, so recovery runs at memory speed (the
-``crc32c`` package is hardware accelerated); a produced batch's records are checked before it is appended
-by metaq/broker/log/validator.py.
+served straight from the file (a LogAppendTime topic's log also rewrites the timestamp type and
+``maxTimestamp``, and so the CRC: :func:`log_append_time`). Records are never decoded here, so recovery runs
+at memory speed (the ``crc32c`` package is hardware accelerated); a produced batch's records are checked
+before it is appended by metaq/broker/log/validator.py.
 
 Layout (big-endian)::
 
@@ -16,6 +17,7 @@ Layout (big-endian)::
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ __all__ = [
     "assign_offsets",
     "batch_problem",
     "iter_valid_batches",
+    "log_append_time",
     "read_header",
     "total_size_at",
     "valid_prefix",
@@ -245,6 +248,33 @@ def increment_sequence(sequence: int, increment: int) -> int:
     if sequence > INT32_MAX - increment:
         return increment - (INT32_MAX - sequence) - 1
     return sequence + increment
+
+
+_ATTRIBUTES = struct.Struct(">h")
+_ATTRIBUTES_POSITION = 21
+_MAX_TIMESTAMP = struct.Struct(">q")
+_MAX_TIMESTAMP_POSITION = 35
+_CRC = struct.Struct(">I")
+_CRC_POSITION = 17
+
+
+def log_append_time(buf: bytearray | memoryview, headers: Sequence[BatchHeader], now_ms: int) -> list[BatchHeader]:
+    """Give each batch the broker's time in place, as a ``message.timestamp.type=LogAppendTime`` topic's log does
+    (Kafka's LogValidator, ``DefaultRecordBatch.setMaxTimestamp``): the timestamp type bit set, ``maxTimestamp``
+    = ``now_ms``, the CRC-32C computed again (both fields are inside it). The records keep their own timestamps,
+    which readers ignore for such a batch; the headers as they are now are returned."""
+    out = []
+    pos = 0
+    view = memoryview(buf)
+    for header in headers:
+        attributes = header.attributes | _TIMESTAMP_TYPE_MASK
+        _ATTRIBUTES.pack_into(buf, pos + _ATTRIBUTES_POSITION, attributes)
+        _MAX_TIMESTAMP.pack_into(buf, pos + _MAX_TIMESTAMP_POSITION, now_ms)
+        crc = crc32c(view[pos + _CRC_START : pos + header.size])
+        _CRC.pack_into(buf, pos + _CRC_POSITION, crc)
+        out.append(dataclasses.replace(header, attributes=attributes, max_timestamp=now_ms, crc=crc))
+        pos += header.size
+    return out
 
 
 def set_leader_epoch(buf: bytearray | memoryview, headers: Sequence[BatchHeader], epoch: int) -> None:

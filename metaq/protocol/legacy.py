@@ -302,19 +302,22 @@ def build_message_set(magic: int, codec: int, records: Iterable[tuple[int, int, 
     """A message set of ``records`` (offset, timestamp, key, value), in one compressed wrapper if ``codec``.
 
     The wrapper's offset is the last record's; in v1 the inner offsets are written relative (0..n-1) and
-    the wrapper carries the largest timestamp, or ``log_append_time`` with the LogAppendTime bit. What an
+    the wrapper carries the largest timestamp, or ``log_append_time`` with the LogAppendTime bit (then every
+    message, inner ones too, has that bit and time, as Kafka down-converts such a batch). What an
     old producer writes (relative offsets) and what an old broker stores (the wrapper's offset absolute)
     are the same bytes here; a producer's offsets are rewritten by the broker anyway."""
     items = list(records)
-    ts_attr = TIMESTAMP_TYPE_MASK if (magic == 1 and log_append_time is not None) else 0
-    if not codec:
-        if not ts_attr:
-            return _plain_entries(magic, items, 0)
-        return b"".join(encode_message(o, magic, ts_attr, log_append_time or 0, k, v) for o, _t, k, v in items)
-    if not items:
+    if codec and not items:
         raise ValueError("a compressed message set needs at least one record")
-    inner = _plain_entries(magic, items, items[0][0] if magic else 0)
-    payload = compress(codec, inner)
+    base = items[0][0] if codec and magic else 0
+    if magic == 1 and log_append_time is not None:
+        ts_attr = TIMESTAMP_TYPE_MASK  # every message, inner ones too, as Kafka's MemoryRecordsBuilder writes them
+        entries = b"".join(encode_message(o - base, magic, ts_attr, log_append_time, k, v) for o, _t, k, v in items)
+    else:
+        ts_attr, entries = 0, _plain_entries(magic, items, base)
+    if not codec:
+        return entries
+    payload = compress(codec, entries)
     if codec == 3 and magic == 0:
         payload = lz4_frame_fix(payload, broken=True)
     wrapper_ts = max(t for _, t, _, _ in items) if log_append_time is None else log_append_time

@@ -11,7 +11,7 @@ import contextlib
 import socket
 import struct
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -129,12 +129,12 @@ class SharedBroker:
     broker: BrokerProcess
     zk_connect: str
 
-    def topic(self, name: str, partitions: int = 1) -> str:
-        """Create ``name`` and wait until the broker serves it. The ZooKeeper client lives for this call only:
-        a module-long one keeps a kazoo thread drawing from ``random`` (its ping jitter) while hypothesis
-        tests run, which hypothesis reports as randomness inside their strategies."""
+    def topic(self, name: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
+        """Create ``name`` (with topic ``config`` overrides) and wait until the broker serves it. The ZooKeeper
+        client lives for this call only: a module-long one keeps a kazoo thread drawing from ``random`` (its ping
+        jitter) while hypothesis tests run, which hypothesis reports as randomness inside their strategies."""
         with session(self.zk_connect) as client:
-            create_topic(ZkLayout(client), name, partitions)
+            create_topic(ZkLayout(client), name, partitions, config=config)
         wait_until(lambda: len(topic_leaders(self.broker.bootstrap, name)) == partitions, 20, f"topic {name}")
         return name
 

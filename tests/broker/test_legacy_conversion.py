@@ -148,3 +148,51 @@ def test_upconvert_refuses_zstd_and_backwards_inner_offsets() -> None:
     backwards = b"".join(legacy.encode_message(o, 1, 0, TS, None, b"v") for o in (0, 2, 1))
     with pytest.raises(InvalidRecordError, match="backwards"):
         upconvert(legacy.encode_message(0, 1, 1, TS, None, bytes(cramjam.gzip.compress(backwards))), LIMIT)
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_log_append_time_on_append_up_conversion_and_down_conversion(tmp_path: Path, compression: str) -> None:
+    """A LogAppendTime topic's log (Kafka's LogValidator): a v2 batch and an up-converted v0 and v1 set all get
+    the append time (type bit, maxTimestamp, answered to the producer); a Fetch v2/v3 answer keeps it (v1
+    messages, or a v1 wrapper, with the LogAppendTime bit and that timestamp), a Fetch v0/v1 answer has none."""
+    from metaq.broker.log.config import LOG_APPEND_TIME, LogConfig
+    from metaq.broker.log.partition_log import PartitionLog
+
+    codec = {"none": 0, "gzip": 1}[compression]
+    plog = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(timestamp_type=LOG_APPEND_TIME), recover=False)
+    now = TS + 10_000
+    results = [plog.append(v2(3, compression), now_ms=now),
+               plog.append(upconvert(produced(0, codec, 2), LIMIT), now_ms=now + 1),
+               plog.append(upconvert(produced(1, codec, 2), LIMIT), now_ms=now + 2)]
+    assert [(r.base_offset, r.log_append_time) for r in results] == [(0, now), (3, now + 1), (5, now + 2)]
+    piece = plog.read(0, 1 << 20)
+    assert piece is not None
+    expected = [now] * 3 + [now + 1] * 2 + [now + 2] * 2
+    assert [r[1] for r in decode_records(piece.read_bytes()).records] == expected
+    assert plog.offset_for_timestamp(now + 1) == (3, now + 1)
+    one = pieces(DownConverted(piece, 1, 0))
+    assert [r[1] for r in decode_records(one).records] == expected
+    assert {one[pos + 17] & 0x0F for pos in _entries(one)} == {legacy.TIMESTAMP_TYPE_MASK | codec}
+    assert {int.from_bytes(one[pos + 18:pos + 26], "big") for pos in _entries(one)} == {now, now + 1, now + 2}
+    if codec:  # the wrappers' inner messages carry the type and the time too (Kafka's MemoryRecordsBuilder)
+        for pos in _entries(one):
+            assert one[pos + 26:pos + 30] == b"\xff\xff\xff\xff"  # a wrapper has no key
+            value_size = int.from_bytes(one[pos + 30:pos + 34], "big")
+            inner = bytes(cramjam.gzip.decompress(one[pos + 34:pos + 34 + value_size]))
+            wrapper_time = one[pos + 18:pos + 26]
+            assert {(inner[p + 17], inner[p + 18:p + 26]) for p in _entries(inner)} == {(0x08, wrapper_time)}
+    zero = pieces(DownConverted(piece, 0, 0))
+    assert [r[1] for r in decode_records(zero).records] == [-1] * 7
+    plog.close()
+
+
+def _entries(data: bytes) -> list[int]:
+    """The byte positions of the complete top-level entries of a v0/v1 message set."""
+    out, pos = [], 0
+    while len(data) - pos >= 17:
+        size = int.from_bytes(data[pos + 8:pos + 12], "big") + 12
+        if pos + size > len(data):
+            break
+        out.append(pos)
+        pos += size
+    return out

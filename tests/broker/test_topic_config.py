@@ -92,11 +92,23 @@ def test_numbers_are_ascii_digits_as_kafka_reads_them(number: str) -> None:
     assert BrokerConfig.from_properties({**zk, "num.partitions": " 12 "}).num_partitions == 12
 
 
-def test_message_timestamp_type_is_create_time_only() -> None:
-    """Kafka Streams creates its repartition topics with message.timestamp.type=CreateTime: accepted (what metaq's
-    logs keep); LogAppendTime, which metaq does not apply, is refused rather than ignored."""
+def test_message_timestamp_type_is_create_time_or_log_append_time() -> None:
+    """Kafka's two timestamp types (matched ignoring case), the broker's log.message.timestamp.type the default;
+    anything else is refused."""
     assert validate_topic_config({"message.timestamp.type": "createtime"}) == {"message.timestamp.type": "CreateTime"}
-    with pytest.raises(ConfigError, match="message.timestamp.type: metaq supports only CreateTime"):
-        validate_topic_config({"message.timestamp.type": "LogAppendTime"})
+    assert validate_topic_config({"message.timestamp.type": "logappendtime"}) == {
+        "message.timestamp.type": "LogAppendTime"}
+    with pytest.raises(ConfigError, match="message.timestamp.type: String must be one of: CreateTime, LogAppendTime"):
+        validate_topic_config({"message.timestamp.type": "BrokerTime"})
     assert default_value(LogConfig(), "message.timestamp.type") == "CreateTime"
     assert log_config_for(LogConfig(), {"message.timestamp.type": "CreateTime"}) == LogConfig()
+    appended = log_config_for(LogConfig(), {"message.timestamp.type": "LogAppendTime"})
+    assert appended.log_append_time and not LogConfig().log_append_time
+    from metaq.broker.config import BrokerConfig
+
+    broker = BrokerConfig.from_properties({"zookeeper.connect": "127.0.0.1:2181",
+                                           "log.message.timestamp.type": "LogAppendTime"})
+    assert default_value(broker.log_config(), "message.timestamp.type") == "LogAppendTime"
+    assert broker_property("message.timestamp.type") == "log.message.timestamp.type"
+    with pytest.raises(ConfigError, match="log.message.timestamp.type"):
+        BrokerConfig.from_properties({"zookeeper.connect": "127.0.0.1:2181", "log.message.timestamp.type": "Now"})

@@ -18,6 +18,7 @@ from metaq.protocol.batches import (
     assign_offsets,
     batch_problem,
     iter_valid_batches,
+    log_append_time,
     read_header,
     total_size_at,
     valid_prefix,
@@ -233,3 +234,24 @@ def test_valid_prefix_is_exactly_the_complete_batches(sizes: list[int], cut: int
     # unless the cut was at a batch boundary (then the garbage is simply not a batch).
     assert prefix_bytes == expected_bytes
     assert len(headers) == expected_count
+
+
+@pytest.mark.parametrize("compression", [0, 1])
+def test_log_append_time_sets_the_type_bit_and_max_timestamp_inside_a_valid_crc(compression: int) -> None:
+    """What a LogAppendTime topic's log does to each appended batch (Kafka's DefaultRecordBatch.setMaxTimestamp):
+    kafka-python's reader, which checks the CRC-32C, then reads every record at the broker's time."""
+    data = bytearray(make_batch(make_values(3, 40), compression=compression)
+                     + make_batch(make_values(2, 40), base_offset=3, compression=compression))
+    headers = validate_batches(data)
+    now = BASE_TS + 123_456
+    after = log_append_time(data, headers, now)
+    assert validate_batches(data) == after  # CRC-32C valid again, the headers returned as stored
+    for header, before in zip(after, headers, strict=True):
+        assert header.is_log_append_time and header.max_timestamp == now
+        assert header.attributes & 0x07 == compression and header.base_timestamp == before.base_timestamp
+    pos = 0
+    for header in after:
+        batch = DefaultRecordBatch(bytes(data[pos:pos + header.size]))
+        assert batch.validate_crc() and batch.timestamp_type == 1
+        assert [r.timestamp for r in batch] == [now] * header.record_count
+        pos += header.size

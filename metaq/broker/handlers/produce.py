@@ -10,13 +10,15 @@ A batch is acknowledged only after it is written to the segment file (and fsynce
 policy says so). ``acks=0`` requests get no response at all, as in Kafka. ``acks=all`` to a replicated
 partition also waits for its ISR (metaq/broker/replication/acks.py). Every batch is validated inside
 its CRC first (see metaq/broker/log/validator.py); an invalid one gets Kafka's error code for its partition
-and nothing of that partition's records is appended. Internal topics (``__consumer_offsets``) are written
-by the broker only: clients get INVALID_TOPIC_EXCEPTION, as from Kafka.
+and nothing of that partition's records is appended. On a LogAppendTime topic the answer carries the time
+the broker gave the batches (``log_append_time_ms``, Produce v2+), else -1. Internal topics
+(``__consumer_offsets``) are written by the broker only: clients get INVALID_TOPIC_EXCEPTION, as from Kafka.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from metaq.broker.context import BrokerContext
@@ -47,36 +49,46 @@ PartitionResponse = TopicResponse.PartitionProduceResponse
 _FIRST_BATCH_V2_VERSION = 3
 
 
-def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tuple[int, int, PartitionLog | None]:
-    """(error_code, base_offset, log) for one partition's records. A duplicate of an idempotent producer's
-    batch answers the original's base offset, as Kafka does (UnifiedLog.append with a duplicate)."""
+@dataclass(frozen=True)
+class _Appended:
+    """One partition's outcome: Kafka's error code, where its records went, and the log."""
+
+    error: int
+    base_offset: int = -1
+    log: PartitionLog | None = None
+    log_append_time: int = -1  # the broker's time given to the batch on a LogAppendTime topic
+
+
+def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> _Appended:
+    """The outcome of appending one partition's records. A duplicate of an idempotent producer's batch answers
+    the original's base offset, as Kafka does (UnifiedLog.append with a duplicate)."""
     if denied := ctx.denied(AclOperation.WRITE, ResourceType.TOPIC, topic):
-        return denied, -1, None
+        return _Appended(denied)
     if topic in INTERNAL_TOPICS:
         log.warning("produce to %s-%d rejected: %s is an internal topic, written by brokers only",
                     topic, partition, topic)
-        return ErrorCode.INVALID_TOPIC_EXCEPTION, -1, None
+        return _Appended(ErrorCode.INVALID_TOPIC_EXCEPTION)
     error = ctx.serving_error(topic, partition)
     if error:
-        return error, -1, None
+        return _Appended(error)
     if records is None or len(records) == 0:
-        return ErrorCode.CORRUPT_MESSAGE, -1, None
+        return _Appended(ErrorCode.CORRUPT_MESSAGE)
     plog = ctx.log_for(topic, partition)
     try:
         result = plog.append(records, leader_epoch=ctx.replication.append_epoch(topic, partition)
                              if ctx.replication is not None else None)
     except (OutOfOrderSequenceError, InvalidProducerEpochError) as e:
         log.info("produce to %s-%d rejected: %s", topic, partition, e)
-        return e.code, -1, plog
+        return _Appended(e.code, log=plog)
     except (CorruptRecordError, MessageSizeTooLargeError) as e:
         log.warning("produce to %s-%d rejected: %s", topic, partition, e)
-        return _rejection_code(e), -1, plog
+        return _Appended(_rejection_code(e), log=plog)
     except (StorageError, OSError) as e:
         log.error("produce to %s-%d failed to write: %s", topic, partition, e)
         ctx.logs.handle_error(topic, partition, e)  # a hard I/O error takes the log dir offline
-        return ErrorCode.KAFKA_STORAGE_ERROR, -1, plog
+        return _Appended(ErrorCode.KAFKA_STORAGE_ERROR, log=plog)
     _appended(ctx, topic, partition, result, len(records))
-    return 0, result.base_offset, plog
+    return _Appended(0, result.base_offset, plog, result.log_append_time)
 
 
 def _appended(ctx: BrokerContext, topic: str, partition: int, result: AppendResult, size: int) -> None:
@@ -142,6 +154,7 @@ async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiRe
     responses: list[tuple[str, list[tuple[int, int, int, int]]]] = []
     to_flush: dict[int, PartitionLog] = {}
     waits: list[tuple[int, int, int]] = []  # acks=all: (topic index, partition index, offset to reach)
+    append_times: dict[tuple[int, int], int] = {}  # (topic index, partition index) -> LogAppendTime given
     for topic_data in request.topic_data:
         parts: list[tuple[int, int, int, int]] = []
         for pdata in topic_data.partition_data:
@@ -159,7 +172,10 @@ async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiRe
                     if error:
                         base, plog = -1, None
                     else:
-                        error, base, plog = _append(ctx, topic_data.name, pdata.index, records)
+                        outcome = _append(ctx, topic_data.name, pdata.index, records)
+                        error, base, plog = outcome.error, outcome.base_offset, outcome.log
+                        if outcome.log_append_time >= 0:
+                            append_times[(len(responses), len(parts))] = outcome.log_append_time
                         if error and version < _FIRST_BATCH_V2_VERSION:
                             error = _legacy_code(error)
                         if not error and plog is not None:
@@ -185,13 +201,14 @@ async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiRe
                 name=name,
                 partition_responses=[
                     PartitionResponse(
-                        index=index, error_code=error, base_offset=base, log_append_time_ms=-1,
+                        index=index, error_code=error, base_offset=base,
+                        log_append_time_ms=-1 if error else append_times.get((topic_index, part_index), -1),
                         log_start_offset=start,
                     )
-                    for index, error, base, start in parts
+                    for part_index, (index, error, base, start) in enumerate(parts)
                 ],
             )
-            for name, parts in responses
+            for topic_index, (name, parts) in enumerate(responses)
         ],
         throttle_time_ms=0,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from metaq.config import Config, non_negative, positive, prop
+from metaq.config import Config, non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
 
 _INT32_MAX = 2**31 - 1
@@ -19,6 +19,9 @@ def _segment_bytes(value: Any) -> str | None:
 
 
 CLEANUP_POLICIES = ("compact", "delete")
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
 
 
 def _cleanup_policy(value: Any) -> str | None:
@@ -58,6 +61,10 @@ class LogConfig(Config):
                                           doc="forget an idempotent producer idle this long (by its batches' "
                                               "timestamps), as Kafka")
 
+    timestamp_type: str = prop("log.message.timestamp.type", CREATE_TIME, check=one_of(*TIMESTAMP_TYPES),
+                               doc="CreateTime keeps the producer's timestamps; LogAppendTime stamps every "
+                                   "appended batch with the broker's clock (docs/legacy-wire.md)")
+
     cleanup_policy: tuple[str, ...] = prop("log.cleanup.policy", ("delete",), check=_cleanup_policy,
                                            doc="compact, delete or both (docs/compaction.md)")
     min_cleanable_dirty_ratio: float = prop("log.cleaner.min.cleanable.ratio", 0.5, check=_ratio,
@@ -68,6 +75,11 @@ class LogConfig(Config):
                                       doc="a dirty record older than this makes its log eligible whatever the ratio")
     delete_retention_ms: int = prop("log.cleaner.delete.retention.ms", 86400000, check=non_negative,
                                     doc="how long a tombstone is kept after the cleaner first passed it")
+
+    @property
+    def log_append_time(self) -> bool:
+        """Whether appended batches get the broker's time (``message.timestamp.type=LogAppendTime``)."""
+        return self.timestamp_type == LOG_APPEND_TIME
 
     @property
     def compact(self) -> bool:

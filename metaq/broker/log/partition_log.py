@@ -10,6 +10,7 @@ captured end offset never runs ahead of the data a flush covers.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -39,7 +40,14 @@ from metaq.broker.log.txn_index import AbortedTxn, TxnIndex
 from metaq.broker.log.validator import decompressed_limit, validate_records
 from metaq.errors import MessageSizeTooLargeError, OffsetOutOfRangeError, StorageError
 from metaq.fileio import fsync_dir
-from metaq.protocol.batches import BatchHeader, Buffer, assign_offsets, set_leader_epoch, validate_batches
+from metaq.protocol.batches import (
+    BatchHeader,
+    Buffer,
+    assign_offsets,
+    log_append_time,
+    set_leader_epoch,
+    validate_batches,
+)
 from metaq.protocol.control import build_marker, marker_is_abort
 
 __all__ = ["AppendResult", "FetchSlice", "PartitionLog"]
@@ -61,6 +69,8 @@ class AppendResult:
     duplicate: bool = False
     """An idempotent producer's resend of a batch already in the log: nothing was appended, the offsets are
     the original's (see :mod:`metaq.broker.log.producer_state`)."""
+    log_append_time: int = -1
+    """The time the batches were given on a LogAppendTime topic (a Produce v2+ answer carries it), else -1."""
 
 
 class PartitionLog:
@@ -169,8 +179,12 @@ class PartitionLog:
         if leader_epoch is not None:  # a replicated partition's leader stamps its epoch (KIP-101)
             set_leader_epoch(data, headers, leader_epoch)
         next_offset = assign_offsets(data, headers, first_offset)
+        if self.config.log_append_time:
+            headers = log_append_time(data, headers, now)
         result = self._write(data, headers, first_offset, next_offset, now)
         self.producer_state.apply(updates, next_offset)
+        if self.config.log_append_time:
+            result = dataclasses.replace(result, log_append_time=now)
         return result
 
     def append_replica(self, records: Buffer, *, now_ms: int | None = None) -> list[BatchHeader]:

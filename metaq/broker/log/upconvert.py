@@ -11,7 +11,8 @@ MessageSizeTooLargeError for a compression bomb.
 
 The batch gets the records in order with their timestamps (-1 for v0 messages, which have none: Kafka
 keeps ``NO_TIMESTAMP``), no headers, and the codec of the set's wrappers (compression kept; a set of plain
-messages stays plain). Offsets are then assigned by the log like any produced batch.
+messages stays plain). Offsets are then assigned by the log like any produced batch, and on a LogAppendTime
+topic the log gives it the append time as it does a v2 batch (docs/legacy-wire.md).
 """
 
 from __future__ import annotations
