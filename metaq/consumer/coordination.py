@@ -174,6 +174,8 @@ class GroupMember:
         self._cooperative = self._assignor in COOPERATIVE  # KIP-429: revoke only what moves
         self._assigned_generation = -1  # the generation of the last assignment (cooperative-sticky user data)
         self._lost_pending = False  # partitions lost, the listener's ``lost`` hook not called yet
+        self._matched: dict[str, int] | None = None  # wildcard: topic -> streams, as last matched
+        self._pattern_check_at = 0.0
         self._session_s = config.session_timeout_ms / 1000.0
         self._lease_s = self._session_s * config.session_lease_fraction
         # three connections: JoinGroup blocks for up to the rebalance timeout, and neither heartbeats nor
@@ -297,6 +299,7 @@ class GroupMember:
             with self._wakeup:
                 self._rejoin_needed = False
             started = time.monotonic()
+            self._rematch()
             if self._cooperative and self.state != LOST and not self._lost_pending:
                 self._prepare_cooperative_join()
             else:
@@ -395,7 +398,46 @@ class GroupMember:
                  sorted(self.registry), generation.generation_id)
 
     def _topics(self) -> list[str]:
-        return sorted(self._subscription.topic_count().subscription)
+        return sorted(self._stream_counts())
+
+    def _stream_counts(self) -> dict[str, int]:
+        """topic -> streams: the subscription, or for a wildcard one the topics its filter matched when last
+        evaluated (Java's pattern subscription, ``ConsumerCoordinator.updatePatternSubscription``)."""
+        if not self._subscription.is_wildcard:
+            return dict(self._subscription.topic_count().subscription)
+        if self._matched is None:
+            self._matched = self._match_topics()
+        return dict(self._matched)
+
+    def _match_topics(self) -> dict[str, int]:
+        return self._subscription.topic_count().streams_per_topic(
+            self._layout.topics(), exclude_internal=self._config.exclude_internal_topics)
+
+    def _rematch(self) -> None:
+        """Before each join, a wildcard member matches its filter against the topics again (Java matches the
+        pattern before joining); a failure to list them keeps the last match."""
+        if self._subscription.is_wildcard:
+            try:
+                self._matched = self._match_topics()
+            except MetaqError as e:
+                log.info("consumer %s: listing topics failed, keeping the last match: %s", self._consumer_id, e)
+
+    def _check_pattern(self) -> None:
+        """A wildcard member, every metadata.max.age.ms: if the topics its filter matches changed (created,
+        deleted), it rejoins with the new subscription, as Java's consumer does on a metadata update."""
+        if not self._subscription.is_wildcard or self.state != STABLE or time.monotonic() < self._pattern_check_at:
+            return
+        self._pattern_check_at = time.monotonic() + self._config.metadata_max_age_ms / 1000.0
+        try:
+            matched = self._match_topics()
+        except MetaqError as e:
+            log.info("consumer %s: listing topics failed: %s", self._consumer_id, e)
+            return
+        if matched != self._matched:
+            before = set(self._matched or ())
+            self._matched = matched
+            self.request_rejoin(f"the topic filter now matches {sorted(matched)} (added "
+                                f"{sorted(set(matched) - before)}, gone {sorted(before - set(matched))})")
 
     def _join(self) -> Any:
         """One JoinGroup; _Restart when the coordinator wants another one at once."""
@@ -482,7 +524,7 @@ class GroupMember:
     def _publish(self, partitions: list[TopicPartition], offsets: Mapping[TopicPartition, int]) -> None:
         """Each topic's partitions over this member's streams of it, round robin; no offset: -1 (the fetcher
         resolves it by auto.offset.reset)."""
-        counts = self._subscription.topic_count().subscription
+        counts = self._stream_counts()
         registry: dict[TopicPartition, PartitionTopicInfo] = {}
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(partitions):
@@ -537,6 +579,19 @@ class GroupMember:
                 self.commit()
             except MetaqError as e:
                 log.warning("consumer %s: commit before rejoining failed: %s", self._consumer_id, e)
+        subscribed = set(self._topics())
+        gone = {key: info for key, info in self.registry.items() if key[0] not in subscribed}
+        if gone:  # a wildcard filter that no longer matches a topic: revoke its partitions before joining
+            for info in gone.values():
+                info.revoke()
+            if self._config.auto_commit_enable:
+                try:
+                    self.commit(gone.values(), include_revoked=True)
+                except MetaqError as e:
+                    log.warning("consumer %s: commit of unsubscribed partitions failed: %s", self._consumer_id, e)
+            if self._listener is not None:
+                self._safe_hook(self._listener.before_release, _grouped(gone))
+            self.registry = {key: info for key, info in self.registry.items() if key not in gone}
 
     def _take_incremental(self, generation: Generation, partitions: list[TopicPartition]) -> None:
         """``ConsumerCoordinator.onJoinComplete`` with the cooperative protocol: keep what is assigned again,
@@ -577,7 +632,7 @@ class GroupMember:
     def _new_infos(self, partitions: list[TopicPartition], offsets: Mapping[TopicPartition, int],
                    kept: Mapping[TopicPartition, PartitionTopicInfo]) -> dict[TopicPartition, PartitionTopicInfo]:
         """Added partitions, each to the topic's stream with the fewest of its partitions so far."""
-        counts = self._subscription.topic_count().subscription
+        counts = self._stream_counts()
         load: dict[str, int] = {}
         for info in kept.values():
             load[info.thread_id] = load.get(info.thread_id, 0) + 1
@@ -632,6 +687,7 @@ class GroupMember:
                 self._check_session()
                 self._check_poll()
                 self._check_metadata()
+                self._check_pattern()
             except Exception:  # the heartbeat thread must survive anything
                 log.exception("consumer %s: heartbeat error", self._consumer_id)
 
