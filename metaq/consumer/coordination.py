@@ -598,6 +598,7 @@ class GroupMember:
         revoke (commit, then ``before_release``) only what is not and rejoin so that it can move, start the
         added partitions (``assigned`` names only them)."""
         change = AssignmentChange.of((k for k, i in self.registry.items() if not i.revoked), partitions)
+        offsets = self._fetch_offsets(sorted(change.added))  # first: if it fails, nothing has changed yet
         for info in self.registry.values():
             info.generation = generation.generation_id  # kept and revoked partitions commit in this generation
         revoked = [self.registry[key] for key in sorted(change.revoked)]
@@ -608,7 +609,6 @@ class GroupMember:
                 self.commit(revoked, include_revoked=True)
             except MetaqError as e:
                 log.warning("consumer %s: commit of revoked partitions failed: %s", self._consumer_id, e)
-        offsets = self._fetch_offsets(sorted(change.added))
         kept = {key: info for key, info in self.registry.items() if key in change.kept}
         added = self._new_infos(sorted(change.added), offsets, kept)
         self._committed = {key: o for key, o in self._committed.items() if key in kept}
