@@ -416,7 +416,7 @@ def _revoked_since(member: ConsumerProcess, mark: int) -> set[int]:
             for p in e["partitions"]}
 
 
-@pytest.mark.compat("broker-coordinated consumer group (group.coordination=kafka)", "confluent-kafka (librdkafka)")
+@pytest.mark.compat("broker-coordinated consumer group (group.coordination=kafka)", "confluent-kafka")
 @pytest.mark.parametrize("assignor", ["cooperative-sticky"])  # eager hand-overs: the tests above (time budget)
 def test_two_metaq_and_two_librdkafka_members_survive_sigkills(coord: SharedBroker, tmp_path: Path,
                                                                 assignor: str) -> None:
