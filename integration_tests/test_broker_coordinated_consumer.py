@@ -27,6 +27,7 @@ from metaq.broker.process import BrokerProcess
 from metaq.childproc import die_with_parent
 from metaq.cli.demo_harness import ConsumerProcess
 from metaq.consumer import Consumer
+from metaq.consumer.hash_ring import consistent_hash_assign
 from metaq.consumer.listener import MessageConsumer
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.topic_filter import Whitelist
@@ -190,6 +191,26 @@ def test_metaq_and_librdkafka_members_share_a_group(coord: SharedBroker, assigno
         stop.set()
         a.close()
         peer.close()
+
+
+def test_metaq_consistent_hash_assignor(coord: SharedBroker) -> None:
+    """Two metaq members on the metaq-only protocol: the coordinator accepts it, the split is the hash ring's
+    (computed here from the member ids, it equals what the leader assigned), and when one leaves the survivor
+    takes the whole ring."""
+    topic = coord.topic("ring", partitions=8)
+    ring = {"partition.assignment.strategy": "metaq-consistent-hash"}
+    a, b = _reader(coord, "ring-g", topic, **ring), _reader(coord, "ring-g", topic, **ring)
+    try:
+        wait_until(lambda: a.owned() | b.owned() == set(range(8)) and not a.owned() & b.owned()
+                   and a.consumer.state.state == b.consumer.state.state == "STABLE", 30, "the ring to split 8")
+        members = {r.consumer.member_id or "": r for r in (a, b)}
+        expected = consistent_hash_assign({m: (topic,) for m in members}, {topic: 8})
+        assert {m: {p for _, p in parts} for m, parts in expected.items()} == {m: r.owned() for m, r in members.items()}
+        b.close()
+        wait_until(lambda: a.owned() == set(range(8)), 30, "the survivor to own the ring")
+    finally:
+        a.close()
+        b.close()
 
 
 def test_static_member_restarts_without_a_rebalance(coord: SharedBroker) -> None:
