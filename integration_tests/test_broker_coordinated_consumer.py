@@ -24,9 +24,13 @@ import confluent_kafka
 import pytest
 
 from metaq.broker.process import BrokerProcess
+from metaq.childproc import die_with_parent
+from metaq.cli.demo_harness import ConsumerProcess
 from metaq.consumer import Consumer
+from metaq.consumer.hash_ring import consistent_hash_assign
 from metaq.consumer.listener import MessageConsumer
 from metaq.consumer.message import MessageAndMetadata
+from metaq.consumer.topic_filter import Whitelist
 from metaq.errors import ConfigError
 from metaq.producer import Producer
 from metaq.testing.apache_kafka import V2_8, V3_9, ApacheKafkaBroker, kafka_matrix
@@ -72,6 +76,31 @@ def _split(readers: list[StreamReader], partitions: int) -> bool:
     union = set().union(*owned)
     return (union == set(range(partitions)) and sum(len(o) for o in owned) == partitions
             and all(r.consumer.state.state == "STABLE" for r in readers))
+
+
+def test_a_wildcard_member_follows_the_topics_its_filter_matches(coord: SharedBroker) -> None:
+    """create_message_streams_by_filter with group.coordination=kafka: the member subscribes to the topics the
+    whitelist matches and, after metadata.max.age.ms, rejoins when a new matching topic appears."""
+    first = coord.topic("wild-a", partitions=2)
+    coord.topic("tame", partitions=1)
+    acked = _produce(coord.zk_connect, first, 2, 5)
+    consumer = Consumer({"group.id": "wild-g", "zookeeper.connect": coord.zk_connect, **MEMBER,
+                         "metadata.max.age.ms": 500, "partition.assignment.strategy": "cooperative-sticky",
+                         "consumer.timeout.ms": -1})
+    try:
+        [stream] = consumer.create_message_streams_by_filter(Whitelist("wild-.*"), 1)
+        seen: list[tuple[str, int, int]] = []
+        drain = threading.Thread(target=lambda: seen.extend((m.topic, m.partition, m.offset) for m in stream),
+                                 name="wild-reader", daemon=True)
+        drain.start()
+        wait_until(lambda: {(p, o) for t, p, o in seen if t == first} >= acked, 30, "wild-a read")
+        second = coord.topic("wild-b", partitions=2)
+        more = _produce(coord.zk_connect, second, 2, 5)
+        wait_until(lambda: {(p, o) for t, p, o in seen if t == second} >= more, 30, "the new topic wild-b read")
+        assert sorted(consumer.state.owned) == [(first, 0), (first, 1), (second, 0), (second, 1)]
+        assert {t for t, _, _ in seen} == {first, second}  # never the unmatched "tame"
+    finally:
+        consumer.shutdown()
 
 
 def test_config_rejects_an_unknown_coordination() -> None:
@@ -164,6 +193,26 @@ def test_metaq_and_librdkafka_members_share_a_group(coord: SharedBroker, assigno
         peer.close()
 
 
+def test_metaq_consistent_hash_assignor(coord: SharedBroker) -> None:
+    """Two metaq members on the metaq-only protocol: the coordinator accepts it, the split is the hash ring's
+    (computed here from the member ids, it equals what the leader assigned), and when one leaves the survivor
+    takes the whole ring."""
+    topic = coord.topic("ring", partitions=8)
+    ring = {"partition.assignment.strategy": "metaq-consistent-hash"}
+    a, b = _reader(coord, "ring-g", topic, **ring), _reader(coord, "ring-g", topic, **ring)
+    try:
+        wait_until(lambda: a.owned() | b.owned() == set(range(8)) and not a.owned() & b.owned()
+                   and a.consumer.state.state == b.consumer.state.state == "STABLE", 30, "the ring to split 8")
+        members = {r.consumer.member_id or "": r for r in (a, b)}
+        expected = consistent_hash_assign({m: (topic,) for m in members}, {topic: 8})
+        assert {m: {p for _, p in parts} for m, parts in expected.items()} == {m: r.owned() for m, r in members.items()}
+        b.close()
+        wait_until(lambda: a.owned() == set(range(8)), 30, "the survivor to own the ring")
+    finally:
+        a.close()
+        b.close()
+
+
 def test_static_member_restarts_without_a_rebalance(coord: SharedBroker) -> None:
     """group.instance.id: a static member that stops (no LeaveGroup) and comes back within session.timeout.ms
     gets its partitions back in the same generation; the other member never rebalances. A second process with
@@ -200,17 +249,19 @@ def test_static_member_restarts_without_a_rebalance(coord: SharedBroker) -> None
 
 
 def _owned_now(harness: GroupHarness) -> dict[str, set[int]]:
-    """What each live member owns by its own report: its last partitions_assigned, unless revoked since."""
+    """What each live member owns, read from its listener log with both meanings of the hooks: eager
+    (revoked names everything, assigned everything) and cooperative (only what moved)."""
     owned: dict[str, set[int]] = {}
     for member in harness.members:
         if not member.alive:
             continue
         current: set[int] = set()
         for e in member.events():
+            parts = {p["partition"] for p in e.get("partitions", ())}
             if e["name"] == "partitions_assigned":
-                current = {p["partition"] for p in e["partitions"]}
-            elif e["name"] == "partitions_revoked":
-                current = set()
+                current |= parts
+            elif e["name"] in ("partitions_revoked", "partitions_lost"):
+                current -= parts
         owned[member.name] = current
     return owned
 
@@ -363,3 +414,65 @@ def test_batch_listeners_split_a_group(coord: SharedBroker) -> None:
     finally:
         for consumer in consumers:
             consumer.shutdown()
+
+
+class _LibrdkafkaProcess(ConsumerProcess):
+    """A confluent-kafka member in its own process (integration_tests/librdkafka_member.py), reporting the
+    events metaq's verifiable consumer reports, so that it can join a GroupHarness and be SIGKILLed."""
+
+    def __init__(self, harness: GroupHarness, bootstrap: str, assignor: str) -> None:
+        self.name = f"rdkafka-{len(harness.members)}"
+        self.events_path = harness.work_dir / f"{self.name}.jsonl"
+        self.log_path = harness.work_dir / f"{self.name}.log"
+        script = Path(__file__).with_name("librdkafka_member.py")
+        args = [sys.executable, str(script), bootstrap, harness.group, harness.topic, assignor, str(SESSION_MS)]
+        with open(self.events_path, "ab") as out, open(self.log_path, "ab") as err:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=err, preexec_fn=die_with_parent())
+        self.paused = False
+        harness.members.append(self)
+
+
+def _revoked_since(member: ConsumerProcess, mark: int) -> set[int]:
+    return {p["partition"] for e in member.events()[mark:] if e["name"] == "partitions_revoked"
+            for p in e["partitions"]}
+
+
+@pytest.mark.compat("broker-coordinated consumer group (group.coordination=kafka)", "confluent-kafka")
+@pytest.mark.parametrize("assignor", ["cooperative-sticky"])  # eager hand-overs: the tests above (time budget)
+def test_two_metaq_and_two_librdkafka_members_survive_sigkills(coord: SharedBroker, tmp_path: Path,
+                                                                assignor: str) -> None:
+    """2 metaq + 2 librdkafka processes in one group under a steady producer; a metaq member, then a librdkafka
+    member is SIGKILLed: its partitions move after the session timeout, every acked record is read, duplicates
+    only inside the killed members' uncommitted windows. With cooperative-sticky the survivors never revoke a
+    partition (only the dead member's move)."""
+    topic = coord.topic(f"quad-{assignor}", partitions=8)
+    props = {k: v for k, v in MEMBER.items() if k != "consumer.timeout.ms"}
+    harness = GroupHarness(coord.zk_connect, f"quad-{assignor}-g", topic, tmp_path,
+                           properties={**props, "partition.assignment.strategy": assignor})
+    producer = SteadyProducer(coord.zk_connect, topic, rate=200)
+    producer.start()
+    victims: list[str] = []
+    try:
+        for _ in range(2):
+            harness.add_member()
+            _LibrdkafkaProcess(harness, coord.broker.bootstrap, assignor)
+        for member in harness.members:
+            member.wait_started()
+        wait_until(lambda: _balanced(harness, 8, 4), 90, lambda: f"4 members to split 8: {_owned_now(harness)}")
+        for victim, left in ((harness.members[0], 3), (harness.members[1], 2)):  # metaq, then librdkafka
+            before = _owned_now(harness)
+            marks = {m.name: len(m.events()) for m in harness.members}
+            victim.kill()
+            victims.append(victim.name)
+            wait_until(lambda n=left: _balanced(harness, 8, n), 90,
+                       lambda: f"the survivors to take over: {_owned_now(harness)}")
+            if assignor == "cooperative-sticky":
+                revoked = {m.name: _revoked_since(m, marks[m.name]) & before[m.name]
+                           for m in harness.members if m.alive}
+                assert revoked == {m.name: set() for m in harness.members if m.alive}
+        acked = producer.finish()
+        wait_until(lambda: not check_delivery(harness.events(), acked).missing, 60, "every acked message read")
+    finally:
+        producer.finish()
+        harness.stop_all()
+    check_delivery(harness.events(), acked, failed_members=victims).assert_ok()

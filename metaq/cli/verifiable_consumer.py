@@ -144,6 +144,12 @@ class ReportingListener:
                 if tid.rsplit("-", 1)[0] == consumer_id]
         emit("partitions_assigned", partitions=mine)
 
+    def lost(self, partitions: Mapping[str, set[int]]) -> None:
+        """Partitions the member had to assume were someone else's (group.coordination=kafka)."""
+        self._report.flush()
+        emit("partitions_lost", partitions=[{"topic": t, "partition": p} for t, ps in partitions.items()
+                                            for p in sorted(ps)])
+
     def rebalance_failed(self, error: ConsumerRebalanceFailedError) -> None:
         emit("rebalance_failed", error=str(error))
 

@@ -126,8 +126,10 @@ class ConsumerConfig(ZooKeeperClientConfig, SecurityConfig):
                                     "stable offset (docs/transactions.md)")
     exclude_internal_topics: bool = prop("exclude.internal.topics", True)
     partition_assignment_strategy: str = prop(
-        "partition.assignment.strategy", "range", check=one_of("range", "roundrobin")
-    )
+        "partition.assignment.strategy", "range",
+        check=one_of("range", "roundrobin", "cooperative-sticky", "metaq-consistent-hash"),
+        doc="range|roundrobin; with group.coordination=kafka also cooperative-sticky (incremental rebalancing) "
+            "and metaq-consistent-hash (docs/broker-coordinated-consumer.md)")
     partition_assignment_roundrobin_hash: str = prop(
         "partition.assignment.roundrobin.hash", "0.8", check=one_of("0.8", "1.1"),
         doc="the Kafka release whose TopicAndPartition name orders roundrobin's partitions: 0.8 ([topic,p], "
@@ -187,6 +189,9 @@ class ConsumerConfig(ZooKeeperClientConfig, SecurityConfig):
         check_metrics(config.metrics_enabled, config.metrics_port)
         if config.group_coordination == "kafka":
             _check_group_protocol(config)
+        elif config.partition_assignment_strategy not in ("range", "roundrobin"):
+            raise ConfigError(f"config 'partition.assignment.strategy': {config.partition_assignment_strategy} "
+                              "needs group.coordination=kafka (ZooKeeper members know range and roundrobin)")
         if config.offsets_storage == "kafka" and config.dual_commit_enabled is False:
             raise ConfigError(
                 "config 'dual.commit.enabled': false is not supported with offsets.storage=kafka; metaq always "

@@ -198,9 +198,6 @@ class Consumer:
             raise MetaqError("streams were already created for this consumer (one subscription per connector)")
         if self._closed:
             raise MetaqError("consumer is shut down")
-        if self._broker_coordinated and sub.is_wildcard:
-            raise MetaqError("create_message_streams_by_filter is not available with group.coordination=kafka yet "
-                             "(subscribe to named topics)")
         self._subscription = sub
         if self._store is None:
             self._rebalancer = GroupMember(

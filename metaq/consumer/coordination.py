@@ -49,13 +49,12 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
 )
 
+from metaq.consumer import cooperative
 from metaq.consumer.config import ConsumerConfig
+from metaq.consumer.cooperative import COOPERATIVE, COOPERATIVE_STICKY, AssignmentChange
 from metaq.consumer.group_protocol import (
-    ASSIGNORS,
     PROTOCOL_TYPE,
-    Member,
     decode_assignment,
-    decode_subscription,
     encode_assignment,
     encode_subscription,
     metadata_changes,
@@ -172,6 +171,11 @@ class GroupMember:
         self._commit_listener = commit_listener
         self._instance_id = config.group_instance_id
         self._assignor = config.partition_assignment_strategy  # the one protocol offered in JoinGroup
+        self._cooperative = self._assignor in COOPERATIVE  # KIP-429: revoke only what moves
+        self._assigned_generation = -1  # the generation of the last assignment (cooperative-sticky user data)
+        self._lost_pending = False  # partitions lost, the listener's ``lost`` hook not called yet
+        self._matched: dict[str, int] | None = None  # wildcard: topic -> streams, as last matched
+        self._pattern_check_at = 0.0
         self._session_s = config.session_timeout_ms / 1000.0
         self._lease_s = self._session_s * config.session_lease_fraction
         # three connections: JoinGroup blocks for up to the rebalance timeout, and neither heartbeats nor
@@ -295,7 +299,11 @@ class GroupMember:
             with self._wakeup:
                 self._rejoin_needed = False
             started = time.monotonic()
-            self._revoke_all(commit=self._config.auto_commit_enable and self.state != LOST)
+            self._rematch()
+            if self._cooperative and self.state != LOST and not self._lost_pending:
+                self._prepare_cooperative_join()
+            else:
+                self._revoke_all(commit=self._config.auto_commit_enable and self.state != LOST)
             error: BaseException | None = None
             failures = 0
             while not self._closing.is_set():
@@ -356,7 +364,10 @@ class GroupMember:
     def _join_and_sync(self) -> None:
         self._set_state(JOINING)
         self._assigned_counts = None
+        join_sent = time.monotonic()
         joined = self._join()
+        if self._cooperative:
+            self._prove(join_sent)  # members keep delivering what they own while the group rebalances
         generation = Generation(joined.generation_id, joined.member_id, joined.protocol_name)
         self.generation_info = generation
         self._set_state(SYNCING)
@@ -366,6 +377,10 @@ class GroupMember:
         sent = time.monotonic()
         partitions = self._sync(generation, assignments)
         self._prove(sent)
+        self._assigned_generation = generation.generation_id
+        if self._cooperative:
+            self._take_incremental(generation, partitions)
+            return
         offsets = self._fetch_offsets(partitions)
         with self._wakeup:
             if self._rejoin_needed:  # a heartbeat saw the next rebalance meanwhile: take nothing, join again
@@ -383,7 +398,46 @@ class GroupMember:
                  sorted(self.registry), generation.generation_id)
 
     def _topics(self) -> list[str]:
-        return sorted(self._subscription.topic_count().subscription)
+        return sorted(self._stream_counts())
+
+    def _stream_counts(self) -> dict[str, int]:
+        """topic -> streams: the subscription, or for a wildcard one the topics its filter matched when last
+        evaluated (Java's pattern subscription, ``ConsumerCoordinator.updatePatternSubscription``)."""
+        if not self._subscription.is_wildcard:
+            return dict(self._subscription.topic_count().subscription)
+        if self._matched is None:
+            self._matched = self._match_topics()
+        return dict(self._matched)
+
+    def _match_topics(self) -> dict[str, int]:
+        return self._subscription.topic_count().streams_per_topic(
+            self._layout.topics(), exclude_internal=self._config.exclude_internal_topics)
+
+    def _rematch(self) -> None:
+        """Before each join, a wildcard member matches its filter against the topics again (Java matches the
+        pattern before joining); a failure to list them keeps the last match."""
+        if self._subscription.is_wildcard:
+            try:
+                self._matched = self._match_topics()
+            except MetaqError as e:
+                log.info("consumer %s: listing topics failed, keeping the last match: %s", self._consumer_id, e)
+
+    def _check_pattern(self) -> None:
+        """A wildcard member, every metadata.max.age.ms: if the topics its filter matches changed (created,
+        deleted), it rejoins with the new subscription, as Java's consumer does on a metadata update."""
+        if not self._subscription.is_wildcard or self.state != STABLE or time.monotonic() < self._pattern_check_at:
+            return
+        self._pattern_check_at = time.monotonic() + self._config.metadata_max_age_ms / 1000.0
+        try:
+            matched = self._match_topics()
+        except MetaqError as e:
+            log.info("consumer %s: listing topics failed: %s", self._consumer_id, e)
+            return
+        if matched != self._matched:
+            before = set(self._matched or ())
+            self._matched = matched
+            self.request_rejoin(f"the topic filter now matches {sorted(matched)} (added "
+                                f"{sorted(set(matched) - before)}, gone {sorted(before - set(matched))})")
 
     def _join(self) -> Any:
         """One JoinGroup; _Restart when the coordinator wants another one at once."""
@@ -391,7 +445,7 @@ class GroupMember:
             "group_id": self._group, "session_timeout_ms": self._config.session_timeout_ms,
             "rebalance_timeout_ms": self._config.max_poll_interval_ms, "member_id": self._member_id,
             "group_instance_id": self._instance_id, "protocol_type": PROTOCOL_TYPE,
-            "protocols": [{"name": self._assignor, "metadata": encode_subscription(self._topics())}]}
+            "protocols": [{"name": self._assignor, "metadata": self._subscription_bytes()}]}
         response = self._join_channel.send(JoinGroupRequest, fields)
         if response.error_code == ErrorCode.MEMBER_ID_REQUIRED:  # KIP-394: join again with the id given
             log.debug("consumer %s: member id %s assigned; joining again", self._consumer_id, response.member_id)
@@ -403,6 +457,16 @@ class GroupMember:
                                 f"{self._assignor!r}")
         self._member_id = response.member_id
         return response
+
+    def _subscription_bytes(self) -> bytes:
+        """``ConsumerProtocolSubscription``: v0 (topics) for the eager assignors, as before; v3 with the owned
+        partitions and their generation for cooperative-sticky (metaq.consumer.cooperative)."""
+        if self._assignor != COOPERATIVE_STICKY:
+            return encode_subscription(self._topics())
+        owned = [key for key, info in self.registry.items() if not info.revoked]
+        return cooperative.encode_subscription(
+            self._topics(), owned=owned, generation=self.generation_info.generation_id,
+            user_data=cooperative.sticky_user_data(self._assigned_generation))
 
     def _check_answer(self, code: int, request: str) -> None:
         """A JoinGroup or SyncGroup answer's error: the coordinator forgot us (join again as a new member),
@@ -418,12 +482,12 @@ class GroupMember:
     def _assign(self, joined: Any) -> dict[str, bytes]:
         """The leader's part: every member's assignment over the partitions ZooKeeper lists now (or the brokers'
         Metadata, with bootstrap.servers)."""
-        members = {m.member_id: Member(m.member_id, getattr(m, "group_instance_id", None),
-                                       decode_subscription(m.metadata)) for m in joined.members}
+        members = {m.member_id: cooperative.decode_subscription(m.metadata) for m in joined.members}
+        instance_ids = {m.member_id: getattr(m, "group_instance_id", None) for m in joined.members}
         topics = sorted({t for member in members.values() for t in member.topics})
         found = self._layout.topic_partition_ids(topics)
         counts = {topic: len(ids) for topic, ids in found.items() if ids}
-        assignment = ASSIGNORS[self._assignor](members, counts)
+        assignment = cooperative.assign(self._assignor, members, counts, instance_ids)
         self._assigned_counts = {topic: len(ids or ()) for topic, ids in found.items()}
         self._metadata_check_at = time.monotonic() + self._config.metadata_max_age_ms / 1000.0
         log.info("consumer %s leads group %s generation %d: %s", self._consumer_id, self._group,
@@ -460,7 +524,7 @@ class GroupMember:
     def _publish(self, partitions: list[TopicPartition], offsets: Mapping[TopicPartition, int]) -> None:
         """Each topic's partitions over this member's streams of it, round robin; no offset: -1 (the fetcher
         resolves it by auto.offset.reset)."""
-        counts = self._subscription.topic_count().subscription
+        counts = self._stream_counts()
         registry: dict[TopicPartition, PartitionTopicInfo] = {}
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(partitions):
@@ -490,12 +554,98 @@ class GroupMember:
             except MetaqError as e:
                 log.warning("consumer %s: commit before rejoining failed: %s", self._consumer_id, e)
         if self._listener is not None and owned and commit:
-            grouped: dict[str, set[int]] = {}
-            for topic, partition in owned:
-                grouped.setdefault(topic, set()).add(partition)
-            self._safe_hook(self._listener.before_release, grouped)
+            self._safe_hook(self._listener.before_release, _grouped(owned))
+        self._call_lost(owned)
         self.registry = {}
         self._committed = {}
+
+    def _call_lost(self, owned: Iterable[TopicPartition]) -> None:
+        """The listener's ``lost`` hook (Java's ``onPartitionsLost``), once for partitions this member had to
+        assume were someone else's already: nothing was committed for them and nothing more is delivered."""
+        with self._wakeup:
+            pending, self._lost_pending = self._lost_pending, False
+        lost = getattr(self._listener, "lost", None)
+        keys = list(owned)
+        if pending and keys and lost is not None:
+            self._safe_hook(lost, _grouped(keys))
+
+    # -- incremental rebalancing (cooperative-sticky) ------------------------------------------------
+
+    def _prepare_cooperative_join(self) -> None:
+        """KIP-429's onJoinPrepare: keep fetching and delivering what is owned (only a subscription change
+        revokes before joining, and metaq's subscriptions are fixed); commit it while the generation is ours."""
+        if self._config.auto_commit_enable and self.registry:
+            try:
+                self.commit()
+            except MetaqError as e:
+                log.warning("consumer %s: commit before rejoining failed: %s", self._consumer_id, e)
+        subscribed = set(self._topics())
+        gone = {key: info for key, info in self.registry.items() if key[0] not in subscribed}
+        if gone:  # a wildcard filter that no longer matches a topic: revoke its partitions before joining
+            for info in gone.values():
+                info.revoke()
+            if self._config.auto_commit_enable:
+                try:
+                    self.commit(gone.values(), include_revoked=True)
+                except MetaqError as e:
+                    log.warning("consumer %s: commit of unsubscribed partitions failed: %s", self._consumer_id, e)
+            if self._listener is not None:
+                self._safe_hook(self._listener.before_release, _grouped(gone))
+            self.registry = {key: info for key, info in self.registry.items() if key not in gone}
+
+    def _take_incremental(self, generation: Generation, partitions: list[TopicPartition]) -> None:
+        """``ConsumerCoordinator.onJoinComplete`` with the cooperative protocol: keep what is assigned again,
+        revoke (commit, then ``before_release``) only what is not and rejoin so that it can move, start the
+        added partitions (``assigned`` names only them)."""
+        change = AssignmentChange.of((k for k, i in self.registry.items() if not i.revoked), partitions)
+        offsets = self._fetch_offsets(sorted(change.added))  # first: if it fails, nothing has changed yet
+        for info in self.registry.values():
+            info.generation = generation.generation_id  # kept and revoked partitions commit in this generation
+        revoked = [self.registry[key] for key in sorted(change.revoked)]
+        for info in revoked:
+            info.revoke()
+        if revoked and self._config.auto_commit_enable:
+            try:
+                self.commit(revoked, include_revoked=True)
+            except MetaqError as e:
+                log.warning("consumer %s: commit of revoked partitions failed: %s", self._consumer_id, e)
+        kept = {key: info for key, info in self.registry.items() if key in change.kept}
+        added = self._new_infos(sorted(change.added), offsets, kept)
+        self._committed = {key: o for key, o in self._committed.items() if key in kept}
+        self._committed.update({key: o for key, o in offsets.items() if key in added})
+        self.registry = {**kept, **added}
+        self._set_state(STABLE)
+        if self._listener is not None and revoked:
+            self._safe_hook(self._listener.before_release, _grouped(info.key for info in revoked))
+        if self._listener is not None and added:
+            view: dict[str, dict[int, str]] = {}
+            for (topic, partition), info in added.items():
+                view.setdefault(topic, {})[partition] = info.thread_id
+            self._safe_hook(self._listener.assigned, self._consumer_id, view)
+        if revoked:  # the second round gives them to their new owners
+            self.request_rejoin(f"revoked {sorted(change.revoked)}; rejoining so that they can move")
+        self._fetcher.start_connections(added.values())
+        log.info("consumer %s (member %s) owns %s (generation %d): kept %d, added %s, revoked %s",
+                 self._consumer_id, generation.member_id, sorted(self.registry), generation.generation_id,
+                 len(kept), sorted(change.added), sorted(change.revoked))
+
+    def _new_infos(self, partitions: list[TopicPartition], offsets: Mapping[TopicPartition, int],
+                   kept: Mapping[TopicPartition, PartitionTopicInfo]) -> dict[TopicPartition, PartitionTopicInfo]:
+        """Added partitions, each to the topic's stream with the fewest of its partitions so far."""
+        counts = self._stream_counts()
+        load: dict[str, int] = {}
+        for info in kept.values():
+            load[info.thread_id] = load.get(info.thread_id, 0) + 1
+        infos: dict[TopicPartition, PartitionTopicInfo] = {}
+        for topic, partition in partitions:
+            threads = make_thread_ids(self._consumer_id, counts[topic])
+            tid = min(threads, key=lambda t: (load.get(t, 0), threads.index(t)))
+            load[tid] = load.get(tid, 0) + 1
+            start = offsets.get((topic, partition), -1)
+            infos[(topic, partition)] = PartitionTopicInfo(
+                topic, partition, self._subscription.queue_for(topic, tid), start, start,
+                self.generation_info.generation_id, tid)
+        return infos
 
     # -- losing the partitions -----------------------------------------------------------------------
 
@@ -508,6 +658,7 @@ class GroupMember:
                 return
             for info in list(self.registry.values()):
                 info.revoke()
+            self._lost_pending = bool(self.registry)
             self._gate.lapse()
             self.generation_info = NO_GENERATION
             if not rejoin:
@@ -536,6 +687,7 @@ class GroupMember:
                 self._check_session()
                 self._check_poll()
                 self._check_metadata()
+                self._check_pattern()
             except Exception:  # the heartbeat thread must survive anything
                 log.exception("consumer %s: heartbeat error", self._consumer_id)
 
@@ -729,3 +881,10 @@ class GroupMember:
 
     def _safe_hook(self, hook: Callable[..., Any], *args: Any) -> None:
         safe_hook(hook, *args)
+
+
+def _grouped(keys: Iterable[TopicPartition]) -> dict[str, set[int]]:
+    grouped: dict[str, set[int]] = {}
+    for topic, partition in keys:
+        grouped.setdefault(topic, set()).add(partition)
+    return grouped

@@ -117,3 +117,59 @@ def test_the_leader_rejoins_when_a_subscribed_topic_gains_partitions() -> None:
     member._metadata_check_at = 0.0
     member._check_metadata()
     assert member._rejoin_needed
+
+
+class _Hooks:
+    """A rebalance listener recording its calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def before_release(self, partitions: Mapping[str, set[int]]) -> None:
+        self.calls.append(("before_release", dict(partitions)))
+
+    def assigned(self, consumer_id: str, assignment: Mapping[str, Mapping[int, str]]) -> None:
+        self.calls.append(("assigned", {t: sorted(ps) for t, ps in assignment.items()}))
+
+    def lost(self, partitions: Mapping[str, set[int]]) -> None:
+        self.calls.append(("lost", dict(partitions)))
+
+
+def test_lost_partitions_call_lost_not_before_release() -> None:
+    """A fenced commit: the partition is revoked at once, nothing committed; when the member prepares to
+    rejoin, the listener hears ``lost`` (Java's onPartitionsLost), never ``before_release``."""
+    channel = _Channel(ErrorCode.ILLEGAL_GENERATION)
+    member, info = _member(channel)
+    hooks = _Hooks()
+    member._listener = hooks
+    member._fetcher = SimpleNamespace(stop_connections=lambda: None)
+    member.commit()
+    assert info.revoked and member.state == LOST and hooks.calls == []
+    member._revoke_all(commit=False)  # what synced_rebalance does for a LOST member
+    assert hooks.calls == [("lost", {"t": {0}})] and member.registry == {}
+    member._revoke_all(commit=False)
+    assert len(hooks.calls) == 1 and len(channel.sent) == 1
+
+
+def test_cooperative_assignment_revokes_and_announces_only_what_moved() -> None:
+    """KIP-429 onJoinComplete: t-0 assigned again stays the same PartitionTopicInfo (now in generation 4), t-1
+    is revoked, committed in generation 4 and named to before_release, t-2 is added and the only one named to
+    assigned; the member rejoins so that t-1 can move."""
+    channel = _Channel(ErrorCode.NONE)
+    member, kept = _member(channel)
+    gone = PartitionTopicInfo("t", 1, ChunkQueue(2), 30, 30, 3, "g_c1-0")
+    gone.consumed_offset = 35
+    member.registry[("t", 1)] = gone
+    hooks = _Hooks()
+    started: list[list[tuple[str, int]]] = []
+    member._listener = hooks
+    member._fetcher = SimpleNamespace(start_connections=lambda infos: started.append([i.key for i in infos]))
+    member._fetch_offsets = lambda partitions: {("t", 2): 7}  # type: ignore[method-assign]
+    member.generation_info = Generation(4, "m-1", "cooperative-sticky")
+    member._take_incremental(member.generation_info, [("t", 0), ("t", 2)])
+    assert member.registry[("t", 0)] is kept and kept.generation == 4 and not kept.revoked
+    assert gone.revoked and channel.sent[0]["generation_id_or_member_epoch"] == 4
+    assert channel.sent[0]["topics"][0]["partitions"][0]["partition_index"] == 1
+    assert hooks.calls == [("before_release", {"t": {1}}), ("assigned", {"t": [2]})]
+    assert sorted(member.registry) == [("t", 0), ("t", 2)] and started == [[("t", 2)]]
+    assert member._rejoin_needed and member.state == STABLE
