@@ -33,7 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from metaq.client.metadata import MetadataLayout
 from metaq.consumer import Consumer, ConsumerTimeoutError
-from metaq.errors import MetaqError
+from metaq.errors import ConsumerRebalanceFailedError, MetaqError
 from metaq.producer import ClusterMetadata, ProducerConfig
 from metaq.producer import Producer as MetaqProducer
 from metaq.producer.producer import connection_settings as producer_connection_settings
@@ -373,3 +373,20 @@ def test_metaq_producer_writes_old_message_formats(apache_kafka: Callable[..., A
                                                    settings)) as producer:
         refused = producer.send(topic, b"never", partition=0).exception(60)
     assert isinstance(refused, MetaqError) and "enable.idempotence" in str(refused), refused
+
+
+@pytest.mark.apache_kafka(V0_8)
+def test_broker_coordinated_group_on_kafka_0_8_is_refused_naming_zookeeper(
+        apache_kafka: Callable[..., ApacheKafkaBroker]) -> None:
+    """Kafka 0.8.2 has no group protocol (JoinGroup came with 0.9): a ``group.coordination=kafka`` member with
+    ``bootstrap.servers`` finds the coordinator (FindCoordinator v0 and Metadata v0 work) and then fails for good,
+    saying to use ZooKeeper coordination, instead of retrying."""
+    broker = apache_kafka(V0_8)
+    topic = f"legacy-no-join-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, partitions=PARTITIONS)
+    config = {"group.id": "legacy-no-join", "bootstrap.servers": broker.bootstrap, "group.coordination": "kafka",
+              "broker.version.fallback": "0.8.2", "consumer.timeout.ms": 3000}
+    refusal = r"JoinGroup, brokers from Kafka 0\.9 on.*zookeeper\.connect"
+    with pytest.raises(ConsumerRebalanceFailedError, match=refusal):
+        with Consumer(config) as consumer:
+            consumer.create_message_streams({topic: 1})
