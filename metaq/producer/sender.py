@@ -4,7 +4,8 @@ Each loop the thread (named "metaq-producer-sender")
 
 1. re-reads from ZooKeeper the topics whose metadata a failure made suspect,
 2. asks the accumulator which partitions are ready and groups them by leader,
-3. sends one ProduceRequest per broker (up to ``max.in.flight.requests.per.connection`` pipelined),
+3. sends one ProduceRequest per broker (up to ``max.in.flight.requests.per.connection`` pipelined; to a
+   broker before Kafka 0.11 the batches go as message sets v0/v1, metaq/producer/legacy.py),
 4. waits on the brokers' sockets and a wakeup socket until a response, a new batch or a deadline.
 
 A failed batch is retried as the :func:`metaq.retry.producer_send` policy says (retriable errors only,
