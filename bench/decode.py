@@ -7,7 +7,8 @@ broker's validation walk (metaq.protocol.records.check_records) with either read
 The data is what a 1 MiB fetch looks like: uncompressed v2 batches of about 16 KiB (kafka-python's default
 batch size) with null keys and values of the given size, decoded 1 MiB at a time as the fetcher does. Each
 decoder reads every record's offset, timestamp, key, value and headers; the best of three runs is reported,
-in records per second of CPU time (the machine may be shared).
+in records per second of CPU time (the machine may be shared). It ends with the target line of the legacy
+wire (bench/targets.py): v1 message sets decoded as fast as v2 batches.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from bench.targets import Target, print_targets
 from metaq.protocol import legacy
 from metaq.protocol import records as records_module
 from metaq.protocol.batches import BATCH_HEADER_SIZE, iter_valid_batches
@@ -168,21 +170,37 @@ def run(records: int = 200_000, sizes: tuple[int, ...] = (100, 1024)) -> list[tu
     return rows
 
 
-def legacy_rows(records: int, size: int = 100) -> list[tuple[str, float]]:
+LEGACY_CODECS = ((0, "plain"), (1, "gzip"))
+LEGACY_VALUE_SIZE = 100
+
+
+def _decode_label(fmt: str, codec_label: str, size: int) -> str:
+    return f"metaq decode_records, {fmt} {codec_label}, {size} B values"
+
+
+def legacy_rows(records: int, size: int = LEGACY_VALUE_SIZE) -> list[tuple[str, float]]:
     """decode_records on v1 message sets, plain and gzip, beside v2 batches of the same records; aiokafka's
     compiled MemoryRecords (its LegacyRecordBatch for v0/v1) on the same bytes."""
     rows: list[tuple[str, float]] = []
-    for codec, codec_label in ((0, "plain"), (1, "gzip")):
+    for codec, codec_label in LEGACY_CODECS:
         v1 = make_legacy_fetches(records, size, 1, codec)
         v2 = fetches(make_batches(records, size, codec=codec))
-        rows.append((f"metaq decode_records, v1 message sets {codec_label}, {size} B values",
+        rows.append((_decode_label("v1 message sets", codec_label, size),
                      records_per_second(metaq_decode, v1, records)))
-        rows.append((f"metaq decode_records, v2 batches {codec_label}, {size} B values",
-                     records_per_second(metaq_decode, v2, records)))
+        rows.append((_decode_label("v2 batches", codec_label, size), records_per_second(metaq_decode, v2, records)))
         if records_module.COMPILED:
             rows.append((f"aiokafka MemoryRecords (LegacyRecordBatch), v1 {codec_label}, fields only, {size} B values",
                          records_per_second(aiokafka_fields, v1, records)))
     return rows
+
+
+def legacy_targets(rows: list[tuple[str, float]], size: int = LEGACY_VALUE_SIZE) -> list[Target]:
+    """The legacy wire's goal: v0/v1 message sets decode as fast as v2 batches of the same records."""
+    rates = dict(rows)
+    return [Target(f"v1 decode {codec_label} records/s v1/v2 ({size} B)",
+                   rates[_decode_label("v1 message sets", codec_label, size)]
+                   / rates[_decode_label("v2 batches", codec_label, size)], 1.0)
+            for _, codec_label in LEGACY_CODECS]
 
 
 def main() -> None:
@@ -194,6 +212,7 @@ def main() -> None:
     width = max(len(label) for label, _ in rows)
     for label, rate in rows:
         print(f"{label.ljust(width)}  {rate:>12,.0f} records/s")
+    print_targets(legacy_targets(rows))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
+from metaq.client.metadata import MetadataLayout
 from metaq.consumer import Consumer, ConsumerTimeoutError
+from metaq.errors import ConsumerRebalanceFailedError, MetaqError
+from metaq.producer import ClusterMetadata, ProducerConfig
+from metaq.producer import Producer as MetaqProducer
+from metaq.producer.producer import connection_settings as producer_connection_settings
 from metaq.protocol import legacy
 from metaq.testing.apache_kafka import V0_8, V0_10, V1_1, V3_9, ApacheKafkaBroker, kafka_params
 from metaq.testing.broker import request
@@ -145,11 +150,16 @@ def _switch_format(broker: ApacheKafkaBroker, topic: str, version: str) -> dict[
 def _consume(broker: ApacheKafkaBroker, group: str, topic: str, expected: int, fallback: str | None
              ) -> dict[tuple[int, int], Sent]:
     """Read ``expected`` records with a metaq group member, then commit; each once, by ``(partition, offset)``."""
-    got: dict[tuple[int, int], Sent] = {}
-    config: dict[str, Any] = {"group.id": group, "zookeeper.connect": broker.zk_connect,
-                              "consumer.timeout.ms": 3000, "auto.offset.reset": "smallest"}
+    config: dict[str, Any] = {"group.id": group, "zookeeper.connect": broker.zk_connect}
     if fallback:
         config["broker.version.fallback"] = fallback
+    return _read_as_member(config, topic, expected)
+
+
+def _read_as_member(config: dict[str, Any], topic: str, expected: int) -> dict[tuple[int, int], Sent]:
+    """:func:`_consume` with a member of ``config`` (from the beginning)."""
+    got: dict[tuple[int, int], Sent] = {}
+    config = {**config, "consumer.timeout.ms": 3000, "auto.offset.reset": "smallest"}
     with Consumer(config) as consumer:
         [stream] = consumer.create_message_streams({topic: 1})[topic]
 
@@ -321,3 +331,138 @@ def test_log_append_time_as_kafka_stores_it_in_format_v1(apache_kafka: Callable[
             expected = [legacy.encode_message(o, 1, 0x08, append_time, sent[(partition, first + o)].key,
                                               sent[(partition, first + o)].value) for o, _ in inner]
             assert [e for _, e in inner] == expected
+
+# -- metaq's producer to old brokers, over Metadata v0 on 0.8 -------------------------------------------------------
+
+PRODUCER_CAPABILITY = "metaq producer writes old message formats"
+PRODUCER_CASES = {V0_10: 1, V0_8: 0}
+"""The message format each broker's log must hold after metaq's producer wrote to it (Produce v2 / v0)."""
+CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3}
+PER_CODEC = 6
+
+
+def _segment_entries(broker: ApacheKafkaBroker, topic: str, partition: int) -> list[tuple[int, int]]:
+    """(magic, codec) of every top-level entry of a partition's first segment (see _segment_magics)."""
+    segment = Path(broker.dir, "data", f"{topic}-{partition}", "00000000000000000000.log").read_bytes()
+    entries, pos = [], 0
+    while pos + 18 <= len(segment):
+        (size,) = struct.unpack_from(">i", segment, pos + 8)
+        entries.append((segment[pos + 16], segment[pos + 17] & 0x07))
+        pos += 12 + size
+    return entries
+
+
+def _metaq_produce(broker: ApacheKafkaBroker, topic: str, fallback: str, magic: int
+                   ) -> dict[tuple[int, int], Sent]:
+    """PER_CODEC keyed, compressible records per codec, with explicit CreateTime timestamps, through metaq's
+    producer whose leaders come from Metadata (v0 on 0.8: bootstrap only, no ZooKeeper); what each future
+    acknowledged, with the timestamp the broker keeps (none in v0)."""
+    acked: dict[tuple[int, int], Sent] = {}
+    base_ts = int(time.time() * 1000) - 60_000
+    for codec in CODEC_IDS:
+        config = ProducerConfig.from_properties({"compression.type": codec, "broker.version.fallback": fallback,
+                                                 "linger.ms": 100})
+        settings = producer_connection_settings(config)
+        layout = MetadataLayout.connect(broker.bootstrap, settings)
+        with MetaqProducer(config, metadata=ClusterMetadata(layout, settings)) as producer:
+            futures = []
+            for i in range(PER_CODEC):
+                key, value = b"%s-key-%d" % (codec.encode(), i), b"%s-value-%d-" % (codec.encode(), i) + b"x" * 300
+                ts = base_ts + len(acked) + i
+                futures.append((key, value, ts, producer.send(topic, value, key, partition=i % PARTITIONS,
+                                                              timestamp_ms=ts)))
+            producer.flush(60)
+            for key, value, ts, future in futures:
+                meta = future.result(0)
+                assert meta.timestamp_ms == ts
+                acked[(meta.partition, meta.offset)] = Sent(key, value, ts if magic else NO_TIMESTAMP)
+    return acked
+
+
+def _console_partition(broker: ApacheKafkaBroker, topic: str, partition: int, count: int, fallback: str
+                       ) -> set[str]:
+    """``metaq console-consumer --bootstrap-server`` reading ``count`` messages of one partition from the earliest
+    offset, with no group."""
+    argv = [sys.executable, "-m", "metaq", "console-consumer", "--bootstrap-server", broker.bootstrap, "--topic",
+            topic, "--partition", str(partition), "--offset", "earliest", "--max-messages", str(count),
+            "--timeout-ms", "60000",
+            "--format", "%o|%k|%s\\n", "--property", f"broker.version.fallback={fallback}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return set(done.stdout.splitlines())
+
+
+def _kcat_lines(broker: ApacheKafkaBroker, topic: str, fallback: str) -> set[str]:
+    """kcat (librdkafka) reading every partition from the beginning, one line per record."""
+    lines: set[str] = set()
+    for partition in range(PARTITIONS):
+        argv = ["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-p", str(partition), "-o", "beginning", "-e",
+                "-q", "-f", "%p|%o|%T|%k|%s\\n", "-X", "api.version.request=false",
+                "-X", f"broker.version.fallback={fallback}"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        lines.update(done.stdout.splitlines())
+    return lines
+
+
+@pytest.mark.parametrize("version", [pytest.param(p.values[0], id=p.id, marks=p.marks)
+                                     for p in kafka_params(PRODUCER_CAPABILITY, tuple(PRODUCER_CASES))])
+def test_metaq_producer_writes_old_message_formats(apache_kafka: Callable[..., ApacheKafkaBroker], version: str
+                                                   ) -> None:
+    """metaq's producer negotiates Produce v0 (0.8.2.2, ``broker.version.fallback=0.8.2``) or v2 (0.10.2.2) and
+    writes message set v0 / v1 with each codec (the broker's segment files show the magic and codec of every
+    entry); metaq's consumer and kcat read back every key, value, offset and (v1) timestamp the futures
+    acknowledged. The producer's leaders come from Metadata answers (v0 on 0.8) with no ZooKeeper; so do the
+    reading group's on 0.10.2.2 (broker-coordinated; Kafka 0.8.2 has no group protocol, so there the group is
+    ZooKeeper-coordinated). Idempotence, on by default, is turned off for these brokers; asked for, it fails."""
+    magic = PRODUCER_CASES[version]
+    broker = apache_kafka(version)
+    fallback = CASES[version].fallback or "0.10.0"
+    topic = f"legacy-produce-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, partitions=PARTITIONS)
+    sent = _metaq_produce(broker, topic, fallback, magic)
+
+    for partition in range(PARTITIONS):
+        offsets = sorted(o for p, o in sent if p == partition)
+        assert offsets == list(range(len(offsets))), f"partition {partition}: {offsets}"
+        entries = _segment_entries(broker, topic, partition)
+        assert {m for m, _ in entries} == {magic}
+        assert {c for _, c in entries} == set(CODEC_IDS.values()), entries
+
+    if magic:
+        got = _read_as_member({"group.id": f"legacy-produce-{version}", "bootstrap.servers": broker.bootstrap,
+                               "group.coordination": "kafka"}, topic, len(sent))
+    else:
+        got = _consume(broker, f"legacy-produce-{version}", topic, len(sent), fallback)
+        # without ZooKeeper on 0.8: the console consumer reads a partition with Metadata v0 and Fetch v0
+        first = {f"{o}|{s.key.decode()}|{s.value.decode()}" for (p, o), s in sent.items() if p == 0}
+        assert _console_partition(broker, topic, 0, len(first), fallback) == first
+    assert got == sent
+
+    # kcat's %T shows 0 for a message without a timestamp (librdkafka's "not available")
+    assert _kcat_lines(broker, topic, fallback) == {
+        f"{p}|{o}|{max(s.timestamp, 0)}|{s.key.decode()}|{s.value.decode()}" for (p, o), s in sent.items()}
+
+    config = ProducerConfig.from_properties({"enable.idempotence": "true", "broker.version.fallback": fallback})
+    settings = producer_connection_settings(config)
+    with MetaqProducer(config, metadata=ClusterMetadata(MetadataLayout.connect(broker.bootstrap, settings),
+                                                   settings)) as producer:
+        refused = producer.send(topic, b"never", partition=0).exception(60)
+    assert isinstance(refused, MetaqError) and "enable.idempotence" in str(refused), refused
+
+
+@pytest.mark.apache_kafka(V0_8)
+def test_broker_coordinated_group_on_kafka_0_8_is_refused_naming_zookeeper(
+        apache_kafka: Callable[..., ApacheKafkaBroker]) -> None:
+    """Kafka 0.8.2 has no group protocol (JoinGroup came with 0.9): a ``group.coordination=kafka`` member with
+    ``bootstrap.servers`` finds the coordinator (FindCoordinator v0 and Metadata v0 work) and then fails for good,
+    saying to use ZooKeeper coordination, instead of retrying."""
+    broker = apache_kafka(V0_8)
+    topic = f"legacy-no-join-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, partitions=PARTITIONS)
+    config = {"group.id": "legacy-no-join", "bootstrap.servers": broker.bootstrap, "group.coordination": "kafka",
+              "broker.version.fallback": "0.8.2", "consumer.timeout.ms": 3000}
+    refusal = r"JoinGroup, brokers from Kafka 0\.9 on.*zookeeper\.connect"
+    with pytest.raises(ConsumerRebalanceFailedError, match=refusal):
+        with Consumer(config) as consumer:
+            consumer.create_message_streams({topic: 1})

@@ -21,6 +21,7 @@ from typing import Any, cast
 from metaq.client.metadata import MetadataLayout, MetadataSnapshot, parse_metadata
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
+from metaq.client.versions import DEFAULT_FALLBACK
 from metaq.errors import ConfigError
 from zk_layout import TopicConfig, ZkLayout
 
@@ -40,11 +41,13 @@ class BootstrapLayout(MetadataLayout):
 
     @classmethod
     def connect(cls, bootstrap: str, security: SecurityConfig | None = None, *,  # type: ignore[override]
-                timeout_ms: int = 10000) -> BootstrapLayout:
+                timeout_ms: int = 10000, broker_version_fallback: str = DEFAULT_FALLBACK) -> BootstrapLayout:
         """Checks ``bootstrap`` (HOST:PORT[,HOST:PORT]) and asks for the metadata at once, so that an unreachable
-        broker is the command's first error, naming the option."""
+        broker is the command's first error, naming the option. ``broker_version_fallback``: for Kafka 0.8/0.9
+        brokers, which are asked Metadata v0 (docs/legacy-wire.md)."""
         settings = ConnectionSettings(client_id="metaq-admin", request_timeout_ms=timeout_ms,
-                                      connect_timeout_ms=timeout_ms, security=security or SecurityConfig())
+                                      connect_timeout_ms=timeout_ms, security=security or SecurityConfig(),
+                                      broker_version_fallback=broker_version_fallback)
         layout = cls(bootstrap, settings)
         layout.metadata()
         return layout

@@ -22,6 +22,7 @@ from typing import Protocol
 from metaq.client.cluster import EARLIEST, LATEST, ClusterClient, ListedOffset, TopicPartition
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
+from metaq.client.versions import DEFAULT_FALLBACK
 from metaq.errors import MetaqError, for_code
 from metaq.retry import admin_list_offsets
 from zk_layout import ZkLayout
@@ -65,13 +66,15 @@ class BrokerLogOffsets:
     One connection per leader is kept until :meth:`close`."""
 
     def __init__(self, layout: ZkLayout, *, client_id: str = "metaq-admin", request_timeout_ms: int = 10000,
-                 security: SecurityConfig | None = None, isolation_level: int = 0) -> None:
+                 security: SecurityConfig | None = None, isolation_level: int = 0,
+                 broker_version_fallback: str = DEFAULT_FALLBACK) -> None:
         """``isolation_level`` 1 (read_committed): the end of a log is its last stable offset, as a
         read_committed consumer sees it (docs/transactions.md §4); 0 (the default, as Kafka's tools): the
-        high watermark."""
+        high watermark. ``broker_version_fallback``: for Kafka 0.8/0.9 brokers (docs/legacy-wire.md)."""
         self._isolation_level = isolation_level
         settings = ConnectionSettings(client_id=client_id, request_timeout_ms=request_timeout_ms,
-                                      connect_timeout_ms=request_timeout_ms, security=security or SecurityConfig())
+                                      connect_timeout_ms=request_timeout_ms, security=security or SecurityConfig(),
+                                      broker_version_fallback=broker_version_fallback)
         self._client = ClusterClient(layout, settings, metadata_max_age_ms=0)  # every call reads ZooKeeper
 
     def watermarks(self, keys: Iterable[TopicPartition]) -> dict[TopicPartition, Watermarks]:

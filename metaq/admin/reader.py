@@ -26,6 +26,7 @@ from metaq.client.cluster import ClusterClient
 from metaq.client.connection import BrokerConnection
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
+from metaq.client.versions import DEFAULT_FALLBACK
 from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, UnknownTopicError, for_code
 from metaq.protocol.control import aborted_ranges, in_ranges
 from metaq.protocol.records import Record, decode_records
@@ -47,7 +48,8 @@ class PartitionReader:
 
     def __init__(self, layout: ZkLayout, topic: str, partition: int, start: int = LATEST, *,
                  max_bytes: int = 1048576, client_id: str = "metaq-console-consumer",
-                 security: SecurityConfig | None = None, isolation_level: int = READ_UNCOMMITTED) -> None:
+                 security: SecurityConfig | None = None, isolation_level: int = READ_UNCOMMITTED,
+                 broker_version_fallback: str = DEFAULT_FALLBACK) -> None:
         validate_topic(topic)
         assignment = layout.topic_assignment(topic)
         if assignment is None:
@@ -63,6 +65,7 @@ class PartitionReader:
         self._client_id = client_id
         self._security = security or SecurityConfig()
         self._isolation_level = isolation_level
+        self._fallback = broker_version_fallback  # Kafka 0.8/0.9 brokers (docs/legacy-wire.md)
         self._conn: BrokerConnection | None = None
         self.position: int | None = start if start >= 0 else None
 
@@ -116,7 +119,8 @@ class PartitionReader:
 
     def _resolve_start(self) -> int:
         log_offsets = BrokerLogOffsets(self._layout, client_id=self._client_id, security=self._security,
-                                       isolation_level=self._isolation_level)
+                                       isolation_level=self._isolation_level,
+                                       broker_version_fallback=self._fallback)
         try:
             marks = log_offsets.watermarks([(self.topic, self.partition)])[(self.topic, self.partition)]
         finally:
@@ -152,7 +156,7 @@ class PartitionReader:
         if self._conn is None:
             settings = ConnectionSettings(client_id=self._client_id,
                                           max_response_bytes=max(104857600, 2 * self._max_bytes),
-                                          security=self._security)
+                                          security=self._security, broker_version_fallback=self._fallback)
             client = ClusterClient(self._layout, settings)
             leader = client.leader(self.topic, self.partition, fresh=True)
             if leader is None:

@@ -100,7 +100,8 @@ def register(sub: SubParsers) -> None:
     parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                         help="a formatter property as Kafka's console consumer takes (print.timestamp, "
                              "print.partition, print.offset, print.key, print.value, key.separator), or a "
-                             "consumer property (group mode), e.g. auto.commit.interval.ms=500")
+                             "consumer property (group mode), e.g. auto.commit.interval.ms=500; "
+                             "broker.version.fallback (Kafka 0.8/0.9 brokers) also with --partition")
     parser.set_defaults(func=_run)
 
 
@@ -190,11 +191,12 @@ def _fixed_partition(args: argparse.Namespace, start: int, stop: _StopRequest) -
     from zk_layout import ZkLayout
 
     security = command_security(args)
+    fallback = _fallback_property(args)
     if args.bootstrap_server is not None:  # the brokers' Metadata names the leaders (metaq/admin/bootstrap.py)
         from metaq.admin.bootstrap import BootstrapLayout, as_layout
 
         quiet_libraries()
-        layout = as_layout(BootstrapLayout.connect(args.bootstrap_server, security))
+        layout = as_layout(BootstrapLayout.connect(args.bootstrap_server, security, broker_version_fallback=fallback))
         yield from _read_partition(layout, args, start, stop, security)
         return
     connect, timeout_ms = connect_string(args)
@@ -209,11 +211,26 @@ def _read_partition(layout: ZkLayout, args: argparse.Namespace, start: int, stop
 
     idle = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
     level = ISOLATION_LEVELS[args.isolation_level or "read_uncommitted"]
-    with PartitionReader(layout, args.topic, args.partition, start, security=security,
-                         isolation_level=level) as reader:
+    with PartitionReader(layout, args.topic, args.partition, start, security=security, isolation_level=level,
+                         broker_version_fallback=_fallback_property(args)) as reader:
         for offset, timestamp, key, value, headers in reader.records(
                 idle_timeout_s=idle, should_stop=lambda: stop.requested):
             yield Printed(args.topic, args.partition, offset, timestamp, key, value, tuple(headers or ()))
+
+
+def _fallback_property(args: argparse.Namespace) -> str:
+    """``--property broker.version.fallback=R`` (Kafka 0.8/0.9 brokers, docs/legacy-wire.md): the one consumer
+    property that reading one partition without a group takes; the default otherwise."""
+    from metaq.client.versions import DEFAULT_FALLBACK, fallback_release
+
+    release = DEFAULT_FALLBACK
+    for item in args.property:
+        key, eq, value = item.partition("=")
+        if eq and key.strip() == "broker.version.fallback":
+            release = value.strip()
+    if (problem := fallback_release(release)) is not None:
+        usage_error(args, f"--property broker.version.fallback={release}: {problem}")
+    return release
 
 
 def _group_member(args: argparse.Namespace, stop: _StopRequest) -> Generator[Printed, None, None]:

@@ -13,6 +13,9 @@ UNKNOWN_TOPIC_OR_PARTITION answer, the leader finder every ``refresh.leader.back
 before computing an assignment and every ``metadata.max.age.ms`` to notice a topic that grew), as Kafka's
 ``Metadata.requestUpdate`` does. The request goes to a broker of the last answer first, then to the bootstrap
 addresses (Kafka's ``NetworkClient.leastLoadedNode`` also prefers known nodes); the first that answers wins.
+A broker before Kafka 0.10 (no ApiVersions: the ranges ``broker.version.fallback`` names) is asked Metadata v0,
+whose "every topic" is an empty list rather than v1's null, and whose answer has no controller id
+(docs/legacy-wire.md, "Talking to old brokers").
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from zk_layout import BrokerInfo, PartitionState, TopicAssignment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_METADATA_VERSION", "MetadataLayout", "MetadataSnapshot", "parse_addresses", "parse_metadata"]
+__all__ = ["MAX_METADATA_VERSION", "MetadataLayout", "MetadataSnapshot", "all_topics_request", "metadata_version",
+           "parse_addresses", "parse_metadata"]
 
 MAX_METADATA_VERSION = 8  # the last non-flexible version (metaq.protocol.apis)
 
@@ -49,8 +53,28 @@ class MetadataSnapshot:
     controller_id: int = -1  # where topic admin requests go (Metadata v1+)
 
 
+def metadata_version(broker_versions: dict[int, tuple[int, int]]) -> int:
+    """The Metadata version to ask ``broker_versions``' broker: its highest up to MAX_METADATA_VERSION, and v0
+    for a broker that speaks only v0 (Kafka 0.8/0.9, API ranges from ``broker.version.fallback``)."""
+    offered = broker_versions.get(ApiKey.METADATA, (0, 0))
+    return max(0, min(offered[1], MAX_METADATA_VERSION))
+
+
+def all_topics_request(version: int) -> dict[str, Any]:
+    """The fields of a Metadata request for every topic. In v0 that is an empty topic list (Kafka 0.8's
+    TopicMetadataRequest: "no topics" means all), from v1 on a null one (an empty list means none, KIP-4);
+    from v4 on, asking must not create a topic."""
+    if version == 0:
+        return {"topics": []}
+    fields: dict[str, Any] = {"topics": None}
+    if version >= 4:
+        fields["allow_auto_topic_creation"] = False
+    return fields
+
+
 def parse_metadata(answer: Any, security_protocol: str) -> MetadataSnapshot:
-    """A MetadataResponse as the ZooKeeper nodes it mirrors (``/brokers/ids``, ``/brokers/topics``, states)."""
+    """A MetadataResponse as the ZooKeeper nodes it mirrors (``/brokers/ids``, ``/brokers/topics``, states).
+    A v0 answer (Kafka 0.8/0.9) has no controller (-1 here), no racks and no leader epochs (-1)."""
     brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, (f"{security_protocol}://{b.host}:{b.port}",), 0)
                for b in answer.brokers}
     assignments, states = {}, {}
@@ -131,12 +155,9 @@ class MetadataLayout:
             conn = self._settings.new_connection(host, port)
             try:
                 conn.connect()
-                offered = conn.broker_versions.get(ApiKey.METADATA, (0, 0))
-                version = max(1, min(offered[1], MAX_METADATA_VERSION))
-                fields: dict[str, Any] = {"topics": None}
-                if version >= 4:
-                    fields["allow_auto_topic_creation"] = False
-                answer = conn.send(MetadataRequest, build_request(MetadataRequest, version, fields))
+                version = metadata_version(conn.broker_versions)
+                answer = conn.send(MetadataRequest, build_request(MetadataRequest, version,
+                                                                  all_topics_request(version)))
                 return parse_metadata(answer, self._settings.security_protocol)
             except MetaqError as e:
                 errors.append(f"{host}:{port}: {e}")

@@ -21,11 +21,11 @@ from metaq.errors import ConfigError, UnsupportedVersionError
 from metaq.protocol.apis import ApiKey, api_name
 
 __all__ = ["API_VERSIONS_PROBE", "CLIENT_VERSIONS", "DEFAULT_FALLBACK", "FALLBACK_VERSIONS", "ApiKey", "api_name",
-           "fallback_versions", "pick_version"]
+           "fallback_release", "fallback_versions", "pick_version"]
 
 
 CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 7),  # 3 is the first with record batch v2
+    ApiKey.PRODUCE: (0, 7),  # 3 is the first with record batch v2; the producer converts for 0..2 (message sets)
     ApiKey.FETCH: (0, 11),  # 4 is the first with record batch v2; 0..3 answer message sets v0/v1
     ApiKey.LIST_OFFSETS: (0, 2),  # 0: Kafka 0.8's OffsetRequest (a list of offsets)
     ApiKey.METADATA: (1, 4),  # non-flexible; 0 means "all topics" differently, so start at 1
@@ -77,6 +77,13 @@ def fallback_versions(release: str) -> dict[int, tuple[int, int]]:
     except KeyError:
         raise ConfigError(f"broker.version.fallback={release!r}: one of {', '.join(FALLBACK_VERSIONS)} "
                           f"(brokers from 0.10.0 on answer ApiVersions)") from None
+
+
+def fallback_release(value: str) -> str | None:
+    """A config check of ``broker.version.fallback``: None, or what is wrong with ``value``."""
+    if ".".join(value.split(".")[:3]) not in FALLBACK_VERSIONS:
+        return f"must be one of {', '.join(FALLBACK_VERSIONS)} (brokers from 0.10.0 on answer ApiVersions)"
+    return None
 
 
 API_VERSIONS_PROBE = 3

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Self
 
 from metaq.client.security import SecurityConfig
-from metaq.client.versions import FALLBACK_VERSIONS
+from metaq.client.versions import fallback_release
 from metaq.config import non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
 from metaq.metrics.off import check_metrics
@@ -46,12 +46,6 @@ def _valid_chars(value: str) -> str | None:
 
 
 _OFFSET_RESET_ALIASES = {"earliest": "smallest", "latest": "largest"}
-
-
-def _fallback_release(value: str) -> str | None:
-    if ".".join(value.split(".")[:3]) not in FALLBACK_VERSIONS:
-        return f"must be one of {', '.join(FALLBACK_VERSIONS)} (brokers from 0.10.0 on answer ApiVersions)"
-    return None
 
 
 def _check_group_protocol(config: ConsumerConfig) -> None:
@@ -106,7 +100,7 @@ class ConsumerConfig(ZooKeeperClientConfig, SecurityConfig):
     fetch_message_max_bytes: int = prop("fetch.message.max.bytes", 1048576, check=positive)
     fetch_max_bytes: int = prop("fetch.max.bytes", 52428800, check=positive)
     # librdkafka's: the release a broker without ApiVersions (Kafka 0.8/0.9) is taken for
-    broker_version_fallback: str = prop("broker.version.fallback", "0.10.0", check=_fallback_release)
+    broker_version_fallback: str = prop("broker.version.fallback", "0.10.0", check=fallback_release)
     num_consumer_fetchers: int = prop("num.consumer.fetchers", 1, check=positive)
     auto_commit_enable: bool = prop("auto.commit.enable", True)
     auto_commit_interval_ms: int = prop("auto.commit.interval.ms", 60000, check=positive)

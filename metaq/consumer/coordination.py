@@ -72,6 +72,7 @@ from metaq.errors import (
     ErrorCode,
     MetaqError,
     ProtocolError,
+    UnsupportedVersionError,
     for_code,
 )
 from metaq.metrics.consumer import ConsumerMetrics
@@ -446,7 +447,12 @@ class GroupMember:
             "rebalance_timeout_ms": self._config.max_poll_interval_ms, "member_id": self._member_id,
             "group_instance_id": self._instance_id, "protocol_type": PROTOCOL_TYPE,
             "protocols": [{"name": self._assignor, "metadata": self._subscription_bytes()}]}
-        response = self._join_channel.send(JoinGroupRequest, fields)
+        try:
+            response = self._join_channel.send(JoinGroupRequest, fields)
+        except UnsupportedVersionError as e:  # a Kafka 0.8 broker (docs/legacy-wire.md): no group protocol
+            raise GroupMemberError(f"group {self._group}: group.coordination=kafka needs Kafka's group protocol "
+                                   f"(JoinGroup, brokers from Kafka 0.9 on): {e}; with Kafka 0.8 brokers give "
+                                   f"zookeeper.connect (ZooKeeper coordination, as Kafka 0.8's consumer)") from e
         if response.error_code == ErrorCode.MEMBER_ID_REQUIRED:  # KIP-394: join again with the id given
             log.debug("consumer %s: member id %s assigned; joining again", self._consumer_id, response.member_id)
             self._member_id = response.member_id

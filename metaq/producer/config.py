@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metaq.client.security import SecurityConfig
+from metaq.client.versions import DEFAULT_FALLBACK, fallback_release
 from metaq.config import non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
 from metaq.protocol.compression import CODECS
@@ -64,6 +65,11 @@ class ProducerConfig(ZooKeeperClientConfig, SecurityConfig):
                                      "is sent uncompressed")
     zookeeper_session_timeout_ms: int = prop("zookeeper.session.timeout.ms", 6000, check=positive)
     zookeeper_connection_timeout_ms: int = prop("zookeeper.connection.timeout.ms", 6000, check=positive)
+    broker_version_fallback: str = prop(
+        "broker.version.fallback", DEFAULT_FALLBACK, check=fallback_release,
+        doc="the Kafka release whose API versions a broker without ApiVersions (0.8/0.9) is taken to speak "
+            "(librdkafka's property); with 0.8.x/0.9.x the producer sends Produce v0/v1 and message set v0 "
+            "(docs/legacy-wire.md)")
     metadata_max_age_ms: int = prop("metadata.max.age.ms", 300000, check=positive,
                                     doc="re-read a topic's partitions and leaders from ZooKeeper this often")
 

@@ -168,7 +168,8 @@ class Producer:
 def connection_settings(config: ProducerConfig) -> ConnectionSettings:
     """How the producer's connections are made (client.id, its timeouts and its security options)."""
     return ConnectionSettings(client_id=config.client_id, request_timeout_ms=config.request_timeout_ms,
-                              connect_timeout_ms=config.connect_timeout_ms, security=config.security())
+                              connect_timeout_ms=config.connect_timeout_ms, security=config.security(),
+                              broker_version_fallback=config.broker_version_fallback)
 
 
 def _check_bytes(what: str, data: object) -> None:

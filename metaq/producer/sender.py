@@ -4,7 +4,8 @@ Each loop the thread (named "metaq-producer-sender")
 
 1. re-reads from ZooKeeper the topics whose metadata a failure made suspect,
 2. asks the accumulator which partitions are ready and groups them by leader,
-3. sends one ProduceRequest per broker (up to ``max.in.flight.requests.per.connection`` pipelined),
+3. sends one ProduceRequest per broker (up to ``max.in.flight.requests.per.connection`` pipelined; to a
+   broker before Kafka 0.11 the batches go as message sets v0/v1, metaq/producer/legacy.py),
 4. waits on the brokers' sockets and a wakeup socket until a response, a new batch or a deadline.
 
 A failed batch is retried as the :func:`metaq.retry.producer_send` policy says (retriable errors only,
@@ -22,7 +23,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,12 @@ from metaq.errors import (
 from metaq.producer.accumulator import ProducerBatch, RecordAccumulator, TopicPartition
 from metaq.producer.config import ProducerConfig
 from metaq.producer.idempotence import ProducerIdentity
+from metaq.producer.legacy import (
+    FIRST_BATCH_PRODUCE_VERSION,
+    HeadersUnsupportedError,
+    message_set_from_batch,
+    produce_magic,
+)
 from metaq.producer.metadata import ClusterMetadata, Leader
 from metaq.retry import producer_send
 
@@ -192,28 +199,39 @@ class Sender(threading.Thread):
         """Get a producer id from ``target``'s broker before the first (or after a failed) idempotent send;
         False if that must wait. A retriable error is retried after retry.backoff.ms; any other fails the ready
         batches with it, as Kafka's producer fails on a fatal InitProducerId error."""
-        assert self._identity is not None
+        identity = self._identity
+        assert identity is not None
         now = time.monotonic()
         if now < self._identity_retry_at:
             return False
         try:
+            node = self._node(target[0])
+            refusal = self._legacy_refusal(node)
+            if refusal is not None:  # an old broker, and idempotence asked for
+                self._fail_ready(ready, refusal)
+                return False
+            if self._identity is not identity:  # an old broker: idempotence is now off
+                return True
             # on the produce connection: pipelined behind any request in flight there, whose responses the
             # wait reads and keeps for _read
-            self._identity.init(self._node(target[0]).conn, self._config.request_timeout_ms / 1000.0)
+            identity.init(node.conn, self._config.request_timeout_ms / 1000.0)
             return True
         except (BrokerConnectionError, ProtocolError, BrokerResponseError, AuthenticationError, TimeoutError) as e:
             if isinstance(e, AuthenticationError) or (isinstance(e, BrokerResponseError) and not e.retriable):
                 log.error("InitProducerId failed: %s; failing the batches ready to send", e)
-                for tp in ready:
-                    batch = self._acc.take(tp)
-                    if batch is not None:
-                        self._fail(batch, e)
+                self._fail_ready(ready, e)
             else:
                 log.warning("InitProducerId failed, retrying in %d ms: %s", self._config.retry_backoff_ms, e)
                 if isinstance(e, BrokerConnectionError):
                     self._metadata.invalidate(target[1][0].topic)
             self._identity_retry_at = now + self._config.retry_backoff_ms / 1000.0
             return False
+
+    def _fail_ready(self, ready: list[TopicPartition], error: BaseException) -> None:
+        for tp in ready:
+            batch = self._acc.take(tp)
+            if batch is not None:
+                self._fail(batch, error)
 
     def _group_by_leader(self, ready: list[TopicPartition]) -> dict[int, tuple[Leader, list[TopicPartition]]]:
         by_broker: dict[int, tuple[Leader, list[TopicPartition]]] = {}
@@ -276,11 +294,18 @@ class Sender(threading.Thread):
                   "topic_data": _topic_data(batches)}
         try:
             node = self._node(leader)
-            refusal = self._codec_refusal(node)
+            refusal = self._codec_refusal(node) or self._legacy_refusal(node)
             if refusal is not None:
                 for batch in batches:
                     self._fail(batch, refusal)
                 return
+            magic = produce_magic(node.conn.api_version(ApiKey.PRODUCE))
+            if magic is not None:  # Produce v0..2: the batches as message sets v0/v1
+                converted = self._message_sets(batches, magic)
+                batches = list(converted)
+                if not batches:
+                    return
+                fields["topic_data"] = _topic_data(batches, converted)
             handle = node.conn.send_async(ProduceRequest, fields, expect_response=acks != 0)
         except (BrokerConnectionError, ProtocolError, BrokerResponseError, AuthenticationError) as e:
             # nothing more was sent on this connection, but earlier requests failed with it (an
@@ -310,6 +335,35 @@ class Sender(threading.Thread):
             f"compression.type=zstd needs Produce v{ZSTD_MIN_PRODUCE_VERSION} (Kafka 2.1 or later); broker "
             f"{node.leader.broker_id} ({node.leader.host}:{node.leader.port}) speaks Produce up to v{version}: "
             f"use lz4, gzip or snappy with it")
+
+    def _legacy_refusal(self, node: _Node) -> MetaqError | None:
+        """Before Produce v3 (Kafka 0.11) there are no producer ids: ``enable.idempotence=true`` is refused for
+        such a broker; left unset (on by default), idempotence is turned off for the rest of the producer's
+        life, with a warning (docs/legacy-wire.md, "Producing to old brokers")."""
+        version = node.conn.api_version(ApiKey.PRODUCE)
+        if version >= FIRST_BATCH_PRODUCE_VERSION:
+            return None
+        where = f"broker {node.leader.broker_id} ({node.leader.host}:{node.leader.port})"
+        if self._config.enable_idempotence:
+            return MetaqError(f"enable.idempotence=true: {where} speaks Produce up to v{version} (a Kafka "
+                              f"broker before 0.11), which has no producer ids; set enable.idempotence=false "
+                              f"to produce to it")
+        if self._identity is not None:
+            log.warning("%s speaks Produce up to v%d (before Kafka 0.11, no producer ids): idempotence "
+                        "(enable.idempotence unset, so on by default) is off for this producer", where, version)
+            self._identity = None
+        return None
+
+    def _message_sets(self, batches: list[ProducerBatch], magic: int) -> dict[ProducerBatch, bytes]:
+        """The batches as message sets of ``magic`` (metaq/producer/legacy.py); a batch that has no such form
+        (a record with headers) fails now and is left out."""
+        converted = {}
+        for batch in batches:
+            try:
+                converted[batch] = message_set_from_batch(batch.seal(), magic)
+            except HeadersUnsupportedError as e:
+                self._fail(batch, e)
+        return converted
 
     # -- receiving -------------------------------------------------------------------------------------------
 
@@ -419,8 +473,11 @@ class Sender(threading.Thread):
         self._wake_w.close()
 
 
-def _topic_data(batches: Iterable[ProducerBatch]) -> list[dict[str, Any]]:
+def _topic_data(batches: Iterable[ProducerBatch], converted: Mapping[ProducerBatch, bytes] | None = None
+                ) -> list[dict[str, Any]]:
+    """Produce's topic_data: each batch as built (record batch v2), or as ``converted`` has it (message sets)."""
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for batch in batches:
-        by_topic.setdefault(batch.tp.topic, []).append({"index": batch.tp.partition, "records": batch.seal()})
+        records = batch.seal() if converted is None else converted[batch]
+        by_topic.setdefault(batch.tp.topic, []).append({"index": batch.tp.partition, "records": records})
     return [{"name": topic, "partition_data": parts} for topic, parts in by_topic.items()]

@@ -34,7 +34,7 @@ import cramjam
 
 from metaq.errors import CorruptRecordError, MessageSizeTooLargeError, UnsupportedCompressionError
 
-__all__ = ["CODECS", "codec_id", "codec_name", "compress", "decompress"]
+__all__ = ["CODECS", "codec_id", "codec_name", "compress", "decompress", "lz4_frame_without_content_checksum"]
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 """Kafka's ``compression.type`` names and the codec ids a batch's attributes carry."""
@@ -291,6 +291,15 @@ def _buffer_sizes(first: int, last: int) -> Iterator[int]:
 
 def _lz4(data: bytes) -> bytes:
     compressor = cramjam.lz4.Compressor(block_linked=False)  # independent blocks (module doc)
+    compressor.compress(data)
+    return bytes(compressor.finish())
+
+
+def lz4_frame_without_content_checksum(data: bytes) -> bytes:
+    """An lz4 frame as Kafka 0.8-0.9 read one: independent blocks and no content checksum, which their
+    KafkaLZ4BlockInputStream refuses ("Content checksum is unsupported"), as kafka-python's ``lz4_encode``
+    writes it (python-lz4's default). The caller still rewrites the header checksum (metaq/protocol/legacy.py)."""
+    compressor = cramjam.lz4.Compressor(block_linked=False, content_checksum=False)
     compressor.compress(data)
     return bytes(compressor.finish())
 

@@ -15,7 +15,8 @@ docs/legacy-wire.md, which cites the sources this follows (``AbstractLegacyRecor
 
 lz4 in magic 0 (KAFKA-3160): Kafka 0.8.2-0.9 computed the LZ4 frame header checksum over the frame magic
 too; magic 0 keeps that checksum, magic 1 uses the standard one. :func:`lz4_frame_fix` rewrites it both
-ways (reading accepts either).
+ways (reading accepts either). Those versions also refuse a frame with a content checksum or a content
+size, so magic-0 frames are written without either.
 
 Speed: only the entries' headers are read in Python; the records of each run of uncompressed entries
 (and of each wrapper's inner set, decompressed by metaq/protocol/compression.py, which bounds the output
@@ -34,7 +35,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from metaq.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
-from metaq.protocol.compression import compress, decompress
+from metaq.protocol.compression import compress, decompress, lz4_frame_without_content_checksum
 
 try:  # aiokafka's compiled reader (see the module doc); the pure-Python walk where it is missing
     from aiokafka.errors import CorruptRecordException as _CompiledCorruptError
@@ -317,9 +318,10 @@ def build_message_set(magic: int, codec: int, records: Iterable[tuple[int, int, 
         ts_attr, entries = 0, _plain_entries(magic, items, base)
     if not codec:
         return entries
-    payload = compress(codec, entries)
-    if codec == 3 and magic == 0:
-        payload = lz4_frame_fix(payload, broken=True)
+    if codec == _LZ4 and magic == 0:  # what Kafka 0.8-0.9 read (module doc)
+        payload = lz4_frame_fix(lz4_frame_without_content_checksum(entries), broken=True)
+    else:
+        payload = compress(codec, entries)
     wrapper_ts = max(t for _, t, _, _ in items) if log_append_time is None else log_append_time
     return encode_message(items[-1][0], magic, codec | ts_attr, wrapper_ts, None, payload)
 

@@ -77,10 +77,10 @@ def test_api_versions_falls_back_to_v0():
 
 
 def test_no_common_version_raises():
-    with FakeBroker(supported={0: (0, 2), 18: (0, 3)}) as fake_broker:
+    with FakeBroker(supported={0: (8, 9), 18: (0, 3)}) as fake_broker:
         conn = connect(fake_broker)
         with pytest.raises(UnsupportedVersionError, match="Produce|PRODUCE"):
-            conn.api_version(0)
+            conn.api_version(0)  # metaq speaks Produce 0..7
         with pytest.raises(UnsupportedVersionError):
             conn.api_version(1)  # Fetch not offered at all
 

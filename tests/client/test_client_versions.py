@@ -10,7 +10,7 @@ from metaq.errors import ConfigError, UnsupportedVersionError
 
 
 def test_ranges_match_the_brief():
-    assert CLIENT_VERSIONS[ApiKey.PRODUCE] == (3, 7)
+    assert CLIENT_VERSIONS[ApiKey.PRODUCE] == (0, 7)  # 0..2: message sets (metaq/producer/legacy.py)
     assert CLIENT_VERSIONS[ApiKey.FETCH] == (0, 11)
     assert CLIENT_VERSIONS[ApiKey.LIST_OFFSETS] == (0, 2)
     assert CLIENT_VERSIONS[ApiKey.METADATA] == (1, 4)
@@ -31,7 +31,7 @@ def test_highest_common_version(broker, expected):
     assert pick_version(ApiKey.PRODUCE, {ApiKey.PRODUCE: broker}) == expected
 
 
-@pytest.mark.parametrize("broker", [(0, 2), (8, 13)])
+@pytest.mark.parametrize("broker", [(8, 13), (9, 9)])
 def test_no_overlap(broker):
     with pytest.raises(UnsupportedVersionError, match="PRODUCE"):
         pick_version(ApiKey.PRODUCE, {ApiKey.PRODUCE: broker})
@@ -45,14 +45,13 @@ def test_api_missing_on_either_side():
     assert pick_version(11, {11: (0, 9)}) == 5  # JoinGroup: the group protocol's highest non-flexible version
 
 
-@pytest.mark.parametrize(("release", "fetch", "list_offsets"), [
-    ("0.8.2", 0, 0), ("0.8.2.2", 0, 0), ("0.9.0", 1, 0), ("0.10.0", 2, 0)])
-def test_fallback_versions_pick_the_old_apis(release, fetch, list_offsets):
+@pytest.mark.parametrize(("release", "fetch", "list_offsets", "produce"), [
+    ("0.8.2", 0, 0, 0), ("0.8.2.2", 0, 0, 0), ("0.9.0", 1, 0, 1), ("0.10.0", 2, 0, 2)])
+def test_fallback_versions_pick_the_old_apis(release, fetch, list_offsets, produce):
     versions = fallback_versions(release)
     assert pick_version(ApiKey.FETCH, versions) == fetch
     assert pick_version(ApiKey.LIST_OFFSETS, versions) == list_offsets
-    with pytest.raises(UnsupportedVersionError):
-        pick_version(ApiKey.PRODUCE, versions)  # metaq's producer writes record batch v2 only
+    assert pick_version(ApiKey.PRODUCE, versions) == produce  # message sets v0/v1 (metaq/producer/legacy.py)
 
 
 def test_unknown_fallback_release_is_a_config_error():

@@ -82,3 +82,25 @@ def test_metadata_changes_that_make_the_leader_rejoin() -> None:
     assert metadata_changes({"a": 2, "new": 0}, {"a": (0, 1), "new": (0,)}) == [
         "topic new has 1 partitions (the assignment used 0)"]
     assert metadata_changes({"gone": 1}, {"gone": None}) == ["topic gone has 0 partitions (the assignment used 1)"]
+
+
+@pytest.mark.parametrize(("offered", "version", "topics"), [
+    ((0, 0), 0, []),     # Kafka 0.8/0.9 (broker.version.fallback): v0, where an empty list means every topic
+    ((0, 1), 1, None),   # Kafka 0.10.0: v1 and later, where null means every topic (an empty list: none)
+    ((0, 12), 8, None),  # the last non-flexible version
+])
+def test_old_brokers_are_asked_metadata_v0_for_every_topic(offered: tuple[int, int], version: int,
+                                                           topics: list[str] | None) -> None:
+    from metaq.client.metadata import all_topics_request, metadata_version
+    from metaq.protocol.apis import ApiKey
+
+    assert metadata_version({ApiKey.METADATA: offered}) == version
+    assert all_topics_request(version)["topics"] == topics
+
+
+def test_a_v0_answer_has_no_controller() -> None:
+    v0 = NS(brokers=ANSWER.brokers, topics=[NS(error_code=0, name="clicks", partitions=[
+        NS(partition_index=0, leader_id=1, replica_nodes=[1], isr_nodes=[1])])])
+    snapshot = parse_metadata(v0, "PLAINTEXT")
+    assert snapshot.controller_id == -1
+    assert snapshot.states[("clicks", 0)].leader == 1
