@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
+from metaq.broker.coordinator.schema import OFFSETS_TOPIC, decode_key
 from metaq.broker.log.cleaner.swap import CRASH_ENV
 from metaq.broker.process import BrokerProcess
 from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header
+from metaq.protocol.records import decode_records
 from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker
 from metaq.testing.broker import BrokerCluster
 from metaq.testing.wait import wait_until
@@ -24,13 +26,18 @@ from zk_layout import split_connect
 
 Record = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
 Entry = tuple[bytes | None, bytes | None]
+T = TypeVar("T")
 
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": "1024", "min.cleanable.dirty.ratio": "0.01",
            "delete.retention.ms": "3600000"}
 BROKER = {"log.cleaner.backoff.ms": 200, "log.retention.check.interval.ms": 300,
           # 100 map slots (90 usable): the 300-key test needs several passes
           "log.cleaner.dedupe.buffer.size": 2400, "log.segment.delete.delay.ms": 0,
-          "transaction.state.log.num.partitions": 2}
+          "transaction.state.log.num.partitions": 2,
+          # __consumer_offsets: one partition of 4 KiB segments whose tombstones live 1 s (every other topic of the
+          # module sets its own delete.retention.ms)
+          "offsets.topic.num.partitions": 1, "offsets.topic.segment.bytes": 4096,
+          "log.cleaner.delete.retention.ms": 1000}
 TIMEOUT = 60
 
 
@@ -196,14 +203,20 @@ def test_compact_delete_also_applies_retention(metaq_broker: BrokerProcess) -> N
     assert low_watermark(metaq_broker.bootstrap, compact_only) == 0  # compact alone: retention.ms has no effect
 
 
-def markers_on_disk(partition_dir: Path) -> list[int]:
-    """Offsets of the control batches in the partition's segment files, read again whenever the cleaner swapped a
-    listed segment away before it was read (a partial view could look like markers removed)."""
+def on_disk(partition_dir: Path, read: Callable[[list[Path]], T]) -> T:
+    """``read`` over the partition's segment files, again whenever the cleaner swapped a listed segment away
+    before it was read (a partial view could look like records removed)."""
     while True:
         try:
-            return _markers_in_segments(sorted(partition_dir.glob("*.log")))
+            return read(sorted(partition_dir.glob("*.log")))
         except FileNotFoundError:
             continue
+
+
+def markers_on_disk(partition_dir: Path) -> list[int]:
+    """Offsets of the control batches in the partition's segment files, read again whenever the cleaner swapped a
+    listed segment away before it was read."""
+    return on_disk(partition_dir, _markers_in_segments)
 
 
 def _markers_in_segments(paths: list[Path]) -> list[int]:
@@ -432,3 +445,56 @@ def test_leader_killed_while_cleaning_keeps_every_latest_value(zk_server, tmp_pa
         if load is not None:
             load.stop()
         cluster.stop()
+
+
+def _groups_in_segments(paths: list[Path]) -> list[str]:
+    """The group of each record (tombstones included) of ``__consumer_offsets`` segment files."""
+    found = []
+    for path in paths:
+        for _, _, key, _, _ in decode_records(path.read_bytes(), 0).records:
+            assert key is not None
+            found.append(decode_key(key).group)
+    return found
+
+
+def test_consumer_offsets_are_compacted_and_reload_the_same(metaq_broker: BrokerProcess) -> None:
+    """__consumer_offsets is compacted by the cleaner: a group committing 4 partitions 200 times (800 records)
+    leaves a partition that shrinks to its latest commits and its active segment, whose offsets a restarted
+    broker serves unchanged; after DeleteGroups the tombstones go after delete.retention.ms and no record of the
+    group is left (docs/compaction.md, "Internal topics")."""
+    bootstrap, topic, group = metaq_broker.bootstrap, "cmp-committed", "cmp-offsets-group"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(30)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                         "enable.auto.commit": False})
+    try:
+        for version in range(200):
+            consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, p, version * 10 + p) for p in range(4)],
+                            asynchronous=False)
+    finally:
+        consumer.close()
+    directory = metaq_dir(metaq_broker, OFFSETS_TOPIC)  # 800 records written: 4 per 340-byte batch
+    wait_until(lambda: on_disk(directory, _groups_in_segments).count(group) < 200, TIMEOUT,
+               f"{OFFSETS_TOPIC}-0 cleaned to the latest commits and the active 4 KiB segment")
+
+    metaq_broker.stop()
+    metaq_broker.start()
+    expected = [(p, 1990 + p) for p in range(4)]
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        committed = consumer.committed([confluent_kafka.TopicPartition(topic, p) for p in range(4)], timeout=30)
+        assert [(tp.partition, tp.offset) for tp in committed] == expected
+    finally:
+        consumer.close()
+
+    admin = AdminClient({"bootstrap.servers": metaq_broker.bootstrap})
+    admin.delete_consumer_groups([group])[group].result(30)
+    other = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "cmp-offsets-other",
+                                      "enable.auto.commit": False})
+    try:  # the tombstones are cleaned once their segment is no longer the active one
+        for version in range(100):
+            other.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, version)], asynchronous=False)
+    finally:
+        other.close()
+    wait_until(lambda: group not in on_disk(directory, _groups_in_segments), TIMEOUT,
+               f"the tombstones of {group} removed after delete.retention.ms")
