@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
+from metaq.broker.coordinator.schema import OFFSETS_TOPIC, decode_key
 from metaq.broker.log.cleaner.swap import CRASH_ENV
 from metaq.broker.process import BrokerProcess
 from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header
+from metaq.protocol.records import decode_records
 from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker
 from metaq.testing.broker import BrokerCluster
 from metaq.testing.wait import wait_until
@@ -24,13 +26,18 @@ from zk_layout import split_connect
 
 Record = tuple[int, bytes | None, bytes | None]  # (offset, key, value)
 Entry = tuple[bytes | None, bytes | None]
+T = TypeVar("T")
 
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": "1024", "min.cleanable.dirty.ratio": "0.01",
            "delete.retention.ms": "3600000"}
 BROKER = {"log.cleaner.backoff.ms": 200, "log.retention.check.interval.ms": 300,
           # 100 map slots (90 usable): the 300-key test needs several passes
           "log.cleaner.dedupe.buffer.size": 2400, "log.segment.delete.delay.ms": 0,
-          "transaction.state.log.num.partitions": 2}
+          "transaction.state.log.num.partitions": 2,
+          # __consumer_offsets: one partition of 4 KiB segments whose tombstones live 1 s (every other topic of the
+          # module sets its own delete.retention.ms)
+          "offsets.topic.num.partitions": 1, "offsets.topic.segment.bytes": 4096,
+          "log.cleaner.delete.retention.ms": 1000}
 TIMEOUT = 60
 
 
@@ -196,14 +203,20 @@ def test_compact_delete_also_applies_retention(metaq_broker: BrokerProcess) -> N
     assert low_watermark(metaq_broker.bootstrap, compact_only) == 0  # compact alone: retention.ms has no effect
 
 
-def markers_on_disk(partition_dir: Path) -> list[int]:
-    """Offsets of the control batches in the partition's segment files, read again whenever the cleaner swapped a
-    listed segment away before it was read (a partial view could look like markers removed)."""
+def on_disk(partition_dir: Path, read: Callable[[list[Path]], T]) -> T:
+    """``read`` over the partition's segment files, again whenever the cleaner swapped a listed segment away
+    before it was read (a partial view could look like records removed)."""
     while True:
         try:
-            return _markers_in_segments(sorted(partition_dir.glob("*.log")))
+            return read(sorted(partition_dir.glob("*.log")))
         except FileNotFoundError:
             continue
+
+
+def markers_on_disk(partition_dir: Path) -> list[int]:
+    """Offsets of the control batches in the partition's segment files, read again whenever the cleaner swapped a
+    listed segment away before it was read."""
+    return on_disk(partition_dir, _markers_in_segments)
 
 
 def _markers_in_segments(paths: list[Path]) -> list[int]:
@@ -276,7 +289,9 @@ def test_kill_during_a_cleaning_recovers(zk_server, tmp_path: Path, monkeypatch:
         latest = {key: value for _, key, value in produced}
         assert {key: value for _, key, value in consume_all(broker.bootstrap, topic)} == latest
         wait_compacted(broker.bootstrap, topic, directory, produced)
-        assert not [p for p in directory.iterdir() if p.name.endswith((".cleaned", ".swap"))]
+        # the crash's leftovers are gone; a pass still swapping its last segment group in may have its own for a moment
+        wait_until(lambda: not [p for p in directory.iterdir() if p.name.endswith((".cleaned", ".swap"))], TIMEOUT,
+                   "no .cleaned or .swap file left")
     finally:
         broker.stop()
 
@@ -341,18 +356,22 @@ class SteadyKeyedLoad:
     carries its version, so the last acknowledged version of each key is known."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
+        # batch.size (bytes, framing included) under the topic's 1 KiB segment.bytes: a larger produce is refused
+        # whole (RECORD_LIST_TOO_LARGE, as Kafka's RecordBatchTooLargeException) and librdkafka does not split it;
+        # without it nearly every request was refused and the load was a trickle (docs/compaction.md, "Tests")
         self._producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
-                                                   "enable.idempotence": True, "message.timeout.ms": 60000})
+                                                   "batch.size": 900, "enable.idempotence": True,
+                                                   "message.timeout.ms": 60000})
         self._topic = topic
         self.acked: dict[bytes, int] = {}
-        self.errors: list[str] = []
+        self.errors: list[confluent_kafka.KafkaError] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="steady-keyed-load", daemon=True)
         self._thread.start()
 
     def _report(self, err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message) -> None:
         if err is not None:
-            self.errors.append(str(err))
+            self.errors.append(err)
         else:
             key = msg.key()
             self.acked[key] = max(self.acked.get(key, -1), int(msg.value().split(b"-")[1]))
@@ -360,6 +379,8 @@ class SteadyKeyedLoad:
     def _run(self) -> None:
         version = 0
         while not self._stop.is_set():
+            while len(self._producer) > 1000 and not self._stop.is_set():  # at the brokers' pace: a short backlog
+                self._producer.poll(0.01)
             for k in range(50):
                 self._producer.produce(self._topic, key=f"key-{k}".encode(), value=f"v-{version}-{k}".encode(),
                                        on_delivery=self._report)
@@ -370,6 +391,8 @@ class SteadyKeyedLoad:
         self._stop.set()
         self._thread.join(30)
         assert self._producer.flush(90) == 0, "sends still unanswered after the failover"
+        too_large = (confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE, confluent_kafka.KafkaError.RECORD_LIST_TOO_LARGE)
+        assert not [e for e in self.errors if e.code() in too_large], self.errors[:3]
         return self.acked
 
 
@@ -381,9 +404,6 @@ def latest_versions(records: Sequence[Record]) -> dict[bytes, int]:
     return latest
 
 
-@pytest.mark.xfail(reason="passed before this pass's merges; since them the leader's cleaner is not seen at work "
-                          "within 60 s or the new leader acknowledges nothing (not diagnosed: docs/compaction.md)",
-                   strict=False)
 def test_leader_killed_while_cleaning_keeps_every_latest_value(zk_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """RF 2, acks=all under a steady keyed load: the leader is SIGKILLed while its cleaner keeps up with the writes,
     the follower (cleaning its own copy) takes over, then the crashed broker recovers its half-cleaned log, catches
@@ -432,3 +452,56 @@ def test_leader_killed_while_cleaning_keeps_every_latest_value(zk_server, tmp_pa
         if load is not None:
             load.stop()
         cluster.stop()
+
+
+def _groups_in_segments(paths: list[Path]) -> list[str]:
+    """The group of each record (tombstones included) of ``__consumer_offsets`` segment files."""
+    found = []
+    for path in paths:
+        for _, _, key, _, _ in decode_records(path.read_bytes(), 0).records:
+            assert key is not None
+            found.append(decode_key(key).group)
+    return found
+
+
+def test_consumer_offsets_are_compacted_and_reload_the_same(metaq_broker: BrokerProcess) -> None:
+    """__consumer_offsets is compacted by the cleaner: a group committing 4 partitions 200 times (800 records)
+    leaves a partition that shrinks to its latest commits and its active segment, whose offsets a restarted
+    broker serves unchanged; after DeleteGroups the tombstones go after delete.retention.ms and no record of the
+    group is left (docs/compaction.md, "Internal topics")."""
+    bootstrap, topic, group = metaq_broker.bootstrap, "cmp-committed", "cmp-offsets-group"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(30)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                         "enable.auto.commit": False})
+    try:
+        for version in range(200):
+            consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, p, version * 10 + p) for p in range(4)],
+                            asynchronous=False)
+    finally:
+        consumer.close()
+    directory = metaq_dir(metaq_broker, OFFSETS_TOPIC)  # 800 records written: 4 per 340-byte batch
+    wait_until(lambda: on_disk(directory, _groups_in_segments).count(group) < 200, TIMEOUT,
+               f"{OFFSETS_TOPIC}-0 cleaned to the latest commits and the active 4 KiB segment")
+
+    metaq_broker.stop()
+    metaq_broker.start()
+    expected = [(p, 1990 + p) for p in range(4)]
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        committed = consumer.committed([confluent_kafka.TopicPartition(topic, p) for p in range(4)], timeout=30)
+        assert [(tp.partition, tp.offset) for tp in committed] == expected
+    finally:
+        consumer.close()
+
+    admin = AdminClient({"bootstrap.servers": metaq_broker.bootstrap})
+    admin.delete_consumer_groups([group])[group].result(30)
+    other = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "cmp-offsets-other",
+                                      "enable.auto.commit": False})
+    try:  # the tombstones are cleaned once their segment is no longer the active one
+        for version in range(100):
+            other.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, version)], asynchronous=False)
+    finally:
+        other.close()
+    wait_until(lambda: group not in on_disk(directory, _groups_in_segments), TIMEOUT,
+               f"the tombstones of {group} removed after delete.retention.ms")

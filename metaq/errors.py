@@ -428,8 +428,9 @@ class InvalidTopicError(BrokerResponseError):
 
 
 @_broker_error(ErrorCode.RECORD_LIST_TOO_LARGE)
-class RecordListTooLargeError(BrokerResponseError):
-    pass
+class RecordListTooLargeError(MessageSizeTooLargeError):
+    """A produce whose records exceed the log's segment size (Kafka's RecordBatchTooLargeException): a size
+    error like MESSAGE_TOO_LARGE, with Kafka's own code."""
 
 
 @_broker_error(ErrorCode.INVALID_REQUIRED_ACKS)

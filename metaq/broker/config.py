@@ -135,6 +135,8 @@ class BrokerConfig(ZooKeeperClientConfig):
     # Kafka's default; capped at the live brokers when __consumer_offsets is created (Kafka before 0.11 did
     # the same; 0.11+ refuses instead), so that a one-broker cluster keeps working without setting it
     offsets_topic_replication_factor: int = prop("offsets.topic.replication.factor", 3, check=positive)
+    # the segment size __consumer_offsets is created with (a topic config: docs/compaction.md, "Internal topics")
+    offsets_topic_segment_bytes: int = prop("offsets.topic.segment.bytes", 104857600, check=positive)
     offsets_retention_minutes: int = prop("offsets.retention.minutes", 10080, check=positive)
     offsets_retention_check_interval_ms: int = prop("offsets.retention.check.interval.ms", 600000, check=positive)
     offset_metadata_max_bytes: int = prop("offset.metadata.max.bytes", 4096, check=non_negative)
@@ -203,6 +205,8 @@ class BrokerConfig(ZooKeeperClientConfig):
     transaction_state_log_num_partitions: int = prop("transaction.state.log.num.partitions", 50, check=positive)
     transaction_state_log_replication_factor: int = prop("transaction.state.log.replication.factor", 3,
                                                          check=positive)
+    transaction_state_log_segment_bytes: int = prop("transaction.state.log.segment.bytes", 104857600,
+                                                    check=positive)
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = prop(
         "transaction.abort.timed.out.transaction.cleanup.interval.ms", 10000, check=positive)
     transactional_id_expiration_ms: int = prop("transactional.id.expiration.ms", 604800000, check=positive)

@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 
@@ -374,7 +374,7 @@ class Broker:
         if factor < wanted:
             log.warning("creating %s with replication factor %d: offsets.topic.replication.factor is %d but "
                         "only %d brokers are live", OFFSETS_TOPIC, factor, wanted, live)
-        await self._create_and_wait(OFFSETS_TOPIC, partitions, factor)
+        await self._create_and_wait(OFFSETS_TOPIC, partitions, factor, offsets_topic_config(self.config))
 
     def _transaction_coordinator(self, producer_ids: ProducerIdManager,
                                  notify: Callable[[tuple[str, int]], None]) -> TransactionCoordinator:
@@ -397,12 +397,13 @@ class Broker:
         """``__transaction_state`` on first use, as ``__consumer_offsets`` (replication capped by live brokers)."""
         factor = max(1, min(self.config.transaction_state_log_replication_factor,
                             len(self.metadata.snapshot.brokers)))
-        await self._create_and_wait(TRANSACTION_TOPIC, partitions, factor)
+        await self._create_and_wait(TRANSACTION_TOPIC, partitions, factor, transaction_topic_config(self.config))
 
-    async def _create_and_wait(self, topic: str, partitions: int, replication_factor: int = 1) -> None:
+    async def _create_and_wait(self, topic: str, partitions: int, replication_factor: int = 1,
+                               config: Mapping[str, str] | None = None) -> None:
         try:
             await asyncio.to_thread(partial(create_topic, self._layout, topic, partitions,
-                                            replication_factor=replication_factor))
+                                            replication_factor=replication_factor, config=config))
         except TopicExistsError:
             pass
         self.metadata.request_reload()
@@ -415,6 +416,19 @@ class Broker:
             await self._create_and_wait(topic, self.config.num_partitions, self.config.default_replication_factor)
         except TopicError as e:
             log.warning("cannot auto-create topic %s: %s", topic, e)
+
+
+def offsets_topic_config(config: BrokerConfig) -> dict[str, str]:
+    """The topic configs ``__consumer_offsets`` is created with: compacted, so that the log cleaner keeps the
+    latest commit of each group and partition (Kafka's GroupCoordinator.offsetsTopicConfigs; docs/compaction.md,
+    "Internal topics")."""
+    return {"cleanup.policy": "compact", "segment.bytes": str(config.offsets_topic_segment_bytes)}
+
+
+def transaction_topic_config(config: BrokerConfig) -> dict[str, str]:
+    """The topic configs ``__transaction_state`` is created with (Kafka's
+    TransactionStateManager.transactionTopicConfigs)."""
+    return {"cleanup.policy": "compact", "segment.bytes": str(config.transaction_state_log_segment_bytes)}
 
 
 def _within_budget(limits: ConnectionLimits, budget: FileBudget) -> ConnectionLimits:

@@ -97,21 +97,6 @@ def test_fenced_producer_cannot_add_offsets(tmp_path: Path) -> None:
     assert part.pending == {}
 
 
-def test_rewrite_waits_for_open_transactions(tmp_path: Path) -> None:
-    part = _loaded(tmp_path)
-    for i in range(30):
-        part.append_commits("g", {("t", 1): _offset(i)})
-    _txn_commit(part, 7)
-    part._appended_since_rewrite = 1 << 20  # as if the rewrite were due
-    assert not part.compact_if_needed(1_700_000_000_000)
-    _marker(part, commit=True)
-    assert part.compact_if_needed(1_700_000_000_000)
-    part.log.close()
-    replayed = _loaded(tmp_path)
-    assert _committed(replayed) == 7
-    assert replayed.fetch("g", [("t", 1)])[("t", 1)].offset == 29
-
-
 def test_a_plain_commit_after_the_transactional_one_wins_at_the_marker(tmp_path: Path) -> None:
     """Kafka's olderThan: the transaction's offset replaces the group's only if it was appended later."""
     part = _loaded(tmp_path)

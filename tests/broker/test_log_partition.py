@@ -12,9 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from metaq.broker.handlers.produce import _rejection_code
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
-from metaq.errors import CorruptRecordError, MessageSizeTooLargeError, OffsetOutOfRangeError, StorageError
+from metaq.errors import (
+    CorruptRecordError,
+    ErrorCode,
+    MessageSizeTooLargeError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+    StorageError,
+)
 from metaq.protocol.batches import read_header
 from tests.broker import BASE_TS, decode, make_batch, make_values
 
@@ -95,8 +103,9 @@ def test_invalid_append_writes_nothing(tmp_path: Path) -> None:
             log.append(records)
     with pytest.raises(MessageSizeTooLargeError, match="message.max.bytes"):
         log.append(make_batch([b"y" * 3000]))
-    with pytest.raises(MessageSizeTooLargeError, match="log.segment.bytes"):
+    with pytest.raises(RecordListTooLargeError, match="log.segment.bytes") as refused:  # Kafka's code, 18
         log.append(b"".join(make_batch([b"z" * 1500]) for _ in range(4)))
+    assert _rejection_code(refused.value) == ErrorCode.RECORD_LIST_TOO_LARGE
     assert log.log_end_offset == 1 and log.size_bytes() == size
     assert (log.directory / "00000000000000000000.log").stat().st_size == size
     log.close()

@@ -817,10 +817,21 @@ class GroupCoordinator:
                 if part.state != LOADED:
                     continue
                 try:
-                    part.expire(now, self._config.offsets_retention_ms, active)
-                    part.compact_if_needed(now)
+                    for group_id in part.expire(now, self._config.offsets_retention_ms, active):
+                        self._forget_if_empty(group_id)
                 except Exception:
                     log.exception("offsets housekeeping of %s-%d failed", OFFSETS_TOPIC, part.partition)
+
+    def _forget_if_empty(self, group_id: str) -> None:
+        """A group whose stored membership was tombstoned by expiry: Dead, unless a member joined meanwhile."""
+        group = self._groups.get(group_id)
+        if group is None or not group.is_(g.EMPTY, g.DEAD):
+            return
+        del self._groups[group_id]
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+        if not group.is_(g.DEAD):
+            group.transition(g.DEAD)
 
     def describe(self) -> dict[str, Any]:
         return {gid: grp.summary() for gid, grp in self._groups.items()}

@@ -7,14 +7,19 @@ States (only ``_set_state`` changes them)::
 
 A commit is appended to the partition's log first and only then applied to the in-memory cache, so an
 acknowledged commit is on disk (and, with the broker's flush policy, fsynced). The log does not grow
-without bound: when enough records were appended since the last rewrite, the live offsets are written
-again at the head of a fresh segment and every older segment is deleted (snapshot compaction).
+without bound: ``__consumer_offsets`` is a compacted topic (``cleanup.policy=compact``, as Kafka creates it)
+and the broker's log cleaner keeps the latest record of each key, an offset's (group, topic, partition) or a
+group's membership (group). Deleted offsets and groups are written as tombstones, which the cleaner removes
+after ``delete.retention.ms``; a replay of a cleaned log gives the same cache (docs/compaction.md, "Internal
+topics").
 
 Offsets committed inside a transaction (TxnOffsetCommit) are appended at once as a transactional batch carrying
 the producer id and epoch, kept pending per producer id, and become the group's offsets when the producer's
 commit marker is written to this partition (dropped at its abort marker); a replay does the same with the
 markers it meets, so a coordinator that takes the partition over mid-transaction has the pending offsets
-(Kafka's GroupMetadataManager; docs/transactions.md section 2). The rewrite waits while any are pending.
+(Kafka's GroupMetadataManager; docs/transactions.md section 2). The cleaner never cleans at or beyond the
+first offset of an open transaction, and removes an aborted one's records without letting them supersede
+older commits.
 """
 
 from __future__ import annotations
@@ -54,7 +59,6 @@ LOADED = "LOADED"
 FAILED = "FAILED"
 
 REPLAY_READ_BYTES = 1 << 20
-COMPACT_MIN_RECORDS = 10000  # rewrite once this many records (and at least 2x the live offsets) were appended
 
 TopicPartition = tuple[str, int]
 NO_PRODUCER_ID = -1
@@ -99,10 +103,9 @@ class Replayed:
 
 
 class OffsetsPartition:
-    """One ``__consumer_offsets`` partition this broker leads (module docstring): owns its load state, the
-    cache of committed offsets and last stored membership of each group mapped to it, and the count of records
-    appended since the last rewrite (compaction); appends go to its :class:`PartitionLog`, which it does not
-    own (the LogManager does)."""
+    """One ``__consumer_offsets`` partition this broker leads (module docstring): owns its load state and the
+    cache of committed offsets and last stored membership of each group mapped to it; appends go to its
+    :class:`PartitionLog`, which it does not own (the LogManager does, and its cleaner compacts it)."""
 
     def __init__(self, log_: PartitionLog) -> None:
         self.log = log_
@@ -111,7 +114,6 @@ class OffsetsPartition:
         self.offsets: GroupOffsets = {}
         self.memberships: dict[str, GroupValue] = {}  # each group's last stored membership
         self.pending: dict[int, GroupOffsets] = {}  # producer id -> offsets of its open transaction
-        self._appended_since_rewrite = 0
         self.leader_epoch: int | None = None  # stamped on appends when the partition is replicated (KIP-101)
         self._lock = threading.Lock()  # replay runs on a worker thread; everything else on the event loop
 
@@ -124,6 +126,7 @@ class OffsetsPartition:
     def load(self) -> None:
         """Replay the log into the cache (blocking; run on a worker thread)."""
         started = time.monotonic()
+        warn_if_not_compacted(self.log)
         try:
             replayed = self._replay()
         except Exception:
@@ -134,11 +137,10 @@ class OffsetsPartition:
             self.offsets = replayed.offsets
             self.memberships = replayed.memberships
             self.pending = replayed.pending
-            self._appended_since_rewrite = replayed.records
         self._set_state(LOADED)
-        log.info("loaded %d offsets of %d groups (%d open transactions) from %s-%d in %.3fs",
+        log.info("loaded %d offsets of %d groups (%d open transactions) from %d records of %s-%d in %.3fs",
                  sum(map(len, replayed.offsets.values())), len(replayed.offsets), len(replayed.pending),
-                 OFFSETS_TOPIC, self.partition, time.monotonic() - started)
+                 replayed.records, OFFSETS_TOPIC, self.partition, time.monotonic() - started)
 
     def _replay(self) -> Replayed:
         """Kafka's loadGroupsAndOffsets: a transactional batch's offsets wait for the producer's marker."""
@@ -209,7 +211,6 @@ class OffsetsPartition:
                 OffsetValue(c.offset, c.metadata, c.commit_timestamp, c.expire_timestamp)))
         batch = as_transactional(builder.build(), producer_id, producer_epoch, 0)
         at = self.log.append(batch, leader_epoch=self.leader_epoch, from_coordinator=True).base_offset
-        self._appended_since_rewrite += len(commits)
         with self._lock:
             self.pending.setdefault(producer_id, {}).setdefault(group, {}).update(_at(commits, at))
 
@@ -242,9 +243,7 @@ class OffsetsPartition:
         builder = BatchBuilder(1 << 30)
         for key, value in records:
             builder.append(now, key, value)
-        at = self.log.append(builder.build(), leader_epoch=self.leader_epoch).base_offset
-        self._appended_since_rewrite += len(records)
-        return at
+        return self.log.append(builder.build(), leader_epoch=self.leader_epoch).base_offset
 
     def fetch(self, group: str, partitions: list[TopicPartition] | None) -> dict[TopicPartition, CommittedOffset]:
         with self._lock:
@@ -279,9 +278,11 @@ class OffsetsPartition:
 
     # -- housekeeping ------------------------------------------------------------------------------
 
-    def expire(self, now_ms: int, retention_ms: int, active_groups: set[str]) -> int:
+    def expire(self, now_ms: int, retention_ms: int, active_groups: set[str]) -> list[str]:
         """Drop offsets older than ``retention_ms`` (or past their explicit expiry) of groups with no active
-        member, writing tombstones. Returns how many were removed."""
+        member, writing tombstones; then tombstone the stored membership of each such group left with no
+        member and no offset (Kafka's cleanupGroupMetadata: the group is Dead). Returns the groups removed
+        whole."""
         doomed: list[tuple[str, TopicPartition]] = []
         with self._lock:
             for group, entries in self.offsets.items():
@@ -291,36 +292,17 @@ class OffsetsPartition:
                     expired = (0 <= c.expire_timestamp <= now_ms) or now_ms - c.commit_timestamp > retention_ms
                     if expired:
                         doomed.append((group, tp))
-        if not doomed:
-            return 0
-        self._tombstone(doomed)
-        log.info("expired %d offsets in %s-%d", len(doomed), OFFSETS_TOPIC, self.partition)
-        return len(doomed)
-
-    def compact_if_needed(self, now_ms: int) -> bool:
-        """Snapshot compaction: rewrite the live offsets in a fresh segment, delete everything older."""
+        if doomed:
+            self._tombstone(doomed)
+            log.info("expired %d offsets in %s-%d", len(doomed), OFFSETS_TOPIC, self.partition)
         with self._lock:
-            live = [(g, tp, c) for g, entries in self.offsets.items() for tp, c in entries.items()]
-            memberships = list(self.memberships.items())
-            if self.pending:
-                return False  # their transactional records must stay until their markers: rewrite later
-        if self._appended_since_rewrite < max(COMPACT_MIN_RECORDS, 2 * (len(live) + len(memberships))):
-            return False
-        self.log.roll("offsets compaction")
-        start = self.log.log_end_offset
-        self._appended_since_rewrite = 0
-        for i in range(0, len(live), 1000):
-            chunk = live[i:i + 1000]
-            self._append([(encode_offset_key(OffsetKey(g, t, p)), encode_offset_value(
-                OffsetValue(c.offset, c.metadata, c.commit_timestamp, c.expire_timestamp)))
-                for g, (t, p), c in chunk])
-        for i in range(0, len(memberships), 1000):
-            self._append([(encode_group_key(g), encode_group_value(v)) for g, v in memberships[i:i + 1000]])
-        self._appended_since_rewrite = len(live) + len(memberships)
-        deleted = self.log.delete_segments_before(start, now_ms)
-        log.info("compacted %s-%d: %d live offsets rewritten at %d, %d old segments deleted",
-                 OFFSETS_TOPIC, self.partition, len(live), start, deleted)
-        return True
+            dead = sorted(group for group, value in self.memberships.items()
+                          if not value.members and group not in active_groups and group not in self.offsets)
+        for group in dead:
+            self.store_membership(group, None)
+        if dead:
+            log.info("removed %d empty groups without offsets from %s-%d", len(dead), OFFSETS_TOPIC, self.partition)
+        return dead
 
 
 def _end_txn(offsets: GroupOffsets, pending: dict[int, GroupOffsets], producer_id: int, commit: bool) -> None:
@@ -338,6 +320,15 @@ def _end_txn(offsets: GroupOffsets, pending: dict[int, GroupOffsets], producer_i
 
 def _at(commits: dict[TopicPartition, CommittedOffset], log_offset: int) -> dict[TopicPartition, CommittedOffset]:
     return {tp: dataclasses.replace(c, log_offset=log_offset) for tp, c in commits.items()}
+
+
+def warn_if_not_compacted(log_: PartitionLog) -> None:
+    """An internal topic created by a metaq older than its compaction (no ``cleanup.policy`` override) is
+    never cleaned, and ``delete`` retention would remove live records: say how to fix it."""
+    if not log_.config.compact:
+        log.warning("%s-%d is not compacted (cleanup.policy %s): its log grows and retention may delete live "
+                    "state; set it as Kafka creates it: metaq topics alter-config %s --set cleanup.policy=compact",
+                    log_.topic, log_.partition, ",".join(log_.config.cleanup_policy), log_.topic)
 
 
 def replay_records(log_: PartitionLog) -> Iterator[tuple[bytes | None, bytes | None]]:

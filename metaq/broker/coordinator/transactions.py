@@ -29,7 +29,7 @@ from metaq.broker.coordinator.coordinator import (
     locate_coordinator,
     replicate_append,
 )
-from metaq.broker.coordinator.offsets_partition import replay_records
+from metaq.broker.coordinator.offsets_partition import replay_records, warn_if_not_compacted
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
 from metaq.broker.coordinator.txn_state import (
     COMPLETE_ABORT,
@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 
 TRANSACTION_TOPIC = "__transaction_state"
 LOADING, LOADED, FAILED = "LOADING", "LOADED", "FAILED"
-COMPACT_MIN_RECORDS = 10000
 MARKER_RETRY_S = 0.2
 
 WriteMarkers = Callable[[int, int, bool, int, Collection[TopicPartition]], Awaitable[dict[TopicPartition, int]]]
@@ -93,7 +92,6 @@ class TxnStatePartition:
         self.state = LOADING
         self.txns: dict[str, TxnMetadata] = {}
         self.leader_epoch: int | None = None
-        self._appended_since_rewrite = 0
         self._lock = threading.Lock()  # the replay runs on a worker thread
 
     def _set_state(self, state: str) -> None:
@@ -103,22 +101,23 @@ class TxnStatePartition:
     def load(self) -> None:
         """Replay the log (blocking; on a worker thread); FAILED if it cannot be read."""
         state = FAILED
+        warn_if_not_compacted(self.log)
         try:
-            txns, count = self._replay()
+            txns = self._replay()
             with self._lock:
-                self.txns, self._appended_since_rewrite = txns, count
+                self.txns = txns
             state = LOADED
         except Exception:
             log.exception("loading %s-%d failed", TRANSACTION_TOPIC, self.partition)
         self._set_state(state)
 
-    def _replay(self) -> tuple[dict[str, TxnMetadata], int]:
+    def _replay(self) -> dict[str, TxnMetadata]:
+        """The latest state of each transactional id: the partition is compacted (``cleanup.policy=compact``),
+        so a cleaned log, holding only each id's last record, replays to the same (docs/compaction.md)."""
         txns: dict[str, TxnMetadata] = {}
-        count = 0
         for key, value in replay_records(self.log):
-            count += 1
             self._apply(txns, key, value)
-        return txns, count
+        return txns
 
     @staticmethod
     def _apply(txns: dict[str, TxnMetadata], key: bytes | None, value: bytes | None) -> None:
@@ -156,21 +155,6 @@ class TxnStatePartition:
         for key, value in records:
             builder.append(now, key, value)
         self.log.append(builder.build(), leader_epoch=self.leader_epoch)
-        self._appended_since_rewrite += len(records)
-
-    def compact_if_needed(self, now_ms: int) -> bool:
-        """Rewrite the live states in a fresh segment and delete everything older (as offsets_partition.py does)."""
-        with self._lock:
-            live = list(self.txns.values())
-        if self._appended_since_rewrite < max(COMPACT_MIN_RECORDS, 2 * len(live)):
-            return False
-        self.log.roll("transaction state compaction")
-        start = self.log.log_end_offset
-        self._appended_since_rewrite = 0
-        for i in range(0, len(live), 1000):
-            self._append([(encode_key(t.transactional_id), encode_value(t)) for t in live[i:i + 1000]])
-        self.log.delete_segments_before(start, now_ms)
-        return True
 
 
 class TransactionCoordinator:
@@ -549,7 +533,7 @@ class TransactionCoordinator:
 
     async def abort_timed_out(self, now_ms: int) -> int:
         """Abort (fencing their producer) the Ongoing transactions older than their transaction.timeout.ms
-        (Kafka's abortTimedOutTransactions); forget ids idle for transactional.id.expiration.ms; compact."""
+        (Kafka's abortTimedOutTransactions); forget ids idle for transactional.id.expiration.ms."""
         aborted = 0
         for part in list(self._partitions.values()):
             if part.state != LOADED:
@@ -561,7 +545,6 @@ class TransactionCoordinator:
                 elif txn.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) \
                         and now_ms - txn.last_update_ms > self._config.id_expiration_ms:
                     await self._unless_changed(part, txn, lambda p, t: self._store(p, t.transition(DEAD, now_ms)))
-            part.compact_if_needed(now_ms)
         return aborted
 
     async def _unless_changed(self, part: TxnStatePartition, txn: TxnMetadata,

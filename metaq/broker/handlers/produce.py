@@ -33,6 +33,7 @@ from metaq.errors import (
     InvalidRecordError,
     MessageSizeTooLargeError,
     OutOfOrderSequenceError,
+    RecordListTooLargeError,
     StorageError,
     UnsupportedCompressionError,
     UnsupportedMessageFormatError,
@@ -125,6 +126,7 @@ def _rejection_code(error: Exception) -> int:
         (UnsupportedMessageFormatError, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),
         (UnsupportedCompressionError, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
         (InvalidRecordError, ErrorCode.INVALID_RECORD),
+        (RecordListTooLargeError, ErrorCode.RECORD_LIST_TOO_LARGE),
         (MessageSizeTooLargeError, ErrorCode.MESSAGE_TOO_LARGE),
     ):
         if isinstance(error, cls):

@@ -38,7 +38,7 @@ from metaq.broker.log.segment import (
 )
 from metaq.broker.log.txn_index import AbortedTxn, TxnIndex
 from metaq.broker.log.validator import decompressed_limit, validate_records
-from metaq.errors import MessageSizeTooLargeError, OffsetOutOfRangeError, StorageError
+from metaq.errors import MessageSizeTooLargeError, OffsetOutOfRangeError, RecordListTooLargeError, StorageError
 from metaq.fileio import fsync_dir
 from metaq.protocol.batches import (
     BatchHeader,
@@ -160,7 +160,8 @@ class PartitionLog:
         Nothing of an invalid request is written: CorruptRecordError or one of its subclasses
         (UnsupportedMessageFormatError, UnsupportedCompressionError, InvalidRecordError: see
         :mod:`metaq.broker.log.validator`), MessageSizeTooLargeError for a batch above ``max_message_bytes``
-        (or a request larger than a segment, or a compressed batch that expands too much).
+        (or a compressed batch that expands too much), its subclass RecordListTooLargeError for records larger
+        than a segment.
         ``from_coordinator``: a group coordinator's transactional batch (no sequence checks, see
         :meth:`ProducerStateManager.check_client_append`)."""
         self._check_open()
@@ -342,8 +343,8 @@ class PartitionLog:
                     f"{self.topic}-{self.partition}: a batch of {header.size} bytes exceeds the maximum of"
                     f" {limit} bytes (message.max.bytes)"
                 )
-        if total > self.config.segment_bytes:
-            raise MessageSizeTooLargeError(
+        if total > self.config.segment_bytes:  # Kafka's UnifiedLog.append: RecordBatchTooLargeException
+            raise RecordListTooLargeError(
                 f"{self.topic}-{self.partition}: {total} bytes of records exceed the segment size"
                 f" {self.config.segment_bytes} (log.segment.bytes)"
             )
