@@ -147,7 +147,10 @@ class Broker:
         for entry in os.scandir(self.partition_dir(topic)):
             match = _SEGMENT_LOG.match(entry.name)
             if match:
-                found.append((int(match.group(1)), entry.stat().st_size))
+                try:
+                    found.append((int(match.group(1)), entry.stat().st_size))
+                except FileNotFoundError:
+                    continue  # swapped away by the cleaner meanwhile
         return sorted(found)
 
     def cleaner_checkpoint(self, topic: str) -> int | None:
