@@ -46,7 +46,7 @@ ends with one set of tables:
    --only cleaner, --cleaner-keys).
 
 The run ends with one line per target (bench/targets.py) of the sections that ran: ``--only
-apache,producer,consumer`` covers every target of docs/performance.md.
+apache,producer,consumer,cleaner`` covers every target of docs/performance.md.
 
 ``ZOOKEEPER_CONNECT=host:port`` uses an existing ZooKeeper instead of the embedded one.
 """
