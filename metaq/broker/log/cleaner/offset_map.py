@@ -11,6 +11,7 @@ what it has mapped and continues in another pass, so memory never grows with the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import mmap
 import struct
@@ -20,7 +21,16 @@ __all__ = ["ENTRY_SIZE", "OffsetMap"]
 HASH_SIZE = 16
 ENTRY_SIZE = HASH_SIZE + 8
 _OFFSET = struct.Struct(">q")
+_HEAD = struct.Struct(">Q")
 _EMPTY = bytes(HASH_SIZE)
+_NOT_EMPTY = b"\x00" * (HASH_SIZE - 1) + b"\x01"
+"""An all-zero hash marks an empty slot: the one key hashing to it is given this value instead."""
+
+try:  # CPython's own MD5: hashlib's OpenSSL constructor costs about twice as much per call (OpenSSL 3 looks the
+    # algorithm up each time), and the cleaner hashes every record's key twice (docs/compaction.md, "Cost")
+    from _md5 import md5 as _md5
+except ImportError:  # an interpreter built without it
+    _md5 = functools.partial(hashlib.md5, usedforsecurity=False)
 
 
 class OffsetMap:
@@ -29,6 +39,7 @@ class OffsetMap:
 
     def __init__(self, size_bytes: int, load_factor: float = 0.9) -> None:
         self.slots = max(1, size_bytes // ENTRY_SIZE)
+        self._end = self.slots * ENTRY_SIZE
         self.max_entries = max(1, int(self.slots * load_factor))
         self._bytes = mmap.mmap(-1, self.slots * ENTRY_SIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.size = 0
@@ -45,40 +56,44 @@ class OffsetMap:
         self.size = 0
         self.latest_offset = -1
 
-    def _slot(self, digest: bytes) -> tuple[int, bool]:
-        """Position of ``digest``'s slot and whether it is taken by that digest (else it is empty)."""
-        data = self._bytes
-        slot = int.from_bytes(digest[:8], "big") % self.slots
-        while True:
-            position = slot * ENTRY_SIZE
-            stored = data[position:position + HASH_SIZE]
-            if stored == digest:
-                return position, True
-            if stored == _EMPTY:
-                return position, False
-            slot = slot + 1 if slot + 1 < self.slots else 0
-
     def put(self, key: bytes, offset: int) -> bool:
         """Record ``offset`` as ``key``'s latest; False (nothing changed) if the key is new and the map is full."""
-        digest = _digest(key)
-        position, found = self._slot(digest)
-        if not found:
-            if self.full:
-                return False
-            self._bytes[position:position + HASH_SIZE] = digest
-            self.size += 1
-        _OFFSET.pack_into(self._bytes, position + HASH_SIZE, offset)
+        digest = _md5(key).digest()
+        if digest == _EMPTY:
+            digest = _NOT_EMPTY
+        data, end = self._bytes, self._end
+        position = _HEAD.unpack_from(digest)[0] % self.slots * ENTRY_SIZE
+        while True:  # linear probing, inlined: this runs once per record of the dirty section
+            stored = data[position:position + HASH_SIZE]
+            if stored == digest:
+                break
+            if stored == _EMPTY:
+                if self.size >= self.max_entries:
+                    return False
+                data[position:position + HASH_SIZE] = digest
+                self.size += 1
+                break
+            position += ENTRY_SIZE
+            if position == end:
+                position = 0
+        _OFFSET.pack_into(data, position + HASH_SIZE, offset)
         if offset > self.latest_offset:
             self.latest_offset = offset
         return True
 
     def get(self, key: bytes) -> int:
         """The latest offset of ``key``, or -1."""
-        position, found = self._slot(_digest(key))
-        return int(_OFFSET.unpack_from(self._bytes, position + HASH_SIZE)[0]) if found else -1
-
-
-def _digest(key: bytes) -> bytes:
-    digest = hashlib.md5(key, usedforsecurity=False).digest()
-    # an all-zero hash marks an empty slot: the one key hashing to it is moved to another value
-    return digest if digest != _EMPTY else b"\x00" * (HASH_SIZE - 1) + b"\x01"
+        digest = _md5(key).digest()
+        if digest == _EMPTY:
+            digest = _NOT_EMPTY
+        data, end = self._bytes, self._end
+        position = _HEAD.unpack_from(digest)[0] % self.slots * ENTRY_SIZE
+        while True:  # once per record of every cleaned segment
+            stored = data[position:position + HASH_SIZE]
+            if stored == digest:
+                return int(_OFFSET.unpack_from(data, position + HASH_SIZE)[0])
+            if stored == _EMPTY:
+                return -1
+            position += ENTRY_SIZE
+            if position == end:
+                position = 0
