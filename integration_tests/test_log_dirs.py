@@ -285,6 +285,63 @@ def test_partition_moves_between_log_dirs_while_written(cluster: BrokerCluster, 
     assert refused.returncode == 1 and "LOG_DIR_NOT_FOUND" in refused.stderr
 
 
+def _not_chosen(dirs: Dirs, broker: int) -> Path:
+    """A directory of ``broker`` its placement rule would not pick for a new partition now (the one holding more
+    partitions; the second on a tie: docs/log-dirs.md, "Placement")."""
+    first, second = dirs.by_broker[broker]
+    count = {d: sum(1 for p in d.iterdir() if parse_log_dir_name(p.name) is not None) for d in (first, second)}
+    return first if count[first] > count[second] else second
+
+
+def _plan(topic: str, broker: int, log_dir: Path) -> str:
+    return json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [broker],
+                                                     "log_dirs": [str(log_dir)]}]})
+
+
+@pytest.mark.apache_kafka(V3_9)
+@pytest.mark.compat("kafka-reassign-partitions plan with log_dirs", f"Kafka {V3_9}")
+def test_reassignment_places_the_new_replica_in_the_plans_log_dir(cluster: BrokerCluster, layout: ZkLayout,
+                                                                  dirs: Dirs, tmp_path: Path) -> None:
+    """A plan's ``log_dirs`` (Kafka 3.9.2's ``kafka-reassign-partitions --bootstrap-server``, then ``metaq topics
+    reassign --bootstrap-server``): the partition moves from broker 0 to broker 1 into the named directory, one
+    the placement rule would not have chosen, and ``--verify`` reports the replica's move completed."""
+    bootstrap = cluster.brokers[1].bootstrap
+    for name, tool in (("placed-kafka", "kafka"), ("placed-metaq", "metaq")):
+        topic = _topic(cluster, layout, name, {0: [0]})
+        writer = Writer(bootstrap, topic, 0)
+        writer.send(50)
+        writer.stop()
+        target = _not_chosen(dirs, 1)
+        (tmp_path / f"{name}.json").write_text(_plan(topic, 1, target))
+        args = ["--bootstrap-server", bootstrap, "--reassignment-json-file", str(tmp_path / f"{name}.json")]
+        if tool == "kafka":
+            run = run_kafka_tool(V3_9, "kafka-reassign-partitions", [*args, "--execute"])
+            out = run.stdout
+            assert run.returncode == 0, f"{out}\n{run.stderr}"
+        else:
+            out = _metaq("topics", "reassign", "--execute", *args, "--throttle", "52428800")  # IncrementalAlterConfigs
+            assert layout.topic_config(topic).config["follower.replication.throttled.replicas"] == "0:1"  # type: ignore[union-attr]
+            assert layout.broker_config("1")["follower.replication.throttled.rate"] == "52428800"
+        assert f"Successfully started moving log directory to {target} for replica {topic}-0 with broker 1" in out, out
+        wait_until(lambda t=topic: layout.topic_assignment(t).partitions == {0: (1,)}, 60,  # type: ignore[union-attr]
+                   f"{topic} moved to broker 1")
+        if tool == "metaq":  # asked before the move started: created there, never elsewhere
+            assert dirs.holding(1, topic, 0) == target
+            assert [p.name for p in target.iterdir() if p.name.startswith(f"{topic}-0")] == [f"{topic}-0"]
+        else:  # Kafka's tool asks once the move started: the replica may be created elsewhere, then moved
+            wait_until(lambda t=topic, d=target: dirs.holding(1, t, 0) == d, 60, f"{topic}-0 in {target}")
+        if tool == "kafka":
+            run = run_kafka_tool(V3_9, "kafka-reassign-partitions", [*args, "--verify"])
+            assert f"Reassignment of replica {topic}-0-1 completed successfully." in run.stdout, run.stdout
+        else:
+            verified = json.loads(_metaq("topics", "reassign", "--verify", *args, "--json"))
+            assert verified["log_dirs"] == [{"topic": topic, "partition": 0, "broker": 1, "status": "completed"}]
+            assert verified["partitions"] == [{"topic": topic, "partition": 0, "status": "completed"}]
+            assert verified["throttles_cleared"]
+            assert "follower.replication.throttled.rate" not in layout.broker_config("1")
+        _all_acked_readable(bootstrap, topic, 0, writer)
+
+
 def test_failed_log_dir_takes_only_its_partitions_offline(cluster: BrokerCluster, layout: ZkLayout, dirs: Dirs,
                                                           disk: Path) -> None:
     """Runs last: broker 0's second directory stays failed."""

@@ -229,16 +229,23 @@ def test_kafka_39_bootstrap_tool_moves_a_topic_and_verifies(cluster: Cluster, tm
     try:
         wait_until(lambda: len(producer.acked) > 100, 30, "records acknowledged before the move")
         out = kafka(V3_9, "kafka-reassign-partitions", "--bootstrap-server", cluster.bootstrap,
-                    "--reassignment-json-file", str(tmp_path / "plan.json"), "--execute")
+                    "--reassignment-json-file", str(tmp_path / "plan.json"), "--execute",
+                    "--throttle", str(50 * THROTTLE))  # IncrementalAlterConfigs on the topic and each broker
         assert "Successfully started partition reassignments" in out, out
+        assert cluster.layout.broker_config("3")["follower.replication.throttled.rate"] == str(50 * THROTTLE)
         cluster.wait_moved(topic, target)
     finally:
         acked = producer.finish()
     assert producer.failed == 0
     out = kafka(V3_9, "kafka-reassign-partitions", "--bootstrap-server", cluster.bootstrap,
-                "--reassignment-json-file", str(tmp_path / "plan.json"), "--verify", "--preserve-throttles")
+                "--reassignment-json-file", str(tmp_path / "plan.json"), "--verify")
     assert f"Reassignment of partition {topic}-0 is completed." in out, out
     assert f"Reassignment of partition {topic}-1 is completed." in out, out
+    assert "Clearing broker-level throttles" in out, out
+    for broker in (1, 2, 3, 4):
+        assert not set(THROTTLED_BROKER_KEYS) & set(cluster.layout.broker_config(str(broker)))
+    config = cluster.layout.topic_config(topic)
+    assert config is not None and "leader.replication.throttled.replicas" not in config.config
     read_all(cluster.brokers[2].bootstrap, topic, 2, acked)
     for partition in (0, 1):
         wait_until(lambda p=partition: not cluster.log_dir(1, topic, p).exists(), 20, f"broker 1's {topic}-{partition}")

@@ -71,9 +71,13 @@ class BrokerReassignments:
 
     # -- the plan -----------------------------------------------------------------------------------
 
-    def execute(self, plan: Mapping[TopicPartition, tuple[int, ...]], before: Any = None) -> Plan:
+    def execute(self, plan: Mapping[TopicPartition, tuple[int, ...]], before: Any = None,
+                log_dirs: Mapping[tuple[str, int, int], str] | None = None) -> Plan:
         """Start ``plan`` (``before(current)`` first, as in :func:`metaq.admin.reassignment.execute`); returns the
-        current assignment. ConfigError if something moves already or a broker is not live."""
+        current assignment. ConfigError if something moves already or a broker is not live. ``log_dirs`` are
+        asked for once before the reassignment starts (a target broker remembers the directory and creates the
+        new replica there, instead of creating it elsewhere and moving it as after Kafka's tool, which asks
+        only after), then again until every broker took its replica (:meth:`move_log_dirs`)."""
         if self.ongoing():
             raise ConfigError(EXISTING)
         live = set(self.broker_ids())
@@ -83,10 +87,14 @@ class BrokerReassignments:
         current = self.current(plan)
         if before is not None:
             before(current)
+        for key, log_dir in sorted((log_dirs or {}).items()):
+            self._move_log_dir(*key, log_dir)
         errors = self._alter(plan)
         if errors:
             raise MetaqError("Error reassigning partition(s):\n" + "\n".join(
                 f"{t}-{p}: {for_code(code).message}: {message}" for (t, p), (code, message) in sorted(errors.items())))
+        if log_dirs:
+            self.move_log_dirs(log_dirs)
         return current
 
     def cancel(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:

@@ -56,7 +56,10 @@ def _backend(args: argparse.Namespace) -> Iterator[_Backend]:
         security = command_security(args)
         quiet_libraries()
         brokers = BrokerReassignments(BootstrapLayout.connect(args.bootstrap_server, security), security)
-        yield _Backend(as_layout(brokers.layout), brokers, brokers.execute, brokers.cancel, brokers.verify, brokers)
+        log_dirs = plans.parse_log_dirs(_read(args, "--reassignment-json-file")) if args.execute else {}
+        yield _Backend(as_layout(brokers.layout), brokers,
+                       lambda plan, before: brokers.execute(plan, before, log_dirs), brokers.cancel,
+                       brokers.verify, brokers)
         return
     with open_admin(args) as admin:
         layout = admin.layout
@@ -120,9 +123,7 @@ def _execute(args: argparse.Namespace, backend: _Backend, plan: Plan,
             throttling.set_throttles(backend.configs, throttles, args.throttle)
             throttled.extend(throttling.describe_throttles(throttles, args.throttle))
 
-    current = backend.execute(plan, throttle)
-    if log_dirs and backend.brokers is not None:
-        backend.brokers.move_log_dirs(log_dirs)
+    current = backend.execute(plan, throttle)  # the brokers' backend also places the replicas of log_dirs
     emit(args, {"current": plans.to_json(current), "started": plans.to_json(plan),
                 "throttle": args.throttle if throttled else None,
                 "log_dirs": [{"topic": t, "partition": p, "broker": b, "log_dir": d}
@@ -132,8 +133,8 @@ def _execute(args: argparse.Namespace, backend: _Backend, plan: Plan,
                  + "".join(f"{line}\n" for line in throttled) +
                  f"Successfully started partition reassignments for "
                  f"{','.join(f'{t}-{p}' for t, p in sorted(plan))}"
-                 + (f"\nSuccessfully started log directory moves for: "
-                    f"{','.join(f'{t}-{p}-{b}' for t, p, b in sorted(log_dirs))}" if log_dirs else ""))
+                 + "".join(f"\nSuccessfully started moving log directory to {d} for replica {t}-{p} with broker {b}"
+                           for (t, p, b), d in sorted(log_dirs.items())))
     return 0
 
 
@@ -149,7 +150,9 @@ def _verify(args: argparse.Namespace, backend: _Backend, plan: Plan,
         cleared = throttling.clear_throttles(backend.configs, plan)  # as Kafka: once nothing of the plan moves
     lines = [f"Reassignment of partition {t}-{p} is {s}." if s != plans.IN_PROGRESS
              else f"Reassignment of partition {t}-{p} is still in progress." for (t, p), s in sorted(status.items())]
-    lines += [f"Reassignment of replica {t}-{p}-{b} is {s}." for (t, p, b), s in sorted(moves.items())]
+    lines += [f"Reassignment of replica {t}-{p}-{b} " + ("completed successfully." if s == plans.COMPLETED
+                                                          else "is still in progress.")
+              for (t, p, b), s in sorted(moves.items())]
     if cleared is not None:
         lines += [f"Clearing broker-level throttles on brokers {','.join(map(str, cleared.brokers))}",
                   f"Clearing topic-level throttles on topics {','.join(cleared.topics)}"]
