@@ -133,8 +133,8 @@ async def describe_configs(ctx: BrokerContext, request: ApiRequest, version: int
 # ------------------------------------------------------------------------------------------ alter
 
 
-def _incremental(current: dict[str, str], ops: list[ApiStruct], known: Collection[str],
-                 what: str) -> dict[str, str]:
+def _incremental(current: dict[str, str], ops: list[ApiStruct], known: Collection[str] = TOPIC_CONFIG_KEYS,
+                 what: str = "topic") -> dict[str, str]:
     """Kafka's IncrementalAlterConfigs semantics on a topic's overrides or a broker's dynamic configs."""
     result = dict(current)
     names = [op.name for op in ops]
@@ -200,8 +200,9 @@ async def _alter_broker(ctx: BrokerContext, name: str, validate_only: bool,
     new = change(await ctx.in_thread(ctx.layout.broker_config, node))
     for key, value in new.items():
         if key not in DYNAMIC_BROKER_KEYS:
-            raise AdminError(ErrorCode.INVALID_REQUEST, f"{key} cannot be changed without a restart in metaq (dynamic "
-                                                        f"broker configs: {', '.join(DYNAMIC_BROKER_KEYS)})")
+            raise AdminError(ErrorCode.INVALID_REQUEST, f"{key} is read-only in metaq: set it in the broker's "
+                                                        f"properties file and restart it (dynamic broker configs: "
+                                                        f"{', '.join(DYNAMIC_BROKER_KEYS)})")
         if not value.strip().isdigit():
             raise AdminError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {key}: "
                                                        f"a whole number of bytes per second is required")
