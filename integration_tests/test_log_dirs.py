@@ -31,6 +31,7 @@ from kafka.admin import KafkaAdminClient
 from integration_tests.peers import confluent_consume
 from metaq.broker.log.manager import parse_log_dir_name
 from metaq.broker.topics import create_topic
+from metaq.errors import MetaqError
 from metaq.testing.apache_kafka import V3_9, run_kafka_tool
 from metaq.testing.broker import BrokerCluster, topic_leaders
 from metaq.testing.wait import wait_until
@@ -393,3 +394,31 @@ def test_failed_log_dir_takes_only_its_partitions_offline(cluster: BrokerCluster
                "broker 2, whose only log directory was on the failed disk, to stop")
     assert solo.proc.returncode == 1, solo.log_tail()
     assert f"every log directory failed: {dirs.only_disk}" in solo.log_path.read_text()
+
+
+def test_a_log_dir_failed_at_start_up(cluster: BrokerCluster, layout: ZkLayout, dirs: Dirs) -> None:
+    """Runs after the failure above, the disk still shut down. Broker 0 restarts without its failed directory
+    (Kafka's createAndValidateLogDirs): the partitions assigned to it without a log in the healthy directory are
+    offline there, reported to the controller, and not re-created empty; failing-1, in the healthy directory,
+    is back in sync. Broker 2, whose only directory is on the disk, does not start (Kafka halts)."""
+    topic = "failing"
+    failing_dir, healthy_dir = dirs.by_broker[0][1], dirs.by_broker[0][0]
+    broker = cluster.brokers[0]
+    broker.stop()
+    broker.start()
+    bootstrap = cluster.brokers[1].bootstrap
+    wait_until(lambda: 0 in layout.partition_state(topic, 1).isr, 60,  # type: ignore[union-attr]
+               "broker 0 back in sync for failing-1, in its healthy directory")
+    offline = layout.offline_replicas([0]).get(0, set())
+    assert (topic, 0) in offline and (topic, 1) not in offline, offline
+    assert all(not (healthy_dir / f"{t}-{p}").exists() for t, p in offline)
+    assert layout.partition_state(topic, 0).isr == (1,)  # type: ignore[union-attr]
+    assert not (healthy_dir / f"{topic}-0").exists()  # not created empty in place of the unreadable one
+    entries = _described(bootstrap, topic)
+    assert entries[(0, str(failing_dir))]["error"] == "KAFKA_STORAGE_ERROR"
+    assert [p["partition"] for p in entries[(0, str(healthy_dir))]["partitions"]] == [f"{topic}-1"]
+
+    solo = cluster.brokers[2]
+    with pytest.raises(MetaqError, match="exited with 1"):
+        solo.start()
+    assert "none of the log directories" in solo.log_path.read_text()
