@@ -41,6 +41,9 @@ ends with one set of tables:
 9. replication: confluent-kafka produce to RF1 acks=1, RF3 acks=1, RF3 acks=all on three brokers (leader's and
    a follower's CPU), and the failover time after SIGKILL / SIGTERM of a leader, to the first acks=all produce
    and to the first record fetched that was produced after it (bench/replication.py; --only replication).
+12. reassign: 1 GiB (--reassign-mb) of 4 partitions moved from broker 0 to 1 unthrottled and back throttled
+   (--reassign-throttle-mb, default 20 MB/s): time, MB/s, and the p50/p99 produce latency of a steady acks=all
+   producer on a topic of both brokers, without a move and during each (bench/reassign.py; --only reassign).
 
 The run ends with one line per target (bench/targets.py) of the sections that ran: ``--only
 apache,producer,consumer`` covers every target of docs/performance.md.
@@ -366,7 +369,7 @@ class Plan:
 FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20, bench_scale.SIZES, 2, 5, 1_000_000)
 QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5, ((10, 1_000),), 1, 1, 100_000)
 SECTIONS = ("broker", "producer", "consumer", "rebalance", "commit", "offsets", "spark", "security", "scale",
-            "replication", "apache", "transactions")
+            "replication", "apache", "transactions", "reassign")
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -379,6 +382,10 @@ def main() -> None:
     parser.add_argument("--consumer-messages", type=int, default=None, help="consumer section: messages")
     parser.add_argument("--repeat", type=int, default=None,
                         help="consumer section: runs per client (best); producer section: rounds")
+    parser.add_argument("--reassign-mb", type=int, default=None,
+                        help="reassign section: MiB moved between brokers (default 1024; --quick: 64)")
+    parser.add_argument("--reassign-throttle-mb", type=float, default=20.0,
+                        help="reassign section: the throttled move's rate in MB/s (default 20)")
     parser.add_argument("--apache-messages", type=int, default=None,
                         help="apache section: messages per job and in the Spark topic (default 1,000,000)")
     parser.add_argument("--apache-parts", default=",".join(bench_apache.PARTS),
@@ -461,6 +468,14 @@ def main() -> None:
 
             repl_rows, failovers = bench_replication.run(env, args.messages or plan.broker_messages)
             tables.extend(bench_replication.tables(repl_rows, failovers))
+        if "reassign" in only:
+            print("== 12. reassign: moving a topic between brokers, unthrottled and throttled; produce latency",
+                  flush=True)
+            from bench import reassign as bench_reassign
+
+            phases = bench_reassign.run(env, args.reassign_mb or (64 if args.quick else 1024),
+                                        args.reassign_throttle_mb)
+            tables.extend(bench_reassign.tables(phases))
     # The last two sections bring their own ZooKeeper, broker (and SparkSession) and print their own tables.
     late: list[Callable[[], None]] = []
     if "apache" in only:  # first of the late ones: its SparkSession needs a JVM started with spark.jars
