@@ -144,6 +144,27 @@ def read_all(bootstrap: str, topic: str, partitions: int, acked: dict[tuple[int,
         assert set(wanted) <= offsets, f"{topic}-{partition}: {len(set(wanted) - offsets)} acknowledged lost"
 
 
+def _log_bytes(directory: Path) -> int:
+    return sum(f.stat().st_size for f in directory.glob("*.log")) if directory.exists() else 0
+
+
+def _fill(bootstrap: str, topic: str, partitions: int, total: int) -> None:
+    """``total`` bytes of 10 KB records spread over the partitions, acknowledged by all replicas."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    value = b"x" * 10000
+    for i in range(total // len(value)):
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+
+
+THROTTLED_BROKER_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+
+
 class ConfluentGroup:
     """One confluent-kafka group member (subscribe; the broker's group coordinator) on its own thread, keeping the
     (partition, offset) of every record it reads."""
@@ -177,30 +198,53 @@ class ConfluentGroup:
 
 
 @pytest.mark.compat("kafka-reassign-partitions --zookeeper moves a topic under acks=all load", f"Kafka {V2_8}")
+@pytest.mark.compat("kafka-reassign-partitions --throttle holds a move to its rate", f"Kafka {V2_8}")
 def test_kafka_28_zookeeper_tool_moves_a_topic_under_load(cluster: Cluster, tmp_path: Path) -> None:
-    """``kafka-reassign-partitions --zookeeper --execute`` (2.8.2) moves both partitions from {1,2} to {2,3}
-    while a metaq producer writes with acks=all, a metaq group (ZooKeeper) and a confluent-kafka group (the
-    brokers' coordinator) read: nothing acknowledged is lost, both groups read everything, broker 1's copies are
-    deleted and the request node is gone."""
+    """``kafka-reassign-partitions --zookeeper --execute --throttle`` (2.8.2) moves both partitions (4 MiB) from
+    {1,2} to {2,3} while a metaq producer writes with acks=all, a metaq group (ZooKeeper) and a confluent-kafka
+    group (the brokers' coordinator) read. The tool sets the moving brokers' rates and the topic's throttled
+    replicas (sources leader-, destinations follower-throttled), and broker 3, the new replica of both
+    partitions, fills its logs no faster than the throttle. Nothing acknowledged is lost, both groups read
+    everything, broker 1's copies are deleted and the request node is gone."""
     topic = cluster.topic("moved28", {0: [1, 2], 1: [2, 1]})
+    _fill(cluster.bootstrap, topic, 2, 4 * THROTTLE)
     group = GroupHarness(cluster.zk_connect, "g28", topic, tmp_path / "group")
     member = group.add_member()
     confluent = ConfluentGroup(cluster.bootstrap, "g28-confluent", topic)
     producer = SteadyProducer(cluster.zk_connect, topic, rate=200, acks="all")
     producer.start()
+    samples: list[tuple[float, int]] = []
     try:
         wait_until(lambda: len(producer.acked) > 100, 30, "records acknowledged before the move")
         wait_consuming(group, [0, 1], 0, 60)
         target = {0: [2, 3], 1: [3, 2]}
         (tmp_path / "plan.json").write_text(plan(topic, target))
+        size = _log_bytes(cluster.log_dir(1, topic, 0)) + _log_bytes(cluster.log_dir(2, topic, 1))
         out = kafka(V2_8, "kafka-reassign-partitions", "--zookeeper", cluster.zk_connect,
-                    "--reassignment-json-file", str(tmp_path / "plan.json"), "--execute")
-        assert "Successfully started" in out, out
+                    "--reassignment-json-file", str(tmp_path / "plan.json"), "--execute", "--throttle", str(THROTTLE))
+        assert "Successfully started" in out and f"The inter-broker throttle limit was set to {THROTTLE} B/s" in out
+        config = cluster.layout.topic_config(topic)
+        assert config is not None and config.config["leader.replication.throttled.replicas"] == "0:1,0:2,1:1,1:2"
+        assert config.config["follower.replication.throttled.replicas"] == "0:3,1:3"
+        for broker in (1, 2, 3):
+            assert {k: cluster.layout.broker_config(str(broker)).get(k) for k in THROTTLED_BROKER_KEYS} == \
+                dict.fromkeys(THROTTLED_BROKER_KEYS, str(THROTTLE))
+
+        def copied() -> bool:
+            samples.append((time.monotonic(), _log_bytes(cluster.log_dir(3, topic, 0))
+                            + _log_bytes(cluster.log_dir(3, topic, 1))))
+            return samples[-1][1] >= size
+
+        wait_until(copied, 120, lambda: f"broker 3 copied {size} bytes: {samples[-1:]}", interval=0.1)
         cluster.wait_moved(topic, target)
         before = len(producer.acked)
         wait_until(lambda: len(producer.acked) > before + 50, 30, "records acknowledged after the move")
     finally:
         acked = producer.finish()
+    first = next((t, moved) for t, moved in samples if moved > 0)
+    rate = (samples[-1][1] - first[1]) / (samples[-1][0] - first[0])
+    log.info("a throttled move copied %d bytes at %.3f x the throttle", samples[-1][1], rate / THROTTLE)
+    assert rate <= 1.3 * THROTTLE, f"the move ran at {rate / THROTTLE:.2f} x its throttle"
     assert producer.failed == 0
     report = wait_drained(group, acked, 60)
     report.assert_ok()
@@ -215,6 +259,14 @@ def test_kafka_28_zookeeper_tool_moves_a_topic_under_load(cluster: Cluster, tmp_
         wait_until(lambda p=partition: not cluster.log_dir(1, topic, p).exists(), 20, f"broker 1's {topic}-{partition}")
         assert cluster.log_dir(3, topic, partition).exists()
     assert check_delivery(group.events(), acked).missing == []
+    code, verified = metaq_cli(cluster, "topics", "reassign", "--verify", "--reassignment-json-file",
+                               str(tmp_path / "plan.json"))  # clears the throttles, as Kafka's --verify
+    assert code == 0 and verified["throttles_cleared"]
+    config = cluster.layout.topic_config(topic)
+    assert config is not None and not {"leader.replication.throttled.replicas",
+                                       "follower.replication.throttled.replicas"} & set(config.config)
+    for broker in (1, 2, 3):
+        assert not set(THROTTLED_BROKER_KEYS) & set(cluster.layout.broker_config(str(broker)))
 
 
 @pytest.mark.compat("kafka-reassign-partitions --bootstrap-server --execute/--verify", f"Kafka {V3_9}")
@@ -249,69 +301,6 @@ def test_kafka_39_bootstrap_tool_moves_a_topic_and_verifies(cluster: Cluster, tm
     read_all(cluster.brokers[2].bootstrap, topic, 2, acked)
     for partition in (0, 1):
         wait_until(lambda p=partition: not cluster.log_dir(1, topic, p).exists(), 20, f"broker 1's {topic}-{partition}")
-
-
-def _log_bytes(directory: Path) -> int:
-    return sum(f.stat().st_size for f in directory.glob("*.log")) if directory.exists() else 0
-
-
-def _fill(bootstrap: str, topic: str, partitions: int, total: int) -> None:
-    """``total`` bytes of 10 KB records spread over the partitions, acknowledged by all replicas."""
-    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
-    value = b"x" * 10000
-    for i in range(total // len(value)):
-        while True:
-            try:
-                producer.produce(topic, value=value, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    assert producer.flush(60) == 0
-
-
-THROTTLED_BROKER_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
-
-
-@pytest.mark.compat("kafka-reassign-partitions --throttle holds a move to its rate", f"Kafka {V2_8}")
-def test_kafka_28_throttled_move_stays_under_the_throttle(cluster: Cluster, tmp_path: Path) -> None:
-    """``kafka-reassign-partitions --zookeeper --execute --throttle`` (2.8.2) sets the moving brokers' rates and
-    the topic's throttled replicas (sources leader-, destinations follower-throttled); broker 3, the new replica
-    of both partitions, fills its logs no faster than the throttle; ``--verify`` then removes every throttle."""
-    topic = cluster.topic("throttled", {0: [1, 2], 1: [2, 1]})
-    _fill(cluster.bootstrap, topic, 2, 4 * THROTTLE)
-    target = {0: [2, 3], 1: [3, 2]}
-    size = _log_bytes(cluster.log_dir(1, topic, 0)) + _log_bytes(cluster.log_dir(2, topic, 1))
-    (tmp_path / "plan.json").write_text(plan(topic, target))
-    out = kafka(V2_8, "kafka-reassign-partitions", "--zookeeper", cluster.zk_connect, "--reassignment-json-file",
-                str(tmp_path / "plan.json"), "--execute", "--throttle", str(THROTTLE))
-    assert f"The inter-broker throttle limit was set to {THROTTLE} B/s" in out, out
-    config = cluster.layout.topic_config(topic)
-    assert config is not None and config.config["leader.replication.throttled.replicas"] == "0:1,0:2,1:1,1:2"
-    assert config.config["follower.replication.throttled.replicas"] == "0:3,1:3"
-    for broker in (1, 2, 3):
-        assert {k: cluster.layout.broker_config(str(broker)).get(k) for k in THROTTLED_BROKER_KEYS} == \
-            dict.fromkeys(THROTTLED_BROKER_KEYS, str(THROTTLE))
-    samples: list[tuple[float, int]] = []
-
-    def copied() -> bool:
-        samples.append((time.monotonic(), _log_bytes(cluster.log_dir(3, topic, 0))
-                        + _log_bytes(cluster.log_dir(3, topic, 1))))
-        return samples[-1][1] >= size
-
-    wait_until(copied, 120, lambda: f"broker 3 copied {size} bytes: {samples[-1:]}", interval=0.1)
-    first = next((t, moved) for t, moved in samples if moved > 0)
-    rate = (samples[-1][1] - first[1]) / (samples[-1][0] - first[0])
-    log.info("a throttled move copied %d bytes at %.3f x the throttle", size, rate / THROTTLE)
-    assert rate <= 1.3 * THROTTLE, f"the move ran at {rate / THROTTLE:.2f} x its throttle"
-    cluster.wait_moved(topic, target)
-    out = kafka(V2_8, "kafka-reassign-partitions", "--zookeeper", cluster.zk_connect, "--reassignment-json-file",
-                str(tmp_path / "plan.json"), "--verify")
-    assert f"Clearing topic-level throttles on topic {topic}" in out, out
-    config = cluster.layout.topic_config(topic)
-    assert config is not None and not {"leader.replication.throttled.replicas",
-                                       "follower.replication.throttled.replicas"} & set(config.config)
-    for broker in (1, 2, 3):
-        assert not set(THROTTLED_BROKER_KEYS) & set(cluster.layout.broker_config(str(broker)))
 
 
 @pytest.mark.compat("kafka-reassign-partitions --cancel half-way", f"Kafka {V3_9}")
