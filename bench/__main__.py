@@ -44,6 +44,9 @@ ends with one set of tables:
 12. cleaner: the log cleaner's MB/s, records/s and CPU seconds per GB beside Apache Kafka 3.9.2's on the same
    records (1M keys x 10 versions, 100 B values), and produce throughput while it cleans (bench/cleaner.py;
    --only cleaner, --cleaner-keys).
+13. reassign: 1 GiB (--reassign-mb) of 4 partitions moved from broker 0 to 1 unthrottled and back throttled
+   (--reassign-throttle-mb, default 20 MB/s): time, MB/s, and the p50/p99 produce latency of a steady acks=all
+   producer on a topic of both brokers, without a move and during each (bench/reassign.py; --only reassign).
 
 The run ends with one line per target (bench/targets.py) of the sections that ran: ``--only
 apache,producer,consumer,cleaner`` covers every target of docs/performance.md.
@@ -369,7 +372,7 @@ class Plan:
 FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20, bench_scale.SIZES, 2, 5, 1_000_000)
 QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5, ((10, 1_000),), 1, 1, 100_000)
 SECTIONS = ("broker", "producer", "consumer", "rebalance", "commit", "offsets", "spark", "security", "scale",
-            "replication", "apache", "transactions", "cleaner")
+            "replication", "apache", "transactions", "cleaner", "reassign")
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -382,6 +385,10 @@ def main() -> None:
     parser.add_argument("--consumer-messages", type=int, default=None, help="consumer section: messages")
     parser.add_argument("--repeat", type=int, default=None,
                         help="consumer section: runs per client (best); producer section: rounds")
+    parser.add_argument("--reassign-mb", type=int, default=None,
+                        help="reassign section: MiB moved between brokers (default 1024; --quick: 64)")
+    parser.add_argument("--reassign-throttle-mb", type=float, default=20.0,
+                        help="reassign section: the throttled move's rate in MB/s (default 20)")
     parser.add_argument("--apache-messages", type=int, default=None,
                         help="apache section: messages per job and in the Spark topic (default 1,000,000)")
     parser.add_argument("--apache-parts", default=",".join(bench_apache.PARTS),
@@ -466,6 +473,14 @@ def main() -> None:
 
             repl_rows, failovers = bench_replication.run(env, args.messages or plan.broker_messages)
             tables.extend(bench_replication.tables(repl_rows, failovers))
+        if "reassign" in only:
+            print("== 12. reassign: moving a topic between brokers, unthrottled and throttled; produce latency",
+                  flush=True)
+            from bench import reassign as bench_reassign
+
+            phases = bench_reassign.run(env, args.reassign_mb or (64 if args.quick else 1024),
+                                        args.reassign_throttle_mb)
+            tables.extend(bench_reassign.tables(phases))
     # The last two sections bring their own ZooKeeper, broker (and SparkSession) and print their own tables.
     late: list[Callable[[], None]] = []
     if "apache" in only:  # first of the late ones: its SparkSession needs a JVM started with spark.jars

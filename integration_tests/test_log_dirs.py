@@ -13,7 +13,9 @@ mount's error.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import io
 import json
 import os
 import struct
@@ -31,6 +33,8 @@ from kafka.admin import KafkaAdminClient
 from integration_tests.peers import confluent_consume
 from metaq.broker.log.manager import parse_log_dir_name
 from metaq.broker.topics import create_topic
+from metaq.cli.main import main as cli_main
+from metaq.errors import MetaqError
 from metaq.testing.apache_kafka import V3_9, run_kafka_tool
 from metaq.testing.broker import BrokerCluster, topic_leaders
 from metaq.testing.wait import wait_until
@@ -133,6 +137,15 @@ def _metaq(*args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "metaq", *args], capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, f"metaq {' '.join(args)} exited {done.returncode}: {done.stderr}"
     return done.stdout
+
+
+def _metaq_here(*args: str) -> str:
+    """``metaq <args>`` in this process (no interpreter start): its standard output."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli_main(list(args))
+    assert code == 0, f"metaq {' '.join(args)} exited {code}: {out.getvalue()}"
+    return out.getvalue()
 
 
 def _described(bootstrap: str, topic: str) -> dict[tuple[int, str], dict[str, Any]]:
@@ -285,6 +298,62 @@ def test_partition_moves_between_log_dirs_while_written(cluster: BrokerCluster, 
     assert refused.returncode == 1 and "LOG_DIR_NOT_FOUND" in refused.stderr
 
 
+def _not_chosen(dirs: Dirs, broker: int) -> Path:
+    """A directory of ``broker`` its placement rule would not pick for a new partition now (the one holding more
+    partitions; the second on a tie: docs/log-dirs.md, "Placement")."""
+    first, second = dirs.by_broker[broker]
+    count = {d: sum(1 for p in d.iterdir() if parse_log_dir_name(p.name) is not None) for d in (first, second)}
+    return first if count[first] > count[second] else second
+
+
+def _plan(topic: str, broker: int, log_dir: Path) -> str:
+    return json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [broker],
+                                                     "log_dirs": [str(log_dir)]}]})
+
+
+@pytest.mark.apache_kafka(V3_9)
+@pytest.mark.compat("kafka-reassign-partitions plan with log_dirs", f"Kafka {V3_9}")
+def test_reassignment_places_the_new_replica_in_the_plans_log_dir(cluster: BrokerCluster, layout: ZkLayout,
+                                                                  dirs: Dirs, tmp_path: Path) -> None:
+    """A plan's ``log_dirs`` (Kafka 3.9.2's ``kafka-reassign-partitions --bootstrap-server``, then ``metaq topics
+    reassign --bootstrap-server``): the partition moves from broker 0 to broker 1 into the named directory, one
+    the placement rule would not have chosen, and ``metaq topics reassign --verify`` reports the replica's move
+    completed and clears the throttle its ``--execute`` set."""
+    bootstrap = cluster.brokers[1].bootstrap
+    for name, tool in (("placed-kafka", "kafka"), ("placed-metaq", "metaq")):
+        topic = _topic(cluster, layout, name, {0: [0]})
+        writer = Writer(bootstrap, topic, 0)
+        writer.send(50)
+        writer.stop()
+        target = _not_chosen(dirs, 1)
+        (tmp_path / f"{name}.json").write_text(_plan(topic, 1, target))
+        args = ["--bootstrap-server", bootstrap, "--reassignment-json-file", str(tmp_path / f"{name}.json")]
+        if tool == "kafka":
+            run = run_kafka_tool(V3_9, "kafka-reassign-partitions", [*args, "--execute"])
+            out = run.stdout
+            assert run.returncode == 0, f"{out}\n{run.stderr}"
+        else:
+            # --throttle: IncrementalAlterConfigs on the topic and each broker
+            out = _metaq_here("topics", "reassign", "--execute", *args, "--throttle", "52428800")
+            assert layout.topic_config(topic).config["follower.replication.throttled.replicas"] == "0:1"  # type: ignore[union-attr]
+            assert layout.broker_config("1")["follower.replication.throttled.rate"] == "52428800"
+        assert f"Successfully started moving log directory to {target} for replica {topic}-0 with broker 1" in out, out
+        wait_until(lambda t=topic: layout.topic_assignment(t).partitions == {0: (1,)}, 60,  # type: ignore[union-attr]
+                   f"{topic} moved to broker 1")
+        if tool == "metaq":  # asked before the move started: created there, never elsewhere
+            assert dirs.holding(1, topic, 0) == target
+            assert [p.name for p in target.iterdir() if p.name.startswith(f"{topic}-0")] == [f"{topic}-0"]
+        else:  # Kafka's tool asks once the move started: the replica may be created elsewhere, then moved
+            wait_until(lambda t=topic, d=target: dirs.holding(1, t, 0) == d, 60, f"{topic}-0 in {target}")
+        if tool == "metaq":
+            verified = json.loads(_metaq_here("topics", "reassign", "--verify", *args, "--json"))
+            assert verified["log_dirs"] == [{"topic": topic, "partition": 0, "broker": 1, "status": "completed"}]
+            assert verified["partitions"] == [{"topic": topic, "partition": 0, "status": "completed"}]
+            assert verified["throttles_cleared"]
+            assert "follower.replication.throttled.rate" not in layout.broker_config("1")
+        _all_acked_readable(bootstrap, topic, 0, writer)
+
+
 def test_failed_log_dir_takes_only_its_partitions_offline(cluster: BrokerCluster, layout: ZkLayout, dirs: Dirs,
                                                           disk: Path) -> None:
     """Runs last: broker 0's second directory stays failed."""
@@ -336,3 +405,31 @@ def test_failed_log_dir_takes_only_its_partitions_offline(cluster: BrokerCluster
                "broker 2, whose only log directory was on the failed disk, to stop")
     assert solo.proc.returncode == 1, solo.log_tail()
     assert f"every log directory failed: {dirs.only_disk}" in solo.log_path.read_text()
+
+
+def test_a_log_dir_failed_at_start_up(cluster: BrokerCluster, layout: ZkLayout, dirs: Dirs) -> None:
+    """Runs after the failure above, the disk still shut down. Broker 0 restarts without its failed directory
+    (Kafka's createAndValidateLogDirs): the partitions assigned to it without a log in the healthy directory are
+    offline there, reported to the controller, and not re-created empty; failing-1, in the healthy directory,
+    is back in sync. Broker 2, whose only directory is on the disk, does not start (Kafka halts)."""
+    topic = "failing"
+    failing_dir, healthy_dir = dirs.by_broker[0][1], dirs.by_broker[0][0]
+    broker = cluster.brokers[0]
+    broker.stop()
+    broker.start()
+    bootstrap = cluster.brokers[1].bootstrap
+    wait_until(lambda: 0 in layout.partition_state(topic, 1).isr, 60,  # type: ignore[union-attr]
+               "broker 0 back in sync for failing-1, in its healthy directory")
+    offline = layout.offline_replicas([0]).get(0, set())
+    assert (topic, 0) in offline and (topic, 1) not in offline, offline
+    assert all(not (healthy_dir / f"{t}-{p}").exists() for t, p in offline)
+    assert layout.partition_state(topic, 0).isr == (1,)  # type: ignore[union-attr]
+    assert not (healthy_dir / f"{topic}-0").exists()  # not created empty in place of the unreadable one
+    entries = _described(bootstrap, topic)
+    assert entries[(0, str(failing_dir))]["error"] == "KAFKA_STORAGE_ERROR"
+    assert [p["partition"] for p in entries[(0, str(healthy_dir))]["partitions"]] == [f"{topic}-1"]
+
+    solo = cluster.brokers[2]
+    with pytest.raises(MetaqError, match="exited with 1"):
+        solo.start()
+    assert "none of the log directories" in solo.log_path.read_text()

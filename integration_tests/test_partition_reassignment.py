@@ -13,10 +13,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 import pytest
 from kafka.protocol.admin import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
 
@@ -35,9 +39,13 @@ from metaq.zkserver import ZooKeeperServer
 from zk_layout import PartitionState, ZkLayout
 
 pytestmark = pytest.mark.timeout(300)
+log = logging.getLogger(__name__)
 
+# replica.fetch.max.bytes 256 KiB: a throttled move advances in steps small against its throttle (a rate is measured)
 FAST = {"zookeeper.session.timeout.ms": 4000, "replica.lag.time.max.ms": 3000, "replica.fetch.wait.max.ms": 200,
-        "replica.fetch.backoff.ms": 200, "replica.high.watermark.checkpoint.interval.ms": 500}
+        "replica.fetch.backoff.ms": 200, "replica.high.watermark.checkpoint.interval.ms": 500,
+        "replica.fetch.max.bytes": 262144}
+THROTTLE = 1048576  # bytes/s
 
 
 class Cluster:
@@ -136,38 +144,129 @@ def read_all(bootstrap: str, topic: str, partitions: int, acked: dict[tuple[int,
         assert set(wanted) <= offsets, f"{topic}-{partition}: {len(set(wanted) - offsets)} acknowledged lost"
 
 
+def _log_bytes(directory: Path) -> int:
+    return sum(f.stat().st_size for f in directory.glob("*.log")) if directory.exists() else 0
+
+
+def _fill(bootstrap: str, topic: str, partitions: int, total: int) -> None:
+    """``total`` bytes of 10 KB records spread over the partitions, acknowledged by all replicas."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    value = b"x" * 10000
+    for i in range(total // len(value)):
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+
+
+THROTTLED_BROKER_KEYS = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+
+
+class ConfluentGroup:
+    """One confluent-kafka group member (subscribe; the broker's group coordinator) on its own thread, keeping the
+    (partition, offset) of every record it reads."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.read: set[tuple[int, int]] = set()
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._config = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                        "fetch.wait.max.ms": 100, "topic.metadata.refresh.interval.ms": 1000}
+        self._thread = threading.Thread(target=self._run, args=(topic,), name=f"test-confluent-{group}", daemon=True)
+        self._thread.start()
+
+    def _run(self, topic: str) -> None:
+        consumer = confluent_kafka.Consumer(self._config)
+        try:
+            consumer.subscribe([topic])
+            while not self._stop.is_set():
+                msg = consumer.poll(0.1)
+                if msg is not None and msg.error() is None:  # errors while leaders move: the client retries
+                    self.read.add((msg.partition(), msg.offset()))
+        except Exception as e:  # reported by the test
+            self.errors.append(repr(e))
+        finally:
+            consumer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive() and not self.errors, self.errors
+
+
 @pytest.mark.compat("kafka-reassign-partitions --zookeeper moves a topic under acks=all load", f"Kafka {V2_8}")
+@pytest.mark.compat("kafka-reassign-partitions --throttle holds a move to its rate", f"Kafka {V2_8}")
 def test_kafka_28_zookeeper_tool_moves_a_topic_under_load(cluster: Cluster, tmp_path: Path) -> None:
-    """``kafka-reassign-partitions --zookeeper --execute`` (2.8.2) moves both partitions from {1,2} to {2,3}
-    while a metaq producer writes with acks=all and a metaq group reads: nothing acknowledged is lost, the
-    group reads everything, broker 1's copies are deleted and the request node is gone."""
+    """``kafka-reassign-partitions --zookeeper --execute --throttle`` (2.8.2) moves both partitions (4 MiB) from
+    {1,2} to {2,3} while a metaq producer writes with acks=all, a metaq group (ZooKeeper) and a confluent-kafka
+    group (the brokers' coordinator) read. The tool sets the moving brokers' rates and the topic's throttled
+    replicas (sources leader-, destinations follower-throttled), and broker 3, the new replica of both
+    partitions, fills its logs no faster than the throttle. Nothing acknowledged is lost, both groups read
+    everything, broker 1's copies are deleted and the request node is gone."""
     topic = cluster.topic("moved28", {0: [1, 2], 1: [2, 1]})
+    _fill(cluster.bootstrap, topic, 2, 4 * THROTTLE)
     group = GroupHarness(cluster.zk_connect, "g28", topic, tmp_path / "group")
     member = group.add_member()
+    confluent = ConfluentGroup(cluster.bootstrap, "g28-confluent", topic)
     producer = SteadyProducer(cluster.zk_connect, topic, rate=200, acks="all")
     producer.start()
+    samples: list[tuple[float, int]] = []
     try:
         wait_until(lambda: len(producer.acked) > 100, 30, "records acknowledged before the move")
         wait_consuming(group, [0, 1], 0, 60)
         target = {0: [2, 3], 1: [3, 2]}
         (tmp_path / "plan.json").write_text(plan(topic, target))
+        size = _log_bytes(cluster.log_dir(1, topic, 0)) + _log_bytes(cluster.log_dir(2, topic, 1))
         out = kafka(V2_8, "kafka-reassign-partitions", "--zookeeper", cluster.zk_connect,
-                    "--reassignment-json-file", str(tmp_path / "plan.json"), "--execute")
-        assert "Successfully started" in out, out
+                    "--reassignment-json-file", str(tmp_path / "plan.json"), "--execute", "--throttle", str(THROTTLE))
+        assert "Successfully started" in out and f"The inter-broker throttle limit was set to {THROTTLE} B/s" in out
+        config = cluster.layout.topic_config(topic)
+        assert config is not None and config.config["leader.replication.throttled.replicas"] == "0:1,0:2,1:1,1:2"
+        assert config.config["follower.replication.throttled.replicas"] == "0:3,1:3"
+        for broker in (1, 2, 3):
+            assert {k: cluster.layout.broker_config(str(broker)).get(k) for k in THROTTLED_BROKER_KEYS} == \
+                dict.fromkeys(THROTTLED_BROKER_KEYS, str(THROTTLE))
+
+        def copied() -> bool:
+            samples.append((time.monotonic(), _log_bytes(cluster.log_dir(3, topic, 0))
+                            + _log_bytes(cluster.log_dir(3, topic, 1))))
+            return samples[-1][1] >= size
+
+        wait_until(copied, 120, lambda: f"broker 3 copied {size} bytes: {samples[-1:]}", interval=0.1)
         cluster.wait_moved(topic, target)
         before = len(producer.acked)
         wait_until(lambda: len(producer.acked) > before + 50, 30, "records acknowledged after the move")
     finally:
         acked = producer.finish()
+    first = next((t, moved) for t, moved in samples if moved > 0)
+    rate = (samples[-1][1] - first[1]) / (samples[-1][0] - first[0])
+    log.info("a throttled move copied %d bytes at %.3f x the throttle", samples[-1][1], rate / THROTTLE)
+    assert rate <= 1.3 * THROTTLE, f"the move ran at {rate / THROTTLE:.2f} x its throttle"
     assert producer.failed == 0
     report = wait_drained(group, acked, 60)
     report.assert_ok()
     member.stop()
+    try:
+        wait_until(lambda: set(acked) <= confluent.read, 60,
+                   lambda: f"the confluent group to read everything: {len(set(acked) - confluent.read)} missing")
+    finally:
+        confluent.stop()
     read_all(cluster.brokers[2].bootstrap, topic, 2, acked)
     for partition in (0, 1):
         wait_until(lambda p=partition: not cluster.log_dir(1, topic, p).exists(), 20, f"broker 1's {topic}-{partition}")
         assert cluster.log_dir(3, topic, partition).exists()
     assert check_delivery(group.events(), acked).missing == []
+    code, verified = metaq_cli(cluster, "topics", "reassign", "--verify", "--reassignment-json-file",
+                               str(tmp_path / "plan.json"))  # clears the throttles, as Kafka's --verify
+    assert code == 0 and verified["throttles_cleared"]
+    config = cluster.layout.topic_config(topic)
+    assert config is not None and not {"leader.replication.throttled.replicas",
+                                       "follower.replication.throttled.replicas"} & set(config.config)
+    for broker in (1, 2, 3):
+        assert not set(THROTTLED_BROKER_KEYS) & set(cluster.layout.broker_config(str(broker)))
 
 
 @pytest.mark.compat("kafka-reassign-partitions --bootstrap-server --execute/--verify", f"Kafka {V3_9}")
@@ -182,16 +281,23 @@ def test_kafka_39_bootstrap_tool_moves_a_topic_and_verifies(cluster: Cluster, tm
     try:
         wait_until(lambda: len(producer.acked) > 100, 30, "records acknowledged before the move")
         out = kafka(V3_9, "kafka-reassign-partitions", "--bootstrap-server", cluster.bootstrap,
-                    "--reassignment-json-file", str(tmp_path / "plan.json"), "--execute")
+                    "--reassignment-json-file", str(tmp_path / "plan.json"), "--execute",
+                    "--throttle", str(50 * THROTTLE))  # IncrementalAlterConfigs on the topic and each broker
         assert "Successfully started partition reassignments" in out, out
+        assert cluster.layout.broker_config("3")["follower.replication.throttled.rate"] == str(50 * THROTTLE)
         cluster.wait_moved(topic, target)
     finally:
         acked = producer.finish()
     assert producer.failed == 0
     out = kafka(V3_9, "kafka-reassign-partitions", "--bootstrap-server", cluster.bootstrap,
-                "--reassignment-json-file", str(tmp_path / "plan.json"), "--verify", "--preserve-throttles")
+                "--reassignment-json-file", str(tmp_path / "plan.json"), "--verify")
     assert f"Reassignment of partition {topic}-0 is completed." in out, out
     assert f"Reassignment of partition {topic}-1 is completed." in out, out
+    assert "Clearing broker-level throttles" in out, out
+    for broker in (1, 2, 3, 4):
+        assert not set(THROTTLED_BROKER_KEYS) & set(cluster.layout.broker_config(str(broker)))
+    config = cluster.layout.topic_config(topic)
+    assert config is not None and "leader.replication.throttled.replicas" not in config.config
     read_all(cluster.brokers[2].bootstrap, topic, 2, acked)
     for partition in (0, 1):
         wait_until(lambda p=partition: not cluster.log_dir(1, topic, p).exists(), 20, f"broker 1's {topic}-{partition}")
@@ -325,8 +431,11 @@ def test_metaq_topics_reassign_generate_execute_verify_cancel(cluster: Cluster, 
     try:
         wait_until(lambda: len(producer.acked) > 50, 30, "records acknowledged before the move")
         code, started = metaq_cli(cluster, "topics", "reassign", "--execute", "--reassignment-json-file",
-                                  str(tmp_path / "plan.json"))
+                                  str(tmp_path / "plan.json"), "--throttle", str(50 * THROTTLE))
         assert code == 0 and {e["partition"]: e["replicas"] for e in started["current"]} == {0: [1, 2], 1: [2, 1]}
+        config = cluster.layout.topic_config(topic)
+        assert config is not None and config.config["follower.replication.throttled.replicas"] == "0:3,1:3"
+        assert cluster.layout.broker_config("3")["follower.replication.throttled.rate"] == str(50 * THROTTLE)
         wait_until(lambda: metaq_cli(cluster, "topics", "describe", topic)[1]["topics"][0]["partitions"][0]
                    ["adding_replicas"] == [3], 30, "describe shows broker 3 being added")
         code, verified = metaq_cli(cluster, "topics", "reassign", "--verify", "--reassignment-json-file",
@@ -340,6 +449,9 @@ def test_metaq_topics_reassign_generate_execute_verify_cancel(cluster: Cluster, 
     finally:
         acked = producer.finish()
     assert producer.failed == 0
+    config = cluster.layout.topic_config(topic)  # --verify cleared the throttles once completed
+    assert config is not None and "follower.replication.throttled.replicas" not in config.config
+    assert not set(THROTTLED_BROKER_KEYS) & set(cluster.layout.broker_config("3"))
     read_all(cluster.brokers[2].bootstrap, topic, 2, acked)
     for partition in (0, 1):
         wait_until(lambda p=partition: not cluster.log_dir(1, topic, p).exists(), 20, f"broker 1's {topic}-{partition}")

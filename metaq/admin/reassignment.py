@@ -12,7 +12,7 @@ plan formats (docs/reassignment.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kafka.protocol.admin import ElectLeadersRequest
@@ -30,6 +30,8 @@ TopicPartition = tuple[str, int]
 Plan = dict[TopicPartition, tuple[int, ...]]
 
 COMPLETED, IN_PROGRESS, FAILED = "completed", "in progress", "failed"
+ANY_LOG_DIR = "any"
+PENDING = "There is an existing assignment running (/admin/reassign_partitions exists)."
 
 
 def parse_plan(text: str) -> Plan:
@@ -48,6 +50,26 @@ def parse_plan(text: str) -> Plan:
     if not plan:
         raise ConfigError("the plan names no partitions")
     return plan
+
+
+def parse_log_dirs(text: str) -> dict[tuple[str, int, int], str]:
+    """A plan's ``log_dirs``: (topic, partition, broker) → directory for each entry other than ``any``; a list
+    must be as long as the replicas' (Kafka's ``parsePartitionReassignmentData``)."""
+    moves: dict[tuple[str, int, int], str] = {}
+    try:
+        for entry in json.loads(text)["partitions"]:
+            dirs = entry.get("log_dirs")
+            if dirs is None:
+                continue
+            replicas = [int(b) for b in entry["replicas"]]
+            if len(dirs) != len(replicas):
+                raise ConfigError(f"Size of replicas list {replicas} is different from size of log dirs list {dirs} "
+                                  f"for partition {entry['topic']}-{entry['partition']}")
+            moves.update({(str(entry["topic"]), int(entry["partition"]), b): str(d)
+                          for b, d in zip(replicas, dirs, strict=True) if d != ANY_LOG_DIR})
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"not a reassignment plan: {e}") from e
+    return moves
 
 
 def format_plan(plan: Mapping[TopicPartition, Sequence[int]]) -> str:
@@ -94,9 +116,14 @@ def generate(layout: ZkLayout, topics: Iterable[str], brokers: Sequence[int]) ->
     return current, proposed
 
 
-def execute(layout: ZkLayout, plan: Mapping[TopicPartition, tuple[int, ...]]) -> Plan:
+def execute(layout: ZkLayout, plan: Mapping[TopicPartition, tuple[int, ...]],
+            before: Callable[[Plan], None] | None = None) -> Plan:
     """Write ``plan`` to ``/admin/reassign_partitions``; returns the current assignment (to keep for a
-    rollback). ConfigError if a reassignment request is pending or the plan names an unregistered broker."""
+    rollback). ConfigError if a reassignment request is pending or the plan names an unregistered broker.
+    ``before`` is called with the current assignment once the plan is checked, before the request is written
+    (``--throttle`` sets its configs there, as Kafka's tool does)."""
+    if layout.reassignment_request() is not None:
+        raise ConfigError(PENDING)
     for (topic, partition), replicas in plan.items():
         if not replicas or len(set(replicas)) != len(replicas) or min(replicas) < 0:
             raise ConfigError(f"{topic}-{partition}: replicas must be distinct broker ids, got {list(replicas)}")
@@ -105,8 +132,10 @@ def execute(layout: ZkLayout, plan: Mapping[TopicPartition, tuple[int, ...]]) ->
     unknown = sorted({b for replicas in plan.values() for b in replicas} - registered)
     if unknown:
         raise ConfigError(f"The proposed assignment contains non-existent brokerIDs: {','.join(map(str, unknown))}")
+    if before is not None:
+        before(current)
     if not layout.request_reassignment(plan):
-        raise ConfigError("There is an existing assignment running (/admin/reassign_partitions exists).")
+        raise ConfigError(PENDING)
     return current
 
 

@@ -177,9 +177,8 @@ class Broker:
         self._registration = BrokerRegistration(self._zk, layout, info, self.metadata.request_reload,
                                                 session_timeout_ms=config.session_timeout_ms)
         await asyncio.to_thread(self._registration.register)
-        # what an earlier run reported offline is online again (or offline anew: a directory failed at load)
-        await asyncio.to_thread(layout.set_offline_replicas, config.broker_id, self.logs.offline_partitions())
         await asyncio.to_thread(self.metadata.start)
+        await self._report_offline_at_start(layout)
         await asyncio.to_thread(self.scram.load_all, layout)  # before serving: SCRAM users can log in at once
         await self.replication.start()
         self.controller.start()
@@ -333,6 +332,19 @@ class Broker:
             except (MetaqError, OSError) as e:
                 if not self.logs.handle_error(plog.topic, plog.partition, e):
                     raise
+
+    async def _report_offline_at_start(self, layout: ZkLayout) -> None:
+        """What an earlier run reported offline is online again, or offline anew: a directory that failed at
+        load takes the partitions assigned here that may be in it (LogManager.claim_assigned), and the
+        controller is told as for a failure at run time, so their leadership moves (docs/log-dirs.md)."""
+        broker_id = self.config.broker_id
+        self.logs.claim_assigned((topic, p) for topic, parts in self.metadata.snapshot.topics.items()
+                                 for p, meta in parts.items() if broker_id in meta.replicas)
+        offline = self.logs.offline_partitions()
+        if self.logs.offline_dirs():
+            await asyncio.to_thread(layout.announce_log_dir_failure, broker_id, offline)
+        else:
+            await asyncio.to_thread(layout.set_offline_replicas, broker_id, offline)
 
     def _log_dir_failed(self, log_dir: Path) -> None:
         """Event loop, once per failed log directory (docs/log-dirs.md): the replicas in it leave their roles,

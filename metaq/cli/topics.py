@@ -10,6 +10,7 @@
     (--bootstrap-server: every command but elect-leaders, through the brokers: metaq/cli/broker_topics.py)
     metaq topics reassign --generate --topics-to-move-json-file t.json --broker-list 2,3 --zookeeper 127.0.0.1:2181
     metaq topics reassign --execute|--verify|--cancel --reassignment-json-file plan.json --zookeeper 127.0.0.1:2181
+    metaq topics reassign --execute --reassignment-json-file plan.json --throttle 10485760 --bootstrap-server B
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from metaq.cli import broker_topics
+from metaq.cli import reassign as reassign_command
 from metaq.cli.output import ProgressBar, add_parser, emit, note, open_admin, table, usage_error
 from metaq.cli.subparsers import SubParsers
 from metaq.errors import ZooKeeperError
@@ -73,7 +75,8 @@ def register(sub: SubParsers) -> None:
                        help="preferred: back to the first replica; unclean: a live replica, in sync or not, for "
                             "partitions without a live leader (may lose acknowledged records)")
     elect.set_defaults(func=_elect_leaders)
-    reassign = add_parser(actions, "reassign", "move partitions between brokers (kafka-reassign-partitions' JSON)")
+    reassign = add_parser(actions, "reassign", "move partitions between brokers (kafka-reassign-partitions' JSON)",
+                          bootstrap=True)
     mode = reassign.add_mutually_exclusive_group(required=True)
     for name, text in (("generate", "print a plan moving the topics of --topics-to-move-json-file onto "
                                     "--broker-list"),
@@ -84,7 +87,13 @@ def register(sub: SubParsers) -> None:
     reassign.add_argument("--reassignment-json-file", metavar="FILE")
     reassign.add_argument("--topics-to-move-json-file", metavar="FILE")
     reassign.add_argument("--broker-list", metavar="ID[,ID...]")
-    reassign.set_defaults(func=_reassign)
+    reassign.add_argument("--throttle", type=int, default=-1, metavar="BYTES_PER_S",
+                          help="with --execute: hold the moving replicas' replication to this rate (the moving "
+                               "brokers' *.replication.throttled.rate, the topics' *.replication.throttled.replicas)"
+                               "; --verify removes them once every partition completed")
+    reassign.add_argument("--preserve-throttles", action="store_true",
+                          help="with --verify: leave the throttles in place")
+    reassign.set_defaults(func=reassign_command.run)
     grow = add_parser(actions, "alter", "add partitions to a topic (kafka-topics --alter --partitions)",
                       bootstrap=True)
     grow.add_argument("topic")
@@ -282,53 +291,3 @@ def _elect_unclean(args: argparse.Namespace) -> int:
 
 
 _ELECTION = {0: "elected", 84: "not needed", 83: "no eligible replica", 3: "unknown partition"}
-
-
-def _read(args: argparse.Namespace, option: str) -> str:
-    path = getattr(args, option.lstrip("-").replace("-", "_"))
-    if not path:
-        usage_error(args, f"{option} is required")
-    with open(path, encoding="utf-8") as f:
-        return f.read()
-
-
-def _reassign(args: argparse.Namespace) -> int:
-    from metaq.admin import reassignment as plans
-
-    with open_admin(args) as admin:
-        layout = admin.layout
-        if args.generate:
-            if not args.broker_list:
-                usage_error(args, "--broker-list is required with --generate")
-            try:
-                brokers = [int(b) for b in args.broker_list.split(",")]
-            except ValueError:
-                usage_error(args, f"--broker-list {args.broker_list!r}: expected ID[,ID...]")
-            current, proposed = plans.generate(layout, plans.parse_topics_to_move(
-                _read(args, "--topics-to-move-json-file")), brokers)
-            emit(args, {"current": plans.to_json(current), "proposed": plans.to_json(proposed)},
-                 lambda: f"Current partition replica assignment\n{plans.format_plan(current)}\n\n"
-                         f"Proposed partition reassignment configuration\n{plans.format_plan(proposed)}")
-            return 0
-        plan = plans.parse_plan(_read(args, "--reassignment-json-file"))
-        if args.execute:
-            current = plans.execute(layout, plan)
-            emit(args, {"current": plans.to_json(current), "started": plans.to_json(plan)},
-                 lambda: f"Current partition replica assignment\n\n{plans.format_plan(current)}\n\n"
-                         f"Save this to use as the --reassignment-json-file option during rollback\n"
-                         f"Successfully started partition reassignments for "
-                         f"{','.join(f'{t}-{p}' for t, p in sorted(plan))}")
-            return 0
-        if args.cancel:
-            cancelled = plans.cancel(layout, plan)
-            emit(args, {"cancelled": [{"topic": t, "partition": p} for t, p in cancelled]},
-                 lambda: f"Successfully cancelled partition reassignments for: "
-                         f"{','.join(f'{t}-{p}' for t, p in cancelled)}" if cancelled
-                 else "None of the specified partition reassignments are active.")
-            return 0
-        status = plans.verify(layout, plan)
-    emit(args, {"partitions": [{"topic": t, "partition": p, "status": s} for (t, p), s in sorted(status.items())]},
-         lambda: "\n".join(f"Reassignment of partition {t}-{p} is {s}." if s != plans.IN_PROGRESS
-                           else f"Reassignment of partition {t}-{p} is still in progress."
-                           for (t, p), s in sorted(status.items())))
-    return 0 if all(s == plans.COMPLETED for s in status.values()) else 1

@@ -49,9 +49,13 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_REPLICA_LOG_DIRS: (0, 2),
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 0),  # metaq quotas --bootstrap-server (metaq/admin/quotas.py)
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 0),
+    # metaq topics reassign --bootstrap-server (metaq/admin/reassign_brokers.py): both flexible from v0
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 0),  # its throttles (a topic's and a broker's)
 }
 """API key -> (min, max) version metaq's client can encode and decode; all but ApiVersions 3, WriteTxnMarkers 1,
-DescribeLogDirs 2+ and AlterReplicaLogDirs 2 non-flexible."""
+DescribeLogDirs 2+, AlterReplicaLogDirs 2 and Alter/ListPartitionReassignments non-flexible."""
 
 _V0_8_0: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 0), ApiKey.FETCH: (0, 0), ApiKey.LIST_OFFSETS: (0, 0), ApiKey.METADATA: (0, 0)}

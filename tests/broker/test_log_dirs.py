@@ -204,3 +204,27 @@ def test_alter_replica_log_dirs_answers_per_partition_as_kafka(tmp_path: Path) -
     assert found == {(1, False, 1), (0, True, 2)}  # current: end - HW; future: behind the current log
     assert by_dir[str(dirs[0])].total_bytes > 0 and by_dir[str(dirs[0])].usable_bytes > 0
     manager.shutdown()
+
+
+def test_a_directory_failing_at_start_up_is_offline_and_its_possible_partitions_too(tmp_path: Path) -> None:
+    """A directory that cannot be created (here a file is in its place) is offline and the others load
+    (Kafka's createAndValidateLogDirs); the partitions assigned here without a log in an online directory may
+    be in it: offline, never created empty; a partition assigned later is created; with no directory left the
+    start fails."""
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    first = new_manager([good])
+    first.get_or_create("t", 0).append(make_batch(make_values(3)))
+    first.shutdown()
+    bad.write_bytes(b"not a directory")
+    manager = new_manager([bad, good])
+    assert manager.online_dirs() == [good] and manager.offline_dirs() == [bad]
+    assert manager.get("t", 0) is not None and manager.get("t", 0).log_end_offset == 3  # type: ignore[union-attr]
+    assert manager.claim_assigned([("t", 0), ("t", 1)]) == [("t", 1)]
+    assert manager.offline_partitions() == [("t", 1)]
+    with pytest.raises(LogDirOfflineError):
+        manager.get_or_create("t", 1)
+    assert manager.get_or_create("u", 0).directory.parent == good  # assigned after the start: new
+    manager.shutdown()
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(StorageError, match="none of the log directories"):
+        new_manager([bad, tmp_path / "file" / "under-a-file"])

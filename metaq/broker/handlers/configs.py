@@ -2,17 +2,19 @@
 
 Topic configs live in ``/config/topics/<t>`` (Kafka's format) and every change is announced under
 ``/config/changes`` so each broker applies it to its logs (:mod:`metaq.broker.admin_watcher`). Broker configs
-come from the broker's properties file: they are described, read-only.
+come from the broker's properties file: they are described, read-only, but for the replication throttle rates,
+which are dynamic as in Kafka (``/config/brokers/<id>``, announced the same way).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.handlers.create_delete_topics import AdminError, attempt, require
+from metaq.broker.quota.replication import FOLLOWER_RATE, LEADER_RATE
 from metaq.broker.topic_config import (
     LIST_KEYS,
     TOPIC_CONFIG_KEYS,
@@ -39,6 +41,11 @@ DEFAULT_CONFIG = 5
 _CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "REPLICAS": 7}
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+DEFAULT_BROKER = "<default>"
+# the dynamic broker configs metaq applies (metaq/broker/quota/replication.py); Kafka's tools also delete
+# replica.alter.log.dirs.io.max.bytes.per.second, which metaq does not have (its log directory moves are not throttled)
+DYNAMIC_BROKER_KEYS = (LEADER_RATE, FOLLOWER_RATE)
+LOG_DIR_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 
 Entry = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
 Synonym = Entry.DescribeConfigsSynonym
@@ -126,15 +133,16 @@ async def describe_configs(ctx: BrokerContext, request: ApiRequest, version: int
 # ------------------------------------------------------------------------------------------ alter
 
 
-def _incremental(current: dict[str, str], ops: list[ApiStruct]) -> dict[str, str]:
-    """Kafka's IncrementalAlterConfigs semantics on a topic's overrides."""
+def _incremental(current: dict[str, str], ops: list[ApiStruct], known: Collection[str] = TOPIC_CONFIG_KEYS,
+                 what: str = "topic") -> dict[str, str]:
+    """Kafka's IncrementalAlterConfigs semantics on a topic's overrides or a broker's dynamic configs."""
     result = dict(current)
     names = [op.name for op in ops]
     for op in ops:
         if names.count(op.name) > 1:
             raise AdminError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {op.name}")
-        if op.name not in TOPIC_CONFIG_KEYS:
-            raise AdminError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {op.name}")
+        if op.name not in known:
+            raise AdminError(ErrorCode.INVALID_CONFIG, f"Unknown {what} config name: {op.name}")
         operation = op.config_operation
         if operation == SET:
             result[op.name] = op.value
@@ -159,9 +167,8 @@ def _incremental(current: dict[str, str], ops: list[ApiStruct]) -> dict[str, str
 async def _alter(ctx: BrokerContext, resource: ApiStruct, validate_only: bool,
                  change: Callable[[dict[str, str]], dict[str, str]]) -> None:
     if resource.resource_type == BROKER:
-        require(ctx, AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER)
-        raise AdminError(ErrorCode.INVALID_REQUEST, "broker configs are read-only in metaq: set them in the broker's"
-                                          " properties file and restart it")
+        await _alter_broker(ctx, resource.resource_name, validate_only, change)
+        return
     if resource.resource_type != TOPIC:
         raise AdminError(ErrorCode.INVALID_REQUEST,
                          f"metaq alters topic configs, not resource type {resource.resource_type}")
@@ -178,6 +185,31 @@ async def _alter(ctx: BrokerContext, resource: ApiStruct, validate_only: bool,
         return
     await ctx.in_thread(ctx.layout.set_topic_config, topic, new)
     log.info("topic %s: config set to %s", topic, new)
+
+
+async def _alter_broker(ctx: BrokerContext, name: str, validate_only: bool,
+                        change: Callable[[dict[str, str]], dict[str, str]]) -> None:
+    """A broker's dynamic configs (``/config/brokers/<id>``, ``<default>`` for the name ""): the replication
+    throttle rates only (docs/quotas.md), as Kafka's ``ZkAdminManager`` writes them with
+    ``AdminZkClient.changeBrokerConfig``; every other broker config is read-only (the properties file)."""
+    require(ctx, AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER)
+    if name not in ("", str(ctx.broker_id)):
+        raise AdminError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.broker_id} or empty string, "
+                                                    f"but received {name}")
+    node = name or DEFAULT_BROKER
+    new = change(await ctx.in_thread(ctx.layout.broker_config, node))
+    for key, value in new.items():
+        if key not in DYNAMIC_BROKER_KEYS:
+            raise AdminError(ErrorCode.INVALID_REQUEST, f"{key} is read-only in metaq: set it in the broker's "
+                                                        f"properties file and restart it (dynamic broker configs: "
+                                                        f"{', '.join(DYNAMIC_BROKER_KEYS)})")
+        if not value.strip().isdigit():
+            raise AdminError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {key}: "
+                                                       f"a whole number of bytes per second is required")
+    if validate_only:
+        return
+    await ctx.in_thread(ctx.layout.set_broker_config, node, new)
+    log.info("broker %s: dynamic config set to %s", node, new)
 
 
 async def _alter_all(ctx: BrokerContext, request: ApiRequest, result_cls: type,
@@ -209,7 +241,10 @@ async def alter_configs(ctx: BrokerContext, request: ApiRequest, version: int) -
 
 async def incremental_alter_configs(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     def change_of(resource: ApiStruct) -> Callable[[dict[str, str]], dict[str, str]]:
-        return lambda current: _incremental(current, list(resource.configs))
+        if resource.resource_type == BROKER:  # a removed key outside the dynamic ones is nothing to remove
+            return lambda current: _incremental(current, list(resource.configs),
+                                                set(DYNAMIC_BROKER_KEYS) | {LOG_DIR_RATE}, "dynamic broker")
+        return lambda current: _incremental(current, list(resource.configs), TOPIC_CONFIG_KEYS, "topic")
 
     results = await _alter_all(ctx, request, IncrementalAlterConfigsResponse.AlterConfigsResourceResponse,
                                change_of)

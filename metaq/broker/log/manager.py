@@ -14,12 +14,13 @@ target directory until :meth:`LogManager.swap_future` replaces the current one w
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
 import re
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from metaq.broker.log.checkpoint import read_checkpoint, write_checkpoint
@@ -93,6 +94,7 @@ class LogManager:
         self._preferred: dict[TopicPartition, Path] = {}  # AlterReplicaLogDirs before the log exists here
         self._found_futures: list[tuple[TopicPartition, Path, Path]] = []  # (key, log dir, path) at load
         self._pending_failures: list[tuple[Path, BaseException]] = []  # appended by checkpoint threads
+        self._start_failures: list[tuple[Path, BaseException]] = []  # directories that failed to load
         self.on_dir_failure: Callable[[Path], None] | None = None
         """Called on the event loop once per directory that goes offline."""
 
@@ -101,12 +103,27 @@ class LogManager:
     def load(self) -> None:
         """Lock every directory, then open every log, recovering them unless the last shutdown was clean.
 
-        StorageError (and nothing touched) if another process holds a directory's lock."""
+        A directory that cannot be created, locked or read (an I/O error) is offline for this run, the others
+        are loaded (Kafka's ``LogManager.createAndValidateLogDirs``, ``lockLogDirs`` and ``loadLogs``,
+        docs/log-dirs.md); :meth:`claim_assigned` then decides about the partitions that may be in it.
+        StorageError (and nothing touched) if another process holds a directory's lock or if no directory is
+        left (Kafka halts: "none of the specified log dirs ... can be created or validated")."""
         try:
             for log_dir in self.log_dirs:
-                self._lock_fds.append(_lock_dir(log_dir))
-            for log_dir in self.log_dirs:
-                self._load_dir(log_dir)
+                try:
+                    self._lock_fds.append(_lock_dir(log_dir))
+                except OSError as e:
+                    self._fail_at_start(log_dir, e)
+            for log_dir in self.online_dirs():
+                try:
+                    self._load_dir(log_dir)
+                except (OSError, StorageError) as e:
+                    if not _io_failure(e):
+                        raise
+                    self._fail_at_start(log_dir, e)
+            if not self.online_dirs():
+                raise StorageError(f"none of the log directories {', '.join(map(str, self.log_dirs))} can be "
+                                   f"created or read: " + "; ".join(f"{d}: {e}" for d, e in self._start_failures))
             self._resolve_found_futures()
         except BaseException:
             for log in self._logs.values():  # opened before the failure: nobody else will close them
@@ -115,6 +132,35 @@ class LogManager:
             self._dir_of.clear()
             self.release_locks()
             raise
+
+    def _fail_at_start(self, log_dir: Path, error: BaseException) -> None:
+        """``log_dir`` failed while loading: the logs opened from it are closed and it is offline."""
+        for key in [k for k, d in self._dir_of.items() if d == log_dir]:
+            _try(self._logs.pop(key).close, f"close {key[0]}-{key[1]}")
+            del self._dir_of[key]
+        self._found_futures = [f for f in self._found_futures if f[1] != log_dir]
+        self._offline_dirs.append(log_dir)
+        self._start_failures.append((log_dir, error))
+        logger.error("Log directory %s failed at start-up (%s): offline until the broker restarts with it "
+                     "repaired", log_dir, error)
+
+    def claim_assigned(self, assigned: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """With a directory that failed at start-up: each of ``assigned`` (the partitions ZooKeeper assigns to
+        this broker at start-up) without a log in an online directory may have its log in the failed one, so it
+        is offline here, never created empty in its place (Kafka's ``getOrCreateLog`` refuses a log that is not
+        new while a directory is offline; a partition assigned later is new and is created). Returns those."""
+        if not self._start_failures:
+            return []
+        where = self._start_failures[0][0]
+        unknown = sorted(k for k in set(assigned) if k not in self._logs and k not in self._offline)
+        for key in unknown:
+            self._offline[key] = where
+        if unknown:
+            logger.error("%d partitions assigned to this broker have no log in its online directories and may be "
+                         "in the failed %s: offline here: %s%s", len(unknown),
+                         ", ".join(str(d) for d, _ in self._start_failures),
+                         ", ".join(f"{t}-{p}" for t, p in unknown[:20]), " ..." if len(unknown) > 20 else "")
+        return unknown
 
     def release_locks(self) -> None:
         """Let another process use the directories (done by :meth:`shutdown`; or as a crash would)."""
@@ -549,23 +595,36 @@ class LogManager:
 def _lock_dir(log_dir: Path) -> int:
     """Create ``log_dir`` if needed and take an exclusive, non-blocking ``flock`` on its ``.lock`` file; return
     the descriptor holding it. The kernel drops the lock when the process dies, so a crash never leaves a
-    stale lock."""
+    stale lock. OSError if the directory cannot be created or locked (it is then offline), StorageError if
+    another process holds the lock (the broker must not start)."""
     path = log_dir / LOCK_FILE
-    try:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as e:
-        raise StorageError(f"cannot use log directory {log_dir}: {e.strerror}") from e
+    log_dir.mkdir(parents=True, exist_ok=True)
+    if not os.access(log_dir, os.R_OK | os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"{log_dir} is not a readable and writable log directory")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
+    except BlockingIOError as e:
         os.close(fd)
-        if isinstance(e, BlockingIOError):
-            raise StorageError(
-                f"log directory {log_dir} is in use by another process (it holds the lock on {path})"
-            ) from e
-        raise StorageError(f"cannot lock log directory {log_dir} ({path}): {e.strerror}") from e
+        raise StorageError(
+            f"log directory {log_dir} is in use by another process (it holds the lock on {path})"
+        ) from e
+    except OSError:
+        os.close(fd)
+        raise
     return fd
+
+
+def _io_failure(error: BaseException) -> bool:
+    """Whether ``error`` is, or was raised from, an OSError (the directory is unusable, not its data corrupt)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _read_checkpoint_or_warn(path: Path, consequence: str) -> dict[TopicPartition, int]:
