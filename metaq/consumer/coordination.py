@@ -383,12 +383,13 @@ class GroupMember:
             self._take_incremental(generation, partitions)
             return
         offsets = self._fetch_offsets(partitions)
-        with self._wakeup:
-            if self._rejoin_needed:  # a heartbeat saw the next rebalance meanwhile: take nothing, join again
+        with self._wakeup:  # heartbeats run from the SyncGroup answer on: their verdict and the taking are atomic
+            if self._rejoin_needed or generation != self.generation_info:
+                # a heartbeat saw the next rebalance (or lost the generation) meanwhile: take nothing, join again
                 self._rejoin_needed = False
                 raise _Restart("a rebalance began before the partitions were taken")
-        self._publish(partitions, offsets)
-        self._set_state(STABLE)
+            self._publish(partitions, offsets)
+            self._set_state(STABLE)
         if self._listener is not None:
             view: dict[str, dict[int, str]] = {}
             for (topic, partition), info in self.registry.items():
@@ -698,8 +699,11 @@ class GroupMember:
                 log.exception("consumer %s: heartbeat error", self._consumer_id)
 
     def _heartbeat_once(self) -> None:
+        """One Heartbeat, from the SyncGroup answer on: as Java's heartbeat thread is enabled when SyncGroup
+        succeeds, before the assignment callback, the member stays in the group while it fetches the
+        partitions' offsets and starts its fetchers (a slow start under load outlasted short sessions)."""
         generation = self.generation_info
-        if self.state != STABLE or generation is NO_GENERATION:
+        if generation is NO_GENERATION or not self._synced(generation):
             return
         sent = time.monotonic()
         try:
@@ -726,6 +730,12 @@ class GroupMember:
             self._heartbeat_channel.drop()
         else:
             log.warning("consumer %s: heartbeat answered error %d", self._consumer_id, code)
+
+    def _synced(self, generation: Generation) -> bool:
+        """SyncGroup answered for ``generation``: from then on the coordinator expects heartbeats."""
+        if self.state == STABLE:
+            return True
+        return self.state == SYNCING and self._assigned_generation == generation.generation_id
 
     def _check_session(self) -> None:
         """No heartbeat answered for session.timeout.ms: the coordinator has removed us by now (the analogue of

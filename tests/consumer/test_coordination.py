@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.coordination import LOST, NO_GENERATION, STABLE, Generation, GroupMember
+from metaq.consumer.coordination import LOST, NO_GENERATION, STABLE, SYNCING, Generation, GroupMember
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.streams import DeliveryGate
 from metaq.errors import ErrorCode
@@ -173,3 +173,44 @@ def test_cooperative_assignment_revokes_and_announces_only_what_moved() -> None:
     assert hooks.calls == [("before_release", {"t": {1}}), ("assigned", {"t": [2]})]
     assert sorted(member.registry) == [("t", 0), ("t", 2)] and started == [[("t", 2)]]
     assert member._rejoin_needed and member.state == STABLE
+
+
+class _Heartbeats:
+    """Answers every Heartbeat with ``code``; records the requests."""
+
+    def __init__(self, code: int = 0) -> None:
+        self.code = code
+        self.sent: list[Mapping[str, Any]] = []
+
+    def send(self, _request_class: Any, fields: Mapping[str, Any]) -> Any:
+        self.sent.append(fields)
+        return SimpleNamespace(error_code=self.code)
+
+    def drop(self) -> None:
+        pass
+
+
+def test_heartbeats_run_from_the_sync_answer_before_the_partitions_are_taken() -> None:
+    """Between the SyncGroup answer and STABLE (the OffsetFetch of the assigned partitions, which may be slow
+    under load) the member heartbeats, as Java's heartbeat thread does once SyncGroup succeeded; before the
+    answer it does not (its generation is not the coordinator's yet)."""
+    member, _info = _member(_Channel())
+    heartbeats = _Heartbeats()
+    member._heartbeat_channel = heartbeats  # type: ignore[assignment]
+    member.state = SYNCING
+    member._assigned_generation = 2  # the SyncGroup of generation 3 not answered yet
+    member._heartbeat_once()
+    assert heartbeats.sent == []
+    member._assigned_generation = 3  # answered: fetching offsets now
+    member._heartbeat_once()
+    assert [h["generation_id"] for h in heartbeats.sent] == [3] and member._proof > 0
+
+
+def test_a_generation_lost_while_fetching_offsets_takes_nothing() -> None:
+    """A heartbeat fenced after the SyncGroup answer: the member takes none of the assigned partitions."""
+    member, _info = _member(_Channel())
+    member._heartbeat_channel = _Heartbeats(ErrorCode.UNKNOWN_MEMBER_ID)  # type: ignore[assignment]
+    member.state = SYNCING
+    member._assigned_generation = 3
+    member._heartbeat_once()
+    assert member.state == LOST and member.generation_info is NO_GENERATION and member._rejoin_needed
