@@ -85,6 +85,7 @@ UNJOINED = "UNJOINED"
 JOINING = "JOINING"
 SYNCING = "SYNCING"
 STABLE = "STABLE"
+CLAIMING = "CLAIMING"  # a bridge member of a live migration claiming ZooKeeper owner nodes (metaq.consumer.migration)
 LOST = "LOST"
 FAILED = "FAILED"
 CLOSED = "CLOSED"
@@ -142,6 +143,10 @@ def _raise_for(code: int, context: str) -> None:
 
 class GroupMember:
     """One member of a broker-coordinated group; the connector's counterpart of ZKRebalancerListener."""
+
+    HEARTBEAT_STATES = frozenset({STABLE})
+    """States in which the heartbeat thread sends Heartbeats (a subclass may wait longer between SyncGroup
+    and STABLE, and must stay in the group meanwhile)."""
 
     def __init__(
         self,
@@ -385,13 +390,17 @@ class GroupMember:
     def _topics(self) -> list[str]:
         return sorted(self._subscription.topic_count().subscription)
 
+    def _subscription_bytes(self) -> bytes:
+        """The JoinGroup protocol metadata (a subclass may add user data)."""
+        return encode_subscription(self._topics())
+
     def _join(self) -> Any:
         """One JoinGroup; _Restart when the coordinator wants another one at once."""
         fields = {
             "group_id": self._group, "session_timeout_ms": self._config.session_timeout_ms,
             "rebalance_timeout_ms": self._config.max_poll_interval_ms, "member_id": self._member_id,
             "group_instance_id": self._instance_id, "protocol_type": PROTOCOL_TYPE,
-            "protocols": [{"name": self._assignor, "metadata": encode_subscription(self._topics())}]}
+            "protocols": [{"name": self._assignor, "metadata": self._subscription_bytes()}]}
         response = self._join_channel.send(JoinGroupRequest, fields)
         if response.error_code == ErrorCode.MEMBER_ID_REQUIRED:  # KIP-394: join again with the id given
             log.debug("consumer %s: member id %s assigned; joining again", self._consumer_id, response.member_id)
@@ -514,7 +523,7 @@ class GroupMember:
                 self.last_error = f"fenced: {reason} (another process runs with group.instance.id=" \
                                   f"{self._instance_id!r}); not rejoining"
                 self._set_state(FAILED)
-            elif self.state in (STABLE, SYNCING):
+            elif self.state in (STABLE, SYNCING, CLAIMING):
                 self._set_state(LOST)
         log.warning("consumer %s: lost its partitions in group %s: %s", self._consumer_id, self._group, reason)
         if rejoin:
@@ -541,7 +550,7 @@ class GroupMember:
 
     def _heartbeat_once(self) -> None:
         generation = self.generation_info
-        if self.state != STABLE or generation is NO_GENERATION:
+        if self.state not in self.HEARTBEAT_STATES or generation is NO_GENERATION:
             return
         sent = time.monotonic()
         try:
