@@ -25,17 +25,19 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from metaq.admin.broker_groups import BrokerGroups
+from metaq.admin.client import Admin
 from metaq.admin.kafka_offsets import KafkaGroupOffsets
 from metaq.admin.migration import migrate_group
 from metaq.consumer.message import MessageAndMetadata
 from metaq.errors import MetaqError
 from metaq.testing.broker import SharedBroker, shared_broker
-from metaq.testing.group import SteadyProducer, StreamReader
+from metaq.testing.group import GroupHarness, SteadyProducer, StreamReader, check_delivery, ownership_problem
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import ZooKeeperEndpoint
 from metaq.zkclient import session
@@ -191,7 +193,8 @@ def test_zookeeper_to_kafka_and_back_under_load(cluster: SharedBroker) -> None:
             assert layout.consumer_ids(group) == []  # DONE: registrations and owner nodes removed ...
             assert layout.owners(group) == {}
             assert set(layout.offsets(group)) == {(topic, p) for p in range(PARTITIONS)}  # ... offset nodes kept
-            described = _describe(cluster, group)
+            with Admin(layout) as admin:  # its ZooKeeper client is ours: closing it closes its broker connections
+                described = admin.describe_group(group).to_json()
             assert described["migration"]["to"] == "kafka" and described["migration"]["state"] == "DONE"
             assert set(described["migration"]["members"].values()) == {"kafka"}
             assert len(described["protocol"]["members"]) == 3
@@ -229,3 +232,68 @@ def test_zookeeper_to_kafka_and_back_under_load(cluster: SharedBroker) -> None:
         assert checker.double == []
         assert checker.backwards == []
         assert set(acked) <= set(counts)
+
+
+def test_a_member_killed_mid_migration(cluster: SharedBroker, tmp_path: Path) -> None:
+    """Two members in this process and one member process; a migration to kafka starts, and once the process
+    reports ``bridge`` it is SIGKILLed, holding owner nodes and a coordinator membership. Its ZooKeeper session
+    expires (registration, owner nodes and mode node go) and its membership after session.timeout.ms; the
+    migration completes, the two survivors own all 12 partitions through the coordinator, never one partition
+    at once, every acknowledged record is read (by them or by the victim before it died), the survivors read
+    nothing twice, and the committed offsets never go backwards."""
+    topic = cluster.topic("migrate-kill", partitions=PARTITIONS)
+    group = "migrate-kill-g"
+    properties = {"group.id": group, "zookeeper.connect": cluster.zk_connect, **MEMBER}
+    harness = GroupHarness(cluster.zk_connect, group, topic, tmp_path,
+                           properties={k: v for k, v in MEMBER.items() if k != "consumer.timeout.ms"})
+    producer = SteadyProducer(cluster.zk_connect, topic, rate=300.0)
+    producer.start()
+    ledger = Ledger()
+    outcome: dict[str, object] = {}
+    victim = harness.add_member()
+    victim_id = victim.wait_started()
+    survivors = [StreamReader(properties, topic, ledger.delivered) for _ in range(2)]
+    with session(cluster.zk_connect) as client:
+        layout = ZkLayout(client)
+        coordinators = BrokerGroups(layout)
+        checker = Checker(survivors, layout, KafkaGroupOffsets(layout), group)
+        checker.start()
+
+        def migrate() -> None:
+            try:
+                outcome["result"] = migrate_group(layout, group, "kafka", coordinators=coordinators, timeout_s=90)
+            except Exception as e:  # reported by the assertion below
+                outcome["error"] = e
+
+        def survivors_own_all() -> bool:
+            described = coordinators.list().groups.get(group)
+            return (described is not None and len(described.members) == 2
+                    and sorted(tp for m in described.members for tp in m.assignment)
+                    == [(topic, p) for p in range(PARTITIONS)] and _modes(survivors) == {"kafka"})
+
+        try:
+            wait_until(lambda: isinstance(ownership_problem(layout, group, topic, PARTITIONS, 3), dict), 60,
+                       lambda: f"3 ZooKeeper members to split 12: {ownership_problem(layout, group, topic, 12, 3)}")
+            migrating = threading.Thread(target=migrate, name="migrate", daemon=True)
+            migrating.start()
+            wait_until(lambda: (mode := layout.member_modes(group).get(victim_id)) is not None
+                       and mode.coordination == "bridge", 30, "the member process to become a bridge")
+            victim.kill()
+            migrating.join(120)
+            assert "result" in outcome, outcome
+            wait_until(survivors_own_all, 60, "the two survivors to own all 12 partitions through the coordinator")
+            acked = producer.finish()
+            victim_read = check_delivery(victim.events(), []).consumed
+            wait_until(lambda: {(p, o) for _, _, p, o in ledger.snapshot()}
+                       | {(p, o) for p, offsets in victim_read.items() for o in offsets} >= set(acked), 60,
+                       "every acknowledged record read")
+        finally:
+            producer.finish()
+            checker.stop()
+            for member in survivors:
+                member.close()
+            harness.stop_all()
+    counts = Counter((p, o) for _, _, p, o in ledger.snapshot())
+    assert [key for key, n in counts.items() if n > 1] == []
+    assert checker.double == []
+    assert checker.backwards == []
