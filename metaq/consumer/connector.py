@@ -298,6 +298,8 @@ class Consumer:
                 new = self._new_rebalancer(sub, step, epoch)
                 self._rebalancer = new
                 self._mode_applied(step)
+                if self.closed:  # shut down meanwhile: the new rebalancer was never started
+                    return
                 try:
                     new.wait_for_quiet_group()
                     new.synced_rebalance()
@@ -310,6 +312,10 @@ class Consumer:
             old.set_mode(step, epoch)
         with self._mode_changed:
             self._mode_changed.wait_for(lambda: self._mode == step or self._closed, SWITCH_WAIT_S)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def coordination_mode(self) -> str:
@@ -377,6 +383,10 @@ class Consumer:
             if rebalancer:
                 rebalancer.session_resumed()
             self._gate.open()
+        if self._migration is not None and state == KazooState.LOST:
+            self._migration.session_lost()
+        elif self._migration is not None and state == KazooState.CONNECTED:
+            self._migration.wake()
         for listener in list(self._session_listeners):
             try:
                 listener(str(state))
@@ -405,10 +415,10 @@ class Consumer:
             if self._closed:
                 return
             self._closed = True
+        with self._mode_changed:  # a migration step waiting for a rebalance gives up
+            self._mode_changed.notify_all()
         if self._migration is not None:
             self._migration.stop()
-        with self._mode_changed:
-            self._mode_changed.notify_all()
         if self._committer is not None:
             self._committer.stop()
         if self._rebalancer is not None:

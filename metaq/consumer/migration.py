@@ -51,7 +51,7 @@ from zk_layout.migration import (
 
 log = logging.getLogger(__name__)
 
-DRIVER_TICK_S = 1.0  # the driver re-reads the marker at least this often (a watch lost with the connection)
+DRIVER_TICK_S = 5.0  # the driver re-reads the marker at least this often (besides its watch, and on reconnecting)
 CLAIM_WAIT_S = 0.5  # a bridge member waiting for an owner node re-checks at least this often
 
 
@@ -203,8 +203,9 @@ class MigratingMember(GroupMember):
         return {member: encode_assignment(parts) for member, parts in assignment.items()}
 
     def _registrations_changed(self, _event: Any) -> None:
-        """The bridge leader's watch on ``/ids``: a member came or went, the ZooKeeper assignment changed."""
-        if self.bridge and self.state == STABLE:
+        """The bridge leader's watch on ``/ids``: a member came or went, the ZooKeeper assignment changed (a
+        rejoin asked for during a join makes that join start over: the watch is one-shot, nothing is missed)."""
+        if self.bridge and not self._closing.is_set():
             self.request_rejoin("the ZooKeeper registrations changed")
 
     # -- take: claim the owner nodes, read max(zookeeper, kafka), bring both stores up to it -----------
@@ -371,6 +372,15 @@ class MigrationDriver:
         self._wake.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(10.0)
+
+    def wake(self) -> None:
+        """Read the marker again now (the connection came back: kazoo dropped the watch with it)."""
+        self._wake.set()
+
+    def session_lost(self) -> None:
+        """The mode node died with the session: write it again."""
+        self._written = None
+        self._wake.set()
 
     def _read(self) -> MigrationMarker | None:
         found = self._layout.migration_marker(self._group, watch=lambda _event: self._wake.set())
