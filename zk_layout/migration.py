@@ -21,6 +21,7 @@ Two kinds of node, both metaq's own (Kafka has no such thing; Kafka 0.8 consumer
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -152,6 +153,24 @@ class _Migration(_Nodes):
                 result[cid] = MemberMode.decode(self.full_path(paths.migration_member_path(group, cid)), read[0])
             except MalformedNodeError:
                 continue
+        return result
+
+    def read_offsets(self, group: str, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The committed offsets of ``partitions`` with pipelined reads, neither fencing nor watching (what a
+        plain member of a migrated group compares with the coordinator's); no node, a fence's ``-1`` or a node
+        that does not parse: left out."""
+        nodes = {key: paths.offset_path(group, *key) for key in partitions}
+        result: dict[tuple[str, int], int] = {}
+        with self._translated("read", paths.offsets_path(group)):
+            for key, read in self._read_many(nodes).items():
+                if isinstance(read, Exception):
+                    continue
+                try:
+                    offset = int(read[0].decode("ascii").strip())
+                except (ValueError, UnicodeDecodeError):
+                    continue
+                if offset >= 0:
+                    result[key] = offset
         return result
 
     def remove_owner_nodes(self, group: str) -> int:

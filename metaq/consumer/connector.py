@@ -216,7 +216,8 @@ class Consumer:
         marker: MigrationMarker | None = None
         if self._zk is not None:
             self._migration = MigrationDriver(self._layout, self.config.group_id, self.consumer_id,
-                                              self.config.group_coordination, lambda: self._mode, self._switch_mode)
+                                              self.config.group_coordination, lambda: self._mode, self._switch_mode,
+                                              ready=self._stable)
             mode, marker = self._migration.initial_mode()
             self._mode_applied(mode)
         if self._mode != ZOOKEEPER_MODE and sub.is_wildcard:
@@ -262,6 +263,11 @@ class Consumer:
         return MigratingMember(self.config, self._layout, self.consumer_id, sub, self._fetcher, self._gate,
                                polls=self, commit_listener=self._commit_listener, store=self._store, mode=mode,
                                epoch=epoch, on_mode=self._mode_applied, **common)
+
+    def _stable(self) -> bool:
+        """The member owns what its current mode gives it (what the migration driver reports)."""
+        rebalancer = self._rebalancer
+        return rebalancer is not None and rebalancer.state == "STABLE"
 
     def _mode_applied(self, mode: str) -> None:
         """The member is now in ``mode`` (a MigratingMember changes between bridge and kafka at a rebalance)."""

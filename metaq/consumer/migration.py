@@ -52,6 +52,7 @@ from zk_layout.migration import (
 log = logging.getLogger(__name__)
 
 DRIVER_TICK_S = 5.0  # the driver re-reads the marker at least this often (besides its watch, and on reconnecting)
+READY_POLL_S = 0.1  # how often the driver checks whether the member became STABLE in its new mode
 CLAIM_WAIT_S = 0.5  # a bridge member waiting for an owner node re-checks at least this often
 
 
@@ -147,6 +148,7 @@ class MigratingMember(GroupMember):
         self._on_mode = on_mode
         self._claimed: dict[TopicPartition, str] = {}  # owner nodes claimed by the attempt under way
         self._must_register = False  # the ZooKeeper session was lost: register again before the next claims
+        self._after_bridge = False  # just left bridge mode: the next take also reads ZooKeeper's offsets
 
     @property
     def bridge(self) -> bool:
@@ -224,8 +226,10 @@ class MigratingMember(GroupMember):
         return result
 
     def _fetch_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        if not self.bridge or not partitions:
-            return super()._fetch_offsets(partitions)
+        if not partitions:
+            return {}
+        if not self.bridge:
+            return self._fetch_after_migration(partitions)
         claims = self._threads_for(partitions)
         self._claim(claims)
         zookeeper = self._store.take_ownership(claims)
@@ -248,6 +252,28 @@ class MigratingMember(GroupMember):
         if behind_zk or behind_kafka:
             log.info("consumer %s: carried offsets max(zookeeper, kafka) to both stores: %s", self._consumer_id,
                      {f"{t}-{p}": o for (t, p), o in sorted({**behind_zk, **behind_kafka}.items())})
+        return taken
+
+    def _fetch_after_migration(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """At its first rebalance after leaving bridge mode, a plain member starts no partition below its
+        ZooKeeper offset: the bridges carried every offset into the coordinator before DONE, but this safety net
+        costs one pipelined read, and starting from auto.offset.reset would read the whole partition again.
+        Only then: later, an operator's reset in the coordinator must win over the offset nodes kept."""
+        kafka = super()._fetch_offsets(partitions)
+        if not self._after_bridge:
+            return kafka
+        self._after_bridge = False
+        try:
+            zookeeper = self._layout.read_offsets(self._group, partitions)
+        except MetaqError as e:
+            log.info("consumer %s: reading the ZooKeeper offsets failed: %s", self._consumer_id, e)
+            return kafka
+        taken = dict(kafka)
+        for key, offset in sorted(zookeeper.items()):
+            if offset > taken.get(key, -1):
+                log.info("consumer %s: %s-%d starts at its ZooKeeper offset %d (the coordinator has %s)",
+                         self._consumer_id, key[0], key[1], offset, kafka.get(key))
+                taken[key] = offset
         return taken
 
     def _claim(self, claims: Mapping[TopicPartition, str]) -> None:
@@ -334,6 +360,7 @@ class MigratingMember(GroupMember):
             return
         if pending == KAFKA_MODE:
             self._layout.unregister_consumer(self._group, self._consumer_id)
+            self._after_bridge = self.bridge
         log.info("consumer %s: %s member -> %s member (group %s)", self._consumer_id, self.mode, pending, self._group)
         self.mode = pending
         if self._on_mode is not None:
@@ -347,13 +374,16 @@ class MigrationDriver:
     rebalancer, bridge <-> kafka in place) and returns once the new mode is in force."""
 
     def __init__(self, layout: ZkLayout, group: str, consumer_id: str, configured: str,
-                 current: Callable[[], str], switch: Callable[[str, MigrationMarker | None], None]) -> None:
+                 current: Callable[[], str], switch: Callable[[str, MigrationMarker | None], None],
+                 ready: Callable[[], bool] = lambda: True) -> None:
         self._layout = layout
         self._group = group
         self._consumer_id = consumer_id
         self._configured = configured
         self._current = current
         self._switch = switch
+        self._ready = ready
+        self._unpublished = False  # a mode to report once the member is STABLE in it
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._written: tuple[str, int] | None = None
@@ -388,7 +418,7 @@ class MigrationDriver:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(DRIVER_TICK_S)
+            self._wake.wait(READY_POLL_S if self._unpublished else DRIVER_TICK_S)
             self._wake.clear()
             if self._stop.is_set():
                 return
@@ -412,9 +442,16 @@ class MigrationDriver:
         self.publish(current, marker)
 
     def publish(self, mode: str, marker: MigrationMarker | None) -> None:
-        """Write this member's mode node under the marker (once per mode and epoch)."""
+        """Write this member's mode node under the marker (once per mode and epoch), but only once the member
+        is STABLE in that mode: the command takes "bridge" to mean the member's share is claimed and its offsets
+        carried into the coordinator (DONE lets plain members take partitions with what the coordinator has)."""
         if marker is None or self._written == (mode, marker.epoch):
+            self._unpublished = False
+            return
+        if not self._ready():
+            self._unpublished = True
             return
         self._layout.set_member_mode(self._group, self._consumer_id, MemberMode(mode, marker.epoch))
         self._written = (mode, marker.epoch)
+        self._unpublished = False
 
