@@ -255,7 +255,7 @@ def test_a_member_killed_mid_migration(cluster: SharedBroker, tmp_path: Path) ->
     ledger = Ledger()
     outcome: dict[str, object] = {}
     victim = harness.add_member()
-    victim_id = victim.wait_started()
+    victim_id = victim.wait_started(90)  # a process start takes seconds on a loaded machine
     survivors = [StreamReader(properties, topic, ledger.delivered) for _ in range(2)]
     with session(cluster.zk_connect) as client:
         layout = ZkLayout(client)
