@@ -36,7 +36,7 @@ from metaq.consumer.coordination import CLAIMING, STABLE, Generation, GroupMembe
 from metaq.consumer.group_protocol import decode_subscription, encode_assignment
 from metaq.consumer.ids import consumer_id_of, make_thread_ids
 from metaq.consumer.offset_store import OffsetStore, TopicPartition
-from metaq.errors import MetaqError
+from metaq.errors import MalformedNodeError, MetaqError
 from zk_layout import ZkLayout
 from zk_layout.migration import (
     BRIDGE_MODE,
@@ -183,9 +183,11 @@ class MigratingMember(GroupMember):
             return super()._assign(joined)
         members = {m.member_id: (bridge_consumer_id(m.metadata), decode_subscription(m.metadata))
                    for m in joined.members}
-        registrations = {cid: node.registration for cid, node in
-                         self._layout.consumer_nodes(self._group).items() if node.ephemeral}
-        self._layout.consumer_ids(self._group, watch=self._registrations_changed)
+        # the members ZKRebalancerListener._registrations counts: live (ephemeral) ones whose node decodes
+        nodes = self._layout.read_consumer_nodes(
+            self._group, self._layout.consumer_ids(self._group, watch=self._registrations_changed))
+        registrations = {cid: node.registration for cid, node in nodes.items()
+                         if not isinstance(node, MalformedNodeError) and node.ephemeral}
         all_topics = self._layout.topics()
         counts: dict[str, list[int]] = {}
         wanted = sorted({t for reg in registrations.values()
@@ -351,6 +353,8 @@ class MigratingMember(GroupMember):
         self._apply_pending_mode()
 
     def _apply_pending_mode(self) -> None:
+        if self._closing.is_set():  # shutting down (or being replaced): no registration changes now
+            return
         with self._wakeup:
             pending, self._pending_mode = self._pending_mode, None
         if self._must_register or (pending == BRIDGE_MODE and not self.bridge):
