@@ -33,7 +33,7 @@ import pytest
 from metaq.admin.broker_groups import BrokerGroups
 from metaq.admin.client import Admin
 from metaq.admin.kafka_offsets import KafkaGroupOffsets
-from metaq.admin.migration import migrate_group
+from metaq.admin.migration import MigrationError, migrate_group
 from metaq.consumer.message import MessageAndMetadata
 from metaq.errors import MetaqError
 from metaq.testing.broker import SharedBroker, shared_broker
@@ -41,7 +41,7 @@ from metaq.testing.group import GroupHarness, SteadyProducer, StreamReader, chec
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import ZooKeeperEndpoint
 from metaq.zkclient import session
-from zk_layout import ZkLayout
+from zk_layout import TopicCount, ZkLayout
 
 PARTITIONS = 12
 BROKER = {"group.min.session.timeout.ms": 1000, "offsets.topic.num.partitions": 4}
@@ -301,3 +301,17 @@ def test_a_member_killed_mid_migration(cluster: SharedBroker, tmp_path: Path) ->
     assert [key for key, n in counts.items() if n > 1] == []
     assert checker.double == []
     assert checker.backwards == []
+
+
+def test_a_member_that_cannot_switch_stops_the_command(cluster: SharedBroker) -> None:
+    """A registration no metaq member stands behind (a Kafka 0.8 Scala consumer, say) never reports a mode: the
+    command gives up after --timeout-s naming it (the CLI exits 1), and the marker stays at MIGRATING for the
+    operator to finish or reverse."""
+    group = "migrate-stuck-g"
+    with session(cluster.zk_connect) as client:
+        layout = ZkLayout(client)
+        layout.register_consumer(group, "migrate-stuck-g_scala-1", TopicCount(subscription={"t": 1}))
+        with pytest.raises(MigrationError, match="longer than 1s.*migrate-stuck-g_scala-1"):
+            migrate_group(layout, group, "kafka", timeout_s=1)
+        marker = layout.migration_marker(group)
+        assert marker is not None and (marker[0].to, marker[0].state) == ("kafka", "MIGRATING")
