@@ -54,10 +54,11 @@ from metaq.signals import TerminationHandler
 from metaq.zkclient import connect
 from metaq.zklease import SessionLease
 from zk_layout import TopicCount, ZkLayout
-from zk_layout.migration import KAFKA_MODE, ZOOKEEPER_MODE, MigrationMarker
+from zk_layout.migration import BRIDGE_MODE, KAFKA_MODE, ZOOKEEPER_MODE, MigrationMarker
 
 log = logging.getLogger(__name__)
 
+BRIDGE_ASSIGNORS = ("range", "roundrobin")  # eager, and Kafka 0.8's: what a bridge can run (_check_bridge_assignor)
 SWITCH_WAIT_S = 60.0  # a migration step in place (bridge <-> kafka) waits this long for the member's rebalance
 
 
@@ -219,6 +220,7 @@ class Consumer:
                                               self.config.group_coordination, lambda: self._mode, self._switch_mode,
                                               ready=self._stable)
             mode, marker = self._migration.initial_mode()
+            self._check_bridge_assignor(mode)
             self._mode_applied(mode)
         if self._mode != ZOOKEEPER_MODE and sub.is_wildcard:
             raise MetaqError("create_message_streams_by_filter is not available with group.coordination=kafka yet "
@@ -269,6 +271,17 @@ class Consumer:
         rebalancer = self._rebalancer
         return rebalancer is not None and rebalancer.state == "STABLE"
 
+    def _check_bridge_assignor(self, mode: str) -> None:
+        """A bridge takes and gives up partitions only around a full revoke (it releases its owner nodes
+        there) and its leader runs Kafka 0.8's assignor: the eager assignors only. Checked before anything
+        changes, so a member that cannot be a bridge stays what it is (the migrate command then waits for it
+        and names it)."""
+        strategy = self.config.partition_assignment_strategy
+        if mode == BRIDGE_MODE and strategy not in BRIDGE_ASSIGNORS:
+            raise MetaqError(f"consumer {self.consumer_id} cannot take part in a live migration of group "
+                             f"{self.config.group_id} with partition.assignment.strategy={strategy} (it needs one "
+                             f"of {', '.join(BRIDGE_ASSIGNORS)})")
+
     def _mode_applied(self, mode: str) -> None:
         """The member is now in ``mode`` (a MigratingMember changes between bridge and kafka at a rebalance)."""
         with self._mode_changed:
@@ -294,6 +307,7 @@ class Consumer:
         old one commits, releases its owner nodes and stops first); bridge <-> kafka happens in place, at the
         member's next rebalance, which this waits for."""
         epoch = 0 if marker is None else marker.epoch
+        self._check_bridge_assignor(step)
         with self._switch_lock:
             old, sub = self._rebalancer, self._subscription
             if self._closed or old is None or sub is None:
