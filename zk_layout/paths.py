@@ -244,6 +244,16 @@ def owner_path(group: str, topic: str, partition: int) -> str:
     return f"{topic_owners_path(group, topic)}/{_validate_id('partition', partition)}"
 
 
+def migration_path(group: str) -> str:
+    """The live migration marker of a group (zk_layout.migration)."""
+    return f"{consumer_group_path(group)}/migration"
+
+
+def migration_member_path(group: str, consumer_id: str) -> str:
+    """A member's coordination mode during (and after) a live migration (ephemeral)."""
+    return f"{migration_path(group)}/{_validate_node_name('consumer id', consumer_id)}"
+
+
 def offsets_path(group: str) -> str:
     return f"{consumer_group_path(group)}/offsets"
 

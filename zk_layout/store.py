@@ -24,6 +24,7 @@ from zk_layout.brokers import _Brokers, new_cluster_id
 from zk_layout.controller import ControllerEpoch
 from zk_layout.groups import ConsumerNode, OwnerNode, _Groups
 from zk_layout.log_dirs import _LogDirs
+from zk_layout.migration import _Migration
 from zk_layout.offsets import NO_OFFSET, FencedOffset, OffsetNode, _Offsets, parse_offset_path
 from zk_layout.producer_ids import _ProducerIds
 from zk_layout.quotas import _Quotas
@@ -45,7 +46,7 @@ __all__ = [
 ]
 
 
-class ZkLayout(_Brokers, _Quotas, _Groups, _Offsets, _Acls, _Reassignment, _ProducerIds, _LogDirs):
+class ZkLayout(_Brokers, _Quotas, _Groups, _Offsets, _Acls, _Reassignment, _ProducerIds, _LogDirs, _Migration):
     """Typed access to the Kafka 0.8 ZooKeeper layout; see the module docstring.
 
     ``stale_node_wait_s`` bounds how long :meth:`register_broker` and :meth:`register_consumer` wait for an
@@ -57,5 +58,5 @@ class ZkLayout(_Brokers, _Quotas, _Groups, _Offsets, _Acls, _Reassignment, _Prod
     :mod:`zk_layout.groups`, offsets and fencing in :mod:`zk_layout.offsets`, ACLs in :mod:`zk_layout.acls`,
     the controller's election and fenced state writes in :mod:`zk_layout.controller`, producer id blocks in
     :mod:`zk_layout.producer_ids`, failed log directories in :mod:`zk_layout.log_dirs`,
-    partition reassignment in :mod:`zk_layout.reassignment`.
+    partition reassignment in :mod:`zk_layout.reassignment`, live group migration in :mod:`zk_layout.migration`.
     """

@@ -27,6 +27,7 @@ from typing import Any
 from metaq.admin.broker_groups import CoordinatorGroup, CoordinatorGroups, CoordinatorListing
 from metaq.admin.kafka_offsets import GroupOffsetsStore, error_name
 from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
+from metaq.admin.migration import MigrationView, migration_view
 from metaq.errors import (
     ConfigError,
     ErrorCode,
@@ -134,6 +135,7 @@ class GroupDescription:
     offsets_storage: str = "zookeeper"
     kafka_note: str | None = None  # why the offsets in __consumer_offsets were not read, if they were not
     protocol: CoordinatorGroup | None = None  # what the group's coordinator knows (members joined by protocol)
+    migration: MigrationView | None = None  # a live migration's marker and member modes (metaq.admin.migration)
 
     @property
     def active(self) -> bool:
@@ -158,6 +160,7 @@ class GroupDescription:
                 "partitions_without_lag": self.unknown_lag,
                 "members": [m.to_json() for m in self.members],
                 "protocol": None if self.protocol is None else self.protocol.to_json(),
+                "migration": None if self.migration is None else self.migration.to_json(),
                 "partitions": [p.to_json() for p in self.partitions]}
 
 
@@ -392,10 +395,11 @@ def describe_group(
     assigned = {tp: "" for m in (protocol.members if protocol else ()) for tp in m.assignment}
     keys = row_keys(registrations, partitions_by_topic, [*offsets, *kafka_offsets], [*owners, *assigned], topics)
     marks = log_offsets.watermarks(k for k in keys if k[0] in partitions_by_topic)
-    return build_description(group, registrations, partitions_by_topic, offsets, owners, marks,
-                             now_ms=now_ms(), stall_after_ms=stall_after_ms, topics=topics,
-                             kafka_offsets=kafka_offsets, kafka_note=kafka_note, protocol=protocol,
-                             persistent_members=[cid for cid, node in nodes.items() if not node.ephemeral])
+    description = build_description(group, registrations, partitions_by_topic, offsets, owners, marks,
+                                    now_ms=now_ms(), stall_after_ms=stall_after_ms, topics=topics,
+                                    kafka_offsets=kafka_offsets, kafka_note=kafka_note, protocol=protocol,
+                                    persistent_members=[cid for cid, node in nodes.items() if not node.ephemeral])
+    return replace(description, migration=migration_view(layout, group)) if exists else description
 
 
 def read_kafka_offsets(kafka: GroupOffsetsStore | None, group: str) -> tuple[dict[TopicPartition, int], str | None]:

@@ -151,7 +151,7 @@ class GroupWatch:
             member_note=None if sample.protocol is None else sample.protocol.note,
             partitions=rows, log=list(self._log),
             consume_rate=_total_rate(base, sample, "offset"), produce_rate=_total_rate(base, sample, "log_end"),
-            notes=[n for n in [sample.description.kafka_note] if n])
+            notes=[n for n in [sample.description.kafka_note, _migration_note(sample.description)] if n])
         return self._last
 
     def failed(self, error: str, now_ms: int) -> TopView | None:
@@ -200,6 +200,11 @@ def _rate(then: int | None, now: int | None, seconds: float) -> float | None:
     if then is None or now is None or seconds <= 0 or now < then:
         return None
     return (now - then) / seconds
+
+
+def _migration_note(description: GroupDescription) -> str | None:
+    """A live migration's marker and member modes (metaq.admin.migration), shown in the header."""
+    return None if description.migration is None else description.migration.render()
 
 
 def _total_rate(base: Sample | None, sample: Sample, attribute: str) -> float | None:

@@ -67,6 +67,15 @@ def register(sub: SubParsers) -> None:
                         bootstrap=True)
     add_group_arguments(delete)
     delete.set_defaults(func=_delete)
+    migrate = add_parser(actions, "migrate", "move a running group between ZooKeeper and broker coordination "
+                         "(docs/broker-coordinated-consumer.md, live migration)")
+    migrate.add_argument("group", metavar="GROUP")
+    migrate.add_argument("--to", required=True, choices=["kafka", "zookeeper"], help="the coordination to move to")
+    migrate.add_argument("--member-by-member", action="store_true",
+                         help="switch one member at a time (the next once the last reported its new mode)")
+    migrate.add_argument("--timeout-s", type=float, default=120.0, metavar="S",
+                         help="give up (exit 1, the marker left where it got to) if a step takes longer (default 120)")
+    migrate.set_defaults(func=_migrate)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -104,6 +113,22 @@ def _describe(args: argparse.Namespace) -> int:
             if i:
                 print()
             _print_description(args, description)
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    """Writes the group's migration marker and waits until the members followed it to DONE."""
+    from metaq.admin.migration import MigrationStep, migrate_group
+
+    def progress(step: MigrationStep) -> None:
+        if not args.json:
+            print(f"{args.group}: {step.state} reached by the members in {step.seconds:.2f}s")
+
+    with open_admin(args) as admin:
+        result = migrate_group(admin.layout, args.group, args.to, member_by_member=args.member_by_member,
+                               coordinators=admin.coordinators, timeout_s=args.timeout_s, on_step=progress)
+    emit(args, result.to_json(), lambda: f"Group '{args.group}' now coordinated by {args.to} "
+         f"(epoch {result.epoch}, {result.seconds:.2f}s; {result.owner_nodes_removed} owner nodes removed).")
     return 0
 
 
@@ -241,6 +266,8 @@ def render_description(d: GroupDescription) -> str:
                              "ephemeral" if m.ephemeral else "PERSISTENT") for m in d.members]))
     if d.protocol is not None:
         parts.append(_render_protocol(d.protocol))
+    if d.migration is not None:
+        parts.append(d.migration.render())
     if d.partitions:
         parts.append(table(PARTITION_HEADERS, [
             (p.topic, p.partition, p.offset, p.log_end, p.lag, p.owner, _last_commit(p), p.source, p.status)

@@ -18,6 +18,9 @@ With ``group.coordination=kafka`` the broker's group coordinator decides ownersh
 generation); ZooKeeper then only names partition leaders, and delivery is leased on the heartbeats. Without
 ``zookeeper.connect`` it needs no ZooKeeper at all: ``bootstrap.servers``' Metadata answers name the leaders
 and partition counts (metaq.client.metadata).
+
+With ZooKeeper, the group's live migration marker (metaq.consumer.migration) overrides ``group.coordination``:
+the member switches between ZooKeeper and broker coordination while running.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from metaq.consumer.coordination import CommitListener, GroupMember
 from metaq.consumer.fetcher import FetcherManager
 from metaq.consumer.ids import make_consumer_id, make_thread_ids
 from metaq.consumer.kafka_offsets import KafkaOffsetStore
+from metaq.consumer.migration import MigratingMember, MigrationDriver
 from metaq.consumer.offset_store import OffsetStore, ZooKeeperOffsetStore
 from metaq.consumer.partition_info import ChunkQueue
 from metaq.consumer.rebalance import ConsumerState, RebalanceListener, ZKRebalancerListener
@@ -50,8 +54,12 @@ from metaq.signals import TerminationHandler
 from metaq.zkclient import connect
 from metaq.zklease import SessionLease
 from zk_layout import TopicCount, ZkLayout
+from zk_layout.migration import BRIDGE_MODE, KAFKA_MODE, ZOOKEEPER_MODE, MigrationMarker
 
 log = logging.getLogger(__name__)
+
+BRIDGE_ASSIGNORS = ("range", "roundrobin")  # eager, and Kafka 0.8's: what a bridge can run (_check_bridge_assignor)
+SWITCH_WAIT_S = 60.0  # a migration step in place (bridge <-> kafka) waits this long for the member's rebalance
 
 
 class _Subscription:
@@ -125,6 +133,10 @@ class Consumer:
         self.metrics.report_positions(self._positions)
         self._rebalancer: ZKRebalancerListener | GroupMember | None = None
         self._broker_coordinated = self.config.group_coordination == "kafka"
+        self._mode = self.config.group_coordination  # zookeeper, bridge or kafka: see metaq.consumer.migration
+        self._migration: MigrationDriver | None = None
+        self._switch_lock = threading.Lock()
+        self._mode_changed = threading.Condition()
         port = self.config.metrics_port
         self._metrics_server = serve_metrics(port, self.config.metrics_host, registry) if port is not None else None
         self._zk = None if not self.config.zookeeper_connect else connect(
@@ -146,8 +158,12 @@ class Consumer:
         self._failures = FailureSignal()
         self._fetcher = FetcherManager(self.config, self._layout, consumer_id=self.consumer_id, metrics=self.metrics)
         factory = offset_store_factory or default_offset_store
-        # broker-coordinated: the member commits to its coordinator with its generation (no ZooKeeper store)
-        self._store: OffsetStore | None = None if self._broker_coordinated else factory(self._layout, self.config)
+        # broker-coordinated: the member commits to its coordinator with its generation; with ZooKeeper it keeps
+        # a ZooKeeper store for a live migration (a bridge member fences and commits there too)
+        self._store: OffsetStore | None = (
+            None if self._zk is None else
+            ZooKeeperOffsetStore(self._layout, self.config.group_id, auto_offset_reset=self.config.auto_offset_reset)
+            if self._broker_coordinated else factory(self._layout, self.config))
         self._subscription: _Subscription | None = None
         self._committer: AutoCommitter | None = None
         self._shutdown_lock = threading.Lock()
@@ -198,18 +214,21 @@ class Consumer:
             raise MetaqError("streams were already created for this consumer (one subscription per connector)")
         if self._closed:
             raise MetaqError("consumer is shut down")
+        marker: MigrationMarker | None = None
+        if self._zk is not None:
+            self._migration = MigrationDriver(self._layout, self.config.group_id, self.consumer_id,
+                                              self.config.group_coordination, lambda: self._mode, self._switch_mode,
+                                              ready=self._stable)
+            mode, marker = self._migration.initial_mode()
+            self._check_bridge_assignor(mode)
+            self._mode_applied(mode)
+        if self._mode == BRIDGE_MODE and sub.is_wildcard:
+            raise MetaqError("create_message_streams_by_filter cannot take part in a live migration (a bridge member "
+                             "claims named topics' owner nodes): subscribe to named topics")
         self._subscription = sub
-        if self._store is None:
-            self._rebalancer = GroupMember(
-                self.config, self._layout, self.consumer_id, sub, self._fetcher, self._gate,
-                listener=self._listener, on_failure=self._failures.fail, metrics=self.metrics, polls=self,
-                commit_listener=self._commit_listener)
-        else:
+        if self._mode != KAFKA_MODE:
             self._layout.register_consumer(self.config.group_id, self.consumer_id, sub.topic_count())
-            self._rebalancer = ZKRebalancerListener(
-                self.config, self._layout, self.consumer_id, sub, self._fetcher, self._store,
-                listener=self._listener, on_failure=self._failures.fail, metrics=self.metrics,
-            )
+        self._rebalancer = self._new_rebalancer(sub, self._mode, 0 if marker is None else marker.epoch)
         try:
             self._rebalancer.wait_for_quiet_group()  # members starting together: one assignment, not N
             self._rebalancer.synced_rebalance()  # the first one on the caller's thread: failures raise here
@@ -218,14 +237,110 @@ class Consumer:
             self._rebalancer.shutdown(commit=False)
             self._rebalancer = None
             self._subscription = None
+            self._migration = None
             if self._store is not None:
                 self._layout.unregister_consumer(self.config.group_id, self.consumer_id)
             raise
         self._rebalancer.start()
+        if self._migration is not None:
+            self._migration.publish(self._mode, marker)
+            self._migration.start()
         if self.config.auto_commit_enable and self._committer is None:
             self._committer = AutoCommitter(self.commit_offsets, self.config.auto_commit_interval_ms,
                                             name=f"{self.consumer_id}-autocommit")
             self._committer.start()
+
+    # -- live migration (metaq.consumer.migration) ------------------------------------------------------
+
+    def _new_rebalancer(self, sub: _Subscription, mode: str, epoch: int) -> ZKRebalancerListener | GroupMember:
+        common: dict[str, Any] = {"listener": self._listener, "on_failure": self._failures.fail,
+                                  "metrics": self.metrics}
+        if mode == ZOOKEEPER_MODE:
+            assert self._store is not None
+            return ZKRebalancerListener(self.config, self._layout, self.consumer_id, sub, self._fetcher, self._store,
+                                        **common)
+        if self._store is None:  # no ZooKeeper: no migration either
+            return GroupMember(self.config, self._layout, self.consumer_id, sub, self._fetcher, self._gate,
+                               polls=self, commit_listener=self._commit_listener, **common)
+        return MigratingMember(self.config, self._layout, self.consumer_id, sub, self._fetcher, self._gate,
+                               polls=self, commit_listener=self._commit_listener, store=self._store, mode=mode,
+                               epoch=epoch, on_mode=self._mode_applied, **common)
+
+    def _stable(self) -> bool:
+        """The member owns what its current mode gives it (what the migration driver reports)."""
+        rebalancer = self._rebalancer
+        return rebalancer is not None and rebalancer.state == "STABLE"
+
+    def _check_bridge_assignor(self, mode: str) -> None:
+        """A bridge takes and gives up partitions only around a full revoke (it releases its owner nodes
+        there) and its leader runs Kafka 0.8's assignor: the eager assignors only. Checked before anything
+        changes, so a member that cannot be a bridge stays what it is (the migrate command then waits for it
+        and names it)."""
+        strategy = self.config.partition_assignment_strategy
+        if mode == BRIDGE_MODE and strategy not in BRIDGE_ASSIGNORS:
+            raise MetaqError(f"consumer {self.consumer_id} cannot take part in a live migration of group "
+                             f"{self.config.group_id} with partition.assignment.strategy={strategy} (it needs one "
+                             f"of {', '.join(BRIDGE_ASSIGNORS)})")
+
+    def _mode_applied(self, mode: str) -> None:
+        """The member is now in ``mode`` (a MigratingMember changes between bridge and kafka at a rebalance)."""
+        with self._mode_changed:
+            self._mode = mode
+            self._mode_changed.notify_all()
+        self._lease_for(mode)
+
+    def _lease_for(self, mode: str) -> None:
+        """ZooKeeper's session lease gates delivery in zookeeper and bridge modes (owner nodes are held);
+        in kafka mode only the heartbeats do."""
+        fraction = self.config.session_lease_fraction
+        if mode == KAFKA_MODE and self._lease is not None:
+            self._lease.stop()
+            self._lease = None
+        elif mode != KAFKA_MODE and self._lease is None and fraction > 0 and self._zk is not None:
+            self._lease = SessionLease(
+                self._zk, requested_timeout_ms=self.config.zookeeper_session_timeout_ms, fraction=fraction,
+                on_renewed=self._gate.extend, on_void=self._gate.lapse, name=f"{self.consumer_id}-session-lease")
+            self._lease.start()
+
+    def _switch_mode(self, step: str, marker: MigrationMarker | None) -> None:
+        """One step of the migration driver (on its thread): zookeeper <-> bridge replaces the rebalancer (the
+        old one commits, releases its owner nodes and stops first); bridge <-> kafka happens in place, at the
+        member's next rebalance, which this waits for."""
+        epoch = 0 if marker is None else marker.epoch
+        self._check_bridge_assignor(step)
+        with self._switch_lock:
+            old, sub = self._rebalancer, self._subscription
+            if self._closed or old is None or sub is None:
+                return
+            if ZOOKEEPER_MODE in (self._mode, step):
+                old.shutdown(commit=self.config.auto_commit_enable and self._gate.connected)
+                self._layout.register_consumer(self.config.group_id, self.consumer_id, sub.topic_count())
+                new = self._new_rebalancer(sub, step, epoch)
+                self._rebalancer = new
+                self._mode_applied(step)
+                if self.closed:  # shut down meanwhile: the new rebalancer was never started
+                    return
+                try:
+                    new.wait_for_quiet_group()
+                    new.synced_rebalance()
+                except MetaqError as e:  # the new rebalancer's executor retries (its failure timer)
+                    log.warning("consumer %s: first rebalance as a %s member failed: %s", self.consumer_id, step, e)
+                new.start()
+                return
+            if not isinstance(old, MigratingMember):
+                raise MetaqError(f"consumer {self.consumer_id} cannot become a {step} member without ZooKeeper")
+            old.set_mode(step, epoch)
+        with self._mode_changed:
+            self._mode_changed.wait_for(lambda: self._mode == step or self._closed, SWITCH_WAIT_S)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def coordination_mode(self) -> str:
+        """zookeeper, bridge (during a live migration) or kafka."""
+        return self._mode
 
     # -- offsets and state -------------------------------------------------------------------------
 
@@ -274,7 +389,7 @@ class Consumer:
     def _on_session_state(self, state: str) -> None:
         """kazoo's listener: must not block."""
         rebalancer = self._rebalancer
-        if self._broker_coordinated:
+        if self._mode == KAFKA_MODE:
             pass  # ZooKeeper only names partition leaders: its session says nothing on ownership or delivery
         elif state == KazooState.SUSPENDED:
             self._gate.close()
@@ -288,6 +403,10 @@ class Consumer:
             if rebalancer:
                 rebalancer.session_resumed()
             self._gate.open()
+        if self._migration is not None and state == KazooState.LOST:
+            self._migration.session_lost()
+        elif self._migration is not None and state == KazooState.CONNECTED:
+            self._migration.wake()
         for listener in list(self._session_listeners):
             try:
                 listener(str(state))
@@ -316,6 +435,10 @@ class Consumer:
             if self._closed:
                 return
             self._closed = True
+        with self._mode_changed:  # a migration step waiting for a rebalance gives up
+            self._mode_changed.notify_all()
+        if self._migration is not None:
+            self._migration.stop()
         if self._committer is not None:
             self._committer.stop()
         if self._rebalancer is not None:

@@ -85,6 +85,7 @@ UNJOINED = "UNJOINED"
 JOINING = "JOINING"
 SYNCING = "SYNCING"
 STABLE = "STABLE"
+CLAIMING = "CLAIMING"  # a bridge member of a live migration claiming ZooKeeper owner nodes (metaq.consumer.migration)
 LOST = "LOST"
 FAILED = "FAILED"
 CLOSED = "CLOSED"
@@ -142,6 +143,10 @@ def _raise_for(code: int, context: str) -> None:
 
 class GroupMember:
     """One member of a broker-coordinated group; the connector's counterpart of ZKRebalancerListener."""
+
+    HEARTBEAT_STATES = frozenset({STABLE})
+    """States in which the heartbeat thread sends Heartbeats (a subclass may wait longer between SyncGroup
+    and STABLE, and must stay in the group meanwhile)."""
 
     def __init__(
         self,
@@ -672,7 +677,7 @@ class GroupMember:
                 self.last_error = f"fenced: {reason} (another process runs with group.instance.id=" \
                                   f"{self._instance_id!r}); not rejoining"
                 self._set_state(FAILED)
-            elif self.state in (STABLE, SYNCING):
+            elif self.state in (STABLE, SYNCING, CLAIMING):
                 self._set_state(LOST)
         log.warning("consumer %s: lost its partitions in group %s: %s", self._consumer_id, self._group, reason)
         if rejoin:
@@ -733,7 +738,7 @@ class GroupMember:
 
     def _synced(self, generation: Generation) -> bool:
         """SyncGroup answered for ``generation``: from then on the coordinator expects heartbeats."""
-        if self.state == STABLE:
+        if self.state in self.HEARTBEAT_STATES:
             return True
         return self.state == SYNCING and self._assigned_generation == generation.generation_id
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from metaq.cli.demo_harness import (
@@ -291,12 +291,15 @@ def _close_socket(sock: socket.socket) -> None:
 
 
 class StreamReader:
-    """One in-process member reading its single stream of ``topic`` on a thread, recording (partition, offset)."""
+    """One in-process member reading its single stream of ``topic`` on a thread, recording (partition, offset)
+    and telling ``on_message`` (if given) of each message as it is delivered."""
 
-    def __init__(self, properties: Mapping[str, Any], topic: str) -> None:
+    def __init__(self, properties: Mapping[str, Any], topic: str,
+                 on_message: Callable[[StreamReader, MessageAndMetadata], None] | None = None) -> None:
         self.consumer = Consumer({"consumer.timeout.ms": 100, **properties})
         [self.stream] = self.consumer.create_message_streams({topic: 1})[topic]
         self.seen: list[tuple[int, int]] = []
+        self._on_message = on_message
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, name=f"reader-{self.consumer.consumer_id}", daemon=True)
         self._thread.start()
@@ -310,6 +313,8 @@ class StreamReader:
             except StopIteration:
                 return
             self.seen.append((message.partition, message.offset))
+            if self._on_message is not None:
+                self._on_message(self, message)
 
     def owned(self) -> set[int]:
         return {p for _, p in self.consumer.state.owned}

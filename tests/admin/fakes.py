@@ -37,6 +37,9 @@ class FakeLayout:
         validate_group(group)
         return sorted(self.members.get(group, {}))
 
+    def migration_marker(self, group: str) -> None:
+        return None  # never migrated (zk_layout.migration against a real ZooKeeper: integration_tests)
+
     def consumer_registrations(self, group: str) -> dict[str, TopicCount]:
         return dict(self.members.get(group, {}))
 

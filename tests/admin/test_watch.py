@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,6 +16,7 @@ from rich.console import Console
 
 from metaq.admin import protocol_groups
 from metaq.admin.groups import OK, ORPHAN, GroupDescription, Member, PartitionLag
+from metaq.admin.migration import MigrationView
 from metaq.admin.protocol_groups import (
     NO_DESCRIBE_GROUPS,
     ProtocolGroup,
@@ -327,3 +329,15 @@ def test_the_frame_of_a_protocol_group_says_members_are_unknown() -> None:
     text = frame(view)
     assert "protocol group (broker coordinator)" in text and "members unknown (no DescribeGroups)" in text
     assert "MEMBER" not in text and "total lag 13" in text
+
+
+def test_a_live_migration_shows_in_the_header() -> None:
+    """metaq top shows what `groups describe` shows of a migration: the marker and each member's mode."""
+    watch = GroupWatch("g")
+    sample = zk_sample(0, [lag(0, 10, 20, f"{A}-0")], [A])
+    migrating = replace(sample.description, migration=MigrationView("kafka", 2, "MIGRATING", False, {A: "bridge"}))
+    view = watch.update(replace(sample, description=migrating))
+    assert view.notes == [f"Migration to kafka (epoch 2, all at once): MIGRATING; member modes: {A} bridge"]
+    out = io.StringIO()
+    Console(file=out, width=200).print(render(view, interval=None))
+    assert "MIGRATING; member modes" in out.getvalue()
