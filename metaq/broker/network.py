@@ -459,15 +459,15 @@ class BrokerServer:
         """Admit the request (authentication stage, entry limits), dispatch it (client quotas counted, see
         metaq/broker/quota), and have its answer written; answers the request's throttle."""
         request = decoded.request
-        out = Outbound(conn.writer, conn.tls, decoded.correlation_id)
         if request is None:
-            await Encoded(unsupported_version_response()).write(out)
+            await Encoded(unsupported_version_response()).write(Outbound(conn.writer, conn.tls,
+                                                                         decoded.correlation_id))
             return NO_THROTTLE
         conn.client_id = request.header.client_id
         started = time.monotonic()
         answered = auth.answer(decoded.api_key, request, decoded.version)
         if answered is not None:  # the stage's own (SASL) answer: not counted as a request
-            await answered.write(out)
+            await answered.write(Outbound(conn.writer, conn.tls, decoded.correlation_id))
             return NO_THROTTLE
         entries = check_entries(decoded.api_key, request, self._limits.max_request_entries)
         assert self._context is not None
