@@ -34,7 +34,7 @@ ends with one set of tables:
    (bench/scale.py; --only scale).
 10. apache: the metaq broker beside Apache Kafka 3.9.2 (one broker, and RF 3 on three of each), confluent-kafka
    produce and confluent-kafka / metaq consume, CPU, RSS, latency at a fixed rate; metaq's Spark source beside
-   spark-sql-kafka-0-10 (bench/apache.py; --only apache, --apache-messages, --apache-parts).
+   spark-sql-kafka-0-10 (bench/apache.py; --only apache, --apache-messages, --apache-parts, --apache-fetch-rounds).
 11. transactions: confluent-kafka acks=all idempotent produce against transactional produce in transactions of
    100 and 10,000 records, and fetch of the transactional topic read_uncommitted vs read_committed, interleaved
    rounds (medians; --only transactions).
@@ -391,6 +391,8 @@ def main() -> None:
                         help="reassign section: the throttled move's rate in MB/s (default 20)")
     parser.add_argument("--apache-messages", type=int, default=None,
                         help="apache section: messages per job and in the Spark topic (default 1,000,000)")
+    parser.add_argument("--apache-fetch-rounds", type=int, default=bench_apache.FETCH_ROUNDS,
+                        help="apache section: alternating fetch rounds per consumer and broker (medians)")
     parser.add_argument("--apache-parts", default=",".join(bench_apache.PARTS),
                         help=f"apache section: comma-separated subset of {bench_apache.PARTS}")
     parser.add_argument("--cleaner-keys", type=int, default=None,
@@ -485,7 +487,8 @@ def main() -> None:
     late: list[Callable[[], None]] = []
     if "apache" in only:  # first of the late ones: its SparkSession needs a JVM started with spark.jars
         print("== 10. apache: the metaq broker beside Apache Kafka; metaq's Spark source beside Spark's", flush=True)
-        apache_results = bench_apache.run(args.apache_messages or plan.apache_messages, apache_parts)
+        apache_results = bench_apache.run(args.apache_messages or plan.apache_messages, apache_parts,
+                                           args.apache_fetch_rounds)
         targets += bench_apache.targets(apache_results)
         late.append(lambda: bench_apache.print_tables(apache_results))
     if "cleaner" in only:

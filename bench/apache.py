@@ -10,7 +10,8 @@ topic:
 
 - confluent-kafka produce of N x 100 B and N x 1 KiB, acks=1 (linger.ms 5, batch.size 1,000,000: bench/clients.py);
 - each topic read back by confluent-kafka's consume(10000) and by the metaq batch listener, each in a fresh process
-  (bench/consumer.py's workers: the rate from first to last delivery), three times (best rate, lowest CPU);
+  (bench/consumer.py's workers: the rate from first to last delivery), in ``FETCH_ROUNDS`` rounds that alternate
+  the two brokers (medians of the rate and of the broker CPU);
 - the broker's CPU seconds per 1M messages from ``/proc/<pid>/stat`` (utime+stime) before and after each job (a
   fetch job's CPU includes its consumer's start-up), and its RSS (``VmRSS``) after all of them;
 - produce latency (librdkafka's per-message latency, produce() to acknowledgement, linger included) at a fixed
@@ -54,9 +55,9 @@ from metaq.testing.wait import wait_until
 PARTS = ("broker", "rf3", "spark")
 SIZES = (100, 1024)
 FETCHERS = (("confluent-consume", "confluent consume(10000)"), ("metaq-batch-listener", "metaq batch listener"))
-FETCH_ROUNDS = 3
-"""Each consumer reads each topic this many times; the table keeps the best rate and the lowest broker CPU (noise on
-a shared machine only ever slows a run down)."""
+FETCH_ROUNDS = 5
+"""Each consumer reads each topic this many times, the two brokers alternating (``--apache-fetch-rounds``); the
+table keeps the median rate and the median broker CPU, so that the fetch target compares between runs."""
 LATENCY_SHARE = 0.5
 """The fixed produce rate of the latency run: this share of the lower of the two brokers' maximum."""
 LATENCY_SECONDS = 10.0
@@ -189,8 +190,8 @@ def _timed_produce(subject: Subject, job: str, topic: str, size: int, messages: 
     return Job(subject.name, job, size, messages, messages / seconds, proc_cpu(subject.pids) - cpu0)
 
 
-def load(subject: Subject, messages: int, work_dir: Path) -> list[Job]:
-    """Produce N x 100 B and N x 1 KiB (acks=1), each topic read back by both consumers."""
+def load(subject: Subject, messages: int) -> list[Job]:
+    """Produce N x 100 B and N x 1 KiB (acks=1), each to a topic of its own (``apache-<size>``)."""
     subject.make_topic("apache-warm", 1, 1)
     confluent_produce(subject.bootstrap, "apache-warm", b"w" * 100, 10_000)  # connections, the JVM's JIT
     jobs = []
@@ -199,18 +200,28 @@ def load(subject: Subject, messages: int, work_dir: Path) -> list[Job]:
         subject.make_topic(topic, 1, 1)
         jobs.append(_timed_produce(subject, "produce acks=1", topic, size, messages, 1))
         _log("  " + " | ".join(jobs[-1].cells()))
-        for kind, label in FETCHERS:
-            runs = []
-            for _ in range(FETCH_ROUNDS):
-                cpu0 = proc_cpu(subject.pids)
-                out = run_worker(kind, WorkerArgs(subject.zk_connect, subject.bootstrap, topic, 1, messages,
-                                                  work_dir, value_size=size))
-                runs.append(Job(subject.name, f"fetch {label}", size, messages, out["timed"] / out["seconds"],
-                                proc_cpu(subject.pids) - cpu0))
-                _log("  " + " | ".join(runs[-1].cells()))
-            jobs.append(Job(subject.name, f"fetch {label}", size, messages, max(j.rate for j in runs),
-                            min(j.cpu for j in runs)))
     return jobs
+
+
+def fetch_rounds(subjects: list[Subject], messages: int, work_dir: Path, rounds: int) -> list[Job]:
+    """Each consumer reads each broker's topics ``rounds`` times, the brokers alternating (reversed order every
+    other round, as the producer section alternates its clients), so that a change in the machine's load reaches
+    both alike; a job's figures are the medians of its rounds (rate and broker CPU)."""
+    runs: dict[tuple[str, str, int], list[Job]] = {}
+    for round_ in range(rounds):
+        _log(f"  -- fetch round {round_ + 1} of {rounds} (load average {_loadavg()})")
+        for subject in subjects[::-1] if round_ % 2 else subjects:
+            for size in SIZES:
+                for kind, label in FETCHERS:
+                    cpu0 = proc_cpu(subject.pids)
+                    out = run_worker(kind, WorkerArgs(subject.zk_connect, subject.bootstrap, f"apache-{size}", 1,
+                                                      messages, work_dir, value_size=size))
+                    job = Job(subject.name, f"fetch {label}", size, messages, out["timed"] / out["seconds"],
+                              proc_cpu(subject.pids) - cpu0)
+                    runs.setdefault((subject.name, job.job, size), []).append(job)
+                    _log("  " + " | ".join(job.cells()))
+    return [Job(name, job, size, messages, statistics.median(j.rate for j in jobs),
+                statistics.median(j.cpu for j in jobs)) for (name, job, size), jobs in runs.items()]
 
 
 def paced_latency(subject: Subject, rate: float, messages: int) -> Latency:
@@ -328,9 +339,9 @@ def _stream(spark: Any, fmt: str, options: dict[str, str], messages: int, checkp
 
 # -- the section -------------------------------------------------------------------------------------------------------
 
-def run(messages: int = 1_000_000, parts: tuple[str, ...] = PARTS) -> Results:
+def run(messages: int = 1_000_000, parts: tuple[str, ...] = PARTS, fetch_rounds_n: int = FETCH_ROUNDS) -> Results:
     """Every part in ``parts``, in its own ZooKeeper and metaq broker (Kafka's brokers on the same ZooKeeper,
-    under a chroot of their own)."""
+    under a chroot of their own); ``fetch_rounds_n`` alternating fetch rounds."""
     results = Results()
     with environment() as env:
         zk_hosts = env.zk.split("/", 1)[0]
@@ -341,7 +352,9 @@ def run(messages: int = 1_000_000, parts: tuple[str, ...] = PARTS) -> Results:
                 subjects = [metaq, kafka_subject(kafka)]
                 for subject in subjects:
                     _log(f"  -- {subject.name} (load average {_loadavg()})")
-                    results.jobs += load(subject, messages, env.work_dir)
+                    results.jobs += load(subject, messages)
+                results.jobs += fetch_rounds(subjects, messages, env.work_dir, fetch_rounds_n)
+                for subject in subjects:
                     results.rss[subject.name] = proc_rss(subject.pids)
                 produced = [j.rate for j in results.jobs if j.job == "produce acks=1" and j.size == 100]
                 rate = LATENCY_SHARE * min(produced)

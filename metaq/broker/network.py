@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import socket
 import ssl
@@ -42,7 +43,7 @@ from metaq.broker.quota.request_path import serve as serve_with_quotas
 from metaq.broker.quota.throttling import NO_THROTTLE, Throttle
 from metaq.broker.request_bounds import SLICE, check_entries
 from metaq.broker.response import Encoded, Handler, Outbound
-from metaq.errors import ConfigError, ProtocolError
+from metaq.errors import ConfigError, MetaqError, ProtocolError
 from metaq.protocol.apis import BROKER_APIS, ApiKey, api_name
 from metaq.protocol.framing import SIZE, decode_request, peek_request
 from metaq.protocol.messages import ApiRequest
@@ -114,6 +115,14 @@ class RequestMemoryPool:
         self._freed.set()
 
 
+class ReadExpired(MetaqError):
+    """A read did not complete by its connection's deadline (:meth:`ClientConnection.expect`)."""
+
+
+_IDLE = "idle"
+_BODY = "body"
+
+
 @dataclass(frozen=True)
 class Decoded:
     """A request frame decoded; ``request`` is None for an ApiVersions request of a version the broker does
@@ -140,6 +149,48 @@ class ClientConnection:
         self.client_id: str | None = None
         self.auth: AuthenticationStage | None = None
         self.context: BrokerContext | None = None
+        # the read deadline (time.monotonic(); inf while no read is awaited) and one lazily re-armed timer
+        self._deadline = math.inf
+        self._waiting_for = ""
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog_at = math.inf
+
+    def expect(self, what: str, timeout_ms: int) -> None:
+        """The next read must complete within ``timeout_ms``, else it raises :class:`ReadExpired` (``what``
+        says which bound). Per frame this only stores the deadline: a timer armed at an earlier deadline, on
+        firing, re-arms itself at the current one, so a busy connection arms about one timer per bound's period
+        instead of one per read (``asyncio.timeout`` per read was a few percent of a small request's cost:
+        docs/performance.md, "The broker's cost per request")."""
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        self._deadline = deadline
+        self._waiting_for = what
+        if deadline < self._watchdog_at:
+            self._arm(deadline)
+
+    def read_done(self) -> None:
+        """No read is awaited now (a request is being handled, however long that takes)."""
+        self._deadline = math.inf
+
+    def stop_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        self._watchdog_at = math.inf
+
+    def _arm(self, deadline: float) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watchdog = asyncio.get_running_loop().call_later(max(deadline - time.monotonic(), 0.0), self._watch)
+        self._watchdog_at = deadline
+
+    def _watch(self) -> None:
+        self._watchdog, self._watchdog_at = None, math.inf
+        if self._deadline <= time.monotonic():
+            # the awaited read raises it (and the connection closes: the reader stays failed)
+            self._deadline = math.inf
+            self.reader.set_exception(ReadExpired(self._waiting_for))
+        elif self._deadline != math.inf:
+            self._arm(self._deadline)
 
     def bind(self, broker: BrokerContext) -> BrokerContext:
         """The context for this connection's next request: the broker's, bound to the current session."""
@@ -253,6 +304,7 @@ class BrokerServer:
         except Exception:
             log.exception("closing connection from %s after an unexpected error", conn)
         finally:
+            conn.stop_watchdog()
             metrics.connection_closed()
             self._connections.discard(task)
             self._per_ip[conn.host] -= 1
@@ -334,10 +386,10 @@ class BrokerServer:
 
         On return the frame's bytes are counted in the request memory pool; the caller releases them."""
         limits = self._limits
+        conn.expect(_IDLE, limits.idle_timeout_ms)
         try:
-            async with asyncio.timeout(limits.idle_timeout_ms / 1000.0):
-                head = await conn.reader.readexactly(4)
-        except TimeoutError:
+            head = await conn.reader.readexactly(4)
+        except ReadExpired:
             log.debug("closing connection from %s: idle for %d ms (connections.max.idle.ms)",
                      conn, limits.idle_timeout_ms)
             return None
@@ -345,6 +397,7 @@ class BrokerServer:
             if e.partial:
                 raise ProtocolError(f"connection closed inside a frame size ({len(e.partial)} of 4 bytes)") from e
             return None
+        conn.read_done()
         (size,) = SIZE.unpack(head)
         if auth.check_frame_size(size):  # unauthenticated: the stage's bound
             pass
@@ -363,19 +416,21 @@ class BrokerServer:
         """``size`` bytes, within socket.request.body.timeout.ms; memory grows only as bytes arrive."""
         timeout_ms = self._limits.request_body_timeout_ms
         body: bytes | bytearray = b""
+        conn.expect(_BODY, timeout_ms)
         try:
-            async with asyncio.timeout(timeout_ms / 1000.0):
-                body = await conn.reader.read(size)
-                if len(body) < size and body:
-                    body = bytearray(body)
-                    while len(body) < size:
-                        chunk = await conn.reader.read(size - len(body))
-                        if not chunk:
-                            break
-                        body += chunk
-        except TimeoutError as e:
+            body = await conn.reader.read(size)
+            if len(body) < size and body:
+                body = bytearray(body)
+                while len(body) < size:
+                    chunk = await conn.reader.read(size - len(body))
+                    if not chunk:
+                        break
+                    body += chunk
+        except ReadExpired as e:
             raise ProtocolError(f"only {len(body)} of a {size}-byte request frame arrived within {timeout_ms} ms"
                                 " (socket.request.body.timeout.ms)") from e
+        finally:
+            conn.read_done()
         if len(body) < size:
             raise ProtocolError(f"connection closed after {len(body)} of a {size}-byte frame")
         return body
@@ -404,15 +459,15 @@ class BrokerServer:
         """Admit the request (authentication stage, entry limits), dispatch it (client quotas counted, see
         metaq/broker/quota), and have its answer written; answers the request's throttle."""
         request = decoded.request
-        out = Outbound(conn.writer, conn.tls, decoded.correlation_id)
         if request is None:
-            await Encoded(unsupported_version_response()).write(out)
+            await Encoded(unsupported_version_response()).write(Outbound(conn.writer, conn.tls,
+                                                                         decoded.correlation_id))
             return NO_THROTTLE
         conn.client_id = request.header.client_id
         started = time.monotonic()
         answered = auth.answer(decoded.api_key, request, decoded.version)
         if answered is not None:  # the stage's own (SASL) answer: not counted as a request
-            await answered.write(out)
+            await answered.write(Outbound(conn.writer, conn.tls, decoded.correlation_id))
             return NO_THROTTLE
         entries = check_entries(decoded.api_key, request, self._limits.max_request_entries)
         assert self._context is not None

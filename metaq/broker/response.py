@@ -2,9 +2,9 @@
 
 The network layer frames, admits and dispatches; it hands every answer the connection's :class:`Outbound`
 and awaits :meth:`Response.write`, never looking at what is sent. Most answers are one encoded Kafka message
-(:class:`Encoded`); a Fetch answer writes file slices itself (metaq/broker/zero_copy.py); the SASL stage
-answers raw tokens (:class:`RawFrame`) and closes the connection after a refusal (:class:`ClosingAfter`).
-See docs/architecture.md, "The request path".
+(:class:`Encoded`); a Fetch answer writes file slices itself (metaq/broker/zero_copy.py), a Produce answer
+packs its few fields itself (:class:`ProduceReply`); the SASL stage answers raw tokens (:class:`RawFrame`) and
+closes the connection after a refusal (:class:`ClosingAfter`). See docs/architecture.md, "The request path".
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from metaq.errors import MetaqError
 from metaq.protocol.framing import SIZE
 from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.produce_response import TopicAnswer, encode_produce_response
 
 if TYPE_CHECKING:
     from metaq.broker.context import BrokerContext
@@ -50,6 +51,25 @@ class Encoded:
     async def write(self, out: Outbound) -> None:
         self.message.with_header(correlation_id=out.correlation_id)
         encode = partial(self.message.encode, header=True, framed=True)
+        out.writer.write(await asyncio.to_thread(encode) if out.large else encode())
+        await out.writer.drain()
+
+
+class ProduceReply:
+    """A Produce answer, encoded with struct packing (metaq/protocol/produce_response.py): every Produce request
+    is answered, and kafka-python's response objects and generic encoder cost as much as a small append.
+    ``throttle_time_ms`` is set by a client quota (metaq/broker/quota/request_path.py)."""
+
+    __slots__ = ("version", "topics", "throttle_time_ms")
+
+    def __init__(self, version: int, topics: list[TopicAnswer], throttle_time_ms: int = 0) -> None:
+        self.version = version
+        self.topics = topics
+        self.throttle_time_ms = throttle_time_ms
+
+    async def write(self, out: Outbound) -> None:
+        encode = partial(encode_produce_response, self.version, out.correlation_id, self.topics,
+                         self.throttle_time_ms)
         out.writer.write(await asyncio.to_thread(encode) if out.large else encode())
         await out.writer.drain()
 

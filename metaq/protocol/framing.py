@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from metaq.errors import ProtocolError
@@ -27,6 +28,26 @@ def peek_request(frame: bytes | bytearray | memoryview) -> RequestPrefix:
     return RequestPrefix(*REQUEST_PREFIX.unpack_from(frame, 0))
 
 
+_Decoder = Callable[[memoryview, int], tuple[Any, int]]
+_DECODERS: dict[tuple[Any, int], tuple[_Decoder, _Decoder]] = {}
+"""(request class, version) -> its header and body decoders: kafka-python caches the compiled functions, but
+finding them took a dozen class-property lookups per request (docs/performance.md, "The broker's cost per
+request")."""
+
+
+def _decoders(request_cls: Any, version: int) -> tuple[_Decoder, _Decoder]:
+    flexible = request_cls.flexible_version_q(version)
+    header_cls = request_cls.header_class
+    header_version = header_cls._flexible_versions[0] if flexible else header_cls._valid_versions[0]
+    decode_header = header_cls._struct.compiled_decode_from(
+        header_version, compact=False, tagged=flexible, data_class=header_cls
+    )
+    decode_body = request_cls._struct.compiled_decode_from(
+        version, compact=flexible, tagged=flexible, data_class=request_cls[None]
+    )
+    return decode_header, decode_body
+
+
 def decode_request(request_cls: Any, frame: bytes | bytearray | memoryview, version: int) -> Any:
     """A request (header included) decoded from one frame body, failing on any field that runs past it.
 
@@ -36,18 +57,13 @@ def decode_request(request_cls: Any, frame: bytes | bytearray | memoryview, vers
     overruns. Bytes after the last field are tolerated, as Kafka's request parser tolerates them.
     """
     data = memoryview(frame)
-    flexible = request_cls.flexible_version_q(version)
-    header_cls = request_cls.header_class
-    header_version = header_cls._flexible_versions[0] if flexible else header_cls._valid_versions[0]
-    decode_header = header_cls._struct.compiled_decode_from(
-        header_version, compact=False, tagged=flexible, data_class=header_cls
-    )
+    decoders = _DECODERS.get((request_cls, version))
+    if decoders is None:
+        decoders = _DECODERS[request_cls, version] = _decoders(request_cls, version)
+    decode_header, decode_body = decoders
     header, pos = decode_header(data, 0)
     if pos > len(data):
         raise ProtocolError(f"request header runs {pos - len(data)} bytes past the {len(data)}-byte frame")
-    decode_body = request_cls._struct.compiled_decode_from(
-        version, compact=flexible, tagged=flexible, data_class=request_cls[None]
-    )
     request, pos = decode_body(data, pos)
     if pos > len(data):
         raise ProtocolError(f"a field runs {pos - len(data)} bytes past the end of the {len(data)}-byte frame")

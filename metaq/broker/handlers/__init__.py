@@ -1,9 +1,9 @@
 """One module per Kafka API the broker answers; ``HANDLERS`` maps an API key to its handler.
 
 Most handlers answer one Kafka message (``HANDLERS``: typed :data:`metaq.broker.response.MessageHandler`);
-a handler that writes its answer itself (Fetch's file slices) answers a :class:`metaq.broker.response.Response`
-(``RESPONDERS``). ``DISPATCH`` is what the network layer serves: every API key to a handler answering a
-``Response``.
+a handler that writes its answer itself (Fetch's file slices, Produce's struct-packed answer) answers a
+:class:`metaq.broker.response.Response` (``RESPONDERS``). ``DISPATCH`` is what the network layer serves: every
+API key to a handler answering a ``Response``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from metaq.protocol.apis import ApiKey
 HANDLERS: dict[ApiKey, MessageHandler] = {
     ApiKey.API_VERSIONS: api_versions.handle,
     ApiKey.METADATA: metadata.handle,
-    ApiKey.PRODUCE: produce.handle,
     ApiKey.LIST_OFFSETS: list_offsets.handle,
     ApiKey.INIT_PRODUCER_ID: init_producer_id.handle,
     ApiKey.FIND_COORDINATOR: groups.find_coordinator,
@@ -78,6 +77,7 @@ HANDLERS: dict[ApiKey, MessageHandler] = {
 }
 
 RESPONDERS: dict[ApiKey, Handler] = {
+    ApiKey.PRODUCE: produce.handle,
     ApiKey.FETCH: fetch.handle,
 }
 

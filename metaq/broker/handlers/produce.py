@@ -26,6 +26,7 @@ from metaq.broker.log.partition_log import AppendResult, PartitionLog
 from metaq.broker.log.upconvert import upconvert
 from metaq.broker.log.validator import decompressed_limit
 from metaq.broker.replication import acks as replication
+from metaq.broker.response import ProduceReply
 from metaq.errors import (
     CorruptRecordError,
     ErrorCode,
@@ -38,15 +39,13 @@ from metaq.errors import (
     UnsupportedCompressionError,
     UnsupportedMessageFormatError,
 )
-from metaq.protocol.messages import ApiRequest, ApiResponse
-from metaq.protocol.responses import ProduceResponse
+from metaq.protocol.messages import ApiRequest
+from metaq.protocol.produce_response import PartitionAnswer, TopicAnswer
 from zk_layout.acl_formats import AclOperation, ResourceType
 from zk_layout.formats import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 
-TopicResponse = ProduceResponse.TopicProduceResponse
-PartitionResponse = TopicResponse.PartitionProduceResponse
 _FIRST_BATCH_V2_VERSION = 3
 
 
@@ -150,7 +149,9 @@ def _transactional_denied(ctx: BrokerContext, request: ApiRequest, version: int)
     return ctx.denied(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
-async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse | None:
+async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ProduceReply | None:
+    """The answer is encoded without kafka-python's response objects (:class:`ProduceReply`): it is sent for
+    every request, and building those objects cost as much as appending a small batch."""
     acks = request.acks
     refused = _transactional_denied(ctx, request, version)
     responses: list[tuple[str, list[tuple[int, int, int, int]]]] = []
@@ -197,20 +198,11 @@ async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiRe
         await ctx.in_thread(plog.flush)  # ack after fsync when the flush policy asks for it
     if acks == 0:
         return None
-    return ProduceResponse[version](
-        responses=[
-            TopicResponse(
-                name=name,
-                partition_responses=[
-                    PartitionResponse(
-                        index=index, error_code=error, base_offset=base,
-                        log_append_time_ms=-1 if error else append_times.get((topic_index, part_index), -1),
-                        log_start_offset=start,
-                    )
-                    for part_index, (index, error, base, start) in enumerate(parts)
-                ],
-            )
-            for topic_index, (name, parts) in enumerate(responses)
-        ],
-        throttle_time_ms=0,
-    )
+    return ProduceReply(version, [
+        TopicAnswer(name, [
+            PartitionAnswer(index, error, base,
+                            -1 if error else append_times.get((topic_index, part_index), -1), start)
+            for part_index, (index, error, base, start) in enumerate(parts)
+        ])
+        for topic_index, (name, parts) in enumerate(responses)
+    ])

@@ -9,7 +9,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from metaq.broker.quota.throttling import NO_THROTTLE, Caller, Quotas, Throttle, TimedSteps, client_throttles, now_ms
-from metaq.broker.response import Encoded, Handler, Response
+from metaq.broker.response import Encoded, Handler, ProduceReply, Response
 from metaq.broker.zero_copy import FetchReply
 from metaq.protocol.apis import ApiKey
 from metaq.protocol.fetch_response import TopicPart
@@ -102,7 +102,7 @@ def fetch_record_bytes(topics: list[TopicPart]) -> int:
 
 def _set_throttle_time(response: Response | None, throttle_ms: int) -> None:
     """Report the throttle in the answer's ``throttle_time_ms`` (versions without the field do not encode it)."""
-    if isinstance(response, FetchReply):
+    if isinstance(response, FetchReply | ProduceReply):
         response.throttle_time_ms = throttle_ms
     elif isinstance(response, Encoded) and hasattr(response.message, "throttle_time_ms"):
         setattr(response.message, "throttle_time_ms", throttle_ms)  # noqa: B010 (not part of the Protocol)
