@@ -24,7 +24,7 @@ from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, ConfigError, StaleVersionError, UnknownTopicError, for_code
 from zk_layout import ZkLayout, parse_endpoint
-from zk_layout.formats import TopicAssignment
+from zk_layout.topic_formats import TopicAssignment
 
 TopicPartition = tuple[str, int]
 Plan = dict[TopicPartition, tuple[int, ...]]
