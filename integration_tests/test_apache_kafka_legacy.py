@@ -32,7 +32,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from metaq.consumer import Consumer, ConsumerTimeoutError
-from metaq.testing.apache_kafka import V0_8, V0_10, V1_1, V3_9, ApacheKafkaBroker, kafka_params
+from metaq.testing.apache_kafka import ApacheKafkaBroker
+from metaq.testing.kafka_fixtures import kafka_params
+from metaq.testing.kafka_versions import V0_8, V0_10, V1_1, V3_9
 from metaq.testing.spark import local_session
 from metaq.testing.wait import wait_until
 

@@ -31,8 +31,9 @@ from kafka.admin import KafkaAdminClient
 from integration_tests.peers import confluent_consume
 from metaq.broker.log.loader import parse_log_dir_name
 from metaq.broker.topics import create_topic
-from metaq.testing.apache_kafka import V3_9, run_kafka_tool
 from metaq.testing.broker import BrokerCluster, topic_leaders
+from metaq.testing.kafka_tools import run_kafka_tool
+from metaq.testing.kafka_versions import V3_9
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import own_chroot
 from metaq.zkclient import connect
