@@ -26,6 +26,7 @@ from metaq.client.connection import BrokerConnection, build_request
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import AuthenticationError, MetaqError, for_code
+from metaq.json_types import JsonObject
 from metaq.protocol.apis import ApiKey
 from zk_layout import ZkLayout
 
@@ -48,7 +49,7 @@ class CoordinatorMember:
     host: str
     assignment: tuple[TopicPartition, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"member_id": self.member_id, "client_id": self.client_id, "host": self.host,
                 "assignment": [list(tp) for tp in self.assignment]}
 
@@ -68,7 +69,7 @@ class CoordinatorGroup:
     def topics(self) -> set[str]:
         return {t for m in self.members for t, _ in m.assignment}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"coordinator": self.coordinator, "state": self.state, "protocol_type": self.protocol_type,
                 "protocol": self.protocol, "members": [m.to_json() for m in self.members]}
 

@@ -19,6 +19,7 @@ from metaq.admin.bootstrap import BootstrapLayout
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import ConfigError, ErrorCode, MetaqError, for_code
+from metaq.json_types import JsonObject
 
 __all__ = ["BrokerLogDirs", "LogDirInfo", "ReplicaInfo", "describe_log_dirs", "move_replica"]
 
@@ -47,7 +48,7 @@ class BrokerLogDirs:
     broker_id: int
     dirs: list[LogDirInfo]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """Kafka's ``kafka-log-dirs --describe`` document shape for one broker."""
         return {"broker": self.broker_id, "logDirs": [
             {"logDir": d.path, "error": d.error, "totalBytes": d.total_bytes, "usableBytes": d.usable_bytes,

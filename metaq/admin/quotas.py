@@ -25,6 +25,7 @@ from metaq.broker.quota.admin import (
 from metaq.broker.quota.entities import DEFAULT
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, for_code
+from metaq.json_types import JsonObject
 from zk_layout import ZkLayout
 from zk_layout.quotas import ClientQuotaEntity
 
@@ -36,7 +37,7 @@ class EntityQuotas:
     entity: ClientQuotaEntity
     values: dict[str, float]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"user": self.entity.user, "client_id": self.entity.client_id, "quotas": self.values}
 
 

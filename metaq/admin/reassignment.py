@@ -23,6 +23,7 @@ from metaq.client.connection import build_request
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, ConfigError, StaleVersionError, UnknownTopicError, for_code
+from metaq.json_types import JsonObject
 from zk_layout import ZkLayout, parse_endpoint
 from zk_layout.topic_formats import TopicAssignment
 
@@ -156,7 +157,7 @@ def cancel(layout: ZkLayout, partitions: Iterable[TopicPartition]) -> list[Topic
     return cancelled
 
 
-def to_json(plan: Mapping[TopicPartition, Sequence[int]]) -> list[dict[str, Any]]:
+def to_json(plan: Mapping[TopicPartition, Sequence[int]]) -> list[JsonObject]:
     return [{"topic": t, "partition": p, "replicas": list(r)} for (t, p), r in sorted(plan.items())]
 
 

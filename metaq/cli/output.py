@@ -216,12 +216,12 @@ def table(headers: Sequence[str], rows: Iterable[Row]) -> str:
     return "\n".join(lines)
 
 
-def print_json(document: Any, out: TextIO | None = None) -> None:
+def print_json(document: object, out: TextIO | None = None) -> None:
     stream = out or sys.stdout
     stream.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
 
 
-def emit(args: argparse.Namespace, document: Any, render: Callable[[], str]) -> None:
+def emit(args: argparse.Namespace, document: object, render: Callable[[], str]) -> None:
     """``document`` as JSON with ``--json``, else the table ``render`` builds."""
     if getattr(args, "json", False):
         print_json(document)

@@ -21,6 +21,7 @@ from metaq.cli.output import add_parser, connect_string, emit, note, table, when
 from metaq.cli.subparsers import SubParsers
 from metaq.config import load_properties
 from metaq.errors import ConfigError, MetaqError, StorageError
+from metaq.json_types import JsonObject
 
 if TYPE_CHECKING:  # the consumer and producer packages import the Kafka client: `metaq recover --help` needs none
     from metaq.consumer.message import MessageAndMetadata
@@ -112,7 +113,7 @@ def _render_list(directory: Path, stores: list[tuple[str, str]], entries: list[t
                                   rows) if rows else "")
 
 
-def _entry_json(group: str, e: RecoverEntry) -> dict[str, Any]:
+def _entry_json(group: str, e: RecoverEntry) -> JsonObject:
     return {"group": group, "topic": e.topic, "id": e.id, "partition": e.partition, "offset": e.offset,
             "timestamp": e.timestamp, "key": _text(e.key), "value": _text(e.value), "attempts": e.attempts,
             "dead": e.dead, "stored_at_ms": e.stored_at_ms, "last_error": e.last_error}
