@@ -12,7 +12,7 @@ import json
 import re
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, NoReturn
+from typing import Final, NoReturn, TypeVar, overload
 
 from metaq.errors import MalformedNodeError
 from zk_layout.paths import INT32_MAX
@@ -25,14 +25,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _dumps(obj: Any) -> bytes:
+def _dumps(obj: object) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 class _Node:
     """The raw data of one node being decoded; every failure names the path and shows the data."""
 
-    def __init__(self, path: str, raw: Any) -> None:
+    def __init__(self, path: str, raw: object) -> None:
         self.path = path
         self.raw = bytes(raw) if isinstance(raw, bytes | bytearray | memoryview) else None
         if self.raw is None and raw is not None:
@@ -49,50 +49,70 @@ class _Node:
         except UnicodeDecodeError as e:
             self.fail(f"not UTF-8 ({e.reason} at byte {e.start})")
 
-    def json(self) -> Any:
+    def json(self) -> object:
         text = self.text()
         try:
             return json.loads(text)
         except (ValueError, RecursionError) as e:  # ValueError covers JSONDecodeError and huge integers
             self.fail(f"not JSON ({e})")
 
-    def json_object(self) -> dict[str, Any]:
+    def json_object(self) -> dict[str, object]:
         obj = self.json()
         if not isinstance(obj, dict):
             self.fail(f"expected a JSON object, got {type(obj).__name__}")
         return obj
 
 
-_REQUIRED: Any = object()
+class _Required:
+    """The type of :data:`_REQUIRED`: a key without a default (decoding fails when it is missing)."""
+
+
+_REQUIRED: Final = _Required()
+_T = TypeVar("_T")
 
 
 class _Fields:
     """Typed access to the keys of a decoded JSON object."""
 
-    def __init__(self, node: _Node, obj: Mapping[str, Any], where: str = "") -> None:
+    def __init__(self, node: _Node, obj: Mapping[str, object], where: str = "") -> None:
         self.node = node
         self.obj = obj
         self.where = where
 
-    def value(self, key: str, default: Any) -> Any:
+    def value(self, key: str, default: object) -> object:
         if key in self.obj:
             return self.obj[key]
         if default is _REQUIRED:
             self.node.fail(f"missing key {self.where}{key!r}")
         return default
 
-    def int(self, key: str, default: Any = _REQUIRED, *, minimum: int | None = None,
-            maximum: int | None = None) -> int:
+    @overload
+    def int(self, key: builtins.str, default: _Required = _REQUIRED, *, minimum: builtins.int | None = None,
+            maximum: builtins.int | None = None) -> builtins.int: ...
+
+    @overload
+    def int(self, key: builtins.str, default: _T, *, minimum: builtins.int | None = None,
+            maximum: builtins.int | None = None) -> builtins.int | _T: ...
+
+    def int(self, key: builtins.str, default: builtins.object = _REQUIRED, *, minimum: builtins.int | None = None,
+            maximum: builtins.int | None = None) -> builtins.object:
         value = self.value(key, default)
         if value is default and default is not _REQUIRED:
-            return value  # type: ignore[no-any-return]
+            return value
         return _as_int(self.node, value, f"{self.where}{key!r}", minimum, maximum)
 
-    def int32(self, key: builtins.str, default: Any = _REQUIRED, *, minimum: builtins.int = -1) -> builtins.int:
+    def int32(self, key: builtins.str, default: _Required = _REQUIRED, *, minimum: builtins.int = -1) -> builtins.int:
         """A value sent to Kafka clients as int32 (leader, epoch): ``minimum``..2^31-1."""
         return self.int(key, default, minimum=minimum, maximum=INT32_MAX)
 
-    def str(self, key: str, default: Any = _REQUIRED, *, nullable: bool = False) -> Any:
+    @overload
+    def str(self, key: builtins.str) -> builtins.str: ...
+
+    @overload
+    def str(self, key: builtins.str, default: None, *, nullable: bool = False) -> builtins.str | None: ...
+
+    def str(self, key: builtins.str, default: builtins.object = _REQUIRED, *, nullable: bool = False
+            ) -> builtins.object:
         value = self.value(key, default)
         if value is default and default is not _REQUIRED:
             return value
@@ -111,7 +131,13 @@ class _Fields:
             return _parse_int_text(self.node, value, f"{self.where}{key!r}")
         return _as_int(self.node, value, f"{self.where}{key!r}", None)
 
-    def object(self, key: builtins.str, default: Any = _REQUIRED) -> Any:
+    @overload
+    def object(self, key: builtins.str) -> dict[builtins.str, builtins.object]: ...
+
+    @overload
+    def object(self, key: builtins.str, default: _T) -> dict[builtins.str, builtins.object] | _T: ...
+
+    def object(self, key: builtins.str, default: builtins.object = _REQUIRED) -> builtins.object:
         value = self.value(key, default)
         if value is default and default is not _REQUIRED:
             return value
@@ -132,7 +158,7 @@ def _parse_int_text(node: _Node, text: str, what: str, *, signed: bool = True) -
     return int(text)
 
 
-def _as_int(node: _Node, value: Any, what: str, minimum: int | None, maximum: int | None = None) -> int:
+def _as_int(node: _Node, value: object, what: str, minimum: int | None, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         node.fail(f"{what} must be an integer, got {value!r:.40}")
     if minimum is not None and value < minimum:
@@ -142,13 +168,13 @@ def _as_int(node: _Node, value: Any, what: str, minimum: int | None, maximum: in
     return value
 
 
-def _broker_id_tuple(node: _Node, value: Any, what: str) -> tuple[int, ...]:
+def _broker_id_tuple(node: _Node, value: object, what: str) -> tuple[int, ...]:
     if not isinstance(value, list):
         node.fail(f"{what} must be a list of broker ids, got {value!r:.40}")
     return tuple(_as_int(node, item, f"element of {what}", 0, INT32_MAX) for item in value)
 
 
-def _partition_map(node: _Node, value: Any, what: str) -> dict[int, tuple[int, ...]]:
+def _partition_map(node: _Node, value: object, what: str) -> dict[int, tuple[int, ...]]:
     """``{"0":[1,2],"1":[2]}`` -> ``{0: (1, 2), 1: (2,)}``, sorted numerically. Partitions and replicas
     must fit a Kafka int32."""
     if not isinstance(value, dict):

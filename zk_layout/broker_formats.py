@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple, Self
+from typing import Final, NamedTuple, Self
 
 from zk_layout._codec import _dumps, _Fields, _Node, _parse_int_text, now_ms
 from zk_layout.paths import INT32_MAX
@@ -120,7 +120,7 @@ class BrokerInfo:
         node of a single PLAINTEXT broker is byte-identical to Kafka's."""
         if not 1 <= version <= BROKER_REGISTRATION_VERSION:
             raise ValueError(f"broker registration version must be 1..5, got {version}")
-        obj: dict[str, Any] = {}
+        obj: dict[str, object] = {}
         if version >= 5:
             obj["features"] = {}
         if version >= 4:
@@ -164,7 +164,7 @@ class BrokerInfo:
             jmx_port=fields.int("jmx_port", -1),
             rack=fields.str("rack", None, nullable=True),
             version=fields.int("version", minimum=1),
-            security_protocol_map=dict(protocol_map),
+            security_protocol_map={k: str(v) for k, v in protocol_map.items()},  # all strings, checked above
         )
 
     @classmethod

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Self
 
 from zk_layout._codec import _dumps, _Fields, _Node, _parse_int_text, now_ms
 
@@ -54,7 +54,7 @@ class ControllerInfo:
     kraft_controller_epoch: int | None = None
 
     def encode(self) -> bytes:
-        obj: dict[str, Any] = {
+        obj: dict[str, object] = {
             "version": self.version,
             "brokerid": self.broker_id,
             "timestamp": str(self.timestamp_ms),

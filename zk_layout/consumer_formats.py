@@ -9,7 +9,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final, Self
+from typing import Final, Protocol, Self
 
 import re2
 
@@ -34,8 +34,14 @@ _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False  # the error is raised (and named) here; RE2 would also print it to stderr
 
 
+class TopicMatcher(Protocol):
+    """A compiled topic filter (RE2's pattern object): ``fullmatch`` is truthy when the whole topic matches."""
+
+    def fullmatch(self, text: str) -> object: ...
+
+
 @functools.lru_cache(maxsize=512)
-def compile_topic_filter(regex: str) -> Any:
+def compile_topic_filter(regex: str) -> TopicMatcher:
     """A normalised topic filter compiled with RE2, whose matching time is linear in the topic's length.
 
     Filters come from every member's ``/consumers/<g>/ids`` node, so they are untrusted: with Python's
@@ -44,7 +50,8 @@ def compile_topic_filter(regex: str) -> Any:
     but not backreferences, lookaround or possessive quantifiers: those raise ConfigError with RE2's
     reason. ``fullmatch`` is Java's ``String.matches``."""
     try:
-        return re2.compile(regex, _RE2_OPTIONS)
+        matcher: TopicMatcher = re2.compile(regex, _RE2_OPTIONS)  # re2 ships no types
+        return matcher
     except re2.error as e:
         reason = e.args[0].decode("utf-8", "replace") if e.args and isinstance(e.args[0], bytes) else str(e)
         raise ConfigError(f"topic filter {regex!r} is not a valid regex: {reason} (topic filters are matched "

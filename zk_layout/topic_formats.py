@@ -5,7 +5,7 @@ notifications (``/brokers/topics/<t>``, ``.../partitions/<p>/state``, ``/config/
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final, Self
+from typing import Final, Self
 from urllib.parse import unquote
 
 from zk_layout._codec import _REQUIRED, _dumps, _encode_partition_map, _Fields, _Node, _partition_map
@@ -34,7 +34,7 @@ class TopicAssignment:
         return sorted(self.partitions)
 
     def encode(self) -> bytes:
-        obj: dict[str, Any] = {"version": self.version, "partitions": _encode_partition_map(self.partitions)}
+        obj: dict[str, object] = {"version": self.version, "partitions": _encode_partition_map(self.partitions)}
         if self.version >= 2:
             obj["adding_replicas"] = _encode_partition_map(self.adding_replicas)
             obj["removing_replicas"] = _encode_partition_map(self.removing_replicas)
@@ -70,7 +70,7 @@ class PartitionState:
         object.__setattr__(self, "isr", tuple(self.isr))
 
     def encode(self) -> bytes:
-        obj: dict[str, Any] = {
+        obj: dict[str, object] = {
             "controller_epoch": self.controller_epoch,
             "leader": self.leader,
             "version": self.version,
@@ -112,7 +112,7 @@ class TopicConfig:
         config = fields.object("config", {})
         if not all(isinstance(v, str) for v in config.values()):
             node.fail("'config' values must be strings")
-        return cls(config=dict(config), version=fields.int("version", 1))
+        return cls(config={k: str(v) for k, v in config.items()}, version=fields.int("version", 1))
 
 
 @dataclass(frozen=True)
