@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from kafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import ConsumerProtocolAssignment, OffsetDeleteRequest
@@ -28,6 +28,7 @@ from metaq.client.settings import ConnectionSettings
 from metaq.errors import AuthenticationError, MetaqError, for_code
 from metaq.json_types import JsonObject
 from metaq.protocol.apis import ApiKey
+from metaq.protocol.messages import ApiResponse, ApiStruct
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def decode_assignment(data: bytes | None) -> tuple[TopicPartition, ...]:
         return ()
 
 
-def groups_from_responses(broker_id: int, listed: Any, described: Any) -> dict[str, CoordinatorGroup]:
+def groups_from_responses(broker_id: int, listed: ApiResponse, described: ApiResponse) -> dict[str, CoordinatorGroup]:
     """The groups of one broker's ListGroups and DescribeGroups answers (a group DescribeGroups reports with an
     error, or as Dead because it went away in between, is left out)."""
     types = {g.group_id: g.protocol_type for g in listed.groups}
@@ -206,7 +207,7 @@ class BrokerGroups:
         return conn
 
 
-def _ids(groups: Iterable[Any]) -> list[str]:
+def _ids(groups: Iterable[ApiStruct]) -> list[str]:
     return sorted(g.group_id for g in groups)
 
 
