@@ -32,7 +32,7 @@ _print_lock = threading.Lock()
 RUN_GAP_S = 0.5  # a pause in delivery longer than this starts a new records_consumed run
 
 
-def emit(name: str, **fields: Any) -> None:
+def emit(name: str, **fields: object) -> None:
     line = json.dumps({"name": name, "time": time.monotonic(), **fields}, separators=(",", ":"))
     with _print_lock:
         sys.stdout.write(line + "\n")
