@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from metaq.cli.output import add_parser, connect_string, emit, note, table, when, zk_security_properties
 from metaq.cli.subparsers import SubParsers
@@ -138,7 +138,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.max_attempts < 1:
         raise ConfigError(f"--max-attempts {args.max_attempts}: must be >= 1")
     connect, timeout_ms = connect_string(args)
-    props: dict[str, Any] = {"zookeeper.connect": connect, "linger.ms": 0, **zk_security_properties(args)}
+    props: dict[str, object] = {"zookeeper.connect": connect, "linger.ms": 0, **zk_security_properties(args)}
     if timeout_ms:
         props["zookeeper.connection.timeout.ms"] = timeout_ms
     with _open_existing(args) as store, Producer(props) as producer:

@@ -165,7 +165,7 @@ def _run(args: argparse.Namespace) -> int:
     from metaq.consumer.connector import default_offset_store
     from metaq.signals import TerminationHandler
 
-    props: dict[str, Any] = {"group.id": args.group, "zookeeper.connect": args.zookeeper,
+    props: dict[str, object] = {"group.id": args.group, "zookeeper.connect": args.zookeeper,
                              "consumer.timeout.ms": args.report_every_ms, "auto.offset.reset": "smallest"}
     for item in args.property:
         key, _, value = item.partition("=")
