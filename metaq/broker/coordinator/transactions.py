@@ -5,8 +5,9 @@ Every state change is appended to the transactional id's ``__transaction_state``
 (Kafka's prepareTransitionTo / appendTransactionToLog / completeTransitionTo), so a restarted or new
 coordinator replays the log and finds each transaction where it was: one left in PrepareCommit or
 PrepareAbort gets its markers written again (markers are idempotent for the partitions: a second marker
-for a transaction already ended there ends nothing). One partition's states and its log are a
-:class:`~metaq.broker.coordinator.txn_partition.TxnStatePartition`.
+for a transaction already ended there ends nothing). The log is kept small as ``__consumer_offsets`` is
+(metaq/broker/coordinator/offsets_partition.py): once enough records were appended, the live states are rewritten at
+the head of a fresh segment and everything older is deleted.
 
 Markers go to every partition of the transaction through ``write_markers`` (metaq/broker/txn_markers.py):
 appended locally when this broker leads the partition, else sent to its leader with WriteTxnMarkers.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
@@ -27,8 +29,8 @@ from metaq.broker.coordinator.coordinator import (
     locate_coordinator,
     replicate_append,
 )
+from metaq.broker.coordinator.offsets_partition import replay_records
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
-from metaq.broker.coordinator.txn_partition import LOADED, LOADING, TRANSACTION_TOPIC, TxnStatePartition
 from metaq.broker.coordinator.txn_state import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
@@ -43,13 +45,22 @@ from metaq.broker.coordinator.txn_state import (
     STATE_IDS,
     TopicPartition,
     TxnMetadata,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
 )
 from metaq.broker.log.manager import LogManager
+from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot
-from metaq.errors import ErrorCode
+from metaq.errors import CorruptRecordError, ErrorCode
+from metaq.protocol.builder import BatchBuilder
 
 log = logging.getLogger(__name__)
 
+TRANSACTION_TOPIC = "__transaction_state"
+LOADING, LOADED, FAILED = "LOADING", "LOADED", "FAILED"
+COMPACT_MIN_RECORDS = 10000
 MARKER_RETRY_S = 0.2
 
 WriteMarkers = Callable[[int, int, bool, int, Collection[TopicPartition]], Awaitable[dict[TopicPartition, int]]]
@@ -70,6 +81,96 @@ class ProducerIdAndEpoch:
     error_code: int
     producer_id: int = -1
     producer_epoch: int = -1
+
+
+class TxnStatePartition:
+    """The transactions of one ``__transaction_state`` partition: replayed from its log, appended to it."""
+
+    def __init__(self, log_: PartitionLog, coordinator_epoch: int) -> None:
+        self.log = log_
+        self.partition = log_.partition
+        self.coordinator_epoch = coordinator_epoch
+        self.state = LOADING
+        self.txns: dict[str, TxnMetadata] = {}
+        self.leader_epoch: int | None = None
+        self._appended_since_rewrite = 0
+        self._lock = threading.Lock()  # the replay runs on a worker thread
+
+    def _set_state(self, state: str) -> None:
+        log.info("%s-%d: %s -> %s", TRANSACTION_TOPIC, self.partition, self.state, state)
+        self.state = state
+
+    def load(self) -> None:
+        """Replay the log (blocking; on a worker thread); FAILED if it cannot be read."""
+        state = FAILED
+        try:
+            txns, count = self._replay()
+            with self._lock:
+                self.txns, self._appended_since_rewrite = txns, count
+            state = LOADED
+        except Exception:
+            log.exception("loading %s-%d failed", TRANSACTION_TOPIC, self.partition)
+        self._set_state(state)
+
+    def _replay(self) -> tuple[dict[str, TxnMetadata], int]:
+        txns: dict[str, TxnMetadata] = {}
+        count = 0
+        for key, value in replay_records(self.log):
+            count += 1
+            self._apply(txns, key, value)
+        return txns, count
+
+    @staticmethod
+    def _apply(txns: dict[str, TxnMetadata], key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return
+        try:
+            txn_id = decode_key(key)
+            if value is None:
+                txns.pop(txn_id, None)
+            else:
+                txns[txn_id] = decode_value(txn_id, value)
+        except CorruptRecordError as e:
+            log.warning("skipping an unreadable %s record: %s", TRANSACTION_TOPIC, e)
+
+    def store(self, txn: TxnMetadata) -> None:
+        """Append the state (a tombstone for Dead), then use it. Raises, changing nothing, if the append fails."""
+        self._append([(encode_key(txn.transactional_id), None if txn.state == DEAD else encode_value(txn))])
+        with self._lock:
+            if txn.state == DEAD:
+                self.txns.pop(txn.transactional_id, None)
+            else:
+                self.txns[txn.transactional_id] = txn
+
+    def restore(self, transactional_id: str, txn: TxnMetadata | None) -> None:
+        """Use ``txn`` again (None: forget the id) after a stored change the ISR did not take."""
+        with self._lock:
+            if txn is None:
+                self.txns.pop(transactional_id, None)
+            else:
+                self.txns[transactional_id] = txn
+
+    def _append(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        builder = BatchBuilder(1 << 30)
+        now = int(time.time() * 1000)
+        for key, value in records:
+            builder.append(now, key, value)
+        self.log.append(builder.build(), leader_epoch=self.leader_epoch)
+        self._appended_since_rewrite += len(records)
+
+    def compact_if_needed(self, now_ms: int) -> bool:
+        """Rewrite the live states in a fresh segment and delete everything older (as offsets_partition.py does)."""
+        with self._lock:
+            live = list(self.txns.values())
+        if self._appended_since_rewrite < max(COMPACT_MIN_RECORDS, 2 * len(live)):
+            return False
+        self.log.roll("transaction state compaction")
+        start = self.log.log_end_offset
+        self._appended_since_rewrite = 0
+        for i in range(0, len(live), 1000):
+            self._append([(encode_key(t.transactional_id), encode_value(t)) for t in live[i:i + 1000]])
+        self.log.delete_segments_before(start, now_ms)
+        return True
 
 
 class TransactionCoordinator:
@@ -487,4 +588,4 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-__all__ = ["NO_EPOCH", "ProducerIdAndEpoch", "TransactionCoordinator", "TxnCoordinatorConfig"]
+__all__ = ["NO_EPOCH", "TRANSACTION_TOPIC", "ProducerIdAndEpoch", "TransactionCoordinator", "TxnCoordinatorConfig"]
