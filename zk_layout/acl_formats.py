@@ -1,6 +1,6 @@
 """ACL types and the byte codecs of Kafka's ZooKeeper-mode AclAuthorizer (KIP-11, KIP-290 prefixed patterns).
 
-Pure code over bytes, like :mod:`zk_layout.formats`. The enums carry Kafka's wire codes (DescribeAcls,
+Pure code over bytes, like the other ``zk_layout.*_formats`` codecs. The enums carry Kafka's wire codes (DescribeAcls,
 CreateAcls, DeleteAcls) and Kafka's ZooKeeper spelling (``Topic``, ``Read``, ``Allow``)::
 
     AclEntry("User:alice", "*", AclOperation.READ, AclPermission.ALLOW)
