@@ -29,7 +29,7 @@ import pytest
 from kafka.admin import KafkaAdminClient
 
 from integration_tests.peers import confluent_consume
-from metaq.broker.log.loader import parse_log_dir_name
+from metaq.broker.log.manager import parse_log_dir_name
 from metaq.broker.topics import create_topic
 from metaq.testing.broker import BrokerCluster, topic_leaders
 from metaq.testing.kafka_tools import run_kafka_tool

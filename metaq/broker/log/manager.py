@@ -14,22 +14,16 @@ target directory until :meth:`LogManager.swap_future` replaces the current one w
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import re
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from metaq.broker.log.checkpoint import write_checkpoint
+from metaq.broker.log.checkpoint import read_checkpoint, write_checkpoint
 from metaq.broker.log.config import LogConfig
-from metaq.broker.log.loader import (
-    CLEAN_SHUTDOWN_FILE,
-    LOG_START_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT,
-    LogLoader,
-    TopicPartition,
-    _try,
-)
 from metaq.broker.log.log_dirs import (
     LogDirDescription,
     LogDirOfflineError,
@@ -37,19 +31,34 @@ from metaq.broker.log.log_dirs import (
     choose_log_dir,
     future_dir_name,
     is_dir_failure,
+    parse_future_dir_name,
     volume_bytes,
 )
-from metaq.broker.log.partition_log import PartitionLog, delete_dir_name
+from metaq.broker.log.partition_log import DELETE_DIR_SUFFIX, PartitionLog, delete_dir_name
 from metaq.broker.log.partition_metadata import read_topic_id, write_topic_id
-from metaq.errors import StorageError, TopicError
+from metaq.errors import MetaqError, StorageError, TopicError
 from metaq.fileio import atomic_write, fsync_dir
 
-__all__ = ["LogManager"]
+__all__ = ["CLEAN_SHUTDOWN_FILE", "LOCK_FILE", "RECOVERY_POINT_CHECKPOINT", "LogManager", "parse_log_dir_name"]
 
 logger = logging.getLogger(__name__)
 
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"  # offsets moved by DeleteRecords (as Kafka)
+LOCK_FILE = ".lock"
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+TopicPartition = tuple[str, int]
+
+
+def parse_log_dir_name(name: str) -> TopicPartition | None:
+    """``"my.topic-name-3"`` -> ``("my.topic-name", 3)``: topics may contain '-', so split on the last one."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit() or not partition.isascii():
+        return None
+    return topic, int(partition)
 
 
 def _check_topic_partition(topic: str, partition: int) -> None:
@@ -60,7 +69,7 @@ def _check_topic_partition(topic: str, partition: int) -> None:
         raise TopicError(f"illegal partition {partition} for topic {topic!r}")
 
 
-class LogManager(LogLoader):
+class LogManager:
     """Opens, creates, flushes, checkpoints, retains and closes partition logs.
 
     Every method runs on one thread (the broker's event loop), except that the logs returned by
@@ -86,6 +95,97 @@ class LogManager(LogLoader):
         self._pending_failures: list[tuple[Path, BaseException]] = []  # appended by checkpoint threads
         self.on_dir_failure: Callable[[Path], None] | None = None
         """Called on the event loop once per directory that goes offline."""
+
+    # ----------------------------------------------------------------------------------------- loading
+
+    def load(self) -> None:
+        """Lock every directory, then open every log, recovering them unless the last shutdown was clean.
+
+        StorageError (and nothing touched) if another process holds a directory's lock."""
+        try:
+            for log_dir in self.log_dirs:
+                self._lock_fds.append(_lock_dir(log_dir))
+            for log_dir in self.log_dirs:
+                self._load_dir(log_dir)
+            self._resolve_found_futures()
+        except BaseException:
+            for log in self._logs.values():  # opened before the failure: nobody else will close them
+                _try(log.close, f"close {log.topic}-{log.partition}")
+            self._logs.clear()
+            self._dir_of.clear()
+            self.release_locks()
+            raise
+
+    def release_locks(self) -> None:
+        """Let another process use the directories (done by :meth:`shutdown`; or as a crash would)."""
+        fds, self._lock_fds = self._lock_fds, []
+        for fd in fds:
+            os.close(fd)  # closing the only descriptor of the open file releases its flock
+
+    def _load_dir(self, log_dir: Path) -> None:
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        points = {} if clean else self._read_recovery_points(log_dir)
+        starts = _read_checkpoint_or_warn(
+            log_dir / LOG_START_OFFSET_CHECKPOINT, "log start offsets fall back to the first segments"
+        )
+        loaded = 0
+        for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
+            if not entry.is_dir():
+                continue
+            if entry.name.endswith(DELETE_DIR_SUFFIX):
+                logger.info("Removing partially deleted log %s", entry.path)
+                shutil.rmtree(entry.path, ignore_errors=True)
+                continue
+            future = parse_future_dir_name(entry.name)
+            if future is not None:
+                self._found_futures.append((future, log_dir, Path(entry.path)))
+                continue
+            parsed = parse_log_dir_name(entry.name)
+            if parsed is None:
+                logger.warning("Ignoring directory %s: not a <topic>-<partition> log", entry.path)
+                continue
+            if parsed in self._logs:
+                raise StorageError(f"duplicate log for {parsed[0]}-{parsed[1]}: {self._dir_of[parsed] / entry.name} "
+                                   f"and {entry.path}")
+            self._logs[parsed] = PartitionLog.open(
+                Path(entry.path),
+                parsed[0],
+                parsed[1],
+                self.config_for(parsed[0]),
+                recover=not clean,
+                recovery_point=points.get(parsed, 0),
+            )
+            if parsed in starts:
+                self._logs[parsed].restore_log_start_offset(starts[parsed])
+            self._dir_of[parsed] = log_dir
+            loaded += 1
+        if clean:
+            marker.unlink()
+        logger.info("Loaded %d logs from %s (%s shutdown)", loaded, log_dir, "clean" if clean else "unclean")
+
+    def _resolve_found_futures(self) -> None:
+        """A future log left by a move the broker did not finish: dropped if the partition's current log is
+        there (the move is given up; the operator runs it again), else it is the move's result, interrupted
+        between retiring the old log and renaming the future one (:meth:`swap_future`), and it is loaded."""
+        found, self._found_futures = self._found_futures, []
+        for key, log_dir, path in found:
+            if key in self._logs:
+                logger.warning("Removing %s: an unfinished move of %s-%d to %s (run it again)", path, *key, log_dir)
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            target = log_dir / f"{key[0]}-{key[1]}"
+            logger.warning("Completing the interrupted move of %s-%d: %s becomes %s", *key, path, target)
+            path.rename(target)
+            fsync_dir(log_dir)
+            self._logs[key] = PartitionLog.open(target, key[0], key[1], self.config_for(key[0]), recover=True)
+            self._dir_of[key] = log_dir
+
+    @staticmethod
+    def _read_recovery_points(log_dir: Path) -> dict[TopicPartition, int]:
+        return _read_checkpoint_or_warn(
+            log_dir / RECOVERY_POINT_CHECKPOINT, f"recovering every log of {log_dir} from its start"
+        )
 
     # ----------------------------------------------------------------------------------------- topic configs
 
@@ -444,3 +544,43 @@ class LogManager(LogLoader):
         finally:
             self.release_locks()  # only after the marker: no other broker may start before it is written
         logger.info("Log manager shut down cleanly")
+
+
+def _lock_dir(log_dir: Path) -> int:
+    """Create ``log_dir`` if needed and take an exclusive, non-blocking ``flock`` on its ``.lock`` file; return
+    the descriptor holding it. The kernel drops the lock when the process dies, so a crash never leaves a
+    stale lock."""
+    path = log_dir / LOCK_FILE
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise StorageError(f"cannot use log directory {log_dir}: {e.strerror}") from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if isinstance(e, BlockingIOError):
+            raise StorageError(
+                f"log directory {log_dir} is in use by another process (it holds the lock on {path})"
+            ) from e
+        raise StorageError(f"cannot lock log directory {log_dir} ({path}): {e.strerror}") from e
+    return fd
+
+
+def _read_checkpoint_or_warn(path: Path, consequence: str) -> dict[TopicPartition, int]:
+    try:
+        return read_checkpoint(path)
+    except StorageError as e:
+        logger.warning("%s; %s", e, consequence)
+        return {}
+
+
+def _try(action: Callable[[], object], what: str) -> bool:
+    """Run ``action()``; log and swallow a storage failure so shutdown goes on with the other logs."""
+    try:
+        action()
+    except (MetaqError, OSError) as e:
+        logger.error("Cannot %s: %s", what, e)
+        return False
+    return True
