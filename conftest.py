@@ -2,7 +2,7 @@
 
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["metaq.testing.zookeeper", "metaq.testing.broker", "metaq.testing.apache_kafka",
+pytest_plugins = ["metaq.testing.zookeeper", "metaq.testing.broker", "metaq.testing.kafka_fixtures",
                   "metaq.testing.compat"]
 
 # No per-example deadline and no "too slow" health check: both time the code under test, and on the shared 2-core

@@ -48,8 +48,10 @@ from bench.tables import print_table
 from bench.targets import Target
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
-from metaq.testing.apache_kafka import JVM_OPTIONS, V3_9, ApacheKafkaBroker, ApacheKafkaCluster
+from metaq.testing.apache_kafka import ApacheKafkaBroker, ApacheKafkaCluster
 from metaq.testing.broker import topic_leaders
+from metaq.testing.kafka_tools import JVM_OPTIONS
+from metaq.testing.kafka_versions import V3_9
 from metaq.testing.wait import wait_until
 
 PARTS = ("broker", "rf3", "spark")

@@ -46,8 +46,9 @@ from bench.targets import Target
 from metaq.broker.log.cleaner.manager import CLEANER_CHECKPOINT
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
-from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker
+from metaq.testing.apache_kafka import ApacheKafkaBroker
 from metaq.testing.broker import topic_leaders
+from metaq.testing.kafka_versions import V3_9
 from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout
 

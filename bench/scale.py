@@ -53,7 +53,7 @@ from kazoo.protocol.serialization import Transaction
 
 from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer
-from metaq.consumer.fetcher import FetcherManager
+from metaq.consumer.fetcher_manager import FetcherManager
 from metaq.consumer.offset_store import ZooKeeperOffsetStore
 from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
 from metaq.errors import MetaqError

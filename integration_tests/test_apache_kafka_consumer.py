@@ -37,7 +37,7 @@ from metaq.consumer.connector import ZookeeperConsumerConnector
 from metaq.consumer.listener import MessageConsumer
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.rebalance import RebalanceListener
-from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker, ApacheKafkaCluster, kafka_matrix
+from metaq.testing.apache_kafka import ApacheKafkaBroker, ApacheKafkaCluster
 from metaq.testing.group import (
     GatedProxy,
     GroupHarness,
@@ -46,6 +46,8 @@ from metaq.testing.group import (
     wait_consuming,
     wait_drained,
 )
+from metaq.testing.kafka_fixtures import kafka_matrix
+from metaq.testing.kafka_versions import V3_9
 from metaq.testing.wait import wait_until
 from metaq.zkclient import close as close_zk
 from metaq.zkclient import connect as connect_zk

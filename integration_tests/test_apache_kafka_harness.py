@@ -15,15 +15,9 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from metaq.client import ClusterClient
-from metaq.testing.apache_kafka import (
-    REQUIRED_VERSIONS,
-    V0_8,
-    V0_10,
-    V3_9,
-    ApacheKafkaBroker,
-    ApacheKafkaCluster,
-    kafka_matrix,
-)
+from metaq.testing.apache_kafka import ApacheKafkaBroker, ApacheKafkaCluster
+from metaq.testing.kafka_fixtures import kafka_matrix
+from metaq.testing.kafka_versions import REQUIRED_VERSIONS, V0_8, V0_10, V3_9
 from metaq.testing.wait import wait_until
 from metaq.zkclient import close as close_zk
 from metaq.zkclient import connect as connect_zk

@@ -40,8 +40,10 @@ from metaq.producer import ClusterMetadata, ProducerConfig
 from metaq.producer import Producer as MetaqProducer
 from metaq.producer.producer import connection_settings as producer_connection_settings
 from metaq.protocol import legacy
-from metaq.testing.apache_kafka import V0_8, V0_10, V1_1, V3_9, ApacheKafkaBroker, kafka_params
+from metaq.testing.apache_kafka import ApacheKafkaBroker
 from metaq.testing.broker import request
+from metaq.testing.kafka_fixtures import kafka_params
+from metaq.testing.kafka_versions import V0_8, V0_10, V1_1, V3_9
 from metaq.testing.spark import local_session
 from metaq.testing.wait import wait_until
 

@@ -22,9 +22,12 @@ from metaq.broker.process import free_port
 from metaq.consumer import Consumer
 from metaq.errors import SaslAuthenticationFailedError
 from metaq.producer import Producer
-from metaq.testing.apache_kafka import V2_8, V3_9, ApacheKafkaBroker, kafka_params, run_kafka_class
+from metaq.testing.apache_kafka import ApacheKafkaBroker
 from metaq.testing.certs import Certs, make_certs
 from metaq.testing.group import drain_values
+from metaq.testing.kafka_fixtures import kafka_params
+from metaq.testing.kafka_tools import run_kafka_class
+from metaq.testing.kafka_versions import V2_8, V3_9
 from metaq.testing.zookeeper import ZooKeeperEndpoint, delete_chroot
 
 USER, PASSWORD = "kafka-user", "kafka-user-secret"

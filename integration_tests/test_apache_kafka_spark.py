@@ -20,7 +20,9 @@ from integration_tests.peers import Msg, confluent_consume, confluent_produce
 from metaq.errors import DataLossError
 from metaq.spark.fetch import FetchSettings, read_range
 from metaq.spark.planning import OffsetRange
-from metaq.testing.apache_kafka import V1_1, V3_9, ApacheKafkaBroker, kafka_matrix
+from metaq.testing.apache_kafka import ApacheKafkaBroker
+from metaq.testing.kafka_fixtures import kafka_matrix
+from metaq.testing.kafka_versions import V1_1, V3_9
 from metaq.testing.spark import local_session
 from metaq.testing.wait import wait_until
 from zk_layout import ZkLayout

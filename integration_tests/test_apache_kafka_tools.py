@@ -22,9 +22,11 @@ from integration_tests.peers import Msg, confluent_committed, confluent_consume
 from metaq.consumer import Consumer
 from metaq.errors import MetaqError
 from metaq.producer import Producer
-from metaq.testing.apache_kafka import V1_1, V3_9, ApacheKafkaBroker, kafka_matrix
+from metaq.testing.apache_kafka import ApacheKafkaBroker
 from metaq.testing.cli import CliResult, run_cli
 from metaq.testing.group import consume_and_commit
+from metaq.testing.kafka_fixtures import kafka_matrix
+from metaq.testing.kafka_versions import V1_1, V3_9
 from zk_layout import ZkLayout
 
 pytestmark = pytest.mark.timeout(300)

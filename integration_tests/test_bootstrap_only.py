@@ -28,10 +28,11 @@ from typing import Any
 import pytest
 
 from metaq.childproc import die_with_parent
-from metaq.testing.apache_kafka import V3_9, java_command, run_kafka_tool
 from metaq.testing.broker import SharedBroker, shared_broker
 from metaq.testing.cli import CliResult, run_cli
 from metaq.testing.group import StreamReader
+from metaq.testing.kafka_tools import java_command, run_kafka_tool
+from metaq.testing.kafka_versions import V3_9
 from metaq.testing.wait import wait_until
 
 MEMBER = {"group.coordination": "kafka", "session.timeout.ms": 3000, "heartbeat.interval.ms": 300,
@@ -185,7 +186,7 @@ def test_console_consumer_exit_status_on_sigterm_beside_kafka(cluster: SharedBro
     ok("topics", "create", "--topic", "bs-term", "--partitions", "1", "--bootstrap-server", b)
     ok("console-producer", "--topic", "bs-term", "--bootstrap-server", b, stdin="one\ntwo\n")
     args = ["--bootstrap-server", b, "--topic", "bs-term", "--from-beginning"]
-    from metaq.testing.apache_kafka import _tools_log4j, tool_class
+    from metaq.testing.kafka_tools import _tools_log4j, tool_class
 
     theirs = _sigterm(java_command(V3_9, tool_class(V3_9, "kafka-console-consumer"), [*args, "--group", "k-term"],
                                    log4j=_tools_log4j()), tmp_path / "kafka.out")

@@ -33,9 +33,11 @@ from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.topic_filter import Whitelist
 from metaq.errors import ConfigError
 from metaq.producer import Producer
-from metaq.testing.apache_kafka import V2_8, V3_9, ApacheKafkaBroker, kafka_matrix
+from metaq.testing.apache_kafka import ApacheKafkaBroker
 from metaq.testing.broker import SharedBroker
 from metaq.testing.group import GroupHarness, SteadyProducer, StreamReader, check_delivery
+from metaq.testing.kafka_fixtures import kafka_matrix
+from metaq.testing.kafka_versions import V2_8, V3_9
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import ZooKeeperEndpoint
 from zk_layout import split_connect

@@ -14,7 +14,7 @@ import pytest
 
 from metaq.consumer import fetcher as fetcher_module
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.fetcher import FetcherManager
+from metaq.consumer.fetcher_manager import FetcherManager
 from metaq.consumer.partition_info import ChunkQueue, FetchedChunk, PartitionTopicInfo
 from metaq.errors import MessageSizeTooLargeError
 from metaq.testing.broker import BrokerCluster

@@ -30,8 +30,9 @@ from metaq.errors import ErrorCode
 from metaq.protocol import legacy
 from metaq.protocol.builder import BatchBuilder
 from metaq.protocol.records import decode_records
-from metaq.testing.apache_kafka import V1_1, java_command, run_kafka_class
 from metaq.testing.broker import SharedBroker, request, shared_broker
+from metaq.testing.kafka_tools import java_command, run_kafka_class
+from metaq.testing.kafka_versions import V1_1
 from metaq.testing.wait import wait_until
 from metaq.zkclient import session
 from zk_layout import ZkLayout

@@ -19,8 +19,9 @@ from metaq.broker.log.cleaner.swap import CRASH_ENV
 from metaq.broker.process import BrokerProcess
 from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header
 from metaq.protocol.records import decode_records
-from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker
+from metaq.testing.apache_kafka import ApacheKafkaBroker
 from metaq.testing.broker import BrokerCluster
+from metaq.testing.kafka_versions import V3_9
 from metaq.testing.wait import wait_until
 from zk_layout import split_connect
 

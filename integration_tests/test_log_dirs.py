@@ -35,8 +35,9 @@ from metaq.broker.log.manager import parse_log_dir_name
 from metaq.broker.topics import create_topic
 from metaq.cli.main import main as cli_main
 from metaq.errors import MetaqError
-from metaq.testing.apache_kafka import V3_9, run_kafka_tool
 from metaq.testing.broker import BrokerCluster, topic_leaders
+from metaq.testing.kafka_tools import run_kafka_tool
+from metaq.testing.kafka_versions import V3_9
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import own_chroot
 from metaq.zkclient import connect

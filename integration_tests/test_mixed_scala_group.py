@@ -33,8 +33,9 @@ from metaq.childproc import die_with_parent, stop_process
 from metaq.consumer.assignors import RANGE, ROUNDROBIN, Assignment, AssignmentContext
 from metaq.errors import MetaqError
 from metaq.hashing import java_string_hash
-from metaq.testing.apache_kafka import V1_1, ApacheKafkaBroker, catalogue_entry
+from metaq.testing.apache_kafka import ApacheKafkaBroker
 from metaq.testing.group import ConsumerProcess, GroupHarness
+from metaq.testing.kafka_versions import V1_1, catalogue_entry
 from metaq.testing.maven import classpath
 from metaq.testing.wait import wait_until
 from metaq.zkclient import close as close_zk

@@ -409,7 +409,8 @@ def test_console_consumer_include_format_and_exit_codes(cluster: BrokerCluster, 
     """console-consumer ``--include REGEX`` reads every matching topic, ``--format`` prints what kcat's ``-f``
     prints for the same messages, and ``--max-messages``/``--timeout-ms`` end as Kafka 3.9.2's console consumer
     does on the same broker (exit 0, ``Processed a total of N messages``, the same values)."""
-    from metaq.testing.apache_kafka import V3_9, run_kafka_tool
+    from metaq.testing.kafka_tools import run_kafka_tool
+    from metaq.testing.kafka_versions import V3_9
 
     topics = [_topic(cluster, layout, name, 1) for name in ("incl-a", "incl-b", "other-c")]
     for i, topic in enumerate(topics):

@@ -29,9 +29,10 @@ from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.cli.main import main as cli_main
 from metaq.errors import ErrorCode
-from metaq.testing.apache_kafka import V2_8, V3_9, run_kafka_tool
 from metaq.testing.broker import request
 from metaq.testing.group import GroupHarness, SteadyProducer, check_delivery, wait_consuming, wait_drained
+from metaq.testing.kafka_tools import run_kafka_tool
+from metaq.testing.kafka_versions import V2_8, V3_9
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import embedded_server
 from metaq.zkclient import connect

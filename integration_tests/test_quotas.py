@@ -27,8 +27,9 @@ import confluent_kafka
 import pytest
 
 from metaq.broker.topics import create_topic
-from metaq.testing.apache_kafka import V2_8, V3_9, run_kafka_tool
 from metaq.testing.broker import BrokerCluster, topic_leaders
+from metaq.testing.kafka_tools import run_kafka_tool
+from metaq.testing.kafka_versions import V2_8, V3_9
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import own_chroot
 from metaq.zkclient import connect

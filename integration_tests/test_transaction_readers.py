@@ -27,9 +27,10 @@ from integration_tests.peers import Msg
 from integration_tests.test_transactions import TxnBroker as Cluster  # a broker and topics made in ZooKeeper
 from metaq.broker.process import BrokerProcess
 from metaq.cli.main import main as cli_main
-from metaq.testing.apache_kafka import V3_9, run_kafka_tool
 from metaq.testing.broker import request
 from metaq.testing.java_peers import SPARK_KAFKA, spark_kafka_jars
+from metaq.testing.kafka_tools import run_kafka_tool
+from metaq.testing.kafka_versions import V3_9
 from metaq.testing.spark import local_session
 from metaq.testing.wait import wait_until
 

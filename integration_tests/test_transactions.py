@@ -21,8 +21,10 @@ from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer, ConsumerTimeoutError
 from metaq.protocol.records import decode_records
-from metaq.testing.apache_kafka import V3_9, ApacheKafkaBroker, run_kafka_tool
+from metaq.testing.apache_kafka import ApacheKafkaBroker
 from metaq.testing.broker import BrokerCluster, request, topic_leaders
+from metaq.testing.kafka_tools import run_kafka_tool
+from metaq.testing.kafka_versions import V3_9
 from metaq.testing.wait import wait_until
 from metaq.zkclient import session
 from zk_layout import ZkLayout

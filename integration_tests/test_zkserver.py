@@ -21,7 +21,7 @@ from metaq.errors import ZooKeeperServerError
 from metaq.testing.wait import wait_until
 from metaq.zkclient import connect
 from metaq.zkserver import ZooKeeperEnsemble, ZooKeeperServer, server_mode
-from metaq.zkserver.server import free_ports
+from metaq.zkserver.probe import free_ports
 
 FAST = {"tick_time_ms": 200, "force_sync": False}
 

@@ -41,6 +41,9 @@ boundary (``raise ... from e``). Whether retrying can help is a property of the 
 
 Kafka error codes are registered once, in :class:`ErrorCode`; the broker answers ``ErrorCode.<NAME>`` and clients
 branch on the properties of ``for_code(code)`` (``retriable``, ``invalid_metadata``, ``group_coordinator``).
+
+This module is a table, and stays one module over 500 lines on purpose: the tree above, the Kafka error codes and
+one registered class per code, each a few lines, read together.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """ACL types and the byte codecs of Kafka's ZooKeeper-mode AclAuthorizer (KIP-11, KIP-290 prefixed patterns).
 
-Pure code over bytes, like :mod:`zk_layout.formats`. The enums carry Kafka's wire codes (DescribeAcls,
+Pure code over bytes, like the other ``zk_layout.*_formats`` codecs. The enums carry Kafka's wire codes (DescribeAcls,
 CreateAcls, DeleteAcls) and Kafka's ZooKeeper spelling (``Topic``, ``Read``, ``Allow``)::
 
     AclEntry("User:alice", "*", AclOperation.READ, AclPermission.ALLOW)
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Final
+from typing import Any, Final, Self
 
 from metaq.errors import ConfigError, MalformedNodeError
 
@@ -40,7 +40,7 @@ class _KafkaEnum(IntEnum):
         return "".join(word.capitalize() for word in self.name.split("_"))
 
     @classmethod
-    def parse(cls, text: str, what: str) -> Any:
+    def parse(cls, text: str, what: str) -> Self:
         key = text.replace("_", "").replace("-", "").upper() if isinstance(text, str) else ""
         for member in cls:
             if member.name.replace("_", "") == key and member.value > 1:  # UNKNOWN and ANY are filters only
@@ -144,11 +144,11 @@ class AclEntry:
                 "operation": self.operation.kafka_name, "host": self.host}
 
 
-def _dumps(obj: Any) -> bytes:
+def _dumps(obj: object) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def _json_object(path: str, raw: bytes | None) -> dict[str, Any]:
+def _json_object(path: str, raw: bytes | None) -> dict[str, Any]:  # json.loads: any JSON value
     if raw is None:
         raise MalformedNodeError(path, raw, "the node has no data")
     try:

@@ -11,7 +11,8 @@ from kazoo.exceptions import NodeExistsError
 from metaq.errors import MalformedNodeError, ZooKeeperError
 from zk_layout import paths
 from zk_layout._nodes import Watch, _Nodes
-from zk_layout.formats import BrokerInfo, ClusterId, decode_broker_id
+from zk_layout.broker_formats import BrokerInfo, decode_broker_id
+from zk_layout.cluster_formats import ClusterId
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, Roll
 from metaq.errors import ControllerMovedError, MalformedNodeError, StaleVersionError, ZooKeeperError
 from zk_layout import paths
 from zk_layout._nodes import Watch, _Nodes
-from zk_layout.formats import ControllerInfo, PartitionState, decode_controller_epoch, encode_controller_epoch
+from zk_layout.cluster_formats import ControllerInfo, decode_controller_epoch, encode_controller_epoch
+from zk_layout.topic_formats import PartitionState
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from kazoo.security import ACL
 from metaq.errors import MalformedNodeError, StaleVersionError
 from zk_layout import paths
 from zk_layout._nodes import Watch, _failed_with, _Nodes
-from zk_layout.formats import TopicCount, decode_owner, encode_owner
+from zk_layout.consumer_formats import TopicCount, decode_owner, encode_owner
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from kazoo.security import ACL
 from metaq.errors import ConfigError, MalformedNodeError, ZooKeeperError
 from zk_layout import paths
 from zk_layout._nodes import Watch, _Nodes, _rolled_back
-from zk_layout.formats import decode_offset, encode_offset
+from zk_layout.consumer_formats import decode_offset, encode_offset
 
 NO_OFFSET = b"-1"  # what a fenced partition holds before its first commit; Kafka 0.8 reads -1 as "none"
 FENCE_ROUNDS = 3  # batched fence rounds before the nodes still unsettled are fenced one at a time

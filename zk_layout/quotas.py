@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from zk_layout import paths
-from zk_layout.formats import TopicConfig
+from zk_layout.topic_formats import TopicConfig
 from zk_layout.users import _Users
 
 

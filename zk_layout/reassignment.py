@@ -19,7 +19,7 @@ from metaq.errors import MalformedNodeError
 from zk_layout import paths
 from zk_layout._nodes import Watch
 from zk_layout.controller import ControllerEpoch, _Controller
-from zk_layout.formats import TopicAssignment
+from zk_layout.topic_formats import TopicAssignment
 
 log = logging.getLogger(__name__)
 

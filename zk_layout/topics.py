@@ -16,7 +16,7 @@ from metaq.errors import ConfigError, InternalTopicError, StaleVersionError, Top
 from zk_layout import paths
 from zk_layout._nodes import MULTI_MAX_BYTES, MULTI_OP_OVERHEAD, Watch, _failed_with, _Nodes, multi_chunks
 from zk_layout.brokers import new_cluster_id
-from zk_layout.formats import INTERNAL_TOPICS, ConfigChange, PartitionState, TopicAssignment, TopicConfig
+from zk_layout.topic_formats import INTERNAL_TOPICS, ConfigChange, PartitionState, TopicAssignment, TopicConfig
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Self
 
 from metaq.errors import MalformedNodeError
 from zk_layout import paths
-from zk_layout.formats import TopicConfig
+from zk_layout.topic_formats import TopicConfig
 from zk_layout.topics import _Topics
 
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from kafka.protocol.admin import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import ConsumerProtocolAssignment, OffsetDeleteRequest
@@ -26,7 +26,9 @@ from metaq.client.connection import BrokerConnection, build_request
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import AuthenticationError, MetaqError, for_code
+from metaq.json_types import JsonObject
 from metaq.protocol.apis import ApiKey
+from metaq.protocol.messages import ApiResponse, ApiStruct
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ class CoordinatorMember:
     host: str
     assignment: tuple[TopicPartition, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"member_id": self.member_id, "client_id": self.client_id, "host": self.host,
                 "assignment": [list(tp) for tp in self.assignment]}
 
@@ -68,7 +70,7 @@ class CoordinatorGroup:
     def topics(self) -> set[str]:
         return {t for m in self.members for t, _ in m.assignment}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"coordinator": self.coordinator, "state": self.state, "protocol_type": self.protocol_type,
                 "protocol": self.protocol, "members": [m.to_json() for m in self.members]}
 
@@ -102,7 +104,7 @@ def decode_assignment(data: bytes | None) -> tuple[TopicPartition, ...]:
         return ()
 
 
-def groups_from_responses(broker_id: int, listed: Any, described: Any) -> dict[str, CoordinatorGroup]:
+def groups_from_responses(broker_id: int, listed: ApiResponse, described: ApiResponse) -> dict[str, CoordinatorGroup]:
     """The groups of one broker's ListGroups and DescribeGroups answers (a group DescribeGroups reports with an
     error, or as Dead because it went away in between, is left out)."""
     types = {g.group_id: g.protocol_type for g in listed.groups}
@@ -205,7 +207,7 @@ class BrokerGroups:
         return conn
 
 
-def _ids(groups: Iterable[Any]) -> list[str]:
+def _ids(groups: Iterable[ApiStruct]) -> list[str]:
     return sorted(g.group_id for g in groups)
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from kafka.protocol.admin import (
     AlterConfigsRequest,
@@ -29,6 +28,7 @@ from kafka.protocol.admin import (
     DescribeConfigsRequest,
     IncrementalAlterConfigsRequest,
 )
+from kafka.protocol.api_message import ApiMessage
 
 from metaq.admin.broker_groups import _version
 from metaq.client.cluster import broker_endpoint
@@ -36,6 +36,7 @@ from metaq.client.connection import BrokerConnection, build_request
 from metaq.client.metadata import MetadataLayout
 from metaq.errors import BrokerConnectionError, ErrorCode, MetaqError, UnknownTopicError, for_code
 from metaq.protocol.apis import ApiKey
+from metaq.protocol.messages import ApiResponse, RequestFields
 from zk_layout.topics import check_deletable
 
 # the last non-flexible versions (metaq's client encodes no tagged fields)
@@ -173,8 +174,8 @@ class BrokerTopics:
                                  f"{LEADER_WAIT_S:g} s")
             time.sleep(0.1)
 
-    def _send(self, request_class: Any, api_key: int, highest: int, fields: Mapping[str, Any], *,
-              controller: bool = False) -> Any:
+    def _send(self, request_class: type[ApiMessage], api_key: int, highest: int, fields: RequestFields, *,
+              controller: bool = False) -> ApiResponse:
         conn = self._connect(controller)
         try:
             return conn.send(request_class, build_request(request_class, _version(conn, api_key, highest), fields))

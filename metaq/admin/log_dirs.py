@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
 
 from kafka.protocol.admin import AlterReplicaLogDirsRequest, DescribeLogDirsRequest
+from kafka.protocol.api_message import ApiMessage
 
 from metaq.admin.bootstrap import BootstrapLayout
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import ConfigError, ErrorCode, MetaqError, for_code
+from metaq.json_types import JsonObject
+from metaq.protocol.messages import ApiResponse, ApiStruct, RequestFields
 
 __all__ = ["BrokerLogDirs", "LogDirInfo", "ReplicaInfo", "describe_log_dirs", "move_replica"]
 
@@ -47,7 +49,7 @@ class BrokerLogDirs:
     broker_id: int
     dirs: list[LogDirInfo]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """Kafka's ``kafka-log-dirs --describe`` document shape for one broker."""
         return {"broker": self.broker_id, "logDirs": [
             {"logDir": d.path, "error": d.error, "totalBytes": d.total_bytes, "usableBytes": d.usable_bytes,
@@ -61,8 +63,8 @@ def _settings(security: SecurityConfig, timeout_ms: int) -> ConnectionSettings:
                               connect_timeout_ms=timeout_ms, security=security)
 
 
-def _ask(layout: BootstrapLayout, security: SecurityConfig, broker_id: int, request_class: Any, fields: Any,
-         timeout_ms: int) -> Any:
+def _ask(layout: BootstrapLayout, security: SecurityConfig, broker_id: int, request_class: type[ApiMessage],
+         fields: RequestFields, timeout_ms: int) -> ApiResponse:
     broker = layout.brokers().get(broker_id)
     if broker is None or broker.host is None:
         raise ConfigError(f"broker {broker_id} is not live (live: {sorted(layout.brokers())})")
@@ -74,7 +76,7 @@ def _ask(layout: BootstrapLayout, security: SecurityConfig, broker_id: int, requ
         conn.close()
 
 
-def _dir_info(result: Any) -> LogDirInfo:
+def _dir_info(result: ApiStruct) -> LogDirInfo:
     replicas = [ReplicaInfo(topic.name, p.partition_index, p.partition_size, p.offset_lag, p.is_future_key)
                 for topic in result.topics for p in topic.partitions]
     return LogDirInfo(result.log_dir, None if result.error_code == 0 else for_code(result.error_code).message,

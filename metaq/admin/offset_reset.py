@@ -25,7 +25,6 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from metaq.admin.groups import merged_offset, topic_partitions
 from metaq.admin.kafka_offsets import LIVE_GROUP_ERRORS, GroupOffsetsStore, error_name
@@ -39,6 +38,7 @@ from metaq.errors import (
     MetaqError,
     UnknownTopicError,
 )
+from metaq.json_types import JsonObject
 from zk_layout import ZkLayout, validate_topic
 
 EARLIEST = "earliest"
@@ -123,7 +123,7 @@ class OffsetChange:
     log_end: int | None = None
     note: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"group": self.group, "topic": self.topic, "partition": self.partition, "current": self.current,
                 "new": self.new, "log_start_offset": self.log_start, "log_end_offset": self.log_end,
                 "note": self.note}
@@ -145,7 +145,7 @@ class OffsetPlan:
     def groups(self) -> list[str]:
         return sorted({c.group for c in self.changes})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"action": self.action, "live_members": self.live_members,
                 "changes": [c.to_json() for c in self.changes]}
 

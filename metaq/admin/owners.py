@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from metaq.admin.groups import (
     NO_OWNER,
@@ -28,6 +27,7 @@ from metaq.admin.groups import (
     topic_partitions,
 )
 from metaq.admin.log_offsets import TopicPartition
+from metaq.json_types import JsonObject
 from zk_layout import OwnerNode, TopicCount, ZkLayout
 
 
@@ -46,7 +46,7 @@ class OwnerRow:
     def consumer_id(self) -> str | None:
         return None if self.owner is None else consumer_id_of_owner(self.owner)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"topic": self.topic, "partition": self.partition, "owner": self.owner,
                 "consumer_id": self.consumer_id, "ephemeral": self.ephemeral, "claimed_ms": self.claimed_ms,
                 "status": self.status}
@@ -70,7 +70,7 @@ class OwnersReport:
     def unowned(self) -> list[OwnerRow]:
         return [r for r in self.rows if r.status == NO_OWNER]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"group": self.group, "members": self.members, "persistent_members": self.persistent_members,
                 "orphans": len(self.orphans),
                 "unowned": len(self.unowned), "owners": [r.to_json() for r in self.rows]}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from kafka.protocol.admin import DescribeGroupsRequest
 
@@ -25,6 +24,7 @@ from metaq.client.connection import build_request
 from metaq.client.security import SecurityConfig
 from metaq.consumer.kafka_offsets import OffsetsChannel
 from metaq.errors import BrokerConnectionError, CoordinatorError, MetaqError, ProtocolError, for_code
+from metaq.protocol.messages import ApiResponse
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class ProtocolGroup:
         return cls(None, None, note)
 
 
-def group_from_response(response: Any, group: str) -> ProtocolGroup:
+def group_from_response(response: ApiResponse, group: str) -> ProtocolGroup:
     """The one group of a DescribeGroups response; ProtocolError when the coordinator answered an error."""
     described = [g for g in response.groups if g.group_id == group]
     if not described:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
+from kafka.protocol.api_message import ApiMessage
 
 from metaq.broker.quota.admin import (
     MATCH_DEFAULT,
@@ -25,6 +26,8 @@ from metaq.broker.quota.admin import (
 from metaq.broker.quota.entities import DEFAULT
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, for_code
+from metaq.json_types import JsonObject
+from metaq.protocol.messages import ApiResponse, RequestFields
 from zk_layout import ZkLayout
 from zk_layout.quotas import ClientQuotaEntity
 
@@ -36,7 +39,7 @@ class EntityQuotas:
     entity: ClientQuotaEntity
     values: dict[str, float]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"user": self.entity.user, "client_id": self.entity.client_id, "quotas": self.values}
 
 
@@ -79,7 +82,7 @@ class BrokerQuotas:
         self._bootstrap = bootstrap
         self._settings = settings
 
-    def _send(self, request_class: Any, fields: dict[str, Any]) -> Any:
+    def _send(self, request_class: type[ApiMessage], fields: RequestFields) -> ApiResponse:
         errors = []
         for address in (a.strip() for a in self._bootstrap.split(",") if a.strip()):
             host, _, port = address.rpartition(":")

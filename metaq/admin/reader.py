@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
 
@@ -29,6 +28,7 @@ from metaq.client.settings import ConnectionSettings
 from metaq.client.versions import DEFAULT_FALLBACK
 from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, UnknownTopicError, for_code
 from metaq.protocol.control import aborted_ranges, in_ranges
+from metaq.protocol.messages import ApiStruct
 from metaq.protocol.records import Record, decode_records
 from metaq.retry import admin_reader
 from zk_layout import ZkLayout, validate_topic
@@ -130,14 +130,14 @@ class PartitionReader:
         assert marks.start is not None and marks.end is not None
         return marks.start if self._start == EARLIEST else marks.end
 
-    def _fetch(self, position: int) -> Any:
+    def _fetch(self, position: int) -> ApiStruct:
         fields = {"replica_id": -1, "max_wait_ms": _MAX_WAIT_MS, "min_bytes": 1, "max_bytes": self._max_bytes,
                   "isolation_level": self._isolation_level,
                   "topics": [{"topic": self.topic, "partitions": [
                       {"partition": self.partition, "fetch_offset": position,
                        "partition_max_bytes": self._max_bytes}]}]}
         response = self._connection().send(FetchRequest, fields)
-        part = next((p for t in response.responses for p in t.partitions
+        part: ApiStruct | None = next((p for t in response.responses for p in t.partitions
                      if t.topic == self.topic and p.partition_index == self.partition), None)
         if part is None:
             raise _Retry("the broker's answer lacks the partition")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
 
 from kafka.protocol.admin import ElectLeadersRequest
 
@@ -23,8 +22,10 @@ from metaq.client.connection import build_request
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, ConfigError, StaleVersionError, UnknownTopicError, for_code
+from metaq.json_types import JsonObject
+from metaq.protocol.messages import ApiResponse
 from zk_layout import ZkLayout, parse_endpoint
-from zk_layout.formats import TopicAssignment
+from zk_layout.topic_formats import TopicAssignment
 
 TopicPartition = tuple[str, int]
 Plan = dict[TopicPartition, tuple[int, ...]]
@@ -185,7 +186,7 @@ def cancel(layout: ZkLayout, partitions: Iterable[TopicPartition]) -> list[Topic
     return cancelled
 
 
-def to_json(plan: Mapping[TopicPartition, Sequence[int]]) -> list[dict[str, Any]]:
+def to_json(plan: Mapping[TopicPartition, Sequence[int]]) -> list[JsonObject]:
     return [{"topic": t, "partition": p, "replicas": list(r)} for (t, p), r in sorted(plan.items())]
 
 
@@ -215,7 +216,7 @@ def elect_leaders_unclean(layout: ZkLayout, partitions: Iterable[TopicPartition]
     conn = settings.new_connection(address.host, address.port)
     try:
         conn.connect()
-        answer: Any = conn.send(ElectLeadersRequest, build_request(ElectLeadersRequest, 1, {
+        answer: ApiResponse = conn.send(ElectLeadersRequest, build_request(ElectLeadersRequest, 1, {
             "election_type": 1, "timeout_ms": timeout_ms,
             "topic_partitions": [{"topic": t, "partitions": ps} for t, ps in sorted(by_topic.items())]}))
     finally:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, validate_topic_config
 from metaq.errors import ConfigError, MalformedNodeError, UnknownTopicError
+from metaq.json_types import JsonObject
 from zk_layout import ZkLayout, validate_topic
 from zk_layout.topics import check_deletable
 
@@ -28,8 +29,8 @@ class TopicSummary:
     partitions: int
     error: str | None = None  # the topic's node does not decode (names the node); partitions is then 0
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"topic": self.topic, "partitions": self.partitions}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"topic": self.topic, "partitions": self.partitions}
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -55,7 +56,7 @@ class PartitionDetail:
             return None
         return self.log_end - self.log_start
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"partition": self.partition, "leader": self.leader, "replicas": list(self.replicas),
                 "isr": list(self.isr), "log_start_offset": self.log_start, "log_end_offset": self.log_end,
                 "messages": self.messages, "error": self.error, "status": self.status,
@@ -83,7 +84,7 @@ class PartitionHealth:
     isr: tuple[int, ...]
     status: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"topic": self.topic, "partition": self.partition, "leader": self.leader,
                 "replicas": list(self.replicas), "isr": list(self.isr), "status": self.status}
 
@@ -138,7 +139,7 @@ class TopicDetail:
         """kafka-topics --unavailable-partitions: no leader, or a leader that is not a live broker."""
         return [p for p in self.partitions if p.status == OFFLINE]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"topic": self.topic, "replication_factor": self.replication_factor, "config": self.config,
                 "partitions": [p.to_json() for p in self.partitions]}
 

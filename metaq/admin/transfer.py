@@ -25,6 +25,7 @@ from metaq.admin.kafka_offsets import GroupOffsetsStore
 from metaq.admin.log_offsets import LogOffsets, Watermarks
 from metaq.admin.offset_reset import OffsetChange, OffsetPlan, Progress, join_notes, kafka_offsets_of, zookeeper_offset
 from metaq.errors import ConfigError, GroupNotFoundError, MetaqError
+from metaq.json_types import JsonObject
 from zk_layout import ZkLayout, parse_offset_path, paths, validate_group, validate_topic
 
 LINES = "lines"
@@ -40,7 +41,7 @@ class OffsetRecord:
     partition: int
     offset: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"group": self.group, "topic": self.topic, "partition": self.partition, "offset": self.offset}
 
 

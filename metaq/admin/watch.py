@@ -20,12 +20,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from metaq.admin.groups import KAFKA, ORPHAN, GroupDescription, PartitionLag, consumer_id_of_owner
 from metaq.admin.log_offsets import TopicPartition
 from metaq.admin.protocol_groups import ProtocolGroup, ProtocolGroupReader
 from metaq.errors import GroupNotFoundError
+from metaq.json_types import JsonObject
 
 if TYPE_CHECKING:
     from metaq.admin.client import Admin
@@ -353,7 +354,7 @@ def sample_group(source: GroupSource, group: str, *, taken_s: float, now_ms: int
     return Sample(taken_s, now_ms, description, protocol=source.protocol_group(group))
 
 
-def to_json(view: TopView) -> dict[str, Any]:
+def to_json(view: TopView) -> JsonObject:
     """The view for scripts (``metaq top --once --json``)."""
     return {"group": view.group, "kind": view.kind, "sampled_ms": view.sampled_ms, "total_lag": view.total_lag,
             "members": None if view.members is None else [

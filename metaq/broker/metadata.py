@@ -22,7 +22,7 @@ from typing import Any
 from metaq.errors import ConfigError, MalformedNodeError, MetaqError
 from metaq.retry import zookeeper_follower
 from zk_layout import BrokerInfo, ZkLayout, parse_endpoint, paths
-from zk_layout.formats import INTERNAL_TOPICS
+from zk_layout.topic_formats import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from metaq.cli.output import (
     ProgressBar,
@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.zookeeper or args.config:
             usage_error(args, "give either --bootstrap-server or --zookeeper/--config, not both")
         quiet_libraries()
-        props: dict[str, Any] = {"linger.ms": 5, **command_properties(args)}
+        props: dict[str, object] = {"linger.ms": 5, **command_properties(args)}
         apply_overrides(props, args, None)
     else:
         connect, timeout_ms = connect_string(args)
@@ -98,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
     return _report(args, sent, outcomes)
 
 
-def _producer(props: dict[str, Any], bootstrap: str | None) -> Producer:
+def _producer(props: dict[str, object], bootstrap: str | None) -> Producer:
     """A producer over ZooKeeper, or (``bootstrap``) over the brokers' Metadata answers."""
     from metaq.client.metadata import MetadataLayout
     from metaq.producer import ClusterMetadata, Producer, ProducerConfig

@@ -17,7 +17,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from metaq.cli.subparsers import SubParsers
 from metaq.errors import ConfigError
@@ -129,7 +129,7 @@ def command_security(args: argparse.Namespace) -> SecurityConfig:
     return SecurityConfig.from_properties(command_properties(args))
 
 
-def apply_overrides(props: dict[str, Any], args: argparse.Namespace, timeout_ms: int | None) -> None:
+def apply_overrides(props: dict[str, object], args: argparse.Namespace, timeout_ms: int | None) -> None:
     """The command line wins over the config file: ``--zookeeper-timeout-ms``, then each ``--property KEY=VALUE``."""
     if timeout_ms:
         props["zookeeper.connection.timeout.ms"] = timeout_ms
@@ -216,12 +216,12 @@ def table(headers: Sequence[str], rows: Iterable[Row]) -> str:
     return "\n".join(lines)
 
 
-def print_json(document: Any, out: TextIO | None = None) -> None:
+def print_json(document: object, out: TextIO | None = None) -> None:
     stream = out or sys.stdout
     stream.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
 
 
-def emit(args: argparse.Namespace, document: Any, render: Callable[[], str]) -> None:
+def emit(args: argparse.Namespace, document: object, render: Callable[[], str]) -> None:
     """``document`` as JSON with ``--json``, else the table ``render`` builds."""
     if getattr(args, "json", False):
         print_json(document)

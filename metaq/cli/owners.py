@@ -11,10 +11,11 @@ import argparse
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from metaq.cli.output import add_parser, note, open_admin, print_json, table, when
 from metaq.cli.subparsers import SubParsers
+from metaq.json_types import JsonObject
 
 if TYPE_CHECKING:  # the admin API imports kazoo and the Kafka clients: `metaq owners --help` needs neither
     from metaq.admin import Admin, OwnersReport
@@ -67,7 +68,7 @@ def _watch(admin: Admin, args: argparse.Namespace) -> int:
     ``--iterations`` counts polls."""
     clear = sys.stdout.isatty() and not args.json
     count = 0
-    shown: dict[str, Any] | None = None
+    shown: JsonObject | None = None
     try:
         while args.iterations is None or count < args.iterations:
             report = admin.owners(args.group)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from metaq.cli.output import add_parser, connect_string, emit, note, table, when, zk_security_properties
 from metaq.cli.subparsers import SubParsers
 from metaq.config import load_properties
 from metaq.errors import ConfigError, MetaqError, StorageError
+from metaq.json_types import JsonObject
 
 if TYPE_CHECKING:  # the consumer and producer packages import the Kafka client: `metaq recover --help` needs none
     from metaq.consumer.message import MessageAndMetadata
@@ -112,7 +113,7 @@ def _render_list(directory: Path, stores: list[tuple[str, str]], entries: list[t
                                   rows) if rows else "")
 
 
-def _entry_json(group: str, e: RecoverEntry) -> dict[str, Any]:
+def _entry_json(group: str, e: RecoverEntry) -> JsonObject:
     return {"group": group, "topic": e.topic, "id": e.id, "partition": e.partition, "offset": e.offset,
             "timestamp": e.timestamp, "key": _text(e.key), "value": _text(e.value), "attempts": e.attempts,
             "dead": e.dead, "stored_at_ms": e.stored_at_ms, "last_error": e.last_error}
@@ -137,7 +138,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.max_attempts < 1:
         raise ConfigError(f"--max-attempts {args.max_attempts}: must be >= 1")
     connect, timeout_ms = connect_string(args)
-    props: dict[str, Any] = {"zookeeper.connect": connect, "linger.ms": 0, **zk_security_properties(args)}
+    props: dict[str, object] = {"zookeeper.connect": connect, "linger.ms": 0, **zk_security_properties(args)}
     if timeout_ms:
         props["zookeeper.connection.timeout.ms"] = timeout_ms
     with _open_existing(args) as store, Producer(props) as producer:

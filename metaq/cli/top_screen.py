@@ -14,8 +14,8 @@ import termios
 import threading
 import time
 import tty
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from types import FrameType
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -145,12 +145,12 @@ def _live(source: AdminGroupSource, watch: GroupWatch, view: TopView, interval: 
         refresher.join(2.0)
 
 
-def _interrupt(_signum: int, _frame: Any) -> None:
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
-def _keyboard() -> Iterator[Any]:
+def _keyboard() -> Iterator[Callable[[float], str | None]]:
     """``read_key(timeout)``: one key press or None. The terminal is in cbreak mode (keys without Enter, no
     echo, Ctrl-C still a signal) until the block ends; without a terminal on stdin it only waits."""
     stdin = sys.stdin

@@ -32,7 +32,7 @@ _print_lock = threading.Lock()
 RUN_GAP_S = 0.5  # a pause in delivery longer than this starts a new records_consumed run
 
 
-def emit(name: str, **fields: Any) -> None:
+def emit(name: str, **fields: object) -> None:
     line = json.dumps({"name": name, "time": time.monotonic(), **fields}, separators=(",", ":"))
     with _print_lock:
         sys.stdout.write(line + "\n")
@@ -171,7 +171,7 @@ def _run(args: argparse.Namespace) -> int:
     from metaq.consumer.connector import default_offset_store
     from metaq.signals import TerminationHandler
 
-    props: dict[str, Any] = {"group.id": args.group, "zookeeper.connect": args.zookeeper,
+    props: dict[str, object] = {"group.id": args.group, "zookeeper.connect": args.zookeeper,
                              "consumer.timeout.ms": args.report_every_ms, "auto.offset.reset": "smallest"}
     for item in args.property:
         key, _, value = item.partition("=")

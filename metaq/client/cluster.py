@@ -32,7 +32,7 @@ import time
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import ListOffsetsRequest
@@ -40,8 +40,11 @@ from kafka.protocol.consumer import ListOffsetsRequest
 from metaq.client.connection import BrokerConnection, InFlightRequest
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, ProtocolError, UnknownTopicError, for_code
-from metaq.protocol.messages import ApiResponse, RequestFields
-from zk_layout import parse_endpoint
+from metaq.protocol.messages import ApiResponse, ApiStruct, RequestFields
+from zk_layout import BrokerInfo, PartitionState, TopicAssignment, parse_endpoint
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
 
 log = logging.getLogger(__name__)
 
@@ -119,15 +122,15 @@ class Layout(Protocol):
     """The part of ``zk_layout.ZkLayout`` the client reads (tests substitute an in-memory one; a test of
     topic metadata alone may leave out the last two)."""
 
-    def topic_assignment(self, topic: str) -> Any: ...  # .partitions: dict[int, tuple[int, ...]]
+    def topic_assignment(self, topic: str) -> TopicAssignment | None: ...
 
-    def partition_state(self, topic: str, partition: int) -> Any: ...  # .leader
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None: ...
 
-    def brokers(self) -> dict[int, Any]: ...  # id -> .host, .port
+    def brokers(self) -> dict[int, BrokerInfo]: ...
 
-    def broker(self, broker_id: int) -> Any: ...  # .host, .port, or None
+    def broker(self, broker_id: int) -> BrokerInfo | None: ...
 
-    def partition_states(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Any]: ...
+    def partition_states(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionState | None]: ...
 
 
 # -- ListOffsets, the one request builder and answer reader ------------------------------------------
@@ -147,12 +150,12 @@ def send_list_offsets(conn: BrokerConnection, keys: Iterable[TopicPartition], ti
     return conn.send_async(ListOffsetsRequest, fields)
 
 
-def list_offsets_answers(response: ApiResponse | None) -> dict[TopicPartition, Any]:
+def list_offsets_answers(response: ApiResponse | None) -> dict[TopicPartition, ApiStruct]:
     """A ListOffsets response's partitions by key (each with ``error_code`` and ``offset``; a v0 answer's
     list of offsets, newest first, gives its first as ``offset``)."""
     if response is None:
         raise ProtocolError("ListOffsets got no response")  # it always expects one: a bug if reached
-    answers = {}
+    answers: dict[TopicPartition, ApiStruct] = {}
     for t in response.topics:
         for p in t.partitions:
             if p.offset == -1 and p.old_style_offsets:  # v0
@@ -161,7 +164,7 @@ def list_offsets_answers(response: ApiResponse | None) -> dict[TopicPartition, A
     return answers
 
 
-def broker_endpoint(info: Any, security_protocol: str = "PLAINTEXT") -> tuple[str, int] | None:
+def broker_endpoint(info: BrokerInfo | None, security_protocol: str = "PLAINTEXT") -> tuple[str, int] | None:
     """(host, port) of a broker registration's first listener speaking ``security_protocol`` (listener
     names map to protocols through ``listener_security_protocol_map``, as in Kafka), or None without one.
     PLAINTEXT falls back to the 0.8 ``host``/``port`` fields, which is all older registrations have."""
@@ -205,14 +208,15 @@ class ClusterClient:
     @classmethod
     def from_zookeeper(cls, connect: str, settings: ConnectionSettings | None = None, *,
                        session_timeout_ms: int = 6000, connection_timeout_ms: int = 6000,
-                       **kwargs: Any) -> ClusterClient:
+                       metadata_max_age_ms: int = 300000, assume_preferred_leader: bool = False) -> ClusterClient:
         """A client over its own ZooKeeper session (closed by :meth:`close`)."""
         from metaq import zkclient  # imported late: tests that inject a layout need no ZooKeeper code
         from zk_layout import ZkLayout
 
         zk = zkclient.connect(connect, session_timeout_ms=session_timeout_ms,
                               connection_timeout_ms=connection_timeout_ms)
-        return cls(ZkLayout(zk), settings, on_close=lambda: _stop_kazoo(zk), **kwargs)
+        return cls(ZkLayout(zk), settings, on_close=lambda: _stop_kazoo(zk),
+                   metadata_max_age_ms=metadata_max_age_ms, assume_preferred_leader=assume_preferred_leader)
 
     def __enter__(self) -> ClusterClient:
         return self
@@ -260,7 +264,7 @@ class ClusterClient:
             result[(topic, partition)] = NoLeader("no leader") if info is None else info.leader(partition)
         return result
 
-    def _broker(self, broker_id: int, info: Any) -> Leader | NoLeader:
+    def _broker(self, broker_id: int, info: BrokerInfo | None) -> Leader | NoLeader:
         protocol = self.settings.security_protocol
         address = broker_endpoint(info, protocol)
         if address is None:
@@ -341,7 +345,7 @@ class ClusterClient:
         return info
 
     def _topic_leader(self, topic: str, partition: int, replicas: tuple[int, ...],
-                      brokers: dict[int, Any]) -> Leader | NoLeader:
+                      brokers: dict[int, BrokerInfo]) -> Leader | NoLeader:
         state = self.layout.partition_state(topic, partition)
         if state is not None:
             broker_id = state.leader
@@ -463,7 +467,7 @@ class ClusterClient:
             on_close()
 
 
-def _stop_kazoo(client: Any) -> None:
+def _stop_kazoo(client: KazooClient) -> None:
     try:
         client.stop()
         client.close()

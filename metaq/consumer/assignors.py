@@ -22,7 +22,7 @@ from typing import Final, TypeVar
 from metaq.consumer.ids import consumer_id_of, make_thread_ids
 from metaq.errors import ConfigError
 from metaq.hashing import java_string_hash
-from zk_layout.formats import TopicCount
+from zk_layout.consumer_formats import TopicCount
 
 RANGE: Final = "range"
 ROUNDROBIN: Final = "roundrobin"

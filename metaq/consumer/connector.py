@@ -36,7 +36,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from metaq.consumer.committer import AutoCommitter
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.coordination import CommitListener, GroupMember
-from metaq.consumer.fetcher import FetcherManager
+from metaq.consumer.fetcher_manager import FetcherManager
 from metaq.consumer.ids import make_consumer_id, make_thread_ids
 from metaq.consumer.kafka_offsets import KafkaOffsetStore
 from metaq.consumer.migration import MigratingMember, MigrationDriver

@@ -1,4 +1,5 @@
-"""Fetcher threads: Kafka 0.8's ConsumerFetcherManager and ConsumerFetcherThread.
+"""Fetcher threads: Kafka 0.8's ConsumerFetcherThread, started by its ConsumerFetcherManager
+(:class:`~metaq.consumer.fetcher_manager.FetcherManager`).
 
     manager = FetcherManager(config, layout, consumer_id="etl_host-1-abc")
     manager.start_connections(registry.values())   # after a rebalance claimed the partitions
@@ -29,8 +30,8 @@ partitions and each stream raises the error, as for an oversized batch.
 Connection errors close the connection and back off (exponential with jitter, capped at one second); after
 :data:`HANDOFF_AFTER_FAILURES` in a row the partitions go to the leader finder, which sends them back to a
 runner once ZooKeeper names a live leader. A runner never dies from an exception. Every blocking wait is
-bounded, and :meth:`FetcherManager.stop_connections` closes the connections to interrupt reads, so it returns
-within its timeout; afterwards no fetcher thread touches any PartitionTopicInfo.
+bounded, and :meth:`~metaq.consumer.fetcher_manager.FetcherManager.stop_connections` closes the connections
+to interrupt reads, so it returns within its timeout; afterwards no fetcher thread touches any PartitionTopicInfo.
 """
 
 from __future__ import annotations
@@ -38,16 +39,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from kafka.protocol.consumer import FetchRequest
 
-from metaq.client.cluster import ClusterClient, Leader, list_offsets_answers, send_list_offsets
+from metaq.client.cluster import Leader, list_offsets_answers, send_list_offsets
 from metaq.client.connection import BrokerConnection
 from metaq.client.settings import ConnectionSettings
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.leader_finder import LeaderFinder, TopicPartition
+from metaq.consumer.fetch_chunks import _batch_groups, _decodable_prefix
+from metaq.consumer.leader_finder import TopicPartition
 from metaq.consumer.partition_info import PartitionTopicInfo
 from metaq.errors import (
     AuthenticationError,
@@ -59,17 +61,14 @@ from metaq.errors import (
     ProtocolError,
     for_code,
 )
-from metaq.hashing import java_string_hash
 from metaq.metrics.consumer import ConsumerMetrics
-from metaq.protocol.batches import BATCH_HEADER_SIZE, LOG_OVERHEAD
 from metaq.protocol.control import aborted_ranges, in_ranges
-from metaq.protocol.records import DecodeResult, Record, decode_records
+from metaq.protocol.records import Record, decode_records
 from metaq.retry import fetcher as fetcher_policy
-from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FetchRequestRunner", "FetcherManager", "fetcher_id"]
+__all__ = ["FetchRequestRunner", "connection_settings"]
 
 HANDOFF_AFTER_FAILURES = 3
 """Consecutive connection failures after which a runner gives its partitions to the leader finder."""
@@ -86,23 +85,10 @@ garbage collector"). An uncompressed 1 MiB fetch of 100-byte values holds about 
 MIN_RESPONSE_BYTES = 104857600
 """Smallest response a runner accepts: fetch.max.bytes can be exceeded by a whole oversized batch (KIP-74)."""
 
-_MAGIC_POS = 16  # of a batch: its magic byte
 _EARLIEST = -2
 _LATEST = -1
 _IDLE_WAIT_S = 0.5  # a runner without partitions; add() and shutdown() wake it earlier
 _MIN_BACKOFF_S = 0.01  # refresh.leader.backoff.ms=0 must not make a failing runner spin
-
-
-def _to_int32(value: int) -> int:
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value & 0x80000000 else value
-
-
-def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
-    """Kafka 0.8's choice of fetcher thread: ``Utils.abs(31 * topic.hashCode + partition) % numFetchers`` with
-    Java's 32-bit overflow (and Kafka's abs, which maps Int.MinValue to 0)."""
-    mixed = _to_int32(31 * java_string_hash(topic) + partition)
-    return (0 if mixed == -(1 << 31) else abs(mixed)) % num_fetchers
 
 
 def connection_settings(config: ConsumerConfig) -> ConnectionSettings:
@@ -487,194 +473,3 @@ class FetchRequestRunner(threading.Thread):
 
     def _offer_error(self, info: PartitionTopicInfo, error: MetaqError) -> None:
         info.enqueue_error(error, stop=self._stopped)
-
-
-def _batch_groups(data: bytes, limit: int) -> list[tuple[int, int]]:
-    """Byte ranges of ``data`` (consecutive, from 0 to its end) that each start with a complete batch and
-    hold at least ``limit`` records, the last one the rest (whatever it holds: a batch cut off by the fetch
-    size, or bytes that do not look like a batch, which decoding then reports); at most one range when there
-    are no more than ``limit`` records in all. Only the headers are read (length, magic, record count)."""
-    groups: list[tuple[int, int]] = []
-    start = pos = count = 0
-    end = len(data)
-    while end - pos >= BATCH_HEADER_SIZE:
-        size = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True) + LOG_OVERHEAD
-        records = int.from_bytes(data[pos + BATCH_HEADER_SIZE - 4:pos + BATCH_HEADER_SIZE], "big", signed=True)
-        if size < BATCH_HEADER_SIZE or pos + size > end or data[pos + _MAGIC_POS] != 2 or records < 0:
-            break
-        pos += size
-        count += records
-        if count >= limit and pos < end:
-            groups.append((start, pos))
-            start, count = pos, 0
-    groups.append((start, end))
-    return groups
-
-
-def _decodable_prefix(data: bytes, fetch_offset: int) -> DecodeResult | None:
-    """The complete batches of ``data`` before the first that does not decode, if they hold offsets at or
-    past ``fetch_offset`` (only called once decoding all of ``data`` failed)."""
-    view = memoryview(data)
-    pos = 0
-    while len(view) - pos >= LOG_OVERHEAD:
-        size = int.from_bytes(view[pos + 8:pos + 12], "big", signed=True) + LOG_OVERHEAD
-        if size <= LOG_OVERHEAD or pos + size > len(view):
-            break
-        try:
-            decode_records(view[pos:pos + size], fetch_offset)
-        except CorruptRecordError:
-            break
-        pos += size
-    if not pos:
-        return None
-    result = decode_records(view[:pos], fetch_offset)
-    return result if result.next_offset is not None and result.next_offset > fetch_offset else None
-
-
-class FetcherManager:
-    """Starts, re-targets and stops the fetch runners and the leader finder of one consumer (module docstring).
-
-    Thread-safe. ``last_error`` and :meth:`partition_errors` tell the consumer's state what went wrong last.
-    """
-
-    def __init__(self, config: ConsumerConfig, layout: ZkLayout, *, consumer_id: str,
-                 client: ClusterClient | None = None, metrics: ConsumerMetrics | None = None) -> None:
-        self._config = config
-        self._metrics = metrics
-        self._owns_client = client is None
-        self._client = client if client is not None else ClusterClient(
-            layout, connection_settings(config), metadata_max_age_ms=config.metadata_max_age_ms)
-        self._settings = self._client.settings
-        self.consumer_id = consumer_id
-        self._lock = threading.Lock()  # guards everything below; never held while joining or doing I/O
-        self._runners: dict[tuple[int, int], FetchRequestRunner] = {}
-        self._finder: LeaderFinder | None = None
-        self._running = False
-        self._closed = False
-        self._errors: dict[TopicPartition, str] = {}
-        self.last_error: str | None = None
-
-    # -- lifecycle ---------------------------------------------------------------------------------
-
-    def start_connections(self, infos: Iterable[PartitionTopicInfo]) -> None:
-        """Start fetching ``infos`` from their leaders; partitions without one go to the leader finder."""
-        with self._lock:
-            if self._closed:
-                raise MetaqError(f"fetcher manager of {self.consumer_id} is closed")
-            self._running = True
-        no_leader: list[PartitionTopicInfo] = []
-        infos = [info for info in infos if not info.revoked]
-        try:
-            leaders = self._client.leaders((info.key for info in infos), fresh=True)  # pipelined
-        except MetaqError:
-            leaders = {}  # then one at a time, so that each partition reports its own error
-        for info in infos:
-            if info.revoked:
-                continue
-            try:
-                found = leaders[info.key] if info.key in leaders else self._client.leader(*info.key, fresh=True)
-                leader = found if isinstance(found, Leader) else None
-            except MetaqError as e:
-                log.warning("cannot read the leader of %s-%d from ZooKeeper: %s", info.topic, info.partition, e)
-                self.record_error(info.key, e)
-                leader = None
-            if leader is None or not self.assign(info, leader):
-                no_leader.append(info)
-        if no_leader:
-            log.info("%s: no live leader for %s yet; the leader finder keeps looking", self.consumer_id,
-                     sorted(info.key for info in no_leader))
-            self.leader_lost(no_leader)
-
-    def stop_connections(self, timeout: float = 10.0) -> None:
-        """Stop and join every runner and the leader finder, within ``timeout`` seconds in all."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            self._running = False
-            runners = list(self._runners.values())
-            self._runners.clear()
-            finder, self._finder = self._finder, None
-        threads: list[FetchRequestRunner | LeaderFinder] = list(runners)
-        if finder is not None:
-            threads.append(finder)
-        for thread in threads:
-            thread.shutdown()
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        stuck = [thread.name for thread in threads if thread.is_alive()]
-        if stuck:
-            log.error("%s: fetcher threads %s did not stop within %.1f s", self.consumer_id, stuck, timeout)
-        elif threads:
-            log.debug("%s: stopped %d fetcher threads", self.consumer_id, len(threads))
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-        self.stop_connections()
-        if self._owns_client:
-            self._client.close()
-
-    # -- state -------------------------------------------------------------------------------------
-
-    def partition_errors(self) -> dict[TopicPartition, str]:
-        """The last error of each partition that has not fetched successfully since."""
-        with self._lock:
-            return dict(self._errors)
-
-    def assignment(self) -> dict[str, list[TopicPartition]]:
-        """Thread name -> partitions it fetches (the leader finder's: partitions still without a leader)."""
-        with self._lock:
-            runners = list(self._runners.values())
-            finder = self._finder
-        result = {runner.name: runner.partitions() for runner in runners}
-        if finder is not None:
-            result[finder.name] = finder.pending()
-        return result
-
-    def threads(self) -> list[threading.Thread]:
-        with self._lock:
-            found: list[threading.Thread] = list(self._runners.values())
-            if self._finder is not None:
-                found.append(self._finder)
-        return found
-
-    # -- called by runners and the leader finder ---------------------------------------------------
-
-    def assign(self, info: PartitionTopicInfo, leader: Leader) -> bool:
-        """Give ``info`` to the runner for (leader, fetcher id), starting it if needed; False when stopped."""
-        fid = fetcher_id(info.topic, info.partition, self._config.num_consumer_fetchers)
-        with self._lock:
-            if not self._running:
-                return False
-            runner = self._runners.get((leader.broker_id, fid))
-            if runner is None:
-                runner = FetchRequestRunner(self, self._config, leader, fid, consumer_id=self.consumer_id,
-                                            settings=self._settings, metrics=self._metrics)
-                self._runners[(leader.broker_id, fid)] = runner
-                runner.start()
-            else:
-                runner.move_to(leader.host, leader.port)
-            runner.add(info)
-        return True
-
-    def leader_lost(self, infos: list[PartitionTopicInfo]) -> None:
-        with self._lock:
-            if not self._running:
-                return
-            if self._finder is None:
-                self._finder = LeaderFinder(f"{self.consumer_id}-leader-finder", self._client,
-                                            backoff_s=self._config.refresh_leader_backoff_ms / 1000.0,
-                                            assign=self.assign)
-                self._finder.start()
-            self._finder.add(infos)
-
-    def record_error(self, key: TopicPartition | None, error: BaseException) -> None:
-        text = f"{type(error).__name__}: {error}"
-        with self._lock:
-            self.last_error = text if key is None else f"{key[0]}-{key[1]}: {text}"
-            if key is not None:
-                self._errors[key] = text
-
-    def clear_error(self, key: TopicPartition) -> None:
-        if key in self._errors:  # unlocked peek: the common case, no error, costs no lock
-            with self._lock:
-                self._errors.pop(key, None)

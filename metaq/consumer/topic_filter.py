@@ -22,15 +22,15 @@ from typing import ClassVar
 
 from metaq.errors import ConfigError
 from zk_layout import validate_topic
-from zk_layout.formats import (
+from zk_layout.consumer_formats import (
     BLACK_LIST,
-    INTERNAL_TOPICS,
     STATIC,
     WHITE_LIST,
     TopicCount,
     compile_topic_filter,
     normalize_topic_filter,
 )
+from zk_layout.topic_formats import INTERNAL_TOPICS
 
 
 def is_internal_topic(topic: str) -> bool:
@@ -41,7 +41,7 @@ def is_internal_topic(topic: str) -> bool:
 
 class TopicFilter(ABC):
     """A normalised topic regex compiled with RE2 (linear-time matching, see
-    :func:`zk_layout.formats.compile_topic_filter`). Subclasses decide whether a match allows or excludes a
+    :func:`zk_layout.consumer_formats.compile_topic_filter`). Subclasses decide whether a match allows or excludes a
     topic."""
 
     pattern: ClassVar[str]

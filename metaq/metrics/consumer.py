@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
@@ -84,7 +83,7 @@ class ConsumerMetrics:
         self._positions: Positions = lambda: ()
         self._recover_sizes: RecoverSizes = lambda: ()
         self._token = self._f.state.add(self._sample)
-        self._topic_counters: dict[str, tuple[Any, Any]] = {}
+        self._topic_counters: dict[str, tuple[Counter, Counter]] = {}
 
     def fetched(self, topic: str, records: int, size: int) -> None:
         counters = self._topic_counters.get(topic)

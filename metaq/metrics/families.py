@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TypeVar, cast
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -53,14 +53,15 @@ class StateCollector(Collector):
         yield from families.values()
 
 
-_per_registry: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, Any]] = weakref.WeakKeyDictionary()
+_per_registry: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, object]] = weakref.WeakKeyDictionary()
+_F = TypeVar("_F")
 _lock = threading.Lock()
 
 
-def shared(registry: CollectorRegistry, kind: str, build: Callable[[CollectorRegistry], Any]) -> Any:
+def shared(registry: CollectorRegistry, kind: str, build: Callable[[CollectorRegistry], _F]) -> _F:
     """The ``kind`` families of ``registry``, built (and registered) by ``build`` the first time."""
     with _lock:
         kinds = _per_registry.setdefault(registry, {})
         if kind not in kinds:
             kinds[kind] = build(registry)
-        return kinds[kind]
+        return cast(_F, kinds[kind])  # what build made for this kind (each kind has one build)

@@ -4,14 +4,14 @@ nothing is registered in any registry."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 from metaq.errors import ConfigError
 
 T = TypeVar("T")
 
 
-def _nothing(*args: Any, **kwargs: Any) -> None:
+def _nothing(*args: object, **kwargs: object) -> None:
     return None
 
 

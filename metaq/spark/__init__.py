@@ -12,11 +12,14 @@ runs is in :mod:`metaq.spark.source`; which Python Spark runs it in, in :mod:`me
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from metaq.spark.driver import OffsetBounds, commit_offsets, snapshot_offsets, stop_query
 from metaq.spark.source import FORMAT, MetaqDataSource
 from metaq.spark.workers import WorkerPythonError, python_for_registration, worker_python
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["FORMAT", "MetaqDataSource", "OffsetBounds", "WorkerPythonError", "commit_offsets", "register",
            "snapshot_offsets", "stop_query"]
@@ -26,7 +29,7 @@ log = logging.getLogger(__name__)
 _DATA_SOURCE_MANAGER = "org.apache.spark.sql.execution.datasources.DataSourceManager"
 
 
-def register(spark: Any, *, max_partitions: int | str | None = "cores") -> None:
+def register(spark: SparkSession, *, max_partitions: int | str | None = "cores") -> None:
     """Make ``format("metaq")`` known to ``spark`` (a SparkSession), replacing the automatically
     registered source (the ``pyspark_metaq`` module) for this session.
 
@@ -52,7 +55,7 @@ def register(spark: Any, *, max_partitions: int | str | None = "cores") -> None:
         spark.dataSource.register(source)
 
 
-def _silence_replacement_warnings(spark: Any) -> None:
+def _silence_replacement_warnings(spark: SparkSession) -> None:
     """Replacing the automatically registered source is what :func:`register` is for, yet Spark warns that
     "the data source metaq replaced a statically registered data source" then, and again each time it
     clones the session (every streaming query). Once Spark has looked up the static sources (whose
@@ -60,13 +63,15 @@ def _silence_replacement_warnings(spark: Any) -> None:
     try:
         spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(FORMAT)  # the lookup, now
         jvm = spark.sparkContext._jvm
+        if jvm is None:
+            raise RuntimeError("no JVM gateway")  # logged below, as when the lookup fails
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
             _DATA_SOURCE_MANAGER, jvm.org.apache.logging.log4j.Level.ERROR)
     except Exception:  # Spark Connect, or another logging backend: the warning stays
         log.debug("metaq: cannot silence Spark's data source replacement warning", exc_info=True)
 
 
-def _cores(spark: Any) -> int | None:
+def _cores(spark: SparkSession) -> int | None:
     try:
         return int(spark.sparkContext.defaultParallelism)
     except Exception:  # Spark Connect has no SparkContext: fall back to one task per partition

@@ -127,7 +127,7 @@ class BatchBuilder:
             raise
 
 
-def _json_default(obj: Any) -> Any:
+def _json_default(obj: object) -> str:
     """msgpack binaries have no JSON form: they become base64 text."""
     if isinstance(obj, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(obj)).decode("ascii")

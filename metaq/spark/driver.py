@@ -42,7 +42,7 @@ class OffsetBounds:
         return sum(self.ending[k] - self.starting[k] for k in self.ending)
 
 
-def snapshot_offsets(options: Mapping[str, Any]) -> OffsetBounds:
+def snapshot_offsets(options: Mapping[str, object]) -> OffsetBounds:
     """The range a batch read with ``options`` would cover now (startingOffsets and endingOffsets as given).
     A streaming query's options may be passed as they are: ``maxOffsetsPerTrigger`` is ignored."""
     o = ReadOptions.parse({k: v for k, v in options.items() if k.lower() != "maxoffsetspertrigger"},
@@ -52,8 +52,8 @@ def snapshot_offsets(options: Mapping[str, Any]) -> OffsetBounds:
         return OffsetBounds(start, resolve_end(o.ending, start, latest))
 
 
-def commit_offsets(options: Mapping[str, Any],
-                   offsets: Mapping[tuple[str, int], int] | Mapping[str, Any] | str) -> Offsets:
+def commit_offsets(options: Mapping[str, object],
+                   offsets: Mapping[tuple[str, int], int] | Mapping[str, Mapping[str, int]] | str) -> Offsets:
     """Write ``offsets`` (an offset map, Spark's JSON form, or its text) to the ZooKeeper offsets of
     ``group.id``; an offset already at or past the given one is left alone. Returns what was written."""
     o = ReadOptions.parse(options, streaming=None)
@@ -71,7 +71,7 @@ def _offsets(offsets: Mapping[Any, Any] | str) -> Offsets:
     return from_spark(dict(offsets))
 
 
-def stop_query(query: Any, options: Mapping[str, Any], timeout_s: float | None = None) -> Offsets:
+def stop_query(query: Any, options: Mapping[str, object], timeout_s: float | None = None) -> Offsets:
     """Stop a streaming query and commit the end of its last completed micro-batch.
 
     The source commits each batch's end when Spark next polls it, which never happens after a stop that
@@ -94,7 +94,7 @@ def stop_query(query: Any, options: Mapping[str, Any], timeout_s: float | None =
     return commit_offsets(options, ends) if ends and o.group_id else {}
 
 
-def _source_end(text: Any) -> Offsets:
+def _source_end(text: object) -> Offsets:
     try:
         return from_spark(json.loads(text)) if isinstance(text, str) else {}
     except (ValueError, TypeError):

@@ -21,10 +21,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    pass
+    from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def ensure_topic(zk: str, topic: str, partitions: int) -> None:
             time.sleep(0.1)
 
 
-def _has_leaders(layout: Any, topic: str) -> bool:
+def _has_leaders(layout: ZkLayout, topic: str) -> bool:
     assignment = layout.topic_assignment(topic)
     if assignment is None:
         return False

@@ -35,6 +35,7 @@ from metaq.errors import (
     for_code,
 )
 from metaq.protocol.control import aborted_ranges
+from metaq.protocol.messages import ApiStruct, RequestFields
 from metaq.protocol.records import RecordColumns, decode_columns
 from metaq.retry import spark_fetch
 from metaq.spark.planning import OffsetRange
@@ -135,7 +136,7 @@ class _RangeReader:
 
     # -- requests -------------------------------------------------------------------------------------------
 
-    def _answer(self, pos: int, pending: tuple[int, InFlightRequest] | None) -> tuple[Any, None]:
+    def _answer(self, pos: int, pending: tuple[int, InFlightRequest] | None) -> tuple[ApiStruct | None, None]:
         """The partition's part of the Fetch answer for ``pos`` (the pipelined one if it asked for ``pos``),
         or None after a connection failure (then the leader is looked up again)."""
         try:
@@ -162,7 +163,7 @@ class _RangeReader:
         except BrokerConnectionError:
             return None  # the next _answer() sends again and handles the failure
 
-    def _fields(self, pos: int) -> dict[str, Any]:
+    def _fields(self, pos: int) -> RequestFields:
         r = self.range
         return {"replica_id": -1, "max_wait_ms": _MAX_WAIT_MS, "min_bytes": 1, "max_bytes": self.max_bytes,
                 "isolation_level": self.settings.isolation_level,
@@ -196,7 +197,7 @@ class _RangeReader:
 
     # -- what an answer can say ---------------------------------------------------------------------------------
 
-    def _on_error(self, pos: int, part: Any) -> int:
+    def _on_error(self, pos: int, part: ApiStruct) -> int:
         error = for_code(part.error_code)
         if error is OffsetOutOfRangeError:
             return self._out_of_range(pos, part.log_start_offset, part.high_watermark)
@@ -232,7 +233,7 @@ class _RangeReader:
         found = [a.offset if a is not None and not a.error_code else -1 for a in answers]
         return found[0], found[1]
 
-    def _on_empty(self, pos: int, part: Any, first_batch_size: int | None) -> int:
+    def _on_empty(self, pos: int, part: ApiStruct, first_batch_size: int | None) -> int:
         """No complete batch in the answer: a batch larger than the fetch size, or nothing there."""
         if first_batch_size is not None and first_batch_size > self.max_bytes:
             log.info("metaq: a batch of %d bytes at %s offset %d; fetching with that size",

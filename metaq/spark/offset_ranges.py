@@ -12,7 +12,6 @@ partitions sorted by number, the shape of Spark's own Kafka source::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]
@@ -29,7 +28,7 @@ def to_spark(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]
     return out
 
 
-def from_spark(obj: Any) -> Offsets:
+def from_spark(obj: object) -> Offsets:
     """Parse an offset Spark hands back (from our own :func:`to_spark`, via the checkpoint)."""
     if not isinstance(obj, dict):
         raise ValueError(f"a metaq offset must be a JSON object, got {obj!r}")

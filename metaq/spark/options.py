@@ -54,7 +54,6 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from metaq.client.security import SECRET_KEYS, SECURITY_KEYS, SecurityConfig
 from metaq.client.versions import DEFAULT_FALLBACK, fallback_versions
@@ -86,7 +85,7 @@ _WRITE_OPTIONS = ("zookeeper.connect", "topic", "valueFormat", "checkpointLocati
 class _Options:
     """Lower-cased option values with the documented name of each, for messages."""
 
-    def __init__(self, raw: Mapping[str, Any], known: tuple[str, ...], extra_known: tuple[str, ...] = ()) -> None:
+    def __init__(self, raw: Mapping[str, object], known: tuple[str, ...], extra_known: tuple[str, ...] = ()) -> None:
         self.names = {name.lower(): name for name in (*known, *extra_known)}
         self.values = {str(k).lower(): "" if v is None else str(v) for k, v in raw.items()}
         for key in self.values:
@@ -195,7 +194,7 @@ class ReadOptions:
         return 1 if self.isolation_level == "read_committed" else 0
 
     @classmethod
-    def parse(cls, raw: Mapping[str, Any], *, streaming: bool | None,
+    def parse(cls, raw: Mapping[str, object], *, streaming: bool | None,
               default_max_partitions: int | None = None) -> ReadOptions:
         """Validate ``raw``; ``streaming`` None checks what batch and streaming reads have in common.
         ``default_max_partitions`` applies when neither ``maxPartitions`` nor a larger ``minPartitions`` is set."""
@@ -272,7 +271,7 @@ class WriteOptions:
     producer: dict[str, str | Secret] = field(repr=False)  # may hold zookeeper.auth; passwords as Secrets
 
     @classmethod
-    def parse(cls, raw: Mapping[str, Any]) -> WriteOptions:
+    def parse(cls, raw: Mapping[str, object]) -> WriteOptions:
         from metaq.producer.config import ProducerConfig  # the producer's property names are its own
 
         producer_keys = tuple(k for k in ProducerConfig.keys() if k != "zookeeper.connect")

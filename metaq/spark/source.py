@@ -20,7 +20,14 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -84,7 +91,7 @@ class MetaqDataSource(DataSource):
     def _read_options(self, streaming: bool | None) -> ReadOptions:
         return ReadOptions.parse(self.options, streaming=streaming, default_max_partitions=self.default_max_partitions)
 
-    def writer(self, schema: StructType, overwrite: bool) -> Any:
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from metaq.spark.writer import MetaqBatchWriter, WriteOptions, check_topic_exists
 
         if overwrite:
@@ -95,7 +102,7 @@ class MetaqDataSource(DataSource):
         check_topic_exists(options)
         return writer
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """``overwrite`` is not refused here: like Kafka's sink, a stream appends its result rows."""
         from metaq.spark.writer import MetaqStreamWriter, WriteOptions, check_topic_exists
 

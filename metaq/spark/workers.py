@@ -28,9 +28,12 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from metaq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +45,7 @@ class WorkerPythonError(ConfigError):
     """The Python Spark would run the data source in cannot import metaq."""
 
 
-def worker_python(spark: Any) -> str | None:
+def worker_python(spark: SparkSession) -> str | None:
     """The interpreter the data source's workers should use instead of Spark's choice, or None to keep it.
     Raises :class:`WorkerPythonError` when Spark's choice cannot import metaq and was made on purpose."""
     try:
@@ -114,7 +117,7 @@ def _same_file(python: str, executable: str) -> bool:
 
 
 @contextlib.contextmanager
-def python_for_registration(spark: Any, python: str | None) -> Iterator[None]:
+def python_for_registration(spark: SparkSession, python: str | None) -> Iterator[None]:
     """Within the block, functions registered with ``spark`` (a data source) run in ``python``; Spark keeps
     the interpreter in each registered function, so other UDFs and sources keep Spark's choice."""
     if python is None:

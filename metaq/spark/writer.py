@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -44,6 +44,10 @@ from pyspark.sql.types import (
 
 from metaq.errors import ConfigError, MetaqError, UnknownTopicError
 from metaq.spark.options import WriteOptions
+
+if TYPE_CHECKING:
+    from metaq.producer.accumulator import RecordMetadata
+    from metaq.producer.producer import Producer
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +145,7 @@ def write_batches(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> MetaqCommit
     encode_value = _value_encoder(plan.value_format)
     sent = 0
     with Producer({"zookeeper.connect": plan.options.zookeeper_connect, **plan.options.producer}) as producer:
-        pending: deque[Future[Any]] = deque()
+        pending: deque[Future[RecordMetadata]] = deque()
         for batch in batches:
             sent += _send_batch(producer, plan, batch, encode_value, pending)
             _check_done(pending)
@@ -151,8 +155,8 @@ def write_batches(plan: _Plan, batches: Iterator[pa.RecordBatch]) -> MetaqCommit
     return MetaqCommitMessage(sent)
 
 
-def _send_batch(producer: Any, plan: _Plan, batch: pa.RecordBatch, encode_value: Callable[[Any], bytes | None],
-                pending: deque[Future[Any]]) -> int:
+def _send_batch(producer: Producer, plan: _Plan, batch: pa.RecordBatch, encode_value: Callable[[Any], bytes | None],
+                pending: deque[Future[RecordMetadata]]) -> int:
     values = batch.column("value").to_pylist()
     keys = _bytes_column(batch, "key", plan.key_is_string) if plan.has_key else None
     topics = batch.column("topic").to_pylist() if plan.has_topic_column else None
@@ -204,12 +208,12 @@ def _value_encoder(value_format: str) -> Callable[[Any], bytes | None]:
     return get_serializer(value_format)
 
 
-def _check_done(pending: deque[Future[Any]]) -> None:
+def _check_done(pending: deque[Future[RecordMetadata]]) -> None:
     while pending and pending[0].done():
         _raise_if_failed(pending.popleft())
 
 
-def _raise_if_failed(future: Future[Any]) -> None:
+def _raise_if_failed(future: Future[RecordMetadata]) -> None:
     error = future.exception()
     if error is not None:
         raise MetaqError(f"metaq sink: a record was not acknowledged: {error}") from error

@@ -1,4 +1,7 @@
-"""Real Apache Kafka brokers (ZooKeeper mode) as test peers: a version catalogue, a launcher, pytest fixtures.
+"""Real Apache Kafka brokers (ZooKeeper mode) as test peers: the launcher of one broker or a cluster.
+
+The version catalogue is :mod:`metaq.testing.kafka_versions`, Kafka's tools run from :mod:`metaq.testing.kafka_tools`,
+the pytest fixtures and the version matrix are :mod:`metaq.testing.kafka_fixtures`.
 
 metaq's consumer, Spark source and ops tools are checked against the brokers its users run; Kafka's own tools are
 run as Java classes from the same jars. Each version's broker and its dependencies are resolved from Maven Central
@@ -10,7 +13,8 @@ their quirks and costs; docs/compatibility.md is the table the tests fill (metaq
 
 A row test, with one broker per version shared by the tests of the module::
 
-    from metaq.testing.apache_kafka import REQUIRED_VERSIONS, V1_1, kafka_matrix
+    from metaq.testing.kafka_fixtures import kafka_matrix
+    from metaq.testing.kafka_versions import REQUIRED_VERSIONS, V1_1
 
     @kafka_matrix("consume a topic")                  # once per REQUIRED_VERSIONS (3.9.2, 2.8.2, 1.1.1)
     def test_consume(kafka_broker):                   # an ApacheKafkaBroker of that version, started once per module
@@ -40,119 +44,39 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import re
 import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
-import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported, untyped
 
 from metaq.broker.process import free_port
 from metaq.childproc import die_with_parent, stop_process
-from metaq.testing.maven import MavenArtifact, PeerUnavailableError, cache_root, classpath, resolve
-from metaq.testing.zookeeper import ENV_CONNECT, ExternalZooKeeper, ZooKeeperEndpoint, delete_chroot, embedded_server
+from metaq.testing.kafka_tools import (
+    java_command,
+    run_kafka_class,
+    run_kafka_tool,
+)
+from metaq.testing.kafka_versions import (
+    ALL_VERSIONS,
+    catalogue_entry,
+)
+from metaq.testing.maven import PeerUnavailableError
 from metaq.zkclient import close as close_zk
 from metaq.zkclient import connect as connect_zk
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
-JVM_OPTIONS = (
-    "-Xmx256m", "-Xms32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
-    "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
-    # pre-1.0 brokers unmap index files through sun.nio.ch.DirectBuffer; harmless for the others
-    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED", "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
-)
-"""Small heap, quick start (C1 only): test brokers hold little data and start often."""
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
-TOOL_TIMEOUT_S = 180.0
-
-
-@dataclass(frozen=True)
-class KafkaVersion:
-    """One Apache Kafka release: its Maven artifacts (broker, tools, a log4j binding) and what its config needs."""
-
-    version: str
-    artifacts: tuple[MavenArtifact, ...]
-    required: bool
-
-    @property
-    def release(self) -> tuple[int, ...]:
-        return tuple(int(part) for part in self.version.split("."))
-
-    @property
-    def peer(self) -> str:
-        """The column of docs/compatibility.md."""
-        return f"Kafka {self.version}"
-
-    @property
-    def cache_name(self) -> str:
-        return f"apache-kafka-{self.version}"
-
-    @property
-    def has_listeners(self) -> bool:
-        """``listeners``/``log.dirs`` from 0.9; 0.8 takes ``port``, ``host.name`` and ``log.dir``."""
-        return self.release >= (0, 9)
-
-    @property
-    def has_create_topics_api(self) -> bool:
-        """CreateTopics (and ApiVersions) from 0.10.1; older brokers get topics from TopicCommand --zookeeper."""
-        return self.release >= (0, 10, 1)
-
-    def resolve(self) -> Path:
-        """The directory of this version's jars (resolved from Maven Central on first use)."""
-        return resolve(self.cache_name, self.artifacts)
-
-
-def _artifacts(*coordinates: str) -> tuple[MavenArtifact, ...]:
-    return tuple(MavenArtifact.parse(c) for c in coordinates)
-
-
-V3_9 = "3.9.2"
-V2_8 = "2.8.2"
-V1_1 = "1.1.1"
-V0_10 = "0.10.2.2"
-V0_8 = "0.8.2.2"
-
-CATALOGUE: dict[str, KafkaVersion] = {
-    v.version: v for v in (
-        # kafka-tools holds most command-line tools from 3.5 on (org.apache.kafka.tools.*)
-        KafkaVersion(V3_9, _artifacts(f"org.apache.kafka:kafka_2.13:{V3_9}", f"org.apache.kafka:kafka-tools:{V3_9}",
-                                      "org.slf4j:slf4j-reload4j:1.7.36"), required=True),
-        KafkaVersion(V2_8, _artifacts(f"org.apache.kafka:kafka_2.13:{V2_8}", "org.slf4j:slf4j-log4j12:1.7.30"),
-                     required=True),
-        # the last release with the old Scala consumer (kafka.consumer.ZookeeperConsumerConnector)
-        KafkaVersion(V1_1, _artifacts(f"org.apache.kafka:kafka_2.11:{V1_1}", "org.slf4j:slf4j-log4j12:1.7.25"),
-                     required=True),
-        # javax.xml.bind left the JDK in 11; 2.3.x of the Jakarta API still ships the javax.xml.bind package
-        KafkaVersion(V0_10, _artifacts(f"org.apache.kafka:kafka_2.11:{V0_10}", "org.slf4j:slf4j-log4j12:1.7.21",
-                                       "jakarta.xml.bind:jakarta.xml.bind-api:2.3.3"), required=False),
-        KafkaVersion(V0_8, _artifacts(f"org.apache.kafka:kafka_2.11:{V0_8}", "org.slf4j:slf4j-log4j12:1.7.6"),
-                     required=False),
-    )
-}
-REQUIRED_VERSIONS: tuple[str, ...] = tuple(v for v, k in CATALOGUE.items() if k.required)
-ALL_VERSIONS: tuple[str, ...] = tuple(CATALOGUE)
-
-
-def catalogue_entry(version: str) -> KafkaVersion:
-    """The catalogue entry for ``version``, or for the newest patch of a release line (``"3.9"``)."""
-    if version in CATALOGUE:
-        return CATALOGUE[version]
-    matches = [v for v in CATALOGUE if v.startswith(version + ".")]
-    if not matches:
-        raise PeerUnavailableError(f"Apache Kafka {version} is not in the catalogue ({', '.join(CATALOGUE)})")
-    return CATALOGUE[matches[0]]
 
 
 # -- running Kafka classes ------------------------------------------------------------------------------------------
@@ -164,86 +88,6 @@ log4j.appender.file.layout=org.apache.log4j.PatternLayout
 log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
 log4j.logger.org.apache.zookeeper=WARN
 """
-_LOG4J_TOOLS = """log4j.rootLogger=WARN, stderr
-log4j.appender.stderr=org.apache.log4j.ConsoleAppender
-log4j.appender.stderr.Target=System.err
-log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
-log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
-"""
-
-
-def _tools_log4j() -> Path:
-    """A shared log4j config for tool runs: warnings to stderr, so stdout is the tool's own output."""
-    path = cache_root() / "log4j-tools.properties"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        scratch = path.with_name(f".{path.name}.{os.getpid()}")
-        scratch.write_text(_LOG4J_TOOLS)
-        scratch.replace(path)
-    return path
-
-
-def java_command(version: str, main_class: str, args: Sequence[str], *, log4j: Path,
-                 jvm_options: Sequence[str] = ()) -> list[str]:
-    """``java <options> -cp "<jars>/*" <main_class> <args>`` for a catalogued version."""
-    jars = catalogue_entry(version).resolve()
-    return ["java", *JVM_OPTIONS, *jvm_options, f"-Dlog4j.configuration=file:{log4j}",
-            "-cp", classpath(jars), main_class, *args]
-
-
-def run_kafka_class(version: str, main_class: str, args: Sequence[str], *, input: str | None = None,
-                    timeout: float = TOOL_TIMEOUT_S, jvm_options: Sequence[str] = ()
-                    ) -> subprocess.CompletedProcess[str]:
-    """Run one of Kafka's tool classes (e.g. ``kafka.admin.ConsumerGroupCommand``) from ``version``'s jars and
-    return its result (check ``returncode`` yourself: a tool's refusal is often what a test asserts). Its log4j
-    output goes to stderr at WARN."""
-    command = java_command(version, main_class, args, log4j=_tools_log4j(), jvm_options=jvm_options)
-    return subprocess.run(command, input=input, capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=die_with_parent())
-
-
-_KT = "org.apache.kafka.tools."
-TOOL_CLASSES: dict[str, tuple[tuple[tuple[int, ...], str | None], ...]] = {
-    # tool script name -> (first release, main class or None once removed), newest first; checked against the
-    # jars of the catalogued releases only (the boundaries between them are where the classes moved upstream)
-    "kafka-topics": (((3, 6), _KT + "TopicCommand"), ((0,), "kafka.admin.TopicCommand")),
-    "kafka-consumer-groups": (((3, 7), _KT + "consumer.group.ConsumerGroupCommand"),
-                              ((0, 9), "kafka.admin.ConsumerGroupCommand")),
-    "kafka-console-consumer": (((3, 7), _KT + "consumer.ConsoleConsumer"), ((0,), "kafka.tools.ConsoleConsumer")),
-    "kafka-console-producer": (((0,), "kafka.tools.ConsoleProducer"),),
-    "kafka-configs": (((0, 9), "kafka.admin.ConfigCommand"),),
-    "kafka-acls": (((0, 9), "kafka.admin.AclCommand"),),
-    "kafka-get-offsets": (((3, 5), _KT + "GetOffsetShell"), ((0,), "kafka.tools.GetOffsetShell")),
-    "kafka-delete-records": (((3, 5), _KT + "DeleteRecordsCommand"), ((0, 11), "kafka.admin.DeleteRecordsCommand")),
-    "kafka-log-dirs": (((3, 5), _KT + "LogDirsCommand"), ((1, 0), "kafka.admin.LogDirsCommand")),
-    "kafka-leader-election": (((3, 5), _KT + "LeaderElectionCommand"), ((2, 4), "kafka.admin.LeaderElectionCommand")),
-    "kafka-reassign-partitions": (((3, 5), _KT + "reassign.ReassignPartitionsCommand"),
-                                  ((0,), "kafka.admin.ReassignPartitionsCommand")),
-    "kafka-broker-api-versions": (((0, 10, 2), "kafka.admin.BrokerApiVersionsCommand"),),
-    "kafka-transactions": (((3, 0), _KT + "TransactionsCommand"),),  # KIP-664
-    # the old consumer's tools: ConsumerOffsetChecker is gone by 1.1, the ZooKeeper offset tools from 2.0
-    "kafka-consumer-offset-checker": (((1, 1), None), ((0,), "kafka.tools.ConsumerOffsetChecker")),
-    "kafka-export-zk-offsets": (((2, 0), None), ((0,), "kafka.tools.ExportZkOffsets")),
-    "kafka-import-zk-offsets": (((2, 0), None), ((0,), "kafka.tools.ImportZkOffsets")),
-}
-
-
-def tool_class(version: str, tool: str) -> str:
-    """The main class of Kafka's ``bin/<tool>.sh`` in ``version`` (many moved to ``org.apache.kafka.tools`` in 3.5
-    to 3.7); :class:`PeerUnavailableError` if that release has no such tool."""
-    release = catalogue_entry(version).release
-    for since, main_class in TOOL_CLASSES[tool]:
-        if release >= since:
-            if main_class is None:
-                break
-            return main_class
-    raise PeerUnavailableError(f"Kafka {version} has no {tool} tool")
-
-
-def run_kafka_tool(version: str, tool: str, args: Sequence[str], **options: Any
-                   ) -> subprocess.CompletedProcess[str]:
-    """:func:`run_kafka_class` by tool name: ``run_kafka_tool(V3_9, "kafka-consumer-groups", [...])``."""
-    return run_kafka_class(version, tool_class(version, tool), args, **options)
 
 
 # -- broker configuration -------------------------------------------------------------------------------------------
@@ -612,146 +456,6 @@ def _wait_for_leaders(version: str, bootstrap: str, zk_connect: str, name: str, 
     raise PeerUnavailableError(f"Kafka {version}: topic {name!r} has no leader for every partition after "
                                f"{timeout:.0f} s ({seen})")
 
-
-# -- pytest fixtures ------------------------------------------------------------------------------------------------
-
-def kafka_params(capability: str, versions: Sequence[str] = REQUIRED_VERSIONS) -> list[Any]:
-    """``pytest.param`` per version, each marked ``apache_kafka(version)`` and ``compat(capability, "Kafka
-    <version>")`` (a cell of docs/compatibility.md); for a parametrization of your own."""
-    return [pytest.param(v, id=f"kafka-{v}", marks=[pytest.mark.apache_kafka(v),
-                                                      pytest.mark.compat(capability, catalogue_entry(v).peer)])
-            for v in versions]
-
-
-def kafka_matrix(capability: str, versions: Sequence[str] = REQUIRED_VERSIONS) -> pytest.MarkDecorator:
-    """Run the test once per version with ``kafka_broker`` (or ``kafka_cluster``) of that version, each run a cell
-    ``(capability, "Kafka <version>")`` of docs/compatibility.md::
-
-        @kafka_matrix("consume from a ZooKeeper group")
-        def test_group(kafka_broker): ...
-    """
-    return pytest.mark.parametrize("kafka_version", kafka_params(capability, versions))
-
-
-KAFKA_ZK_TICK_MS = 500
-
-
-@pytest.fixture(scope="session")
-def kafka_zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEndpoint]:
-    """The ZooKeeper of the real Kafka brokers (started on first use): like ``zk_server`` but with tickTime
-    500 ms, so that it grants sessions of up to 10 s (``zk_server``: 4 s): a broker JVM starved of CPU for a few
-    seconds on the loaded test machine keeps its session and registration, and a SIGKILLed broker's registration
-    still goes within 10 s. ``$ZOOKEEPER_CONNECT`` names an external server instead, as for ``zk_server``."""
-    external = os.environ.get(ENV_CONNECT)
-    if external:
-        yield ExternalZooKeeper(external)
-        return
-    with embedded_server(tmp_path_factory, tick_time_ms=KAFKA_ZK_TICK_MS) as server:
-        yield server
-
-
-def _zk_hosts(zk_server: ZooKeeperEndpoint) -> str:
-    return str(zk_server.connect_string)
-
-
-@pytest.fixture(scope="module")
-def apache_kafka(kafka_zk_server: ZooKeeperEndpoint, tmp_path_factory: pytest.TempPathFactory
-                 ) -> Iterator[Callable[..., ApacheKafkaBroker]]:
-    """Module-scoped factory: ``apache_kafka(version, properties=None)`` returns a started broker, the same one
-    for the same arguments within the module; all are stopped when the module ends."""
-    brokers: dict[tuple[str, tuple[tuple[str, str], ...]], ApacheKafkaBroker] = {}
-
-    def get(version: str, properties: Mapping[str, object] | None = None) -> ApacheKafkaBroker:
-        key = (catalogue_entry(version).version, tuple(sorted((k, str(v)) for k, v in (properties or {}).items())))
-        if key not in brokers:
-            base = tmp_path_factory.mktemp(f"kafka-{key[0]}")
-            broker = ApacheKafkaBroker(key[0], zk_hosts=_zk_hosts(kafka_zk_server), base_dir=base,
-                                       properties=properties)
-            brokers[key] = broker.start()
-        return brokers[key]
-
-    yield get
-    for broker in brokers.values():
-        broker.stop()
-        delete_chroot(kafka_zk_server, broker.chroot)
-
-
-@pytest.fixture(scope="module")
-def apache_kafka_cluster(kafka_zk_server: ZooKeeperEndpoint, tmp_path_factory: pytest.TempPathFactory
-                         ) -> Iterator[Callable[..., ApacheKafkaCluster]]:
-    """Module-scoped factory: ``apache_kafka_cluster(version, size=3, properties=None)``, one per arguments."""
-    clusters: dict[tuple[str, int, tuple[tuple[str, str], ...]], ApacheKafkaCluster] = {}
-
-    def get(version: str, size: int = 3, properties: Mapping[str, object] | None = None) -> ApacheKafkaCluster:
-        key = (catalogue_entry(version).version, size,
-               tuple(sorted((k, str(v)) for k, v in (properties or {}).items())))
-        if key not in clusters:
-            base = tmp_path_factory.mktemp(f"kafka-cluster-{key[0]}")
-            cluster = ApacheKafkaCluster(key[0], zk_hosts=_zk_hosts(kafka_zk_server), base_dir=base, size=size,
-                                         properties=properties)
-            clusters[key] = cluster.start()
-        return clusters[key]
-
-    yield get
-    for cluster in clusters.values():
-        cluster.stop()
-        delete_chroot(kafka_zk_server, cluster.brokers[0].chroot)
-
-
-@pytest.fixture
-def kafka_version(request: pytest.FixtureRequest) -> str:
-    """The version of the test's ``apache_kafka(version)`` marker (set directly or by :func:`kafka_matrix`)."""
-    marker = request.node.get_closest_marker("apache_kafka")
-    if marker is None or not marker.args:
-        raise pytest.UsageError(f"{request.node.nodeid}: needs @pytest.mark.apache_kafka(version) or kafka_matrix")
-    return catalogue_entry(str(marker.args[0])).version
-
-
-_used_brokers = pytest.StashKey[list[ApacheKafkaBroker]]()
-
-
-@pytest.fixture
-def kafka_broker(request: pytest.FixtureRequest, kafka_version: str,
-                 apache_kafka: Callable[..., ApacheKafkaBroker]) -> ApacheKafkaBroker:
-    """The module's shared single broker of the test's version (see :func:`kafka_version`)."""
-    broker = apache_kafka(kafka_version)
-    request.node.stash.setdefault(_used_brokers, []).append(broker)
-    return broker
-
-
-@pytest.fixture
-def kafka_zk_layout(kafka_broker: ApacheKafkaBroker) -> Iterator[ZkLayout]:
-    """A :class:`ZkLayout` on the ZooKeeper chroot of the test's ``kafka_broker`` (its own session)."""
-    zk = connect_zk(kafka_broker.zk_connect, session_timeout_ms=10000, connection_timeout_ms=15000)
-    try:
-        yield ZkLayout(zk)
-    finally:
-        close_zk(zk)
-
-
-@pytest.fixture
-def kafka_cluster(request: pytest.FixtureRequest, kafka_version: str,
-                  apache_kafka_cluster: Callable[..., ApacheKafkaCluster]) -> ApacheKafkaCluster:
-    """The module's shared 3-broker cluster of the test's version."""
-    cluster = apache_kafka_cluster(kafka_version)
-    request.node.stash.setdefault(_used_brokers, []).extend(cluster.brokers)
-    return cluster
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """A failed test's report carries the state and log tails of the Kafka brokers it used (pytest's tmp
-    directories of a shared machine are soon deleted by other runs)."""
-    report: pytest.TestReport = yield
-    if report.failed:
-        for broker in item.stash.get(_used_brokers, []):
-            code = broker.proc.poll() if broker.proc else None
-            state = "running" if broker.proc and code is None else f"exited with {code}"
-            report.sections.append((f"Kafka {broker.version} broker {broker.broker_id} ({state}) server.log tail",
-                                    broker.log_tail(60)))
-            report.sections.append((f"Kafka {broker.version} broker {broker.broker_id} JVM output tail",
-                                    _tail(broker.stdout_path, 30)))
-    return report
 
 
 # -- command line: make test fetches the peers before the tests ------------------------------------------------------

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -95,7 +96,7 @@ class PrometheusServer:
         except OSError:
             return None
 
-    def _wait(self, predicate: Any, timeout: float, what: str) -> None:
+    def _wait(self, predicate: Callable[[], object], timeout: float, what: str) -> None:
         def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 raise MetaqError(f"prometheus exited with {self.proc.returncode}; log {self.log_path}")

@@ -15,11 +15,14 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @contextlib.contextmanager
-def local_session(app_name: str, jars: Sequence[Path] = ()) -> Iterator[Any]:
+def local_session(app_name: str, jars: Sequence[Path] = ()) -> Iterator[SparkSession]:
     """Spark ``local[2]`` without its UI, UTC session time, 2 shuffle partitions; workers run this venv's Python
     (they must import metaq); stopped when the block ends. ``jars``: ``spark.jars`` (e.g. Spark's Kafka source,
     metaq.testing.java_peers.spark_kafka_jars)."""

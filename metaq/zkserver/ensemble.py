@@ -25,7 +25,8 @@ from typing import Any, ClassVar, Self
 
 from metaq.errors import ZooKeeperServerError
 from metaq.zkserver.distribution import ZooKeeperDistribution, find_distribution
-from metaq.zkserver.server import DEFAULT_JVM_OPTIONS, ZooKeeperServer, free_ports, stop_all
+from metaq.zkserver.probe import free_ports
+from metaq.zkserver.server import DEFAULT_JVM_OPTIONS, ZooKeeperServer, stop_all
 
 log = logging.getLogger(__name__)
 

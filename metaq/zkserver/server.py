@@ -27,28 +27,25 @@ pyspark's jars and the Debian package); the plain port stays open for the four-l
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
-import os
-import queue
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, ClassVar, Self
+from typing import IO, ClassVar, Self
 
 from metaq.childproc import die_with_parent
 from metaq.errors import ZooKeeperServerError
+from metaq.zkserver.child import _LIVE, _LIVE_LOCK, _Spawner, _tail
 from metaq.zkserver.distribution import ZooKeeperDistribution, find_distribution
+from metaq.zkserver.probe import free_ports, server_mode
+from metaq.zkserver.tls import ZooKeeperTls
 
 log = logging.getLogger(__name__)
 
@@ -84,150 +81,6 @@ _LOGBACK_XML = """\
 
 _BIND_FAILURE_MARKERS = ("Address already in use", "BindException")
 _POLL_INTERVAL_S = 0.05
-
-
-# --------------------------------------------------------------------------------------------------
-# small helpers
-
-
-def four_letter_word(host: str, port: int, word: str = "srvr", timeout: float = 1.0) -> str:
-    """Send a ZooKeeper four-letter word and return the whole answer. Raises OSError if nobody answers."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(word.encode("ascii"))
-        chunks: list[bytes] = []
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
-def server_mode(host: str, port: int, timeout: float = 1.0) -> str | None:
-    """``standalone``, ``leader`` or ``follower`` when the server serves requests, else None."""
-    try:
-        answer = four_letter_word(host, port, "srvr", timeout)
-    except OSError:
-        return None
-    for line in answer.splitlines():
-        if line.startswith("Mode:"):
-            return line.partition(":")[2].strip()
-    return None
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct ports that were free a moment ago (all sockets are held open together so that the
-    kernel cannot hand out the same port twice). Another process may still take one before we bind it;
-    :meth:`ZooKeeperServer.start` retries with new ports when it chose them itself."""
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 64 * 1024))
-            data = f.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
-
-
-class _Spawner:
-    """Starts child processes from one long-lived daemon thread.
-
-    PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process. A server
-    started from a short-lived thread (a fault-injection helper, say) would be killed when that thread
-    returns; so such starts are handed to this thread, which lives until the process exits. The main thread
-    spawns directly.
-    """
-
-    _lock = threading.Lock()
-    _queue: ClassVar[queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] | None] = None
-
-    @classmethod
-    def run(cls, fn: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
-        if threading.current_thread() is threading.main_thread():
-            return fn()
-        future: Future[subprocess.Popen[bytes]] = Future()
-        cls._ensure_thread().put((fn, future))
-        return future.result()  # Popen itself is bounded; a JVM exec takes milliseconds
-
-    @classmethod
-    def _ensure_thread(cls) -> queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]:
-        with cls._lock:
-            if cls._queue is None:
-                cls._queue = queue.SimpleQueue()
-                threading.Thread(target=cls._loop, args=(cls._queue,), name="zk-spawner", daemon=True).start()
-            return cls._queue
-
-    @staticmethod
-    def _loop(jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]) -> None:
-        while True:
-            fn, future = jobs.get()
-            try:
-                future.set_result(fn())
-            except BaseException as e:  # handed back to the caller
-                future.set_exception(e)
-
-
-# Servers holding a JVM or a temporary work directory (also after a failed start or a kill), stopped at
-# interpreter exit. Strong references on purpose: a server object garbage-collected while its JVM runs would
-# otherwise leak the JVM and its files until we exit.
-_LIVE: set[ZooKeeperServer] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-def _stop_all_at_exit() -> None:
-    with _LIVE_LOCK:
-        servers = list(_LIVE)
-    for server in servers:
-        try:
-            server.stop(timeout=5)
-        except Exception:  # best effort at exit; PDEATHSIG is the backstop
-            log.exception("stopping %r at exit", server)
-
-
-atexit.register(_stop_all_at_exit)
-
-
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ZooKeeperTls:
-    """A TLS client port (``secureClientPort``): ``keystore`` is a PEM file with the server certificate and
-    its (unencrypted) key, ``truststore`` a PEM file with the CA certificates client certificates must chain
-    to; ``client_auth`` is ``none``, ``want`` or ``need`` (ZooKeeper's ``ssl.clientAuth``)."""
-
-    keystore: Path
-    truststore: Path
-    client_auth: str = "none"
-
-    def __post_init__(self) -> None:
-        if self.client_auth not in ("none", "want", "need"):
-            raise ZooKeeperServerError(f"TLS client_auth must be none, want or need, not {self.client_auth!r}")
-
-    def config_lines(self, secure_port: int) -> list[str]:
-        return [
-            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
-            f"secureClientPort={secure_port}",
-            f"ssl.keyStore.location={Path(self.keystore).absolute()}",
-            "ssl.keyStore.type=PEM",
-            f"ssl.trustStore.location={Path(self.truststore).absolute()}",
-            "ssl.trustStore.type=PEM",
-            f"ssl.clientAuth={self.client_auth}",
-        ]
 
 
 class ZooKeeperServer:

@@ -29,7 +29,7 @@ from metaq.consumer.assignors import (
 from metaq.consumer.ids import consumer_id_of
 from metaq.errors import ConfigError
 from metaq.hashing import java_string_hash
-from zk_layout.formats import TopicCount
+from zk_layout.consumer_formats import TopicCount
 
 # -- worked examples (Kafka 0.8's range and roundrobin assignors) ----------------------------------------
 

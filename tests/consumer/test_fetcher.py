@@ -11,7 +11,9 @@ import pytest
 from metaq.client.cluster import Leader
 from metaq.consumer import fetcher as fetcher_module
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.fetcher import BACKOFF_MAX_S, fetcher_id
+from metaq.consumer.fetch_chunks import _batch_groups
+from metaq.consumer.fetcher import BACKOFF_MAX_S
+from metaq.consumer.fetcher_manager import fetcher_id
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.hashing import java_string_hash
 from metaq.protocol.builder import PyBatchBuilder
@@ -79,11 +81,11 @@ class _Owner:
 def test_batch_groups_cut_at_batch_boundaries_after_enough_records() -> None:
     data = _lz4_batches(10, 100)
     cut = data + data[:30]  # and a batch cut off by the fetch size
-    groups = fetcher_module._batch_groups(cut, 250)
+    groups = _batch_groups(cut, 250)
     assert [g[0] for g in groups[1:]] == [g[1] for g in groups[:-1]] and groups[0][0] == 0 and groups[-1][1] == len(cut)
     assert [len(decode_records(cut[a:b]).records) for a, b in groups] == [300, 300, 300, 100]
-    assert fetcher_module._batch_groups(data, 1000) == [(0, len(data))]  # no more than the limit: one range
-    assert fetcher_module._batch_groups(b"\0" * 100, 1) == [(0, 100)]  # not a batch: left to the decoder
+    assert _batch_groups(data, 1000) == [(0, len(data))]  # no more than the limit: one range
+    assert _batch_groups(b"\0" * 100, 1) == [(0, 100)]  # not a batch: left to the decoder
 
 
 def test_a_large_compressed_fetch_is_enqueued_in_chunks_of_about_chunk_records(monkeypatch) -> None:

@@ -21,7 +21,7 @@ from metaq.consumer.topic_filter import (
     topic_count_for,
 )
 from metaq.errors import ConfigError
-from zk_layout.formats import TopicCount
+from zk_layout.consumer_formats import TopicCount
 
 TOPICS = ["clicks", "views", "logs.web", "logs.db", "logsXweb", "__consumer_offsets", "__transaction_state", "__mine"]
 

@@ -9,18 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from metaq.testing.apache_kafka import (
-    REQUIRED_VERSIONS,
-    V0_8,
-    V1_1,
-    V2_8,
-    V3_9,
-    broker_properties,
-    catalogue_entry,
-    librdkafka_config,
-    tool_class,
-)
+from metaq.testing.apache_kafka import broker_properties, librdkafka_config
 from metaq.testing.compat import CompatResult
+from metaq.testing.kafka_tools import tool_class
+from metaq.testing.kafka_versions import REQUIRED_VERSIONS, V0_8, V1_1, V2_8, V3_9, catalogue_entry
 from metaq.testing.maven import PeerUnavailableError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))

@@ -21,7 +21,7 @@ from typing import Any
 from metaq.broker.context import BrokerContext
 from metaq.broker.log.log_dirs import LogDirDescription
 from metaq.errors import ErrorCode, MetaqError
-from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct
 from metaq.protocol.responses import AlterReplicaLogDirsResponse, DescribeLogDirsResponse
 from zk_layout.acl_formats import AclOperation, ResourceType
 
@@ -103,7 +103,7 @@ def _alter(ctx: BrokerContext, log_dir: Path | None, topic: str, partition: int)
     return ErrorCode.NONE
 
 
-def _partitions(entries: Iterable[Any]) -> Iterable[tuple[str, int]]:
+def _partitions(entries: Iterable[ApiStruct]) -> Iterable[tuple[str, int]]:
     for topic in entries:
         for partition in topic.partitions:
             yield topic.name, partition

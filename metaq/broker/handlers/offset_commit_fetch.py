@@ -7,8 +7,7 @@ group's ZooKeeper offsets on the client's behalf, as Kafka 0.8.2 did.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.request_bounds import in_slices
@@ -26,7 +25,7 @@ FetchTopic = OffsetFetchResponse.OffsetFetchResponseTopic
 FetchPartition = FetchTopic.OffsetFetchResponsePartition
 
 
-def _commit_response(version: int, topics: Any, errors: dict[tuple[str, int], int]) -> ApiResponse:
+def _commit_response(version: int, topics: Iterable[ApiStruct], errors: dict[tuple[str, int], int]) -> ApiResponse:
     return OffsetCommitResponse[version](throttle_time_ms=0, topics=[
         CommitTopic(name=t.name, partitions=[
             CommitPartition(partition_index=p.partition_index, error_code=errors[(t.name, p.partition_index)])

@@ -42,7 +42,7 @@ from metaq.errors import (
 from metaq.protocol.messages import ApiRequest
 from metaq.protocol.produce_response import PartitionAnswer, TopicAnswer
 from zk_layout.acl_formats import AclOperation, ResourceType
-from zk_layout.formats import INTERNAL_TOPICS
+from zk_layout.topic_formats import INTERNAL_TOPICS
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from metaq.errors import ControllerMovedError, ErrorCode, MalformedNodeError, Me
 from metaq.retry import zookeeper_follower
 from zk_layout import PartitionState, ZkLayout
 from zk_layout.controller import ControllerEpoch
-from zk_layout.formats import TopicAssignment
+from zk_layout.topic_formats import TopicAssignment
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,13 +34,13 @@ from metaq.broker.log.manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher, PartitionMeta
 from metaq.broker.purgatory import AppendNotifier
-from metaq.broker.quota.replication import ReplicationQuota
+from metaq.broker.replication.acks_all import AcksAll
+from metaq.broker.replication.follower import FollowerSide, _now_ms
 from metaq.broker.replication.leader_epochs import EpochEnd, LeaderEpochCache
 from metaq.broker.replication.partition_state import LeaderState
-from metaq.broker.replication.replica_fetcher import FetchPosition, FetchSource, ReplicaFetcher
-from metaq.broker.replication.roles import FETCHING, LEADER, OFFLINE, TRUNCATING, Following, Role, Waiter
-from metaq.errors import ErrorCode, MetaqError, StaleVersionError, StorageError
-from metaq.protocol.batches import read_header
+from metaq.broker.replication.replica_fetcher import ReplicaFetcher
+from metaq.broker.replication.roles import LEADER, OFFLINE, TRUNCATING, Following, Role
+from metaq.errors import ErrorCode, MetaqError, StaleVersionError
 from metaq.retry import replica_role_retry
 from zk_layout import PartitionState, ZkLayout
 
@@ -49,14 +48,13 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 HW_CHECKPOINT = "replication-offset-checkpoint"
-MIN_ISR_CACHE_S = 2.0
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+class ReplicaManager(AcksAll, FollowerSide):
+    """Owns the :class:`~.roles.Role` of every replicated partition hosted here, the replica fetcher threads (one per
+    leader broker), the leader epoch caches, the high watermark checkpoints and the ISR writes of the partitions
+    this broker leads. Runs on the event loop; the fetchers call back into it there (module docstring)."""
 
-
-class ReplicaManager:
     def __init__(self, config: BrokerConfig, logs: LogManager, metadata: MetadataWatcher, layout: ZkLayout,
                  notifier: AppendNotifier) -> None:
         self._config = config
@@ -360,181 +358,6 @@ class ReplicaManager:
         if state.update_hw(plog.log_end_offset, meta.isr):
             self._notifier.notify(key)  # consumers waiting in a long poll may now read more
         self._check_waiters(role, meta)
-
-    # ------------------------------------------------------------------------------------------ acks=all
-
-    async def min_insync_replicas(self, topic: str) -> int:
-        cached = self._min_isr.get(topic)
-        if cached is not None and time.monotonic() - cached[1] < MIN_ISR_CACHE_S:
-            return cached[0]
-        value = self._config.min_insync_replicas
-        try:
-            stored = await asyncio.to_thread(self._layout.topic_config, topic)
-            if stored is not None and "min.insync.replicas" in stored.config:
-                value = int(stored.config["min.insync.replicas"])
-        except (MetaqError, ValueError) as e:
-            log.warning("min.insync.replicas of topic %s unreadable (using %d): %s", topic, value, e)
-        self._min_isr[topic] = (value, time.monotonic())
-        return value
-
-    def replicated(self, topic: str, partition: int) -> bool:
-        return (topic, partition) in self._replicas
-
-    def isr_size(self, topic: str, partition: int) -> int:
-        meta = self._metadata.snapshot.partition(topic, partition)
-        return len(meta.isr) if meta is not None else 0
-
-    async def wait_replicated(self, topic: str, partition: int, required: int, min_isr: int,
-                              timeout_s: float) -> int:
-        """Wait until the HW reaches ``required``: 0, or the error code to answer the produce with."""
-        key = (topic, partition)
-        role = self._replicas.get(key)
-        if role is None or role.leading is None:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        assert self._loop is not None
-        waiter = Waiter(required, min_isr, self._loop.create_future())
-        role.waiters.append(waiter)
-        meta = self._metadata.snapshot.partition(topic, partition)
-        if meta is not None:
-            self._check_waiters(role, meta)
-        try:
-            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
-        except TimeoutError:
-            return ErrorCode.REQUEST_TIMED_OUT
-        finally:
-            if waiter in role.waiters:
-                role.waiters.remove(waiter)
-
-    def _check_waiters(self, role: Role, meta: PartitionMeta) -> None:
-        state = role.leading
-        if state is None:
-            return
-        for waiter in list(role.waiters):
-            if waiter.future.done():
-                continue
-            if state.hw >= waiter.required:
-                waiter.future.set_result(ErrorCode.NONE)
-            elif len(meta.isr) < waiter.min_isr:
-                waiter.future.set_result(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
-
-    def _fail_waiters(self, role: Role, code: int) -> None:
-        for waiter in role.waiters:
-            if not waiter.future.done():
-                waiter.future.set_result(code)
-        role.waiters.clear()
-
-    # ------------------------------------------------------------------------------------------ follower
-
-    follower_quota: ReplicationQuota | None = None
-    """The follower's replication throttle (metaq/broker/quota/replication.py), set by the server."""
-
-    def in_isr(self, key: TopicPartition, broker_id: int) -> bool:
-        """Whether ``broker_id`` is in the partition's ISR (replication throttles spare in-sync replicas)."""
-        meta = self._metadata.snapshot.partition(*key)
-        return meta is not None and broker_id in meta.isr
-
-    def fetch_position(self, key: TopicPartition) -> FetchPosition | None:
-        """For a fetcher thread (any thread): where to fetch from, or None if not following."""
-        role = self._replicas.get(key)
-        plog = self._logs.get(*key)
-        if role is None or plog is None:
-            return None
-        state, following = role.state, role.following
-        if following is None:
-            return None
-        truncate_epoch = None
-        if state == TRUNCATING:
-            cache = self._epochs.get(key)
-            truncate_epoch = cache.latest_epoch if cache is not None else -1
-        return FetchPosition(plog.log_end_offset, following.leader_epoch, truncate_epoch)
-
-    def _role_for(self, source: FetchSource) -> Role | None:
-        """The role a fetcher's answer is for, if it did not change since the request was sent."""
-        role = self._replicas.get(source.key)
-        if role is None or role.following is None or not role.following.is_(source.leader, source.leader_epoch):
-            return None
-        return role
-
-    def truncate_follower(self, source: FetchSource, answer: EpochEnd) -> None:
-        """Event loop: the leader answered OffsetForLeaderEpoch for our latest epoch with ``answer``: cut our
-        log where it stops agreeing with the leader's (KIP-101, with KIP-279's refinement when the leader
-        knows only an older epoch), then fetch. Without epochs on either side, the high watermark is the
-        fallback (what every ISR member had)."""
-        key = source.key
-        role = self._role_for(source)
-        plog = self._logs.get(*key)
-        if role is None or role.following is None or plog is None:
-            return
-        following = role.following
-        cache = self.epoch_cache(key, plog)
-        epoch, end_offset = answer
-        if epoch < 0 or end_offset < 0 or cache.latest_epoch < 0:
-            target = following.hw
-        elif epoch == cache.latest_epoch:
-            target = end_offset
-        else:
-            target = min(end_offset, cache.end_offset_for(epoch, plog.log_end_offset).end_offset)
-        if target < plog.log_end_offset:
-            log.warning("%s-%d: truncating from %d to %d, where our log and leader %d's diverge (epoch %d)",
-                        *key, plog.log_end_offset, target, source.leader, epoch)
-            plog.truncate_to(target)
-            cache.truncate_from_end(plog.log_end_offset)
-            following.hw = min(following.hw, plog.log_end_offset)
-        if role.is_(TRUNCATING):
-            role.transition(FETCHING, following=following, why=f"from offset {plog.log_end_offset}")
-
-    def append_fetched(self, source: FetchSource, records: bytes, leader_hw: int, leader_start: int = -1) -> None:
-        """Event loop: batches a fetcher got from the leader; dropped if the role changed since the request
-        was sent."""
-        key = source.key
-        role = self._role_for(source)
-        if role is None or role.following is None:
-            return
-        if not role.is_(FETCHING):
-            return  # a fetch sent before the truncation check was decided
-        following = role.following
-        plog = self._logs.get_or_create(*key)
-        if records:
-            first = read_header(records)
-            if plog.log_start_offset == plog.log_end_offset and first.base_offset < plog.log_end_offset:
-                # an empty log restarted inside the leader's first batch: start where that batch does (Kafka)
-                plog.truncate_fully_and_start_at(first.base_offset)
-                self.epoch_cache(key, plog).truncate_from_end(0)
-            try:
-                headers = plog.append_replica(records)
-            except (MetaqError, OSError) as e:
-                self._logs.handle_error(*key, e)  # a hard I/O error takes the log dir offline
-                raise StorageError(f"{key[0]}-{key[1]}: appending batches from broker {source.leader} failed: "
-                                   f"{e}") from e
-            cache = self.epoch_cache(key, plog)
-            for header in headers:
-                cache.assign(header.partition_leader_epoch, header.base_offset)
-        following.hw = max(following.hw, min(leader_hw, plog.log_end_offset))
-        if plog.log_start_offset < leader_start <= plog.log_end_offset:  # the leader's DeleteRecords/retention
-            self._logs.delete_records(*key, leader_start, _now_ms())
-
-    def leader_out_of_range(self, source: FetchSource, leader_end: int, leader_start: int) -> None:
-        """Event loop: our fetch offset is outside the leader's log. Past its end: our tail was never
-        replicated (never acknowledged with acks=all), cut it. Below its start (the leader's retention or
-        DeleteRecords removed what we lack): restart our log empty at the leader's start."""
-        key = source.key
-        role = self._role_for(source)
-        plog = self._logs.get(*key)
-        if role is None or role.following is None or plog is None:
-            return
-        following = role.following
-        if 0 <= leader_end < plog.log_end_offset:
-            log.warning("%s-%d: truncating from %d to the leader's log end %d", *key, plog.log_end_offset,
-                        leader_end)
-            plog.truncate_to(leader_end)
-            self.epoch_cache(key, plog).truncate_from_end(plog.log_end_offset)
-            following.hw = min(following.hw, plog.log_end_offset)
-        elif plog.log_end_offset < leader_start:
-            log.warning("%s-%d: our log ends at %d, below leader %d's log start %d: restarting it there", *key,
-                        plog.log_end_offset, source.leader, leader_start)
-            plog.truncate_fully_and_start_at(leader_start)
-            self.epoch_cache(key, plog).truncate_from_end(0)
-            following.hw = leader_start
 
     # ------------------------------------------------------------------------------------------ ISR
 

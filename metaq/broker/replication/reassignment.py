@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from zk_layout import PartitionState
-from zk_layout.formats import TopicAssignment
+from zk_layout.topic_formats import TopicAssignment
 
 log = logging.getLogger(__name__)
 
