@@ -23,6 +23,8 @@ ends with one set of tables:
    then lz4 and zstd topics of the same messages, metaq's stream iterator and batch listener against
    confluent-kafka's poll() and consume(10000);
 3. rebalance: 4 consumer processes x 64 partitions, clean leave/join and SIGKILL (bench/rebalance.py);
+   3b. the same leave/join on ZooKeeper coordination, Kafka coordination with range and with cooperative-sticky:
+   time to fetch again, partitions paused vs moved (bench/rebalance_kafka.py; --only rebalance-kafka);
 4. commit: ZooKeeperOffsetStore.commit of 1,000 partitions (bench/rebalance.py);
 5. offsets: commit latency through the offsets channel vs ZooKeeper, 3-member group stabilisation (bench/offsets.py);
 6. spark: batch read of 1M 100-byte messages from 12 partitions and micro-batches, local[2] (bench/spark.py);
@@ -69,6 +71,7 @@ import psutil
 from bench import apache as bench_apache
 from bench import consumer as bench_consumer
 from bench import rebalance as bench_rebalance
+from bench import rebalance_kafka as bench_rebalance_kafka
 from bench import scale as bench_scale
 from bench.clients import (
     KCAT,
@@ -371,8 +374,8 @@ class Plan:
 
 FULL = Plan(300_000, [100, 1024], 1_000_000, 4, 3, 6, 3, 6000, 20, bench_scale.SIZES, 2, 5, 1_000_000)
 QUICK = Plan(50_000, [100], 200_000, 4, 1, 3, 1, 3000, 5, ((10, 1_000),), 1, 1, 100_000)
-SECTIONS = ("broker", "producer", "consumer", "rebalance", "commit", "offsets", "spark", "security", "scale",
-            "replication", "apache", "transactions", "cleaner", "reassign")
+SECTIONS = ("broker", "producer", "consumer", "rebalance", "rebalance-kafka", "commit", "offsets", "spark", "security",
+            "scale", "replication", "apache", "transactions", "cleaner", "reassign")
 Table = tuple[list[str], list[list[str]]]
 
 
@@ -458,6 +461,14 @@ def main() -> None:
             tables.append((f"3. Rebalance latency (zookeeper.session.timeout.ms={plan.session_timeout_ms}; "
                            "otherwise Kafka 0.8 defaults)",
                            bench_rebalance.rebalance_table(changes, plan.session_timeout_ms)))
+        if "rebalance-kafka" in only:
+            print("== 3b. rebalance: Kafka vs ZooKeeper coordination, eager vs cooperative-sticky", flush=True)
+            kafka_results = bench_rebalance_kafka.measure(
+                env.zk, env.bootstrap, env.layout, env.work_dir, reps=plan.rebalance_reps,
+                session_timeout_ms=10000, heartbeat_ms=3000, report=lambda line: print(line, flush=True))
+            tables.append(("3b. Rebalance, Kafka vs ZooKeeper coordination (session 10 s, heartbeat.interval.ms "
+                           "3000)", bench_rebalance_kafka.table(kafka_results)))
+            targets += bench_rebalance_kafka.targets(kafka_results)
         if "commit" in only:
             print("== 4. offset commit latency", flush=True)
             fence, times = bench_rebalance.measure_commit(env.client, reps=plan.commit_reps,

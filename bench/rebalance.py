@@ -96,7 +96,7 @@ class _Reporter:
 
 def worker(zk: str, group: str, session_timeout_ms: int) -> None:
     """One group member: consume until SIGTERM, reporting as described in the module docstring."""
-    from metaq.consumer import Consumer, ConsumerTimeoutError
+    from metaq.consumer import Consumer
 
     logging.basicConfig(level=os.environ.get("METAQ_BENCH_LOG_LEVEL", "WARNING"), stream=sys.stderr,
                         format="%(asctime)s.%(msecs)03d %(threadName)s %(name)s %(levelname)s %(message)s",
@@ -107,8 +107,16 @@ def worker(zk: str, group: str, session_timeout_ms: int) -> None:
     config = {"group.id": group, "zookeeper.connect": zk, "zookeeper.session.timeout.ms": session_timeout_ms,
               "consumer.timeout.ms": 100, "auto.offset.reset": "largest"}
     consumer = Consumer(config, rebalance_listener=reporter)
+    consume_until_stopped(consumer, reporter, TOPIC, stop)
+
+
+def consume_until_stopped(consumer: Any, reporter: Any, topic: str, stop: threading.Event) -> None:
+    """A worker's life after its consumer exists: one stream of ``topic``, each message's partition to
+    ``reporter.consumed``, shut down when ``stop`` is set; ``joining``/``leaving``/``left`` events around it."""
+    from metaq.consumer import ConsumerTimeoutError
+
     reporter.emit("joining", consumer_id=consumer.consumer_id)
-    [stream] = consumer.create_message_streams({TOPIC: 1})[TOPIC]
+    [stream] = consumer.create_message_streams({topic: 1})[topic]
     consumed = reporter.consumed
     while not stop.is_set():
         try:
@@ -129,14 +137,14 @@ def worker(zk: str, group: str, session_timeout_ms: int) -> None:
 class Member:
     """A worker process and the events it printed."""
 
-    def __init__(self, zk: str, group: str, session_timeout_ms: int, log_dir: Path, name: str) -> None:
+    def __init__(self, worker_argv: list[str], log_dir: Path, name: str, module: str = "bench.rebalance") -> None:
+        """``python -m <module> worker <worker_argv>``, its stderr in ``log_dir/<name>.log``."""
         self.name = name
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.rebalance", "worker", "--zk", zk, "--group", group,
-             "--session-timeout-ms", str(session_timeout_ms)],
+            [sys.executable, "-m", module, "worker", *worker_argv],
             stdout=subprocess.PIPE, stderr=self._log, preexec_fn=die_with_parent(),
             cwd=Path(__file__).resolve().parent.parent)
         self._reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
@@ -183,20 +191,23 @@ class Member:
 class Trickle(threading.Thread):
     """One message per partition every ``interval`` seconds, so that a new owner always has data soon."""
 
-    def __init__(self, bootstrap: str, interval: float = TRICKLE_INTERVAL_S) -> None:
+    def __init__(self, bootstrap: str, interval: float = TRICKLE_INTERVAL_S, topic: str = TOPIC,
+                 partitions: int = PARTITIONS) -> None:
         super().__init__(name="trickle", daemon=True)
         import confluent_kafka
 
         self._producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "acks": 1})
         self._interval = interval
+        self._topic = topic
+        self._partitions = partitions
         self._halt = threading.Event()
 
     def run(self) -> None:
         value = b"r" * 100
         next_at = time.monotonic()
         while not self._halt.is_set():
-            for p in range(PARTITIONS):
-                self._producer.produce(TOPIC, value, partition=p)
+            for p in range(self._partitions):
+                self._producer.produce(self._topic, value, partition=p)
             self._producer.poll(0)
             next_at += self._interval
             self._halt.wait(max(0.0, next_at - time.monotonic()))
@@ -247,7 +258,8 @@ class Group:
 
     def add(self) -> Member:
         self._count += 1
-        member = Member(self.zk, self.group, self.session_timeout_ms, self.work_dir, f"member-{self._count}")
+        argv = ["--zk", self.zk, "--group", self.group, "--session-timeout-ms", str(self.session_timeout_ms)]
+        member = Member(argv, self.work_dir, f"member-{self._count}")
         self.members.append(member)
         return member
 
@@ -311,7 +323,7 @@ class Group:
         raise RuntimeError(f"group did not settle within {timeout}s: {state}")
 
 
-def _join_time(member: Member, timeout: float = 60.0) -> float:
+def join_time(member: Member, timeout: float = 60.0) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         joined = member.event("joining")
@@ -363,7 +375,7 @@ def measure_rebalance(zk: str, client: Any, bootstrap: str, layout: Any, work_di
                 record("SIGKILL", t0)
             victim.wait()
             newcomer = group.add()
-            record("clean join", _join_time(newcomer))
+            record("clean join", join_time(newcomer))
     finally:
         group.stop_all()
         trickle.stop()
