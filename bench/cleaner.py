@@ -267,7 +267,8 @@ def measure_cleaning(broker: Broker, keys: int) -> Cleaning:
 
 # -- produce while cleaning -----------------------------------------------------------------------------------------
 
-def produce_while_cleaning(broker: Broker, keys: int, messages: int) -> list[ProduceRound]:
+def produce_while_cleaning(broker: Broker, keys: int, messages: int,
+                           io_rate: float | None = None) -> list[ProduceRound]:
     """Idle rounds, busy rounds while a backlog is cleaned, an idle round after (see the module doc)."""
     backlog = "cleaner-backlog"
     broker.make_topic(backlog, {"cleanup.policy": "delete",
@@ -293,8 +294,9 @@ def produce_while_cleaning(broker: Broker, keys: int, messages: int) -> list[Pro
     for _ in range(PRODUCE_ROUNDS_IDLE):
         timed("idle")
     set_compact(broker.bootstrap, backlog)
-    wait_until(lambda: broker.cleaner_checkpoint(backlog) is not None or _cleaning_started(broker, backlog), 60,
-               "the cleaner starting on the backlog", interval=0.05)
+    # a throttled cleaner reads the whole backlog for its offset map before it writes a .cleaned file
+    wait_until(lambda: broker.cleaner_checkpoint(backlog) is not None or _cleaning_started(broker, backlog),
+               60 if io_rate is None else CLEAN_TIMEOUT_S, "the cleaner starting on the backlog", interval=0.05)
     for _ in range(PRODUCE_ROUNDS_BUSY):
         if not timed("busy").counted:
             break
@@ -325,7 +327,7 @@ def run(keys: int = 1_000_000, messages: int = 300_000, io_rate: float | None = 
         results.load.append(f"start: {_loadavg()}")
         metaq = metaq_broker(env.broker, env.layout)
         if produce_only:
-            results.rounds = produce_while_cleaning(metaq, keys, messages)
+            results.rounds = produce_while_cleaning(metaq, keys, messages, io_rate)
             results.load.append(f"after produce while cleaning: {_loadavg()}")
             return results
         results.cleanings.append(measure_cleaning(metaq, keys))
@@ -338,7 +340,7 @@ def run(keys: int = 1_000_000, messages: int = 300_000, io_rate: float | None = 
                 cleaning.own_mib, cleaning.own_s = stats
             results.cleanings.append(cleaning)
         results.load.append(f"after the cleanings: {_loadavg()}")
-        results.rounds = produce_while_cleaning(metaq, keys, messages)
+        results.rounds = produce_while_cleaning(metaq, keys, messages, io_rate)
         results.load.append(f"after produce while cleaning: {_loadavg()}")
     return results
 
