@@ -45,7 +45,7 @@ ends with one set of tables:
    and to the first record fetched that was produced after it (bench/replication.py; --only replication).
 12. cleaner: the log cleaner's MB/s, records/s and CPU seconds per GB beside Apache Kafka 3.9.2's on the same
    records (1M keys x 10 versions, 100 B values), and produce throughput while it cleans (bench/cleaner.py;
-   --only cleaner, --cleaner-keys).
+   --only cleaner, --cleaner-keys, --cleaner-io-rate, --cleaner-produce-only).
 13. reassign: 1 GiB (--reassign-mb) of 4 partitions moved from broker 0 to 1 unthrottled and back throttled
    (--reassign-throttle-mb, default 20 MB/s): time, MB/s, and the p50/p99 produce latency of a steady acks=all
    producer on a topic of both brokers, without a move and during each (bench/reassign.py; --only reassign).
@@ -400,6 +400,11 @@ def main() -> None:
                         help=f"apache section: comma-separated subset of {bench_apache.PARTS}")
     parser.add_argument("--cleaner-keys", type=int, default=None,
                         help="cleaner section: keys, each written 10 times (default 1,000,000; --quick 50,000)")
+    parser.add_argument("--cleaner-io-rate", type=float, default=None,
+                        help="cleaner section: the metaq broker's log.cleaner.io.max.bytes.per.second "
+                             "(default unthrottled)")
+    parser.add_argument("--cleaner-produce-only", action="store_true",
+                        help="cleaner section: only produce while cleaning (no Kafka broker, no cleaning cost)")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     only = {s.strip() for s in args.only.split(",") if s.strip()}
@@ -507,7 +512,8 @@ def main() -> None:
         from bench import cleaner as bench_cleaner
 
         cleaner_results = bench_cleaner.run(args.cleaner_keys or (50_000 if args.quick else 1_000_000),
-                                            100_000 if args.quick else 300_000)
+                                            100_000 if args.quick else 300_000, args.cleaner_io_rate,
+                                            args.cleaner_produce_only)
         targets += bench_cleaner.targets(cleaner_results)
         late.append(lambda: bench_cleaner.print_tables(cleaner_results))
     if "offsets" in only:

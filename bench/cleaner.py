@@ -18,6 +18,8 @@
    broker's cleaner is idle (twice), while it cleans a backlog (a compacted topic of ``keys`` x ``BACKLOG_VERSIONS``
    records switched to ``compact`` just before; rounds are counted only if its checkpoint had not reached the end
    when they finished), and idle again. The drop is one minus the median busy rate over the median idle rate.
+   ``--cleaner-io-rate B`` sets the metaq broker's ``log.cleaner.io.max.bytes.per.second`` (default: unthrottled,
+   as Kafka); ``--cleaner-produce-only`` skips part 1 (no Kafka broker) to compare throttle settings quickly.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ class ProduceRound:
 class CleanerResults:
     keys: int
     messages: int = 0
+    io_rate: float | None = None
     cleanings: list[Cleaning] = field(default_factory=list)
     rounds: list[ProduceRound] = field(default_factory=list)
     load: list[str] = field(default_factory=list)
@@ -265,7 +268,8 @@ def measure_cleaning(broker: Broker, keys: int) -> Cleaning:
 
 # -- produce while cleaning -----------------------------------------------------------------------------------------
 
-def produce_while_cleaning(broker: Broker, keys: int, messages: int) -> list[ProduceRound]:
+def produce_while_cleaning(broker: Broker, keys: int, messages: int,
+                           io_rate: float | None = None) -> list[ProduceRound]:
     """Idle rounds, busy rounds while a backlog is cleaned, an idle round after (see the module doc)."""
     backlog = "cleaner-backlog"
     broker.make_topic(backlog, {"cleanup.policy": "delete",
@@ -291,8 +295,9 @@ def produce_while_cleaning(broker: Broker, keys: int, messages: int) -> list[Pro
     for _ in range(PRODUCE_ROUNDS_IDLE):
         timed("idle")
     set_compact(broker.bootstrap, backlog)
-    wait_until(lambda: broker.cleaner_checkpoint(backlog) is not None or _cleaning_started(broker, backlog), 60,
-               "the cleaner starting on the backlog", interval=0.05)
+    # a throttled cleaner reads the whole backlog for its offset map before it writes a .cleaned file
+    wait_until(lambda: broker.cleaner_checkpoint(backlog) is not None or _cleaning_started(broker, backlog),
+               60 if io_rate is None else CLEAN_TIMEOUT_S, "the cleaner starting on the backlog", interval=0.05)
     for _ in range(PRODUCE_ROUNDS_BUSY):
         if not timed("busy").counted:
             break
@@ -308,16 +313,24 @@ def _cleaning_started(broker: Broker, topic: str) -> bool:
 
 # -- the section ----------------------------------------------------------------------------------------------------
 
-def run(keys: int = 1_000_000, messages: int = 300_000) -> CleanerResults:
-    """Both parts on one ZooKeeper: a metaq broker (this run's) and a Kafka 3.9 broker beside it."""
-    results = CleanerResults(keys, messages)
+def run(keys: int = 1_000_000, messages: int = 300_000, io_rate: float | None = None,
+        produce_only: bool = False) -> CleanerResults:
+    """Both parts on one ZooKeeper: a metaq broker (this run's) and a Kafka 3.9 broker beside it; ``io_rate``:
+    the metaq broker's cleaner I/O limit in bytes/s (None: unthrottled)."""
+    results = CleanerResults(keys, messages, io_rate=io_rate)
 
     def configure(zk: str, broker: BrokerProcess, work: Path) -> None:
         broker.properties.update(BROKER_PROPERTIES)
+        if io_rate is not None:
+            broker.properties["log.cleaner.io.max.bytes.per.second"] = str(io_rate)
 
     with environment(configure) as env:
         results.load.append(f"start: {_loadavg()}")
         metaq = metaq_broker(env.broker, env.layout)
+        if produce_only:
+            results.rounds = produce_while_cleaning(metaq, keys, messages, io_rate)
+            results.load.append(f"after produce while cleaning: {_loadavg()}")
+            return results
         results.cleanings.append(measure_cleaning(metaq, keys))
         zk_hosts = env.zk.split("/", 1)[0]
         with ApacheKafkaBroker(V3_9, zk_hosts=zk_hosts, base_dir=env.work_dir / "kafka",
@@ -328,7 +341,7 @@ def run(keys: int = 1_000_000, messages: int = 300_000) -> CleanerResults:
                 cleaning.own_mib, cleaning.own_s = stats
             results.cleanings.append(cleaning)
         results.load.append(f"after the cleanings: {_loadavg()}")
-        results.rounds = produce_while_cleaning(metaq, keys, messages)
+        results.rounds = produce_while_cleaning(metaq, keys, messages, io_rate)
         results.load.append(f"after produce while cleaning: {_loadavg()}")
     return results
 
@@ -356,5 +369,6 @@ def print_tables(results: CleanerResults) -> None:
         rows.append(["median busy / median idle", f"{busy / idle:.2f}x", f"drop {100 * (1 - busy / idle):.0f}%"])
     print_table(["phase", "msgs/s", "counted"], rows,
                 f"Produce while cleaning (metaq broker, confluent-kafka, {results.messages:,} x {VALUE_SIZE} B, "
-                f"acks=1; backlog {results.keys:,} keys x {BACKLOG_VERSIONS})")
+                f"acks=1; backlog {results.keys:,} keys x {BACKLOG_VERSIONS}; cleaner I/O "
+                f"{'unthrottled' if results.io_rate is None else f'{results.io_rate:,.0f} B/s'})")
     print(f"load average: {'; '.join(results.load)}")

@@ -4,6 +4,7 @@ same produce sequence compacted by Apache Kafka 3.9: the surviving key -> (offse
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -16,11 +17,12 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, decode_key
 from metaq.broker.log.cleaner.swap import CRASH_ENV
-from metaq.broker.process import BrokerProcess
+from metaq.broker.process import BrokerProcess, free_port
 from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header
 from metaq.protocol.records import decode_records
 from metaq.testing.apache_kafka import ApacheKafkaBroker
 from metaq.testing.broker import BrokerCluster
+from metaq.testing.cli import run_cli
 from metaq.testing.kafka_versions import V3_9
 from metaq.testing.wait import wait_until
 from zk_layout import split_connect
@@ -49,9 +51,11 @@ def _chroot(zk_connect: str, prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def metaq_broker(zk_server, tmp_path_factory) -> Iterator[BrokerProcess]:  # type: ignore[no-untyped-def]
-    """One metaq broker for the module, each test on topics of its own."""
+    """One metaq broker for the module, each test on topics of its own (its metrics endpoint for ``topics
+    describe``)."""
     broker = BrokerProcess(_chroot(zk_server.connect_string, "metaq-compaction"), 0,
-                           tmp_path_factory.mktemp("compaction"), properties=BROKER).start()
+                           tmp_path_factory.mktemp("compaction"),
+                           properties={**BROKER, "metrics.port": free_port()}).start()
     try:
         yield broker
     finally:
@@ -167,6 +171,12 @@ def test_latest_value_per_key_survives_in_several_passes(metaq_broker: BrokerPro
     assert len(result) < len(produced)
     assert "Offset map full" in metaq_broker.log_path.read_text(errors="replace")  # the 2400-byte buffer
     assert (metaq_dir(metaq_broker, topic).parent / "cleaner-offset-checkpoint").read_text().count(topic) == 1
+    # topics describe: the policy by DescribeConfigs, the dirty ratio from the broker's metrics endpoint
+    described = run_cli("topics", "describe", topic, "--bootstrap-server", metaq_broker.bootstrap, "--json",
+                        "--metrics-url", f"0=http://127.0.0.1:{metaq_broker.properties['metrics.port']}")
+    assert described.returncode == 0, described.stderr
+    [shown] = json.loads(described.stdout)["topics"]
+    assert shown["cleanup_policy"] == "compact" and 0.0 <= shown["partitions"][0]["dirty_ratio"] < 1.0
 
 
 def test_tombstones_vanish_after_delete_retention(metaq_broker: BrokerProcess) -> None:

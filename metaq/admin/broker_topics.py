@@ -144,6 +144,19 @@ class BrokerTopics:
         finally:
             conn.close()
 
+    def config_value(self, topic: str, name: str) -> str | None:
+        """DescribeConfigs of one key: the value the broker applies to the topic, override or broker default
+        (how ``metaq topics describe`` learns the cleanup policy)."""
+        answer = self._send(DescribeConfigsRequest, ApiKey.DESCRIBE_CONFIGS, MAX_DESCRIBE_CONFIGS_VERSION, {
+            "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": topic, "configuration_keys": [name]}],
+            "include_synonyms": False})
+        for result in answer.results:
+            _raise(result.error_code, result.error_message, f"describing the config of topic {topic}")
+            for entry in result.configs:
+                if entry.name == name:
+                    return str(entry.value) if entry.value is not None else None
+        return None
+
     def overrides(self, topic: str) -> dict[str, str]:
         """DescribeConfigs: the topic's own overrides (config source DYNAMIC_TOPIC_CONFIG)."""
         answer = self._send(DescribeConfigsRequest, ApiKey.DESCRIBE_CONFIGS, MAX_DESCRIBE_CONFIGS_VERSION, {

@@ -25,6 +25,7 @@ from metaq.broker.auth.listeners import (
 )
 from metaq.broker.auth.tls import CLIENT_AUTH, TlsSettings
 from metaq.broker.log.cleaner.config import CleanerConfig
+from metaq.broker.log.cleaner.throttle import UNTHROTTLED
 from metaq.broker.log.config import CREATE_TIME, TIMESTAMP_TYPES, LogConfig
 from metaq.broker.security.authorizer import check_authorizer_class, check_super_users
 from metaq.client.security import ENDPOINT_IDENTIFICATION, SecurityConfig
@@ -55,6 +56,10 @@ INERT_KEYS = frozenset(
 def _dedupe_buffer(value: int) -> str | None:
     # One offset map entry is 24 bytes (a 16-byte key hash and an 8-byte offset), as Kafka's SkimpyOffsetMap.
     return None if value >= 1024 else "must be at least 1024"
+
+
+def _positive_rate(value: float) -> str | None:
+    return None if value > 0 else "must be positive"
 
 
 def _broker_id(value: int) -> str | None:
@@ -225,6 +230,9 @@ class BrokerConfig(ZooKeeperClientConfig):
                                                doc="bytes of key->offset map shared by the cleaner threads")
     log_cleaner_backoff_ms: int = prop("log.cleaner.backoff.ms", 15000, check=positive,
                                        doc="how long a cleaner thread sleeps when no log needs cleaning")
+    log_cleaner_io_max_bytes_per_second: float = prop("log.cleaner.io.max.bytes.per.second", UNTHROTTLED,
+                                                      check=_positive_rate,
+                                                      doc="read+write bytes/s of all cleaner threads together")
     log_index_interval_bytes: int = prop("log.index.interval.bytes", 4096, check=positive)
     log_index_size_max_bytes: int = prop("log.index.size.max.bytes", 10485760, check=positive)
     log_flush_interval_messages: int = prop("log.flush.interval.messages", NEVER, check=positive)
@@ -379,4 +387,5 @@ class BrokerConfig(ZooKeeperClientConfig):
             threads=self.log_cleaner_threads,
             dedupe_buffer_size=self.log_cleaner_dedupe_buffer_size,
             backoff_ms=self.log_cleaner_backoff_ms,
+            io_max_bytes_per_second=self.log_cleaner_io_max_bytes_per_second,
         )

@@ -30,6 +30,12 @@ def _topics(args: argparse.Namespace) -> BrokerTopics:
     return BrokerTopics(BootstrapLayout.connect(args.bootstrap_server, security))
 
 
+def cleanup_policies(args: argparse.Namespace, topics: list[str]) -> dict[str, str | None]:
+    """Each topic's ``cleanup.policy`` as its brokers apply it (DescribeConfigs: override or broker default)."""
+    brokers = _topics(args)
+    return {topic: brokers.config_value(topic, "cleanup.policy") for topic in topics}
+
+
 def create(args: argparse.Namespace, config: dict[str, str]) -> Replicas:
     """The new topic's replicas per partition, once each partition has a leader."""
     return _topics(args).create(args.topic, args.partitions, replication_factor=args.replication_factor,

@@ -3,6 +3,8 @@
     metaq topics create --zookeeper 127.0.0.1:2181 --topic clicks --partitions 6 --topic-config retention.ms=86400000
     metaq topics list --zookeeper 127.0.0.1:2181
     metaq topics describe clicks --zookeeper 127.0.0.1:2181     # leader, replicas, ISR, log start and end
+    metaq topics describe cdc --bootstrap-server 127.0.0.1:9092 --metrics-url 0=http://127.0.0.1:9404/metrics
+        # and the cleanup policy; compacted topics: each partition's dirty ratio, from its leader's metrics
     metaq topics alter clicks --partitions 12 --zookeeper 127.0.0.1:2181     # grow only, as kafka-topics --alter
     metaq topics delete clicks --zookeeper 127.0.0.1:2181       # /admin/delete_topics: the brokers delete it
     metaq topics alter-config clicks --set segment.bytes=1048576 --delete retention.ms --zookeeper 127.0.0.1:2181
@@ -16,8 +18,8 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from metaq.cli import broker_topics
 from metaq.cli import reassign as reassign_command
@@ -27,6 +29,7 @@ from metaq.errors import ZooKeeperError
 
 if TYPE_CHECKING:  # imported where used: `metaq topics --help` needs neither the admin API nor the broker
     from metaq.admin import TopicDetail, TopicSummary
+    from metaq.admin.cleaner_metrics import MetricsSource
 
 # the keys of metaq.broker.topic_config.TOPIC_CONFIG_KEYS, named here for --help without importing the broker
 # (tests/test_cli_startup.py checks they are the same)
@@ -61,6 +64,9 @@ def register(sub: SubParsers) -> None:
     only.add_argument("--under-min-isr", action="store_true",
                       help="only partitions with fewer in-sync replicas than min.insync.replicas, or no leader")
     only.add_argument("--unavailable", action="store_true", help="only partitions without a live leader")
+    describe.add_argument("--metrics-url", action="append", default=[], metavar="[BROKER_ID=]URL",
+                          help="a broker's Prometheus endpoint (metrics.port), for the DIRTY-RATIO of compacted "
+                               "topics (repeatable; with BROKER_ID the ratio of the partitions that broker leads)")
     describe.set_defaults(func=_describe)
     delete = add_parser(actions, "delete", "delete topics: every broker hosting a partition removes its log",
                         bootstrap=True)
@@ -162,6 +168,9 @@ def _list_unhealthy(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
+    from metaq.admin.cleaner_metrics import parse_source
+
+    sources = [parse_source(text) for text in args.metrics_url]  # a bad value is refused before connecting
     with open_admin(args) as admin:
         names = args.topic or _readable_topics(admin.list_topics())
         with ProgressBar("describing topics", len(names)) as bar:
@@ -170,10 +179,51 @@ def _describe(args: argparse.Namespace) -> int:
                 details.append(admin.describe_topic(name))
                 bar.update()
     details = filter_partitions(details, under_min_isr=args.under_min_isr, unavailable=args.unavailable)
-    emit(args, {"topics": [d.to_json() for d in details]},
-         lambda: render(details) if details or not (args.under_min_isr or args.unavailable)
+    cleaning = _cleaning(args, details, sources)
+    emit(args, {"topics": [_with_cleaning(d.to_json(), cleaning) for d in details]},
+         lambda: render(details, cleaning) if details or not (args.under_min_isr or args.unavailable)
          else "No under-min-isr partitions." if args.under_min_isr else "No unavailable partitions.")
     return 0
+
+
+@dataclass(frozen=True)
+class Cleaning:
+    """What ``topics describe`` shows of log compaction: each topic's cleanup policy (None: not known, ZooKeeper
+    mode without an override: the broker's ``log.cleanup.policy`` applies), and the dirty ratio of compacted
+    partitions as their leader's metrics endpoint reports it (docs/compaction.md)."""
+
+    policies: dict[str, str | None] = field(default_factory=dict)
+    ratios: dict[tuple[str, int], float] = field(default_factory=dict)
+
+    def compacted(self, topic: str) -> bool:
+        return "compact" in (self.policies.get(topic) or "")
+
+
+def _cleaning(args: argparse.Namespace, details: list[TopicDetail], sources: list[MetricsSource]) -> Cleaning:
+    if args.bootstrap_server is not None:
+        policies = broker_topics.cleanup_policies(args, [d.topic for d in details])
+    else:
+        policies = {d.topic: d.config.get("cleanup.policy") for d in details}
+    cleaning = Cleaning(policies)
+    if not sources:
+        return cleaning
+    from metaq.admin.cleaner_metrics import dirty_ratios
+
+    leaders = {(d.topic, p.partition): p.leader for d in details for p in d.partitions}
+    for source in sources:
+        for key, ratio in dirty_ratios(source.url).items():
+            if key in leaders and (source.broker_id is None or source.broker_id == leaders[key]):
+                cleaning.ratios.setdefault(key, ratio)
+    return cleaning
+
+
+def _with_cleaning(described: dict[str, Any], cleaning: Cleaning) -> dict[str, Any]:
+    topic = described["topic"]
+    described["cleanup_policy"] = cleaning.policies.get(topic)
+    if cleaning.compacted(topic):
+        for partition in described["partitions"]:
+            partition["dirty_ratio"] = cleaning.ratios.get((topic, partition["partition"]))
+    return described
 
 
 def _readable_topics(topics: list[TopicSummary]) -> list[str]:
@@ -195,22 +245,31 @@ def filter_partitions(details: list[TopicDetail], *, under_min_isr: bool = False
     return [d for d in kept if d.partitions]
 
 
-def render(details: list[TopicDetail]) -> str:
+def render(details: list[TopicDetail], cleaning: Cleaning | None = None) -> str:
     if not details:
         return "No topics."
+    cleaning = cleaning or Cleaning()
     parts = []
     for d in details:
         config = ",".join(f"{k}={v}" for k, v in sorted(d.config.items())) or "-"
         moving = any(p.adding or p.removing for p in d.partitions)  # columns only while a reassignment runs
+        compacted = cleaning.compacted(d.topic)
+        ratio = cleaning.ratios.get
         rows = [(p.partition, p.leader, ",".join(map(str, p.replicas)), ",".join(map(str, p.isr)) or None,
                  p.status, p.log_start, p.log_end, p.messages, p.error,
-                 *((",".join(map(str, p.adding)) or None, ",".join(map(str, p.removing)) or None) if moving else ()))
+                 *((",".join(map(str, p.adding)) or None, ",".join(map(str, p.removing)) or None) if moving else ()),
+                 *((_ratio(ratio((d.topic, p.partition))),) if compacted else ()))
                 for p in d.partitions]
+        policy = cleaning.policies.get(d.topic) or "broker default"
         parts.append(f"Topic {d.topic}: {d.partition_count} partitions, replication factor {d.replication_factor}, "
-                     f"config {config}\n" + table(
+                     f"config {config}, cleanup.policy {policy}\n" + table(
             ["PARTITION", "LEADER", "REPLICAS", "ISR", "STATUS", "LOG-START-OFFSET", "LOG-END-OFFSET", "MESSAGES",
-             "ERROR", *(("ADDING", "REMOVING") if moving else ())], rows))
+             "ERROR", *(("ADDING", "REMOVING") if moving else ()), *(("DIRTY-RATIO",) if compacted else ())], rows))
     return "\n\n".join(parts)
+
+
+def _ratio(value: float | None) -> str | None:
+    return None if value is None else f"{value:.2f}"
 
 
 def _delete(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@
 | metaq_broker_coordinator_groups, metaq_broker_coordinator_members | gauge | |
 | metaq_broker_log_cleaner_runs, _bytes_read, _bytes_written, _records_removed, _failures | gauge (since start) | |
 | metaq_broker_log_cleaner_dirty_ratio | gauge | topic, partition |
+| metaq_broker_log_cleaner_max_compaction_delay_seconds | gauge | |
 
 Request counts and durations are per API (the request's name, e.g. FETCH); errors are Kafka error names in
 answers (per partition for Produce and Fetch) and ``PROTOCOL`` for frames that closed their connection. Fetch
@@ -49,6 +50,9 @@ class CleanerState:
     records_removed: int = 0
     failures: int = 0
     dirty_ratios: tuple[tuple[str, int, float], ...] = ()
+    max_compaction_delay_s: float = 0.0
+    """Kafka's ``max-compaction-delay-secs``: the longest a compacted log's first dirty segment has waited beyond
+    its ``max.compaction.lag.ms``, as of the cleaner's last choice of a log."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,8 @@ class _Families:
             "metaq_broker_log_cleaner_failures": ("Cleanings that failed since the start", []),
             "metaq_broker_log_cleaner_dirty_ratio": ("Dirty share of a compacted log's cleanable bytes",
                                                      ["topic", "partition"]),
+            "metaq_broker_log_cleaner_max_compaction_delay_seconds": (
+                "Longest wait of a compacted log's dirty records beyond max.compaction.lag.ms", []),
         })
         r.register(self.state)
 
@@ -169,3 +175,4 @@ class BrokerMetrics:
         yield "metaq_broker_log_cleaner_failures", [], cleaner.failures
         for topic, partition, ratio in cleaner.dirty_ratios:
             yield "metaq_broker_log_cleaner_dirty_ratio", [topic, str(partition)], ratio
+        yield "metaq_broker_log_cleaner_max_compaction_delay_seconds", [], cleaner.max_compaction_delay_s

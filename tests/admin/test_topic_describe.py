@@ -4,7 +4,7 @@ kafka-topics counts them (TopicCommand's under-min-isr: no leader or ISR below m
 from __future__ import annotations
 
 from metaq.admin.topics import OFFLINE, OK, UNDER_REPLICATED, PartitionDetail, TopicDetail
-from metaq.cli.topics import filter_partitions, render
+from metaq.cli.topics import Cleaning, filter_partitions, render
 
 
 def _partition(p: int, leader: int | None, isr: tuple[int, ...], status: str) -> PartitionDetail:
@@ -20,6 +20,15 @@ def test_replication_factor_and_min_isr_are_shown() -> None:
     text = render([TOPIC])
     assert "Topic clicks: 3 partitions, replication factor 3, config min.insync.replicas=2" in text
     assert TOPIC.to_json()["replication_factor"] == 3
+
+
+def test_compacted_topics_show_their_policy_and_dirty_ratio() -> None:
+    cleaning = Cleaning({"clicks": "compact,delete", "views": "delete"}, {("clicks", 0): 0.25})
+    text = render([TOPIC, HEALTHY], cleaning)
+    assert "min.insync.replicas=2, cleanup.policy compact,delete\n" in text
+    clicks, views = text.split("\n\n")
+    assert "DIRTY-RATIO" in clicks and "0.25" in clicks and "DIRTY-RATIO" not in views
+    assert "cleanup.policy delete" in views
 
 
 def test_under_min_isr_keeps_partitions_below_min_isr_or_without_leader() -> None:

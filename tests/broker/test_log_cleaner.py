@@ -3,24 +3,33 @@ keyless produce refused, swap recovery (docs/compaction.md)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from metaq.broker.log.cleaner.cleaner import Cleaner, log_end_offset
+from metaq.broker.log.cleaner.config import CleanerConfig
+from metaq.broker.log.cleaner.manager import LogCleaner
 from metaq.broker.log.cleaner.offset_map import ENTRY_SIZE, OffsetMap
 from metaq.broker.log.cleaner.swap import CLEANED_SUFFIX, SWAP_SUFFIX
+from metaq.broker.log.cleaner.throttle import IoThrottle
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.errors import InvalidRecordError
+from metaq.metrics.broker import BrokerMetrics
 from metaq.protocol.batches import read_header
 from metaq.protocol.builder import PyBatchBuilder, with_producer
 from metaq.protocol.records import decode_records
 from tests.broker import make_batch
+
+if TYPE_CHECKING:
+    from metaq.broker.log.manager import LogManager
 
 BASE_TS = 1_700_000_000_000
 Entry = tuple[bytes | None, bytes | None]  # (key, value); value None: a tombstone
@@ -57,9 +66,27 @@ def read_all(log: PartitionLog) -> list[tuple[int, bytes | None, bytes | None]]:
     return out
 
 
-def clean(log: PartitionLog, map_bytes: int = 1 << 16, now_ms: int = BASE_TS, first_dirty: int = 0) -> int:
+def clean(log: PartitionLog, map_bytes: int = 1 << 16, now_ms: int = BASE_TS, first_dirty: int = 0,
+          throttle: IoThrottle | None = None) -> int:
     log.roll("test")  # everything appended so far becomes cleanable
-    return Cleaner(OffsetMap(map_bytes), _direct, log_end_offset).clean(log, first_dirty, now_ms).end_offset
+    cleaner = Cleaner(OffsetMap(map_bytes), _direct, log_end_offset, throttle)
+    return cleaner.clean(log, first_dirty, now_ms).end_offset
+
+
+class SteppingClock:
+    """A clock that advances 1 ms per reading, for a throttle that must sleep without sleeping."""
+
+    def __init__(self) -> None:
+        self.now_ns = 0
+        self.slept = 0.0
+
+    def clock(self) -> int:
+        self.now_ns += 1_000_000
+        return self.now_ns
+
+    def sleep(self, seconds: float) -> None:
+        self.slept += seconds
+        self.now_ns += int(seconds * 1e9)
 
 
 def txn_batch(entries: Sequence[tuple[bytes, bytes]], producer_id: int, seq: int = 0) -> bytes:
@@ -83,7 +110,10 @@ def test_latest_value_per_key_survives_with_its_offset(tmp_path: Path) -> None:
         entry = (f"k{i % 7}".encode(), f"v{i}".encode())
         written.append((log.append(batch([entry])).base_offset, entry))
     end = log.log_end_offset
-    assert clean(log) == end
+    clock = SteppingClock()  # throttled to 1 KB/s: the same result, the throttle having slept
+    assert clean(log, throttle=IoThrottle(1000.0, check_interval_ms=3, clock_ns=clock.clock,
+                                          sleep=clock.sleep)) == end
+    assert clock.slept > 1.0
     records = read_all(log)
     assert {k: (o, v) for o, k, v in records if k is not None} == latest(written)
     assert [o for o, _, _ in records] == sorted(o for o, _ in latest(written).values())
@@ -290,3 +320,37 @@ def test_any_history_cleaned_any_times_reads_back_the_latest_values(
     offsets = [o for o, _, _ in records]
     assert offsets == sorted(set(offsets))
     assert {k: (o, v) for o, k, v in records if k is not None} == latest(written)
+
+
+class _Logs:
+    """What :class:`LogCleaner` asks of the broker's LogManager, over one real log."""
+
+    def __init__(self, log: PartitionLog) -> None:
+        self._log = log
+        self.log_dirs = [log.directory.parent]
+
+    def logs(self) -> list[PartitionLog]:
+        return [self._log]
+
+    def future(self, topic: str, partition: int) -> None:
+        return None
+
+
+def test_max_compaction_delay_is_the_wait_beyond_max_compaction_lag(tmp_path: Path) -> None:
+    """Kafka's max-compaction-delay-secs: records written 10 s ago in a log whose max.compaction.lag.ms is 1 s
+    have waited at least 9 s beyond it; the gauge reads it from the cleaner's last choice."""
+    log = open_log(tmp_path, max_compaction_lag_ms=1000, min_cleanable_dirty_ratio=0.99)
+    written_ms = time.time_ns() // 1_000_000 - 10_000
+    for i in range(3):
+        log.append(batch([(f"k{i}".encode(), b"v")], ts=written_ms))
+    log.roll("test")
+    registry = CollectorRegistry()
+    metrics = BrokerMetrics(registry)
+    cleaner = LogCleaner(cast("LogManager", _Logs(log)), CleanerConfig(), _direct, log_end_offset)
+    metrics.report_cleaner(cleaner.state)
+    assert registry.get_sample_value("metaq_broker_log_cleaner_max_compaction_delay_seconds") == 0
+    picked = cleaner.grab_filthiest()
+    assert picked is not None and picked[1].needs_now  # overdue: chosen whatever its ratio
+    delay = registry.get_sample_value("metaq_broker_log_cleaner_max_compaction_delay_seconds")
+    assert delay is not None and 9.0 <= delay < 3600
+    metrics.close()

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from metaq.broker.log.cleaner.offset_map import OffsetMap
 from metaq.broker.log.cleaner.rewrite import delete_horizon, filter_batch, keys_of, with_delete_horizon
 from metaq.broker.log.cleaner.swap import CLEANED_SUFFIX, fault_point, remove_cleaned, swap_in
+from metaq.broker.log.cleaner.throttle import UNTHROTTLED, IoThrottle
 from metaq.broker.log.cleaner.transactions import TxnTracker
 from metaq.broker.log.index import OffsetIndex, TimeIndex
 from metaq.broker.log.txn_index import TXN_INDEX_SUFFIX, write_entries
@@ -118,12 +119,15 @@ def first_uncleanable_offset(view: LogSnapshot, now_ms: int) -> int:
 
 
 class Cleaner:
-    """Cleans logs one at a time with one offset map (one per cleaner thread)."""
+    """Cleans logs one at a time with one offset map (one per cleaner thread); every batch read or written is
+    counted by ``throttle`` (shared by the threads), which may sleep."""
 
-    def __init__(self, offset_map: OffsetMap, on_loop: OnLoop, high_watermark: HighWatermark) -> None:
+    def __init__(self, offset_map: OffsetMap, on_loop: OnLoop, high_watermark: HighWatermark,
+                 throttle: IoThrottle | None = None) -> None:
         self.offset_map = offset_map
         self._on_loop = on_loop
         self._high_watermark = high_watermark
+        self.throttle = throttle if throttle is not None else IoThrottle(UNTHROTTLED)
 
     def clean(self, log: PartitionLog, first_dirty: int, now_ms: int) -> CleanResult:
         """One pass over ``log`` from ``first_dirty``; see the module doc."""
@@ -148,12 +152,14 @@ class Cleaner:
         """Map keys of the dirty range ``[start, upper)``; return the end of what was mapped."""
         offset_map = self.offset_map
         offset_map.clear()
+        throttle = self.throttle
         txns = TxnTracker(view.aborted, start)
         end = start
         for segment in view.segments:
             if segment.next_offset <= start or segment.base_offset >= upper:
                 continue
             for header, raw in _batches(segment):
+                throttle.observe(len(raw))  # as Kafka's buildOffsetMap: the bytes read count
                 if header.last_offset < start:
                     continue
                 if header.base_offset >= upper:
@@ -196,12 +202,13 @@ class Cleaner:
 
         base = group[0].base_offset
         directory = log.directory
-        writer = _CleanedWriter(directory, base, view.config)
+        writer = _CleanedWriter(directory, base, view.config, self.throttle)
         kept_markers: set[int] = set()
         try:
             for segment in group:
                 for header, raw in _batches(segment):
                     result.bytes_read += len(raw)
+                    self.throttle.observe(len(raw))
                     if header.is_control:
                         marker = _clean_marker(view, cleaning, header, raw, horizon_ms)
                         if marker:
@@ -297,8 +304,9 @@ def _group_segments(segments: list[LogSegment], config: LogConfig) -> list[list[
 class _CleanedWriter:
     """Writes ``<base>.log.cleaned`` and its two indexes, as a segment's append and recovery index them."""
 
-    def __init__(self, directory: Path, base: int, config: LogConfig) -> None:
+    def __init__(self, directory: Path, base: int, config: LogConfig, throttle: IoThrottle) -> None:
         name = f"{base:020d}"
+        self._throttle = throttle
         self.path = directory / f"{name}.log{CLEANED_SUFFIX}"
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.index = OffsetIndex(directory / f"{name}.index{CLEANED_SUFFIX}", base, config.index_max_bytes)
@@ -320,6 +328,7 @@ class _CleanedWriter:
         while written < len(view):
             written += os.pwrite(self._fd, view[written:], position + written)
         self.size += len(data)
+        self._throttle.observe(len(data))
         if stored.max_timestamp > self._max_ts:
             self._max_ts, self._offset_of_max = stored.max_timestamp, header.last_offset
         if position - self._last_indexed > self._interval:

@@ -36,6 +36,7 @@ from metaq.broker.log.cleaner.cleaner import (
 )
 from metaq.broker.log.cleaner.config import CleanerConfig
 from metaq.broker.log.cleaner.offset_map import OffsetMap
+from metaq.broker.log.cleaner.throttle import IoThrottle
 from metaq.errors import MetaqError, StorageError
 from metaq.metrics.broker import CleanerState
 
@@ -62,6 +63,9 @@ class LogToClean:
     dirty_bytes: int
     needs_now: bool
     """A dirty record is older than max.compaction.lag.ms, or a tombstone's delete horizon passed."""
+    compaction_delay_ms: int = 0
+    """How long the first dirty segment has waited beyond ``max.compaction.lag.ms`` (Kafka's
+    ``LogCleanerManager.maxCompactionDelay``; 0 when not overdue)."""
 
     @property
     def ratio(self) -> float:
@@ -80,6 +84,8 @@ class CleanerStats:
     records_kept: int = 0
     failures: int = 0
     last_ratio: dict[TopicPartition, float] | None = None
+    max_compaction_delay_ms: int = 0
+    """The longest compaction delay of a log at the last choice of a log (Kafka's ``PreCleanStats``)."""
 
 
 def loop_caller(loop: asyncio.AbstractEventLoop) -> OnLoop:
@@ -111,6 +117,7 @@ class LogCleaner:
         self._failed_until: dict[TopicPartition, int] = {}
         self._checkpoints: dict[Path, dict[TopicPartition, int]] = {}
         self.stats = CleanerStats(last_ratio={})
+        self.throttle = IoThrottle(config.io_max_bytes_per_second, sleep=self._stop.wait)
 
     def start(self) -> None:
         if not self.config.enable:
@@ -120,7 +127,7 @@ class LogCleaner:
             self._checkpoints[log_dir] = _read_or_empty(log_dir / CLEANER_CHECKPOINT)
         for number in range(self.config.threads):
             offset_map = OffsetMap(self.config.map_bytes_per_thread)
-            cleaner = Cleaner(offset_map, self._on_loop, self._high_watermark)
+            cleaner = Cleaner(offset_map, self._on_loop, self._high_watermark, self.throttle)
             thread = threading.Thread(target=self._run, args=(cleaner,),
                                       name=f"kafka-log-cleaner-thread-{number}", daemon=True)
             self._threads.append(thread)
@@ -133,7 +140,8 @@ class LogCleaner:
         stats = self.stats
         ratios = dict(stats.last_ratio or {})
         return CleanerState(stats.runs, stats.bytes_read, stats.bytes_written, stats.records_read - stats.records_kept,
-                            stats.failures, tuple((t, p, r) for (t, p), r in sorted(ratios.items())))
+                            stats.failures, tuple((t, p, r) for (t, p), r in sorted(ratios.items())),
+                            stats.max_compaction_delay_ms / 1000)
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the threads (a cleaning in progress finishes its current segment group first)."""
@@ -179,6 +187,7 @@ class LogCleaner:
         """The log to clean next, marked in progress (on the event loop)."""
         now = _now_ms()
         best: tuple[PartitionLog, LogToClean] | None = None
+        max_delay_ms = 0
         for log in self.logs.logs():
             key = (log.topic, log.partition)
             if not log.config.compact or key in self._in_progress or self._failed_until.get(key, 0) > now:
@@ -188,10 +197,12 @@ class LogCleaner:
             todo = self.log_to_clean(log, now)
             assert self.stats.last_ratio is not None
             self.stats.last_ratio[key] = todo.ratio
+            max_delay_ms = max(max_delay_ms, todo.compaction_delay_ms)
             eligible = ((todo.needs_now and (todo.dirty_bytes > 0 or key in self._horizons))
                         or todo.ratio > log.config.min_cleanable_dirty_ratio)
             if eligible and (best is None or todo.ratio > best[1].ratio or (todo.needs_now and not best[1].needs_now)):
                 best = (log, todo)
+        self.stats.max_compaction_delay_ms = max_delay_ms
         if best is not None:
             self._in_progress.add(best[1].key)
         return best
@@ -215,10 +226,11 @@ class LogCleaner:
                 if first_dirty_ts is None and segment.size:
                     first_dirty_ts = segment.largest_timestamp()
         lag = log.config.max_compaction_lag_ms
-        overdue = first_dirty_ts is not None and now_ms - first_dirty_ts > lag
+        delay = max(0, now_ms - lag - first_dirty_ts) if first_dirty_ts is not None else 0
         horizon = self._horizons.get(key)
         return LogToClean(key, first_dirty, clean, dirty,
-                          needs_now=overdue or (horizon is not None and now_ms >= horizon))
+                          needs_now=delay > 0 or (horizon is not None and now_ms >= horizon),
+                          compaction_delay_ms=delay)
 
     def _done(self, log: PartitionLog, todo: LogToClean, result: CleanResult) -> None:
         self._in_progress.discard(todo.key)
