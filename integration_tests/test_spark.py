@@ -260,6 +260,53 @@ def test_stream_commits_zookeeper_offsets_over_several_batches(spark, broker, ma
     assert zk_layout.consumer_ids("clicks-etl") == [] and zk_layout.owners("clicks-etl") == {}
 
 
+def test_group_coordination_kafka_keeps_offsets_in_consumer_offsets(spark, broker, make_topic, zk_connect,
+                                                                    zk_layout) -> None:
+    """group.coordination=kafka: a batch job and a stream read and commit the group's offsets by OffsetFetch /
+    OffsetCommit, where a Kafka client sees them (ZooKeeper holds none); a live broker-coordinated group of the
+    same id refuses the source's standalone commit, reported as GroupActiveError."""
+    import confluent_kafka
+
+    from metaq.admin.kafka_offsets import KafkaGroupOffsets
+    from metaq.errors import GroupActiveError
+
+    make_topic("orders", 2)
+    for p in range(2):
+        produce(broker.bootstrap, "orders", p, 20)
+    options = {"zookeeper.connect": zk_connect, "subscribe": "orders", "group.id": "orders-job",
+               "group.coordination": "kafka"}
+    assert metaq.spark.commit_offsets(options, {("orders", 0): 12, ("orders", 1): 20}) == \
+        {("orders", 0): 12, ("orders", 1): 20}
+    assert metaq.spark.commit_offsets(options, {("orders", 0): 5}) == {}  # never backwards
+    peer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "orders-job"})
+    try:
+        seen = peer.committed([confluent_kafka.TopicPartition("orders", p) for p in range(2)], timeout=30)
+        assert sorted((tp.partition, tp.offset) for tp in seen) == [(0, 12), (1, 20)]
+        assert zk_layout.offsets("orders-job") == {}
+
+        rows = read_rows(spark.read.format("metaq").options(**options).load())  # resumes from them
+        assert [(r.partition, r.offset) for r in rows] == [(0, o) for o in range(12, 20)]
+
+        query = (spark.readStream.format("metaq").options(**options).load()
+                 .writeStream.format("memory").queryName("orders_seen").start())
+        try:
+            produce(broker.bootstrap, "orders", 1, 5, tag="late-")
+            query.processAllAvailable()
+            kafka = KafkaGroupOffsets(zk_layout)
+            wait_until(lambda: kafka.fetch("orders-job") == {("orders", 0): 20, ("orders", 1): 25}, 30,
+                       "the stream's offsets in __consumer_offsets")
+        finally:
+            query.stop()
+        assert spark.sql("SELECT * FROM orders_seen").count() == 13
+
+        peer.subscribe(["orders"])  # the group now has a broker-coordinated member
+        wait_until(lambda: (peer.poll(0.2), bool(peer.assignment()))[1], 60, "the peer's assignment")
+        with pytest.raises(GroupActiveError, match="active broker-coordinated members"):
+            metaq.spark.commit_offsets(options, {("orders", 1): 26})
+    finally:
+        peer.close()
+
+
 def test_graceful_stop_commits_the_last_batch(spark, broker, make_topic, zk_connect, zk_layout) -> None:
     make_topic("slow", 1)
     produce(broker.bootstrap, "slow", 0, 25)

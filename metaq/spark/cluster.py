@@ -8,9 +8,11 @@
     cluster.close()
 
 ZooKeeper is read through :class:`zk_layout.ZkLayout`, the brokers reached through
-:class:`metaq.client.ClusterClient`. Topics, partitions and leaders are cached for ``metadata.max.age.ms``
-because a streaming query asks for the latest offsets up to a hundred times a second while idle; a failed
-ListOffsets drops the cache at once.
+:class:`metaq.client.ClusterClient`. The group's offsets live in ZooKeeper, or with ``group.coordination=kafka``
+in ``__consumer_offsets`` (OffsetFetch / OffsetCommit over the consumer's offsets channel, as the ops tools use
+it: :class:`metaq.admin.kafka_offsets.KafkaGroupOffsets`), where ``metaq groups describe`` and Kafka's tools see
+them. Topics, partitions and leaders are cached for ``metadata.max.age.ms`` because a streaming query asks
+for the latest offsets up to a hundred times a second while idle; a failed ListOffsets drops the cache at once.
 """
 
 from __future__ import annotations
@@ -22,15 +24,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from metaq.admin.kafka_offsets import LIVE_GROUP_ERRORS, KafkaGroupOffsets, error_name
 from metaq.client.cluster import ClusterClient, Leader
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.client.versions import DEFAULT_FALLBACK
 from metaq.errors import (
+    GroupActiveError,
     MalformedNodeError,
     MetaqError,
     UnknownTopicError,
     ZooKeeperUnavailableError,
+    for_code,
 )
 from metaq.retry import spark_list_offsets
 from metaq.spark.offset_ranges import Offsets, TopicPartition
@@ -64,8 +69,9 @@ class Cluster:
                  session_timeout_ms: int = 10000, connection_timeout_ms: int = 10000,
                  metadata_max_age_ms: int = 1000, zk_security: ZooKeeperSecurity | None = None,
                  security: SecurityConfig | None = None, broker_version_fallback: str = DEFAULT_FALLBACK,
-                 isolation_level: int = 0) -> None:
+                 isolation_level: int = 0, group_coordination: str = "zookeeper") -> None:
         self.zookeeper_connect = zookeeper_connect
+        self._group_coordination = group_coordination  # where the group's offsets are: zookeeper or kafka
         self._fallback = broker_version_fallback
         self._isolation_level = isolation_level  # 1: the latest offset is the last stable offset
         self._zk_security = zk_security
@@ -82,6 +88,7 @@ class Cluster:
         self._topology: _Topology | None = None
         self._subscription: Subscription | None = None
         self._committed: dict[tuple[str, TopicPartition], int] = {}
+        self._kafka_offsets: KafkaGroupOffsets | None = None
 
     @classmethod
     def for_read(cls, options: ReadOptions) -> Cluster:
@@ -90,7 +97,7 @@ class Cluster:
                    connection_timeout_ms=options.zk_connection_timeout_ms,
                    metadata_max_age_ms=options.metadata_max_age_ms, zk_security=options.zk_security,
                    security=options.security, broker_version_fallback=options.broker_version_fallback,
-                   isolation_level=options.isolation)
+                   isolation_level=options.isolation, group_coordination=options.group_coordination)
 
     def __enter__(self) -> Cluster:
         return self
@@ -221,11 +228,22 @@ class Cluster:
                 out[key] = answer.offset
         return failures
 
-    # -- the group's offsets in ZooKeeper ----------------------------------------------------------------
+    # -- the group's offsets in ZooKeeper or in __consumer_offsets ----------------------------------------
+
+    @property
+    def kafka_offsets(self) -> KafkaGroupOffsets:
+        """The group's offsets in ``__consumer_offsets`` (group.coordination=kafka); a channel per call."""
+        if self._kafka_offsets is None:
+            self._kafka_offsets = KafkaGroupOffsets(self.layout, timeout_ms=self._request_timeout_ms,
+                                                    client_id=self._client_id, security=self._security)
+        return self._kafka_offsets
 
     def committed(self, group: str, keys: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed offsets (None: none; Kafka 0.8 also writes -1 for none). A node that does
         not parse raises :class:`MalformedNodeError` naming its path."""
+        if self._group_coordination == "kafka":
+            stored = self.kafka_offsets.fetch(group)
+            return {key: stored.get(key) for key in keys}
         result: dict[TopicPartition, int | None] = {}
         for topic, partition in keys:
             offset = self.layout.read_offset(group, topic, partition)
@@ -233,13 +251,21 @@ class Cluster:
         return result
 
     def commit(self, group: str, offsets: Mapping[TopicPartition, int]) -> Offsets:
-        """Write each offset to the group's ZooKeeper node unless the node already holds as much or more.
-        Unchanged offsets are not rewritten (Kafka 0.8 does the same, KAFKA-987). Returns what was written."""
+        """Write each offset to the group's ZooKeeper node (or ``__consumer_offsets``) unless it already holds
+        as much or more. Unchanged offsets are not rewritten (Kafka 0.8 does the same, KAFKA-987). Returns
+        what was written."""
+        pending = {key: offset for key, offset in offsets.items()
+                   if offset >= 0 and self._committed.get((group, key)) != offset}
+        written = self._commit_kafka(group, pending) if self._group_coordination == "kafka" else \
+            self._commit_zookeeper(group, pending)
+        if written:
+            log.info("metaq: committed offsets of group %s: %s", group, _describe(written))
+        return written
+
+    def _commit_zookeeper(self, group: str, offsets: Mapping[TopicPartition, int]) -> Offsets:
         written: Offsets = {}
         for key in sorted(offsets):
             offset = offsets[key]
-            if offset < 0 or self._committed.get((group, key)) == offset:
-                continue
             current = self._current(group, key)
             if current is not None and current >= offset:
                 self._committed[(group, key)] = offset
@@ -247,9 +273,35 @@ class Cluster:
             self.layout.write_offset(group, key[0], key[1], offset)
             self._committed[(group, key)] = offset
             written[key] = offset
-        if written:
-            log.info("metaq: committed offsets of group %s: %s", group, _describe(written))
         return written
+
+    def _commit_kafka(self, group: str, offsets: Mapping[TopicPartition, int]) -> Offsets:
+        """OffsetFetch, then one OffsetCommit of the offsets ahead of what the group holds, as a standalone
+        consumer (generation -1, no member id). Kafka accepts that only while the group has no members
+        (docs/broker-coordinated-consumer.md, "The Spark source"): a live group of the
+        same id refuses it, reported as :class:`GroupActiveError`."""
+        if not offsets:
+            return {}
+        current = self.kafka_offsets.fetch(group)
+        ahead = {key: offset for key, offset in offsets.items() if current.get(key, -1) < offset}
+        for key, offset in offsets.items():
+            if key not in ahead:
+                self._committed[(group, key)] = offset
+        codes = self.kafka_offsets.commit(group, ahead)
+        refused = {key: code for key, code in codes.items() if code}
+        if set(refused.values()) & LIVE_GROUP_ERRORS:
+            raise GroupActiveError(
+                f"metaq: group {group!r} has active broker-coordinated members: Kafka refused the Spark "
+                f"source's commit ({error_name(min(refused.values()))}), which it accepts from outside the group "
+                f"protocol (generation -1, no member id) only while the group is empty; give the query a "
+                f"group.id of its own")
+        if refused:
+            code = min(refused.values())
+            bad = ", ".join(f"{t}-{p}" for t, p in sorted(k for k, c in refused.items() if c == code))
+            raise for_code(code)(f"metaq: committing offsets of group {group!r} for {bad}: {error_name(code)}")
+        for key, offset in ahead.items():
+            self._committed[(group, key)] = offset
+        return dict(sorted(ahead.items()))
 
     def _current(self, group: str, key: TopicPartition) -> int | None:
         try:

@@ -54,8 +54,10 @@ def snapshot_offsets(options: Mapping[str, object]) -> OffsetBounds:
 
 def commit_offsets(options: Mapping[str, object],
                    offsets: Mapping[tuple[str, int], int] | Mapping[str, Mapping[str, int]] | str) -> Offsets:
-    """Write ``offsets`` (an offset map, Spark's JSON form, or its text) to the ZooKeeper offsets of
-    ``group.id``; an offset already at or past the given one is left alone. Returns what was written."""
+    """Write ``offsets`` (an offset map, Spark's JSON form, or its text) to the offsets of ``group.id`` (in
+    ZooKeeper, or ``__consumer_offsets`` with ``group.coordination=kafka``); an offset already at or past the
+    given one is left alone. Returns what was written. A broker-coordinated group with active members
+    refuses the commit: :class:`metaq.errors.GroupActiveError`."""
     o = ReadOptions.parse(options, streaming=None)
     if o.group_id is None:
         raise ConfigError("option 'group.id': committing offsets needs a group")

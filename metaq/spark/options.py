@@ -10,6 +10,9 @@ Reading:
 ``zookeeper.connect``           ``host:port[,host:port][/chroot]`` (required)
 ``subscribe``                   comma-separated topics; or ``subscribePattern``: a regex matching whole names
 ``group.id``                    the group whose ZooKeeper offsets a read starts from and a stream commits
+``group.coordination``          where the group's offsets are: ``zookeeper`` (default) or ``kafka``
+                                (``__consumer_offsets``, by OffsetFetch / OffsetCommit as a standalone
+                                consumer: refused while a broker-coordinated group of that id has members)
 ``startingOffsets``             ``committed`` (default with a group), ``earliest`` (batch default), ``latest``
                                 (stream default) or JSON ``{"t": {"0": 42, "1": -2}}`` (-2 earliest, -1 latest)
 ``auto.offset.reset``           where ``committed`` starts without an offset: ``earliest`` or ``latest``
@@ -67,6 +70,7 @@ VALUE_FORMATS = ("binary", "string", "json", "msgpack")
 KEY_FORMATS = ("binary", "string")
 WRITE_VALUE_FORMATS = ("auto", *VALUE_FORMATS)
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+GROUP_COORDINATIONS = ("zookeeper", "kafka")  # the consumer's group.coordination values
 RESET_POLICIES = {"earliest": "earliest", "smallest": "earliest", "latest": "latest", "largest": "latest"}
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -75,7 +79,7 @@ _READ_OPTIONS = (
     "auto.offset.reset", "maxOffsetsPerTrigger", "minPartitions", "maxPartitions", "failOnDataLoss",
     "valueFormat", "valueSchema", "fetch.max.bytes", "request.timeout.ms", "client.id", "metadata.max.age.ms",
     "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms", "keyFormat", "includeHeaders",
-    "broker.version.fallback", "isolation.level", *sorted(ZOOKEEPER_CLIENT_KEYS),
+    "broker.version.fallback", "isolation.level", "group.coordination", *sorted(ZOOKEEPER_CLIENT_KEYS),
     *sorted(SECURITY_KEYS),
 )
 _WRITE_OPTIONS = ("zookeeper.connect", "topic", "valueFormat", "checkpointLocation", "path")
@@ -187,6 +191,7 @@ class ReadOptions:
     zk_security: ZooKeeperSecurity = ZooKeeperSecurity()  # its repr() hides the secrets
     security: SecurityConfig = field(default_factory=SecurityConfig)
     broker_version_fallback: str = DEFAULT_FALLBACK
+    group_coordination: str = "zookeeper"
 
     @property
     def isolation(self) -> int:
@@ -239,7 +244,17 @@ class ReadOptions:
             zk_security=_zk_security(opts),
             security=_security(opts),
             broker_version_fallback=_fallback(opts),
+            group_coordination=_group_coordination(opts, group),
         )
+
+
+def _group_coordination(opts: _Options, group: str | None) -> str:
+    """``group.coordination``: only a read with a group has offsets to keep somewhere."""
+    mode = opts.choice("group.coordination", "zookeeper", GROUP_COORDINATIONS)
+    if opts.get("group.coordination") and group is None:
+        raise ConfigError("option 'group.coordination': it says where the offsets of option 'group.id' are; "
+                          "set a group.id")
+    return mode
 
 
 def _fallback(opts: _Options) -> str:

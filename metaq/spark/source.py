@@ -276,9 +276,9 @@ class MetaqStreamReader(_RangeReading, DataSourceStreamReader, SupportsTriggerAv
             return
         try:
             self.cluster.commit(group, offsets)
-        except Exception as e:  # advisory for tools: a ZooKeeper hiccup must not fail the query
-            log.warning("metaq: could not commit offsets of group %s to ZooKeeper (retried with the next "
-                        "batch): %s", group, e)
+        except Exception as e:  # advisory for tools: a ZooKeeper or coordinator hiccup must not fail the query
+            log.warning("metaq: could not commit offsets of group %s (group.coordination=%s; retried with the "
+                        "next batch): %s", group, self.options.group_coordination, e)
 
     def stop(self) -> None:
         """Close the ZooKeeper session and broker connections; idempotent."""

@@ -4,6 +4,7 @@ batches."""
 from __future__ import annotations
 
 import json
+import pickle
 
 import pyarrow as pa
 import pytest
@@ -46,6 +47,8 @@ def read_options(**extra: str) -> dict[str, str]:
     (read_options(maxOffsetsPerTriger="10"), "maxOffsetsPerTrigger"),  # the suggestion names the right one
     (read_options(subscribe="bad topic"), "subscribe"),
     (read_options(**{"broker.version.fallback": "0.7"}), "broker.version.fallback"),
+    (read_options(**{"group.id": "etl", "group.coordination": "broker"}), "group.coordination"),
+    (read_options(**{"group.coordination": "kafka"}), "group.coordination"),  # no group.id: nothing to keep
 ])
 def test_bad_read_options_name_the_option(options: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
@@ -60,6 +63,14 @@ def test_isolation_level() -> None:
         ReadOptions.parse(read_options(**{"isolation.level": "committed"}), streaming=None)
     with pytest.raises(ConfigError, match="did you mean 'isolation.level'"):
         ReadOptions.parse(read_options(**{"kafka.isolation.level": "read_committed"}), streaming=None)
+
+
+def test_group_coordination() -> None:
+    """The consumer's property name and values; ZooKeeper unless asked, and kept for the executors' pickles."""
+    assert ReadOptions.parse(read_options(**{"group.id": "etl"}), streaming=True).group_coordination == "zookeeper"
+    parsed = ReadOptions.parse(read_options(**{"group.id": "etl", "group.coordination": "Kafka"}), streaming=False)
+    assert parsed.group_coordination == "kafka"
+    assert pickle.loads(pickle.dumps(parsed)).group_coordination == "kafka"
 
 
 def test_read_committed_drops_aborted_ranges() -> None:
