@@ -26,7 +26,7 @@ from zk_layout import BrokerInfo, ZkLayout
 from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
-    from metaq.broker.coordinator.transactions import TransactionCoordinator
+    from metaq.broker.coordinator.txn_coordinator import TransactionCoordinator
     from metaq.broker.quota.throttling import Quotas
     from metaq.broker.replication.controller import Controller
     from metaq.broker.replication.manager import ReplicaManager

@@ -29,7 +29,7 @@ from metaq.broker.config import BrokerConfig
 from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC
-from metaq.broker.coordinator.transactions import TRANSACTION_TOPIC, TransactionCoordinator, TxnCoordinatorConfig
+from metaq.broker.coordinator.txn_coordinator import TRANSACTION_TOPIC, TransactionCoordinator, TxnCoordinatorConfig
 from metaq.broker.handlers import DISPATCH
 from metaq.broker.log.cleaner.manager import LogCleaner, loop_caller
 from metaq.broker.log.dir_mover import LogDirMover
