@@ -142,9 +142,9 @@ class Broker:
         self.metadata = MetadataWatcher(layout, on_change=self._on_metadata_change,
                                         before_publish=self._configure_new_topics)
         notifier = AppendNotifier()
-        self.replication = ReplicaManager(config, self.logs, self.metadata, layout, notifier)  # started below
+        self.replication = ReplicaManager(config, self.logs, self.metadata, layout, notifier,  # started below
+                                          follower_quota=self.quotas.follower)
         self.logs.on_dir_failure = self._log_dir_failed
-        self.replication.follower_quota = self.quotas.follower
         self.coordinator = GroupCoordinator(
             CoordinatorConfig.from_config(config),
             self.logs,
