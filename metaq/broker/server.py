@@ -67,7 +67,7 @@ class Broker:
         """``on_started`` gets one line saying where the broker serves, once it does (the CLI prints it)."""
         self.config = config
         self._on_started = on_started
-        self.logs = LogManager(config.data_dirs, config.log_config())
+        self.logs = LogManager(config.data_dirs, config.log_config(), on_dir_failure=self._log_dir_failed)
         self._stop: asyncio.Event | None = None
         self._zk: KazooClient | None = None
         self._server: BrokerServer | None = None
@@ -144,7 +144,6 @@ class Broker:
         notifier = AppendNotifier()
         self.replication = ReplicaManager(config, self.logs, self.metadata, layout, notifier,  # started below
                                           follower_quota=self.quotas.follower)
-        self.logs.on_dir_failure = self._log_dir_failed
         self.coordinator = GroupCoordinator(
             CoordinatorConfig.from_config(config),
             self.logs,
