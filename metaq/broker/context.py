@@ -58,7 +58,7 @@ class BrokerContext:
     producer_ids: ProducerIdManager | None = None  # InitProducerId's ids (ZooKeeper blocks)
     authorizer: Authorizer | None = None
     """None unless ``authorizer.class.name`` is set: then every check below allows everything."""
-    transactions: TransactionCoordinator | None = None  # set by the server (docs/transactions.md)
+    transactions: TransactionCoordinator | None = None  # docs/transactions.md
     controller: Controller | None = None  # set by the server: ElectLeaders and reassignments act through it
     quotas: Quotas | None = None  # client quotas and replication throttles (docs/quotas.md)
     session: Session = Session()
