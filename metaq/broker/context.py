@@ -26,7 +26,7 @@ from zk_layout import BrokerInfo, ZkLayout
 from zk_layout.acl_formats import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
-    from metaq.broker.coordinator.transactions import TransactionCoordinator
+    from metaq.broker.coordinator.txn_coordinator import TransactionCoordinator
     from metaq.broker.quota.throttling import Quotas
     from metaq.broker.replication.controller import Controller
     from metaq.broker.replication.manager import ReplicaManager
@@ -58,7 +58,7 @@ class BrokerContext:
     producer_ids: ProducerIdManager | None = None  # InitProducerId's ids (ZooKeeper blocks)
     authorizer: Authorizer | None = None
     """None unless ``authorizer.class.name`` is set: then every check below allows everything."""
-    transactions: TransactionCoordinator | None = None  # set by the server (docs/transactions.md)
+    transactions: TransactionCoordinator | None = None  # docs/transactions.md
     controller: Controller | None = None  # set by the server: ElectLeaders and reassignments act through it
     quotas: Quotas | None = None  # client quotas and replication throttles (docs/quotas.md)
     session: Session = Session()

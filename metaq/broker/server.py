@@ -29,7 +29,12 @@ from metaq.broker.config import BrokerConfig
 from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC
-from metaq.broker.coordinator.transactions import TRANSACTION_TOPIC, TransactionCoordinator, TxnCoordinatorConfig
+from metaq.broker.coordinator.txn_coordinator import (
+    TRANSACTION_TOPIC,
+    TransactionCoordinator,
+    TxnCoordinatorConfig,
+    WriteMarkers,
+)
 from metaq.broker.handlers import DISPATCH
 from metaq.broker.log.cleaner.manager import LogCleaner, loop_caller
 from metaq.broker.log.dir_mover import LogDirMover
@@ -67,7 +72,7 @@ class Broker:
         """``on_started`` gets one line saying where the broker serves, once it does (the CLI prints it)."""
         self.config = config
         self._on_started = on_started
-        self.logs = LogManager(config.data_dirs, config.log_config())
+        self.logs = LogManager(config.data_dirs, config.log_config(), on_dir_failure=self._log_dir_failed)
         self._stop: asyncio.Event | None = None
         self._zk: KazooClient | None = None
         self._server: BrokerServer | None = None
@@ -142,9 +147,8 @@ class Broker:
         self.metadata = MetadataWatcher(layout, on_change=self._on_metadata_change,
                                         before_publish=self._configure_new_topics)
         notifier = AppendNotifier()
-        self.replication = ReplicaManager(config, self.logs, self.metadata, layout, notifier)  # started below
-        self.logs.on_dir_failure = self._log_dir_failed
-        self.replication.follower_quota = self.quotas.follower
+        self.replication = ReplicaManager(config, self.logs, self.metadata, layout, notifier,  # started below
+                                          follower_quota=self.quotas.follower)
         self.coordinator = GroupCoordinator(
             CoordinatorConfig.from_config(config),
             self.logs,
@@ -158,18 +162,21 @@ class Broker:
                                                        config.allow_everyone_if_no_acl_found))
             await asyncio.to_thread(self.authorizer.start)
         producer_ids = ProducerIdManager(layout, config.broker_id)
-        self.transactions = self._transaction_coordinator(producer_ids, notifier.notify)
         self.controller = Controller(  # started once this broker is registered (below)
             config.broker_id, layout, self._zk, unclean=config.unclean_leader_election_enable,
             rebalance_interval_s=(config.leader_imbalance_check_interval_seconds
                                   if config.auto_leader_rebalance_enable else None),
             imbalance_percentage=config.leader_imbalance_per_broker_percentage)
         quota_store = QuotaConfigStore(layout, self.quotas, config.broker_id)
-        context = BrokerContext(config, self.logs, self.metadata, notifier, self._auto_create, layout,
-                                self.coordinator, self.metrics, replication=self.replication,
-                                producer_ids=producer_ids, authorizer=self.authorizer,
-                                transactions=self.transactions, controller=self.controller, quotas=self.quotas)
-        self.transactions.attach_marker_writer(MarkerWriter(context))
+        # the marker writer acts on partitions, never on transactions: it gets the context without the
+        # transaction coordinator, which the handlers' context (the same collaborators) then holds
+        partitions_context = BrokerContext(config, self.logs, self.metadata, notifier, self._auto_create, layout,
+                                           self.coordinator, self.metrics, replication=self.replication,
+                                           producer_ids=producer_ids, authorizer=self.authorizer,
+                                           controller=self.controller, quotas=self.quotas)
+        self.transactions = self._transaction_coordinator(producer_ids, notifier.notify,
+                                                          MarkerWriter(partitions_context))
+        context = dataclasses.replace(partitions_context, transactions=self.transactions)
         self._start_metrics()
         # listeners may say port 0: advertise the port actually bound
         advertised = advertised_endpoints(config.listener_list, config.advertised_list, self.ports)
@@ -388,10 +395,9 @@ class Broker:
                         "only %d brokers are live", OFFSETS_TOPIC, factor, wanted, live)
         await self._create_and_wait(OFFSETS_TOPIC, partitions, factor, offsets_topic_config(self.config))
 
-    def _transaction_coordinator(self, producer_ids: ProducerIdManager,
-                                 notify: Callable[[tuple[str, int]], None]) -> TransactionCoordinator:
-        """The transaction coordinator (docs/transactions.md); its marker writer is attached once the
-        context exists."""
+    def _transaction_coordinator(self, producer_ids: ProducerIdManager, notify: Callable[[tuple[str, int]], None],
+                                 write_markers: WriteMarkers) -> TransactionCoordinator:
+        """The transaction coordinator (docs/transactions.md), writing its markers through ``write_markers``."""
         config = self.config
         assert self.replication is not None
         return TransactionCoordinator(
@@ -403,7 +409,8 @@ class Broker:
                 id_expiration_ms=config.transactional_id_expiration_ms,
             ),
             self.logs, lambda: self.metadata.snapshot, self._create_transaction_topic, producer_ids.next_id,
-            asyncio.to_thread, self.replication.append_epoch, replication=self.replication, notify=notify)
+            asyncio.to_thread, self.replication.append_epoch, replication=self.replication, notify=notify,
+            write_markers=write_markers)
 
     async def _create_transaction_topic(self, partitions: int) -> None:
         """``__transaction_state`` on first use, as ``__consumer_offsets`` (replication capped by live brokers)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from metaq.broker.coordinator.transactions import TransactionCoordinator, TxnCoordinatorConfig, _expected_id
+from metaq.broker.coordinator.txn_coordinator import TransactionCoordinator, TxnCoordinatorConfig, _expected_id
 from metaq.broker.coordinator.txn_state import COMPLETE_COMMIT, MAX_EPOCH, NO_EPOCH, TxnMetadata
 from metaq.errors import ErrorCode
 

@@ -2,7 +2,7 @@
 
 Producer ids come from blocks claimed in ZooKeeper (metaq/broker/producer_ids.py), unique across the cluster;
 every partition deduplicates and orders an idempotent producer's batches (metaq/broker/log/producer_state.py).
-With a transactional id the transaction coordinator answers (metaq/broker/coordinator/transactions.py):
+With a transactional id the transaction coordinator answers (metaq/broker/coordinator/txn_coordinator.py):
 the id's producer id with its next epoch, fencing older instances (docs/transactions.md). From v3 (KIP-360) the
 request may carry the producer id and epoch the client has: a transactional producer bumps its own epoch to
 recover from an abortable error; an idempotent one simply gets a new producer id, as from Kafka. Versions

@@ -76,7 +76,8 @@ class LogManager:
     Every method runs on one thread (the broker's event loop), except that the logs returned by
     :meth:`flush_due` may be flushed on a worker thread."""
 
-    def __init__(self, log_dirs: Sequence[Path], config: LogConfig) -> None:
+    def __init__(self, log_dirs: Sequence[Path], config: LogConfig, *,
+                 on_dir_failure: Callable[[Path], None] | None = None) -> None:
         if not log_dirs:
             raise StorageError("no log directory configured")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -95,7 +96,7 @@ class LogManager:
         self._found_futures: list[tuple[TopicPartition, Path, Path]] = []  # (key, log dir, path) at load
         self._pending_failures: list[tuple[Path, BaseException]] = []  # appended by checkpoint threads
         self._start_failures: list[tuple[Path, BaseException]] = []  # directories that failed to load
-        self.on_dir_failure: Callable[[Path], None] | None = None
+        self.on_dir_failure = on_dir_failure
         """Called on the event loop once per directory that goes offline."""
 
     # ----------------------------------------------------------------------------------------- loading

@@ -38,8 +38,8 @@ class FollowerSide:
     @abstractmethod
     def epoch_cache(self, key: TopicPartition, plog: PartitionLog) -> LeaderEpochCache: ...
 
-    follower_quota: ReplicationQuota | None = None
-    """The follower's replication throttle (metaq/broker/quota/replication.py), set by the server."""
+    follower_quota: ReplicationQuota | None
+    """The follower's replication throttle (metaq/broker/quota/replication.py), given to the manager's constructor."""
 
     def in_isr(self, key: TopicPartition, broker_id: int) -> bool:
         """Whether ``broker_id`` is in the partition's ISR (replication throttles spare in-sync replicas)."""

@@ -34,6 +34,7 @@ from metaq.broker.log.manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher, PartitionMeta
 from metaq.broker.purgatory import AppendNotifier
+from metaq.broker.quota.replication import ReplicationQuota
 from metaq.broker.replication.acks_all import AcksAll
 from metaq.broker.replication.follower import FollowerSide, _now_ms
 from metaq.broker.replication.leader_epochs import EpochEnd, LeaderEpochCache
@@ -56,8 +57,9 @@ class ReplicaManager(AcksAll, FollowerSide):
     this broker leads. Runs on the event loop; the fetchers call back into it there (module docstring)."""
 
     def __init__(self, config: BrokerConfig, logs: LogManager, metadata: MetadataWatcher, layout: ZkLayout,
-                 notifier: AppendNotifier) -> None:
+                 notifier: AppendNotifier, *, follower_quota: ReplicationQuota | None = None) -> None:
         self._config = config
+        self.follower_quota = follower_quota
         self._id = config.broker_id
         self._logs = logs
         self._metadata = metadata

@@ -29,7 +29,7 @@ from metaq.broker.log.cleaner.offset_map import OffsetMap
 from metaq.broker.log.cleaner.rewrite import delete_horizon, filter_batch, keys_of, with_delete_horizon
 from metaq.broker.log.cleaner.swap import CLEANED_SUFFIX, fault_point, remove_cleaned, swap_in
 from metaq.broker.log.cleaner.throttle import UNTHROTTLED, IoThrottle
-from metaq.broker.log.cleaner.transactions import TxnTracker
+from metaq.broker.log.cleaner.txn_tracker import TxnTracker
 from metaq.broker.log.index import OffsetIndex, TimeIndex
 from metaq.broker.log.txn_index import TXN_INDEX_SUFFIX, write_entries
 from metaq.protocol.batches import BatchHeader, read_header

@@ -170,11 +170,12 @@ class TransactionCoordinator:
         *,
         replication: Replication | None = None,
         notify: Callable[[tuple[str, int]], None] = lambda _key: None,
+        write_markers: WriteMarkers | None = None,
     ) -> None:
         """``append_epoch``: the leader epoch to stamp on ``__transaction_state`` appends (the replica
-        manager's); ``replication`` and ``notify``: an append is answered once the ISR has it; the marker
-        writer is given by :meth:`attach_marker_writer` once the broker's context, which the writer needs and
-        which holds this coordinator, exists."""
+        manager's); ``replication`` and ``notify``: an append is answered once the ISR has it;
+        ``write_markers``: where commit/abort markers go (metaq/broker/txn_markers.py; without it a prepared
+        transaction stays prepared)."""
         self._config = config
         self._logs = logs
         self._snapshot = snapshot
@@ -185,14 +186,10 @@ class TransactionCoordinator:
         self._loads: dict[int, asyncio.Task[None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self.write_markers: WriteMarkers | None = None  # metaq/broker/txn_markers.py, see attach_marker_writer
+        self.write_markers = write_markers
         self.append_epoch = append_epoch
         self._replication = replication
         self._notify = notify
-
-    def attach_marker_writer(self, write_markers: WriteMarkers) -> None:
-        """Where commit/abort markers go (before :meth:`start`)."""
-        self.write_markers = write_markers
 
     # -- lifecycle ---------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit, WriteTxnMarkers, DescribeTransactions and
-ListTransactions: thin codecs around the transaction coordinator (metaq/broker/coordinator/transactions.py)
+ListTransactions: thin codecs around the transaction coordinator (metaq/broker/coordinator/txn_coordinator.py)
 and the marker writer (metaq/broker/txn_markers.py); docs/transactions.md.
 
 Clients of versions that predate PRODUCER_FENCED (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn below v2,
