@@ -252,7 +252,8 @@ def test_min_insync_replicas_refuses_acks_all_when_the_isr_shrank_to_the_leader(
     brokers[leader].kill()
     for b in followers:
         b.start()
-    wait_until(lambda: _state(zk_layout, "jepsen").leader == -1, 30, "offline without unclean election")
+    wait_until(lambda: _state(zk_layout, "jepsen").leader == -1, 60,  # the session expiry, then a controller
+              "offline without unclean election")
     # a topic created now gets its first state in a controller pass that saw the followers registered, the same
     # pass that decides "jepsen": once that state exists, that pass elected nobody
     create_topic(zk_layout, "jepsen-probe", 1, assignment={0: [followers[0].broker_id]})
