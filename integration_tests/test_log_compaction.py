@@ -15,6 +15,7 @@ import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
+from integration_tests.peers import kcat_consume
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC, decode_key
 from metaq.broker.log.cleaner.swap import CRASH_ENV
 from metaq.broker.process import BrokerProcess, free_port
@@ -171,6 +172,11 @@ def test_latest_value_per_key_survives_in_several_passes(metaq_broker: BrokerPro
     assert len(result) < len(produced)
     assert "Offset map full" in metaq_broker.log_path.read_text(errors="replace")  # the 2400-byte buffer
     assert (metaq_dir(metaq_broker, topic).parent / "cleaner-offset-checkpoint").read_text().count(topic) == 1
+    # kcat (librdkafka) reads the cleaned topic: the same records, so one value per key in the cleaned part
+    read_by_kcat = kcat_consume(metaq_broker.bootstrap, topic, 0, "beginning")
+    assert [(m.offset, m.key, m.value) for m in read_by_kcat] == result
+    cleaned_keys = [m.key for m in read_by_kcat if m.offset < active_base(metaq_dir(metaq_broker, topic))]
+    assert len(cleaned_keys) == len(set(cleaned_keys))
     # topics describe: the policy by DescribeConfigs, the dirty ratio from the broker's metrics endpoint
     described = run_cli("topics", "describe", topic, "--bootstrap-server", metaq_broker.bootstrap, "--json",
                         "--metrics-url", f"0=http://127.0.0.1:{metaq_broker.properties['metrics.port']}")
