@@ -55,7 +55,9 @@ from metaq.broker.topics import create_topic
 from metaq.consumer import Consumer
 from metaq.consumer.fetcher_manager import FetcherManager
 from metaq.consumer.offset_store import ZooKeeperOffsetStore
-from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
+from metaq.consumer.rebalance import ZKRebalancerListener
+from metaq.consumer.zk_member_state import STABLE
+from metaq.consumer.zk_ownership import OwnerNodes
 from metaq.errors import MetaqError
 from zk_layout import ZkLayout, paths
 
@@ -158,7 +160,7 @@ def instrumented() -> Iterator[Counters]:
     wrap(KazooClient, "_call", call)
     wrap(ZKRebalancerListener, "synced_rebalance", synced)
     wrap(ZKRebalancerListener, "_attempt", attempt)
-    wrap(ZKRebalancerListener, "_claim_all", claim)
+    wrap(OwnerNodes, "_claim_all", claim)  # ZKRebalancerListener inherits it from there
     wrap(FetcherManager, "start_connections", start)
     wrap(_Groups, "register_consumer", register)
     try:

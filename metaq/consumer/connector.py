@@ -39,10 +39,11 @@ from metaq.consumer.coordination import CommitListener, GroupMember
 from metaq.consumer.fetcher_manager import FetcherManager
 from metaq.consumer.ids import make_consumer_id, make_thread_ids
 from metaq.consumer.kafka_offsets import KafkaOffsetStore
+from metaq.consumer.membership import ConsumerState, RebalanceListener
 from metaq.consumer.migration import MigratingMember, MigrationDriver
 from metaq.consumer.offset_store import OffsetStore, ZooKeeperOffsetStore
 from metaq.consumer.partition_info import ChunkQueue
-from metaq.consumer.rebalance import ConsumerState, RebalanceListener, ZKRebalancerListener
+from metaq.consumer.rebalance import ZKRebalancerListener
 from metaq.consumer.serde import get_deserializer
 from metaq.consumer.streams import DeliveryGate, FailureSignal, KafkaStream
 from metaq.consumer.topic_filter import TopicFilter

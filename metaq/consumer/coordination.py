@@ -61,9 +61,9 @@ from metaq.consumer.group_protocol import (
 )
 from metaq.consumer.ids import make_thread_ids
 from metaq.consumer.kafka_offsets import OffsetsChannel, commit_codes, fetched_offsets, look_again
+from metaq.consumer.membership import ConsumerState, RebalanceListener, Subscription, safe_hook
 from metaq.consumer.offset_store import CommitResult, TopicPartition
 from metaq.consumer.partition_info import PartitionTopicInfo
-from metaq.consumer.rebalance import ConsumerState, RebalanceListener, Subscription, safe_hook
 from metaq.consumer.streams import DeliveryGate
 from metaq.errors import (
     BrokerConnectionError,
