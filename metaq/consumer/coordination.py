@@ -74,7 +74,12 @@ TICK_S = 1.0  # the executor wakes at least this often to notice shutdown and re
 
 
 class GroupMember(HeartbeatSide, CooperativeSide):
-    """One member of a broker-coordinated group; the connector's counterpart of ZKRebalancerListener."""
+    """One member of a broker-coordinated group (module docstring), the connector's counterpart of
+    ZKRebalancerListener: owns its state and generation (changed by :meth:`_set_state` only), the partitions it
+    owns (:attr:`registry`, with their chunk queues and offsets, and the offsets last committed), its three
+    connections to the coordinator (JoinGroup/SyncGroup, heartbeats, offsets), and the ``_coordinator`` thread
+    that runs every rebalance and the ``-heartbeat`` thread. The fetchers and the delivery gate are the
+    connector's; it starts, stops and leases delivery through them."""
 
     HEARTBEAT_STATES = frozenset({STABLE})
     """States in which the heartbeat thread sends Heartbeats (a subclass may wait longer between SyncGroup
