@@ -13,11 +13,11 @@ ends with one set of tables:
    for confluent-kafka and metaq, kcat's own process for kcat). Produce rows include the broker's
    validation of every record (metaq/broker/log/validator.py); then the broker's CPU for confluent-kafka's
    100-byte produce and fetch with metrics on (the shared broker) and off (a second broker started with
-   metrics.enabled=false), alternated;
+   metrics.enabled=false), alternated (bench/throughput.py);
 1c. producer: confluent-kafka and metaq.Producer 100-byte produce (1M messages each, both with batch.size
    1,000,000, librdkafka's default) in alternating order, five rounds, with each round's metaq / confluent
    ratios of msgs/s and CPU and their medians (--only producer); then 1d: both clients with acks=all,
-   enable.idempotence false and true, interleaved: the broker's CPU for idempotence;
+   enable.idempotence false and true, interleaved: the broker's CPU for idempotence (bench/producer_ratio.py);
 2. consumer: one consumer process per client on the same pre-produced data (bench/consumer.py), with the
    ratios the targets are stated in, and the metaq stream iterator and batch listener with metrics on and off;
    then lz4 and zstd topics of the same messages, metaq's stream iterator and batch listener against
@@ -39,7 +39,7 @@ ends with one set of tables:
    spark-sql-kafka-0-10 (bench/apache.py; --only apache, --apache-messages, --apache-parts, --apache-fetch-rounds).
 11. transactions: confluent-kafka acks=all idempotent produce against transactional produce in transactions of
    100 and 10,000 records, and fetch of the transactional topic read_uncommitted vs read_committed, interleaved
-   rounds (medians; --only transactions).
+   rounds (medians; bench/transactional.py; --only transactions).
 9. replication: confluent-kafka produce to RF1 acks=1, RF3 acks=1, RF3 acks=all on three brokers (leader's and
    a follower's CPU), and the failover time after SIGKILL / SIGTERM of a leader, to the first acks=all produce
    and to the first record fetched that was produced after it (bench/replication.py; --only replication).
@@ -60,297 +60,28 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import psutil
 
 from bench import apache as bench_apache
 from bench import consumer as bench_consumer
 from bench import rebalance as bench_rebalance
 from bench import rebalance_kafka as bench_rebalance_kafka
 from bench import scale as bench_scale
-from bench.clients import (
-    KCAT,
-    confluent_consume,
-    confluent_produce,
-    kcat_consume,
-    kcat_produce,
-    metaq_produce,
-    transactional_produce,
+from bench.environment import environment
+from bench.producer_ratio import (
+    PRODUCER_MESSAGES,
+    idempotence_table,
+    producer_ratio_table,
+    producer_targets,
+    run_idempotence,
+    run_producer_ratio,
 )
-from bench.environment import Environment, environment
 from bench.tables import print_table
 from bench.targets import Target, print_targets
-from metaq.broker.process import BrokerProcess
-from metaq.broker.topics import create_topic
-from metaq.testing.broker import topic_leaders
-from metaq.testing.wait import wait_until
-from zk_layout import ZkLayout
-
-
-@dataclass
-class Row:
-    client: str
-    job: str
-    size: int
-    messages: int
-    seconds: float
-    broker_cpu: float
-    client_cpu: float = 0.0  # this process (confluent-kafka, metaq) and the clients it ran and waited for (kcat)
-
-    def cells(self) -> list[str]:
-        rate = self.messages / self.seconds
-        mb = rate * self.size / 1e6
-        cpu_per_m = self.broker_cpu / self.messages * 1e6
-        return [self.client, self.job, str(self.size), f"{self.messages:,}", f"{rate:,.0f}", f"{mb:,.1f}",
-                f"{cpu_per_m:.2f}", f"{self.client_cpu / self.messages * 1e6:.2f}"]
-
-
-class Bench:
-    def __init__(self, broker: BrokerProcess, layout: ZkLayout, prefix: str = "bench") -> None:
-        self.broker = broker
-        self.layout = layout
-        self.proc = psutil.Process(broker.pid)
-        self.rows: list[Row] = []
-        self._prefix = prefix
-        self._topics = 0
-
-    def topic(self) -> str:
-        """A new one-partition topic led by this bench's broker."""
-        self._topics += 1
-        name = f"{self._prefix}-{self._topics}"
-        create_topic(self.layout, name, 1, assignment={0: [self.broker.broker_id]})
-        wait_until(lambda: len(topic_leaders(self.broker.bootstrap, name)) == 1, 10, f"topic {name}")
-        return name
-
-    def measure(self, client: str, job: str, size: int, n: int, fn: Callable[..., None], *args: object) -> None:
-        cpu0 = sum(self.proc.cpu_times()[:2])
-        client0 = _client_cpu()
-        t0 = time.perf_counter()
-        fn(*args)
-        seconds = time.perf_counter() - t0
-        cpu = sum(self.proc.cpu_times()[:2]) - cpu0
-        self.rows.append(Row(client, job, size, n, seconds, cpu, _client_cpu() - client0))
-        print("  " + " | ".join(self.rows[-1].cells()), flush=True)
-
-
-def _client_cpu() -> float:
-    """CPU seconds of this process and of its finished children (kcat): steadier than wall time on a busy
-    machine. This process also runs the ZooKeeper client's threads, idle during a job."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
-
-
-def run_broker(env: Environment, messages: int, sizes: list[int]) -> list[Row]:
-    """Section 1: produce and fetch throughput on the shared broker."""
-    bench = Bench(env.broker, env.layout)
-    print("  client | job | value bytes | messages | msgs/s | MB/s | broker CPU s / 1M msgs | client CPU s / 1M msgs",
-          flush=True)
-    for size in sizes:
-        n = messages if size <= 100 else max(messages // 4, 1000)
-        value = b"x" * size
-        lines = env.work_dir / f"values-{size}.txt"
-        lines.write_bytes((b"y" * size + b"\n") * n)
-        t = bench.topic()
-        bench.measure("confluent-kafka", "produce", size, n, confluent_produce, env.bootstrap, t, value, n)
-        bench.measure("confluent-kafka", "fetch", size, n, confluent_consume, env.bootstrap, t, n)
-        t = bench.topic()  # the broker decompresses every compressed batch to validate it
-        bench.measure("confluent-kafka", "produce gzip", size, n, confluent_produce, env.bootstrap, t, value, n, "gzip")
-        if KCAT:
-            t = bench.topic()
-            bench.measure("kcat", "produce", size, n, kcat_produce, env.bootstrap, t, value, n, lines)
-            bench.measure("kcat", "fetch", size, n, kcat_consume, env.bootstrap, t, n)
-        t = bench.topic()
-        bench.measure("metaq.Producer", "produce", size, n, metaq_produce, env.zk, t, value, n)
-        lines.unlink()
-    return bench.rows
-
-
-PRODUCER_MESSAGES = 1_000_000
-PRODUCER_TARGET = 0.8  # metaq.Producer's msgs/s >= 0.8x confluent-kafka's (median), same broker, same run
-
-
-def run_producer_ratio(env: Environment, messages: int, repeat: int) -> list[Row]:
-    """confluent-kafka and metaq.Producer (acks=1, linger.ms=5, batch.size 1,000,000, 100-byte values, one
-    partition) in alternating order, ``repeat`` rounds on the shared broker: on a loaded machine only interleaved
-    runs compare."""
-    bench = Bench(env.broker, env.layout, "producer-ratio")
-    value = b"x" * 100
-    jobs = [("confluent-kafka", confluent_produce, env.bootstrap), ("metaq.Producer", metaq_produce, env.zk)]
-    for rep in range(repeat):
-        for client, fn, address in jobs[::-1] if rep % 2 else jobs:
-            bench.measure(client, "produce", 100, messages, fn, address, bench.topic(), value, messages)
-    return bench.rows
-
-
-IDEMPOTENCE_TARGET = 1.10  # idempotence may cost the broker at most 10% more CPU (docs/delivery-guarantees.md §7)
-
-
-def run_idempotence(env: Environment, messages: int, repeat: int) -> list[Row]:
-    """confluent-kafka and metaq.Producer with acks=all, enable.idempotence false and true, interleaved (the order
-    reversed in odd rounds): what the broker's per-batch producer state checks cost it."""
-    bench = Bench(env.broker, env.layout, "idempotence")
-    value = b"x" * 100
-    jobs = [(client, idem, fn, address)
-            for client, fn, address in (("confluent-kafka", confluent_produce, env.bootstrap),
-                                        ("metaq.Producer", metaq_produce, env.zk))
-            for idem in (False, True)]
-    for rep in range(repeat):
-        for client, idem, fn, address in jobs[::-1] if rep % 2 else jobs:
-            label = f"{client} {'idempotent' if idem else 'plain'}"
-            if fn is confluent_produce:
-                bench.measure(label, "produce", 100, messages, fn, address, bench.topic(), value, messages, "none",
-                              "all", idem)
-            else:
-                bench.measure(label, "produce", 100, messages, fn, address, bench.topic(), value, messages, "all",
-                              idem)
-    return bench.rows
-
-
-def idempotence_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
-    """Per client: median msgs/s and broker CPU s/1M, plain and idempotent, and the broker CPU ratio."""
-    header = ["client", "plain msgs/s", "idempotent msgs/s", "broker CPU s/1M plain | idempotent", "CPU ratio",
-              "target", "met"]
-    table = []
-    for client in ("confluent-kafka", "metaq.Producer"):
-        plain = [r for r in rows if r.client == f"{client} plain"]
-        idem = [r for r in rows if r.client == f"{client} idempotent"]
-        if not plain or not idem:
-            continue
-        cpu_plain = statistics.median(r.broker_cpu / r.messages * 1e6 for r in plain)
-        cpu_idem = statistics.median(r.broker_cpu / r.messages * 1e6 for r in idem)
-        ratio = cpu_idem / cpu_plain if cpu_plain else float("nan")
-        table.append([client, f"{statistics.median(r.messages / r.seconds for r in plain):,.0f}",
-                      f"{statistics.median(r.messages / r.seconds for r in idem):,.0f}",
-                      f"{cpu_plain:.2f} | {cpu_idem:.2f}", f"{ratio:.2f}x", f"<= {IDEMPOTENCE_TARGET:.2f}x",
-                      "yes" if ratio <= IDEMPOTENCE_TARGET else "NO"])
-    return header, table
-
-
-TRANSACTION_SIZES = (100, 10_000)
-
-
-def run_transactions(env: Environment, messages: int, repeat: int) -> list[Row]:
-    """confluent-kafka with acks=all: idempotent produce (what a transactional producer is without transactions),
-    then produce in transactions of each of :data:`TRANSACTION_SIZES`, then the last transactional topic fetched
-    read_uncommitted and read_committed (the broker's LSO and aborted-index work); ``repeat`` rounds, the order
-    reversed in odd rounds."""
-    bench = Bench(env.broker, env.layout, "transactions")
-    value = b"x" * 100
-    for rep in range(repeat):
-        jobs: list[tuple[str, str, Callable[..., None], tuple[object, ...]]] = [
-            ("idempotent", "produce", confluent_produce, (value, messages, "none", "all", True))]
-        jobs += [(f"transactions of {size:,}", "produce", transactional_produce, (value, messages, size))
-                 for size in TRANSACTION_SIZES]
-        for label, job, fn, args in jobs[::-1] if rep % 2 else jobs:
-            topic = bench.topic()
-            bench.measure(label, job, 100, messages, fn, env.bootstrap, topic, *args)
-        fetches = ["read_uncommitted", "read_committed"]
-        for isolation in fetches[::-1] if rep % 2 else fetches:
-            bench.measure(isolation, "fetch", 100, messages, confluent_consume, env.bootstrap, topic, messages,
-                          isolation)
-    return bench.rows
-
-
-def transactions_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
-    """Per job: median msgs/s and broker CPU s/1M, and the broker CPU relative to the job's baseline (idempotent
-    produce; read_uncommitted fetch)."""
-    header = ["client (confluent-kafka, acks=all, 100 B)", "job", "msgs/s", "broker CPU s/1M", "CPU vs baseline"]
-    table = []
-    baselines = {"produce": "idempotent", "fetch": "read_uncommitted"}
-    for label in dict.fromkeys(r.client for r in rows):
-        mine = [r for r in rows if r.client == label]
-        base = [r for r in rows if r.client == baselines[mine[0].job]]
-        cpu = statistics.median(r.broker_cpu / r.messages * 1e6 for r in mine)
-        base_cpu = statistics.median(r.broker_cpu / r.messages * 1e6 for r in base)
-        table.append([label, mine[0].job, f"{statistics.median(r.messages / r.seconds for r in mine):,.0f}",
-                      f"{cpu:.2f}", f"{cpu / base_cpu:.2f}x" if base_cpu else "-"])
-    return header, table
-
-
-def producer_ratio_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
-    """Each round's metaq / confluent ratios (msgs/s, client and broker CPU per message), then the medians."""
-    ours = [r for r in rows if r.client == "metaq.Producer"]
-    theirs = [r for r in rows if r.client == "confluent-kafka"]
-    header = ["round", "confluent msgs/s", "metaq msgs/s", "msgs/s ratio", "target", "met",
-              "client CPU s/1M c | m", "broker CPU s/1M c | m"]
-    table = []
-    ratios = []
-    for n, (m, c) in enumerate(zip(ours, theirs, strict=True), 1):
-        ratio = (m.messages / m.seconds) / (c.messages / c.seconds)
-        ratios.append(ratio)
-        table.append([str(n), f"{c.messages / c.seconds:,.0f}", f"{m.messages / m.seconds:,.0f}", f"{ratio:.2f}x",
-                      f">= {PRODUCER_TARGET}x", "yes" if ratio >= PRODUCER_TARGET else "NO",
-                      f"{_per_m(c.client_cpu, c)} | {_per_m(m.client_cpu, m)}",
-                      f"{_per_m(c.broker_cpu, c)} | {_per_m(m.broker_cpu, m)}"])
-    if ratios:
-        med = statistics.median(ratios)
-        table.append(["median", f"{statistics.median(c.messages / c.seconds for c in theirs):,.0f}",
-                      f"{statistics.median(m.messages / m.seconds for m in ours):,.0f}", f"{med:.2f}x",
-                      f">= {PRODUCER_TARGET}x", "yes" if med >= PRODUCER_TARGET else "NO",
-                      f"{statistics.median(c.client_cpu / c.messages * 1e6 for c in theirs):.2f} | "
-                      f"{statistics.median(m.client_cpu / m.messages * 1e6 for m in ours):.2f}",
-                      f"{statistics.median(c.broker_cpu / c.messages * 1e6 for c in theirs):.2f} | "
-                      f"{statistics.median(m.broker_cpu / m.messages * 1e6 for m in ours):.2f}"])
-    return header, table
-
-
-def producer_targets(rows: list[Row]) -> list[Target]:
-    """The median of the rounds' metaq / confluent msgs/s ratios."""
-    pairs = zip([r for r in rows if r.client == "metaq.Producer"], [r for r in rows if r.client == "confluent-kafka"],
-                strict=True)
-    ratios = [(m.messages / m.seconds) / (c.messages / c.seconds) for m, c in pairs]
-    if not ratios:
-        return []
-    return [Target(f"metaq.Producer/confluent-kafka produce msgs/s (median of {len(ratios)} alternating rounds)",
-                   statistics.median(ratios), PRODUCER_TARGET)]
-
-
-def _per_m(cpu: float, row: Row) -> str:
-    return f"{cpu / row.messages * 1e6:.2f}"
-
-
-METRICS_MESSAGES = 500_000
-"""At least this many per run: the broker's CPU clock ticks in 10 ms, a small run would measure only that."""
-
-
-def run_broker_metrics(env: Environment, messages: int, repeat: int) -> list[Row]:
-    """The shared broker (metrics on) and a second one with metrics.enabled=false, alternated ``repeat`` times:
-    confluent-kafka 100-byte produce and fetch, the broker's CPU per 1M messages (metrics off first in odd rounds)."""
-    quiet = BrokerProcess(env.zk, 1, env.work_dir, log_level="WARNING",
-                          properties={"metrics.enabled": "false"}).start()
-    try:
-        benches = [(Bench(env.broker, env.layout, "metrics-on"), "metrics on"),
-                   (Bench(quiet, env.layout, "metrics-off"), "metrics off")]
-        value = b"x" * 100
-        for rep in range(repeat):
-            for bench, label in benches[::-1] if rep % 2 else benches:
-                t = bench.topic()
-                bench.measure(label, "produce", 100, messages, confluent_produce, bench.broker.bootstrap, t, value,
-                              messages)
-                bench.measure(label, "fetch", 100, messages, confluent_consume, bench.broker.bootstrap, t, messages)
-        return [row for bench, _ in benches for row in bench.rows]
-    finally:
-        quiet.stop()
-
-
-def broker_metrics_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
-    """Best (lowest) broker CPU per job, metrics on and off side by side."""
-    def cpu(client: str, job: str) -> float:
-        return min(r.broker_cpu / r.messages * 1e6 for r in rows if r.client == client and r.job == job)
-
-    header = ["job (confluent-kafka, 100 B)", "broker CPU s/1M on", "broker CPU s/1M off", "CPU cost"]
-    return header, [[job, f"{cpu('metrics on', job):.2f}", f"{cpu('metrics off', job):.2f}",
-                     f"{cpu('metrics on', job) / cpu('metrics off', job) - 1:+.1%}"] for job in ("produce", "fetch")]
-
-
-def broker_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
-    header = ["client", "job", "value B", "messages", "msgs/s", "MB/s", "broker CPU s/1M", "client CPU s/1M"]
-    return header, [r.cells() for r in rows]
+from bench.throughput import METRICS_MESSAGES, broker_metrics_table, broker_table, run_broker, run_broker_metrics
+from bench.transactional import run_transactions, transactions_table
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ bench/security.py has confluent-kafka's produce and fetch per listener and the r
 One broker serves the three listeners at once (certificates made with openssl at run time). Rates count the
 messages after the first delivery, as in bench/consumer.py; ``ratio`` is the rate over the same client's
 PLAINTEXT rate (the TLS cost). Under TLS the broker cannot use sendfile, and metaq's client decrypts with
-``recv_into`` straight into its frame buffers (metaq/client/connection.py).
+``recv_into`` straight into its frame buffers (metaq/client/frame_reader.py).
 """
 
 from __future__ import annotations

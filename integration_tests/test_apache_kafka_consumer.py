@@ -35,8 +35,8 @@ from metaq.consumer import Consumer
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.connector import ZookeeperConsumerConnector
 from metaq.consumer.listener import MessageConsumer
+from metaq.consumer.membership import RebalanceListener
 from metaq.consumer.message import MessageAndMetadata
-from metaq.consumer.rebalance import RebalanceListener
 from metaq.testing.apache_kafka import ApacheKafkaBroker, ApacheKafkaCluster
 from metaq.testing.group import (
     GatedProxy,

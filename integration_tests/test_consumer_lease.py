@@ -32,8 +32,8 @@ from metaq.broker.topics import create_topic
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.connector import ZookeeperConsumerConnector
 from metaq.consumer.listener import MessageConsumer
+from metaq.consumer.membership import RebalanceListener
 from metaq.consumer.message import MessageAndMetadata
-from metaq.consumer.rebalance import RebalanceListener
 from metaq.testing.broker import topic_leaders
 from metaq.testing.group import GatedProxy
 from metaq.testing.wait import wait_until

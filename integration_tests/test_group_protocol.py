@@ -36,7 +36,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from integration_tests.peers import KCAT
-from metaq.client.connection import build_request
+from metaq.client.request_codec import build_request
 from metaq.producer import Producer
 from metaq.testing.broker import request
 from metaq.testing.wait import wait_until

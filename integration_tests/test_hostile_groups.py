@@ -16,7 +16,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from metaq.client.connection import build_request
+from metaq.client.request_codec import build_request
 from metaq.errors import ErrorCode
 from metaq.testing.broker import call, request
 from metaq.testing.probes import RssSampler, WellBehavedClient

@@ -12,7 +12,8 @@ import pytest
 from integration_tests.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offset_store import ZooKeeperOffsetStore
-from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
+from metaq.consumer.rebalance import ZKRebalancerListener
+from metaq.consumer.zk_member_state import STABLE
 from metaq.testing.wait import wait_until
 from zk_layout import BrokerInfo, TopicCount, ZkLayout
 

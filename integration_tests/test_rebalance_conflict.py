@@ -12,7 +12,8 @@ from kazoo.client import KazooClient
 from integration_tests.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offset_store import ZooKeeperOffsetStore
-from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
+from metaq.consumer.rebalance import ZKRebalancerListener
+from metaq.consumer.zk_member_state import STABLE
 from zk_layout import BrokerInfo, TopicCount, ZkLayout
 
 BACKOFF_MS = 8000

@@ -10,7 +10,8 @@ import pytest
 from integration_tests.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offset_store import TopicPartition, ZooKeeperOffsetStore
-from metaq.consumer.rebalance import FAILED, ZKRebalancerListener
+from metaq.consumer.rebalance import ZKRebalancerListener
+from metaq.consumer.zk_member_state import FAILED
 from metaq.errors import (
     AuthenticationError,
     BrokerConnectionError,

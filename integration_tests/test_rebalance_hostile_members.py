@@ -14,7 +14,8 @@ from kazoo.client import KazooClient
 from integration_tests.rebalance_fakes import FakeFetcher, FakeSubscription
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offset_store import ZooKeeperOffsetStore
-from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
+from metaq.consumer.rebalance import ZKRebalancerListener
+from metaq.consumer.zk_member_state import STABLE
 from zk_layout import WHITE_LIST, BrokerInfo, PartitionState, TopicCount, ZkLayout, paths
 
 STATE = PartitionState(leader=0, leader_epoch=0, isr=(0,), controller_epoch=1)
@@ -39,7 +40,7 @@ def test_persistent_fake_member_is_ignored_with_a_warning(
     listener, fetcher = _group(zk_layout)
     fake = paths.consumer_id_path("g", "a-fake")
     zk.create(fake, TopicCount({"t": 100000}).encode(), makepath=True)
-    caplog.set_level(logging.WARNING, logger="metaq.consumer.rebalance")
+    caplog.set_level(logging.WARNING, logger="metaq.consumer.zk_group_view")
     listener.synced_rebalance()
     listener.synced_rebalance()  # warned once per node, not at every rebalance
     assert listener.state == STABLE
@@ -53,7 +54,7 @@ def test_peer_filter_rejected_by_re2_is_ignored_naming_the_node(
         zk_layout: ZkLayout, make_zk_client: Callable[..., KazooClient], caplog: pytest.LogCaptureFixture) -> None:
     listener, fetcher = _group(zk_layout, partitions=2)
     ZkLayout(make_zk_client()).register_consumer("g", "c2", TopicCount({"(t)\\1": 1}, WHITE_LIST))
-    caplog.set_level(logging.WARNING, logger="metaq.consumer.rebalance")
+    caplog.set_level(logging.WARNING, logger="metaq.consumer.zk_group_view")
     listener.synced_rebalance()
     assert fetcher.started == [("t", 0), ("t", 1)]
     node = zk_layout.full_path(paths.consumer_id_path("g", "c2"))

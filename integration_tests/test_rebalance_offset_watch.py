@@ -7,7 +7,8 @@ from __future__ import annotations
 from integration_tests.rebalance_fakes import STATE, FakeFetcher, FakeSubscription
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offset_store import ZooKeeperOffsetStore
-from metaq.consumer.rebalance import STABLE, ZKRebalancerListener
+from metaq.consumer.rebalance import ZKRebalancerListener
+from metaq.consumer.zk_member_state import STABLE
 from metaq.errors import ZooKeeperUnavailableError
 from metaq.testing.wait import wait_until
 from zk_layout import BrokerInfo, FencedOffset, TopicCount, ZkLayout

@@ -25,7 +25,7 @@ from metaq.lazy import lazy_exports
 # TopicDetail`` does not pull in the group tools' Kafka clients (``metaq --help`` and ZooKeeper-only commands).
 _HOMES = {
     "Admin": "client", "resolve_connect": "client",
-    "GroupDescription": "groups", "GroupSummary": "groups", "Member": "groups", "PartitionLag": "groups",
+    "GroupDescription": "groups", "GroupSummary": "group_listing", "Member": "groups", "PartitionLag": "groups",
     "EARLIEST": "log_offsets", "LATEST": "log_offsets", "BrokerLogOffsets": "log_offsets",
     "LogOffsets": "log_offsets", "Watermarks": "log_offsets",
     "OffsetChange": "offset_reset", "OffsetPlan": "offset_reset", "ResetSpec": "offset_reset", "format_ms": "timefmt",
@@ -38,7 +38,8 @@ _HOMES = {
 
 if TYPE_CHECKING:
     from metaq.admin.client import Admin, resolve_connect
-    from metaq.admin.groups import GroupDescription, GroupSummary, Member, PartitionLag
+    from metaq.admin.group_listing import GroupSummary
+    from metaq.admin.groups import GroupDescription, Member, PartitionLag
     from metaq.admin.log_offsets import EARLIEST, LATEST, BrokerLogOffsets, LogOffsets, Watermarks
     from metaq.admin.offset_reset import OffsetChange, OffsetPlan, ResetSpec, parse_topic_selection
     from metaq.admin.owners import OwnerRow, OwnersReport

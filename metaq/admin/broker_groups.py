@@ -22,7 +22,8 @@ from kafka.protocol.consumer import ConsumerProtocolAssignment, OffsetDeleteRequ
 
 from metaq.admin.log_offsets import TopicPartition
 from metaq.client.cluster import broker_endpoint
-from metaq.client.connection import BrokerConnection, build_request
+from metaq.client.connection import BrokerConnection
+from metaq.client.request_codec import build_request
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import AuthenticationError, MetaqError, for_code

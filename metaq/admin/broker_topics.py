@@ -32,8 +32,9 @@ from kafka.protocol.api_message import ApiMessage
 
 from metaq.admin.broker_groups import _version
 from metaq.client.cluster import broker_endpoint
-from metaq.client.connection import BrokerConnection, build_request
+from metaq.client.connection import BrokerConnection
 from metaq.client.metadata import MetadataLayout
+from metaq.client.request_codec import build_request
 from metaq.errors import BrokerConnectionError, ErrorCode, MetaqError, UnknownTopicError, for_code
 from metaq.protocol.apis import ApiKey
 from metaq.protocol.messages import ApiResponse, RequestFields

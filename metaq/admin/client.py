@@ -29,13 +29,9 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from metaq.admin.broker_groups import CoordinatorGroups
-    from metaq.admin.groups import (
-        GroupDeletion,
-        GroupDescription,
-        GroupListing,
-        GroupSummary,
-        OffsetDeleteResult,
-    )
+    from metaq.admin.group_deletion import GroupDeletion, OffsetDeleteResult
+    from metaq.admin.group_listing import GroupListing, GroupSummary
+    from metaq.admin.groups import GroupDescription
     from metaq.admin.kafka_offsets import GroupOffsetsStore
     from metaq.admin.log_offsets import LogOffsets, TopicPartition
     from metaq.admin.offset_reset import OffsetChange, OffsetPlan, Progress, ResetSpec
@@ -143,7 +139,7 @@ class Admin:
 
     def group_listing(self) -> GroupListing:
         """ZooKeeper's groups and the coordinators' (protocol) groups, with notes about brokers not asked."""
-        from metaq.admin.groups import group_listing
+        from metaq.admin.group_listing import group_listing
 
         return group_listing(self.layout, self.coordinators, self.kafka)
 
@@ -171,14 +167,14 @@ class Admin:
             raise
 
     def delete_group(self, group: str) -> GroupDeletion:
-        from metaq.admin.groups import delete_group
+        from metaq.admin.group_deletion import delete_group
 
         return delete_group(self.layout, group, self.coordinators)
 
     def delete_offsets(self, group: str, selection: Mapping[str, list[int] | None], *,
                        force: bool = False) -> list[OffsetDeleteResult]:
         """``selection``: topic -> partitions (None: every partition of the topic)."""
-        from metaq.admin.groups import delete_offsets
+        from metaq.admin.group_deletion import delete_offsets
         from metaq.admin.offset_reset import selected_partitions
 
         return delete_offsets(self.layout, group, selected_partitions(self.layout, selection), self.coordinators,

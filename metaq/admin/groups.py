@@ -2,7 +2,6 @@
 owner, last commit time and a status flag.
 
     describe_group(layout, log_offsets, "etl")     # GroupDescription(group="etl", members=[...], partitions=[...])
-    list_groups(layout)                            # [GroupSummary("etl", members=2, topics=["clicks"])]
 
 The gathering functions read ZooKeeper (and ask the leaders for log offsets); :func:`build_description`
 is the pure part that decides lag and status, so that it can be tested without servers. Offsets come from
@@ -13,7 +12,8 @@ over the offsets channel; a partition's offset is ``max(zookeeper, kafka)``, wha
 Given a :class:`~metaq.admin.broker_groups.CoordinatorGroups`, groups that the brokers' group coordinators know
 (protocol groups: confluent-kafka, ``kcat -G``, kafka-python; and groups with offsets only in
 ``__consumer_offsets``) are listed and described too, with their members, state and assignment; ``kind`` says
-where a group is known: ``zookeeper`` (``/consumers``), ``protocol`` (a coordinator) or ``both``.
+where a group is known: ``zookeeper`` (``/consumers``), ``protocol`` (a coordinator) or ``both``. Listing the groups
+is metaq.admin.group_listing's, deleting them (or their offsets) metaq.admin.group_deletion's.
 """
 
 from __future__ import annotations
@@ -21,22 +21,17 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from metaq.admin.broker_groups import CoordinatorGroup, CoordinatorGroups, CoordinatorListing
-from metaq.admin.kafka_offsets import GroupOffsetsStore, error_name
+from metaq.admin.kafka_offsets import GroupOffsetsStore
 from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
 from metaq.admin.migration import MigrationView, migration_view
 from metaq.errors import (
-    ConfigError,
-    ErrorCode,
-    GroupActiveError,
     GroupNotFoundError,
-    MalformedNodeError,
     MetaqError,
     UnknownTopicError,
-    for_code,
 )
 from zk_layout import OffsetNode, TopicCount, ZkLayout
 from zk_layout.paths import consumer_group_path
@@ -54,14 +49,6 @@ OK = "OK"
 ZOOKEEPER = "zookeeper"
 KAFKA = "kafka"
 BOTH = "both"
-
-# Where a group is known (``groups list`` KIND): /consumers, a broker's group coordinator, or both.
-ZOOKEEPER_KIND = "zookeeper"
-PROTOCOL_KIND = "protocol"
-
-# Kafka's group states (ConsumerGroupState) that a ZooKeeper group can be in.
-STABLE = "Stable"
-EMPTY = "Empty"
 
 DEFAULT_STALL_AFTER_MS = 10 * 60 * 1000
 _GENERATED_ID = re.compile(r"(?P<host>.+)-(?P<ms>[0-9]{10,})-(?P<hex>[0-9a-f]{1,8})")
@@ -162,33 +149,6 @@ class GroupDescription:
                 "protocol": None if self.protocol is None else self.protocol.to_json(),
                 "migration": None if self.migration is None else self.migration.to_json(),
                 "partitions": [p.to_json() for p in self.partitions]}
-
-
-@dataclass(frozen=True)
-class GroupSummary:
-    """One line of ``groups list``. ``error`` says why the group could not be read whole (a malformed node,
-    named), so that one bad group does not hide the others."""
-
-    group: str
-    members: int
-    topics: list[str] = field(default_factory=list)
-    kind: str = ZOOKEEPER_KIND
-    state: str | None = None  # Kafka's group state: the coordinator's, or Stable/Empty from ZooKeeper's ids
-    error: str | None = None  # why the group could not be read (a malformed node, named)
-
-    @property
-    def active(self) -> bool:
-        return self.members > 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"group": self.group, "kind": self.kind, "members": self.members, "active": self.active,
-                "state": self.state, "topics": self.topics, "error": self.error}
-
-
-@dataclass(frozen=True)
-class GroupListing:
-    groups: list[GroupSummary]
-    notes: list[str] = field(default_factory=list)  # brokers whose groups could not be read, and why
 
 
 # -- pure helpers -------------------------------------------------------------------------------------
@@ -411,161 +371,3 @@ def read_kafka_offsets(kafka: GroupOffsetsStore | None, group: str) -> tuple[dic
         return kafka.fetch(group), None
     except MetaqError as e:  # KafkaOffsetsUnavailable, or the coordinator refused
         return {}, f"offsets stored in Kafka were not read: {e}"
-
-
-def list_groups(layout: ZkLayout, coordinators: CoordinatorGroups | None = None,
-                kafka: GroupOffsetsStore | None = None) -> list[GroupSummary]:
-    """Every group under ``/consumers``, with or without live members (and those the coordinators know)."""
-    return group_listing(layout, coordinators, kafka).groups
-
-
-def group_listing(layout: ZkLayout, coordinators: CoordinatorGroups | None = None,
-                  kafka: GroupOffsetsStore | None = None) -> GroupListing:
-    """:func:`list_groups` with the notes about brokers that could not be asked. With ``kafka``, a coordinator's
-    group without assigned partitions (Empty, or offsets only) shows the topics it has offsets for, as
-    ``kafka-consumer-groups --describe`` does."""
-    listing = coordinators.list() if coordinators is not None else CoordinatorListing()
-    summaries = {s.group: s for s in _zookeeper_groups(layout)}
-    for name, known in listing.groups.items():
-        offset_topics: set[str] = set()
-        if not known.topics:
-            offsets, note = read_kafka_offsets(kafka, name)
-            offset_topics = {t for t, _ in offsets}
-            if note:
-                listing.notes.append(f"group {name}: {note}")
-        summaries[name] = merge_summary(summaries.get(name), known, offset_topics)
-    return GroupListing([summaries[g] for g in sorted(summaries)], listing.notes)
-
-
-def merge_summary(zookeeper: GroupSummary | None, known: CoordinatorGroup,
-                  offset_topics: Iterable[str] = ()) -> GroupSummary:
-    """One row for a group the coordinator knows (and perhaps ZooKeeper too). A coordinator that holds only
-    offsets (no protocol type, no members: a simple or ZooKeeper-coordinated consumer committing to Kafka)
-    does not decide the state of a ZooKeeper group."""
-    topics = known.topics | set(offset_topics)
-    if zookeeper is None:
-        return GroupSummary(known.group, len(known.members), sorted(topics), PROTOCOL_KIND, known.state)
-    offsets_only = not known.protocol_type and not known.members
-    return GroupSummary(known.group, zookeeper.members + len(known.members),
-                        sorted(set(zookeeper.topics) | topics), BOTH,
-                        zookeeper.state if offsets_only else known.state)
-
-
-def _zookeeper_groups(layout: ZkLayout) -> list[GroupSummary]:
-    """Every group under ``/consumers``. A group with a malformed node is listed with its ``error`` (naming
-    the node) rather than failing the whole listing."""
-    summaries = []
-    for group in layout.groups():
-        try:
-            members = layout.consumer_ids(group)
-        except ConfigError:  # a name that is not a valid group id (another tool's node): list it, bare
-            summaries.append(GroupSummary(group, 0, [], state=EMPTY))
-            continue
-        try:
-            topics = {t for t, _ in layout.offset_nodes(group)} | {t for t, _ in layout.owners(group)}
-        except MalformedNodeError as e:
-            summaries.append(GroupSummary(group, len(members), [], state=zookeeper_state(len(members)),
-                                          error=str(e)))
-            continue
-        summaries.append(GroupSummary(group, len(members), sorted(topics), state=zookeeper_state(len(members))))
-    return summaries
-
-
-def zookeeper_state(members: int) -> str:
-    """A ZooKeeper group's state in Kafka's names (``ConsumerGroupState``), so that ``groups list`` reads the
-    same for both kinds of group: Stable with registered members, Empty without. ZooKeeper keeps no
-    rebalance state a reader could see (members rebalance each on its own), so no other state applies."""
-    return STABLE if members else EMPTY
-
-
-# -- deleting ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GroupDeletion:
-    """What ``groups delete`` removed: ``/consumers/<g>`` and/or the group at its coordinator (a broker id)."""
-
-    group: str
-    zookeeper: bool
-    coordinator: int | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"group": self.group, "zookeeper": self.zookeeper, "coordinator": self.coordinator}
-
-
-def delete_group(layout: ZkLayout, group: str, coordinators: CoordinatorGroups | None = None) -> GroupDeletion:
-    """Delete a group wherever it is known, as ``kafka-consumer-groups --delete`` does (its ZooKeeper mode for
-    ``/consumers/<g>``, DeleteGroups for a coordinator's group, whose offsets get tombstones); refused with
-    GroupActiveError while it has members, in Kafka's words. The coordinator is asked first: it may refuse."""
-    known = (coordinators.list() if coordinators is not None else CoordinatorListing()).groups.get(group)
-    in_zookeeper = layout.group_exists(group)
-    if not in_zookeeper and known is None:
-        raise GroupNotFoundError(f"group {group!r} does not exist (neither under "
-                                 f"{layout.full_path(consumer_group_path(group))} nor at a broker's coordinator)")
-    live = layout.consumer_ids(group) if in_zookeeper else []
-    if live or (known is not None and known.members):
-        members = live + [m.member_id for m in (known.members if known is not None else ())]
-        raise GroupActiveError(f"Delete for group {group} failed because its consumers are still active: "
-                               f"{', '.join(members)}")
-    deleted_at = None
-    if known is not None and coordinators is not None:
-        code = coordinators.delete(group, known.coordinator)
-        if code == ErrorCode.NON_EMPTY_GROUP:
-            raise GroupActiveError(f"Delete for group {group} failed because its consumers are still active "
-                                   f"(broker {known.coordinator}: NON_EMPTY_GROUP)")
-        if code not in (0, ErrorCode.GROUP_ID_NOT_FOUND):
-            raise for_code(code)(f"DeleteGroups of {group!r} at broker {known.coordinator}: error {code}")
-        deleted_at = known.coordinator if code == 0 else None
-    removed = layout.delete_group(group) if in_zookeeper else False
-    return GroupDeletion(group, removed, deleted_at)
-
-
-# -- deleting offsets -------------------------------------------------------------------------------------
-
-SUCCESSFUL = "Successful"  # kafka-consumer-groups --delete-offsets' STATUS of a deleted offset
-
-
-@dataclass(frozen=True)
-class OffsetDeleteResult:
-    """One row of ``offsets delete``: ``error`` is None when the offset was deleted (or there was none),
-    else why not (Kafka's error name, e.g. GROUP_SUBSCRIBED_TO_TOPIC while a live member reads the topic)."""
-
-    topic: str
-    partition: int
-    error: str | None = None
-
-    @property
-    def status(self) -> str:
-        return SUCCESSFUL if self.error is None else f"Error: {self.error}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition, "error": self.error}
-
-
-def delete_offsets(layout: ZkLayout, group: str, partitions: Iterable[TopicPartition],
-                   coordinators: CoordinatorGroups | None = None, *, force: bool = False) -> list[OffsetDeleteResult]:
-    """Delete a group's committed offsets of ``partitions`` wherever the group is known, as
-    ``kafka-consumer-groups --delete-offsets`` does: its offset nodes in ZooKeeper (refused with GroupActiveError
-    while the group has registered members, unless ``force``, as ``offsets reset``), and OffsetDelete at a
-    coordinator's group (which refuses, per partition, the topics a live member is subscribed to)."""
-    keys = sorted(set(partitions))
-    known = (coordinators.list() if coordinators is not None else CoordinatorListing()).groups.get(group)
-    in_zookeeper = layout.group_exists(group)
-    if not in_zookeeper and known is None:
-        raise GroupNotFoundError(f"group {group!r} does not exist (neither under "
-                                 f"{layout.full_path(consumer_group_path(group))} nor at a broker's coordinator)")
-    errors: dict[TopicPartition, str] = {}
-    if known is not None and coordinators is not None:
-        code, codes = coordinators.delete_offsets(group, known.coordinator, keys)
-        if code:
-            raise for_code(code)(f"OffsetDelete of group {group!r} at broker {known.coordinator}: "
-                                 f"{error_name(code)}")
-        errors = {tp: error_name(c) for tp, c in codes.items() if c}
-    if in_zookeeper:
-        live = layout.consumer_ids(group)
-        if live and not force:
-            raise GroupActiveError(f"group {group!r} has {len(live)} live member(s) ({', '.join(live[:3])}); "
-                                   "stop them first, or use --force to delete its offsets anyway")
-        for topic, partition in keys:
-            layout.delete_offset(group, topic, partition)
-    return [OffsetDeleteResult(t, p, errors.get((t, p))) for t, p in keys]

@@ -20,7 +20,7 @@ from kafka.protocol.admin import DescribeGroupsRequest
 from metaq.admin.broker_groups import decode_assignment
 from metaq.admin.kafka_offsets import OFFSETS_TOPIC
 from metaq.admin.log_offsets import TopicPartition
-from metaq.client.connection import build_request
+from metaq.client.request_codec import build_request
 from metaq.client.security import SecurityConfig
 from metaq.consumer.kafka_offsets import OffsetsChannel
 from metaq.errors import BrokerConnectionError, CoordinatorError, MetaqError, ProtocolError, for_code

@@ -18,7 +18,7 @@ from kafka.protocol.admin import ElectLeadersRequest
 
 from metaq.broker.replication.reassignment import replica_assignments, with_assignments
 from metaq.broker.topics import assign_replicas
-from metaq.client.connection import build_request
+from metaq.client.request_codec import build_request
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, ConfigError, StaleVersionError, UnknownTopicError, for_code

@@ -36,7 +36,7 @@ from metaq.cli.subparsers import SubParsers
 if TYPE_CHECKING:  # the group tools import the Kafka clients: `metaq groups --help` should not wait for them
     from metaq.admin import GroupDescription, GroupSummary, Member, PartitionLag
     from metaq.admin.broker_groups import CoordinatorGroup
-    from metaq.admin.groups import GroupDeletion
+    from metaq.admin.group_deletion import GroupDeletion
 from metaq.errors import MetaqError
 
 PARTITION_HEADERS = ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER", "LAST-COMMIT",
@@ -173,7 +173,7 @@ MEMBER_KEYS = ["group", "consumer_id", "host", "client_id", "partitions"]
 def state_rows(d: GroupDescription) -> list[tuple[object, ...]]:
     """--state: a coordinator's group as Kafka prints it; a ZooKeeper group with coordinator ``zookeeper``
     (members balance themselves: no coordinator, and the strategy is each member's own setting, not shown)."""
-    from metaq.admin.groups import zookeeper_state
+    from metaq.admin.group_listing import zookeeper_state
 
     rows: list[tuple[object, ...]] = []
     if d.members or d.protocol is None:

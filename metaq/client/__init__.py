@@ -12,7 +12,7 @@ from metaq.lazy import lazy_exports
 _HOMES = {
     "EARLIEST": "cluster", "LATEST": "cluster", "ClusterClient": "cluster", "Leader": "cluster",
     "ListedOffset": "cluster", "NoLeader": "cluster", "TopicInfo": "cluster", "TopicPartition": "cluster",
-    "BrokerConnection": "connection", "InFlightRequest": "connection", "build_request": "connection",
+    "BrokerConnection": "connection", "InFlightRequest": "in_flight", "build_request": "request_codec",
     "ConnectionSettings": "settings",
     "CLIENT_VERSIONS": "versions", "ApiKey": "versions", "pick_version": "versions",
 }
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
         TopicInfo,
         TopicPartition,
     )
-    from metaq.client.connection import BrokerConnection, InFlightRequest, build_request
+    from metaq.client.connection import BrokerConnection
+    from metaq.client.in_flight import InFlightRequest
+    from metaq.client.request_codec import build_request
     from metaq.client.settings import ConnectionSettings
     from metaq.client.versions import CLIENT_VERSIONS, ApiKey, pick_version
 

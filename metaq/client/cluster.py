@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import ListOffsetsRequest
 
-from metaq.client.connection import BrokerConnection, InFlightRequest
+from metaq.client.connection import BrokerConnection
+from metaq.client.in_flight import InFlightRequest
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, MetaqError, ProtocolError, UnknownTopicError, for_code
 from metaq.protocol.messages import ApiResponse, ApiStruct, RequestFields

@@ -35,14 +35,16 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
-from typing import Any, Literal, overload
+from typing import Literal, overload
 
 from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
 from metaq import __version__
+from metaq.client.frame_reader import _SIZE, _FrameReader, _PeerClosed, _WouldBlock
+from metaq.client.in_flight import InFlightRequest
+from metaq.client.request_codec import _skip_tagged_fields, build_request
 from metaq.client.sasl import SaslLogin, authenticate
 from metaq.client.versions import (
     API_VERSIONS_PROBE,
@@ -63,128 +65,8 @@ from metaq.errors import (
 from metaq.protocol.messages import ApiResponse, RequestFields
 
 log = logging.getLogger(__name__)
-
-_SIZE = struct.Struct(">i")
 _ERROR_CODE = struct.Struct(">h")
-_READ_CHUNK = 65536  # frames up to this size are decoded in place from the read-ahead buffer
 _CORRELATION_MASK = 0x7FFFFFFF
-
-
-class _WouldBlock(Exception):
-    """The read deadline passed before a whole frame arrived; what was read so far is kept."""
-
-
-class _PeerClosed(Exception):
-    """recv returned 0 bytes."""
-
-
-class InFlightRequest:
-    """A request written to the wire; :meth:`result` waits for its response (or returns None without one)."""
-
-    __slots__ = ("_conn", "correlation_id", "api_key", "api_version", "response_class", "deadline",
-                 "_done", "_response", "_error")
-
-    def __init__(self, conn: BrokerConnection, correlation_id: int, api_key: int, api_version: int,
-                 response_class: type[ApiMessage] | None, deadline: float) -> None:
-        self._conn = conn
-        self.correlation_id = correlation_id
-        self.api_key = api_key
-        self.api_version = api_version
-        self.response_class = response_class
-        self.deadline = deadline  # time.monotonic() after which the broker is considered stuck
-        self._done = False
-        self._response: ApiResponse | None = None
-        self._error: BaseException | None = None
-
-    def done(self) -> bool:
-        return self._done
-
-    def result(self, timeout: float | None = None) -> ApiResponse | None:
-        """The decoded response (None when none is expected); waits up to ``timeout`` seconds (None: until the
-        request times out)."""
-        if not self._done:
-            self._conn._wait_for(self, timeout)
-        if self._error is not None:
-            raise self._error
-        return self._response
-
-    def describe(self) -> str:
-        return f"{api_name(self.api_key)} v{self.api_version} (correlation id {self.correlation_id})"
-
-    def _set_response(self, response: ApiResponse | None) -> None:
-        self._response = response
-        self._done = True
-
-    def _set_error(self, error: BaseException) -> None:
-        if not self._done:
-            self._error = error
-            self._done = True
-
-    def __repr__(self) -> str:
-        state = "done" if self._done else "pending"
-        return f"<InFlightRequest {self.describe()} to {self._conn.address} {state}>"
-
-
-class _FrameReader:
-    """Reads size-prefixed frames with few syscalls and no quadratic copies.
-
-    Small frames are parsed in place from one reused read-ahead buffer (several pipelined responses may arrive
-    in one recv); a frame larger than that buffer gets its own exact-size bytearray, filled with recv_into.
-    A returned frame is only valid until the next call.
-    """
-
-    def __init__(self, recv_into: Any, max_frame: int, chunk: int = _READ_CHUNK) -> None:
-        self._recv_into = recv_into  # (memoryview) -> bytes read; raises _WouldBlock / _PeerClosed
-        self._max_frame = max_frame
-        self._buf = bytearray(chunk)
-        self._start = 0
-        self._end = 0
-        self._big: bytearray | None = None
-        self._big_pos = 0
-
-    def next_frame(self) -> memoryview:
-        if self._big is not None:
-            return self._fill_big()
-        buf = self._buf
-        while True:
-            avail = self._end - self._start
-            if avail >= 4:
-                size = _SIZE.unpack_from(buf, self._start)[0]
-                if size < 0 or size > self._max_frame:
-                    raise ProtocolError(f"response frame size {size} is outside 0..{self._max_frame}")
-                if avail >= 4 + size:
-                    begin = self._start + 4
-                    self._start = begin + size
-                    return memoryview(buf)[begin : begin + size]
-                if 4 + size > len(buf):
-                    return self._start_big(size)
-            self._compact()
-            self._end += self._recv_into(memoryview(buf)[self._end :])
-
-    def _compact(self) -> None:
-        if self._start:
-            kept = self._end - self._start
-            self._buf[:kept] = self._buf[self._start : self._end]
-            self._start, self._end = 0, kept
-
-    def _start_big(self, size: int) -> memoryview:
-        have = self._end - self._start - 4
-        big = bytearray(size)
-        big[:have] = self._buf[self._start + 4 : self._end]
-        self._start = self._end = 0
-        self._big, self._big_pos = big, have
-        return self._fill_big()
-
-    def _fill_big(self) -> memoryview:
-        big = self._big
-        assert big is not None
-        view = memoryview(big)
-        while self._big_pos < len(big):
-            self._big_pos += self._recv_into(view[self._big_pos :])
-        self._big = None
-        return view
-
-
 _OLD_BROKERS: set[str] = set()
 _OLD_BROKERS_LOCK = threading.Lock()
 
@@ -200,52 +82,11 @@ def _log_old_broker(address: str, fallback: str, error: BrokerConnectionError) -
                 "using the API versions of Kafka %s (broker.version.fallback)", address, error, fallback)
 
 
-def build_request(request_class: type[ApiMessage], version: int, fields: Mapping[str, Any]) -> ApiMessage:
-    """A versioned request from plain values; nested structs may be given as dicts."""
-    return request_class[version](**_containers(request_class.fields, fields))
-
-
-def _containers(field_map: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in values.items():
-        field = field_map.get(name)
-        if field is not None and value is not None:
-            if field.is_struct_array():
-                value = [_container(field, item) for item in value]
-            elif field.is_struct():
-                value = _container(field, value)
-        out[name] = value
-    return out
-
-
-def _container(field: Any, item: Any) -> Any:
-    if isinstance(item, Mapping):
-        return field.data_class(**_containers(field.fields, item))
-    return item
-
-
-def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
-    count, pos = _read_uvarint(frame, pos)
-    for _ in range(count):
-        _tag, pos = _read_uvarint(frame, pos)
-        size, pos = _read_uvarint(frame, pos)
-        pos += size
-    return pos
-
-
-def _read_uvarint(data: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-
-
 class BrokerConnection:
-    """A blocking connection to one broker; see the module docstring."""
+    """A blocking connection to one broker (module docstring). It owns the socket (TLS-wrapped, SASL-authenticated
+    if configured), the API version ranges the broker announced (or the fallback's, for a broker older than
+    ApiVersions), the frame reader over the socket, and the requests in flight in the order they were written,
+    each matched with its response by correlation id. Closing it fails every request in flight."""
 
     def __init__(self, host: str, port: int, *, client_id: str = "metaq", request_timeout_ms: int = 30000,
                  connect_timeout_ms: int = 10000, max_response_bytes: int = 104857600,
@@ -352,6 +193,7 @@ class BrokerConnection:
             return BrokerConnectionError(f"broker {self.address}: connection broke during {doing}: {error} "
                                          f"(if this persists: is it an SSL listener?)")
         return error
+
     def _negotiate_versions_after_tls(self) -> dict[int, tuple[int, int]]:
         """ApiVersions; a TLS connection the broker drops right away gets a hint (a broker may close without a
         TLS alert when it refuses our certificate, or wants one: then the error stays retriable)."""

@@ -29,7 +29,7 @@ from typing import Any
 
 from kafka.protocol.metadata import MetadataRequest
 
-from metaq.client.connection import build_request
+from metaq.client.request_codec import build_request
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, ConfigError, MetaqError
 from metaq.protocol.apis import ApiKey

@@ -3,8 +3,8 @@
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.connector import Consumer, ZookeeperConsumerConnector
 from metaq.consumer.listener import BatchMessageListener, MessageConsumer, MessageListener
+from metaq.consumer.membership import ConsumerState
 from metaq.consumer.message import MessageAndMetadata
-from metaq.consumer.rebalance import ConsumerState
 from metaq.consumer.recover import RecoverStore
 from metaq.consumer.streams import KafkaStream
 from metaq.consumer.topic_filter import Blacklist, Whitelist

@@ -35,14 +35,16 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from metaq.consumer.committer import AutoCommitter
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.coordination import CommitListener, GroupMember
+from metaq.consumer.coordination import GroupMember
 from metaq.consumer.fetcher_manager import FetcherManager
+from metaq.consumer.group_commits import CommitListener
 from metaq.consumer.ids import make_consumer_id, make_thread_ids
 from metaq.consumer.kafka_offsets import KafkaOffsetStore
+from metaq.consumer.membership import ConsumerState, RebalanceListener
 from metaq.consumer.migration import MigratingMember, MigrationDriver
 from metaq.consumer.offset_store import OffsetStore, ZooKeeperOffsetStore
 from metaq.consumer.partition_info import ChunkQueue
-from metaq.consumer.rebalance import ConsumerState, RebalanceListener, ZKRebalancerListener
+from metaq.consumer.rebalance import ZKRebalancerListener
 from metaq.consumer.serde import get_deserializer
 from metaq.consumer.streams import DeliveryGate, FailureSignal, KafkaStream
 from metaq.consumer.topic_filter import TopicFilter
@@ -121,7 +123,7 @@ class Consumer:
     ) -> None:
         self.config = config if isinstance(config, ConsumerConfig) else ConsumerConfig.from_properties(config)
         self._listener = rebalance_listener
-        self._commit_listener = commit_listener  # group.coordination=kafka: see coordination.CommitListener
+        self._commit_listener = commit_listener  # group.coordination=kafka: see group_commits.CommitListener
         self._key = get_deserializer(key_deserializer)
         self._value = get_deserializer(value_deserializer)
         self.consumer_id = make_consumer_id(self.config.group_id, self.config.consumer_id)

@@ -29,8 +29,8 @@ from metaq.consumer.delivery import (
     _Subscription,
     default_retry_wait,
 )
+from metaq.consumer.membership import ConsumerState, RebalanceListener
 from metaq.consumer.message import MessageAndMetadata
-from metaq.consumer.rebalance import ConsumerState, RebalanceListener
 from metaq.consumer.recover import RecoverManager, RecoverStore, default_dir
 from metaq.consumer.serde import DeserializerSpec, get_deserializer
 from metaq.consumer.streams import BatchInHand

@@ -32,7 +32,8 @@ from typing import Any
 from kafka.protocol.consumer import ConsumerProtocolSubscription
 
 from metaq.consumer.assignors import AssignmentContext
-from metaq.consumer.coordination import CLAIMING, STABLE, Generation, GroupMember, _Restart
+from metaq.consumer.coordination import GroupMember
+from metaq.consumer.group_member_state import CLAIMING, STABLE, Generation, _Restart
 from metaq.consumer.group_protocol import decode_subscription, encode_assignment
 from metaq.consumer.ids import consumer_id_of, make_thread_ids
 from metaq.consumer.offset_store import OffsetStore, TopicPartition

@@ -29,7 +29,8 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceRequest
 
-from metaq.client.connection import BrokerConnection, InFlightRequest
+from metaq.client.connection import BrokerConnection
+from metaq.client.in_flight import InFlightRequest
 from metaq.client.versions import ApiKey
 from metaq.errors import (
     AuthenticationError,

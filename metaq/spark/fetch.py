@@ -22,7 +22,8 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest
 
 from metaq.client.cluster import EARLIEST, LATEST, ClusterClient, list_offsets_answers, send_list_offsets
-from metaq.client.connection import BrokerConnection, InFlightRequest
+from metaq.client.connection import BrokerConnection
+from metaq.client.in_flight import InFlightRequest
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.client.versions import DEFAULT_FALLBACK

@@ -15,7 +15,8 @@ from metaq.admin.broker_groups import (
     decode_assignment,
     groups_from_responses,
 )
-from metaq.admin.groups import OK, GroupDescription, describe_group, group_listing
+from metaq.admin.group_listing import group_listing
+from metaq.admin.groups import OK, GroupDescription, describe_group
 from metaq.cli.groups import member_rows, render_list, state_rows
 from tests.admin.fakes import NOW_MS, FakeKafkaOffsets, FakeLayout, FakeLogOffsets
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from metaq.admin.broker_groups import CoordinatorGroup, CoordinatorListing
-from metaq.admin.groups import delete_offsets
+from metaq.admin.group_deletion import delete_offsets
 from metaq.admin.log_offsets import TopicPartition
 from metaq.errors import ErrorCode, GroupActiveError, GroupNotFoundError
 from tests.admin.fakes import FakeLayout

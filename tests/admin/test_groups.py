@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from metaq.admin.group_listing import list_groups
 from metaq.admin.groups import (
     NO_LEADER,
     NO_OWNER,
@@ -15,7 +16,6 @@ from metaq.admin.groups import (
     consumer_id_of_owner,
     describe_group,
     host_of,
-    list_groups,
     merged_offset,
     owner_is_live,
 )

@@ -28,7 +28,7 @@ from metaq.admin.protocol_groups import (
 )
 from metaq.admin.watch import GroupWatch, Sample, moves_text, sample_group, short_id, to_json
 from metaq.cli.top_screen import render
-from metaq.client.connection import build_request
+from metaq.client.request_codec import build_request
 from metaq.errors import BrokerResponseError, GroupNotFoundError
 
 T0 = 1_700_000_000_000

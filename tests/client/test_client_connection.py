@@ -12,7 +12,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest, Metadat
 from kafka.protocol.producer import ProduceRequest
 
 from metaq.client import BrokerConnection
-from metaq.client.connection import _FrameReader, _PeerClosed, _WouldBlock
+from metaq.client.frame_reader import _FrameReader, _PeerClosed, _WouldBlock
 from metaq.errors import BrokerConnectionError, ProtocolError, UnsupportedVersionError
 from metaq.protocol.builder import BatchBuilder
 from metaq.testing.wait import wait_until
@@ -318,7 +318,7 @@ def test_api_versions_request_is_v3_with_client_name(fake_broker):
 
 
 def test_flexible_response_header_tagged_fields_are_skipped():
-    from metaq.client.connection import _skip_tagged_fields
+    from metaq.client.request_codec import _skip_tagged_fields
 
     # two tagged fields: tag 0 with 3 bytes, tag 1 with 0 bytes; then the body starts
     frame = memoryview(bytes([2, 0, 3, 0xAA, 0xBB, 0xCC, 1, 0]) + b"BODY")

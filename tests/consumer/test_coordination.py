@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from metaq.consumer.config import ConsumerConfig
-from metaq.consumer.coordination import LOST, NO_GENERATION, STABLE, SYNCING, Generation, GroupMember
+from metaq.consumer.coordination import GroupMember
+from metaq.consumer.group_member_state import LOST, NO_GENERATION, STABLE, SYNCING, Generation
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
 from metaq.consumer.streams import DeliveryGate
 from metaq.errors import ErrorCode

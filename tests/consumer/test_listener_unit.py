@@ -15,9 +15,9 @@ import tenacity
 
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.listener import MessageConsumer, split_by_size
+from metaq.consumer.membership import ConsumerState
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.partition_info import ChunkQueue, PartitionTopicInfo
-from metaq.consumer.rebalance import ConsumerState
 from metaq.consumer.streams import BatchInHand, DeliveryGate
 from metaq.errors import ConfigError, ConsumerTimeoutError, MetaqError, StorageError
 from metaq.testing.wait import wait_until
