@@ -27,14 +27,11 @@ from metaq.broker.auth.listeners import advertised_endpoints
 from metaq.broker.auth.serving import registration_info, served_listeners
 from metaq.broker.config import BrokerConfig
 from metaq.broker.context import BrokerContext
-from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
+from metaq.broker.coordinator.config import CoordinatorConfig
+from metaq.broker.coordinator.coordinator import GroupCoordinator
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC
-from metaq.broker.coordinator.txn_coordinator import (
-    TRANSACTION_TOPIC,
-    TransactionCoordinator,
-    TxnCoordinatorConfig,
-    WriteMarkers,
-)
+from metaq.broker.coordinator.txn_coordinator import TransactionCoordinator, TxnCoordinatorConfig, WriteMarkers
+from metaq.broker.coordinator.txn_partition import TRANSACTION_TOPIC
 from metaq.broker.handlers import DISPATCH
 from metaq.broker.log.cleaner.manager import LogCleaner, loop_caller
 from metaq.broker.log.dir_mover import LogDirMover

@@ -16,7 +16,8 @@ import kafka.errors as Errors
 import pytest
 
 from metaq.broker.coordinator import group as g
-from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
+from metaq.broker.coordinator.config import CoordinatorConfig
+from metaq.broker.coordinator.coordinator import GroupCoordinator
 from metaq.broker.coordinator.group import JoinResult
 from metaq.broker.coordinator.offsets_partition import CommittedOffset, OffsetsPartition
 from metaq.broker.coordinator.schema import OFFSETS_TOPIC
