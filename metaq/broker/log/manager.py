@@ -26,16 +26,18 @@ from pathlib import Path
 from metaq.broker.log.checkpoint import read_checkpoint, write_checkpoint
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.log_dirs import (
+    DELETE_DIR_SUFFIX,
     LogDirDescription,
     LogDirOfflineError,
     ReplicaDescription,
     choose_log_dir,
+    delete_dir_name,
     future_dir_name,
     is_dir_failure,
     parse_future_dir_name,
     volume_bytes,
 )
-from metaq.broker.log.partition_log import DELETE_DIR_SUFFIX, PartitionLog, delete_dir_name
+from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.log.partition_metadata import read_topic_id, write_topic_id
 from metaq.errors import MetaqError, StorageError, TopicError
 from metaq.fileio import atomic_write, fsync_dir
