@@ -26,6 +26,7 @@ from metaq.broker.auth.credentials import ScramCredentialCache
 from metaq.broker.auth.listeners import advertised_endpoints
 from metaq.broker.auth.serving import registration_info, served_listeners
 from metaq.broker.config import BrokerConfig
+from metaq.broker.connection_limits import ConnectionLimits
 from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.config import CoordinatorConfig
 from metaq.broker.coordinator.coordinator import GroupCoordinator
@@ -39,7 +40,7 @@ from metaq.broker.log.manager import LogManager
 from metaq.broker.log.open_files import SEGMENT_FILES, FileBudget, file_budget
 from metaq.broker.log.partition_metadata import PARTITION_METADATA_FILE
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
-from metaq.broker.network import BrokerServer, ConnectionLimits
+from metaq.broker.network import BrokerServer
 from metaq.broker.producer_ids import ProducerIdManager
 from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.quota.store import QuotaConfigStore, quotas_for
