@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import abstractmethod
+from typing import NamedTuple
 
 from metaq.broker.log.manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
@@ -15,7 +16,7 @@ from metaq.broker.metadata import MetadataWatcher
 from metaq.broker.quota.replication import ReplicationQuota
 from metaq.broker.replication.leader_epochs import EpochEnd, LeaderEpochCache
 from metaq.broker.replication.replica_fetcher import FetchPosition, FetchSource
-from metaq.broker.replication.roles import FETCHING, TRUNCATING, Role, TopicPartition
+from metaq.broker.replication.roles import FETCHING, TRUNCATING, Following, Role, TopicPartition
 from metaq.errors import MetaqError, StorageError
 from metaq.protocol.batches import read_header
 
@@ -25,6 +26,14 @@ log = logging.getLogger(__name__)
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
+
+
+class _Followed(NamedTuple):
+    """What a fetcher's answer applies to: the replica's role, its log, and the leader it still follows."""
+
+    role: Role
+    plog: PartitionLog
+    following: Following
 
 
 class FollowerSide:
@@ -68,17 +77,25 @@ class FollowerSide:
             return None
         return role
 
+    def _followed(self, source: FetchSource) -> _Followed | None:
+        """The role, log and followed leader a fetcher's answer is for; None if the role changed since the request
+        was sent, or the log is gone (the answer is then dropped)."""
+        role = self._role_for(source)
+        plog = self._logs.get(*source.key)
+        if role is None or role.following is None or plog is None:
+            return None
+        return _Followed(role, plog, role.following)
+
     def truncate_follower(self, source: FetchSource, answer: EpochEnd) -> None:
         """Event loop: the leader answered OffsetForLeaderEpoch for our latest epoch with ``answer``: cut our
         log where it stops agreeing with the leader's (KIP-101, with KIP-279's refinement when the leader
         knows only an older epoch), then fetch. Without epochs on either side, the high watermark is the
         fallback (what every ISR member had)."""
         key = source.key
-        role = self._role_for(source)
-        plog = self._logs.get(*key)
-        if role is None or role.following is None or plog is None:
+        followed = self._followed(source)
+        if followed is None:
             return
-        following = role.following
+        role, plog, following = followed
         cache = self.epoch_cache(key, plog)
         epoch, end_offset = answer
         if epoch < 0 or end_offset < 0 or cache.latest_epoch < 0:
@@ -131,11 +148,10 @@ class FollowerSide:
         replicated (never acknowledged with acks=all), cut it. Below its start (the leader's retention or
         DeleteRecords removed what we lack): restart our log empty at the leader's start."""
         key = source.key
-        role = self._role_for(source)
-        plog = self._logs.get(*key)
-        if role is None or role.following is None or plog is None:
+        followed = self._followed(source)
+        if followed is None:
             return
-        following = role.following
+        plog, following = followed.plog, followed.following
         if 0 <= leader_end < plog.log_end_offset:
             log.warning("%s-%d: truncating from %d to the leader's log end %d", *key, plog.log_end_offset,
                         leader_end)
