@@ -30,24 +30,24 @@ from metaq.broker.connection_limits import ConnectionLimits
 from metaq.broker.context import BrokerContext
 from metaq.broker.coordinator.config import CoordinatorConfig
 from metaq.broker.coordinator.coordinator import GroupCoordinator
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC
 from metaq.broker.coordinator.txn_coordinator import TransactionCoordinator, TxnCoordinatorConfig, WriteMarkers
 from metaq.broker.coordinator.txn_partition import TRANSACTION_TOPIC
 from metaq.broker.handlers import DISPATCH
-from metaq.broker.log.cleaner.manager import LogCleaner, loop_caller
+from metaq.broker.log.cleaner.log_cleaner import LogCleaner, loop_caller
 from metaq.broker.log.dir_mover import LogDirMover
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.log.open_files import SEGMENT_FILES, FileBudget, file_budget
 from metaq.broker.log.partition_metadata import PARTITION_METADATA_FILE
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.network import BrokerServer
 from metaq.broker.producer_ids import ProducerIdManager
 from metaq.broker.purgatory import AppendNotifier
-from metaq.broker.quota.store import QuotaConfigStore, quotas_for
+from metaq.broker.quota.config_store import QuotaConfigStore, quotas_for
 from metaq.broker.registration import BrokerRegistration
 from metaq.broker.replication import leader_epochs
 from metaq.broker.replication.controller import Controller
-from metaq.broker.replication.manager import ReplicaManager
+from metaq.broker.replication.replica_manager import ReplicaManager
 from metaq.broker.security.acl_rules import Rules
 from metaq.broker.security.authorizer import Authorizer, parse_super_users
 from metaq.broker.topics import create_topic

@@ -18,7 +18,7 @@ from metaq.broker.log.log_dirs import (
     is_dir_failure,
     parse_future_dir_name,
 )
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.errors import StorageError
 from tests.broker import decode, make_batch, make_values

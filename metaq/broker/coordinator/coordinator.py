@@ -23,10 +23,10 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
-from metaq.broker.coordinator import group as g
+from metaq.broker.coordinator import group_state as g
 from metaq.broker.coordinator.config import CoordinatorConfig
-from metaq.broker.coordinator.group import Group, Member
 from metaq.broker.coordinator.group_admin_ops import GroupAdminOps
+from metaq.broker.coordinator.group_state import Group, Member
 from metaq.broker.coordinator.locate import CoordinatorAddress, locate_coordinator
 from metaq.broker.coordinator.membership import GroupMembership, _now
 from metaq.broker.coordinator.offset_commits import OffsetCommits
@@ -36,9 +36,9 @@ from metaq.broker.coordinator.offsets_partition import (
     OffsetsPartition,
     TopicPartition,
 )
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC, GroupValue, StoredMember, partition_for
 from metaq.broker.coordinator.replicated_append import Replication
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC, GroupValue, StoredMember, partition_for
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.metadata import ClusterSnapshot
 from metaq.errors import ErrorCode
 

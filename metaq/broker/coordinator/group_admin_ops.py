@@ -9,14 +9,14 @@ from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, NamedTuple
 
-from metaq.broker.coordinator import group as g
+from metaq.broker.coordinator import group_state as g
 from metaq.broker.coordinator.config import CoordinatorConfig
-from metaq.broker.coordinator.group import Group, GroupSummary
+from metaq.broker.coordinator.group_state import Group, GroupSummary
 from metaq.broker.coordinator.offsets_partition import (
     LOADED,
     OffsetsPartition,
 )
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC, partition_for
 from metaq.broker.metadata import ClusterSnapshot
 from metaq.errors import ErrorCode
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
-from metaq.broker.coordinator.schema import partition_for
+from metaq.broker.coordinator.offsets_schema import partition_for
 from metaq.broker.metadata import ClusterSnapshot
 from metaq.errors import ErrorCode
 

@@ -1,6 +1,6 @@
 """The group membership protocol of :class:`~metaq.broker.coordinator.coordinator.GroupCoordinator`: JoinGroup,
-SyncGroup, Heartbeat and LeaveGroup drive each group's state machine (:mod:`metaq.broker.coordinator.group`), and the
-session loop removes members that stop heartbeating or do not rejoin within the rebalance timeout.
+SyncGroup, Heartbeat and LeaveGroup drive each group's state machine (:mod:`metaq.broker.coordinator.group_state`),
+and the session loop removes members that stop heartbeating or do not rejoin within the rebalance timeout.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import uuid
 from abc import abstractmethod
 from collections.abc import Callable
 
-from metaq.broker.coordinator import group as g
+from metaq.broker.coordinator import group_state as g
 from metaq.broker.coordinator.config import CoordinatorConfig
-from metaq.broker.coordinator.group import Group, JoinResult, Member, protocols_bytes
+from metaq.broker.coordinator.group_state import Group, JoinResult, Member, protocols_bytes
 from metaq.broker.metadata import ClusterSnapshot
 from metaq.errors import ErrorCode
 

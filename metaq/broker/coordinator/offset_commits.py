@@ -13,16 +13,16 @@ from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
-from metaq.broker.coordinator import group as g
+from metaq.broker.coordinator import group_state as g
 from metaq.broker.coordinator.config import CoordinatorConfig
-from metaq.broker.coordinator.group import Group
+from metaq.broker.coordinator.group_state import Group
 from metaq.broker.coordinator.offsets_partition import (
     LOADED,
     CommittedOffset,
     OffsetsPartition,
 )
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC
 from metaq.broker.coordinator.replicated_append import COMMIT_TIMEOUT_S, Replication
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC
 from metaq.errors import ErrorCode, InvalidProducerEpochError, MessageSizeTooLargeError
 
 log = logging.getLogger(__name__)

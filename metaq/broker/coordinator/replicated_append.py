@@ -14,7 +14,7 @@ COMMIT_TIMEOUT_S = 5.0  # Kafka's offsets.commit.timeout.ms: how long a commit w
 
 
 class Replication(Protocol):
-    """What the coordinator needs of the broker's replica manager (metaq.broker.replication.manager)."""
+    """What the coordinator needs of the broker's replica manager (metaq.broker.replication.replica_manager)."""
 
     def append_epoch(self, topic: str, partition: int) -> int | None: ...
 

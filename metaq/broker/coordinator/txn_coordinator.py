@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 from metaq.broker.coordinator.locate import CoordinatorAddress, locate_coordinator
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC, partition_for
 from metaq.broker.coordinator.replicated_append import COMMIT_TIMEOUT_S, Replication, replicate_append
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
 from metaq.broker.coordinator.txn_partition import LOADED, LOADING, TRANSACTION_TOPIC, TxnStatePartition
 from metaq.broker.coordinator.txn_state import (
     COMPLETE_ABORT,
@@ -40,7 +40,7 @@ from metaq.broker.coordinator.txn_state import (
     TopicPartition,
     TxnMetadata,
 )
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.metadata import ClusterSnapshot
 from metaq.errors import ErrorCode
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from metaq.broker.log.config import LogConfig
-    from metaq.broker.log.manager import LogManager
+    from metaq.broker.log.log_manager import LogManager
     from metaq.broker.log.partition_log import AppendResult, PartitionLog
     from metaq.broker.log.segment_reads import FetchSlice
 
@@ -20,7 +20,7 @@ _WHERE = {
     "AppendResult": "metaq.broker.log.partition_log",
     "FetchSlice": "metaq.broker.log.segment_reads",
     "LogConfig": "metaq.broker.log.config",
-    "LogManager": "metaq.broker.log.manager",
+    "LogManager": "metaq.broker.log.log_manager",
     "PartitionLog": "metaq.broker.log.partition_log",
 }
 

@@ -1,7 +1,7 @@
 """Future logs (docs/log-dirs.md): a partition that AlterReplicaLogDirs moves to another directory of this broker has a
 future log there, filled by the mover (metaq/broker/log/dir_mover.py) while the current log keeps serving, until
 :meth:`FutureLogs.swap_future` replaces the current log with it on the event loop. Part of
-:class:`~metaq.broker.log.manager.LogManager`.
+:class:`~metaq.broker.log.log_manager.LogManager`.
 """
 
 from __future__ import annotations

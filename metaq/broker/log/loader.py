@@ -1,4 +1,4 @@
-"""What a broker finds in its log directories when it starts (:class:`~metaq.broker.log.manager.LogManager`): the
+"""What a broker finds in its log directories when it starts (:class:`~metaq.broker.log.log_manager.LogManager`): the
 directory lock (an exclusive ``flock`` on ``.lock``, as Kafka), the names of a directory's files and checkpoints,
 and every partition log opened, recovered unless the last shutdown was clean (``.kafka_cleanshutdown``). A
 directory that cannot be created, locked or read is offline from the start; the broker does not start without any.

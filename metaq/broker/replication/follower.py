@@ -1,6 +1,6 @@
 """A follower's side of replication: where its fetcher thread fetches from, and what becomes of the leader's answers
 (truncation to where the logs diverge, appending the fetched batches, a fetch offset out of the leader's range). Part
-of :class:`~metaq.broker.replication.manager.ReplicaManager`, which holds the roles.
+of :class:`~metaq.broker.replication.replica_manager.ReplicaManager`, which holds the roles.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 from abc import abstractmethod
 from typing import NamedTuple
 
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import MetadataWatcher
 from metaq.broker.quota.replication import ReplicationQuota

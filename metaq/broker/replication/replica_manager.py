@@ -30,7 +30,7 @@ from pathlib import Path
 from metaq.broker.auth.listeners import Listener
 from metaq.broker.config import BrokerConfig
 from metaq.broker.log.checkpoint import read_checkpoint, write_checkpoint
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher, PartitionMeta
 from metaq.broker.purgatory import AppendNotifier
