@@ -66,6 +66,12 @@ AUTO_CREATE_WAIT_S = 5.0
 
 
 class Broker:
+    """The broker process, its composition root (module docstring): owns every part it builds (the log manager,
+    the ZooKeeper session, the socket layer, the group and transaction coordinators, the replica manager, the
+    controller, the log cleaner and mover, the authorizer, quotas and metrics). :meth:`run` starts them (the
+    listeners first) and, on :meth:`request_stop`, SIGTERM/SIGINT or the failure of every log directory, stops them:
+    controlled shutdown first, the logs flushed and closed, the ZooKeeper session last."""
+
     def __init__(self, config: BrokerConfig, *, on_started: Callable[[str], None] | None = None) -> None:
         """``on_started`` gets one line saying where the broker serves, once it does (the CLI prints it)."""
         self.config = config
