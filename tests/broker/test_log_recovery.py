@@ -172,7 +172,7 @@ def test_corrupt_batch_in_middle_segment_keeps_later_segments(
 ) -> None:
     """Acknowledged data of an earlier segment is corrupt (as after a power failure): the earlier segment is
     cut there, the lost offsets are reported, and the later segments (valid, acknowledged) are kept, so no
-    offset is ever handed out twice (see segment_loading._load_segments)."""
+    offset is ever handed out twice (see segment_loading.load_segments)."""
     log = open_log(tmp_path, recover=False, segment_bytes=2000)
     fill(log, 60)
     bases = log.segment_base_offsets()

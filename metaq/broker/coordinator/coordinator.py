@@ -28,7 +28,7 @@ from metaq.broker.coordinator.config import CoordinatorConfig
 from metaq.broker.coordinator.group_admin_ops import GroupAdminOps
 from metaq.broker.coordinator.group_state import Group, Member
 from metaq.broker.coordinator.locate import CoordinatorAddress, locate_coordinator
-from metaq.broker.coordinator.membership import GroupMembership, _now
+from metaq.broker.coordinator.membership import GroupMembership, loop_now
 from metaq.broker.coordinator.offset_commits import OffsetCommits
 from metaq.broker.coordinator.offsets_partition import (
     LOADED,
@@ -203,7 +203,7 @@ class GroupCoordinator(GroupMembership, OffsetCommits, GroupAdminOps):
         stored = part.membership(group_id) if part is not None and part.state == LOADED else None
         if stored is None or not stored.members:
             return None
-        now = _now()
+        now = loop_now()
         members = [Member(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout_ms,
                           m.rebalance_timeout_ms, stored.protocol_type, [(stored.protocol or "", m.subscription)],
                           last_heartbeat=now, assignment=m.assignment) for m in stored.members]

@@ -33,7 +33,7 @@ def _fail_member(member: Member, error: int) -> None:
         sync.set_result((error, b""))
 
 
-def _now() -> float:
+def loop_now() -> float:
     return asyncio.get_running_loop().time()
 
 
@@ -76,7 +76,7 @@ class GroupMembership:
             return JoinResult(error, member_id=member_id)
         spec = Member(member_id, instance_id, client_id, client_host, session_timeout_ms,
                       rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms,
-                      protocol_type, protocols, last_heartbeat=_now())
+                      protocol_type, protocols, last_heartbeat=loop_now())
         if not member_id:
             return await self._join_new(group, spec, require_known_member_id)
         return await self._join_known(group, spec)
@@ -123,7 +123,7 @@ class GroupMembership:
         group.set_protocols(member, spec.protocols)
         member.session_timeout_ms = spec.session_timeout_ms
         member.rebalance_timeout_ms = spec.rebalance_timeout_ms
-        member.last_heartbeat = _now()
+        member.last_heartbeat = loop_now()
         if group.is_(g.STABLE) and not changed and member.member_id != group.leader_id:
             return self._current_generation(group, member)  # a follower re-syncing: nothing changed
         return await self._wait_for_join(group, member)
@@ -216,7 +216,7 @@ class GroupMembership:
                    for m in group.members.values()]
         for member in group.members.values():
             waiter, member.join_waiter = member.join_waiter, None
-            member.last_heartbeat = _now()
+            member.last_heartbeat = loop_now()
             result = JoinResult(ErrorCode.NONE, group.generation_id, group.protocol_name, group.leader_id or "",
                                 member.member_id, members if member.member_id == group.leader_id else [])
             if waiter is not None and not waiter.done():
@@ -248,7 +248,7 @@ class GroupMembership:
             return error, b""
         assert group is not None
         member = group.members[member_id]
-        member.last_heartbeat = _now()
+        member.last_heartbeat = loop_now()
         if group.is_(g.PREPARING_REBALANCE):
             return ErrorCode.REBALANCE_IN_PROGRESS, b""
         if group.is_(g.STABLE):
@@ -275,7 +275,7 @@ class GroupMembership:
         if error:
             return error
         assert group is not None
-        group.members[member_id].last_heartbeat = _now()
+        group.members[member_id].last_heartbeat = loop_now()
         return ErrorCode.REBALANCE_IN_PROGRESS if group.is_(g.PREPARING_REBALANCE) else ErrorCode.NONE
 
     def leave_group(self, group_id: str, member_id: str) -> int:
@@ -313,7 +313,7 @@ class GroupMembership:
         while True:
             await asyncio.sleep(SESSION_CHECK_S)
             self._resign(self._snapshot())
-            now = _now()
+            now = loop_now()
             for group in list(self._groups.values()):
                 for member in list(group.members.values()):
                     waiting = member.join_waiter is not None and not member.join_waiter.done()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from metaq.broker.log.config import LogConfig
-from metaq.broker.log.loader import TopicPartition, _try
+from metaq.broker.log.loader import TopicPartition, attempt
 from metaq.broker.log.log_dirs import (
     delete_dir_name,
     future_dir_name,
@@ -73,7 +73,7 @@ class FutureLogs:
         log = self._futures.pop(key, None)
         self._future_dir_of.pop(key, None)
         if log is not None:
-            _try(log.delete, f"delete the future log {log.directory}")
+            attempt(log.delete, f"delete the future log {log.directory}")
             logger.info("Move of %s-%d abandoned", topic, partition)
 
     def swap_future(self, topic: str, partition: int, side_files: Sequence[str] = ()) -> PartitionLog:

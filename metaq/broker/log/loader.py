@@ -94,7 +94,7 @@ def _read_checkpoint_or_warn(path: Path, consequence: str) -> dict[TopicPartitio
         return {}
 
 
-def _try(action: Callable[[], object], what: str) -> bool:
+def attempt(action: Callable[[], object], what: str) -> bool:
     """Run ``action()``; log and swallow a storage failure so shutdown goes on with the other logs."""
     try:
         action()
@@ -149,7 +149,7 @@ class LogLoader:
             self._resolve_found_futures()
         except BaseException:
             for log in self._logs.values():  # opened before the failure: nobody else will close them
-                _try(log.close, f"close {log.topic}-{log.partition}")
+                attempt(log.close, f"close {log.topic}-{log.partition}")
             self._logs.clear()
             self._dir_of.clear()
             self.release_locks()
@@ -158,7 +158,7 @@ class LogLoader:
     def _fail_at_start(self, log_dir: Path, error: BaseException) -> None:
         """``log_dir`` failed while loading: the logs opened from it are closed and it is offline."""
         for key in [k for k, d in self._dir_of.items() if d == log_dir]:
-            _try(self._logs.pop(key).close, f"close {key[0]}-{key[1]}")
+            attempt(self._logs.pop(key).close, f"close {key[0]}-{key[1]}")
             del self._dir_of[key]
         self._found_futures = [f for f in self._found_futures if f[1] != log_dir]
         self._offline_dirs.append(log_dir)

@@ -28,7 +28,7 @@ from metaq.broker.log.loader import (
     RECOVERY_POINT_CHECKPOINT,
     LogLoader,
     TopicPartition,
-    _try,
+    attempt,
 )
 from metaq.broker.log.log_dirs import (
     LogDirDescription,
@@ -234,7 +234,7 @@ class LogManager(LogLoader, FutureLogs):
             self._dir_of.pop(key)
             self._topic_ids.pop(key, None)
             self._offline[key] = log_dir
-            _try(log.abandon, f"close {key[0]}-{key[1]}")
+            attempt(log.abandon, f"close {key[0]}-{key[1]}")
         for key in [k for k, d in self._future_dir_of.items() if d == log_dir]:
             self.abandon_future(*key)
         for key in [k for k in self._future_dir_of if k in self._offline]:
@@ -360,10 +360,10 @@ class LogManager(LogLoader, FutureLogs):
         for key in list(self._futures):  # an unfinished move is given up (docs/log-dirs.md)
             self.abandon_future(*key)
         for log in self._logs.values():
-            failed |= not _try(log.flush, f"flush {log.topic}-{log.partition}")
-        failed |= not _try(self.checkpoint_recovery_points, "write recovery points")
+            failed |= not attempt(log.flush, f"flush {log.topic}-{log.partition}")
+        failed |= not attempt(self.checkpoint_recovery_points, "write recovery points")
         for log in self._logs.values():
-            failed |= not _try(log.close, f"close {log.topic}-{log.partition}")
+            failed |= not attempt(log.close, f"close {log.topic}-{log.partition}")
         self._logs.clear()
         self._dir_of.clear()
         if failed:

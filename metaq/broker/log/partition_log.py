@@ -24,9 +24,9 @@ from metaq.broker.log.flushing import LogFlushing
 from metaq.broker.log.log_dirs import delete_dir_name
 from metaq.broker.log.partition_reads import LogReads
 from metaq.broker.log.producer_state import CompletedTxn, ProducerStateManager
-from metaq.broker.log.retention import LogRetention, _now_ms, _remove_quietly
+from metaq.broker.log.retention import LogRetention, remove_quietly, wall_clock_ms
 from metaq.broker.log.segment import LogSegment
-from metaq.broker.log.segment_loading import _clean_directory, _load_segments
+from metaq.broker.log.segment_loading import clean_directory, load_segments
 from metaq.broker.log.txn_index import AbortedTxn, TxnIndex
 from metaq.broker.log.validator import decompressed_limit, validate_records
 from metaq.errors import MessageSizeTooLargeError, RecordListTooLargeError, StorageError
@@ -112,12 +112,12 @@ class PartitionLog(LogRetention, LogFlushing, LogReads):
 
         ``recover``: the last shutdown was not clean, so segments from the one holding ``recovery_point``
         onward are validated batch by batch, each truncated at its first invalid batch (see
-        :func:`_load_segments` for why later segments are kept), and their indexes rebuilt. Either way
+        :func:`load_segments` for why later segments are kept), and their indexes rebuilt. Either way
         leftovers of interrupted operations are cleaned and indexes that fail a sanity check are rebuilt."""
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            bases = _clean_directory(directory)
-            segments = _load_segments(directory, bases, config, recover=recover, recovery_point=recovery_point)
+            bases = clean_directory(directory)
+            segments = load_segments(directory, bases, config, recover=recover, recovery_point=recovery_point)
         except OSError as e:
             raise StorageError(f"cannot load log {directory}: {e}") from e
         if not segments:
@@ -161,7 +161,7 @@ class PartitionLog(LogRetention, LogFlushing, LogReads):
         validate_records(records, headers, decompressed_limit(self.config.max_message_bytes))
         if self.config.compact:
             require_keys(records, f"{self.topic}-{self.partition}")
-        now = _now_ms() if now_ms is None else now_ms
+        now = wall_clock_ms() if now_ms is None else now_ms
         first_offset = self.log_end_offset
         duplicate, updates = self.producer_state.check_client_append(headers, first_offset,
                                                                      from_coordinator=from_coordinator)
@@ -196,7 +196,7 @@ class PartitionLog(LogRetention, LogFlushing, LogReads):
             else:
                 runs[-1] = (runs[-1][0], i + 1)
             expected = header.next_offset
-        now = _now_ms() if now_ms is None else now_ms
+        now = wall_clock_ms() if now_ms is None else now_ms
         view = memoryview(records)
         spans: dict[int, tuple[int, int]] = {}  # base offset -> the batch's bytes in ``records``
         position = 0
@@ -223,7 +223,7 @@ class PartitionLog(LogRetention, LogFlushing, LogReads):
         InvalidProducerEpochError / TransactionCoordinatorFencedError for a stale marker (Kafka's checks)."""
         self._check_open()
         self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
-        now = _now_ms() if now_ms is None else now_ms
+        now = wall_clock_ms() if now_ms is None else now_ms
         data = bytearray(build_marker(producer_id, producer_epoch, commit, coordinator_epoch, now))
         headers = validate_batches(data)
         if leader_epoch is not None:
@@ -294,7 +294,7 @@ class PartitionLog(LogRetention, LogFlushing, LogReads):
             while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
                 doomed = self._segments.pop()
                 self._bases.pop()
-                _remove_quietly(doomed)
+                remove_quietly(doomed)
                 self._dir_dirty = True
             segment = self._segments[-1]
             try:
@@ -305,7 +305,7 @@ class PartitionLog(LogRetention, LogFlushing, LogReads):
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.txn_index.truncate_to(self.log_end_offset)
         logger.info("Truncated log %s-%d to offset %d", self.topic, self.partition, self.log_end_offset)
-        self._rebuild_producer_state(_now_ms())  # batches of the cut tail must not count as written
+        self._rebuild_producer_state(wall_clock_ms())  # batches of the cut tail must not count as written
         return self.log_end_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -316,7 +316,7 @@ class PartitionLog(LogRetention, LogFlushing, LogReads):
         with self._lock:
             old, self._segments, self._bases = self._segments, [], []
         for segment in old:
-            _remove_quietly(segment)
+            remove_quietly(segment)
         new = LogSegment.create(self.directory, offset, self.config)
         with self._lock:
             self._segments, self._bases = [new], [offset]
@@ -387,7 +387,7 @@ class PartitionLog(LogRetention, LogFlushing, LogReads):
     def load_producer_state(self, now_ms: int | None = None) -> None:
         """At open: the newest snapshot plus a replay of the batches after it (Kafka's loadProducerState);
         snapshot files that are neither the newest nor at a segment base are removed."""
-        self._rebuild_producer_state(_now_ms() if now_ms is None else now_ms)
+        self._rebuild_producer_state(wall_clock_ms() if now_ms is None else now_ms)
         offsets = self.producer_state.snapshot_offsets()
         bases = set(self._bases)
         for offset in offsets[:-1]:
@@ -468,7 +468,7 @@ class PartitionLog(LogRetention, LogFlushing, LogReads):
         for segment in segments:
             segment.close()
         for _, segment in pending:
-            _remove_quietly(segment)
+            remove_quietly(segment)
 
     def delete(self) -> None:
         """Close without flushing and remove the whole partition directory (the partition is gone)."""

@@ -23,11 +23,11 @@ from metaq.fileio import fsync_dir
 logger = logging.getLogger(__name__)
 
 
-def _now_ms() -> int:
+def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _remove_quietly(segment: LogSegment) -> None:
+def remove_quietly(segment: LogSegment) -> None:
     try:
         segment.remove()
     except OSError as e:
@@ -175,7 +175,7 @@ class LogRetention:
             return False
         if ids[first:first + len(old)] != [id(segment) for segment in old]:
             return False
-        now = _now_ms()
+        now = wall_clock_ms()
         for segment in old:
             segment.mark_deleted()
             self._pending_deletes.append((now + self.config.segment_delete_delay_ms, segment))
@@ -202,4 +202,4 @@ class LogRetention:
                 (expired if due <= now_ms and not segment.pinned else keep).append((due, segment))
             self._pending_deletes = keep
         for _, segment in expired:
-            _remove_quietly(segment)
+            remove_quietly(segment)

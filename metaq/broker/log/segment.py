@@ -33,7 +33,7 @@ from metaq.broker.log.config import LogConfig
 from metaq.broker.log.index import OffsetIndex, TimeIndex
 from metaq.broker.log.open_files import SEGMENT_FILES, SegmentFile
 from metaq.broker.log.segment_reads import SegmentReads
-from metaq.broker.log.segment_recovery import _INT32_MAX, _NO_INDEX_ENTRIES, SegmentRecovery
+from metaq.broker.log.segment_recovery import INT32_MAX, NO_INDEX_ENTRIES, SegmentRecovery
 from metaq.errors import StorageError
 from metaq.protocol.batches import (
     BatchHeader,
@@ -143,7 +143,7 @@ class LogSegment(SegmentReads, SegmentRecovery):
             problem = segment._load_trusted(end_limit)
             if problem is None:
                 return segment, 0
-            if problem is _NO_INDEX_ENTRIES:
+            if problem is NO_INDEX_ENTRIES:
                 # Legit for a segment of a few large batches; reading its tail means reading it all anyway.
                 logger.debug("Rebuilding the indexes of %s: %s", segment.log_path, problem)
             else:
@@ -245,7 +245,7 @@ class LogSegment(SegmentReads, SegmentRecovery):
             return "age"
         if self.index.is_full or self.time_index.is_full:
             return "index full"
-        if last_offset - self.base_offset > _INT32_MAX:
+        if last_offset - self.base_offset > INT32_MAX:
             return "relative offset overflow"
         return None
 

@@ -1,6 +1,6 @@
 """What opening a partition log finds in its directory: the segment files (leftovers of interrupted deletes and
 cleanings completed or removed first), each segment loaded, and those past the recovery point recovered (see
-:func:`_load_segments` for why a gap between segments keeps the later ones).
+:func:`load_segments` for why a gap between segments keeps the later ones).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX,)  # .cleaned and .swap: recover_swaps()
 
 
-def _clean_directory(directory: Path) -> list[int]:
+def clean_directory(directory: Path) -> list[int]:
     """Startup housekeeping; return the sorted base offsets of the segments (``.log`` files).
 
     Completes or rolls back interrupted cleanings (``.swap``, ``.cleaned``: metaq/broker/log/cleaner/swap.py),
@@ -56,7 +56,7 @@ def _clean_directory(directory: Path) -> list[int]:
     return sorted(logs)
 
 
-def _load_segments(
+def load_segments(
     directory: Path, bases: list[int], config: LogConfig, *, recover: bool, recovery_point: int
 ) -> list[LogSegment]:
     """Open every segment; recover those from the one holding ``recovery_point`` if ``recover``.

@@ -25,14 +25,14 @@ from metaq.protocol.batches import (
 logger = logging.getLogger(__name__)
 
 
-_INT32_MAX = 2**31 - 1
+INT32_MAX = 2**31 - 1
 
 
 _SCAN_CHUNK = 1 << 20
 """Bytes read at a time when validating a whole .log (recovery)."""
 
 
-_NO_INDEX_ENTRIES = "the offset index is empty although the log is larger than the index interval"
+NO_INDEX_ENTRIES = "the offset index is empty although the log is larger than the index interval"
 
 
 class _FileScanner:
@@ -63,7 +63,7 @@ class _FileScanner:
                 return
             consumed = 0
             for relative, header in iter_valid_batches(buf):
-                if header.base_offset < expected or header.last_offset - self._base_offset > _INT32_MAX:
+                if header.base_offset < expected or header.last_offset - self._base_offset > INT32_MAX:
                     self.problem = (
                         f"batch at byte {position + relative}: offset {header.base_offset} is out of order"
                         f" (expected >= {expected})"
@@ -171,7 +171,7 @@ class SegmentRecovery:
         if problem:
             return f"time index {self.time_index.path.name}: {problem}"
         if not len(self.index) and log_size > self.config.index_interval_bytes + BATCH_HEADER_SIZE:
-            return _NO_INDEX_ENTRIES
+            return NO_INDEX_ENTRIES
         return None
 
     def recover(self, end_limit: int | None = None) -> int:

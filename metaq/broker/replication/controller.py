@@ -38,7 +38,7 @@ from kazoo.client import KazooClient, KazooState
 
 from metaq.broker.replication.controller_reassignments import ReassignmentDriver
 from metaq.broker.replication.controller_results import (
-    _NO_PARTITION,
+    NO_PARTITION,
     NotControllerError,
     PartitionResult,
     TopicPartition,
@@ -313,7 +313,7 @@ class Controller(ReassignmentDriver):
         results: dict[TopicPartition, PartitionResult] = {}
         for key in keys:
             if key not in replicas:
-                results[key] = _NO_PARTITION
+                results[key] = NO_PARTITION
             elif key[0] in deleting:
                 results[key] = PartitionResult(ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is being deleted")
             else:

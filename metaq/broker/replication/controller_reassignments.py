@@ -12,7 +12,7 @@ import threading
 from abc import abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 
-from metaq.broker.replication.controller_results import _NO_PARTITION, PartitionResult, TopicPartition
+from metaq.broker.replication.controller_results import NO_PARTITION, PartitionResult, TopicPartition
 from metaq.broker.replication.reassignment import (
     CATCHING_UP,
     COMPLETED,
@@ -41,7 +41,7 @@ def _alter_one(current: ReplicaAssignment | None, target: tuple[int, ...] | None
     """One partition of AlterPartitionReassignments: its result and the assignment to write (Kafka's
     ``validateReplicas`` and ``maybeBuildReassignment``)."""
     if current is None:
-        return _NO_PARTITION, None
+        return NO_PARTITION, None
     if target is None:
         if not current.reassigning:
             return PartitionResult(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None), None
@@ -182,7 +182,7 @@ class ReassignmentDriver:
             except MalformedNodeError as e:
                 return {(topic, p): PartitionResult(ErrorCode.UNKNOWN_SERVER_ERROR, str(e)) for p in wanted}
             if versioned is None or topic in self._layout.topics_marked_for_deletion():
-                return {(topic, p): _NO_PARTITION for p in wanted}
+                return {(topic, p): NO_PARTITION for p in wanted}
             assignment, version = versioned
             current = replica_assignments(assignment)
             results: dict[TopicPartition, PartitionResult] = {}

@@ -20,7 +20,7 @@ class PartitionResult:
     message: str | None = None
 
 
-_NO_PARTITION = PartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+NO_PARTITION = PartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
 
 
 class NotControllerError(MetaqError):

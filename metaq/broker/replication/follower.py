@@ -23,7 +23,7 @@ from metaq.protocol.batches import read_header
 log = logging.getLogger(__name__)
 
 
-def _now_ms() -> int:
+def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
@@ -141,7 +141,7 @@ class FollowerSide:
                 cache.assign(header.partition_leader_epoch, header.base_offset)
         following.hw = max(following.hw, min(leader_hw, plog.log_end_offset))
         if plog.log_start_offset < leader_start <= plog.log_end_offset:  # the leader's DeleteRecords/retention
-            self._logs.delete_records(*key, leader_start, _now_ms())
+            self._logs.delete_records(*key, leader_start, wall_clock_ms())
 
     def leader_out_of_range(self, source: FetchSource, leader_end: int, leader_start: int) -> None:
         """Event loop: our fetch offset is outside the leader's log. Past its end: our tail was never
