@@ -45,7 +45,7 @@ from bench.clients import CONFLUENT_BATCH_SIZE, confluent_produce
 from bench.environment import environment
 from bench.tables import print_table
 from bench.targets import Target
-from metaq.broker.log.cleaner.manager import CLEANER_CHECKPOINT
+from metaq.broker.log.cleaner.log_cleaner import CLEANER_CHECKPOINT
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.testing.apache_kafka import ApacheKafkaBroker

@@ -17,7 +17,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from integration_tests import peers
-from metaq.broker.coordinator.schema import (
+from metaq.broker.coordinator.offsets_schema import (
     OFFSETS_TOPIC,
     OffsetKey,
     OffsetValue,

@@ -12,7 +12,7 @@ import pytest
 from metaq.broker import admin_watcher
 from metaq.broker.admin_watcher import AdminWatcher
 from metaq.broker.log.config import LogConfig
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.metadata import MetadataWatcher
 from zk_layout import PartitionState, ZkLayout, paths
 

@@ -32,7 +32,7 @@ from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from integration_tests.peers import KCAT
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC, decode_key, partition_for
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC, decode_key, partition_for
 from metaq.errors import ErrorCode
 from metaq.testing.broker import request
 from metaq.testing.wait import wait_until

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from integration_tests.peers import kcat_consume
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC, decode_key
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC, decode_key
 from metaq.broker.log.cleaner.swap import CRASH_ENV
 from metaq.broker.process import BrokerProcess, free_port
 from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header

@@ -31,7 +31,7 @@ import pytest
 from kafka.admin import KafkaAdminClient
 
 from integration_tests.peers import confluent_consume
-from metaq.broker.log.manager import parse_log_dir_name
+from metaq.broker.log.loader import parse_log_dir_name
 from metaq.broker.topics import create_topic
 from metaq.cli.main import main as cli_main
 from metaq.errors import MetaqError

@@ -17,7 +17,7 @@ from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse, O
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from integration_tests.peers import confluent_committed, zk_committed
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC, partition_for
 from metaq.config import ConfigError
 from metaq.consumer import Consumer, ConsumerConfig
 from metaq.consumer.kafka_offsets import KafkaOffsetStore

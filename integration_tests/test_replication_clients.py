@@ -258,7 +258,7 @@ def test_third_party_consumers_read_through_a_leader_kill(broker_cluster: Broker
     the group's coordinator, is killed (kill -9) and confluent-kafka keeps producing acks=all: each reads
     every record once, in order, at its acknowledged offset (the group resumes from its commit, which the
     new coordinator has)."""
-    from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
+    from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC, partition_for
 
     def coordinator(brokers: list[BrokerProcess]) -> int:
         """The group's coordinator (creating __consumer_offsets): the broker the test kills leads both."""
@@ -331,7 +331,7 @@ def test_the_group_coordinator_moves_with_the_offsets_partition_leader(broker_cl
     coordinator is answered by the next after the leader of the group's offsets partition changes, and a
     broker that led it before and leads it again (elect-leaders) answers what the other wrote meanwhile,
     not the offsets it had cached."""
-    from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
+    from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC, partition_for
 
     brokers = [broker_cluster.add(i, **FAST, **{"offsets.topic.num.partitions": 5}) for i in range(3)]
     create_topic(zk_layout, "tracked", 1, replication_factor=3)
@@ -525,7 +525,7 @@ def test_a_rolling_restart_under_load_loses_nothing_for_two_consumer_groups(
     the topic or of __consumer_offsets is ever offline, no produce fails, both groups consume every
     acknowledged record; the metaq group reads none twice (no member failed, docs/delivery-guarantees.md),
     the confluent group re-reads only from offsets it committed."""
-    from metaq.broker.coordinator.schema import OFFSETS_TOPIC
+    from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC
 
     topic = "rolling-groups"
     brokers = _cluster(broker_cluster, zk_layout, topic, partitions=ROLLING_PARTITIONS,

@@ -18,8 +18,8 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
-from metaq.broker.coordinator.txn_coordinator import TRANSACTION_TOPIC
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC, partition_for
+from metaq.broker.coordinator.txn_partition import TRANSACTION_TOPIC
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.testing.broker import BrokerCluster, topic_leaders

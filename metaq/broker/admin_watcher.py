@@ -26,7 +26,7 @@ from typing import Any
 from kazoo.exceptions import KazooException
 
 from metaq.broker.log.config import LogConfig
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.metadata import MetadataWatcher
 from metaq.broker.topic_config import log_config_for
 from metaq.errors import MetaqError, ZooKeeperError
@@ -49,7 +49,7 @@ class AdminWatcher:
                  on_config_change: Callable[[str], None] | None = None,
                  on_topic_config: Callable[[str, Mapping[str, str]], None] | None = None) -> None:
         """``on_config_change`` gets every notification's entity path (worker thread; client quotas and
-        broker configs, metaq/broker/quota/store.py); ``on_topic_config`` every topic config applied."""
+        broker configs, metaq/broker/quota/config_store.py); ``on_topic_config`` every topic config applied."""
         self._on_user_change = on_user_change
         self._on_config_change = on_config_change
         self._on_topic_config = on_topic_config

@@ -81,6 +81,10 @@ def _unbounded_or_positive(value: int) -> str | None:
 
 @dataclass(frozen=True)
 class BrokerConfig(ZooKeeperClientConfig):
+    """A broker's settings: one field per ``server.properties`` key (Kafka's names and defaults; an unknown key is an
+    error), and the values derived from them (listeners, TLS settings, data directories, the log config). A table of
+    properties: it owns values only, frozen once read."""
+
     broker_id: int = prop("broker.id", 0, check=_broker_id)
     listeners: str = prop("listeners", "PLAINTEXT://127.0.0.1:9092")
     advertised_listeners: str | None = prop("advertised.listeners", None)

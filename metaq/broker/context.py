@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from metaq.broker.auth.session import Session
 from metaq.broker.config import BrokerConfig
 from metaq.broker.coordinator.coordinator import GroupCoordinator
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
 from metaq.broker.producer_ids import ProducerIdManager
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from metaq.broker.coordinator.txn_coordinator import TransactionCoordinator
     from metaq.broker.quota.throttling import Quotas
     from metaq.broker.replication.controller import Controller
-    from metaq.broker.replication.manager import ReplicaManager
+    from metaq.broker.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import os
 import struct
 from collections.abc import Iterator
 
-from metaq.broker.log.segment import FetchSlice
+from metaq.broker.log.segment_reads import FetchSlice
 from metaq.errors import UnsupportedCompressionError
 from metaq.protocol import legacy
 from metaq.protocol.batches import BATCH_HEADER_SIZE, LOG_OVERHEAD

@@ -22,101 +22,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import os
-import socket
-import ssl
 import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
-from typing import Self, cast
+from typing import cast
 
 from metaq.broker.auth.sasl import SaslAuthenticationError
 from metaq.broker.auth.stage import AuthenticationStage, ServedListener
-from metaq.broker.auth.tls import certificate_principal
-from metaq.broker.config import BrokerConfig
+from metaq.broker.client_connection import ClientConnection, ReadExpired
+from metaq.broker.connection_limits import ConnectionLimits, RequestMemoryPool
 from metaq.broker.context import BrokerContext
 from metaq.broker.handlers.api_versions import unsupported_version_response
+from metaq.broker.listener_sockets import ListenerSockets
 from metaq.broker.quota.request_path import serve as serve_with_quotas
 from metaq.broker.quota.throttling import NO_THROTTLE, Throttle
 from metaq.broker.request_bounds import SLICE, check_entries
 from metaq.broker.response import Encoded, Handler, Outbound
-from metaq.errors import ConfigError, MetaqError, ProtocolError
+from metaq.errors import ProtocolError
 from metaq.protocol.apis import BROKER_APIS, ApiKey, api_name
 from metaq.protocol.framing import SIZE, decode_request, peek_request
 from metaq.protocol.messages import ApiRequest
 
 log = logging.getLogger(__name__)
 
-# Bytes a connection's reader may buffer ahead of the frame being read (asyncio pauses at twice this).
-READ_BUFFER_LIMIT = 1 << 20
 # At most one log line per this many seconds about connections refused for a limit.
 REFUSAL_LOG_INTERVAL_S = 10.0
-
-
-
-@dataclass(frozen=True)
-class ConnectionLimits:
-    """What one client may hold; Kafka's names and defaults (``request_body_timeout_ms`` is metaq's)."""
-
-    max_request_bytes: int = 104857600  # socket.request.max.bytes
-    request_body_timeout_ms: int = 30000  # socket.request.body.timeout.ms
-    idle_timeout_ms: int = 600000  # connections.max.idle.ms
-    max_connections: int = 2147483647  # max.connections
-    max_connections_per_ip: int = 2147483647  # max.connections.per.ip
-    queued_max_request_bytes: int = -1  # queued.max.request.bytes (-1: unbounded)
-    max_request_entries: int = 20000  # metaq.max.request.entries (see metaq.broker.request_bounds)
-
-    @classmethod
-    def from_config(cls, config: BrokerConfig) -> Self:
-        """The limits a broker config sets."""
-        return cls(
-            max_request_bytes=config.socket_request_max_bytes,
-            request_body_timeout_ms=config.socket_request_body_timeout_ms,
-            idle_timeout_ms=config.connections_max_idle_ms,
-            max_connections=config.max_connections,
-            max_connections_per_ip=config.max_connections_per_ip,
-            queued_max_request_bytes=config.queued_max_request_bytes,
-            max_request_entries=config.max_request_entries,
-        )
 
 
 OFF_LOOP_DECODE_BYTES = 64 * 1024
 """Frames at least this large are decoded in a worker thread: decoding a request that names a million
 entries takes seconds of pure Python, which on the event loop would stall every other connection."""
-
-
-class RequestMemoryPool:
-    """Bytes of request frames read but not yet handled, over all connections (``queued.max.request.bytes``).
-
-    As Kafka's pool, it is not strict: a frame is admitted while any capacity is left, so one frame
-    larger than the pool still gets through on its own. A connection waiting here reads nothing more, so
-    its client's bytes stay in the kernel (and TCP flow control slows it down)."""
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._used = 0
-        self._freed = asyncio.Event()
-
-    async def acquire(self, size: int) -> None:
-        if self._capacity < 0:
-            return
-        while self._used >= self._capacity:
-            self._freed.clear()
-            await self._freed.wait()
-        self._used += size
-
-    def release(self, size: int) -> None:
-        if self._capacity < 0:
-            return
-        self._used -= size
-        self._freed.set()
-
-
-class ReadExpired(MetaqError):
-    """A read did not complete by its connection's deadline (:meth:`ClientConnection.expect`)."""
 
 
 _IDLE = "idle"
@@ -134,76 +70,12 @@ class Decoded:
     request: ApiRequest | None
 
 
-class ClientConnection:
-    """One client's connection: its streams, who it is (``auth``, once the TLS handshake is done) and the
-    broker's context bound to its session (``context``, rebound when the session changes)."""
+class BrokerServer(ListenerSockets):
+    """The broker's socket layer (module docstring): owns the listening servers (:class:`ListenerSockets`), the task
+    of every open connection and the connection counts per address (``max.connections[.per.ip]``), the request
+    memory pool, and the handler of every API it dispatches to; each request is handled with the broker's context
+    bound to its connection's session."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, served: ServedListener) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.served = served
-        self.tls = served.ssl_context is not None
-        peer = writer.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
-        self.client_id: str | None = None
-        self.auth: AuthenticationStage | None = None
-        self.context: BrokerContext | None = None
-        # the read deadline (time.monotonic(); inf while no read is awaited) and one lazily re-armed timer
-        self._deadline = math.inf
-        self._waiting_for = ""
-        self._watchdog: asyncio.TimerHandle | None = None
-        self._watchdog_at = math.inf
-
-    def expect(self, what: str, timeout_ms: int) -> None:
-        """The next read must complete within ``timeout_ms``, else it raises :class:`ReadExpired` (``what``
-        says which bound). Per frame this only stores the deadline: a timer armed at an earlier deadline, on
-        firing, re-arms itself at the current one, so a busy connection arms about one timer per bound's period
-        instead of one per read (``asyncio.timeout`` per read was a few percent of a small request's cost:
-        docs/performance.md, "The broker's cost per request")."""
-        deadline = time.monotonic() + timeout_ms / 1000.0
-        self._deadline = deadline
-        self._waiting_for = what
-        if deadline < self._watchdog_at:
-            self._arm(deadline)
-
-    def read_done(self) -> None:
-        """No read is awaited now (a request is being handled, however long that takes)."""
-        self._deadline = math.inf
-
-    def stop_watchdog(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            self._watchdog = None
-        self._watchdog_at = math.inf
-
-    def _arm(self, deadline: float) -> None:
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-        self._watchdog = asyncio.get_running_loop().call_later(max(deadline - time.monotonic(), 0.0), self._watch)
-        self._watchdog_at = deadline
-
-    def _watch(self) -> None:
-        self._watchdog, self._watchdog_at = None, math.inf
-        if self._deadline <= time.monotonic():
-            # the awaited read raises it (and the connection closes: the reader stays failed)
-            self._deadline = math.inf
-            self.reader.set_exception(ReadExpired(self._waiting_for))
-        elif self._deadline != math.inf:
-            self._arm(self._deadline)
-
-    def bind(self, broker: BrokerContext) -> BrokerContext:
-        """The context for this connection's next request: the broker's, bound to the current session."""
-        assert self.auth is not None
-        if self.context is None or self.context.session is not self.auth.session:
-            self.context = broker.for_session(self.auth.session)
-        return self.context
-
-    def __str__(self) -> str:
-        return f"{self.peer} (client.id={self.client_id!r})" if self.client_id else self.peer
-
-
-class BrokerServer:
     def __init__(
         self,
         handlers: Mapping[ApiKey, Handler],
@@ -225,55 +97,6 @@ class BrokerServer:
         self._pool = RequestMemoryPool(self._limits.queued_max_request_bytes)
         self._refused = 0
         self._refusal_logged_at = float("-inf")
-
-    @property
-    def port(self) -> int:
-        """The bound port of the first listener."""
-        return self.ports[self._listeners[0].listener.name]
-
-    @property
-    def ports(self) -> dict[str, int]:
-        """Listener name -> bound port (a listener configured with port 0 gets a free one)."""
-        return {name: int(server.sockets[0].getsockname()[1]) for name, server in self._servers.items()}
-
-    async def bind(self) -> None:
-        """Bind every listener's port (so that port 0 gets a real one) without accepting connections yet."""
-        for served in self._listeners:
-            listener = served.listener
-            try:
-                self._servers[listener.name] = await asyncio.start_server(
-                    partial(self._serve, served), listener.host or None, listener.port, reuse_address=True,
-                    limit=READ_BUFFER_LIMIT, start_serving=False,
-                )
-            except OSError as e:  # in use, not a local address, or a name that does not resolve
-                # asyncio rewords bind errors ("error while attempting to bind on address ..."): say it plainly
-                errno = e.errno if not isinstance(e, socket.gaierror) else None
-                reason = os.strerror(errno) if errno is not None and errno > 0 else (e.strerror or str(e))
-                await self.close()
-                raise ConfigError(f"config 'listeners': cannot listen on {listener.name} {listener.host}:"
-                                  f"{listener.port}: {reason}") from e
-
-    async def start_serving(self, context: BrokerContext) -> None:
-        """Accept connections; requests are handled with ``context`` (the broker's, once it is registered),
-        bound to each connection's session."""
-        self._context = context
-        ports = self.ports
-        for served in self._listeners:
-            await self._servers[served.listener.name].start_serving()
-            listener = served.listener
-            log.info("listening on %s %s:%d (%s)", listener.name, listener.host or "*", ports[listener.name],
-                     listener.protocol)
-
-    async def close(self) -> None:
-        """Stop accepting, then end every connection (bounded: cancelled tasks finish promptly)."""
-        for server in self._servers.values():
-            server.close()
-        for task in list(self._connections):
-            task.cancel()
-        if self._connections:
-            await asyncio.wait(self._connections, timeout=5)
-        for server in self._servers.values():
-            await server.wait_closed()
 
     async def _serve(self, served: ServedListener, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
@@ -311,21 +134,6 @@ class BrokerServer:
             if self._per_ip[conn.host] <= 0:
                 del self._per_ip[conn.host]
             writer.close()
-
-    async def _start_tls(self, conn: ClientConnection) -> str | None:
-        """The TLS handshake (after the connection limits let it in: a handshake costs CPU), bounded by
-        socket.request.body.timeout.ms; a failed one is logged with the peer and ends the connection.
-        Returns the principal of the client's certificate, if it sent one."""
-        assert conn.served.ssl_context is not None
-        try:
-            await conn.writer.start_tls(conn.served.ssl_context,
-                                        ssl_handshake_timeout=self._limits.request_body_timeout_ms / 1000.0)
-        except (ssl.SSLError, ConnectionError, TimeoutError) as e:
-            reason = getattr(e, "reason", None) or type(e).__name__
-            log.warning("Failed authentication with %s (TLS handshake on listener %s: %s)", conn,
-                     conn.served.listener.name, reason)
-            raise ConnectionResetError from None
-        return certificate_principal(conn.writer.get_extra_info("ssl_object"))
 
     def _admit(self, conn: ClientConnection) -> bool:
         """Count the connection in, or refuse it (closed at once) over max.connections[.per.ip]."""
@@ -370,16 +178,6 @@ class BrokerServer:
                 self._pool.release(size)
             if throttle.mute_s > 0:
                 await _muted(conn, throttle.mute_s)
-
-    def _tune_socket(self, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is None:
-            return
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self._send_buffer > 0:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
-        if self._receive_buffer > 0:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer)
 
     async def _read_frame(self, conn: ClientConnection, auth: AuthenticationStage) -> bytes | bytearray | None:
         """The next frame's body, or None when the client closed (or idled out) between frames.

@@ -26,30 +26,28 @@ from metaq.broker.auth.credentials import ScramCredentialCache
 from metaq.broker.auth.listeners import advertised_endpoints
 from metaq.broker.auth.serving import registration_info, served_listeners
 from metaq.broker.config import BrokerConfig
+from metaq.broker.connection_limits import ConnectionLimits
 from metaq.broker.context import BrokerContext
-from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC
-from metaq.broker.coordinator.txn_coordinator import (
-    TRANSACTION_TOPIC,
-    TransactionCoordinator,
-    TxnCoordinatorConfig,
-    WriteMarkers,
-)
+from metaq.broker.coordinator.config import CoordinatorConfig
+from metaq.broker.coordinator.coordinator import GroupCoordinator
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC
+from metaq.broker.coordinator.txn_coordinator import TransactionCoordinator, TxnCoordinatorConfig, WriteMarkers
+from metaq.broker.coordinator.txn_partition import TRANSACTION_TOPIC
 from metaq.broker.handlers import DISPATCH
-from metaq.broker.log.cleaner.manager import LogCleaner, loop_caller
+from metaq.broker.log.cleaner.log_cleaner import LogCleaner, loop_caller
 from metaq.broker.log.dir_mover import LogDirMover
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.log.open_files import SEGMENT_FILES, FileBudget, file_budget
 from metaq.broker.log.partition_metadata import PARTITION_METADATA_FILE
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher
-from metaq.broker.network import BrokerServer, ConnectionLimits
+from metaq.broker.network import BrokerServer
 from metaq.broker.producer_ids import ProducerIdManager
 from metaq.broker.purgatory import AppendNotifier
-from metaq.broker.quota.store import QuotaConfigStore, quotas_for
+from metaq.broker.quota.config_store import QuotaConfigStore, quotas_for
 from metaq.broker.registration import BrokerRegistration
 from metaq.broker.replication import leader_epochs
 from metaq.broker.replication.controller import Controller
-from metaq.broker.replication.manager import ReplicaManager
+from metaq.broker.replication.replica_manager import ReplicaManager
 from metaq.broker.security.acl_rules import Rules
 from metaq.broker.security.authorizer import Authorizer, parse_super_users
 from metaq.broker.topics import create_topic
@@ -68,6 +66,12 @@ AUTO_CREATE_WAIT_S = 5.0
 
 
 class Broker:
+    """The broker process, its composition root (module docstring): owns every part it builds (the log manager,
+    the ZooKeeper session, the socket layer, the group and transaction coordinators, the replica manager, the
+    controller, the log cleaner and mover, the authorizer, quotas and metrics). :meth:`run` starts them (the
+    listeners first) and, on :meth:`request_stop`, SIGTERM/SIGINT or the failure of every log directory, stops them:
+    controlled shutdown first, the logs flushed and closed, the ZooKeeper session last."""
+
     def __init__(self, config: BrokerConfig, *, on_started: Callable[[str], None] | None = None) -> None:
         """``on_started`` gets one line saying where the broker serves, once it does (the CLI prints it)."""
         self.config = config

@@ -17,7 +17,7 @@ from collections.abc import Collection
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 
 from metaq.broker.context import BrokerContext
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import (
     ErrorCode,

@@ -16,7 +16,7 @@ from metaq.broker.downconvert import DownConverted
 from metaq.protocol.fetch_response import TopicPart, encode_fetch_response
 
 if TYPE_CHECKING:
-    from metaq.broker.log.segment import FetchSlice
+    from metaq.broker.log.segment_reads import FetchSlice
     from metaq.broker.response import Outbound
 
 # Record slices smaller than this are read into the response buffer: one write() is cheaper than the

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
-from metaq.broker.coordinator import group as g
-from metaq.broker.coordinator.group import Group, Member
+from metaq.broker.coordinator import group_state as g
+from metaq.broker.coordinator.group_state import Group, Member
 from metaq.broker.coordinator.offsets_partition import CommittedOffset, OffsetsPartition
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
 

@@ -15,11 +15,12 @@ from typing import Any
 import kafka.errors as Errors
 import pytest
 
-from metaq.broker.coordinator import group as g
-from metaq.broker.coordinator.coordinator import CoordinatorConfig, GroupCoordinator
-from metaq.broker.coordinator.group import JoinResult
+from metaq.broker.coordinator import group_state as g
+from metaq.broker.coordinator.config import CoordinatorConfig
+from metaq.broker.coordinator.coordinator import GroupCoordinator
+from metaq.broker.coordinator.group_state import JoinResult
 from metaq.broker.coordinator.offsets_partition import CommittedOffset, OffsetsPartition
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, PartitionMeta

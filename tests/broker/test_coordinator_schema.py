@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metaq.broker.coordinator.schema import (
+from metaq.broker.coordinator.offsets_schema import (
     GroupKey,
     GroupValue,
     OffsetKey,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from metaq.broker.coordinator.offsets_partition import LOADED, CommittedOffset, OffsetsPartition
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.errors import InvalidProducerEpochError

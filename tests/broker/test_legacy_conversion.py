@@ -13,7 +13,7 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from metaq.broker import downconvert
 from metaq.broker.downconvert import DownConverted, fetch_magic
-from metaq.broker.log.segment import FetchSlice
+from metaq.broker.log.segment_reads import FetchSlice
 from metaq.broker.log.upconvert import upconvert
 from metaq.errors import CorruptRecordError, MessageSizeTooLargeError
 from metaq.protocol import legacy

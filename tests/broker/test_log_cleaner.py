@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from metaq.broker.log.cleaner.cleaner import Cleaner, log_end_offset
 from metaq.broker.log.cleaner.config import CleanerConfig
-from metaq.broker.log.cleaner.manager import LogCleaner
+from metaq.broker.log.cleaner.log_cleaner import LogCleaner
 from metaq.broker.log.cleaner.offset_map import ENTRY_SIZE, OffsetMap
 from metaq.broker.log.cleaner.swap import CLEANED_SUFFIX, SWAP_SUFFIX
 from metaq.broker.log.cleaner.throttle import IoThrottle
@@ -29,7 +29,7 @@ from metaq.protocol.records import decode_records
 from tests.broker import make_batch
 
 if TYPE_CHECKING:
-    from metaq.broker.log.manager import LogManager
+    from metaq.broker.log.log_manager import LogManager
 
 BASE_TS = 1_700_000_000_000
 Entry = tuple[bytes | None, bytes | None]  # (key, value); value None: a tombstone

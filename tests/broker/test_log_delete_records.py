@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from metaq.broker.log.config import LogConfig
-from metaq.broker.log.manager import LOG_START_OFFSET_CHECKPOINT, LogManager
+from metaq.broker.log.loader import LOG_START_OFFSET_CHECKPOINT
+from metaq.broker.log.log_manager import LogManager
 from metaq.errors import OffsetOutOfRangeError
 from tests.broker import make_batch, make_values
 

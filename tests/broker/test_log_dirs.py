@@ -10,6 +10,7 @@ import pytest
 
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.dir_mover import LogDirMover
+from metaq.broker.log.loader import parse_log_dir_name
 from metaq.broker.log.log_dirs import (
     LogDirOfflineError,
     choose_log_dir,
@@ -17,7 +18,7 @@ from metaq.broker.log.log_dirs import (
     is_dir_failure,
     parse_future_dir_name,
 )
-from metaq.broker.log.manager import LogManager, parse_log_dir_name
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.errors import StorageError
 from tests.broker import decode, make_batch, make_values

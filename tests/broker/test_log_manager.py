@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from metaq.broker.log import manager as manager_module
+from metaq.broker.log import log_manager as manager_module
 from metaq.broker.log.checkpoint import read_checkpoint
 from metaq.broker.log.config import LogConfig
-from metaq.broker.log.manager import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT, LogManager, parse_log_dir_name
+from metaq.broker.log.loader import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT, parse_log_dir_name
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.errors import StorageError, TopicError
 from tests.broker import make_batch, make_values

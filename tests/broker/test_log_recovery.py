@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from metaq.broker.log import segment as segment_module
+from metaq.broker.log import segment_recovery as segment_recovery_module
 from tests.broker import decode, make_batch, make_values
 from tests.broker.log_helpers import assert_fully_readable, batch_positions, fill, open_log
 
@@ -171,7 +172,7 @@ def test_corrupt_batch_in_middle_segment_keeps_later_segments(
 ) -> None:
     """Acknowledged data of an earlier segment is corrupt (as after a power failure): the earlier segment is
     cut there, the lost offsets are reported, and the later segments (valid, acknowledged) are kept, so no
-    offset is ever handed out twice (see partition_log._load_segments)."""
+    offset is ever handed out twice (see segment_loading.load_segments)."""
     log = open_log(tmp_path, recover=False, segment_bytes=2000)
     fill(log, 60)
     bases = log.segment_base_offsets()
@@ -242,7 +243,7 @@ def test_empty_directory_with_recovery_point(tmp_path: Path) -> None:
 
 def test_large_batches_recovered_across_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Batches larger than the scan chunk, and chunk boundaries inside batches, are handled."""
-    monkeypatch.setattr(segment_module, "_SCAN_CHUNK", 1000)
+    monkeypatch.setattr(segment_recovery_module, "_SCAN_CHUNK", 1000)
     log = open_log(tmp_path, recover=False)
     spans = []
     for i in range(20):

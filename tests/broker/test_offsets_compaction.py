@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from metaq.broker.coordinator.offsets_partition import LOADED, CommittedOffset, OffsetsPartition
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC, GroupValue, StoredMember, decode_key
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC, GroupValue, StoredMember, decode_key
 from metaq.broker.log.cleaner.cleaner import Cleaner, log_end_offset
 from metaq.broker.log.cleaner.offset_map import ENTRY_SIZE, OffsetMap
 from metaq.broker.log.config import LogConfig

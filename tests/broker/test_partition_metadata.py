@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from metaq.broker.log.config import LogConfig
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.log.partition_metadata import PARTITION_METADATA_FILE, read_topic_id, write_topic_id
 from metaq.errors import StorageError
 
@@ -57,7 +57,7 @@ def test_the_first_check_records_the_id_and_a_different_one_is_refused_once(
     manager.shutdown()
 
     manager = new_manager(tmp_path)  # a restart: the topic was re-created meanwhile
-    with caplog.at_level(logging.ERROR, logger="metaq.broker.log.manager"):
+    with caplog.at_level(logging.ERROR, logger="metaq.broker.log.log_manager"):
         assert not manager.topic_id_matches("t", 0, NEW_ID)
         assert not manager.topic_id_matches("t", 0, NEW_ID)
     [line] = [r.getMessage() for r in caplog.records]

@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from metaq.broker.coordinator.schema import (
+from metaq.broker.coordinator.offsets_schema import (
     OFFSETS_TOPIC,
     GroupKey,
     GroupValue,

@@ -17,20 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
-from metaq.broker.coordinator.coordinator import (
-    COMMIT_TIMEOUT_S,
-    CoordinatorAddress,
-    Replication,
-    locate_coordinator,
-    replicate_append,
-)
-from metaq.broker.coordinator.offsets_partition import replay_records, warn_if_not_compacted
-from metaq.broker.coordinator.schema import OFFSETS_TOPIC, partition_for
+from metaq.broker.coordinator.locate import CoordinatorAddress, locate_coordinator
+from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC, partition_for
+from metaq.broker.coordinator.replicated_append import COMMIT_TIMEOUT_S, Replication, replicate_append
+from metaq.broker.coordinator.txn_partition import LOADED, LOADING, TRANSACTION_TOPIC, TxnStatePartition
 from metaq.broker.coordinator.txn_state import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
@@ -45,21 +39,13 @@ from metaq.broker.coordinator.txn_state import (
     STATE_IDS,
     TopicPartition,
     TxnMetadata,
-    decode_key,
-    decode_value,
-    encode_key,
-    encode_value,
 )
-from metaq.broker.log.manager import LogManager
-from metaq.broker.log.partition_log import PartitionLog
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.metadata import ClusterSnapshot
-from metaq.errors import CorruptRecordError, ErrorCode
-from metaq.protocol.builder import BatchBuilder
+from metaq.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
-TRANSACTION_TOPIC = "__transaction_state"
-LOADING, LOADED, FAILED = "LOADING", "LOADED", "FAILED"
 MARKER_RETRY_S = 0.2
 
 WriteMarkers = Callable[[int, int, bool, int, Collection[TopicPartition]], Awaitable[dict[TopicPartition, int]]]
@@ -82,82 +68,13 @@ class ProducerIdAndEpoch:
     producer_epoch: int = -1
 
 
-class TxnStatePartition:
-    """The transactions of one ``__transaction_state`` partition: replayed from its log, appended to it."""
-
-    def __init__(self, log_: PartitionLog, coordinator_epoch: int) -> None:
-        self.log = log_
-        self.partition = log_.partition
-        self.coordinator_epoch = coordinator_epoch
-        self.state = LOADING
-        self.txns: dict[str, TxnMetadata] = {}
-        self.leader_epoch: int | None = None
-        self._lock = threading.Lock()  # the replay runs on a worker thread
-
-    def _set_state(self, state: str) -> None:
-        log.info("%s-%d: %s -> %s", TRANSACTION_TOPIC, self.partition, self.state, state)
-        self.state = state
-
-    def load(self) -> None:
-        """Replay the log (blocking; on a worker thread); FAILED if it cannot be read."""
-        state = FAILED
-        warn_if_not_compacted(self.log)
-        try:
-            txns = self._replay()
-            with self._lock:
-                self.txns = txns
-            state = LOADED
-        except Exception:
-            log.exception("loading %s-%d failed", TRANSACTION_TOPIC, self.partition)
-        self._set_state(state)
-
-    def _replay(self) -> dict[str, TxnMetadata]:
-        """The latest state of each transactional id: the partition is compacted (``cleanup.policy=compact``),
-        so a cleaned log, holding only each id's last record, replays to the same (docs/compaction.md)."""
-        txns: dict[str, TxnMetadata] = {}
-        for key, value in replay_records(self.log):
-            self._apply(txns, key, value)
-        return txns
-
-    @staticmethod
-    def _apply(txns: dict[str, TxnMetadata], key: bytes | None, value: bytes | None) -> None:
-        if key is None:
-            return
-        try:
-            txn_id = decode_key(key)
-            if value is None:
-                txns.pop(txn_id, None)
-            else:
-                txns[txn_id] = decode_value(txn_id, value)
-        except CorruptRecordError as e:
-            log.warning("skipping an unreadable %s record: %s", TRANSACTION_TOPIC, e)
-
-    def store(self, txn: TxnMetadata) -> None:
-        """Append the state (a tombstone for Dead), then use it. Raises, changing nothing, if the append fails."""
-        self._append([(encode_key(txn.transactional_id), None if txn.state == DEAD else encode_value(txn))])
-        with self._lock:
-            if txn.state == DEAD:
-                self.txns.pop(txn.transactional_id, None)
-            else:
-                self.txns[txn.transactional_id] = txn
-
-    def restore(self, transactional_id: str, txn: TxnMetadata | None) -> None:
-        """Use ``txn`` again (None: forget the id) after a stored change the ISR did not take."""
-        with self._lock:
-            if txn is None:
-                self.txns.pop(transactional_id, None)
-            else:
-                self.txns[transactional_id] = txn
-
-    def _append(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        builder = BatchBuilder(1 << 30)
-        now = int(time.time() * 1000)
-        for key, value in records:
-            builder.append(now, key, value)
-        self.log.append(builder.build(), leader_epoch=self.leader_epoch)
-
-
 class TransactionCoordinator:
+    """The transaction coordinator of one broker (module docstring): owns the :class:`TxnStatePartition` of every
+    ``__transaction_state`` partition this broker leads (with the leader epoch it was loaded in), the replay tasks
+    of partitions still loading, one lock per transactional id (a transaction's steps never interleave) and the task
+    that aborts timed-out transactions. Everything it owns is touched on the event loop only; markers are written
+    through ``write_markers``, producer ids come from ``next_producer_id``."""
+
     def __init__(
         self,
         config: TxnCoordinatorConfig,
@@ -568,4 +485,4 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-__all__ = ["NO_EPOCH", "TRANSACTION_TOPIC", "ProducerIdAndEpoch", "TransactionCoordinator", "TxnCoordinatorConfig"]
+__all__ = ["NO_EPOCH", "ProducerIdAndEpoch", "TransactionCoordinator", "TxnCoordinatorConfig"]

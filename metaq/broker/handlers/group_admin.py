@@ -8,7 +8,7 @@ which librdkafka 2.0.2 skips correctly (docs/wire-protocol.md §1).
 from __future__ import annotations
 
 from metaq.broker.context import BrokerContext
-from metaq.broker.coordinator.group import DEAD
+from metaq.broker.coordinator.group_state import DEAD
 from metaq.broker.request_bounds import in_slices
 from metaq.errors import ErrorCode
 from metaq.protocol.messages import ApiRequest, ApiResponse

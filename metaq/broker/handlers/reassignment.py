@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from metaq.broker.context import BrokerContext
-from metaq.broker.replication.controller import NotControllerError, PartitionResult
+from metaq.broker.replication.controller_results import NotControllerError, PartitionResult
 from metaq.errors import ErrorCode, MetaqError
 from metaq.protocol.messages import ApiRequest, ApiResponse
 from metaq.protocol.responses import (

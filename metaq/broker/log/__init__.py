@@ -10,16 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from metaq.broker.log.config import LogConfig
-    from metaq.broker.log.manager import LogManager
-    from metaq.broker.log.partition_log import AppendResult, FetchSlice, PartitionLog
+    from metaq.broker.log.log_manager import LogManager
+    from metaq.broker.log.partition_log import AppendResult, PartitionLog
+    from metaq.broker.log.segment_reads import FetchSlice
 
 __all__ = ["AppendResult", "FetchSlice", "LogConfig", "LogManager", "PartitionLog"]
 
 _WHERE = {
     "AppendResult": "metaq.broker.log.partition_log",
-    "FetchSlice": "metaq.broker.log.partition_log",
+    "FetchSlice": "metaq.broker.log.segment_reads",
     "LogConfig": "metaq.broker.log.config",
-    "LogManager": "metaq.broker.log.manager",
+    "LogManager": "metaq.broker.log.log_manager",
     "PartitionLog": "metaq.broker.log.partition_log",
 }
 

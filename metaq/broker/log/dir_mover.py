@@ -5,7 +5,7 @@ docs/log-dirs.md): Kafka's ``ReplicaAlterLogDirsThread``, local.
     mover.start()                       # on the broker's event loop
     logs.create_future("t", 0, Path("/d2")); mover.kick()
 
-Each future log (:meth:`metaq.broker.log.manager.LogManager.create_future`) is filled with the current log's
+Each future log (:meth:`metaq.broker.log.log_manager.LogManager.create_future`) is filled with the current log's
 batches as they are (offsets, leader epochs, producer state kept: ``PartitionLog.append_replica``), a chunk
 at a time, then follows the current log's tail. The step that finds it caught up swaps it in at once
 (:meth:`LogManager.swap_future`). Everything runs on the event loop, the thread that appends: between the
@@ -19,7 +19,7 @@ import logging
 from collections.abc import Sequence
 
 from metaq.broker.log.log_dirs import is_dir_failure
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.errors import MetaqError, OffsetOutOfRangeError
 from metaq.protocol.batches import valid_prefix

@@ -1,6 +1,6 @@
 """Pure rules of a broker's several log directories (JBOD, docs/log-dirs.md): where a new partition goes,
-which I/O errors take a whole directory offline, how a future replica's directory is named, and the values
-DescribeLogDirs reports.
+which I/O errors take a whole directory offline, how a future replica's and a deleted partition's directories are
+named, and the values DescribeLogDirs reports.
 
     choose_log_dir([Path("/d1"), Path("/d2")], {Path("/d1"): 3, Path("/d2"): 1})   # Path("/d2")
     is_dir_failure(OSError(errno.EROFS, "Read-only file system"))                   # True
@@ -74,6 +74,18 @@ def parse_future_dir_name(name: str) -> tuple[str, int] | None:
     if not sep or not topic or not partition.isdigit() or not partition.isascii():
         return None
     return topic, int(partition)
+
+
+DELETE_DIR_SUFFIX = "-delete"
+MAX_FILE_NAME = 255  # bytes of one path component on the file systems Kafka runs on (NAME_MAX)
+
+
+def delete_dir_name(topic: str, partition: int) -> str:
+    """The name a deleted partition's directory is renamed to before removal, as Kafka's
+    ``LocalLog.logDirNameWithSuffixCappedLength`` makes it: ``<topic>-<partition>.<uuid>-delete``, the topic cut so
+    the name keeps within 255 bytes (a legal 249-character topic would otherwise fail the rename)."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return topic[:MAX_FILE_NAME - len(suffix)] + suffix
 
 
 def volume_bytes(path: Path) -> tuple[int, int]:

@@ -12,34 +12,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import re
 import shutil
 import threading
-import time
-import uuid
 from bisect import bisect_right
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from metaq.broker.log.cleaner.keys import require_keys
-from metaq.broker.log.cleaner.swap import fault_point, finish_swap, recover_swaps
 from metaq.broker.log.config import LogConfig
-from metaq.broker.log.open_files import SegmentFile
+from metaq.broker.log.flushing import LogFlushing
+from metaq.broker.log.log_dirs import delete_dir_name
+from metaq.broker.log.partition_reads import LogReads
 from metaq.broker.log.producer_state import CompletedTxn, ProducerStateManager
-from metaq.broker.log.segment import (
-    DELETED_SUFFIX,
-    LOG_SUFFIX,
-    FetchSlice,
-    LogSegment,
-    TimestampOffset,
-    segment_file_name,
-)
+from metaq.broker.log.retention import LogRetention, remove_quietly, wall_clock_ms
+from metaq.broker.log.segment import LogSegment
+from metaq.broker.log.segment_loading import clean_directory, load_segments
 from metaq.broker.log.txn_index import AbortedTxn, TxnIndex
 from metaq.broker.log.validator import decompressed_limit, validate_records
-from metaq.errors import MessageSizeTooLargeError, OffsetOutOfRangeError, RecordListTooLargeError, StorageError
-from metaq.fileio import fsync_dir
+from metaq.errors import MessageSizeTooLargeError, RecordListTooLargeError, StorageError
 from metaq.protocol.batches import (
     BatchHeader,
     Buffer,
@@ -50,12 +40,9 @@ from metaq.protocol.batches import (
 )
 from metaq.protocol.control import build_marker, marker_is_abort
 
-__all__ = ["AppendResult", "FetchSlice", "PartitionLog"]
+__all__ = ["AppendResult", "PartitionLog"]
 
 logger = logging.getLogger(__name__)
-
-_SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
-_LEFTOVER_SUFFIXES = (DELETED_SUFFIX,)  # .cleaned and .swap: recover_swaps()
 
 
 @dataclass(frozen=True)
@@ -73,8 +60,12 @@ class AppendResult:
     """The time the batches were given on a LogAppendTime topic (a Produce v2+ answer carries it), else -1."""
 
 
-class PartitionLog:
-    """Append-only, segmented log of one partition. Use :meth:`open`."""
+class PartitionLog(LogRetention, LogFlushing, LogReads):
+    """Append-only, segmented log of one partition. Use :meth:`open`. Owns its directory's segments (the last one
+    active), the log start and end offsets and the recovery point, the partition's producer state and aborted
+    transactions index, and the lock that is all a concurrent flush shares with the event loop (module
+    docstring). Reads, flushing and retention are the mixins :class:`LogReads`, :class:`LogFlushing` and
+    :class:`LogRetention`."""
 
     def __init__(
         self,
@@ -121,12 +112,12 @@ class PartitionLog:
 
         ``recover``: the last shutdown was not clean, so segments from the one holding ``recovery_point``
         onward are validated batch by batch, each truncated at its first invalid batch (see
-        :func:`_load_segments` for why later segments are kept), and their indexes rebuilt. Either way
+        :func:`load_segments` for why later segments are kept), and their indexes rebuilt. Either way
         leftovers of interrupted operations are cleaned and indexes that fail a sanity check are rebuilt."""
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            bases = _clean_directory(directory)
-            segments = _load_segments(directory, bases, config, recover=recover, recovery_point=recovery_point)
+            bases = clean_directory(directory)
+            segments = load_segments(directory, bases, config, recover=recover, recovery_point=recovery_point)
         except OSError as e:
             raise StorageError(f"cannot load log {directory}: {e}") from e
         if not segments:
@@ -170,7 +161,7 @@ class PartitionLog:
         validate_records(records, headers, decompressed_limit(self.config.max_message_bytes))
         if self.config.compact:
             require_keys(records, f"{self.topic}-{self.partition}")
-        now = _now_ms() if now_ms is None else now_ms
+        now = wall_clock_ms() if now_ms is None else now_ms
         first_offset = self.log_end_offset
         duplicate, updates = self.producer_state.check_client_append(headers, first_offset,
                                                                      from_coordinator=from_coordinator)
@@ -205,7 +196,7 @@ class PartitionLog:
             else:
                 runs[-1] = (runs[-1][0], i + 1)
             expected = header.next_offset
-        now = _now_ms() if now_ms is None else now_ms
+        now = wall_clock_ms() if now_ms is None else now_ms
         view = memoryview(records)
         spans: dict[int, tuple[int, int]] = {}  # base offset -> the batch's bytes in ``records``
         position = 0
@@ -232,7 +223,7 @@ class PartitionLog:
         InvalidProducerEpochError / TransactionCoordinatorFencedError for a stale marker (Kafka's checks)."""
         self._check_open()
         self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
-        now = _now_ms() if now_ms is None else now_ms
+        now = wall_clock_ms() if now_ms is None else now_ms
         data = bytearray(build_marker(producer_id, producer_epoch, commit, coordinator_epoch, now))
         headers = validate_batches(data)
         if leader_epoch is not None:
@@ -303,7 +294,7 @@ class PartitionLog:
             while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
                 doomed = self._segments.pop()
                 self._bases.pop()
-                _remove_quietly(doomed)
+                remove_quietly(doomed)
                 self._dir_dirty = True
             segment = self._segments[-1]
             try:
@@ -314,7 +305,7 @@ class PartitionLog:
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.txn_index.truncate_to(self.log_end_offset)
         logger.info("Truncated log %s-%d to offset %d", self.topic, self.partition, self.log_end_offset)
-        self._rebuild_producer_state(_now_ms())  # batches of the cut tail must not count as written
+        self._rebuild_producer_state(wall_clock_ms())  # batches of the cut tail must not count as written
         return self.log_end_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -325,7 +316,7 @@ class PartitionLog:
         with self._lock:
             old, self._segments, self._bases = self._segments, [], []
         for segment in old:
-            _remove_quietly(segment)
+            remove_quietly(segment)
         new = LogSegment.create(self.directory, offset, self.config)
         with self._lock:
             self._segments, self._bases = [new], [offset]
@@ -372,200 +363,9 @@ class PartitionLog:
 
     # ---------------------------------------------------------------------------------------- flushing
 
-    def unflushed_messages(self) -> int:
-        """Offsets appended but not yet fsynced."""
-        return self.log_end_offset - self.recovery_point
-
-    def oldest_unflushed_ms(self) -> int | None:
-        """When the oldest not-yet-flushed append happened (None if everything is flushed)."""
-        return self._first_unflushed_ms
-
-    def has_unflushed_rolled_segments(self) -> bool:
-        """True if a segment that is no longer active still has unflushed data (Kafka flushes on roll)."""
-        return any(segment.dirty for segment in self._segments[:-1])
-
-    def flush(self) -> int:
-        """fsync every dirty segment (log and indexes) and advance the recovery point; return it.
-
-        Safe to call from a worker thread while the event loop appends and reads."""
-        with self._flush_lock:
-            with self._lock:
-                if self._closed:
-                    return self.recovery_point
-                end = self.log_end_offset
-                targets = [segment for segment in self._segments if segment.dirty]
-                for segment in targets:
-                    segment.dirty = False
-                    segment.pinned = True
-                dir_dirty, self._dir_dirty = self._dir_dirty, False
-                first_unflushed, self._first_unflushed_ms = self._first_unflushed_ms, None
-            try:
-                for segment in targets:  # one segment's files at a time (after recovery every segment is dirty)
-                    _fsync_all(segment.flush_files())
-                if dir_dirty:
-                    fsync_dir(self.directory)
-            except (OSError, StorageError) as e:
-                self._flush_failed(targets, dir_dirty, first_unflushed)
-                reason = e.strerror if isinstance(e, OSError) else str(e)
-                raise StorageError(f"cannot flush log {self.directory}: {reason}") from e
-            return self._flush_done(targets, end)
-
-    def _flush_failed(self, targets: list[LogSegment], dir_dirty: bool, first_unflushed: int | None) -> None:
-        with self._lock:
-            for segment in targets:
-                segment.dirty = True
-                segment.pinned = False
-            self._dir_dirty = self._dir_dirty or dir_dirty
-            if first_unflushed is not None:
-                current = self._first_unflushed_ms
-                self._first_unflushed_ms = first_unflushed if current is None else min(current, first_unflushed)
-
-    def _flush_done(self, targets: list[LogSegment], end: int) -> int:
-        with self._lock:
-            active = self._segments[-1]
-            for segment in targets:
-                segment.pinned = False
-                if segment is not active and not segment.dirty:
-                    segment.close_index_files()  # an inactive segment is never written again
-            if end > self.recovery_point:
-                self.recovery_point = end
-            return self.recovery_point
-
     # ---------------------------------------------------------------------------------------- reading
 
-    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FetchSlice | None:
-        """Bytes to answer a fetch at ``offset``: whole batches from the one holding ``offset``, at most
-        ``max_bytes`` (the last batch may be cut; a first batch larger than ``max_bytes`` is returned whole),
-        all from one segment. None at the log end (or at ``max_offset``, a consumer's high watermark, past
-        which nothing is returned); OffsetOutOfRangeError outside the log."""
-        self._check_open()
-        if offset < self.log_start_offset or offset > self.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range for {self.topic}-{self.partition}"
-                f" (log start {self.log_start_offset}, log end {self.log_end_offset})"
-            )
-        if offset == self.log_end_offset or (max_offset is not None and offset >= max_offset):
-            return None
-        segments = self._segments
-        try:
-            for i in range(max(0, bisect_right(self._bases, offset) - 1), len(segments)):
-                found = segments[i].read(offset, max_bytes, max_offset)
-                if found is not None:
-                    return found
-        except OSError as e:
-            raise StorageError(f"cannot read {self.topic}-{self.partition} at offset {offset}: {e}") from e
-        return None
-
-    def offset_for_timestamp(self, timestamp_ms: int) -> TimestampOffset | None:
-        """The offset and timestamp of the first record whose timestamp is >= ``timestamp_ms``, or None.
-
-        The special ListOffsets values -1 (latest) and -2 (earliest) are the caller's business."""
-        self._check_open()
-        try:
-            for segment in list(self._segments):
-                if segment.max_timestamp >= timestamp_ms:
-                    found = segment.find_offset_for_timestamp(timestamp_ms)
-                    if found is not None:
-                        # not below DeleteRecords' start
-                        return TimestampOffset(max(found.offset, self.log_start_offset), found.timestamp)
-        except OSError as e:
-            raise StorageError(f"cannot search {self.topic}-{self.partition} by timestamp: {e}") from e
-        return None
-
-    def max_timestamp_offset(self) -> TimestampOffset | None:
-        """The offset and timestamp of the first record with the largest timestamp in the log (ListOffsets
-        ``-3``, KIP-734), or None for an empty log: the exact record, even inside a compressed batch."""
-        self._check_open()
-        largest = max((segment.max_timestamp for segment in list(self._segments)), default=-1)
-        return None if largest < 0 else self.offset_for_timestamp(largest)
-
     # ---------------------------------------------------------------------------------------- retention
-
-    def delete_old_segments(self, now_ms: int) -> int:
-        """Apply retention by time and by size; return how many segments were scheduled for deletion.
-
-        Deleted segments are renamed ``*.deleted`` and really removed on a later call, after
-        ``segment_delete_delay_ms`` (readers may still be sending from them). If every segment expires, a new
-        empty active segment is rolled first, so the log keeps its end offset."""
-        self._check_open()
-        self._remove_expired_deletes(now_ms)
-        deleted = 0
-        if not self.config.delete:  # cleanup.policy=compact: only the cleaner removes records
-            return 0
-        retention_ms = self.config.retention_ms
-        if retention_ms >= 0:
-            deleted += self._delete_prefix(
-                lambda segment: now_ms - segment.largest_timestamp() > retention_ms, now_ms, "retention time"
-            )
-        if self.config.retention_bytes >= 0:
-            excess = self.size_bytes() - self.config.retention_bytes
-
-            def over_size(segment: LogSegment) -> bool:
-                nonlocal excess
-                if excess - segment.size < 0:
-                    return False
-                excess -= segment.size
-                return True
-
-            deleted += self._delete_prefix(over_size, now_ms, "retention size")
-        return deleted
-
-    def _delete_prefix(self, predicate: Callable[[LogSegment], bool], now_ms: int, why: str) -> int:
-        """Delete the longest run of oldest segments matching ``predicate`` (never an empty last segment)."""
-        doomed: list[LogSegment] = []
-        for i, segment in enumerate(self._segments):
-            if (i == len(self._segments) - 1 and segment.size == 0) or not predicate(segment):
-                break
-            doomed.append(segment)
-        if not doomed:
-            return 0
-        if len(doomed) == len(self._segments):
-            self._roll(why)
-        with self._lock:
-            del self._segments[: len(doomed)]
-            del self._bases[: len(doomed)]
-            # a start moved by DeleteRecords may lie inside the new first segment
-            self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
-            self.recovery_point = max(self.recovery_point, self.log_start_offset)
-            self._dir_dirty = True
-        for segment in doomed:
-            segment.mark_deleted()
-            self._pending_deletes.append((now_ms + self.config.segment_delete_delay_ms, segment))
-        # a snapshot goes with its segment (the in-memory state stays: producers are forgotten by expiry only)
-        self.producer_state.delete_snapshots(below=self._bases[0])
-        self.txn_index.remove_below(self.log_start_offset, self._bases)
-        logger.info(
-            "Deleted %d segment(s) of %s-%d by %s; log start offset is now %d",
-            len(doomed),
-            self.topic,
-            self.partition,
-            why,
-            self.log_start_offset,
-        )
-        return len(doomed)
-
-    def delete_records_before(self, offset: int, now_ms: int) -> int:
-        """DeleteRecords: make ``offset`` (at most the log end) the log start offset, delete the segments
-        wholly below it, and return the new start. Records below it are no longer served; the move is
-        persisted by the caller (LogManager's log start offset checkpoint)."""
-        self._check_open()
-        if offset < 0 or offset > self.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range for {self.topic}-{self.partition}"
-                f" (log start {self.log_start_offset}, log end {self.log_end_offset})"
-            )
-        if offset > self.log_start_offset:
-            with self._lock:
-                self.log_start_offset = offset
-            logger.info("Log start offset of %s-%d moved to %d (DeleteRecords)", self.topic, self.partition, offset)
-        self.delete_segments_before(self.log_start_offset, now_ms, why="DeleteRecords")
-        return self.log_start_offset
-
-    def restore_log_start_offset(self, offset: int) -> None:
-        """At load: a start moved by DeleteRecords before the restart (ignored if outside the log)."""
-        if self.log_start_offset < offset <= self.log_end_offset:
-            self.log_start_offset = offset
-            self.recovery_point = max(self.recovery_point, offset)
 
     def update_config(self, config: LogConfig) -> None:
         """A topic config change: retention uses it at its next run, the active segment's roll check at
@@ -582,68 +382,12 @@ class PartitionLog:
         if self._segments[-1].size:
             self._roll(reason)
 
-    def delete_segments_before(self, offset: int, now_ms: int, why: str = "compaction") -> int:
-        """Delete the oldest segments whose records all lie below ``offset`` (superseded by a rewrite)."""
-        self._check_open()
-        ends = {id(seg): (self._bases[i + 1] if i + 1 < len(self._bases) else self.log_end_offset)
-                for i, seg in enumerate(self._segments)}
-        return self._delete_prefix(lambda segment: ends[id(segment)] <= offset, now_ms, why)
-
-    def inactive_segments(self) -> list[LogSegment]:
-        """Every segment but the active one (what the log cleaner may rewrite)."""
-        with self._lock:
-            return self._segments[:-1]
-
-    def replace_segments(self, old: list[LogSegment], base: int) -> bool:
-        """Swap the cleaned segment ``base`` (its ``.swap`` files are durable) in for ``old``, consecutive inactive
-        segments of this log; False (nothing changed) if they are no longer that (retention, truncation or a
-        deletion got there first). Old segments are deleted after ``segment_delete_delay_ms``, as retention's
-        (fetches may be sending from them). Steps and crash recovery: metaq/broker/log/cleaner/swap.py."""
-        if self._closed:
-            return False
-        with self._lock:
-            ids = [id(segment) for segment in self._segments[:-1]]
-        try:
-            first = ids.index(id(old[0]))
-        except ValueError:
-            return False
-        if ids[first:first + len(old)] != [id(segment) for segment in old]:
-            return False
-        now = _now_ms()
-        for segment in old:
-            segment.mark_deleted()
-            self._pending_deletes.append((now + self.config.segment_delete_delay_ms, segment))
-        fault_point("replace")
-        finish_swap(self.directory, base)
-        try:
-            new = LogSegment.load(self.directory, base, self.config, recover=False)[0]
-        except OSError as e:
-            raise StorageError(f"cannot open the cleaned segment {base} of {self.topic}-{self.partition}: {e}") from e
-        with self._lock:
-            self._segments[first:first + len(old)] = [new]
-            self._bases[first:first + len(old)] = [base]
-            self._dir_dirty = True
-        self.txn_index.segments_replaced(base, old[-1].next_offset, [segment.base_offset for segment in old])
-        fsync_dir(self.directory)
-        return True
-
-    def _remove_expired_deletes(self, now_ms: int) -> None:
-        """Really remove ``*.deleted`` segments whose delay passed (not while a flush holds them)."""
-        keep: list[tuple[int, LogSegment]] = []
-        expired: list[tuple[int, LogSegment]] = []
-        with self._lock:
-            for due, segment in self._pending_deletes:
-                (expired if due <= now_ms and not segment.pinned else keep).append((due, segment))
-            self._pending_deletes = keep
-        for _, segment in expired:
-            _remove_quietly(segment)
-
     # ---------------------------------------------------------------------------------------- producer state
 
     def load_producer_state(self, now_ms: int | None = None) -> None:
         """At open: the newest snapshot plus a replay of the batches after it (Kafka's loadProducerState);
         snapshot files that are neither the newest nor at a segment base are removed."""
-        self._rebuild_producer_state(_now_ms() if now_ms is None else now_ms)
+        self._rebuild_producer_state(wall_clock_ms() if now_ms is None else now_ms)
         offsets = self.producer_state.snapshot_offsets()
         bases = set(self._bases)
         for offset in offsets[:-1]:
@@ -724,7 +468,7 @@ class PartitionLog:
         for segment in segments:
             segment.close()
         for _, segment in pending:
-            _remove_quietly(segment)
+            remove_quietly(segment)
 
     def delete(self) -> None:
         """Close without flushing and remove the whole partition directory (the partition is gone)."""
@@ -749,106 +493,3 @@ class PartitionLog:
         )
 
 
-DELETE_DIR_SUFFIX = "-delete"
-MAX_FILE_NAME = 255  # bytes of one path component on the file systems Kafka runs on (NAME_MAX)
-
-
-def delete_dir_name(topic: str, partition: int) -> str:
-    """The name a deleted partition's directory is renamed to before removal, as Kafka's
-    ``LocalLog.logDirNameWithSuffixCappedLength`` makes it: ``<topic>-<partition>.<uuid>-delete``, the topic cut so
-    the name keeps within 255 bytes (a legal 249-character topic would otherwise fail the rename)."""
-    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-    return topic[:MAX_FILE_NAME - len(suffix)] + suffix
-
-
-def _fsync_all(files: list[SegmentFile]) -> None:
-    """fsync ``files``, held meanwhile (an eviction by the open-files cache cannot close them under us)."""
-    for file in files:
-        os.fsync(file.fileno())
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _remove_quietly(segment: LogSegment) -> None:
-    try:
-        segment.remove()
-    except OSError as e:
-        logger.warning("Cannot remove deleted segment %s: %s", segment.log_path, e)
-
-
-def _clean_directory(directory: Path) -> list[int]:
-    """Startup housekeeping; return the sorted base offsets of the segments (``.log`` files).
-
-    Completes or rolls back interrupted cleanings (``.swap``, ``.cleaned``: metaq/broker/log/cleaner/swap.py),
-    removes leftovers of interrupted deletes (``.deleted``) and index files without a ``.log``. Other files
-    are left alone."""
-    recover_swaps(directory)
-    logs: set[int] = set()
-    indexes: list[tuple[int, Path]] = []
-    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
-        path = Path(entry.path)
-        if entry.name.endswith(_LEFTOVER_SUFFIXES):
-            logger.info("Removing leftover file %s", path)
-            path.unlink(missing_ok=True)
-            continue
-        match = _SEGMENT_FILE.match(entry.name)
-        if match is None:
-            if entry.name.endswith(LOG_SUFFIX):
-                logger.warning("Ignoring %s: not a segment file name", path)
-            continue
-        base = int(match.group(1))
-        if match.group(2) == LOG_SUFFIX:
-            logs.add(base)
-        else:
-            indexes.append((base, path))
-    for base, path in indexes:
-        if base not in logs:
-            logger.warning("Removing index %s: it has no %s", path, segment_file_name(base, LOG_SUFFIX))
-            path.unlink(missing_ok=True)
-    return sorted(logs)
-
-
-def _load_segments(
-    directory: Path, bases: list[int], config: LogConfig, *, recover: bool, recovery_point: int
-) -> list[LogSegment]:
-    """Open every segment; recover those from the one holding ``recovery_point`` if ``recover``.
-
-    Each segment is cut at its own first invalid batch, and a cut never deletes later segments. The rule
-    rests on one invariant: a segment is rolled at the log end offset, so its base offset is exactly where
-    the previous segment's acknowledged data ends. Hence, for segment ``i`` followed by segment ``i+1``:
-
-    * a batch of segment ``i`` reaching ``base(i+1)`` was never acknowledged (an append that failed after
-      writing, e.g. on a full disk, before the log rolled): it is invalid and cut like a torn tail;
-    * if segment ``i``, once cut, ends exactly at ``base(i+1)``, what was cut was never acknowledged either
-      (a torn failed append), and the later segments continue the valid prefix: nothing was lost;
-    * if it ends below ``base(i+1)``, acknowledged offsets in between are gone (unflushed data lost in a
-      power failure, or corruption). That is logged as an error, but the later segments, whose batches are
-      validated on their own, are still kept: Kafka deletes them because a replica can refill them; a
-      single copy cannot, and deleting them would lose more acknowledged data and hand their offsets to new
-      messages that consumers who already read those offsets would silently skip. The log keeps a gap,
-      which fetches step over (a read in it is answered from the next batch, as after compaction).
-    """
-    first_to_recover = max(0, bisect_right(bases, recovery_point) - 1) if recover else len(bases)
-    segments: list[LogSegment] = []
-    try:
-        for i, base in enumerate(bases):
-            end_limit = bases[i + 1] if i + 1 < len(bases) else None
-            segment, _ = LogSegment.load(directory, base, config, recover=i >= first_to_recover, end_limit=end_limit)
-            segments.append(segment)
-            if end_limit is not None and segment.next_offset < end_limit and not config.compact:
-                logger.error(
-                    "Offsets %d..%d of %s are lost: segment %s ends there, but the next segment starts at %d;"
-                    " keeping the later segments",
-                    segment.next_offset,
-                    end_limit - 1,
-                    directory,
-                    segment.log_path.name,
-                    end_limit,
-                )
-    except BaseException:
-        for segment in segments:
-            segment.close()
-        raise
-    return segments

@@ -23,39 +23,26 @@ fails, the segment stays "torn" and is cut before anything else is written to it
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from metaq.broker.log.config import LogConfig
 from metaq.broker.log.index import OffsetIndex, TimeIndex
 from metaq.broker.log.open_files import SEGMENT_FILES, SegmentFile
-from metaq.errors import CorruptRecordError, StorageError
+from metaq.broker.log.segment_reads import SegmentReads
+from metaq.broker.log.segment_recovery import INT32_MAX, NO_INDEX_ENTRIES, SegmentRecovery
+from metaq.errors import StorageError
 from metaq.protocol.batches import (
-    BATCH_HEADER_SIZE,
     BatchHeader,
-    batch_problem,
-    iter_valid_batches,
-    read_header,
-    total_size_at,
 )
-from metaq.protocol.records import decode_records
 
-__all__ = ["FetchSlice", "LogSegment", "segment_file_name"]
+__all__ = ["LogSegment", "segment_file_name"]
 
 logger = logging.getLogger(__name__)
 
-_INT32_MAX = 2**31 - 1
-_SCAN_CHUNK = 1 << 20
-"""Bytes read at a time when validating a whole .log (recovery)."""
-_HEADER_CHUNK = 16 << 10
-"""Bytes read at a time when walking batch headers from an index entry (reads, timestamp lookups)."""
-
-_NO_INDEX_ENTRIES = "the offset index is empty although the log is larger than the index interval"
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -66,32 +53,6 @@ DELETED_SUFFIX = ".deleted"
 def segment_file_name(base_offset: int, suffix: str) -> str:
     """Kafka's naming: the base offset as 20 zero-padded digits."""
     return f"{base_offset:020d}{suffix}"
-
-
-class TimestampOffset(NamedTuple):
-    """A record found by timestamp (ListOffsets): its offset and its own timestamp."""
-
-    offset: int
-    timestamp: int
-
-
-@dataclass(frozen=True)
-class FetchSlice:
-    """A byte range of one segment's ``.log`` holding whole batches (the last one may be cut short).
-
-    ``file`` is shared by every slice of the segment; the slice's reference keeps it open (whatever the
-    open-files cache does) until the slice is dropped. A server may hand it to ``loop.sendfile``. Use explicit
-    offsets on it (``os.pread``/``os.sendfile``): other users may move its file position."""
-
-    file: io.FileIO
-    position: int
-    size: int
-    first_offset: int
-    """Base offset of the first batch in the slice (may be below the offset asked for)."""
-
-    def read_bytes(self) -> bytes:
-        """The slice's bytes, read without touching the shared file position."""
-        return os.pread(self.file.fileno(), self.size, self.position)
 
 
 @dataclass(frozen=True)
@@ -107,8 +68,11 @@ class PendingAppend:
     now_ms: int
 
 
-class LogSegment:
-    """A segment of a partition log. Create with :meth:`create` (new, empty) or :meth:`load`."""
+class LogSegment(SegmentReads, SegmentRecovery):
+    """A segment of a partition log. Create with :meth:`create` (new, empty) or :meth:`load`. Owns the segment's
+    ``.log`` descriptors (read-only, and a write one while active; module docstring), its offset and time indexes,
+    and what has been written: size, next offset, largest timestamp, whether a flush is due. Reading and recovery
+    are the mixins :class:`SegmentReads` and :class:`SegmentRecovery`."""
 
     def __init__(self, directory: Path, base_offset: int, config: LogConfig) -> None:
         self.directory = directory
@@ -179,7 +143,7 @@ class LogSegment:
             problem = segment._load_trusted(end_limit)
             if problem is None:
                 return segment, 0
-            if problem is _NO_INDEX_ENTRIES:
+            if problem is NO_INDEX_ENTRIES:
                 # Legit for a segment of a few large batches; reading its tail means reading it all anyway.
                 logger.debug("Rebuilding the indexes of %s: %s", segment.log_path, problem)
             else:
@@ -249,88 +213,6 @@ class LogSegment:
         """When the segment's log file was last written (ListOffsets v0 answers by it, as Kafka 0.8)."""
         return self._mtime_ms()
 
-    def _load_trusted(self, end_limit: int | None) -> str | None:
-        """Load indexes and the tail; return why the segment must be recovered instead, or None."""
-        log_size = self._file_size()
-        problem = self._load_indexes(log_size)
-        if problem:
-            return problem
-        start = self.index.last_entry[1]
-        indexed_max = self.time_index.last_entry
-        if indexed_max is not None:
-            self.max_timestamp, self.offset_of_max_timestamp = indexed_max
-        scanner = _FileScanner(self.file, start, log_size, self.base_offset, end_limit)
-        next_offset = self.base_offset
-        for _, header in scanner:
-            self._track_timestamp(header.max_timestamp, header.last_offset)
-            next_offset = header.next_offset
-        if scanner.problem:
-            return f"invalid data at byte {scanner.valid_end}: {scanner.problem}"
-        if self.index.last_entry[0] >= next_offset and len(self.index):
-            return f"offset index entry {self.index.last_entry[0]} is beyond the log end {next_offset}"
-        last_time = self.time_index.last_entry
-        if last_time is not None and last_time[1] >= next_offset:
-            return f"time index entry for offset {last_time[1]} is beyond the log end {next_offset}"
-        self.size = log_size
-        self.next_offset = next_offset
-        self._bytes_since_index = log_size - start
-        self.roll_base_ms = self._mtime_ms() if log_size else None
-        return None
-
-    def _load_indexes(self, log_size: int) -> str | None:
-        problem = self.index.load(log_size)
-        if problem == "missing" and log_size == 0:
-            self.index.create()
-            problem = None
-        if problem:
-            return f"offset index {self.index.path.name}: {problem}"
-        problem = self.time_index.load()
-        if problem == "missing" and log_size == 0:
-            self.time_index.create()
-            problem = None
-        if problem:
-            return f"time index {self.time_index.path.name}: {problem}"
-        if not len(self.index) and log_size > self.config.index_interval_bytes + BATCH_HEADER_SIZE:
-            return _NO_INDEX_ENTRIES
-        return None
-
-    def recover(self, end_limit: int | None = None) -> int:
-        """Validate every batch (size, magic, CRC, offset order, offsets below ``end_limit``), rebuild both
-        indexes, and truncate the ``.log`` at the first invalid batch. Returns the number of bytes cut off."""
-        self.index.reset()
-        self.time_index.reset()
-        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
-        log_size = self._file_size()
-        interval = self.config.index_interval_bytes
-        scanner = _FileScanner(self.file, 0, log_size, self.base_offset, end_limit)
-        next_offset = self.base_offset
-        last_index_position = 0
-        for position, header in scanner:
-            self._track_timestamp(header.max_timestamp, header.last_offset)
-            if position - last_index_position > interval:
-                self.index.append(header.last_offset, position)
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-                last_index_position = position
-            next_offset = header.next_offset
-        valid = scanner.valid_end
-        truncated = log_size - valid
-        if truncated:
-            logger.warning(
-                "Found invalid messages in %s at byte offset %d (%s); truncating %d bytes",
-                self.log_path,
-                valid,
-                scanner.problem,
-                truncated,
-            )
-            self._truncate_log(valid)
-        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-        self.size = valid
-        self.next_offset = next_offset
-        self._bytes_since_index = valid - last_index_position
-        self.roll_base_ms = self._mtime_ms() if valid else None
-        self.dirty = True  # rebuilt indexes (and a truncation) are not on stable storage yet
-        return truncated
-
     def truncate_to(self, offset: int) -> None:
         """Drop every batch from the one holding ``offset`` on (a follower cutting a divergent tail, see
         metaq/broker/replication): the ``.log`` is cut there and the indexes rebuilt from what stays."""
@@ -363,7 +245,7 @@ class LogSegment:
             return "age"
         if self.index.is_full or self.time_index.is_full:
             return "index full"
-        if last_offset - self.base_offset > _INT32_MAX:
+        if last_offset - self.base_offset > INT32_MAX:
             return "relative offset overflow"
         return None
 
@@ -484,104 +366,6 @@ class LogSegment:
 
     # -------------------------------------------------------------------------------------------- reads
 
-    def _iter_headers(self, position: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
-        """Walk the (already validated) batch headers from ``position`` up to ``end``, reading in chunks."""
-        file = self.file  # held for the whole walk: an eviction meanwhile must not close it under us
-        fd = file.fileno()
-        buf = b""
-        buf_start = position
-        while position < end:
-            offset_in_buf = position - buf_start
-            if offset_in_buf + BATCH_HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(_HEADER_CHUNK, end - position), position)
-                buf_start, offset_in_buf = position, 0
-            try:
-                header = read_header(buf, offset_in_buf)
-            except CorruptRecordError as e:
-                raise StorageError(f"{self.log_path}: corrupt batch header at byte {position}: {e}") from e
-            if position + header.size > end:
-                raise StorageError(f"{self.log_path}: batch at byte {position} runs past the segment end {end}")
-            yield position, header
-            position += header.size
-
-    def batch_positions(self) -> Iterator[tuple[int, BatchHeader]]:
-        """``(position, header)`` of every batch up to the segment's size (the log cleaner reads these)."""
-        return self._iter_headers(0, self.size)
-
-    def headers_from(self, offset: int) -> Iterator[BatchHeader]:
-        """The headers of the batches from the one holding ``offset`` to the segment's end (producer state
-        replay reads these 61-byte headers only, never the records)."""
-        end = self.size
-        found = self._find_batch(offset, end)
-        if found is not None:
-            for _, header in self._iter_headers(found[0], end):
-                yield header
-
-    def _find_batch(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
-        """Position and header of the first batch whose last offset is >= ``offset``."""
-        _, start = self.index.lookup(offset)
-        for position, header in self._iter_headers(start, end):
-            if header.last_offset >= offset:
-                return position, header
-        return None
-
-    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> FetchSlice | None:
-        """A slice starting at the batch holding ``offset``, at most ``max_bytes`` long (but always the whole
-        first batch, KIP-74), or None if the segment has nothing at or after ``offset``. With ``max_offset``
-        (a consumer's high watermark) the slice ends before the batch holding that offset."""
-        end = self.size
-        if max_offset is not None and max_offset < self.next_offset:
-            bound = self._find_batch(max_offset, end)
-            if bound is not None:
-                end = bound[0]
-        if offset >= self.next_offset or end == 0:
-            return None
-        found = self._find_batch(offset, end)
-        if found is None or found[0] >= end:
-            return None
-        position, header = found
-        size = min(max(max_bytes, header.size), end - position)
-        return FetchSlice(self.file, position, size, header.base_offset)
-
-    def find_offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
-        """The offset and timestamp of the first record with timestamp >= ``timestamp`` in this segment."""
-        if self.max_timestamp < timestamp:
-            return None
-        end = self.size
-        _, start = self.index.lookup(self.time_index.lookup(timestamp))
-        for position, header in self._iter_headers(start, end):
-            if header.max_timestamp >= timestamp:
-                found = self._first_record_at_or_after(position, header, timestamp)
-                if found is not None:
-                    return found
-        return None
-
-    def _first_record_at_or_after(self, position: int, header: BatchHeader,
-                                  timestamp: int) -> TimestampOffset | None:
-        """Decode this one batch (decompressed if it is) to find the exact record, not the batch's first."""
-        file = self.file
-        data = os.pread(file.fileno(), header.size, position)
-        try:
-            records = decode_records(data).records
-        except CorruptRecordError as e:
-            # Stored batches were validated on append; only damage on disk gets here. The batch start is a
-            # safe, slightly early answer.
-            logger.warning(
-                "Cannot decode batch at byte %d of %s (%s); answering its base offset",
-                position,
-                self.log_path,
-                e,
-            )
-            return TimestampOffset(header.base_offset, header.max_timestamp)
-        for offset, record_ts, *_ in records:
-            if record_ts >= timestamp:
-                return TimestampOffset(offset, record_ts)
-        return None
-
-    def largest_timestamp(self) -> int:
-        """Largest record timestamp, or the file's mtime if the segment has none (Kafka's retention rule)."""
-        return self.max_timestamp if self.max_timestamp >= 0 else self._mtime_ms()
-
     # -------------------------------------------------------------------------------------------- delete
 
     def mark_deleted(self) -> None:
@@ -620,62 +404,3 @@ class LogSegment:
         return f"LogSegment({self.log_path}, size={self.size}, offsets={self.base_offset}..{self.next_offset})"
 
 
-class _FileScanner:
-    """Iterate the valid batches of a ``.log`` byte range, reading large chunks.
-
-    After iteration, ``valid_end`` is the end of the last valid batch and ``problem`` says why scanning
-    stopped early (None if the range was valid up to ``end``). Batches must not go backwards in offset,
-    must fit the segment's int32 relative offsets, and must end below ``end_limit`` (the next segment's base
-    offset) if given."""
-
-    def __init__(self, file: SegmentFile, start: int, end: int, base_offset: int, end_limit: int | None = None) -> None:
-        self._file = file  # held, so that an eviction during the scan does not close it
-        self._fd = file.fileno()
-        self._end = end
-        self._base_offset = base_offset
-        self._end_limit = end_limit
-        self.valid_end = start
-        self.problem: str | None = None
-
-    def __iter__(self) -> Iterator[tuple[int, BatchHeader]]:
-        position = self.valid_end
-        expected = self._base_offset
-        want = _SCAN_CHUNK
-        while position < self._end:
-            buf = os.pread(self._fd, min(want, self._end - position), position)
-            if not buf:
-                self.problem = "the file ended early"
-                return
-            consumed = 0
-            for relative, header in iter_valid_batches(buf):
-                if header.base_offset < expected or header.last_offset - self._base_offset > _INT32_MAX:
-                    self.problem = (
-                        f"batch at byte {position + relative}: offset {header.base_offset} is out of order"
-                        f" (expected >= {expected})"
-                    )
-                    return
-                if self._end_limit is not None and header.last_offset >= self._end_limit:
-                    self.problem = (
-                        f"batch at byte {position + relative}: offsets {header.base_offset}..{header.last_offset}"
-                        f" reach the next segment's base offset {self._end_limit} (left by a failed append)"
-                    )
-                    return
-                yield position + relative, header
-                expected = header.next_offset
-                consumed = relative + header.size
-                self.valid_end = position + consumed
-            reached_end = position + len(buf) >= self._end
-            position += consumed
-            if consumed == len(buf):
-                want = _SCAN_CHUNK
-                continue
-            if not reached_end:
-                if consumed:
-                    want = _SCAN_CHUNK  # re-read from the first batch that did not fit in this chunk
-                    continue
-                total = total_size_at(buf)
-                if total is not None and total > len(buf) and position + total <= self._end:
-                    want = total  # one batch larger than the chunk: read it whole
-                    continue
-            self.problem = batch_problem(buf, consumed) or "invalid batch"
-            return

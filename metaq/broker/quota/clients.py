@@ -5,7 +5,7 @@ Kafka's ``ClientQuotaManager`` records a value and then checks the rate (the req
 is itself throttled, ``Sensor.record(value, now, checkQuotas=true)``); ``ClientRequestQuotaManager`` caps
 the throttle time at one quota window. Rates of keys not used for ``INACTIVE_EXPIRY_MS`` are dropped, as
 Kafka expires its quota sensors after an hour. Used on the event loop only; the configured quotas are
-replaced whole (from ZooKeeper, by metaq/broker/quota/store.py's watcher), never edited in place.
+replaced whole (from ZooKeeper, by metaq/broker/quota/config_store.py's watcher), never edited in place.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """acks=all on a partition this broker leads: a produce is answered once the high watermark reaches its last
-offset, or with NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below ``min.insync.replicas`` meanwhile (part of
-:class:`~metaq.broker.replication.manager.ReplicaManager`, which holds the roles and calls :meth:`_check_waiters`
-whenever a leader's high watermark or ISR changes).
+offset, or with NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below ``min.insync.replicas`` meanwhile (part
+of :class:`~metaq.broker.replication.replica_manager.ReplicaManager`, which holds the roles and calls
+:meth:`_check_waiters` whenever a leader's high watermark or ISR changes).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A follower's side of replication: where its fetcher thread fetches from, and what becomes of the leader's answers
 (truncation to where the logs diverge, appending the fetched batches, a fetch offset out of the leader's range). Part
-of :class:`~metaq.broker.replication.manager.ReplicaManager`, which holds the roles.
+of :class:`~metaq.broker.replication.replica_manager.ReplicaManager`, which holds the roles.
 """
 
 from __future__ import annotations
@@ -8,23 +8,32 @@ from __future__ import annotations
 import logging
 import time
 from abc import abstractmethod
+from typing import NamedTuple
 
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import MetadataWatcher
 from metaq.broker.quota.replication import ReplicationQuota
 from metaq.broker.replication.leader_epochs import EpochEnd, LeaderEpochCache
 from metaq.broker.replication.replica_fetcher import FetchPosition, FetchSource
-from metaq.broker.replication.roles import FETCHING, TRUNCATING, Role, TopicPartition
+from metaq.broker.replication.roles import FETCHING, TRUNCATING, Following, Role, TopicPartition
 from metaq.errors import MetaqError, StorageError
 from metaq.protocol.batches import read_header
 
 log = logging.getLogger(__name__)
 
 
-def _now_ms() -> int:
+def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
+
+
+class _Followed(NamedTuple):
+    """What a fetcher's answer applies to: the replica's role, its log, and the leader it still follows."""
+
+    role: Role
+    plog: PartitionLog
+    following: Following
 
 
 class FollowerSide:
@@ -68,17 +77,25 @@ class FollowerSide:
             return None
         return role
 
+    def _followed(self, source: FetchSource) -> _Followed | None:
+        """The role, log and followed leader a fetcher's answer is for; None if the role changed since the request
+        was sent, or the log is gone (the answer is then dropped)."""
+        role = self._role_for(source)
+        plog = self._logs.get(*source.key)
+        if role is None or role.following is None or plog is None:
+            return None
+        return _Followed(role, plog, role.following)
+
     def truncate_follower(self, source: FetchSource, answer: EpochEnd) -> None:
         """Event loop: the leader answered OffsetForLeaderEpoch for our latest epoch with ``answer``: cut our
         log where it stops agreeing with the leader's (KIP-101, with KIP-279's refinement when the leader
         knows only an older epoch), then fetch. Without epochs on either side, the high watermark is the
         fallback (what every ISR member had)."""
         key = source.key
-        role = self._role_for(source)
-        plog = self._logs.get(*key)
-        if role is None or role.following is None or plog is None:
+        followed = self._followed(source)
+        if followed is None:
             return
-        following = role.following
+        role, plog, following = followed
         cache = self.epoch_cache(key, plog)
         epoch, end_offset = answer
         if epoch < 0 or end_offset < 0 or cache.latest_epoch < 0:
@@ -124,18 +141,17 @@ class FollowerSide:
                 cache.assign(header.partition_leader_epoch, header.base_offset)
         following.hw = max(following.hw, min(leader_hw, plog.log_end_offset))
         if plog.log_start_offset < leader_start <= plog.log_end_offset:  # the leader's DeleteRecords/retention
-            self._logs.delete_records(*key, leader_start, _now_ms())
+            self._logs.delete_records(*key, leader_start, wall_clock_ms())
 
     def leader_out_of_range(self, source: FetchSource, leader_end: int, leader_start: int) -> None:
         """Event loop: our fetch offset is outside the leader's log. Past its end: our tail was never
         replicated (never acknowledged with acks=all), cut it. Below its start (the leader's retention or
         DeleteRecords removed what we lack): restart our log empty at the leader's start."""
         key = source.key
-        role = self._role_for(source)
-        plog = self._logs.get(*key)
-        if role is None or role.following is None or plog is None:
+        followed = self._followed(source)
+        if followed is None:
             return
-        following = role.following
+        plog, following = followed.plog, followed.following
         if 0 <= leader_end < plog.log_end_offset:
             log.warning("%s-%d: truncating from %d to the leader's log end %d", *key, plog.log_end_offset,
                         leader_end)

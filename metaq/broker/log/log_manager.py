@@ -14,52 +14,41 @@ target directory until :meth:`LogManager.swap_future` replaces the current one w
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import logging
-import os
 import re
-import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from metaq.broker.log.checkpoint import read_checkpoint, write_checkpoint
+from metaq.broker.log.checkpoint import write_checkpoint
 from metaq.broker.log.config import LogConfig
+from metaq.broker.log.future_logs import FutureLogs
+from metaq.broker.log.loader import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    LogLoader,
+    TopicPartition,
+    attempt,
+)
 from metaq.broker.log.log_dirs import (
     LogDirDescription,
     LogDirOfflineError,
     ReplicaDescription,
     choose_log_dir,
-    future_dir_name,
     is_dir_failure,
-    parse_future_dir_name,
     volume_bytes,
 )
-from metaq.broker.log.partition_log import DELETE_DIR_SUFFIX, PartitionLog, delete_dir_name
+from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.log.partition_metadata import read_topic_id, write_topic_id
-from metaq.errors import MetaqError, StorageError, TopicError
-from metaq.fileio import atomic_write, fsync_dir
+from metaq.errors import StorageError, TopicError
+from metaq.fileio import atomic_write
 
-__all__ = ["CLEAN_SHUTDOWN_FILE", "LOCK_FILE", "RECOVERY_POINT_CHECKPOINT", "LogManager", "parse_log_dir_name"]
+__all__ = ["LogManager"]
 
 logger = logging.getLogger(__name__)
 
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"  # offsets moved by DeleteRecords (as Kafka)
-LOCK_FILE = ".lock"
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-
-TopicPartition = tuple[str, int]
-
-
-def parse_log_dir_name(name: str) -> TopicPartition | None:
-    """``"my.topic-name-3"`` -> ``("my.topic-name", 3)``: topics may contain '-', so split on the last one."""
-    topic, sep, partition = name.rpartition("-")
-    if not sep or not topic or not partition.isdigit() or not partition.isascii():
-        return None
-    return topic, int(partition)
 
 
 def _check_topic_partition(topic: str, partition: int) -> None:
@@ -70,8 +59,11 @@ def _check_topic_partition(topic: str, partition: int) -> None:
         raise TopicError(f"illegal partition {partition} for topic {topic!r}")
 
 
-class LogManager:
-    """Opens, creates, flushes, checkpoints, retains and closes partition logs.
+class LogManager(LogLoader, FutureLogs):
+    """Opens, creates, flushes, checkpoints, retains and closes partition logs. Owns every partition log of the
+    broker and the directory each is in, the directories' locks and which of them are offline (with their
+    partitions), the topics' log configs and ids, and the future logs of moves (:class:`FutureLogs`); opening the
+    logs found at start-up is :class:`LogLoader`'s.
 
     Every method runs on one thread (the broker's event loop), except that the logs returned by
     :meth:`flush_due` may be flushed on a worker thread."""
@@ -100,139 +92,6 @@ class LogManager:
         """Called on the event loop once per directory that goes offline."""
 
     # ----------------------------------------------------------------------------------------- loading
-
-    def load(self) -> None:
-        """Lock every directory, then open every log, recovering them unless the last shutdown was clean.
-
-        A directory that cannot be created, locked or read (an I/O error) is offline for this run, the others
-        are loaded (Kafka's ``LogManager.createAndValidateLogDirs``, ``lockLogDirs`` and ``loadLogs``,
-        docs/log-dirs.md); :meth:`claim_assigned` then decides about the partitions that may be in it.
-        StorageError (and nothing touched) if another process holds a directory's lock or if no directory is
-        left (Kafka halts: "none of the specified log dirs ... can be created or validated")."""
-        try:
-            for log_dir in self.log_dirs:
-                try:
-                    self._lock_fds.append(_lock_dir(log_dir))
-                except OSError as e:
-                    self._fail_at_start(log_dir, e)
-            for log_dir in self.online_dirs():
-                try:
-                    self._load_dir(log_dir)
-                except (OSError, StorageError) as e:
-                    if not _io_failure(e):
-                        raise
-                    self._fail_at_start(log_dir, e)
-            if not self.online_dirs():
-                raise StorageError(f"none of the log directories {', '.join(map(str, self.log_dirs))} can be "
-                                   f"created or read: " + "; ".join(f"{d}: {e}" for d, e in self._start_failures))
-            self._resolve_found_futures()
-        except BaseException:
-            for log in self._logs.values():  # opened before the failure: nobody else will close them
-                _try(log.close, f"close {log.topic}-{log.partition}")
-            self._logs.clear()
-            self._dir_of.clear()
-            self.release_locks()
-            raise
-
-    def _fail_at_start(self, log_dir: Path, error: BaseException) -> None:
-        """``log_dir`` failed while loading: the logs opened from it are closed and it is offline."""
-        for key in [k for k, d in self._dir_of.items() if d == log_dir]:
-            _try(self._logs.pop(key).close, f"close {key[0]}-{key[1]}")
-            del self._dir_of[key]
-        self._found_futures = [f for f in self._found_futures if f[1] != log_dir]
-        self._offline_dirs.append(log_dir)
-        self._start_failures.append((log_dir, error))
-        logger.error("Log directory %s failed at start-up (%s): offline until the broker restarts with it "
-                     "repaired", log_dir, error)
-
-    def claim_assigned(self, assigned: Iterable[TopicPartition]) -> list[TopicPartition]:
-        """With a directory that failed at start-up: each of ``assigned`` (the partitions ZooKeeper assigns to
-        this broker at start-up) without a log in an online directory may have its log in the failed one, so it
-        is offline here, never created empty in its place (Kafka's ``getOrCreateLog`` refuses a log that is not
-        new while a directory is offline; a partition assigned later is new and is created). Returns those."""
-        if not self._start_failures:
-            return []
-        where = self._start_failures[0][0]
-        unknown = sorted(k for k in set(assigned) if k not in self._logs and k not in self._offline)
-        for key in unknown:
-            self._offline[key] = where
-        if unknown:
-            logger.error("%d partitions assigned to this broker have no log in its online directories and may be "
-                         "in the failed %s: offline here: %s%s", len(unknown),
-                         ", ".join(str(d) for d, _ in self._start_failures),
-                         ", ".join(f"{t}-{p}" for t, p in unknown[:20]), " ..." if len(unknown) > 20 else "")
-        return unknown
-
-    def release_locks(self) -> None:
-        """Let another process use the directories (done by :meth:`shutdown`; or as a crash would)."""
-        fds, self._lock_fds = self._lock_fds, []
-        for fd in fds:
-            os.close(fd)  # closing the only descriptor of the open file releases its flock
-
-    def _load_dir(self, log_dir: Path) -> None:
-        marker = log_dir / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        points = {} if clean else self._read_recovery_points(log_dir)
-        starts = _read_checkpoint_or_warn(
-            log_dir / LOG_START_OFFSET_CHECKPOINT, "log start offsets fall back to the first segments"
-        )
-        loaded = 0
-        for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
-            if not entry.is_dir():
-                continue
-            if entry.name.endswith(DELETE_DIR_SUFFIX):
-                logger.info("Removing partially deleted log %s", entry.path)
-                shutil.rmtree(entry.path, ignore_errors=True)
-                continue
-            future = parse_future_dir_name(entry.name)
-            if future is not None:
-                self._found_futures.append((future, log_dir, Path(entry.path)))
-                continue
-            parsed = parse_log_dir_name(entry.name)
-            if parsed is None:
-                logger.warning("Ignoring directory %s: not a <topic>-<partition> log", entry.path)
-                continue
-            if parsed in self._logs:
-                raise StorageError(f"duplicate log for {parsed[0]}-{parsed[1]}: {self._dir_of[parsed] / entry.name} "
-                                   f"and {entry.path}")
-            self._logs[parsed] = PartitionLog.open(
-                Path(entry.path),
-                parsed[0],
-                parsed[1],
-                self.config_for(parsed[0]),
-                recover=not clean,
-                recovery_point=points.get(parsed, 0),
-            )
-            if parsed in starts:
-                self._logs[parsed].restore_log_start_offset(starts[parsed])
-            self._dir_of[parsed] = log_dir
-            loaded += 1
-        if clean:
-            marker.unlink()
-        logger.info("Loaded %d logs from %s (%s shutdown)", loaded, log_dir, "clean" if clean else "unclean")
-
-    def _resolve_found_futures(self) -> None:
-        """A future log left by a move the broker did not finish: dropped if the partition's current log is
-        there (the move is given up; the operator runs it again), else it is the move's result, interrupted
-        between retiring the old log and renaming the future one (:meth:`swap_future`), and it is loaded."""
-        found, self._found_futures = self._found_futures, []
-        for key, log_dir, path in found:
-            if key in self._logs:
-                logger.warning("Removing %s: an unfinished move of %s-%d to %s (run it again)", path, *key, log_dir)
-                shutil.rmtree(path, ignore_errors=True)
-                continue
-            target = log_dir / f"{key[0]}-{key[1]}"
-            logger.warning("Completing the interrupted move of %s-%d: %s becomes %s", *key, path, target)
-            path.rename(target)
-            fsync_dir(log_dir)
-            self._logs[key] = PartitionLog.open(target, key[0], key[1], self.config_for(key[0]), recover=True)
-            self._dir_of[key] = log_dir
-
-    @staticmethod
-    def _read_recovery_points(log_dir: Path) -> dict[TopicPartition, int]:
-        return _read_checkpoint_or_warn(
-            log_dir / RECOVERY_POINT_CHECKPOINT, f"recovering every log of {log_dir} from its start"
-        )
 
     # ----------------------------------------------------------------------------------------- topic configs
 
@@ -375,7 +234,7 @@ class LogManager:
             self._dir_of.pop(key)
             self._topic_ids.pop(key, None)
             self._offline[key] = log_dir
-            _try(log.abandon, f"close {key[0]}-{key[1]}")
+            attempt(log.abandon, f"close {key[0]}-{key[1]}")
         for key in [k for k, d in self._future_dir_of.items() if d == log_dir]:
             self.abandon_future(*key)
         for key in [k for k in self._future_dir_of if k in self._offline]:
@@ -407,80 +266,6 @@ class LogManager:
         return result
 
     # ----------------------------------------------------------------------------------------- future logs
-
-    def set_preferred_dir(self, topic: str, partition: int, log_dir: Path) -> None:
-        """Where the partition's log goes when it is created here (AlterReplicaLogDirs before it exists)."""
-        self._preferred[(topic, partition)] = log_dir
-
-    def future(self, topic: str, partition: int) -> PartitionLog | None:
-        return self._futures.get((topic, partition))
-
-    def futures(self) -> dict[TopicPartition, PartitionLog]:
-        return dict(self._futures)
-
-    def create_future(self, topic: str, partition: int, log_dir: Path) -> PartitionLog:
-        """An empty future log of the partition in ``log_dir`` (replacing one being built elsewhere)."""
-        key = (topic, partition)
-        existing = self._future_dir_of.get(key)
-        if existing == log_dir:
-            return self._futures[key]
-        if existing is not None:
-            self.abandon_future(topic, partition)
-        log = PartitionLog.open(log_dir / future_dir_name(topic, partition), topic, partition,
-                                self.config_for(topic), recover=False)
-        self._futures[key] = log
-        self._future_dir_of[key] = log_dir
-        logger.info("Moving %s-%d from %s to %s: future log %s created", topic, partition, self._dir_of.get(key),
-                    log_dir, log.directory)
-        return log
-
-    def abandon_future(self, topic: str, partition: int) -> None:
-        """Give up a move: the future log is removed, the current one stays."""
-        key = (topic, partition)
-        log = self._futures.pop(key, None)
-        self._future_dir_of.pop(key, None)
-        if log is not None:
-            _try(log.delete, f"delete the future log {log.directory}")
-            logger.info("Move of %s-%d abandoned", topic, partition)
-
-    def swap_future(self, topic: str, partition: int, side_files: Sequence[str] = ()) -> PartitionLog:
-        """Replace the current log with its caught-up future log (same log end offset), which the caller
-        guarantees by calling this on the thread that appends (nothing is appended meanwhile). Both are
-        flushed and closed; ``side_files`` (the leader epoch checkpoint, ``partition.metadata``) are copied;
-        the current directory is renamed to ``-delete`` and only then the future one to the real name (a
-        crash between the two leaves the complete future log, which :meth:`load` promotes), as Kafka's
-        ``LogManager.replaceCurrentWithFutureLog``. Returns the reopened log in its new directory."""
-        key = (topic, partition)
-        future, current = self._futures[key], self._logs[key]
-        if future.log_end_offset != current.log_end_offset:
-            raise StorageError(f"{topic}-{partition}: the future log ends at {future.log_end_offset}, the current "
-                               f"one at {current.log_end_offset}: not caught up")
-        old_dir, new_dir = self._dir_of[key], self._future_dir_of[key]
-        start = current.log_start_offset
-        current.close()
-        future.close()
-        for name in side_files:
-            source = current.directory / name
-            if source.exists():
-                shutil.copy2(source, future.directory / name)
-        doomed = current.directory.with_name(delete_dir_name(topic, partition))
-        current.directory.rename(doomed)
-        fsync_dir(old_dir)
-        target = new_dir / f"{topic}-{partition}"
-        future.directory.rename(target)
-        fsync_dir(new_dir)
-        del self._futures[key], self._future_dir_of[key]
-        log = PartitionLog.open(target, topic, partition, self.config_for(topic), recover=False)
-        if start > log.log_start_offset:
-            log.restore_log_start_offset(start)
-        self._logs[key] = log
-        self._dir_of[key] = new_dir
-        self._topic_ids.pop(key, None)
-        shutil.rmtree(doomed, ignore_errors=True)
-        self.checkpoint_recovery_points()
-        logger.info("Moved %s-%d from %s to %s at log end offset %d", topic, partition, old_dir, new_dir,
-                    log.log_end_offset)
-        return log
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close and remove a partition's log; False if there was none."""
@@ -575,10 +360,10 @@ class LogManager:
         for key in list(self._futures):  # an unfinished move is given up (docs/log-dirs.md)
             self.abandon_future(*key)
         for log in self._logs.values():
-            failed |= not _try(log.flush, f"flush {log.topic}-{log.partition}")
-        failed |= not _try(self.checkpoint_recovery_points, "write recovery points")
+            failed |= not attempt(log.flush, f"flush {log.topic}-{log.partition}")
+        failed |= not attempt(self.checkpoint_recovery_points, "write recovery points")
         for log in self._logs.values():
-            failed |= not _try(log.close, f"close {log.topic}-{log.partition}")
+            failed |= not attempt(log.close, f"close {log.topic}-{log.partition}")
         self._logs.clear()
         self._dir_of.clear()
         if failed:
@@ -593,54 +378,3 @@ class LogManager:
         logger.info("Log manager shut down cleanly")
 
 
-def _lock_dir(log_dir: Path) -> int:
-    """Create ``log_dir`` if needed and take an exclusive, non-blocking ``flock`` on its ``.lock`` file; return
-    the descriptor holding it. The kernel drops the lock when the process dies, so a crash never leaves a
-    stale lock. OSError if the directory cannot be created or locked (it is then offline), StorageError if
-    another process holds the lock (the broker must not start)."""
-    path = log_dir / LOCK_FILE
-    log_dir.mkdir(parents=True, exist_ok=True)
-    if not os.access(log_dir, os.R_OK | os.W_OK | os.X_OK):
-        raise PermissionError(errno.EACCES, f"{log_dir} is not a readable and writable log directory")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as e:
-        os.close(fd)
-        raise StorageError(
-            f"log directory {log_dir} is in use by another process (it holds the lock on {path})"
-        ) from e
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _io_failure(error: BaseException) -> bool:
-    """Whether ``error`` is, or was raised from, an OSError (the directory is unusable, not its data corrupt)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def _read_checkpoint_or_warn(path: Path, consequence: str) -> dict[TopicPartition, int]:
-    try:
-        return read_checkpoint(path)
-    except StorageError as e:
-        logger.warning("%s; %s", e, consequence)
-        return {}
-
-
-def _try(action: Callable[[], object], what: str) -> bool:
-    """Run ``action()``; log and swallow a storage failure so shutdown goes on with the other logs."""
-    try:
-        action()
-    except (MetaqError, OSError) as e:
-        logger.error("Cannot %s: %s", what, e)
-        return False
-    return True

@@ -30,13 +30,13 @@ from pathlib import Path
 from metaq.broker.auth.listeners import Listener
 from metaq.broker.config import BrokerConfig
 from metaq.broker.log.checkpoint import read_checkpoint, write_checkpoint
-from metaq.broker.log.manager import LogManager
+from metaq.broker.log.log_manager import LogManager
 from metaq.broker.log.partition_log import PartitionLog
 from metaq.broker.metadata import ClusterSnapshot, MetadataWatcher, PartitionMeta
 from metaq.broker.purgatory import AppendNotifier
 from metaq.broker.quota.replication import ReplicationQuota
 from metaq.broker.replication.acks_all import AcksAll
-from metaq.broker.replication.follower import FollowerSide, _now_ms
+from metaq.broker.replication.follower import FollowerSide, wall_clock_ms
 from metaq.broker.replication.leader_epochs import EpochEnd, LeaderEpochCache
 from metaq.broker.replication.partition_state import LeaderState
 from metaq.broker.replication.replica_fetcher import ReplicaFetcher
@@ -232,7 +232,7 @@ class ReplicaManager(AcksAll, FollowerSide):
         plog = self._logs.get_or_create(*key)
         hw = self._initial_hw(role, plog)
         self.epoch_cache(key, plog).assign(meta.leader_epoch, plog.log_end_offset)
-        role.transition(LEADER, leading=LeaderState(self._id, meta.leader_epoch, hw, _now_ms(),
+        role.transition(LEADER, leading=LeaderState(self._id, meta.leader_epoch, hw, wall_clock_ms(),
                                                     epoch_start_offset=plog.log_end_offset),
                         why=f"epoch {meta.leader_epoch}, log end {plog.log_end_offset}, high watermark {hw}, "
                             f"ISR {list(meta.isr)}")
@@ -314,7 +314,7 @@ class ReplicaManager(AcksAll, FollowerSide):
         role = self._replicas.get(key)
         if role is None or role.leading is None:
             return
-        role.leading.record_fetch(replica_id, fetch_offset, plog.log_end_offset, _now_ms())
+        role.leading.record_fetch(replica_id, fetch_offset, plog.log_end_offset, wall_clock_ms())
         meta = self._metadata.snapshot.partition(topic, partition)
         if meta is not None:
             self._update_hw(role, meta)
@@ -366,7 +366,7 @@ class ReplicaManager(AcksAll, FollowerSide):
     async def _update_isrs(self) -> None:
         """Leader: shrink the ISR by followers that lag more than replica.lag.time.max.ms, expand it by
         followers that caught up; each change a conditional write of the state node."""
-        now = _now_ms()
+        now = wall_clock_ms()
         snapshot = self._metadata.snapshot
         for key, role in list(self._replicas.items()):
             state = role.leading

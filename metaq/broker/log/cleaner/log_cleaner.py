@@ -41,7 +41,7 @@ from metaq.errors import MetaqError, StorageError
 from metaq.metrics.broker import CleanerState
 
 if TYPE_CHECKING:
-    from metaq.broker.log.manager import LogManager
+    from metaq.broker.log.log_manager import LogManager
     from metaq.broker.log.partition_log import PartitionLog
 
 __all__ = ["CLEANER_CHECKPOINT", "CleanerStats", "LogCleaner", "LogToClean", "loop_caller"]
