@@ -33,7 +33,10 @@ The sizes of ``--kafka-sizes`` (100 x 10,000) are measured again, on the same to
 ``group.coordination=kafka`` (the broker's group coordinator; JoinGroup/SyncGroup) and the eager ``range`` and
 the incremental ``cooperative-sticky`` assignors (session 10 s, heartbeat 3 s): settle time as above (a member
 counts as busy while a round runs or a rejoin is pending: cooperative-sticky's second round), rounds per member,
-partitions paused (handed to a fetcher again after the change: all of them when eager) and moved.
+partitions paused (handed to a fetcher again after the change: all of them when eager) and moved, and where
+the time of the rounds went (KAFKA_STEPS: JoinGroup, the leader's assignment, SyncGroup, OffsetFetch; the most
+calls one member made and the slowest call). ``--initial-rebalance-delay-ms`` sets the broker's
+``group.initial.rebalance.delay.ms`` (metaq's default 0; Kafka's 3000 batches a burst of joins into one round).
 
 Also: ``ZooKeeperOffsetStore`` fencing (``take_ownership``) and commit of 10,000 partitions (all changed).
 """
@@ -744,13 +747,19 @@ def main() -> None:
     parser.add_argument("--kafka-sizes", default=",".join(f"{n}x{p}" for n, p in KAFKA_SIZES),
                         help="NxP,... of --sizes also measured with group.coordination=kafka, eager and cooperative")
     parser.add_argument("--kafka-modes", default=",".join(KAFKA_MODES), help="of: " + ", ".join(KAFKA_MODES))
+    parser.add_argument("--initial-rebalance-delay-ms", type=int, default=None,
+                        help="the broker's group.initial.rebalance.delay.ms (metaq's default 0, Kafka's 3000)")
     parser.add_argument("--offsets", default="1000,10000", help="partitions of the fence/commit rows, comma separated")
     args = parser.parse_args()
     logging.basicConfig(level=os.environ.get("METAQ_BENCH_LOG_LEVEL", "WARNING"))
     from bench.environment import environment
     from bench.tables import print_table
 
-    with environment() as env:
+    def configure(_zk: str, broker: Any, _work: Any) -> None:
+        if args.initial_rebalance_delay_ms is not None:
+            broker.properties["group.initial.rebalance.delay.ms"] = args.initial_rebalance_delay_ms
+
+    with environment(configure) as env:
         phases, offsets = run(env.zk, env.layout, env.broker.broker_id, parse_sizes(args.sizes) if args.sizes else [],
                               args.reps, tuple(int(x) for x in args.offsets.split(",") if x),
                               processes=args.processes,
