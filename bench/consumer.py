@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.clients import produce as produce_values
 from bench.environment import Environment, environment
-from bench.tables import print_table
+from bench.tables import Table, print_table
 from bench.targets import Target
 from metaq.childproc import die_with_parent
 
@@ -325,14 +325,14 @@ def measure(args: WorkerArgs, repeat: int = 1, clients: list[str] | None = None,
     return list(results.values())
 
 
-def table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+def table(results: list[Result]) -> Table:
     header = ["consumer (1 process)", "messages", "msgs/s", "CPU s/1M msgs"]
     rows = [[r.client.label, f"{r.messages:,}", f"{r.rate:,.0f}", f"{r.cpu_per_m:.2f}"] for r in results
             if r.metrics and r.codec == "none"]
     return header, rows
 
 
-def codec_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+def codec_table(results: list[Result]) -> Table:
     """Per compressed topic: each client's rate and CPU, and each metaq path's ratio to its confluent-kafka
     counterpart on that topic."""
     by_key = {(r.codec, r.client.key): r for r in results if r.metrics}
@@ -359,7 +359,7 @@ def targets(results: list[Result]) -> list[Target]:
             if (codec, "metaq-batch-listener") in by_key and (codec, "confluent-consume") in by_key]
 
 
-def metrics_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+def metrics_table(results: list[Result]) -> Table:
     """The clients measured with metrics on and off, side by side; cost = CPU on / CPU off - 1."""
     on = {r.client.key: r for r in results if r.metrics and r.codec == "none"}
     header = ["consumer (1 process)", "msgs/s on", "msgs/s off", "CPU s/1M on", "CPU s/1M off", "CPU cost"]
@@ -369,7 +369,7 @@ def metrics_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def ratio_table(results: list[Result]) -> tuple[list[str], list[list[str]]]:
+def ratio_table(results: list[Result]) -> Table:
     by_key = {r.client.key: r for r in results if r.metrics and r.codec == "none"}
     header = ["ratio", "value", "target", "met", "CPU/msg ratio"]
     rows = []

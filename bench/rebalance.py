@@ -31,10 +31,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from bench.environment import environment
 from bench.tables import print_table
@@ -244,26 +244,37 @@ def _owner_nodes(client: Any, group: str) -> dict[int, tuple[str, int]]:
     return result
 
 
-class Group:
-    """The group's members and the stability checks."""
+M = TypeVar("M", bound=Member)
 
-    def __init__(self, zk: str, client: Any, session_timeout_ms: int, work_dir: Path) -> None:
-        self.zk = zk
-        self.client = client
-        self.group = f"bench-rebalance-{os.getpid()}"
-        self.session_timeout_ms = session_timeout_ms
+
+class MemberGroup(Generic[M]):
+    """One group's worker processes (``python -m <module> worker``), all started with the same arguments and
+    numbered in order; ``mode`` and ``heartbeat_ms`` for the workers that take them (bench/rebalance_kafka.py),
+    ``new_member`` makes the :class:`Member` (sub)class that reads the worker's events."""
+
+    def __init__(self, zk: str, group: str, session_timeout_ms: int, work_dir: Path,
+                 new_member: Callable[[list[str], Path, str], M], *, mode: str | None = None,
+                 heartbeat_ms: int | None = None) -> None:
+        self.group = group
+        self.mode = mode
+        self.argv = ["--zk", zk, "--group", group, "--session-timeout-ms", str(session_timeout_ms)]
+        if mode is not None:
+            self.argv += ["--mode", mode]
+        if heartbeat_ms is not None:
+            self.argv += ["--heartbeat-ms", str(heartbeat_ms)]
         self.work_dir = work_dir
-        self.members: list[Member] = []
+        self.members: list[M] = []
+        self._new_member = new_member
+        self._prefix = "" if mode is None else mode.replace("/", "-") + "-"
         self._count = 0
 
-    def add(self) -> Member:
+    def add(self) -> M:
         self._count += 1
-        argv = ["--zk", self.zk, "--group", self.group, "--session-timeout-ms", str(self.session_timeout_ms)]
-        member = Member(argv, self.work_dir, f"member-{self._count}")
+        member = self._new_member(self.argv, self.work_dir, f"{self._prefix}member-{self._count}")
         self.members.append(member)
         return member
 
-    def remove(self, member: Member) -> None:
+    def remove(self, member: M) -> None:
         self.members.remove(member)
 
     def stop_all(self) -> None:
@@ -272,6 +283,14 @@ class Group:
         for member in self.members:
             member.wait()
         self.members.clear()
+
+
+class Group(MemberGroup[Member]):
+    """The ZooKeeper-coordinated group's members and the stability checks (its owner nodes)."""
+
+    def __init__(self, zk: str, client: Any, session_timeout_ms: int, work_dir: Path) -> None:
+        super().__init__(zk, f"bench-rebalance-{os.getpid()}", session_timeout_ms, work_dir, Member)
+        self.client = client
 
     def settled(self, since: float) -> tuple[float, float] | str:
         """(owned at, fetching at) in monotonic seconds if the group is stable with its current members and

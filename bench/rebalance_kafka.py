@@ -45,7 +45,7 @@ from typing import Any
 from bench import rebalance
 from bench.environment import environment
 from bench.rebalance import Trickle, consume_until_stopped
-from bench.tables import print_table
+from bench.tables import Table, print_table
 from bench.targets import Target
 
 TOPIC = "bench-rebalance-kafka"
@@ -192,29 +192,12 @@ class ModeResult:
     changes: dict[str, list[Outcome]] = field(default_factory=dict)
 
 
-class Group:
+class Group(rebalance.MemberGroup[Member]):
     """The members of one mode's group and the check that it settled."""
 
     def __init__(self, zk: str, mode: str, session_timeout_ms: int, heartbeat_ms: int, work_dir: Path) -> None:
-        self.argv = ["--zk", zk, "--group", f"bench-rk-{mode.replace('/', '-')}-{os.getpid()}", "--mode", mode,
-                     "--session-timeout-ms", str(session_timeout_ms), "--heartbeat-ms", str(heartbeat_ms)]
-        self.mode = mode
-        self.work_dir = work_dir
-        self.members: list[Member] = []
-        self._count = 0
-
-    def add(self) -> Member:
-        self._count += 1
-        member = Member(self.argv, self.work_dir, f"{self.mode.replace('/', '-')}-member-{self._count}")
-        self.members.append(member)
-        return member
-
-    def stop_all(self) -> None:
-        for member in self.members:
-            member.terminate()
-        for member in self.members:
-            member.wait()
-        self.members.clear()
+        super().__init__(zk, f"bench-rk-{mode.replace('/', '-')}-{os.getpid()}", session_timeout_ms, work_dir,
+                         Member, mode=mode, heartbeat_ms=heartbeat_ms)
 
     def _state(self) -> tuple[dict[int, str], tuple[int, ...]] | str:
         """(partition -> member name, event counts) if the live members own every partition exactly once, each
@@ -284,7 +267,7 @@ def measure_mode(zk: str, mode: str, work_dir: Path, *, reps: int, session_timeo
         before = group.wait_settled()
         for i in range(reps):
             leaver = group.members[i % len(group.members)]
-            group.members.remove(leaver)
+            group.remove(leaver)
             t0 = time.monotonic()
             leaver.terminate()
             after = group.wait_settled()
@@ -327,7 +310,7 @@ def measure(zk: str, bootstrap: str, layout: Any, work_dir: Path, *, reps: int, 
 # -- tables and targets --------------------------------------------------------------------------------------
 
 
-def table(results: list[ModeResult]) -> tuple[list[str], list[list[str]]]:
+def table(results: list[ModeResult]) -> Table:
     header = ["coordination/assignor (4 x 64)", "change", "n", "assigned median", "fetching median",
               "fetching max", "paused (median)", "moved (median)"]
     rows = []

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+Table = tuple[list[str], list[list[str]]]
+"""A section's table: the header and the rows, every cell already formatted (what :func:`print_table` takes)."""
+
 
 def print_table(header: list[str], rows: list[list[str]], title: str | None = None) -> None:
     """Left-aligned first column, right-aligned numbers."""

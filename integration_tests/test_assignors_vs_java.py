@@ -1,10 +1,12 @@
 """metaq's assignors against kafka-clients 3.9's own classes: one JVM run (integration_tests/java/AssignorCases.java)
 computes RangeAssignor, RoundRobinAssignor and CooperativeStickyAssignor results for the cases below, and metaq's
 leader code (metaq.consumer.cooperative.assign, over subscriptions round-tripped through its
-ConsumerProtocolSubscription v3 codec) must give the same assignment for every member."""
+ConsumerProtocolSubscription v3 codec) must give the same assignment for every member. The ``general-`` cases
+have members of different subscriptions (Java's GeneralAssignmentBuilder), some of them seeded random groups."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import pytest
@@ -31,6 +33,30 @@ class _Case:
 
 def _own(topic: str, *partitions: int) -> tuple[tuple[str, int], ...]:
     return tuple((topic, p) for p in partitions)
+
+
+def _random_general_cases(n: int, seed: int = 4291) -> tuple[_Case, ...]:
+    """Seeded groups of 3 to 6 members over up to 4 topics, each member subscribing to a random subset and owning
+    a random share of a previous assignment (some from an older generation): where Java's order decides ties
+    (the least loaded member, the partition that moves back), a difference shows."""
+    rng = random.Random(seed)
+    ids = [f"consumer-g-{i}-{rng.getrandbits(40):010x}" for i in range(6)] + ["rdkafka-77", "metaq-host-5"]
+    cases = []
+    for i in range(n):
+        topics = {f"t{k}": rng.randint(1, 9) for k in range(rng.randint(2, 4))}
+        members = rng.sample(ids, rng.randint(3, 6))
+        subscribed = {m: tuple(sorted(rng.sample(sorted(topics), rng.randint(1, len(topics))))) for m in members}
+        owned: dict[str, list[tuple[str, int]]] = {m: [] for m in members}
+        for topic, count in topics.items():
+            for p in range(count):
+                holder = rng.choice([*members, None])
+                if holder is not None:
+                    owned[holder].append((topic, p))
+        generations = {m: rng.choice([-1, 6, 7, 7]) for m in members}
+        cases.append(_Case(f"general-random-{i}", "cooperative-sticky", topics,
+                           tuple(_Member(m, subscribed[m], generations[m],
+                                         tuple(owned[m]) if generations[m] >= 0 else ()) for m in members)))
+    return tuple(cases)
 
 
 MEMBER_IDS = ("consumer-g-1-4f1c2a", "rdkafka-9d0e", "consumer-g-2-77ab10", "metaq-x-3", "rdkafka-0001")
@@ -60,6 +86,24 @@ CASES = (
     _Case("sticky-stale-claim", "cooperative-sticky", {"t": 6},
           (_Member(A, ("t",), 9, _own("t", 0, 1, 2)), _Member(B, ("t",), 8, _own("t", 2, 3, 4, 5)),
            _Member(C, ("t",), 9, _own("t", 3)))),
+    # different subscriptions: Java's GeneralAssignmentBuilder
+    _Case("general-fresh", "cooperative-sticky", {"a": 4, "b": 3},
+          (_Member(A, ("a", "b")), _Member(B, ("a",)), _Member(C, ("b",)))),
+    _Case("general-no-overlap", "cooperative-sticky", {"a": 3, "b": 2, "c": 4},
+          (_Member(A, ("a",)), _Member(B, ("a", "b")), _Member(C, ("c",)), _Member(D, ("a", "b")))),
+    _Case("general-join", "cooperative-sticky", {"a": 6, "b": 4},
+          (_Member(A, ("a", "b"), 4, _own("a", 0, 1, 2, 3) + _own("b", 0, 1, 2, 3)),
+           _Member(B, ("a",), 4, _own("a", 4, 5)), _Member(C, ("b",)))),
+    _Case("general-unsubscribed", "cooperative-sticky", {"a": 4, "b": 4},
+          (_Member(A, ("a",), 6, _own("a", 0, 1) + _own("b", 0, 1)), _Member(B, ("a", "b"), 6,
+                                                                              _own("a", 2, 3) + _own("b", 2, 3)),
+           _Member(E, ("b",)))),
+    _Case("general-conflicts", "cooperative-sticky", {"a": 5, "b": 5},
+          (_Member(A, ("a", "b"), 5, _own("a", 0, 1, 2) + _own("b", 0)),
+           _Member(B, ("a",), 5, _own("a", 2, 3, 4)),
+           _Member(C, ("b",), 4, _own("b", 0, 1, 2, 3, 4)),
+           _Member(D, ("a", "b"), 3, _own("a", 4) + _own("b", 4)))),
+    *_random_general_cases(24),
 )
 
 
