@@ -179,7 +179,10 @@ def _run(args: argparse.Namespace) -> int:
     config = ConsumerConfig.from_properties(props)
     stop = threading.Event()
     TerminationHandler(stop.set).install()  # the loop below sees it within report-every-ms; twice: exit now
-    report = ConsumedReport(args.report_every_ms / 1000.0)
+    # A broker-coordinated member reports its commits only after the OffsetCommit (the commit listener): a
+    # batch still held then would be committed unreported if the member were killed in between, so it
+    # reports every record as it takes it, leaving only the in-flight message's window described above.
+    report = ConsumedReport(0.0 if config.group_coordination == "kafka" else args.report_every_ms / 1000.0)
     consumer = Consumer(config, rebalance_listener=ReportingListener(report),
                         offset_store_factory=lambda layout, cfg: ReportingStore(default_offset_store(layout, cfg),
                                                                                 report.flush),
