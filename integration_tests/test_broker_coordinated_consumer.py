@@ -23,6 +23,7 @@ from typing import Any
 import confluent_kafka
 import pytest
 
+from metaq.admin.broker_groups import BrokerGroups
 from metaq.broker.process import BrokerProcess
 from metaq.childproc import die_with_parent
 from metaq.cli.demo_harness import ConsumerProcess
@@ -40,9 +41,11 @@ from metaq.testing.kafka_fixtures import kafka_matrix
 from metaq.testing.kafka_versions import V2_8, V3_9
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import ZooKeeperEndpoint
-from zk_layout import split_connect
+from metaq.zkclient import session
+from zk_layout import ZkLayout, split_connect
 
 SESSION_MS = 2000
+QUAD_PARTITIONS = 8
 HEARTBEAT_MS = 300
 BROKER = {"group.min.session.timeout.ms": 1000, "offsets.topic.num.partitions": 4}
 MEMBER = {"group.coordination": "kafka", "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
@@ -250,6 +253,20 @@ def test_static_member_restarts_without_a_rebalance(coord: SharedBroker) -> None
         b.close()
 
 
+def _hook_events(member: ConsumerProcess) -> list[dict[str, Any]]:
+    """The member's partitions_assigned / _revoked / _lost events only: the waits poll this often, and a
+    broker-coordinated metaq member logs a records_consumed line per record."""
+    with open(member.events_path) as log:
+        lines = [line for line in log if '"partitions_' in line]
+    events = []
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by SIGKILL
+    return events
+
+
 def _owned_now(harness: GroupHarness) -> dict[str, set[int]]:
     """What each live member owns, read from its listener log with both meanings of the hooks: eager
     (revoked names everything, assigned everything) and cooperative (only what moved)."""
@@ -258,7 +275,7 @@ def _owned_now(harness: GroupHarness) -> dict[str, set[int]]:
         if not member.alive:
             continue
         current: set[int] = set()
-        for e in member.events():
+        for e in _hook_events(member):
             parts = {p["partition"] for p in e.get("partitions", ())}
             if e["name"] == "partitions_assigned":
                 current |= parts
@@ -439,42 +456,118 @@ def _revoked_since(member: ConsumerProcess, mark: int) -> set[int]:
             for p in e["partitions"]}
 
 
-@pytest.mark.compat("broker-coordinated consumer group (group.coordination=kafka)", "confluent-kafka")
-@pytest.mark.parametrize("assignor", ["cooperative-sticky"])  # eager hand-overs: the tests above (time budget)
-def test_two_metaq_and_two_librdkafka_members_survive_sigkills(coord: SharedBroker, tmp_path: Path,
-                                                                assignor: str) -> None:
-    """2 metaq + 2 librdkafka processes in one group under a steady producer; a metaq member, then a librdkafka
-    member is SIGKILLed: its partitions move after the session timeout, every acked record is read, duplicates
-    only inside the killed members' uncommitted windows. With cooperative-sticky the survivors never revoke a
-    partition (only the dead member's move)."""
-    topic = coord.topic(f"quad-{assignor}", partitions=8)
-    props = {k: v for k, v in MEMBER.items() if k != "consumer.timeout.ms"}
-    harness = GroupHarness(coord.zk_connect, f"quad-{assignor}-g", topic, tmp_path,
-                           properties={**props, "partition.assignment.strategy": assignor})
-    producer = SteadyProducer(coord.zk_connect, topic, rate=200)
-    producer.start()
-    victims: list[str] = []
-    try:
+def _kafka_split(assignor: str, member_ids: Sequence[str], partitions: int) -> dict[str, set[int]]:
+    """What Kafka's RangeAssignor / RoundRobinAssignor give members subscribed to one topic (their javadoc):
+    members in member-id order; range gives each a contiguous run, the first ``partitions % n`` one more;
+    roundrobin deals the partitions out in turn."""
+    ordered = sorted(member_ids)
+    if assignor == "roundrobin":
+        return {m: set(range(i, partitions, len(ordered))) for i, m in enumerate(ordered)}
+    quota, extra = divmod(partitions, len(ordered))
+    starts = [i * quota + min(i, extra) for i in range(len(ordered) + 1)]
+    return {m: set(range(starts[i], starts[i + 1])) for i, m in enumerate(ordered)}
+
+
+def _coordinator_view(groups: BrokerGroups, group: str) -> dict[str, set[int]] | None:
+    """member id -> partitions as the group coordinator's DescribeGroups has them, None unless Stable."""
+    found = groups.list().groups.get(group)
+    if found is None or found.state != "Stable":
+        return None
+    return {m.member_id: {p for _, p in m.assignment} for m in found.members}
+
+
+def _settled(harness: GroupHarness, groups: BrokerGroups, partitions: int,
+             members: int) -> dict[str, set[int]] | None:
+    """The coordinator's view once the members' own views (their listener logs) are balanced and agree with it."""
+    if not _balanced(harness, partitions, members):
+        return None
+    view = _coordinator_view(groups, harness.group)
+    own = sorted(sorted(parts) for parts in _owned_now(harness).values())
+    return view if view is not None and sorted(sorted(parts) for parts in view.values()) == own else None
+
+
+class _QuadRun(threading.Thread):
+    """One assignor's run of the 2 metaq + 2 librdkafka scenario, in a thread so that the three assignors share
+    the module's broker and their waits (process starts, session timeouts) overlap."""
+
+    def __init__(self, coord: SharedBroker, work_dir: Path, assignor: str) -> None:
+        super().__init__(name=f"quad-{assignor}", daemon=True)
+        self.coord, self.assignor = coord, assignor
+        self.topic = coord.topic(f"quad-{assignor}", partitions=QUAD_PARTITIONS)
+        props = {k: v for k, v in MEMBER.items() if k != "consumer.timeout.ms"}
+        self.harness = GroupHarness(coord.zk_connect, f"quad-{assignor}-g", self.topic, work_dir / assignor,
+                                    properties={**props, "partition.assignment.strategy": assignor})
+        self.victims: list[str] = []
+        self.acked: dict[tuple[int, int], bytes] = {}
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._scenario()
+        except BaseException as e:  # re-raised by the test in the main thread
+            self.error = e
+
+    def _wait_settled(self, groups: BrokerGroups, members: int) -> dict[str, set[int]]:
+        wait_until(lambda: _settled(self.harness, groups, QUAD_PARTITIONS, members) is not None, 90,
+                   lambda: f"{self.assignor}: {members} members to split {QUAD_PARTITIONS}: {_owned_now(self.harness)}",
+                   interval=0.25)
+        view = _settled(self.harness, groups, QUAD_PARTITIONS, members)
+        assert view is not None, f"{self.assignor}: the group moved on after settling"
+        if self.assignor != "cooperative-sticky":
+            assert view == _kafka_split(self.assignor, list(view), QUAD_PARTITIONS), self.assignor
+        return view
+
+    def _scenario(self) -> None:
+        harness = self.harness
+        producer = SteadyProducer(self.coord.zk_connect, self.topic, rate=50)
+        producer.start()
+        try:
+            with session(self.coord.zk_connect) as client:
+                self._members_and_kills(producer, BrokerGroups(ZkLayout(client)))
+        finally:
+            producer.finish()
+            harness.stop_all()
+
+    def _members_and_kills(self, producer: SteadyProducer, groups: BrokerGroups) -> None:
+        harness = self.harness
         for _ in range(2):
             harness.add_member()
-            _LibrdkafkaProcess(harness, coord.broker.bootstrap, assignor)
+            _LibrdkafkaProcess(harness, self.coord.broker.bootstrap, self.assignor)
         for member in harness.members:
-            member.wait_started()
-        wait_until(lambda: _balanced(harness, 8, 4), 90, lambda: f"4 members to split 8: {_owned_now(harness)}")
+            member.wait_started(60)
+        self._wait_settled(groups, 4)
         for victim, left in ((harness.members[0], 3), (harness.members[1], 2)):  # metaq, then librdkafka
             before = _owned_now(harness)
             marks = {m.name: len(m.events()) for m in harness.members}
             victim.kill()
-            victims.append(victim.name)
-            wait_until(lambda n=left: _balanced(harness, 8, n), 90,
-                       lambda: f"the survivors to take over: {_owned_now(harness)}")
-            if assignor == "cooperative-sticky":
+            self.victims.append(victim.name)
+            self._wait_settled(groups, left)
+            if self.assignor == "cooperative-sticky":  # only the dead member's partitions moved
                 revoked = {m.name: _revoked_since(m, marks[m.name]) & before[m.name]
                            for m in harness.members if m.alive}
                 assert revoked == {m.name: set() for m in harness.members if m.alive}
-        acked = producer.finish()
-        wait_until(lambda: not check_delivery(harness.events(), acked).missing, 60, "every acked message read")
-    finally:
-        producer.finish()
-        harness.stop_all()
-    check_delivery(harness.events(), acked, failed_members=victims).assert_ok()
+        self.acked = producer.finish()
+        wait_until(lambda: not check_delivery(harness.events(), self.acked).missing, 60,
+                   f"{self.assignor}: every acked message read", interval=0.5)
+
+
+@pytest.mark.compat("broker-coordinated consumer group (group.coordination=kafka)", "confluent-kafka")
+def test_two_metaq_and_two_librdkafka_members_survive_sigkills(coord: SharedBroker, tmp_path: Path) -> None:
+    """For range, roundrobin and cooperative-sticky at once (one group each, on the module's broker): 2 metaq + 2
+    librdkafka processes in one group under a steady producer; a metaq member, then a librdkafka member is
+    SIGKILLed. After each change the coordinator's assignment (DescribeGroups) is what every member's listener
+    log says it owns, and for range/roundrobin it is what Kafka's assignors compute from the member ids
+    (integration_tests/test_assignors_vs_java.py checks metaq's assignors against kafka-clients' classes); the
+    dead member's partitions move after the session timeout; with cooperative-sticky the survivors never revoke a
+    partition. Every acked record is read, duplicates only inside the killed members' uncommitted windows, no
+    commit goes backwards."""
+    runs = [_QuadRun(coord, tmp_path, assignor) for assignor in ("range", "roundrobin", "cooperative-sticky")]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(300)
+    for run in runs:
+        assert not run.is_alive(), f"{run.assignor}: still running"
+        if run.error is not None:
+            raise run.error
+        check_delivery(run.harness.events(), run.acked, failed_members=run.victims).assert_ok()

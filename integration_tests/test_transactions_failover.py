@@ -7,9 +7,11 @@ record in the read_committed output exactly once."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,11 +20,13 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
+from metaq.admin.broker_groups import BrokerGroups, CoordinatorGroup
 from metaq.broker.coordinator.offsets_schema import OFFSETS_TOPIC, partition_for
 from metaq.broker.coordinator.txn_partition import TRANSACTION_TOPIC
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.testing.broker import BrokerCluster, topic_leaders
+from metaq.testing.group import GroupHarness, SteadyProducer, check_delivery
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import ZooKeeperEndpoint
 from metaq.zkclient import session
@@ -33,7 +37,9 @@ pytestmark = pytest.mark.timeout(300)
 STATE_PARTITIONS = 3  # __transaction_state and __consumer_offsets partitions
 FAST = {"zookeeper.session.timeout.ms": 4000, "replica.lag.time.max.ms": 3000, "replica.fetch.wait.max.ms": 200,
         "replica.fetch.backoff.ms": 200, "transaction.state.log.num.partitions": STATE_PARTITIONS,
-        "offsets.topic.num.partitions": STATE_PARTITIONS}
+        "offsets.topic.num.partitions": STATE_PARTITIONS, "group.min.session.timeout.ms": 1000}
+LOADING = (confluent_kafka.KafkaError.NOT_COORDINATOR, confluent_kafka.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+           confluent_kafka.KafkaError.COORDINATOR_NOT_AVAILABLE)
 
 
 @dataclass
@@ -96,8 +102,18 @@ def _create_internal_topics(cluster: Cluster) -> None:
     producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "probe"})
     producer.init_transactions(60)
     consumer = confluent_kafka.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "probe"})
+
+    def offsets_answer() -> bool:
+        try:
+            consumer.committed([confluent_kafka.TopicPartition(probe, 0)], timeout=30)
+        except confluent_kafka.KafkaException as e:  # the partition's leader still loading it: ask again
+            if e.args[0].code() not in LOADING:
+                raise
+            return False
+        return True
+
     try:
-        consumer.committed([confluent_kafka.TopicPartition(probe, 0)], timeout=60)
+        wait_until(offsets_answer, 90, "the group coordinator of the new __consumer_offsets", interval=0.5)
     finally:
         consumer.close()
 
@@ -255,3 +271,94 @@ def test_consume_transform_produce_exactly_once_across_crashes(healed: Cluster, 
     got = read_committed(cluster.live_bootstrap(), sink)
     assert len(got) == total and sorted(got) == sorted(f"out-v{i}" for i in range(total)), \
         f"{len(got)} records, {len(got) - len(set(got))} duplicates"
+
+
+GROUP_MEMBER = {"group.coordination": "kafka", "partition.assignment.strategy": "cooperative-sticky",
+                "session.timeout.ms": 2000, "heartbeat.interval.ms": 300, "max.poll.interval.ms": 10000,
+                "auto.commit.interval.ms": 300, "auto.offset.reset": "smallest"}
+
+
+def _owned(harness: GroupHarness) -> dict[str, set[int]]:
+    """What each live member owns by its (cooperative) listener log: assigned adds, revoked and lost remove."""
+    owned: dict[str, set[int]] = {}
+    for member in (m for m in harness.members if m.alive):
+        current: set[int] = set()
+        with open(member.events_path) as log:  # the hooks' lines only: a member logs a line per record
+            hooks = [json.loads(line) for line in log if '"partitions_' in line and line.endswith("\n")]
+        for e in hooks:
+            parts = {p["partition"] for p in e.get("partitions", ())}
+            if e["name"] == "partitions_assigned":
+                current |= parts
+            elif e["name"] in ("partitions_revoked", "partitions_lost"):
+                current -= parts
+        owned[member.name] = current
+    return owned
+
+
+def _described(cluster: Cluster, group: str) -> CoordinatorGroup | None:
+    with session(cluster.zk_connect) as client:
+        return BrokerGroups(ZkLayout(client), timeout_ms=2000).list().groups.get(group)
+
+
+def _settled(cluster: Cluster, harness: GroupHarness, partitions: int, members: int) -> CoordinatorGroup | None:
+    """The coordinator's Stable group once it and the members' logs agree on a balanced split."""
+    owned = _owned(harness)
+    sizes = sorted(len(parts) for parts in owned.values())
+    if len(owned) != members or sum(sizes) != partitions or set().union(*owned.values()) != set(range(partitions)) \
+            or sizes[-1] - sizes[0] > 1:
+        return None
+    group = _described(cluster, harness.group)
+    if group is None or group.state != "Stable" or len(group.members) != members:
+        return None
+    return group if sorted(len(m.assignment) for m in group.members) == sizes else None
+
+
+def test_group_coordinator_sigkilled_during_a_rebalance(cluster: Cluster, tmp_path: Path) -> None:
+    """Three metaq members (group.coordination=kafka, cooperative-sticky) under a steady producer; one leaves
+    while another is stopped (SIGSTOP), which holds the group in the rebalance the leave started; then the broker
+    leading the group's ``__consumer_offsets`` partition (RF 3) is SIGKILLed. The new coordinator loads the
+    group and its offsets from the replicated partition (the member that left still in it until its session
+    expires there); the members find it and settle on a balanced split: every acked record read, no commit
+    backwards, duplicates only inside the uncommitted window of a member that gave its partitions up as lost
+    while no coordinator answered its heartbeats. The module's last test: the killed broker stays down (a test
+    after it would take ``healed``, which starts it again)."""
+    assert cluster.replicas(OFFSETS_TOPIC) == [3] * STATE_PARTITIONS
+    partitions = 6
+    topic = cluster.topic("rebal", partitions)
+    group = f"rebal-{uuid.uuid4().hex[:6]}"
+    index = partition_for(group, STATE_PARTITIONS)
+    harness = GroupHarness(cluster.zk_connect, group, topic, tmp_path, properties=GROUP_MEMBER)
+    producer = SteadyProducer(cluster.zk_connect, topic, rate=50, acks="all")
+    producer.start()
+    try:
+        first = harness.add_member()
+        held = harness.add_member(**{"session.timeout.ms": 30000})  # outlives its pause at either coordinator
+        leaving = harness.add_member()
+        wait_until(lambda: _settled(cluster, harness, partitions, 3), 90, lambda: f"3 members: {_owned(harness)}",
+                   interval=0.25)
+        before = _described(cluster, group)
+        assert before is not None
+        coordinator = before.coordinator
+        assert coordinator == cluster.leader(OFFSETS_TOPIC, index)
+        held.pause()
+        leaving.stop()  # commits and leaves: the coordinator waits for the held member to rejoin
+        wait_until(lambda: getattr(_described(cluster, group), "state", None) == "PreparingRebalance", 30,
+                   "the leave to start a rebalance", interval=0.1)
+        killed_at = time.monotonic()
+        cluster.kill(coordinator)
+        wait_until(lambda: cluster.leader(OFFSETS_TOPIC, index) not in (coordinator, -1), 60,
+                   "a new leader of the group's __consumer_offsets partition")
+        held.resume()
+        wait_until(lambda: _settled(cluster, harness, partitions, 2), 90, lambda: f"2 members: {_owned(harness)}",
+                   interval=0.25)
+        after = _described(cluster, group)
+        assert after is not None and after.coordinator not in (coordinator, -1)
+        assert first.alive and held.alive
+        acked = producer.finish()
+        wait_until(lambda: not check_delivery(harness.events(), acked).missing, 60, "every acked record read",
+                   interval=0.5)
+    finally:
+        producer.finish()
+        harness.stop_all()
+    gave_up = {e["member"] for e in harness.events() if e["name"] == "partitions_lost" and e["time"] > killed_at}
+    check_delivery(harness.events(), acked, failed_members=gave_up).assert_ok()
