@@ -32,6 +32,8 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable, Iterable
+from itertools import islice
+from operator import itemgetter, le
 from typing import NamedTuple
 
 from metaq.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
@@ -504,6 +506,13 @@ def _produced_wrapper(wrapper: LegacyMessage, limit: int, where: str) -> list[Re
         raise CorruptRecordError(f"{where}: a compressed message with a null value")
     inner = inflate(wrapper.attributes & CODEC_MASK, wrapper.magic, wrapper.value, where, limit)
     records: list[Record] = []
+    if _walk is not None and _last_offset(inner, wrapper.magic) is not None:  # the compiled loop, C-level checks
+        if _walk(inner, 0, len(inner), _ALL, True, records, 0, None, -1)[::2] == (len(inner),
+                                                                                  _legacy_decode.STOP_END):
+            offsets = list(map(itemgetter(0), records))
+            if all(map(le, offsets, islice(offsets, 1, None))):
+                return records
+        records = []  # the reference below names the fault
     try:
         count = _count_plain(inner, wrapper.magic)
         _read_plain(inner, 0, len(inner), count, wrapper.magic, _ALL, True, records)

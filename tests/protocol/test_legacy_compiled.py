@@ -160,3 +160,19 @@ def test_a_produced_set_breaking_the_producers_rules_fails_as_in_the_reference(s
     compiled, reference = both(lambda: legacy.read_produced(data, 1 << 20))
     assert compiled == reference
     assert isinstance(compiled, tuple) and compiled[0] is CorruptRecordError and error in compiled[1]
+
+
+@pytest.mark.parametrize("order", [(0, 2, 1), (0, 1, 1, 2), (5,)])
+def test_produced_wrapper_inner_offsets_checked_as_in_the_reference(order: tuple[int, ...]) -> None:
+    """Equal or rising inner offsets pass, backwards ones are InvalidRecordError, in both readers."""
+    inner = b"".join(legacy.encode_message(o, 1, 0, TS, None, b"v") for o in order)
+    data = legacy.encode_message(0, 1, 1, TS, None, _gzip(inner))
+    compiled, reference = both(lambda: legacy.read_produced(data, 1 << 20))
+    assert compiled == reference
+    backwards = any(b < a for a, b in zip(order, order[1:], strict=False))
+    assert (isinstance(compiled, tuple) and compiled[0] is InvalidRecordError) == backwards
+
+
+def _gzip(data: bytes) -> bytes:
+    compressor = zlib.compressobj(wbits=31)
+    return compressor.compress(data) + compressor.flush()
