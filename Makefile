@@ -10,6 +10,10 @@ TEST_WORKERS ?= 2
 # test peers from Debian, as command:package: kcat (librdkafka 2.0.2), tmux (metaq top under a terminal), prometheus
 # (metrics scraping), mvn (resolves Apache Kafka's brokers, clients and tools from Maven Central: metaq/testing/maven.py)
 DEBIAN_TOOLS := kcat:kcat tmux:tmux prometheus:prometheus mvn:maven
+# what building metaq's C extension (metaq/protocol/_legacy_decode.c, setup.py) needs: a C compiler, and Python.h of
+# $(PYTHON) (Debian's python3-dev for Debian's python3; another interpreter brings its own headers)
+BUILD_TOOLS := gcc:gcc+libc6-dev
+HAS_PYTHON_H := $(PYTHON) -c "import os, sys, sysconfig; sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"
 
 .PHONY: install demo test unit lint bench spark-examples clean
 
@@ -17,11 +21,14 @@ install: $(STAMP)
 
 # editable_mode=compat: the default editable install imports metaq through a finder that Spark's data
 # source discovery (pkgutil.iter_modules) cannot list, so pyspark_metaq would be found only from the checkout.
-$(STAMP): setup.cfg pyproject.toml
-	@missing=""; for entry in $(DEBIAN_TOOLS); do command -v $${entry%%:*} >/dev/null 2>&1 || missing="$$missing $${entry#*:}"; done; \
+$(STAMP): setup.cfg pyproject.toml setup.py metaq/protocol/_legacy_decode.c
+	@missing=""; for entry in $(DEBIAN_TOOLS) $(BUILD_TOOLS); do command -v $${entry%%:*} >/dev/null 2>&1 || missing="$$missing $$(echo $${entry#*:} | tr + " ")"; done; \
+	$(HAS_PYTHON_H) || missing="$$missing python3-dev"; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = "0" ]; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	elif [ -n "$$missing" ]; then echo "tests need Debian packages:$$missing (run make as root to install them)" >&2; fi
+	@command -v gcc >/dev/null 2>&1 && $(HAS_PYTHON_H) || { echo "building metaq needs gcc and Python.h for $(PYTHON)" \
+	    "(Debian: apt-get install gcc python3-dev, or run make as root)" >&2; exit 1; }
 	@command -v java >/dev/null 2>&1 || { echo "java not found: install a JDK (Java 17)" >&2; exit 1; }
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip

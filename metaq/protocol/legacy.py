@@ -18,33 +18,33 @@ too; magic 0 keeps that checksum, magic 1 uses the standard one. :func:`lz4_fram
 ways (reading accepts either). Those versions also refuse a frame with a content checksum or a content
 size, so magic-0 frames are written without either.
 
-Speed: only the entries' headers are read in Python; the records of each run of uncompressed entries
-(and of each wrapper's inner set, decompressed by metaq/protocol/compression.py, which bounds the output
-and knows every framing) are read by aiokafka's compiled reader (``MemoryRecords`` handing out one
-``LegacyRecordBatch`` per entry, CRC-32 included): about 1.1 M records/s for 100-byte values, three times
-the pure-Python walk, which is the fallback without the extension and which reports, with its position,
-whatever the compiled reader refuses (``python -m bench.decode``). aiokafka's own decompression is not
-used: it has no size bound and refuses nothing nested.
+Speed: a whole run of uncompressed entries, and each wrapper's decompressed inner set (by
+metaq/protocol/compression.py, which bounds the output and knows every framing), is read by one call of
+the compiled loop (metaq/protocol/_legacy_decode.c: entry headers, CRC-32, keys, values, offsets shifted,
+tuples built), which stops at each wrapper and at the first malformed entry; from there the pure-Python
+walk below, the reference, reads on and names the fault. The extension is required (setup.py fails the
+install without a compiler); tests run every path with ``_walk = None`` too (metaq.testing.readers) and
+compare the two on generated sets. ``python -m bench.decode`` prints v1 beside v2 (docs/legacy-wire.md).
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from itertools import islice
+from operator import itemgetter, le
 from typing import NamedTuple
 
 from metaq.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
+from metaq.protocol import _legacy_decode
 from metaq.protocol.compression import compress, decompress, lz4_frame_without_content_checksum
+from metaq.protocol.lz4_frame import lz4_frame_fix, xxh32
 
-try:  # aiokafka's compiled reader (see the module doc); the pure-Python walk where it is missing
-    from aiokafka.errors import CorruptRecordException as _CompiledCorruptError
+try:  # aiokafka's compiled builder (see _plain_entries); encode_message where it is missing
     from aiokafka.record._crecords.legacy_records import LegacyRecordBatchBuilder as _CompiledBuilder
-    from aiokafka.record._crecords.memory_records import MemoryRecords as _CompiledRecords
 except ImportError:  # pragma: no cover - every platform with an aiokafka wheel has the extension
     _CompiledBuilder = None
-    _CompiledRecords = None
-    _CompiledCorruptError = CorruptRecordError
 
 __all__ = ["LegacyMessage", "ProducedSet", "build_message_set", "decode_run", "encode_message", "inflate",
            "lz4_frame_fix", "read_produced", "walk_message_set", "xxh32"]
@@ -69,8 +69,10 @@ NO_TIMESTAMP = -1
 """The timestamp of a v0 message (Kafka's ``RecordBatch.NO_TIMESTAMP``)."""
 _NO_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
 _NO_LIMIT = None
-_PADDING = bytes(8)
-"""Bytes after a run given to aiokafka's reader (see :func:`_read_plain_compiled`)."""
+_Walk = Callable[[bytes, int, int, int, bool, list[Record], int, int | None, int], tuple[int, int | None, int]]
+_walk: _Walk | None = _legacy_decode.walk
+"""The compiled loop (module doc); None makes every path the pure-Python reference (metaq.testing.readers)."""
+_last_offset: Callable[[bytes, int], int | None] = _legacy_decode.last_offset
 
 
 def decode_run(data: bytes, pos: int, end: int, min_offset: int, check_crcs: bool,
@@ -82,8 +84,33 @@ def decode_run(data: bytes, pos: int, end: int, min_offset: int, check_crcs: boo
     Raises CorruptRecordError naming the entry for a bad CRC, sizes that do not add up, a wrapper that does
     not decompress or holds a compressed message.
 
-    Only the entries' headers are read here; runs of uncompressed entries of one magic go to
-    :func:`_read_plain` in one piece, wrappers to :func:`_read_wrapper`."""
+    The compiled loop reads the uncompressed entries and stops at each wrapper (read here by
+    :func:`_read_wrapper`) and at the first malformed entry, from which :func:`_decode_run_python` (the
+    reference) reads on and names the fault."""
+    walk = _walk
+    if walk is None:
+        return _decode_run_python(data, pos, end, min_offset, check_crcs, out)
+    last: int | None = None
+    while True:
+        pos, read, stopped = walk(data, pos, end, min_offset, check_crcs, out, 0, None, -1)
+        if read is not None:
+            last = read
+        if stopped == _legacy_decode.STOP_WRAPPER:
+            offset, size = _ENTRY.unpack_from(data, pos)[:2]
+            stop = pos + _LOG_OVERHEAD + size
+            _read_wrapper(_parse(data, pos, stop, check_crcs), min_offset, check_crcs, out)
+            last, pos = offset, stop
+        elif stopped == _legacy_decode.STOP_BAD:
+            pos, after = _decode_run_python(data, pos, end, min_offset, check_crcs, out)
+            return pos, after if after is not None else None if last is None else last + 1
+        else:
+            return pos, None if last is None else last + 1
+
+
+def _decode_run_python(data: bytes, pos: int, end: int, min_offset: int, check_crcs: bool,
+                       out: list[Record]) -> tuple[int, int | None]:
+    """:func:`decode_run` reading only the entries' headers here: runs of uncompressed entries of one magic
+    go to :func:`_read_plain` in one piece, wrappers to :func:`_read_wrapper`."""
     entry = _ENTRY.unpack_from
     next_offset: int | None = None
     run_start, run_magic, run_count = pos, -1, 0
@@ -116,47 +143,19 @@ def decode_run(data: bytes, pos: int, end: int, min_offset: int, check_crcs: boo
 def _read_plain(data: bytes, start: int, stop: int, count: int, magic: int, min_offset: int, check_crcs: bool,
                 out: list[Record]) -> None:
     """Append the ``count`` uncompressed entries of one magic in ``data[start:stop]`` at or above
-    ``min_offset``: by aiokafka's compiled reader where it is installed, and where it refuses something, by
-    the pure-Python walk, which names the entry and the fault."""
+    ``min_offset``: by the compiled loop, and where it stops short, by the pure-Python walk, which names the
+    entry and the fault."""
     if not count:
         return
-    if _CompiledRecords is not None:
+    if _walk is not None:
         first = len(out)
-        try:
-            _read_plain_compiled(data[start:stop] + _PADDING, count, check_crcs, min_offset, out)
+        if _walk(data, start, stop, min_offset, check_crcs, out, 0, None, -1)[::2] == (stop, _legacy_decode.STOP_END):
             return
-        except (_CompiledCorruptError, _BadCrc, ValueError, SystemError, OverflowError, MemoryError):
-            del out[first:]  # the walk below reports it
+        del out[first:]  # the walk below reports it
     append = out.append
     for message in walk_message_set(data[start:stop], check_crcs, base=start):
         if message.offset >= min_offset:
             append((message.offset, message.timestamp, message.key, message.value, _NO_HEADERS))
-
-
-class _BadCrc(Exception):
-    """The compiled reader found a CRC mismatch (reported with its position by the pure-Python walk)."""
-
-
-def _read_plain_compiled(padded: bytes, count: int, check_crcs: bool, min_offset: int, out: list[Record]) -> None:
-    """The ``count`` entries at the start of ``padded`` (followed by ``_PADDING``: aiokafka's reader reads a
-    value's 4-byte length before checking it is inside the message, so the bytes after the last entry must
-    be ours) through aiokafka's MemoryRecords, which hands out one LegacyRecordBatch per entry. It reads a
-    key or value within its message but, unlike :func:`walk_message_set`, does not refuse bytes left after
-    the value."""
-    assert _CompiledRecords is not None
-    records = _CompiledRecords(padded)
-    append = out.append
-    no_headers = _NO_HEADERS
-    for _ in range(count):
-        batch = records.next_batch()
-        if check_crcs and not batch.validate_crc():
-            raise _BadCrc
-        for record in batch:
-            offset = record.offset
-            if offset >= min_offset:
-                timestamp = record.timestamp
-                append((offset, NO_TIMESTAMP if timestamp is None else timestamp, record.key, record.value,
-                        no_headers))
 
 
 def _parse(data: bytes, pos: int, stop: int, check_crcs: bool) -> LegacyMessage:
@@ -173,6 +172,8 @@ def _read_wrapper(wrapper: LegacyMessage, min_offset: int, check_crcs: bool, out
     if wrapper.value is None:
         raise CorruptRecordError(f"{where}: a compressed message with a null value")
     inner = inflate(attributes & CODEC_MASK, magic, wrapper.value, where)
+    if _walk is not None and _read_inner(wrapper, inner, min_offset, check_crcs, out):
+        return
     records: list[Record] = []
     try:
         count = _count_plain(inner)
@@ -195,6 +196,31 @@ def _read_wrapper(wrapper: LegacyMessage, min_offset: int, check_crcs: bool, out
         out.extend(records)
     else:
         out.extend(r for r in records if r[0] >= min_offset)
+
+
+def _read_inner(wrapper: LegacyMessage, inner: bytes, min_offset: int, check_crcs: bool, out: list[Record]) -> bool:
+    """:func:`_read_wrapper`'s work on a decompressed inner set by the compiled loop, straight into ``out``
+    (offsets shifted, LogAppendTime given, as there); False, with ``out`` as it was, where the inner set is
+    not sound: the pure-Python reference then names the fault."""
+    assert _walk is not None
+    offset, delta, timestamp = wrapper.offset, 0, None
+    last = _last_offset(inner, -1)
+    if last is None:
+        return False
+    if wrapper.magic == 1:
+        if offset and offset < last:
+            return False
+        delta = offset - last if offset else 0
+        if not _ALL <= delta < -_ALL:
+            return False
+        if wrapper.attributes & TIMESTAMP_TYPE_MASK:
+            timestamp = wrapper.timestamp
+    first = len(out)
+    if _walk(inner, 0, len(inner), min_offset, check_crcs, out, delta, timestamp, -1)[::2] == (len(inner),
+                                                                                          _legacy_decode.STOP_END):
+        return True
+    del out[first:]
+    return False
 
 
 def _count_plain(inner: bytes, magic: int | None = None) -> int:
@@ -261,24 +287,25 @@ def walk_message_set(data: bytes, check_crcs: bool = True, *, base: int = 0) -> 
                                      f"(stored {crc:#010x}, computed {computed:#010x})")
         timestamp = _TIMESTAMP.unpack_from(data, pos + 18)[0] if magic else NO_TIMESTAMP
         k = pos + _KEY_POS[magic]
-        key, k = _read_bytes(data, k, stop)
-        value, k = _read_bytes(data, k, stop)
+        where = f"message at byte {base + pos} (offset {offset})"
+        key, k = _read_bytes(data, k, stop, base, where)
+        value, k = _read_bytes(data, k, stop, base, where)
         if k != stop:
-            raise CorruptRecordError(f"message at byte {base + pos} (offset {offset}): its fields end at byte "
-                                     f"{base + k}, its size says {base + stop}")
+            raise CorruptRecordError(f"{where}: its fields end at byte {base + k}, its size says {base + stop}")
         yield LegacyMessage(offset, magic, attributes, timestamp, key, value, base + pos)
         pos = stop
 
 
-def _read_bytes(data: bytes, pos: int, stop: int) -> tuple[bytes | None, int]:
+def _read_bytes(data: bytes, pos: int, stop: int, base: int, where: str) -> tuple[bytes | None, int]:
+    """A key or value of the message ending at ``stop``; errors name it by ``where`` and absolute positions."""
     if pos + 4 > stop:
-        raise CorruptRecordError(f"a length at byte {pos} runs past the message")
+        raise CorruptRecordError(f"{where}: a length at byte {base + pos} runs past the message")
     (n,) = _LENGTH.unpack_from(data, pos)
     pos += 4
     if n == -1:
         return None, pos
     if n < -1 or pos + n > stop:
-        raise CorruptRecordError(f"a length of {n} at byte {pos - 4} does not fit the message")
+        raise CorruptRecordError(f"{where}: a length of {n} at byte {base + pos - 4} does not fit the message")
     return data[pos:pos + n], pos + n
 
 
@@ -338,50 +365,6 @@ def _plain_entries(magic: int, items: list[tuple[int, int, bytes | None, bytes |
     return bytes(builder.build())
 
 
-def lz4_frame_fix(frame: bytes, *, broken: bool) -> bytes:
-    """``frame`` with its header checksum byte rewritten: the standard one (xxh32 of the frame descriptor)
-    or, ``broken``, the one Kafka 0.8.2-0.9 wrote (xxh32 of the frame magic and the descriptor), then also
-    without the optional content size field, which those versions refuse (as kafka-python writes it)."""
-    if len(frame) < 7:
-        raise CorruptRecordError("lz4 payload shorter than a frame header")
-    flags = frame[4]
-    if broken and flags & 0x08:
-        frame = b"".join((frame[:4], bytes((flags & ~0x08,)), frame[5:6], frame[14:]))
-        flags &= ~0x08
-    hc_pos = 6 + (8 if flags & 0x08 else 0) + (4 if flags & 0x01 else 0)
-    if len(frame) <= hc_pos:
-        raise CorruptRecordError("lz4 payload shorter than its frame header")
-    covered = frame[0 if broken else 4:hc_pos]
-    checksum = (xxh32(covered) >> 8) & 0xFF
-    return b"".join((frame[:hc_pos], bytes((checksum,)), frame[hc_pos + 1:]))
-
-
-_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
-_M32 = 0xFFFFFFFF
-
-
-def xxh32(data: bytes, seed: int = 0) -> int:
-    """XXH32 of a short input (under 16 bytes, all an LZ4 frame header needs; longer input is refused)."""
-    if len(data) >= 16:
-        raise ValueError("xxh32 here is only for inputs under 16 bytes")
-    h = (seed + _P5 + len(data)) & _M32
-    pos = 0
-    while pos + 4 <= len(data):
-        (word,) = struct.unpack_from("<I", data, pos)
-        h = (h + word * _P3) & _M32
-        h = (((h << 17) | (h >> 15)) & _M32) * _P4 & _M32
-        pos += 4
-    for b in data[pos:]:
-        h = (h + b * _P5) & _M32
-        h = (((h << 11) | (h >> 21)) & _M32) * _P1 & _M32
-    h ^= h >> 15
-    h = (h * _P2) & _M32
-    h ^= h >> 13
-    h = (h * _P3) & _M32
-    h ^= h >> 16
-    return h
-
-
 class ProducedSet(NamedTuple):
     """A produced v0/v1 message set, checked (:func:`read_produced`)."""
 
@@ -397,8 +380,41 @@ def read_produced(data: bytes, limit: int) -> ProducedSet:
     complete entries of one magic (0 or 1) with valid CRCs and sizes, no attribute bits but the codec,
     wrappers holding at least one message of their magic, none compressed, with inner offsets that never
     go backwards, decompressing to at most ``limit`` bytes. CorruptRecordError (InvalidRecordError for the
-    offsets) or MessageSizeTooLargeError name the entry. Headers are read here, records by
-    :func:`_read_plain` (the compiled reader where installed)."""
+    offsets) or MessageSizeTooLargeError name the entry. The compiled loop reads the set where it can
+    (:func:`_read_produced_compiled`), the pure-Python reference where it stops short, naming the fault."""
+    if _walk is not None and (produced := _read_produced_compiled(data, limit)) is not None:
+        return produced
+    return _read_produced_python(data, limit)
+
+
+def _read_produced_compiled(data: bytes, limit: int) -> ProducedSet | None:
+    """:func:`read_produced` by the compiled loop, which also checks the producer's rules for the entries it
+    reads (one magic, no attribute bits but the codec), wrappers by :func:`_produced_wrapper` as there; None
+    where it stops at anything else: the reference reads the set again and names the fault."""
+    assert _walk is not None
+    if len(data) <= _MAGIC_POS or data[_MAGIC_POS] > 1:
+        return None
+    magic, codec = data[_MAGIC_POS], 0
+    records: list[Record] = []
+    pos, end = 0, len(data)
+    while True:
+        pos, _, stopped = _walk(data, pos, end, _ALL, True, records, 0, None, magic)
+        if stopped != _legacy_decode.STOP_WRAPPER:
+            break
+        offset, size, _crc, _magic, attributes = _ENTRY.unpack_from(data, pos)
+        codec = attributes & CODEC_MASK
+        if codec > _LZ4:
+            return None
+        stop = pos + _LOG_OVERHEAD + size
+        records += _produced_wrapper(_parse(data, pos, stop, True), limit, f"message at byte {pos} (offset {offset})")
+        pos = stop
+    if stopped != _legacy_decode.STOP_END or pos != end or not records:
+        return None
+    return ProducedSet(magic, codec, records)
+
+
+def _read_produced_python(data: bytes, limit: int) -> ProducedSet:
+    """:func:`read_produced` reading the entries' headers here, runs of plain entries by :func:`_read_plain`."""
     records: list[Record] = []
     magic, codec = -1, 0
     pos, end = 0, len(data)
@@ -447,6 +463,13 @@ def _produced_wrapper(wrapper: LegacyMessage, limit: int, where: str) -> list[Re
         raise CorruptRecordError(f"{where}: a compressed message with a null value")
     inner = inflate(wrapper.attributes & CODEC_MASK, wrapper.magic, wrapper.value, where, limit)
     records: list[Record] = []
+    if _walk is not None and _last_offset(inner, wrapper.magic) is not None:  # the compiled loop, C-level checks
+        if _walk(inner, 0, len(inner), _ALL, True, records, 0, None, -1)[::2] == (len(inner),
+                                                                                  _legacy_decode.STOP_END):
+            offsets = list(map(itemgetter(0), records))
+            if all(map(le, offsets, islice(offsets, 1, None))):
+                return records
+        records = []  # the reference below names the fault
     try:
         count = _count_plain(inner, wrapper.magic)
         _read_plain(inner, 0, len(inner), count, wrapper.magic, _ALL, True, records)

@@ -1,6 +1,6 @@
-"""Run tests with each of metaq.protocol.records' two record readers (aiokafka's compiled one and the
-pure-Python fallback, for v2 batches and for v0/v1 message sets), so the fallback stays correct on machines
-that have the compiled one.
+"""Run tests with each of metaq.protocol.records' two record readers (the compiled ones: aiokafka's for v2
+batches, metaq's own loop for v0/v1 message sets; and the pure-Python fallback and reference), so the
+fallback stays correct on machines that have the compiled one.
 
     from metaq.testing.readers import each_record_reader  # noqa: F401 (autouse: every test here runs twice)
 """
@@ -28,7 +28,7 @@ def record_reader(name: str) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         if name == "pure-python":
             patch.setattr(records, "_CompiledBatch", None)
-            patch.setattr(legacy, "_CompiledRecords", None)
+            patch.setattr(legacy, "_walk", None)
             patch.setattr(legacy, "_CompiledBuilder", None)
         yield
 
