@@ -5,7 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 # pytest-xdist workers for make test: each runs whole test modules (--dist loadfile: module-scoped brokers stay
-# shared); two on two cores: most integration tests wait on real processes; three starved timing-sensitive ones
+# shared); two on two cores: most integration tests wait on real processes; three starved timing-sensitive ones.
+# --no-loadscope-reorder: the modules are handed out longest first (metaq/testing/schedule.py, from
+# test-durations.json), not by number of tests; `make test METAQ_STORE_DURATIONS=1` refreshes test-durations.json
 TEST_WORKERS ?= 2
 # test peers from Debian, as command:package: kcat (librdkafka 2.0.2), tmux (metaq top under a terminal), prometheus
 # (metrics scraping), mvn (resolves Apache Kafka's brokers, clients and tools from Maven Central: metaq/testing/maven.py)
@@ -47,7 +49,7 @@ test: install
 	$(VENV)/bin/python -m metaq.testing.apache_kafka fetch
 	$(VENV)/bin/python -m metaq.testing.java_peers fetch
 	$(VENV)/bin/python -m metaq.testing.pypeer fetch
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=30; status=$$?; \
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30; status=$$?; \
 	$(VENV)/bin/python tools/compat_table.py || echo "docs/compatibility.md not regenerated" >&2; exit $$status
 
 unit: install

@@ -31,6 +31,7 @@ def _parse_overrides(items: list[str]) -> dict[str, str]:
 
 def _start(args: argparse.Namespace) -> int:
     import asyncio
+    import gc
 
     from metaq.broker.config import BrokerConfig  # imported here: `metaq broker --help` needs no broker
     from metaq.broker.server import Broker
@@ -39,5 +40,8 @@ def _start(args: argparse.Namespace) -> int:
     values = load_properties(args.config)
     values.update(_parse_overrides(args.override))
     config = BrokerConfig.from_properties(values)
+    # The ~700 modules' objects live as long as the process: frozen, the collector no longer walks them in each
+    # full collection nor at exit, where it cost a stopping broker about as long as its whole clean shutdown
+    gc.freeze()
     asyncio.run(Broker(config, on_started=lambda line: print(line, flush=True)).run())
     return 0
