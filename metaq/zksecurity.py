@@ -20,12 +20,11 @@ key's passphrase) never appear in ``repr()``, logs or error messages.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metaq.config import Config, Secret, prop, read_small_file
+from metaq.config import Config, Properties, Secret, prop, read_small_file
 from metaq.errors import ConfigError
 from zk_layout.znode_acls import ZnodeAcls
 
@@ -103,7 +102,7 @@ ZOOKEEPER_CLIENT_KEYS = frozenset(ZooKeeperClientConfig.keys())
 """The property names :class:`ZooKeeperClientConfig` takes (to pick them out of a larger file)."""
 
 
-def security_from_properties(values: Mapping[str, Any]) -> ZooKeeperSecurity:
+def security_from_properties(values: Properties) -> ZooKeeperSecurity:
     """The ZooKeeper security of a properties file or options map, ignoring keys that are not about it
     (an ops tool reading the consumer's file, the Spark source's options)."""
     picked = {k: v for k, v in values.items() if k in ZOOKEEPER_CLIENT_KEYS}
