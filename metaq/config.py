@@ -19,14 +19,21 @@ import difflib
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, SupportsFloat, SupportsIndex, TypeAlias, TypeVar
 
 from metaq.errors import ConfigError
 
 Check = Callable[[Any], str | None]
-"""A validator: returns None when the value is fine, otherwise a reason."""
+"""A validator of one field's converted value (each takes its field's type): returns None when the value is
+fine, otherwise a reason."""
+
+Properties: TypeAlias = Mapping[str, object]
+"""Kafka-style properties as given: strings (a ``.properties`` file) or Python values (an ``int`` for a number, a
+``bool``, a list for a list); :meth:`Config.from_properties` converts each to its field's type or names the key."""
+
+T = TypeVar("T")
 
 MASK = "********"
 
@@ -75,28 +82,28 @@ def parse_int(text: str) -> int:
     return int(stripped)
 
 
-def prop(key: str, default: Any, *, check: Check | None = None, doc: str = "") -> Any:
+def prop(key: str, default: T, *, check: Check | None = None, doc: str = "") -> T:
     """Declare a config field with its Kafka property name, default, optional check and doc. A password is
     a field of type :class:`Secret` (the one way secrets are kept out of logs, errors and ``repr()``)."""
     return dataclasses.field(default=default, metadata={"key": key, "check": check, "doc": doc})
 
 
-def positive(value: Any) -> str | None:
+def positive(value: float) -> str | None:
     return None if value > 0 else "must be > 0"
 
 
-def non_negative(value: Any) -> str | None:
+def non_negative(value: float) -> str | None:
     return None if value >= 0 else "must be >= 0"
 
 
-def one_of(*allowed: Any) -> Check:
-    def check(value: Any) -> str | None:
+def one_of(*allowed: object) -> Check:
+    def check(value: object) -> str | None:
         return None if value in allowed else f"must be one of {', '.join(map(str, allowed))}"
 
     return check
 
 
-def _convert(key: str, raw: Any, annotation: Any) -> Any:
+def _convert(key: str, raw: object, annotation: object) -> object:
     """Convert ``raw`` to the field's annotated type, or raise ConfigError naming ``key``."""
     optional = False
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
@@ -122,6 +129,8 @@ def _convert(key: str, raw: Any, annotation: Any) -> Any:
                 raise ValueError(raw)
             return parse_int(str(raw)) if not isinstance(raw, int) else raw
         if annotation is float:
+            if not isinstance(raw, str | bytes | SupportsFloat | SupportsIndex):
+                raise TypeError(f"float() argument must be a string or a real number, not '{type(raw).__name__}'")
             return float(raw)
         if annotation is str:
             return str(raw).strip()
@@ -130,6 +139,8 @@ def _convert(key: str, raw: Any, annotation: Any) -> Any:
         if typing.get_origin(annotation) is tuple:
             if isinstance(raw, str):
                 return tuple(part.strip() for part in raw.split(",") if part.strip())
+            if not isinstance(raw, Iterable):
+                raise TypeError(f"'{type(raw).__name__}' object is not iterable")
             return tuple(str(part) for part in raw)
     except ValueError as e:
         kind = getattr(annotation, "__name__", str(annotation))
@@ -147,11 +158,11 @@ class Config:
         return {f.metadata["key"]: f for f in dataclasses.fields(cls) if "key" in f.metadata}
 
     @classmethod
-    def from_properties(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> Self:
+    def from_properties(cls, values: Properties | None = None, **overrides: object) -> Self:
         """Build from Kafka-style keys; ``overrides`` use the Python field names."""
         known = cls.keys()
         hints = typing.get_type_hints(cls)
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}
         for key, raw in (values or {}).items():
             field = known.get(key)
             if field is None:
@@ -168,7 +179,7 @@ class Config:
         return config
 
     @classmethod
-    def from_file(cls, path: str | Path, **overrides: Any) -> Self:
+    def from_file(cls, path: str | Path, **overrides: object) -> Self:
         return cls.from_properties(load_properties(path), **overrides)
 
     def _check_values(self) -> None:

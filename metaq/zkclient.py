@@ -26,7 +26,7 @@ import math
 import re
 import select
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -46,6 +46,12 @@ from metaq.zklease import track_negotiated_timeout
 from metaq.zksecurity import NO_SECURITY, ZooKeeperSecurity
 from zk_layout import znode_acls
 from zk_layout.paths import split_connect
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
+
+F = TypeVar("F", bound="FileDescriptorLike")
+"""What kazoo's connection thread waits on: sockets and pipe descriptors."""
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +86,8 @@ class PollHandler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo is
     objects per call, about a third of a busy client's CPU in the scale benchmark (bench/scale.py). A
     ``poll`` object is one call and has no descriptor limit either (why kazoo left ``select.select``)."""
 
-    def select(self, rlist: Sequence[Any], wlist: Sequence[Any], xlist: Sequence[Any],
-               timeout: float | None = None) -> tuple[list[Any], list[Any], list[Any]]:
+    def select(self, rlist: Sequence[F], wlist: Sequence[F], xlist: Sequence[F],
+               timeout: float | None = None) -> tuple[list[F], list[F], list[F]]:
         poller = select.poll()
         wanted: dict[int, int] = {}
         for objects, mask in ((rlist, select.POLLIN | select.POLLPRI), (wlist, select.POLLOUT)):
@@ -113,7 +119,7 @@ def connect(
     connection_timeout_ms: int = 6000,
     read_only: bool = False,
     security: ZooKeeperSecurity | None = None,
-    **kazoo_options: Any,
+    **kazoo_options: object,
 ) -> KazooClient:
     """Start a KazooClient rooted at the chroot of ``connect_string``, creating the chroot if it is missing.
 
@@ -200,7 +206,7 @@ def session(
     connection_timeout_ms: int = 6000,
     read_only: bool = False,
     security: ZooKeeperSecurity | None = None,
-    **kazoo_options: Any,
+    **kazoo_options: object,
 ) -> Iterator[KazooClient]:
     """:func:`connect` as a context manager: the session is closed on exit, so its ephemeral nodes vanish."""
     client = connect(

@@ -20,12 +20,11 @@ key's passphrase) never appear in ``repr()``, logs or error messages.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-from metaq.config import Config, Secret, prop, read_small_file
+from metaq.config import Config, Properties, Secret, prop, read_small_file
 from metaq.errors import ConfigError
 from zk_layout.znode_acls import ZnodeAcls
 
@@ -103,7 +102,7 @@ ZOOKEEPER_CLIENT_KEYS = frozenset(ZooKeeperClientConfig.keys())
 """The property names :class:`ZooKeeperClientConfig` takes (to pick them out of a larger file)."""
 
 
-def security_from_properties(values: Mapping[str, Any]) -> ZooKeeperSecurity:
+def security_from_properties(values: Properties) -> ZooKeeperSecurity:
     """The ZooKeeper security of a properties file or options map, ignoring keys that are not about it
     (an ops tool reading the consumer's file, the Spark source's options)."""
     picked = {k: v for k, v in values.items() if k in ZOOKEEPER_CLIENT_KEYS}
@@ -137,6 +136,20 @@ def _auth_data(value: str | None) -> tuple[tuple[str, str], ...]:
     return (("digest", credential),)
 
 
+class KazooSecurityOptions(TypedDict, total=False):
+    """The keyword arguments of kazoo's ``KazooClient`` that carry a :class:`ZooKeeperSecurity` (its
+    :meth:`~ZooKeeperSecurity.kazoo_options`); absent when not used."""
+
+    auth_data: list[tuple[str, str]]
+    use_ssl: bool
+    ca: str | None
+    certfile: str | None
+    keyfile: str | None
+    keyfile_password: str | None
+    verify_certs: bool
+    check_hostname: bool
+
+
 @dataclass(frozen=True)
 class ZooKeeperSecurity:
     """Resolved ZooKeeper client security: kazoo's auth data, TLS options and the znode ACL policy (None:
@@ -155,15 +168,15 @@ class ZooKeeperSecurity:
         """``digest:user`` for each credential: who this client is, for messages."""
         return [f"{scheme}:{credential.partition(':')[0]}" for scheme, credential in self.auth_data]
 
-    def kazoo_options(self) -> dict[str, Any]:
+    def kazoo_options(self) -> KazooSecurityOptions:
         """The keyword arguments of KazooClient that carry this security."""
-        options: dict[str, Any] = {}
+        options: KazooSecurityOptions = {}
         if self.auth_data:
             options["auth_data"] = list(self.auth_data)
         if self.use_ssl:
-            options.update(use_ssl=True, ca=self.ca, certfile=self.certfile, keyfile=self.certfile,
-                           keyfile_password=self.keyfile_password, verify_certs=True,
-                           check_hostname=self.check_hostname)
+            options.update({"use_ssl": True, "ca": self.ca, "certfile": self.certfile, "keyfile": self.certfile,
+                            "keyfile_password": self.keyfile_password, "verify_certs": True,
+                            "check_hostname": self.check_hostname})
         return options
 
     def __str__(self) -> str:

@@ -16,14 +16,14 @@ ZooKeeper writes) raises a ConfigError naming ``--zookeeper``, the option the co
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import NoReturn, cast
 
 from metaq.client.metadata import MetadataLayout, MetadataSnapshot, parse_metadata
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.client.versions import DEFAULT_FALLBACK
 from metaq.errors import ConfigError
-from zk_layout import TopicConfig, ZkLayout
+from zk_layout import ConsumerNode, OffsetNode, TopicConfig, ZkLayout
 
 REFRESH_AFTER_S = 1.0
 OPTION = "--bootstrap-server"
@@ -76,10 +76,10 @@ class BootstrapLayout(MetadataLayout):
     def consumer_ids(self, group: str) -> list[str]:
         return []
 
-    def consumer_nodes(self, group: str) -> dict[str, Any]:
+    def consumer_nodes(self, group: str) -> dict[str, ConsumerNode]:
         return {}
 
-    def offset_nodes(self, group: str) -> dict[tuple[str, int], Any]:
+    def offset_nodes(self, group: str) -> dict[tuple[str, int], OffsetNode]:
         return {}
 
     def offsets(self, group: str) -> dict[tuple[str, int], int]:
@@ -95,7 +95,7 @@ class BootstrapLayout(MetadataLayout):
         """A reset's ZooKeeper copy: there is none to write. A broker group's new offsets were committed at its
         coordinator first (:func:`metaq.admin.offset_reset.apply_plan`), which is where such a group keeps them."""
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> NoReturn:
         """Whatever needs ZooKeeper: an error naming the option to use, never an AttributeError."""
         if name.startswith("_"):
             raise AttributeError(name)

@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from metaq.admin.broker_groups import CoordinatorGroups
 from metaq.errors import MetaqError
+from metaq.json_types import JsonObject
 from zk_layout import ZkLayout
 from zk_layout.migration import (
     BRIDGE_MODE,
@@ -56,7 +56,7 @@ class MigrationStep:
     seconds: float
     members: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"state": self.state, "seconds": round(self.seconds, 3), "members": list(self.members)}
 
 
@@ -72,7 +72,7 @@ class MigrationResult:
     def seconds(self) -> float:
         return sum(step.seconds for step in self.steps)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"group": self.group, "to": self.to, "epoch": self.epoch, "state": DONE,
                 "seconds": round(self.seconds, 3), "steps": [s.to_json() for s in self.steps],
                 "owner_nodes_removed": self.owner_nodes_removed}
@@ -107,7 +107,7 @@ class MigrationView:
     member_by_member: bool
     modes: dict[str, str]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"to": self.to, "epoch": self.epoch, "state": self.state, "member_by_member": self.member_by_member,
                 "members": dict(sorted(self.modes.items()))}
 

@@ -14,8 +14,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from kafka.protocol.admin import (
     AlterPartitionReassignmentsRequest,
@@ -23,6 +22,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsRequest,
     ListPartitionReassignmentsRequest,
 )
+from kafka.protocol.api_message import ApiMessage
 
 from metaq.admin.bootstrap import BootstrapLayout
 from metaq.admin.log_dirs import describe_log_dirs
@@ -30,6 +30,7 @@ from metaq.admin.reassignment import COMPLETED, FAILED, IN_PROGRESS, Plan, Topic
 from metaq.client.cluster import broker_endpoint
 from metaq.client.security import SecurityConfig
 from metaq.errors import ConfigError, ErrorCode, MetaqError, UnknownTopicError, for_code
+from metaq.protocol.messages import ApiResponse, RequestFields
 
 EXISTING = ("Cannot execute because there is an existing partition assignment. (Kafka's tool: --additional, which "
             "metaq does not have)")
@@ -71,7 +72,7 @@ class BrokerReassignments:
 
     # -- the plan -----------------------------------------------------------------------------------
 
-    def execute(self, plan: Mapping[TopicPartition, tuple[int, ...]], before: Any = None,
+    def execute(self, plan: Mapping[TopicPartition, tuple[int, ...]], before: Callable[[Plan], object] | None = None,
                 log_dirs: Mapping[tuple[str, int, int], str] | None = None) -> Plan:
         """Start ``plan`` (``before(current)`` first, as in :func:`metaq.admin.reassignment.execute`); returns the
         current assignment. ConfigError if something moves already or a broker is not live. ``log_dirs`` are
@@ -114,7 +115,7 @@ class BrokerReassignments:
                 for key, replicas in sorted(plan.items())}
 
     def _alter(self, plan: Mapping[TopicPartition, tuple[int, ...] | None]) -> dict[TopicPartition, tuple[int, str]]:
-        by_topic: dict[str, list[dict[str, Any]]] = {}
+        by_topic: dict[str, list[dict[str, int | list[int] | None]]] = {}
         for (topic, partition), replicas in sorted(plan.items()):
             by_topic.setdefault(topic, []).append({"partition_index": partition,
                                                    "replicas": list(replicas) if replicas is not None else None})
@@ -189,8 +190,8 @@ class BrokerReassignments:
 
     # -- plumbing ---------------------------------------------------------------------------------------
 
-    def _send(self, request_class: Any, fields: Mapping[str, Any], *, controller: bool = False,
-              broker_id: int | None = None) -> Any:
+    def _send(self, request_class: type[ApiMessage], fields: RequestFields, *, controller: bool = False,
+              broker_id: int | None = None) -> ApiResponse:
         snapshot = self.layout.metadata()
         target = snapshot.controller_id if controller else broker_id
         if target is None:

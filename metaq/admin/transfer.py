@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from metaq.admin.groups import merged_offset, read_kafka_offsets
 from metaq.admin.kafka_offsets import GroupOffsetsStore
 from metaq.admin.log_offsets import LogOffsets, Watermarks
 from metaq.admin.offset_reset import OffsetChange, OffsetPlan, Progress, join_notes, kafka_offsets_of, zookeeper_offset
 from metaq.errors import ConfigError, GroupNotFoundError, MetaqError
-from metaq.json_types import JsonObject
+from metaq.json_types import JsonObject, JsonValue
 from zk_layout import ZkLayout, parse_offset_path, paths, validate_group, validate_topic
 
 LINES = "lines"
@@ -104,7 +103,7 @@ def parse_offsets(text: str, source: str = "<input>", fmt: str | None = None) ->
     return parse_json(text, source) if fmt == JSON else parse_lines(text, source)
 
 
-def _json_record(entry: Any, where: str) -> OffsetRecord:
+def _json_record(entry: JsonValue, where: str) -> OffsetRecord:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected an object with group, topic, partition and offset")
     try:
@@ -120,7 +119,7 @@ def _json_record(entry: Any, where: str) -> OffsetRecord:
     return OffsetRecord(group, topic, partition, _offset(offset, where))
 
 
-def _offset(value: Any, where: str) -> int:
+def _offset(value: object, where: str) -> int:
     if isinstance(value, str) and value.isascii() and value.isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -11,10 +11,9 @@ fetchers) are accepted for drop-in compatibility with existing files and logged 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Self
 
 from metaq.broker.auth.listeners import (
     SECURITY_PROTOCOLS,
@@ -29,7 +28,7 @@ from metaq.broker.log.cleaner.throttle import UNTHROTTLED
 from metaq.broker.log.config import CREATE_TIME, TIMESTAMP_TYPES, LogConfig
 from metaq.broker.security.authorizer import check_authorizer_class, check_super_users
 from metaq.client.security import ENDPOINT_IDENTIFICATION, SecurityConfig
-from metaq.config import Secret, non_negative, one_of, positive, prop
+from metaq.config import Properties, Secret, non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
 from metaq.metrics.off import check_metrics
 from metaq.zksecurity import ZooKeeperClientConfig
@@ -252,7 +251,7 @@ class BrokerConfig(ZooKeeperClientConfig):
     metrics_host: str = prop("metrics.host", "0.0.0.0", doc="address the metrics endpoint listens on")
 
     @classmethod
-    def from_properties(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> Self:
+    def from_properties(cls, values: Properties | None = None, **overrides: object) -> Self:
         values = dict(values or {})
         for key in sorted(INERT_KEYS & values.keys()):
             log.info("broker config %r has no effect in metaq; ignored", key)

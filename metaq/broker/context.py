@@ -9,7 +9,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from metaq.broker.auth.session import Session
 from metaq.broker.config import BrokerConfig
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from metaq.broker.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _DENIED = {
     ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
@@ -169,6 +171,6 @@ class BrokerContext:
         """The local log of a partition this broker leads (created empty on first use)."""
         return self.logs.get_or_create(topic, partition)
 
-    async def in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run blocking work (fsync, ZooKeeper writes) off the event loop."""
+    async def in_thread(self, fn: Callable[..., T], *args: object) -> T:
+        """Run blocking work (fsync, ZooKeeper writes) off the event loop: ``fn(*args)``'s result."""
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)

@@ -16,11 +16,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Self
+from typing import Self
 
 from metaq.childproc import die_with_parent, stop_process
+from metaq.config import Properties
 from metaq.errors import MetaqError
 
 
@@ -42,7 +43,7 @@ class BrokerProcess:
         data_dir: Path,
         *,
         port: int | None = None,
-        properties: Mapping[str, Any] | None = None,
+        properties: Properties | None = None,
         log_level: str = "INFO",
         nofile_limit: int | None = None,
     ) -> None:
@@ -67,7 +68,7 @@ class BrokerProcess:
         return self.proc.pid if self.proc else None
 
     def _write_config(self) -> None:
-        props: dict[str, Any] = {
+        props: dict[str, object] = {  # written with str()
             "broker.id": self.broker_id,
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.dirs": str(self.data_dir / f"logs-{self.broker_id}"),

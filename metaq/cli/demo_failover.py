@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from metaq.broker.process import BrokerProcess
+from metaq.config import Properties
 from metaq.errors import MetaqError
 from zk_layout import PartitionState, ZkLayout
 
@@ -65,7 +66,7 @@ class DemoBrokers:
     """``count`` broker processes (ids 0..count-1) on one ZooKeeper, and at most one failover of them."""
 
     def __init__(self, zk_connect: str, work_dir: Path, count: int,
-                 properties: Mapping[str, Any] | None = None) -> None:
+                 properties: Properties | None = None) -> None:
         props = {**BROKER_PROPERTIES, **(properties or {})} if count > 1 else dict(properties or {})
         self.brokers = [BrokerProcess(zk_connect, i, work_dir, log_level="WARNING", properties=props)
                         for i in range(count)]

@@ -22,12 +22,13 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from metaq.childproc import die_with_parent, stop_process
+from metaq.config import Properties
 from metaq.errors import MetaqError
 from metaq.polling import wait_until
 from zk_layout import ZkLayout
@@ -36,7 +37,7 @@ Event = dict[str, Any]
 
 
 class ConsumerProcess:
-    def __init__(self, harness: GroupHarness, name: str, properties: Mapping[str, Any]) -> None:
+    def __init__(self, harness: GroupHarness, name: str, properties: Properties) -> None:
         self.name = name
         self.events_path = harness.work_dir / f"{name}.jsonl"
         self.log_path = harness.work_dir / f"{name}.log"
@@ -107,7 +108,7 @@ class ConsumerProcess:
 
 class GroupHarness:
     def __init__(self, zk_connect: str, group: str, topic: str, work_dir: Path,
-                 properties: Mapping[str, Any] | None = None) -> None:
+                 properties: Properties | None = None) -> None:
         self.zk_connect = zk_connect
         self.group = group
         self.topic = topic
@@ -117,7 +118,7 @@ class GroupHarness:
                            "rebalance.backoff.ms": 500, "rebalance.max.retries": 10, **(properties or {})}
         self.members: list[ConsumerProcess] = []
 
-    def add_member(self, **properties: Any) -> ConsumerProcess:
+    def add_member(self, **properties: object) -> ConsumerProcess:
         member = ConsumerProcess(self, f"member-{len(self.members)}", properties)
         self.members.append(member)
         return member

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from metaq.cli.output import command_security, emit, open_admin, quiet_libraries, usage_error
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from metaq.admin.reassign_brokers import BrokerReassignments
     from metaq.admin.reassign_throttle import ClearedThrottles, ThrottleConfigs
     from metaq.admin.reassignment import Plan
+    from zk_layout import ZkLayout
 
 
 def _read(args: argparse.Namespace, option: str) -> str:
@@ -34,7 +35,7 @@ def _read(args: argparse.Namespace, option: str) -> str:
 class _Backend:
     """What the modes need, over ZooKeeper or through the brokers (``brokers``: log directories need them)."""
 
-    generate_layout: Any
+    generate_layout: ZkLayout
     configs: ThrottleConfigs
     execute: Callable[[Plan, Callable[[Plan], None]], Plan]
     cancel: Callable[[Plan], list[tuple[str, int]]]

@@ -17,8 +17,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from metaq.cli.subparsers import SubParsers
 from metaq.errors import ConsumerRebalanceFailedError, ConsumerTimeoutError
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # the consumer imports kazoo and the Kafka client: `metaq ver
     from kazoo.protocol.states import WatchedEvent
 
     from metaq.consumer.offset_store import CommitResult, OffsetStore, TopicPartition
+    from metaq.consumer.streams import KafkaStream
 
 _print_lock = threading.Lock()
 RUN_GAP_S = 0.5  # a pause in delivery longer than this starts a new records_consumed run
@@ -37,6 +39,18 @@ def emit(name: str, **fields: object) -> None:
     with _print_lock:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
+
+
+@dataclass
+class _Run:
+    """One partition's run of consecutive offsets delivered without a pause: what ``records_consumed`` reports."""
+
+    min_offset: int
+    max_offset: int
+    count: int
+    first: float
+    """When its first record was delivered (time.monotonic())."""
+    last: float
 
 
 class ConsumedReport:
@@ -51,7 +65,7 @@ class ConsumedReport:
 
     def __init__(self, every_s: float) -> None:
         self._lock = threading.Lock()
-        self._pending: dict[tuple[str, int], list[Any]] = {}  # [min offset, max offset, count, first, last time]
+        self._pending: dict[tuple[str, int], _Run] = {}
         self._every_s = every_s
         self._last = time.monotonic()
 
@@ -62,14 +76,14 @@ class ConsumedReport:
             span = self._pending.get(key)
             # A rewind or gap, or a pause in delivery (a SIGSTOP): report runs separately, so that each run's
             # firstTime..lastTime says when its records were delivered.
-            if span is not None and (offset != span[1] + 1 or now - span[4] > RUN_GAP_S):
+            if span is not None and (offset != span.max_offset + 1 or now - span.last > RUN_GAP_S):
                 self._flush()
                 span = None
             if span is None:
-                span = self._pending[key] = [offset, offset, 0, now, now]
-            span[1] = offset
-            span[2] += 1
-            span[4] = now
+                span = self._pending[key] = _Run(offset, offset, 0, now, now)
+            span.max_offset = offset
+            span.count += 1
+            span.last = now
 
     def tick(self, idle: bool) -> None:
         """Flush when idle or when the batch is old enough."""
@@ -85,8 +99,9 @@ class ConsumedReport:
         self._last = time.monotonic()
         if self._pending:
             emit("records_consumed", partitions=[
-                {"topic": t, "partition": p, "minOffset": lo, "maxOffset": hi, "count": n, "firstTime": first,
-                 "lastTime": last} for (t, p), (lo, hi, n, first, last) in sorted(self._pending.items())])
+                {"topic": t, "partition": p, "minOffset": run.min_offset, "maxOffset": run.max_offset,
+                 "count": run.count, "firstTime": run.first, "lastTime": run.last}
+                for (t, p), run in sorted(self._pending.items(), key=lambda item: item[0])])
             self._pending.clear()
 
 
@@ -213,7 +228,7 @@ def _report_commit(report: ConsumedReport, started: float, result: CommitResult)
          lost=[{"topic": t, "partition": p} for t, p in sorted(result.lost)])
 
 
-def _consume(stream: Any, stop: threading.Event, max_messages: int, report: ConsumedReport) -> None:
+def _consume(stream: KafkaStream, stop: threading.Event, max_messages: int, report: ConsumedReport) -> None:
     total = 0
     while not stop.is_set() and (max_messages < 0 or total < max_messages):
         try:

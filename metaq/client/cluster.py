@@ -32,7 +32,7 @@ import time
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import ListOffsetsRequest
@@ -360,10 +360,12 @@ class ClusterClient:
 
     # -- connections ---------------------------------------------------------------------------------
 
-    def open_connection(self, leader: Leader, **limits: Any) -> BrokerConnection:
-        """A new, unconnected connection of the caller's own to ``leader`` (``limits``: see
-        :meth:`ConnectionSettings.with_limits`); the caller connects and closes it."""
-        settings = self.settings.with_limits(**limits) if limits else self.settings
+    def open_connection(self, leader: Leader, *, client_id: str | None = None, request_timeout_ms: int | None = None,
+                        connect_timeout_ms: int | None = None) -> BrokerConnection:
+        """A new, unconnected connection of the caller's own to ``leader`` (the limits given replace the
+        settings', as :meth:`ConnectionSettings.with_limits`); the caller connects and closes it."""
+        settings = self.settings.with_limits(client_id=client_id, request_timeout_ms=request_timeout_ms,
+                                             connect_timeout_ms=connect_timeout_ms)
         return settings.new_connection(leader.host, leader.port)
 
     def request(self, leader: Leader, request_class: type[ApiMessage], fields: RequestFields) -> ApiResponse:

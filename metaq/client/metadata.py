@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from kafka.protocol.metadata import MetadataRequest
 
@@ -33,6 +32,7 @@ from metaq.client.request_codec import build_request
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import BrokerConnectionError, ConfigError, MetaqError
 from metaq.protocol.apis import ApiKey
+from metaq.protocol.messages import ApiResponse, RequestFields
 from zk_layout import BrokerInfo, PartitionState, TopicAssignment
 
 log = logging.getLogger(__name__)
@@ -60,19 +60,19 @@ def metadata_version(broker_versions: dict[int, tuple[int, int]]) -> int:
     return max(0, min(offered[1], MAX_METADATA_VERSION))
 
 
-def all_topics_request(version: int) -> dict[str, Any]:
+def all_topics_request(version: int) -> RequestFields:
     """The fields of a Metadata request for every topic. In v0 that is an empty topic list (Kafka 0.8's
     TopicMetadataRequest: "no topics" means all), from v1 on a null one (an empty list means none, KIP-4);
     from v4 on, asking must not create a topic."""
     if version == 0:
         return {"topics": []}
-    fields: dict[str, Any] = {"topics": None}
+    fields: dict[str, list[str] | bool | None] = {"topics": None}
     if version >= 4:
         fields["allow_auto_topic_creation"] = False
     return fields
 
 
-def parse_metadata(answer: Any, security_protocol: str) -> MetadataSnapshot:
+def parse_metadata(answer: ApiResponse, security_protocol: str) -> MetadataSnapshot:
     """A MetadataResponse as the ZooKeeper nodes it mirrors (``/brokers/ids``, ``/brokers/topics``, states).
     A v0 answer (Kafka 0.8/0.9) has no controller (-1 here), no racks and no leader epochs (-1)."""
     brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, (f"{security_protocol}://{b.host}:{b.port}",), 0)
@@ -119,9 +119,10 @@ class MetadataLayout:
         self._read_at = 0.0
 
     @classmethod
-    def connect(cls, bootstrap: str, settings: ConnectionSettings, **kwargs: Any) -> MetadataLayout:
+    def connect(cls, bootstrap: str, settings: ConnectionSettings, *, option: str = "bootstrap.servers",
+                min_refresh_s: float = 1.0) -> MetadataLayout:
         """Asks for the metadata at once, so that an unreachable cluster is the first error, naming the option."""
-        layout = cls(bootstrap, settings, **kwargs)
+        layout = cls(bootstrap, settings, option=option, min_refresh_s=min_refresh_s)
         layout.metadata()
         return layout
 

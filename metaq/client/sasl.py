@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import scramp
+from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from metaq.config import Secret
@@ -27,6 +28,7 @@ from metaq.errors import (
     for_code,
 )
 from metaq.protocol.apis import ApiKey
+from metaq.protocol.messages import ApiResponse, RequestFields
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ class _Conn(Protocol):
     @property
     def address(self) -> str: ...
 
-    def send(self, request_class: Any, fields: Any) -> Any: ...
+    def send(self, request_class: type[ApiMessage], fields: RequestFields) -> ApiResponse: ...
 
     def api_version(self, api_key: int) -> int: ...
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import ssl
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from metaq.config import Config, Secret, one_of, prop
+from metaq.config import Config, Properties, Secret, one_of, prop
 from metaq.errors import ConfigError
 
 __all__ = ["SASL_MECHANISMS", "SECRET_KEYS", "SECURITY_KEYS", "SECURITY_PROTOCOLS", "SecurityConfig",
@@ -109,7 +109,7 @@ class SecurityConfig(Config):
             raise ConfigError("config 'ssl.key.password': set without ssl.key.location")
 
 
-def _refuse_unused(protocol: str, needs: str, values: dict[str, Any]) -> None:
+def _refuse_unused(protocol: str, needs: str, values: Mapping[str, object]) -> None:
     for key, value in values.items():
         if value:
             raise ConfigError(f"config {key!r} is set but security.protocol is {protocol}, which does not use "
@@ -123,7 +123,7 @@ SECRET_KEYS = frozenset({"ssl.key.password", "sasl.password"})
 """The property names whose values are secrets (masked wherever options are shown)."""
 
 
-def security_properties(values: dict[str, Any]) -> tuple[SecurityConfig, dict[str, Any]]:
+def security_properties(values: Properties) -> tuple[SecurityConfig, dict[str, object]]:
     """Split ``values`` into the security options (checked) and the rest."""
     own = {k: v for k, v in values.items() if k in SECURITY_KEYS}
     rest = {k: v for k, v in values.items() if k not in SECURITY_KEYS}
@@ -150,7 +150,7 @@ def client_ssl_context(security: SecurityConfig) -> ssl.SSLContext:
     return context
 
 
-def _load(key: str, path: str, load: Any) -> None:
+def _load(key: str, path: str, load: Callable[[], None]) -> None:
     try:
         load()
     except FileNotFoundError as e:

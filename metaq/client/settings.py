@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 from metaq.client.connection import BrokerConnection
 from metaq.client.sasl import SaslLogin
@@ -62,10 +61,15 @@ class ConnectionSettings:
     def with_limits(self, *, client_id: str | None = None, request_timeout_ms: int | None = None,
                     connect_timeout_ms: int | None = None,
                     max_response_bytes: int | None = None) -> ConnectionSettings:
-        """A copy with other per-connection limits and the same security options."""
-        changes: dict[str, Any] = {"client_id": client_id, "request_timeout_ms": request_timeout_ms,
-                                   "connect_timeout_ms": connect_timeout_ms, "max_response_bytes": max_response_bytes}
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+        """A copy with other per-connection limits and the same security options (itself when none is given)."""
+        if client_id is None and request_timeout_ms is None and connect_timeout_ms is None \
+                and max_response_bytes is None:
+            return self
+        return dataclasses.replace(
+            self, client_id=self.client_id if client_id is None else client_id,
+            request_timeout_ms=self.request_timeout_ms if request_timeout_ms is None else request_timeout_ms,
+            connect_timeout_ms=self.connect_timeout_ms if connect_timeout_ms is None else connect_timeout_ms,
+            max_response_bytes=self.max_response_bytes if max_response_bytes is None else max_response_bytes)
 
     @property
     def security_protocol(self) -> str:

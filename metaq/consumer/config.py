@@ -24,13 +24,12 @@ Metadata requests (metaq.client.metadata), refreshed every ``metadata.max.age.ms
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Self
 
 from metaq.client.security import SecurityConfig
 from metaq.client.versions import fallback_release
-from metaq.config import non_negative, one_of, positive, prop
+from metaq.config import Properties, non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
 from metaq.metrics.off import check_metrics
 from metaq.zksecurity import ZooKeeperClientConfig
@@ -170,7 +169,7 @@ class ConsumerConfig(ZooKeeperClientConfig, SecurityConfig):
             object.__setattr__(self, "auto_offset_reset", alias)
 
     @classmethod
-    def from_properties(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> Self:
+    def from_properties(cls, values: Properties | None = None, **overrides: object) -> Self:
         config = super().from_properties(values, **overrides)
         if not config.group_id:
             raise ConfigError("config 'group.id': a value is required")

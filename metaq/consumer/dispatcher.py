@@ -18,6 +18,7 @@ from typing import Any, Protocol, Self
 from prometheus_client import CollectorRegistry
 from tenacity.wait import wait_base
 
+from metaq.config import Properties
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.connector import Consumer
 from metaq.consumer.delivery import (
@@ -182,7 +183,7 @@ class MessageConsumer:
 
     def __init__(
         self,
-        config: ConsumerConfig | Mapping[str, Any],
+        config: ConsumerConfig | Properties,
         *,
         rebalance_listener: RebalanceListener | None = None,
         key_deserializer: DeserializerSpec = "bytes",

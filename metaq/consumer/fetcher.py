@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from kafka.protocol.consumer import FetchRequest
 
@@ -63,6 +63,7 @@ from metaq.errors import (
 )
 from metaq.metrics.consumer import ConsumerMetrics
 from metaq.protocol.control import aborted_ranges, in_ranges
+from metaq.protocol.messages import ApiResponse
 from metaq.protocol.records import Record, decode_records
 from metaq.retry import fetcher as fetcher_policy
 
@@ -258,7 +259,8 @@ class FetchRequestRunner(threading.Thread):
 
     # -- requests ----------------------------------------------------------------------------------
 
-    def _fetch(self, conn: BrokerConnection, infos: list[PartitionTopicInfo]) -> tuple[dict[TopicPartition, int], Any]:
+    def _fetch(self, conn: BrokerConnection, infos: list[PartitionTopicInfo]
+               ) -> tuple[dict[TopicPartition, int], ApiResponse]:
         """One Fetch request for ``infos``; returns the offsets asked for and the decoded response."""
         config = self._config
         self._rotation = (self._rotation + 1) % len(infos)
@@ -286,7 +288,8 @@ class FetchRequestRunner(threading.Thread):
         """Fetch's and ListOffsets' isolation_level: 1 for read_committed (docs/transactions.md)."""
         return 1 if self._config.isolation_level == "read_committed" else 0
 
-    def _handle_response(self, conn: BrokerConnection, offsets: dict[TopicPartition, int], response: Any) -> None:
+    def _handle_response(self, conn: BrokerConnection, offsets: dict[TopicPartition, int],
+                         response: ApiResponse) -> None:
         top_error = getattr(response, "error_code", 0)
         if top_error:  # v7+: the request as a whole failed (fetch sessions); retry everything later
             error = for_code(top_error)(f"Fetch from broker {self.broker_id} failed with error {top_error}")

@@ -30,6 +30,7 @@ from functools import partial
 from typing import Any
 
 from kafka.protocol.consumer import ConsumerProtocolSubscription
+from kazoo.protocol.states import WatchedEvent
 
 from metaq.consumer.assignors import AssignmentContext
 from metaq.consumer.coordination import GroupMember
@@ -38,6 +39,7 @@ from metaq.consumer.group_protocol import decode_subscription, encode_assignment
 from metaq.consumer.ids import consumer_id_of, make_thread_ids
 from metaq.consumer.offset_store import OffsetStore, TopicPartition
 from metaq.errors import MalformedNodeError, MetaqError
+from metaq.protocol.messages import ApiResponse
 from zk_layout import ZkLayout
 from zk_layout.migration import (
     BRIDGE_MODE,
@@ -125,7 +127,7 @@ def bridge_assignment(members: Mapping[str, tuple[str | None, tuple[str, ...]]],
     return result
 
 
-def _set_event(event: threading.Event, _watched: Any) -> None:
+def _set_event(event: threading.Event, _watched: WatchedEvent) -> None:
     event.set()
 
 
@@ -179,7 +181,7 @@ class MigratingMember(GroupMember):
             return super()._subscription_bytes()
         return encode_bridge_subscription(self._topics(), self._consumer_id)
 
-    def _assign(self, joined: Any) -> dict[str, bytes]:
+    def _assign(self, joined: ApiResponse) -> dict[str, bytes]:
         if not self.bridge:
             return super()._assign(joined)
         members = {m.member_id: (bridge_consumer_id(m.metadata), decode_subscription(m.metadata))
@@ -207,7 +209,7 @@ class MigratingMember(GroupMember):
                  {m: len(ps) for m, ps in assignment.items()})
         return {member: encode_assignment(parts) for member, parts in assignment.items()}
 
-    def _registrations_changed(self, _event: Any) -> None:
+    def _registrations_changed(self, _event: WatchedEvent) -> None:
         """The bridge leader's watch on ``/ids``: a member came or went, the ZooKeeper assignment changed (a
         rejoin asked for during a join makes that join start over: the watch is one-shot, nothing is missed)."""
         if self.bridge and not self._closing.is_set():

@@ -6,11 +6,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from metaq.client.security import SecurityConfig
 from metaq.client.versions import DEFAULT_FALLBACK, fallback_release
-from metaq.config import non_negative, one_of, positive, prop
+from metaq.config import Properties, non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
 from metaq.protocol.compression import CODECS
 from metaq.zksecurity import ZooKeeperClientConfig
@@ -21,8 +20,12 @@ PARTITIONERS = ("default", "round_robin", "random")
 COMPRESSION_TYPES = tuple(CODECS)  # none, gzip, snappy, lz4, zstd
 
 
-def _acks(value: Any) -> str | None:
+def _acks(value: int) -> str | None:
     return None if value in (-1, 0, 1) else "must be one of -1 (all), 0, 1"
+
+
+def _is_all(acks: object) -> bool:
+    return isinstance(acks, str) and acks.strip().lower() == "all"
 
 
 @dataclass(frozen=True)
@@ -74,12 +77,12 @@ class ProducerConfig(ZooKeeperClientConfig, SecurityConfig):
                                     doc="re-read a topic's partitions and leaders from ZooKeeper this often")
 
     @classmethod
-    def from_properties(cls, values: Any = None, **overrides: Any) -> ProducerConfig:
+    def from_properties(cls, values: Properties | None = None, **overrides: object) -> ProducerConfig:
         """As :meth:`Config.from_properties`, also accepting ``acks=all``."""
         values = dict(values or {})
-        if isinstance(values.get("acks"), str) and values["acks"].strip().lower() == "all":
+        if _is_all(values.get("acks")):
             values["acks"] = ACKS_ALL
-        if isinstance(overrides.get("acks"), str) and overrides["acks"].strip().lower() == "all":
+        if _is_all(overrides.get("acks")):
             overrides["acks"] = ACKS_ALL
         return super().from_properties(values, **overrides)
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any
 
 from metaq.client.connection import BrokerConnection
 from metaq.client.settings import ConnectionSettings
+from metaq.config import Properties
 from metaq.errors import MetaqError
 from metaq.producer.accumulator import RecordAccumulator, RecordMetadata
 from metaq.producer.config import ProducerConfig
@@ -48,7 +48,7 @@ class Producer:
     it after ``metadata.max.age.ms`` or an error, as Kafka's producer does.
     """
 
-    def __init__(self, config: ProducerConfig | Mapping[str, Any] | None = None, *,
+    def __init__(self, config: ProducerConfig | Properties | None = None, *,
                  metadata: ClusterMetadata | None = None,
                  connection_factory: Callable[..., BrokerConnection] | None = None) -> None:
         self.config = config if isinstance(config, ProducerConfig) else ProducerConfig.from_properties(config)

@@ -25,7 +25,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from kafka.protocol.producer import ProduceRequest
 
@@ -54,6 +53,7 @@ from metaq.producer.legacy import (
     produce_magic,
 )
 from metaq.producer.metadata import ClusterMetadata, Leader
+from metaq.protocol.messages import ApiResponse, RequestFields
 from metaq.retry import producer_send
 
 log = logging.getLogger(__name__)
@@ -278,7 +278,9 @@ class Sender(threading.Thread):
                   "connect_timeout_ms": self._config.connect_timeout_ms}
         if self._connect is not None:  # a test's factory
             return self._connect(leader.host, leader.port, **limits)
-        return self._metadata.open_connection(leader, **limits)
+        return self._metadata.open_connection(leader, client_id=self._config.client_id,
+                                              request_timeout_ms=self._config.request_timeout_ms,
+                                              connect_timeout_ms=self._config.connect_timeout_ms)
 
     def _drop(self, node: _Node) -> None:
         if node.registered_fd >= 0:
@@ -402,6 +404,7 @@ class Sender(threading.Thread):
                 self._node_failed(node, e)
                 return
             node.in_flight.popleft()
+            assert response is not None  # only acks != 0 requests, which expect an answer, are in flight
             self._handle_response(request, response)
 
     def _node_failed(self, node: _Node, error: BaseException) -> None:
@@ -413,7 +416,7 @@ class Sender(threading.Thread):
             for batch in request.batches.values():
                 self._retry_or_fail(batch, error)
 
-    def _handle_response(self, request: _Request, response: Any) -> None:
+    def _handle_response(self, request: _Request, response: ApiResponse) -> None:
         batches = dict(request.batches)
         for topic_response in response.responses:
             for part in topic_response.partition_responses:
@@ -475,9 +478,9 @@ class Sender(threading.Thread):
 
 
 def _topic_data(batches: Iterable[ProducerBatch], converted: Mapping[ProducerBatch, bytes] | None = None
-                ) -> list[dict[str, Any]]:
+                ) -> list[RequestFields]:
     """Produce's topic_data: each batch as built (record batch v2), or as ``converted`` has it (message sets)."""
-    by_topic: dict[str, list[dict[str, Any]]] = {}
+    by_topic: dict[str, list[dict[str, int | bytes]]] = {}
     for batch in batches:
         records = batch.seal() if converted is None else converted[batch]
         by_topic.setdefault(batch.tp.topic, []).append({"index": batch.tp.partition, "records": records})

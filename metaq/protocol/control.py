@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import crc32c
 
 from metaq.errors import CorruptRecordError
 from metaq.protocol.batches import BATCH_HEADER_SIZE, read_header
 from metaq.protocol.builder import varint as _varint
+from metaq.protocol.messages import ApiStruct
 
 __all__ = ["ABORT", "COMMIT", "aborted_ranges", "build_marker", "in_ranges", "marker_is_abort"]
 
@@ -81,7 +81,7 @@ def marker_is_abort(batch: bytes) -> bool | None:
     return None
 
 
-def aborted_ranges(data: bytes, aborted: Iterable[Any]) -> list[tuple[int, int]]:
+def aborted_ranges(data: bytes, aborted: Iterable[ApiStruct]) -> list[tuple[int, int]]:
     """The offset ranges (first, last) of the batches of ``data`` that belong to aborted transactions, from a
     read_committed Fetch answer's ``aborted_transactions`` (each with ``producer_id`` and ``first_offset``):
     Kafka's consumer logic (``CompletedFetch``): a producer's aborted transaction starts at its first

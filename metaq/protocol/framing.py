@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from kafka.protocol.api_message import ApiMessage
 
 from metaq.errors import ProtocolError
+from metaq.protocol.messages import ApiRequest, RequestHeader
 
 SIZE = struct.Struct(">i")
 REQUEST_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
@@ -28,14 +31,15 @@ def peek_request(frame: bytes | bytearray | memoryview) -> RequestPrefix:
     return RequestPrefix(*REQUEST_PREFIX.unpack_from(frame, 0))
 
 
-_Decoder = Callable[[memoryview, int], tuple[Any, int]]
-_DECODERS: dict[tuple[Any, int], tuple[_Decoder, _Decoder]] = {}
+_HeaderDecoder = Callable[[memoryview, int], tuple[RequestHeader, int]]
+_BodyDecoder = Callable[[memoryview, int], tuple[ApiMessage, int]]
+_DECODERS: dict[tuple[type[ApiMessage], int], tuple[_HeaderDecoder, _BodyDecoder]] = {}
 """(request class, version) -> its header and body decoders: kafka-python caches the compiled functions, but
 finding them took a dozen class-property lookups per request (docs/performance.md, "The broker's cost per
 request")."""
 
 
-def _decoders(request_cls: Any, version: int) -> tuple[_Decoder, _Decoder]:
+def _decoders(request_cls: type[ApiMessage], version: int) -> tuple[_HeaderDecoder, _BodyDecoder]:
     flexible = request_cls.flexible_version_q(version)
     header_cls = request_cls.header_class
     header_version = header_cls._flexible_versions[0] if flexible else header_cls._valid_versions[0]
@@ -48,7 +52,7 @@ def _decoders(request_cls: Any, version: int) -> tuple[_Decoder, _Decoder]:
     return decode_header, decode_body
 
 
-def decode_request(request_cls: Any, frame: bytes | bytearray | memoryview, version: int) -> Any:
+def decode_request(request_cls: type[ApiMessage], frame: bytes | bytearray | memoryview, version: int) -> ApiRequest:
     """A request (header included) decoded from one frame body, failing on any field that runs past it.
 
     kafka-python's compiled decoders slice strings and bytes without a bounds check, so a length
@@ -64,8 +68,9 @@ def decode_request(request_cls: Any, frame: bytes | bytearray | memoryview, vers
     header, pos = decode_header(data, 0)
     if pos > len(data):
         raise ProtocolError(f"request header runs {pos - len(data)} bytes past the {len(data)}-byte frame")
-    request, pos = decode_body(data, pos)
+    message, pos = decode_body(data, pos)
     if pos > len(data):
         raise ProtocolError(f"a field runs {pos - len(data)} bytes past the end of the {len(data)}-byte frame")
-    request._header = header
+    message._header = header
+    request: ApiRequest = message
     return request

@@ -11,11 +11,11 @@ header, encoding itself) is typed and checked; the schema's own fields stay dyna
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 __all__ = ["ApiMessageLike", "ApiRequest", "ApiResponse", "ApiStruct", "RequestFields", "RequestHeader",
-           "ResponseFamily"]
+           "ResponseClass", "ResponseFamily", "StructClass"]
 
 RequestFields = Mapping[str, Any]
 """A request as its fields by schema name (structs as nested dicts), built for the version the broker speaks."""
@@ -58,10 +58,28 @@ class ApiResponse(ApiMessageLike, Protocol):
     """A decoded response (what a client reads), or one a broker handler builds."""
 
 
+class StructClass(Protocol):
+    """A nested struct class of a schema (``MetadataResponse.MetadataResponseTopic``): called with its fields by
+    schema name it builds an :class:`ApiStruct`; its own nested struct classes are attributes."""
+
+    def __call__(self, *values: object, **fields: object) -> ApiStruct: ...
+
+    def __getattr__(self, name: str) -> StructClass: ...
+
+
+class ResponseClass(Protocol):
+    """One version's response class: called with the response's fields it builds an :class:`ApiResponse`; the
+    schema's nested struct classes are attributes."""
+
+    def __call__(self, *values: object, **fields: object) -> ApiResponse: ...
+
+    def __getattr__(self, name: str) -> StructClass: ...
+
+
 class ResponseFamily(Protocol):
     """An API's response classes, one per version: ``Family[version](**fields)`` builds an :class:`ApiResponse`;
-    other attributes (the schema's nested struct classes) stay dynamic (metaq/protocol/responses.py)."""
+    the schema's nested struct classes are attributes (``Family.Topic``, metaq/protocol/responses.py)."""
 
-    def __getitem__(self, version: int) -> Callable[..., ApiResponse]: ...
+    def __getitem__(self, version: int) -> ResponseClass: ...
 
-    def __getattr__(self, name: str) -> Any: ...
+    def __getattr__(self, name: str) -> StructClass: ...

@@ -15,20 +15,23 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
+from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
+from metaq.config import Properties
+from metaq.protocol.messages import ApiMessageLike, ApiResponse
 from metaq.testing.wait import wait_until
 from metaq.zkclient import session
 from zk_layout import ZkLayout, split_connect
 
 
-def request(bootstrap: str, req: Any, response_cls: Any, version: int, timeout: float = 10.0) -> Any:
+def request(bootstrap: str, req: ApiMessageLike, response_cls: type[ApiMessage], version: int,
+            timeout: float = 10.0) -> ApiResponse:
     """One request/response over a fresh socket with kafka-python's codec (test helper)."""
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
@@ -46,11 +49,13 @@ def fetch_error(bootstrap: str, topic: str, partition: int = 0, offset: int = 0)
     return int(request(bootstrap, req, FetchResponse, 4).responses[0].partitions[0].error_code)
 
 
-def call(s: socket.socket, req: Any, response_cls: Any, version: int, correlation_id: int = 1) -> Any:
+def call(s: socket.socket, req: ApiMessageLike, response_cls: type[ApiMessage], version: int,
+         correlation_id: int = 1) -> ApiResponse:
     """One request/response on an open socket (test helper: SASL exchanges need the same connection)."""
     req.with_header(correlation_id=correlation_id, client_id="metaq-test")
     s.sendall(req.encode(header=True, framed=True))
-    return response_cls.decode(read_frame(s), version=version, header=True)
+    response: ApiResponse = response_cls.decode(read_frame(s), version=version, header=True)
+    return response
 
 
 def read_frame(s: socket.socket) -> bytes:
@@ -83,7 +88,7 @@ class BrokerCluster:
         self.base_dir = base_dir
         self.brokers: list[BrokerProcess] = []
 
-    def add(self, broker_id: int | None = None, **properties: Any) -> BrokerProcess:
+    def add(self, broker_id: int | None = None, **properties: object) -> BrokerProcess:
         broker_id = len(self.brokers) if broker_id is None else broker_id
         broker = BrokerProcess(self.zk_connect, broker_id, self.base_dir, properties=properties)
         self.brokers.append(broker)
@@ -140,7 +145,7 @@ class SharedBroker:
 
 
 @contextlib.contextmanager
-def shared_broker(zk_connect_string: str, directory: Path, prefix: str, *, properties: dict[str, Any] | None = None,
+def shared_broker(zk_connect_string: str, directory: Path, prefix: str, *, properties: Properties | None = None,
                   nofile_limit: int | None = None) -> Iterator[SharedBroker]:
     """A broker on a fresh ZooKeeper chroot ``<prefix>-<uuid hex>`` under ``zk_connect_string``, for a
     module-scoped fixture; stopped on exit. ``properties`` and ``nofile_limit``: see BrokerProcess."""

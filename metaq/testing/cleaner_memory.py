@@ -16,9 +16,10 @@ import argparse
 import json
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from metaq.broker.log.cleaner.cleaner import Cleaner, log_end_offset
 from metaq.broker.log.cleaner.offset_map import OffsetMap
@@ -29,6 +30,8 @@ from metaq.protocol.builder import CompiledBatchBuilder, PyBatchBuilder
 from metaq.protocol.records import decode_records
 
 __all__ = ["TOPIC", "CleanFigures", "clean", "latest_values", "value_of", "vm_kib", "write_log"]
+
+T = TypeVar("T")
 
 TOPIC = "cleaner-memory"
 TIMESTAMP = 1_700_000_000_000
@@ -134,9 +137,8 @@ def clean(directory: Path, map_bytes: int, segment_bytes: int = 64 << 20) -> Cle
         log.close()
 
 
-def _direct(fn: object) -> object:
+def _direct(fn: Callable[[], T]) -> T:
     """The cleaner's ``on_loop`` without an event loop: this process is the only user of the log."""
-    assert callable(fn)
     return fn()
 
 

@@ -18,8 +18,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
 
 from metaq.cli.demo_harness import (
     ConsumerProcess,
@@ -30,6 +29,7 @@ from metaq.cli.demo_harness import (
     check_delivery,
     ownership_problem,
 )
+from metaq.config import Properties
 from metaq.consumer import Consumer, ConsumerTimeoutError
 from metaq.consumer.message import MessageAndMetadata
 from metaq.errors import MetaqError
@@ -294,7 +294,7 @@ class StreamReader:
     """One in-process member reading its single stream of ``topic`` on a thread, recording (partition, offset)
     and telling ``on_message`` (if given) of each message as it is delivered."""
 
-    def __init__(self, properties: Mapping[str, Any], topic: str,
+    def __init__(self, properties: Properties, topic: str,
                  on_message: Callable[[StreamReader, MessageAndMetadata], None] | None = None) -> None:
         self.consumer = Consumer({"consumer.timeout.ms": 100, **properties})
         [self.stream] = self.consumer.create_message_streams({topic: 1})[topic]

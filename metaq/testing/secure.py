@@ -13,7 +13,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from metaq.broker.process import BrokerProcess, free_port
 from metaq.errors import MetaqError
@@ -57,7 +56,7 @@ class SecureBroker:
 
 def secure_broker(zk_connect: str, data_dir: Path, certs: Certs, *, plain_users: Mapping[str, str],
                   listeners: Sequence[str] = LISTENERS, broker_id: int = 0, process: BrokerProcess | None = None,
-                  plaintext: bool = True, **properties: Any) -> SecureBroker:
+                  plaintext: bool = True, **properties: object) -> SecureBroker:
     """A broker (not started; ``process``, or a new one) with one listener per protocol in ``listeners``
     (PLAINTEXT too unless ``plaintext`` is false; the first listener is on the process's port, where
     :meth:`BrokerProcess.start` waits for it to accept), the server certificate of

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from metaq.zkserver.server import ZooKeeperServer
@@ -34,6 +34,10 @@ def _tail(path: Path, lines: int) -> str:
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
+_Spawn = tuple[Callable[[], subprocess.Popen[bytes]], Future[subprocess.Popen[bytes]]]
+"""A start handed to the spawner thread: the function that forks, and the future its process goes to."""
+
+
 class _Spawner:
     """Starts child processes from one long-lived daemon thread.
 
@@ -44,7 +48,7 @@ class _Spawner:
     """
 
     _lock = threading.Lock()
-    _queue: ClassVar[queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] | None] = None
+    _queue: ClassVar[queue.SimpleQueue[_Spawn] | None] = None
 
     @classmethod
     def run(cls, fn: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
@@ -55,7 +59,7 @@ class _Spawner:
         return future.result()  # Popen itself is bounded; a JVM exec takes milliseconds
 
     @classmethod
-    def _ensure_thread(cls) -> queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]:
+    def _ensure_thread(cls) -> queue.SimpleQueue[_Spawn]:
         with cls._lock:
             if cls._queue is None:
                 cls._queue = queue.SimpleQueue()
@@ -63,7 +67,7 @@ class _Spawner:
             return cls._queue
 
     @staticmethod
-    def _loop(jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]) -> None:
+    def _loop(jobs: queue.SimpleQueue[_Spawn]) -> None:
         while True:
             fn, future = jobs.get()
             try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.security.acl_rules import AclFilter
@@ -125,7 +125,7 @@ async def create_acls(ctx: BrokerContext, request: ApiRequest, version: int) -> 
     return CreateAclsResponse[version](throttle_time_ms=0, results=results)
 
 
-async def _delete_one(ctx: BrokerContext, f: ApiStruct, version: int) -> Any:
+async def _delete_one(ctx: BrokerContext, f: ApiStruct, version: int) -> ApiStruct:
     assert ctx.authorizer is not None
     acl_filter = _filter(f, version)
     if reason := acl_filter.invalid():

@@ -5,12 +5,11 @@ DescribeConfigs on the cluster, altering AlterConfigs on the cluster (Kafka's Ka
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.quota.admin import FilterComponent, QuotaOp, apply_ops, describe, entity_of, entity_parts
 from metaq.errors import BrokerResponseError, ConfigError, ErrorCode, InvalidRequestError, MetaqError
-from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct
+from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct, ResponseClass
 from metaq.protocol.responses import AlterClientQuotasResponse, DescribeClientQuotasResponse
 from zk_layout.acl_formats import AclOperation, ResourceType
 from zk_layout.quotas import ClientQuotaEntity
@@ -34,15 +33,15 @@ async def describe_client_quotas(ctx: BrokerContext, request: ApiRequest, versio
     return family(throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None, entries=entries)
 
 
-def _entry(family: object, entity: ClientQuotaEntity, values: dict[str, float]) -> Any:
-    entry: Any = getattr(family, "EntryData")  # noqa: B009 (a nested schema class)
+def _entry(family: ResponseClass, entity: ClientQuotaEntity, values: dict[str, float]) -> ApiStruct:
+    entry = family.EntryData
     return entry(entity=[entry.EntityData(entity_type=t, entity_name=n) for t, n in entity_parts(entity)],
                  values=[entry.ValueData(key=k, value=v) for k, v in sorted(values.items())])
 
 
 async def alter_client_quotas(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     family = AlterClientQuotasResponse[version]
-    entry_data: Any = getattr(family, "EntryData")  # noqa: B009 (a nested schema class)
+    entry_data = family.EntryData
     denied = ctx.denied(AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER)
     results = []
     for entry in request.entries:

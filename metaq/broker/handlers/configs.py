@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
-from typing import Any
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.handlers.create_delete_topics import AdminError, attempt, require
@@ -24,7 +23,7 @@ from metaq.broker.topic_config import (
     validate_topic_config,
 )
 from metaq.errors import ConfigError, ErrorCode
-from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct
+from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct, StructClass
 from metaq.protocol.responses import AlterConfigsResponse, DescribeConfigsResponse, IncrementalAlterConfigsResponse
 from zk_layout.acl_formats import AclOperation, ResourceType
 
@@ -55,8 +54,8 @@ Synonym = Entry.DescribeConfigsSynonym
 
 
 def _entry(version: int, synonyms: bool, name: str, value: str | None, source: int, read_only: bool,
-           config_type: str, synonym_list: list[tuple[str, str | None, int]]) -> Any:
-    fields: dict[str, Any] = {"name": name, "value": value, "read_only": read_only, "is_sensitive": False}
+           config_type: str, synonym_list: list[tuple[str, str | None, int]]) -> ApiStruct:
+    fields: dict[str, object] = {"name": name, "value": value, "read_only": read_only, "is_sensitive": False}
     if version == 0:
         fields["is_default"] = source == DEFAULT_CONFIG
     else:
@@ -212,7 +211,7 @@ async def _alter_broker(ctx: BrokerContext, name: str, validate_only: bool,
     log.info("broker %s: dynamic config set to %s", node, new)
 
 
-async def _alter_all(ctx: BrokerContext, request: ApiRequest, result_cls: type,
+async def _alter_all(ctx: BrokerContext, request: ApiRequest, result_cls: StructClass,
                      change_of: Callable[[ApiStruct], Callable[[dict[str, str]], dict[str, str]]]) -> list[ApiStruct]:
     results = []
     for resource in request.resources:

@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Generic, NamedTuple, NoReturn, TypeVar
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.topic_config import TOPIC_CONFIG_KEYS, default_value, validate_topic_config
@@ -187,7 +187,7 @@ async def _create_one(
     _check_name(topic.name)
     if topic.name in await ctx.in_thread(ctx.layout.topics_marked_for_deletion):
         raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' is marked for deletion.")
-    if topic.name in ctx.snapshot.topics or await ctx.in_thread(ctx.layout.topic_assignment, topic.name):
+    if topic.name in ctx.snapshot.topics or await ctx.in_thread(ctx.layout.topic_assignment, topic.name) is not None:
         raise AdminError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.")
     plan = _plan_topic(ctx, topic, budget)
     if validate_only:
@@ -205,7 +205,7 @@ async def _create_one(
     return plan
 
 
-async def _refuse(code: int, message: str) -> Any:
+async def _refuse(code: int, message: str) -> NoReturn:
     raise AdminError(code, message)
 
 
@@ -216,13 +216,14 @@ async def create_topics(ctx: BrokerContext, request: ApiRequest, version: int) -
     budget = PartitionBudget(ctx)
     results = []
     for topic in request.topics:
+        work: Awaitable[TopicPlan]
         if names.count(topic.name) > 1:
             work = _refuse(ErrorCode.INVALID_REQUEST, f"Create topics request from client contains a duplicate topic"
                                             f" {topic.name}")
         else:
             work = _create_one(ctx, topic, validate_only, request.timeout_ms, budget)
         code, message, created = await attempt(f"CreateTopics {topic.name}", work)
-        fields: dict[str, Any] = {"name": topic.name, "error_code": code, "error_message": message}
+        fields: dict[str, object] = {"name": topic.name, "error_code": code, "error_message": message}
         if created is not None and version >= 5:
             config = created.config
             base = ctx.config.log_config()
@@ -272,10 +273,10 @@ async def delete_topics(ctx: BrokerContext, request: ApiRequest, version: int) -
         wanted = [(name, None) for name in request.topic_names]
     results = []
     for name, topic_id in wanted:
-        work = (_refuse(ErrorCode.UNKNOWN_TOPIC_ID, "metaq deletes topics by name only") if name is None
-                else _delete_one(ctx, name, request.timeout_ms))
+        work: Awaitable[None] = (_refuse(ErrorCode.UNKNOWN_TOPIC_ID, "metaq deletes topics by name only")
+                                 if name is None else _delete_one(ctx, name, request.timeout_ms))
         code, message, _ = await attempt(f"DeleteTopics {name}", work)
-        fields: dict[str, Any] = {"name": name, "error_code": code}
+        fields: dict[str, object] = {"name": name, "error_code": code}
         if version >= 5:
             fields["error_message"] = message
         if version >= 6 and topic_id is not None:

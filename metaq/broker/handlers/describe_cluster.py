@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from metaq.broker.context import BrokerContext
 from metaq.errors import ErrorCode
 from metaq.protocol.messages import ApiRequest, ApiResponse
@@ -18,7 +16,7 @@ Broker = DescribeClusterResponse.DescribeClusterBroker
 
 async def handle(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     snapshot = ctx.snapshot
-    fields: dict[str, Any] = {}
+    fields: dict[str, int] = {}
     if version >= 1:
         fields["endpoint_type"] = request.endpoint_type
         if request.endpoint_type != BROKERS_ENDPOINT:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.log.log_dirs import LogDirDescription
@@ -44,15 +43,15 @@ def _wanted(request: ApiRequest) -> set[tuple[str, int]] | None:
     return {(t.topic, p) for t in request.topics for p in t.partitions}
 
 
-def _dir_result(description: LogDirDescription, wanted: set[tuple[str, int]] | None, version: int) -> Any:
-    by_topic: dict[str, list[Any]] = {}
+def _dir_result(description: LogDirDescription, wanted: set[tuple[str, int]] | None, version: int) -> ApiStruct:
+    by_topic: dict[str, list[ApiStruct]] = {}
     for replica in description.replicas:
         if wanted is not None and (replica.topic, replica.partition) not in wanted:
             continue
         by_topic.setdefault(replica.topic, []).append(PartitionResult(
             partition_index=replica.partition, partition_size=replica.size, offset_lag=replica.offset_lag,
             is_future_key=replica.is_future))
-    fields: dict[str, Any] = {}
+    fields: dict[str, int] = {}
     if version >= _FIRST_BYTES_VERSION:
         fields = {"total_bytes": description.total_bytes, "usable_bytes": description.usable_bytes}
     return DirResult(error_code=ErrorCode.NONE if description.online else ErrorCode.KAFKA_STORAGE_ERROR,
@@ -62,7 +61,7 @@ def _dir_result(description: LogDirDescription, wanted: set[tuple[str, int]] | N
 
 
 async def describe_log_dirs(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
-    fields: dict[str, Any] = {}
+    fields: dict[str, int] = {}
     denied = ctx.denied(AclOperation.DESCRIBE, ResourceType.CLUSTER)
     if version >= _FIRST_ERROR_CODE_VERSION:
         fields["error_code"] = denied
@@ -111,7 +110,7 @@ def _partitions(entries: Iterable[ApiStruct]) -> Iterable[tuple[str, int]]:
 
 async def alter_replica_log_dirs(ctx: BrokerContext, request: ApiRequest, version: int) -> ApiResponse:
     denied = ctx.denied(AclOperation.ALTER, ResourceType.CLUSTER)
-    results: dict[str, list[Any]] = {}
+    results: dict[str, list[ApiStruct]] = {}
     for entry in request.dirs:
         log_dir = _log_dir_named(ctx, entry.path)
         for topic, partition in _partitions(entry.topics):

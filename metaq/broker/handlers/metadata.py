@@ -10,12 +10,11 @@ v5 and kafka-python with ``api_version=(2,1)`` v7 without asking ApiVersions fir
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.metadata import ClusterSnapshot
 from metaq.errors import ConfigError, ErrorCode
-from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct
 from metaq.protocol.responses import MetadataResponse
 from zk_layout import validate_topic
 from zk_layout.acl_formats import AclOperation, ResourceType
@@ -41,7 +40,7 @@ def _requested_topics(request: ApiRequest, version: int, snapshot: ClusterSnapsh
     return [t.name for t in topics]
 
 
-def _topic_entry(snapshot: ClusterSnapshot, name: str, error: int = 0) -> Any:
+def _topic_entry(snapshot: ClusterSnapshot, name: str, error: int = 0) -> ApiStruct:
     parts = snapshot.topics.get(name)
     if parts is None:
         return Topic(error_code=error or ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False,

@@ -7,8 +7,6 @@ request's ``current_leader_epoch`` is checked as in Fetch (FENCED_LEADER_EPOCH /
 
 from __future__ import annotations
 
-from typing import Any
-
 from metaq.broker.context import BrokerContext
 from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct
 from metaq.protocol.responses import OffsetForLeaderEpochResponse
@@ -17,7 +15,7 @@ TopicResult = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
 EpochEndOffset = TopicResult.EpochEndOffset
 
 
-def _answer(ctx: BrokerContext, topic: str, p: ApiStruct) -> Any:
+def _answer(ctx: BrokerContext, topic: str, p: ApiStruct) -> ApiStruct:
     error = ctx.serving_error(topic, p.partition) or ctx.epoch_error(topic, p.partition, p.current_leader_epoch)
     if error or ctx.replication is None:
         if error:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.log.partition_log import AppendResult, PartitionLog
@@ -39,6 +38,7 @@ from metaq.errors import (
     UnsupportedCompressionError,
     UnsupportedMessageFormatError,
 )
+from metaq.protocol.batches import Buffer
 from metaq.protocol.messages import ApiRequest
 from metaq.protocol.produce_response import PartitionAnswer, TopicAnswer
 from zk_layout.acl_formats import AclOperation, ResourceType
@@ -59,7 +59,7 @@ class _Appended:
     log_append_time: int = -1  # the broker's time given to the batch on a LogAppendTime topic
 
 
-def _append(ctx: BrokerContext, topic: str, partition: int, records: Any) -> _Appended:
+def _append(ctx: BrokerContext, topic: str, partition: int, records: Buffer | None) -> _Appended:
     """The outcome of appending one partition's records. A duplicate of an idempotent producer's batch answers
     the original's base offset, as Kafka does (UnifiedLog.append with a duplicate)."""
     if denied := ctx.denied(AclOperation.WRITE, ResourceType.TOPIC, topic):
@@ -104,7 +104,7 @@ def _appended(ctx: BrokerContext, topic: str, partition: int, result: AppendResu
         ctx.replication.leader_appended(topic, partition)
 
 
-def _upconverted(ctx: BrokerContext, topic: str, partition: int, records: Any) -> tuple[int, bytes | None]:
+def _upconverted(ctx: BrokerContext, topic: str, partition: int, records: Buffer | None) -> tuple[int, bytes | None]:
     """(error code, the v2 batch) for a Produce v0..2 partition's message set (module doc)."""
     if records is None or len(records) == 0:
         return ErrorCode.CORRUPT_MESSAGE, None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.replication.controller_results import NotControllerError, PartitionResult
@@ -28,6 +28,7 @@ from zk_layout.acl_formats import AclOperation, ResourceType
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R")
 TopicPartition = tuple[str, int]
 UNCLEAN = 1  # ElectLeaders' election_type: 0 preferred, 1 unclean
 
@@ -52,8 +53,8 @@ async def _on_controller(ctx: BrokerContext, work: Callable[[], T]) -> T | int:
         return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
-def _by_topic(results: dict[TopicPartition, Any]) -> dict[str, list[tuple[int, Any]]]:
-    grouped: dict[str, list[tuple[int, Any]]] = {}
+def _by_topic(results: dict[TopicPartition, R]) -> dict[str, list[tuple[int, R]]]:
+    grouped: dict[str, list[tuple[int, R]]] = {}
     for (topic, partition), result in sorted(results.items()):
         grouped.setdefault(topic, []).append((partition, result))
     return grouped
@@ -63,7 +64,7 @@ async def elect_leaders(ctx: BrokerContext, request: ApiRequest, version: int) -
     wanted = (None if request.topic_partitions is None
               else [(t.topic, p) for t in request.topic_partitions for p in t.partitions])
     unclean = version >= 1 and request.election_type == UNCLEAN
-    top: dict[str, Any] = {"error_code": 0} if version >= 1 else {}
+    top: dict[str, int] = {"error_code": 0} if version >= 1 else {}
     if denied := ctx.denied(AclOperation.ALTER, ResourceType.CLUSTER):
         results: dict[TopicPartition, PartitionResult] = {key: PartitionResult(denied) for key in wanted or ()}
         top = {"error_code": denied} if version >= 1 else {}

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from metaq.broker.context import BrokerContext
 from metaq.broker.txn_markers import write_marker
 from metaq.errors import ErrorCode
-from metaq.protocol.messages import ApiRequest, ApiResponse
+from metaq.protocol.messages import ApiRequest, ApiResponse, ApiStruct
 from metaq.protocol.responses import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
@@ -74,7 +73,7 @@ async def add_partitions_to_txn(ctx: BrokerContext, request: ApiRequest, version
             error = await ctx.transactions.add_partitions(txn_id, request.v3_and_below_producer_id,
                                                           request.v3_and_below_producer_epoch, wanted)
     error = _fenced(error, version, 2)
-    by_topic: dict[str, list[Any]] = {}
+    by_topic: dict[str, list[ApiStruct]] = {}
     for topic, partition in wanted:
         code = errors.get((topic, partition), error)
         by_topic.setdefault(topic, []).append(ApPartition(partition_index=partition, partition_error_code=code))
@@ -127,7 +126,7 @@ async def txn_offset_commit(ctx: BrokerContext, request: ApiRequest, version: in
             stored = await ctx.coordinator.commit_txn_offsets(request.group_id, request.producer_id,
                                                               request.producer_epoch, staged)
             errors.update({tp: _fenced(code, version, 3) for tp, code in stored.items()})
-    by_topic: dict[str, list[Any]] = {}
+    by_topic: dict[str, list[ApiStruct]] = {}
     for (topic, partition), code in errors.items():
         by_topic.setdefault(topic, []).append(TocPartition(partition_index=partition, error_code=code))
     return TxnOffsetCommitResponse[version](throttle_time_ms=0,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from metaq.config import Config, non_negative, one_of, positive, prop
 from metaq.errors import ConfigError
@@ -11,7 +10,7 @@ from metaq.errors import ConfigError
 _INT32_MAX = 2**31 - 1
 
 
-def _segment_bytes(value: Any) -> str | None:
+def _segment_bytes(value: int) -> str | None:
     # Positions in the .index are int32, so a segment cannot grow past 2 GiB.
     if value < 14 or value > _INT32_MAX:
         return f"must be between 14 and {_INT32_MAX}"
@@ -24,18 +23,18 @@ LOG_APPEND_TIME = "LogAppendTime"
 TIMESTAMP_TYPES = (CREATE_TIME, LOG_APPEND_TIME)
 
 
-def _cleanup_policy(value: Any) -> str | None:
+def _cleanup_policy(value: tuple[str, ...]) -> str | None:
     # Kafka's LogConfig: a non-empty list of "compact" and/or "delete" (any order, each at most once).
     if not value or any(p not in CLEANUP_POLICIES for p in value) or len(set(value)) != len(value):
         return "must be a non-empty list of 'compact' and 'delete'"
     return None
 
 
-def _ratio(value: Any) -> str | None:
+def _ratio(value: float) -> str | None:
     return None if 0.0 <= value <= 1.0 else "must be between 0 and 1"
 
 
-def _index_bytes(value: Any) -> str | None:
+def _index_bytes(value: int) -> str | None:
     # Room for at least one entry of each index (offset 8 bytes, time 12 bytes).
     return None if value >= 12 else "must be >= 12"
 

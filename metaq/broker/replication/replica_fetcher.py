@@ -20,8 +20,8 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
-from typing import Any, NamedTuple, ParamSpec, Protocol
+from collections.abc import Callable, Collection, Iterable, Iterator
+from typing import NamedTuple, ParamSpec, Protocol
 
 from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
@@ -33,6 +33,7 @@ from metaq.client.connection import BrokerConnection
 from metaq.client.settings import ConnectionSettings
 from metaq.errors import ErrorCode, MetaqError, for_code
 from metaq.protocol.batches import valid_prefix
+from metaq.protocol.messages import ApiStruct, RequestFields
 from metaq.retry import replica_fetch
 
 log = logging.getLogger(__name__)
@@ -204,7 +205,7 @@ class ReplicaFetcher(threading.Thread):
             self._truncate(truncating)
         if not sources:
             return bool(truncating)
-        fields: dict[str, Any] = {
+        fields: RequestFields = {
             "replica_id": self._manager.broker_id,
             "max_wait_ms": self._config.replica_fetch_wait_max_ms,
             "min_bytes": 1,
@@ -242,8 +243,8 @@ class ReplicaFetcher(threading.Thread):
         if quota is not None and size and quota.is_throttled(*key):
             quota.record(size, now_ms())
 
-    def _answers(self, topics: Any, index: str, wanted: Collection[TopicPartition],
-                 what: str) -> Iterator[tuple[TopicPartition, Any]]:
+    def _answers(self, topics: Iterable[ApiStruct], index: str, wanted: Collection[TopicPartition],
+                 what: str) -> Iterator[tuple[TopicPartition, ApiStruct]]:
         """(key, answer) of each partition of a response that was asked for; errors are logged here."""
         for topic in topics:
             for part in topic.partitions:

@@ -13,7 +13,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import msgpack
 
@@ -35,6 +35,10 @@ MAX_ERROR_CHARS = 2000
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 Headers = tuple[tuple[str, bytes | None], ...]
+
+StoreRecord = dict[str, object]
+"""One frame of a store file, decoded: a msgpack map by field name (``op`` says which: hdr, put, upd, del). Read
+back from disk, each field is checked where it is used; a record that does not check out is skipped."""
 
 
 @dataclass(frozen=True)
@@ -59,18 +63,47 @@ class RecoverEntry:
         return MessageAndMetadata(self.topic, self.partition, self.offset, self.key, self.value,
                                   self.timestamp, self.headers)
 
-    def _record(self) -> dict[str, Any]:
+    def _record(self) -> StoreRecord:
         return {"op": "put", "id": self.id, "topic": self.topic, "partition": self.partition,
                 "offset": self.offset, "key": self.key, "value": self.value, "timestamp": self.timestamp,
                 "headers": [list(h) for h in self.headers], "attempts": self.attempts,
                 "last_error": self.last_error, "stored_at_ms": self.stored_at_ms, "dead": self.dead}
 
     @classmethod
-    def _from_record(cls, rec: dict[str, Any]) -> RecoverEntry:
-        return cls(str(rec["id"]), str(rec["topic"]), int(rec["partition"]), int(rec["offset"]),
-                   rec["key"], rec["value"], int(rec["timestamp"]),
-                   tuple((str(name), value) for name, value in rec["headers"]),
-                   int(rec["attempts"]), str(rec["last_error"]), int(rec["stored_at_ms"]), bool(rec["dead"]))
+    def _from_record(cls, rec: StoreRecord) -> RecoverEntry:
+        """The entry of a ``put`` record; KeyError, TypeError or ValueError if it is malformed."""
+        return cls(str(rec["id"]), str(rec["topic"]), record_int(rec["partition"]), record_int(rec["offset"]),
+                   _stored_bytes(rec["key"]), _stored_bytes(rec["value"]), record_int(rec["timestamp"]),
+                   tuple((str(name), _stored_bytes(value)) for name, value in _pairs(rec["headers"])),
+                   record_int(rec["attempts"]), str(rec["last_error"]), record_int(rec["stored_at_ms"]),
+                   bool(rec["dead"]))
+
+
+def record_int(value: object) -> int:
+    """An integer field of a store record, as ``int()`` reads the values msgpack decodes (TypeError for
+    others: None, a list, a map)."""
+    if isinstance(value, int | float | str | bytes):
+        return int(value)
+    raise TypeError(f"int() argument must be a string, a bytes-like object or a real number, not "
+                    f"'{type(value).__name__}'")
+
+
+def _stored_bytes(value: object) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    raise TypeError(f"expected bytes or nil, got {type(value).__name__}")
+
+
+def _pairs(value: object) -> list[tuple[object, object]]:
+    """The (name, value) pairs of a record's headers list."""
+    if not isinstance(value, list | tuple):
+        raise TypeError(f"'{type(value).__name__}' object is not a list of headers")
+    pairs = []
+    for item in value:
+        if not isinstance(item, list | tuple) or len(item) != 2:
+            raise ValueError(f"a header is not a (name, value) pair: {item!r}")
+        pairs.append((item[0], item[1]))
+    return pairs
 
 
 @dataclass(frozen=True)
@@ -115,15 +148,15 @@ def describe_error(error: BaseException) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "..."
 
 
-def _raw(value: Any, what: str) -> bytes | None:
-    if value is None or type(value) is bytes:
-        return value
+def _raw(value: object, what: str) -> bytes | None:
+    if value is None:
+        return None
     if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
+        return value if type(value) is bytes else bytes(value)
     raise TypeError(f"the recover store keeps raw bytes; the message {what} is a {type(value).__name__}")
 
 
-def _frame(record: dict[str, Any]) -> bytes:
+def _frame(record: StoreRecord) -> bytes:
     body: bytes = msgpack.packb(record, use_bin_type=True)
     return FRAME_HEADER.pack(len(body), zlib.crc32(body)) + body
 
@@ -131,7 +164,7 @@ def _frame(record: dict[str, Any]) -> bytes:
 class Parsed(NamedTuple):
     """What :func:`_parse` read from the start of a store file's bytes."""
 
-    records: list[dict[str, Any]]
+    records: list[StoreRecord]
     """The complete, valid records."""
     end: int
     """Where they end (the bytes after it are dropped)."""
@@ -141,7 +174,7 @@ class Parsed(NamedTuple):
 
 def _parse(data: bytes) -> Parsed:
     """The complete, valid records at the start of ``data``, where they end, and why parsing stopped early."""
-    records: list[dict[str, Any]] = []
+    records: list[StoreRecord] = []
     pos = 0
     while pos < len(data):
         if len(data) - pos < FRAME_HEADER.size:

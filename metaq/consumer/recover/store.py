@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Self
+from typing import Self
 
 from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.recover.format import (
@@ -27,12 +27,14 @@ from metaq.consumer.recover.format import (
     SUFFIX,
     RecoverEntry,
     ReplayResult,
+    StoreRecord,
     _frame,
     _now_ms,
     _parse,
     _raw,
     default_dir,
     describe_error,
+    record_int,
     store_name,
 )
 from metaq.errors import StorageError
@@ -279,7 +281,7 @@ class RecoverStore:
         elif st.st_size > self._pos:
             self._read_tail(st.st_size)
 
-    def _header(self) -> dict[str, Any]:
+    def _header(self) -> StoreRecord:
         return {"op": "hdr", "format": FORMAT_NAME, "version": FORMAT_VERSION, "topic": self.topic,
                 "group": self.group}
 
@@ -315,14 +317,14 @@ class RecoverStore:
             os.fsync(self._fd)
         self._pos += good
 
-    def _check_header(self, header: dict[str, Any] | None, problem: str | None) -> None:
+    def _check_header(self, header: StoreRecord | None, problem: str | None) -> None:
         if header is None or header.get("op") != "hdr" or header.get("format") != FORMAT_NAME:
             raise StorageError(f"{self.path} is not a metaq recover store ({problem or 'no header'}); "
                                "move it away")
         if header.get("version") != FORMAT_VERSION:
             raise StorageError(f"{self.path}: unsupported recover store version {header.get('version')!r}")
 
-    def _apply(self, record: dict[str, Any]) -> None:
+    def _apply(self, record: StoreRecord) -> None:
         op = record.get("op")
         entry_id = record.get("id")
         self._records += 1
@@ -330,15 +332,15 @@ class RecoverStore:
             if op == "put":
                 entry = RecoverEntry._from_record(record)
                 self._entries[entry.id] = entry
-            elif op == "upd" and entry_id in self._entries:
-                self._entries[entry_id] = replace(self._entries[entry_id], attempts=int(record["attempts"]),
+            elif op == "upd" and isinstance(entry_id, str) and entry_id in self._entries:
+                self._entries[entry_id] = replace(self._entries[entry_id], attempts=record_int(record["attempts"]),
                                                   last_error=str(record["last_error"]), dead=bool(record["dead"]))
-            elif op == "del":
-                self._entries.pop(entry_id, None)  # type: ignore[arg-type]
+            elif op == "del" and isinstance(entry_id, str):
+                self._entries.pop(entry_id, None)
         except (KeyError, TypeError, ValueError) as e:
             log.warning("recover store %s: ignoring a malformed %r record: %r", self.path, op, e)
 
-    def _write(self, records: Sequence[dict[str, Any]]) -> None:
+    def _write(self, records: Sequence[StoreRecord]) -> None:
         """Append frames and fsync them; a failed write is cut off again so the log stays parseable."""
         data = b"".join(_frame(r) for r in records)
         try:

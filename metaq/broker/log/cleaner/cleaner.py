@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from metaq.broker.log.cleaner.offset_map import OffsetMap
 from metaq.broker.log.cleaner.rewrite import delete_horizon, filter_batch, keys_of, with_delete_horizon
@@ -46,8 +46,14 @@ __all__ = ["CleanResult", "Cleaner", "HighWatermark", "LogSnapshot", "OnLoop", "
 
 logger = logging.getLogger(__name__)
 
-OnLoop = Callable[[Callable[[], Any]], Any]
-"""Runs a function on the broker's event loop and returns its result (waiting for it)."""
+T = TypeVar("T")
+
+
+class OnLoop(Protocol):
+    """Runs a function on the broker's event loop and returns its result (waiting for it)."""
+
+    def __call__(self, fn: Callable[[], T]) -> T: ...
+
 
 HighWatermark = Callable[["PartitionLog"], int]
 """The high watermark of a log, called on the event loop (the replication manager owns it: the broker passes

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from metaq.broker.log.checkpoint import read_checkpoint, write_checkpoint
 from metaq.broker.log.cleaner.cleaner import (
@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["CLEANER_CHECKPOINT", "CleanerStats", "LogCleaner", "LogToClean", "loop_caller"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 
@@ -91,8 +93,8 @@ class CleanerStats:
 def loop_caller(loop: asyncio.AbstractEventLoop) -> OnLoop:
     """An :data:`OnLoop` running functions on ``loop`` (called from another thread)."""
 
-    def on_loop(fn: Callable[[], Any]) -> Any:
-        async def call() -> Any:
+    def on_loop(fn: Callable[[], T]) -> T:
+        async def call() -> T:
             return fn()
 
         return asyncio.run_coroutine_threadsafe(call(), loop).result()
