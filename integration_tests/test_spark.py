@@ -267,7 +267,7 @@ def test_group_coordination_kafka_keeps_offsets_in_consumer_offsets(spark, broke
     same id refuses the source's standalone commit, reported as GroupActiveError."""
     import confluent_kafka
 
-    from metaq.admin.kafka_offsets import KafkaGroupOffsets
+    from metaq.client.group_offsets import KafkaGroupOffsets
     from metaq.errors import GroupActiveError
 
     make_topic("orders", 2)

@@ -49,6 +49,7 @@ from kafka.protocol.consumer import (
     SyncGroupRequest,
 )
 
+from metaq.client.offsets_channel import OffsetsChannel, commit_codes, fetched_offsets, look_again
 from metaq.consumer import cooperative
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.cooperative import COOPERATIVE, COOPERATIVE_STICKY, AssignmentChange
@@ -60,7 +61,6 @@ from metaq.consumer.group_protocol import (
     metadata_changes,
 )
 from metaq.consumer.ids import make_thread_ids
-from metaq.consumer.kafka_offsets import OffsetsChannel, commit_codes, fetched_offsets, look_again
 from metaq.consumer.offset_store import CommitResult, TopicPartition
 from metaq.consumer.partition_info import PartitionTopicInfo
 from metaq.consumer.rebalance import ConsumerState, RebalanceListener, Subscription, safe_hook

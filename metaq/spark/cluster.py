@@ -9,8 +9,8 @@
 
 ZooKeeper is read through :class:`zk_layout.ZkLayout`, the brokers reached through
 :class:`metaq.client.ClusterClient`. The group's offsets live in ZooKeeper, or with ``group.coordination=kafka``
-in ``__consumer_offsets`` (OffsetFetch / OffsetCommit over the consumer's offsets channel, as the ops tools use
-it: :class:`metaq.admin.kafka_offsets.KafkaGroupOffsets`), where ``metaq groups describe`` and Kafka's tools see
+in ``__consumer_offsets`` (OffsetFetch / OffsetCommit over the offsets channel, as the ops tools use it:
+:class:`metaq.client.group_offsets.KafkaGroupOffsets`), where ``metaq groups describe`` and Kafka's tools see
 them. Topics, partitions and leaders are cached for ``metadata.max.age.ms`` because a streaming query asks
 for the latest offsets up to a hundred times a second while idle; a failed ListOffsets drops the cache at once.
 """
@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from metaq.admin.kafka_offsets import LIVE_GROUP_ERRORS, KafkaGroupOffsets, error_name
 from metaq.client.cluster import ClusterClient, Leader
+from metaq.client.group_offsets import LIVE_GROUP_ERRORS, KafkaGroupOffsets, error_name
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.client.versions import DEFAULT_FALLBACK
