@@ -117,7 +117,7 @@ class Cluster:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- ZooKeeper -----------------------------------------------------------------------------------
+    # -- where the cluster is: ZooKeeper or Metadata ------------------------------------------------------
 
     @property
     def layout(self) -> ZkLayout | MetadataLayout:
@@ -188,6 +188,8 @@ class Cluster:
         """Forget topics and leaders: the next call reads ZooKeeper (or Metadata) again."""
         if self._topology is not None:
             self._topology.read_at = float("-inf")
+        if isinstance(self._layout, MetadataLayout):
+            self._layout.invalidate()
         if self._client is not None:
             self._client.invalidate()
 
