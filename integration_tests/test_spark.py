@@ -265,12 +265,14 @@ def test_group_coordination_kafka_keeps_offsets_in_consumer_offsets(spark, broke
     """group.coordination=kafka: a batch job and a stream read and commit the group's offsets by OffsetFetch /
     OffsetCommit, where a Kafka client sees them (ZooKeeper holds none); with ``bootstrap.servers`` instead of
     ``zookeeper.connect`` the batch read and the stream find topics and leaders by Metadata and reach no
-    ZooKeeper; a live broker-coordinated group of the same id refuses the source's standalone commit, reported
-    as GroupActiveError."""
+    ZooKeeper (an executor whose leader refuses asks Metadata too); a live broker-coordinated group of the same
+    id refuses the source's standalone commit, reported as GroupActiveError."""
     import confluent_kafka
 
     from metaq.client.group_offsets import KafkaGroupOffsets
     from metaq.errors import GroupActiveError
+    from metaq.spark.fetch import FetchSettings, read_range
+    from metaq.spark.planning import OffsetRange
 
     make_topic("orders", 2)
     produced = [m for p in range(2) for m in produce(broker.bootstrap, "orders", p, 20)]
@@ -305,6 +307,10 @@ def test_group_coordination_kafka_keeps_offsets_in_consumer_offsets(spark, broke
         seen = peer.committed([confluent_kafka.TopicPartition("orders", p) for p in range(2)], timeout=30)
         assert sorted((tp.partition, tp.offset) for tp in seen) == [(0, 20), (1, 25)]
         assert zk_layout.offsets("orders-job") == {}
+
+        stale = OffsetRange("orders", 1, 18, 22, "127.0.0.1", 1)  # a refused leader: asked again by Metadata
+        chunks = read_range(stale, FetchSettings(bootstrap_servers=broker.bootstrap))
+        assert [o for chunk in chunks for o in chunk.offsets] == [18, 19, 20, 21]
 
         peer.subscribe(["orders"])  # the group now has a broker-coordinated member
         wait_until(lambda: (peer.poll(0.2), bool(peer.assignment()))[1], 60, "the peer's assignment")

@@ -61,47 +61,6 @@ def test_reader_hands_spark_bounded_arrow_batches(broker, make_topic, zk_connect
     close_connections()
 
 
-def test_stream_reader_with_bootstrap_servers_only(broker, make_topic) -> None:
-    """The stream reader's runner side with only ``bootstrap.servers`` (no Spark, whose runner start can take
-    longer than Spark allows on a loaded machine): start from the group's offsets by OffsetFetch, plan from
-    Metadata and ListOffsets, read the tasks, commit the batch's end by OffsetCommit (confluent-kafka sees it); a
-    stale leader is looked up by Metadata."""
-    import confluent_kafka
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
-
-    from metaq.spark import source
-
-    make_topic("nozk", 2)
-    for p in range(2):
-        confluent_produce(broker.bootstrap, "nozk", p, [(None, b"%d-%02d" % (p, i), 1000 + i) for i in range(10)])
-    raw = {"bootstrap.servers": broker.bootstrap, "subscribe": "nozk", "group.id": "nozk-job",
-           "group.coordination": "kafka", "auto.offset.reset": "earliest"}
-    options = ReadOptions.parse({k.lower(): v for k, v in raw.items()}, streaming=True)
-    reader = source.MetaqStreamReader(options, source_schema(options))
-    try:
-        reader.cluster.commit("nozk-job", {("nozk", 0): 4})
-        start = reader.initialOffset()
-        assert start == {"nozk": {"0": 4, "1": 0}}
-        end = reader.latestOffset(start, ReadAllAvailable())
-        assert end == {"nozk": {"0": 10, "1": 10}}
-        rows = [row for task in reader.partitions(start, end) for b in reader.read(task) for row in b.to_pylist()]
-        assert sorted((r["partition"], r["offset"], r["value"]) for r in rows) == \
-            [(p, i, b"%d-%02d" % (p, i)) for p in range(2) for i in range(4 if p == 0 else 0, 10)]
-        reader.commit(end)
-    finally:
-        reader.stop()
-    peer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "nozk-job"})
-    try:
-        found = peer.committed([confluent_kafka.TopicPartition("nozk", p) for p in range(2)], timeout=30)
-        assert sorted((tp.partition, tp.offset) for tp in found) == [(0, 10), (1, 10)]
-    finally:
-        peer.close()
-    stale = OffsetRange("nozk", 1, 3, 6, "127.0.0.1", 1)  # a refused leader: asked again by Metadata
-    settings = FetchSettings(bootstrap_servers=broker.bootstrap)
-    assert [o for chunk in read_range(stale, settings) for o in chunk.offsets] == [3, 4, 5]
-    close_connections()
-
-
 def test_retention_hole_follows_fail_on_data_loss(broker_cluster, make_topic, zk_connect) -> None:
     broker = broker_cluster.add(0, **{"log.segment.bytes": 4096, "log.retention.bytes": 16384,
                                       "log.retention.check.interval.ms": 200, "log.segment.delete.delay.ms": 0})
