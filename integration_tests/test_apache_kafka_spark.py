@@ -1,6 +1,7 @@
 """metaq's Spark data source against real ZooKeeper-mode Apache Kafka brokers: a batch read from a ZooKeeper
 group's offsets, a streaming query that commits its offsets to ZooKeeper, and the writer into a real Kafka topic,
-each checked with confluent-kafka and with the offsets Kafka's broker reports.
+each checked with confluent-kafka and with the offsets Kafka's broker reports; and both reads with only
+``bootstrap.servers``, the group's offsets in ``__consumer_offsets``.
 
 One SparkSession for the module (its start is the costly part) and one broker per version (harness:
 metaq/testing/apache_kafka.py); topics are made with Kafka's CreateTopics.
@@ -103,6 +104,41 @@ def test_spark_reads_and_writes(spark: Any, kafka_broker: ApacheKafkaBroker, kaf
     assert sorted((m.partition, m.key, m.value) for m in copied) == sorted(
         (m.partition, m.key, m.value) for m in produced)
     assert sorted(m.offset for m in copied if m.partition == 0) == list(range(60))
+
+
+@kafka_matrix("Spark batch and streaming reads with bootstrap.servers only, offsets in __consumer_offsets",
+              versions=[V3_9])
+def test_spark_reads_without_zookeeper(spark: Any, kafka_broker: ApacheKafkaBroker) -> None:
+    """Only ``bootstrap.servers`` (as on Kafka 4, which has no ZooKeeper): topics and leaders from Metadata, the
+    logs' ends from ListOffsets, the group's offsets from OffsetFetch and committed by OffsetCommit, which
+    confluent-kafka's ``committed()`` sees; an executor looks a leader up by Metadata too."""
+    kafka_broker.create_topic("tally", partitions=2)
+    produced = produce(kafka_broker, "tally", 2, 30)
+    options = {"bootstrap.servers": kafka_broker.bootstrap, "subscribe": "tally", "group.id": "tally-job",
+               "group.coordination": "kafka"}
+    assert metaq.spark.commit_offsets(options, {("tally", 0): 10}) == {("tally", 0): 10}
+    expected = [m for m in produced if m.partition == 1 or m.offset >= 10]
+    assert read_rows(spark.read.format("metaq").options(**options).load()) == expected  # 1: no offset, earliest
+
+    query = (spark.readStream.format("metaq").options(**options, **{"auto.offset.reset": "earliest"}).load()
+             .writeStream.format("memory").queryName("tally_no_zk").start())
+    peer = confluent_kafka.Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": "tally-job"})
+    try:
+        query.processAllAvailable()
+
+        def committed() -> list[tuple[int, int]]:
+            found = peer.committed([confluent_kafka.TopicPartition("tally", p) for p in range(2)], timeout=30)
+            return sorted((tp.partition, tp.offset) for tp in found)
+
+        wait_until(lambda: committed() == [(0, 30), (1, 30)], 30, "the stream's offsets in __consumer_offsets")
+    finally:
+        query.stop()
+        peer.close()
+    assert read_rows(spark.sql("SELECT * FROM tally_no_zk")) == expected
+
+    unplanned = OffsetRange("tally", 1, 5, 30)  # no leader planned: the executor asks Metadata
+    chunks = read_range(unplanned, FetchSettings(bootstrap_servers=kafka_broker.bootstrap))
+    assert [o for chunk in chunks for o in chunk.offsets] == list(range(5, 30))
 
 
 @kafka_matrix("Spark reads past records Kafka deleted (failOnDataLoss)", versions=[V3_9, V1_1])

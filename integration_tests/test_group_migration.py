@@ -32,8 +32,8 @@ import pytest
 
 from metaq.admin.broker_groups import BrokerGroups
 from metaq.admin.client import Admin
-from metaq.admin.kafka_offsets import KafkaGroupOffsets
 from metaq.admin.migration import MigrationError, migrate_group
+from metaq.client.group_offsets import KafkaGroupOffsets
 from metaq.consumer.message import MessageAndMetadata
 from metaq.errors import MetaqError
 from metaq.testing.broker import SharedBroker, shared_broker

@@ -358,7 +358,7 @@ def test_metaq_offset_commit_at_the_versions_of_kafka_0_8(shared: Shared) -> Non
     from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse
     from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-    from metaq.consumer.kafka_offsets import commit_request
+    from metaq.client.offsets_channel import commit_request
 
     bootstrap = shared.broker.bootstrap
     topic = shared.topic("legacy-commit")

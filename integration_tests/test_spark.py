@@ -263,46 +263,59 @@ def test_stream_commits_zookeeper_offsets_over_several_batches(spark, broker, ma
 def test_group_coordination_kafka_keeps_offsets_in_consumer_offsets(spark, broker, make_topic, zk_connect,
                                                                     zk_layout) -> None:
     """group.coordination=kafka: a batch job and a stream read and commit the group's offsets by OffsetFetch /
-    OffsetCommit, where a Kafka client sees them (ZooKeeper holds none); a live broker-coordinated group of the
-    same id refuses the source's standalone commit, reported as GroupActiveError."""
+    OffsetCommit, where a Kafka client sees them (ZooKeeper holds none); with ``bootstrap.servers`` instead of
+    ``zookeeper.connect`` the batch read and the stream find topics and leaders by Metadata and reach no
+    ZooKeeper (an executor whose leader refuses asks Metadata too); a live broker-coordinated group of the same
+    id refuses the source's standalone commit, reported as GroupActiveError."""
     import confluent_kafka
 
-    from metaq.admin.kafka_offsets import KafkaGroupOffsets
+    from metaq.client.group_offsets import KafkaGroupOffsets
     from metaq.errors import GroupActiveError
+    from metaq.spark.fetch import FetchSettings, read_range
+    from metaq.spark.planning import OffsetRange
 
     make_topic("orders", 2)
-    for p in range(2):
-        produce(broker.bootstrap, "orders", p, 20)
+    produced = [m for p in range(2) for m in produce(broker.bootstrap, "orders", p, 20)]
     options = {"zookeeper.connect": zk_connect, "subscribe": "orders", "group.id": "orders-job",
                "group.coordination": "kafka"}
+    no_zk = {"bootstrap.servers": broker.bootstrap, "subscribe": "orders", "group.id": "orders-job",
+             "group.coordination": "kafka"}
     assert metaq.spark.commit_offsets(options, {("orders", 0): 12, ("orders", 1): 20}) == \
         {("orders", 0): 12, ("orders", 1): 20}
-    assert metaq.spark.commit_offsets(options, {("orders", 0): 5}) == {}  # never backwards
+    assert metaq.spark.commit_offsets(no_zk, {("orders", 0): 5}) == {}  # never backwards
     peer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "orders-job"})
     try:
         seen = peer.committed([confluent_kafka.TopicPartition("orders", p) for p in range(2)], timeout=30)
         assert sorted((tp.partition, tp.offset) for tp in seen) == [(0, 12), (1, 20)]
         assert zk_layout.offsets("orders-job") == {}
 
-        rows = read_rows(spark.read.format("metaq").options(**options).load())  # resumes from them
-        assert [(r.partition, r.offset) for r in rows] == [(0, o) for o in range(12, 20)]
+        rows = read_rows(spark.read.format("metaq").options(**no_zk).load())  # resumes from them
+        assert rows == [m for m in produced if m.partition == 0 and m.offset >= 12]
 
-        query = (spark.readStream.format("metaq").options(**options).load()
+        query = (spark.readStream.format("metaq").options(**no_zk).load()
                  .writeStream.format("memory").queryName("orders_seen").start())
         try:
-            produce(broker.bootstrap, "orders", 1, 5, tag="late-")
+            late = produce(broker.bootstrap, "orders", 1, 5, tag="late-")
             query.processAllAvailable()
             kafka = KafkaGroupOffsets(zk_layout)
             wait_until(lambda: kafka.fetch("orders-job") == {("orders", 0): 20, ("orders", 1): 25}, 30,
                        "the stream's offsets in __consumer_offsets")
         finally:
             query.stop()
-        assert spark.sql("SELECT * FROM orders_seen").count() == 13
+        streamed = read_rows(spark.sql("SELECT * FROM orders_seen"))
+        assert streamed == sorted([m for m in produced if m.partition == 0 and m.offset >= 12] + late)
+        seen = peer.committed([confluent_kafka.TopicPartition("orders", p) for p in range(2)], timeout=30)
+        assert sorted((tp.partition, tp.offset) for tp in seen) == [(0, 20), (1, 25)]
+        assert zk_layout.offsets("orders-job") == {}
+
+        stale = OffsetRange("orders", 1, 18, 22, "127.0.0.1", 1)  # a refused leader: asked again by Metadata
+        chunks = read_range(stale, FetchSettings(bootstrap_servers=broker.bootstrap))
+        assert [o for chunk in chunks for o in chunk.offsets] == [18, 19, 20, 21]
 
         peer.subscribe(["orders"])  # the group now has a broker-coordinated member
         wait_until(lambda: (peer.poll(0.2), bool(peer.assignment()))[1], 60, "the peer's assignment")
         with pytest.raises(GroupActiveError, match="active broker-coordinated members"):
-            metaq.spark.commit_offsets(options, {("orders", 1): 26})
+            metaq.spark.commit_offsets(no_zk, {("orders", 1): 26})
     finally:
         peer.close()
 

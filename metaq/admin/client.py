@@ -32,12 +32,12 @@ if TYPE_CHECKING:
     from metaq.admin.group_deletion import GroupDeletion, OffsetDeleteResult
     from metaq.admin.group_listing import GroupListing, GroupSummary
     from metaq.admin.groups import GroupDescription
-    from metaq.admin.kafka_offsets import GroupOffsetsStore
     from metaq.admin.log_offsets import LogOffsets, TopicPartition
     from metaq.admin.offset_reset import OffsetChange, OffsetPlan, Progress, ResetSpec
     from metaq.admin.owners import OwnersReport
     from metaq.admin.topics import PartitionHealth, TopicDetail, TopicSummary
     from metaq.admin.transfer import OffsetRecord
+    from metaq.client.group_offsets import GroupOffsetsStore
     from metaq.zksecurity import ZooKeeperSecurity
 
 DEFAULT_TIMEOUT_MS = 6000
@@ -84,7 +84,7 @@ class Admin:
     @property
     def kafka(self) -> GroupOffsetsStore:
         if self._kafka is None:
-            from metaq.admin.kafka_offsets import KafkaGroupOffsets
+            from metaq.client.group_offsets import KafkaGroupOffsets
 
             self._kafka = KafkaGroupOffsets(self.layout, security=self.security)
         return self._kafka

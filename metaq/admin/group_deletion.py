@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from metaq.admin.broker_groups import CoordinatorGroups, CoordinatorListing
-from metaq.admin.kafka_offsets import error_name
 from metaq.admin.log_offsets import TopicPartition
+from metaq.client.group_offsets import error_name
 from metaq.errors import ErrorCode, GroupActiveError, GroupNotFoundError, for_code
 from zk_layout import ZkLayout
 from zk_layout.paths import consumer_group_path

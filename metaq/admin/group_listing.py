@@ -12,7 +12,7 @@ from typing import Any
 
 from metaq.admin.broker_groups import CoordinatorGroup, CoordinatorGroups, CoordinatorListing
 from metaq.admin.groups import BOTH, read_kafka_offsets
-from metaq.admin.kafka_offsets import GroupOffsetsStore
+from metaq.client.group_offsets import GroupOffsetsStore
 from metaq.errors import ConfigError, MalformedNodeError
 from zk_layout import ZkLayout
 

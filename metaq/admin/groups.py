@@ -5,7 +5,7 @@ owner, last commit time and a status flag.
 
 The gathering functions read ZooKeeper (and ask the leaders for log offsets); :func:`build_description`
 is the pure part that decides lag and status, so that it can be tested without servers. Offsets come from
-ZooKeeper and, given a :class:`~metaq.admin.kafka_offsets.GroupOffsetsStore`, from ``__consumer_offsets``
+ZooKeeper and, given a :class:`~metaq.client.group_offsets.GroupOffsetsStore`, from ``__consumer_offsets``
 over the offsets channel; a partition's offset is ``max(zookeeper, kafka)``, what a metaq consumer with
 ``offsets.storage=kafka`` resumes from, and its ``source`` says which store(s) hold it.
 
@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from metaq.admin.broker_groups import CoordinatorGroup, CoordinatorGroups, CoordinatorListing
-from metaq.admin.kafka_offsets import GroupOffsetsStore
 from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
 from metaq.admin.migration import MigrationView, migration_view
+from metaq.client.group_offsets import GroupOffsetsStore
 from metaq.errors import (
     GroupNotFoundError,
     MetaqError,

@@ -11,7 +11,7 @@ out of range. Applying refuses while the group has live members (checked again a
 member would go on from its own position and overwrite the change; Kafka's tools demand the same
 ("stop the group first"). Imports (:mod:`metaq.admin.transfer`) build the same kind of plan.
 
-Given a :class:`~metaq.admin.kafka_offsets.GroupOffsetsStore`, a group's current offset is
+Given a :class:`~metaq.client.group_offsets.GroupOffsetsStore`, a group's current offset is
 ``max(zookeeper, kafka)`` (what its consumers resume from), and a group that has offsets in
 ``__consumer_offsets`` gets the new offsets committed there too, before ZooKeeper, so that a rewind is not
 undone by that max. The coordinator refuses such a commit while a standard client group has live
@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from metaq.admin.groups import merged_offset, topic_partitions
-from metaq.admin.kafka_offsets import LIVE_GROUP_ERRORS, GroupOffsetsStore, error_name
 from metaq.admin.log_offsets import LogOffsets, TopicPartition, Watermarks
 from metaq.admin.timefmt import format_ms
+from metaq.client.group_offsets import LIVE_GROUP_ERRORS, GroupOffsetsStore, error_name
 from metaq.errors import (
     ConfigError,
     GroupActiveError,

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from kafka.protocol.admin import DescribeGroupsRequest
 
 from metaq.admin.broker_groups import decode_assignment
-from metaq.admin.kafka_offsets import OFFSETS_TOPIC
 from metaq.admin.log_offsets import TopicPartition
+from metaq.client.group_offsets import OFFSETS_TOPIC
+from metaq.client.offsets_channel import OffsetsChannel
 from metaq.client.request_codec import build_request
 from metaq.client.security import SecurityConfig
-from metaq.consumer.kafka_offsets import OffsetsChannel
 from metaq.errors import BrokerConnectionError, CoordinatorError, MetaqError, ProtocolError, for_code
 from metaq.protocol.messages import ApiResponse
 from zk_layout import ZkLayout

@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from metaq.admin.groups import merged_offset, read_kafka_offsets
-from metaq.admin.kafka_offsets import GroupOffsetsStore
 from metaq.admin.log_offsets import LogOffsets, Watermarks
 from metaq.admin.offset_reset import OffsetChange, OffsetPlan, Progress, join_notes, kafka_offsets_of, zookeeper_offset
+from metaq.client.group_offsets import GroupOffsetsStore
 from metaq.errors import ConfigError, GroupNotFoundError, MetaqError
 from metaq.json_types import JsonObject, JsonValue
 from zk_layout import ZkLayout, parse_offset_path, paths, validate_group, validate_topic

@@ -141,6 +141,11 @@ class MetadataLayout:
             self._read_at = time.monotonic()
             return self._metadata
 
+    def invalidate(self) -> None:
+        """The next read asks again, however recent the last answer (a request failed on what it said)."""
+        with self._lock:
+            self._read_at = float("-inf")
+
     @property
     def settings(self) -> ConnectionSettings:
         return self._settings

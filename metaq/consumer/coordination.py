@@ -35,6 +35,7 @@ from typing import Any
 
 from kafka.protocol.consumer import LeaveGroupRequest
 
+from metaq.client.offsets_channel import OffsetsChannel
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.cooperative import COOPERATIVE
 from metaq.consumer.cooperative_member import CooperativeSide
@@ -57,7 +58,6 @@ from metaq.consumer.group_member_state import (
     _Restart,
 )
 from metaq.consumer.ids import make_thread_ids
-from metaq.consumer.kafka_offsets import OffsetsChannel
 from metaq.consumer.membership import ConsumerState, RebalanceListener, Subscription, safe_hook
 from metaq.consumer.offset_store import TopicPartition
 from metaq.consumer.partition_info import PartitionTopicInfo

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kafka.protocol.consumer import OffsetCommitRequest
 
+from metaq.client.offsets_channel import OffsetsChannel, commit_codes, look_again
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.group_member_state import (
     NO_GENERATION,
@@ -22,7 +23,6 @@ from metaq.consumer.group_member_state import (
     MemberStates,
     _raise_for,
 )
-from metaq.consumer.kafka_offsets import OffsetsChannel, commit_codes, look_again
 from metaq.consumer.offset_store import CommitResult, TopicPartition
 from metaq.consumer.partition_info import PartitionTopicInfo
 from metaq.errors import BrokerConnectionError, CoordinatorError, ErrorCode, MetaqError, ProtocolError

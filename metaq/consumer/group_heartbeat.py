@@ -15,10 +15,10 @@ from typing import Protocol
 
 from kafka.protocol.consumer import HeartbeatRequest
 
+from metaq.client.offsets_channel import OffsetsChannel, look_again
 from metaq.consumer.group_join import JoinExchange
 from metaq.consumer.group_member_state import FENCING_CODES, NO_GENERATION, NO_MEMBER_ID, STABLE, SYNCING, Generation
 from metaq.consumer.group_protocol import metadata_changes
-from metaq.consumer.kafka_offsets import OffsetsChannel, look_again
 from metaq.consumer.streams import DeliveryGate
 from metaq.errors import ErrorCode, MetaqError
 

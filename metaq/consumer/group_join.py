@@ -15,6 +15,7 @@ from typing import Any
 
 from kafka.protocol.consumer import JoinGroupRequest, OffsetFetchRequest, SyncGroupRequest
 
+from metaq.client.offsets_channel import OffsetsChannel, fetched_offsets
 from metaq.consumer import cooperative
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.cooperative import COOPERATIVE_STICKY
@@ -28,7 +29,6 @@ from metaq.consumer.group_member_state import (
     _Restart,
 )
 from metaq.consumer.group_protocol import PROTOCOL_TYPE, decode_assignment, encode_assignment, encode_subscription
-from metaq.consumer.kafka_offsets import OffsetsChannel, fetched_offsets
 from metaq.consumer.membership import Subscription
 from metaq.consumer.offset_store import TopicPartition
 from metaq.consumer.partition_info import PartitionTopicInfo

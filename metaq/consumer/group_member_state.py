@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from metaq.consumer.kafka_offsets import look_again
+from metaq.client.offsets_channel import look_again
 from metaq.consumer.offset_store import TopicPartition
 from metaq.errors import CoordinatorError, ErrorCode, MetaqError, for_code
 

@@ -4,13 +4,11 @@
     store.take_ownership([("clicks", 0)])              # {("clicks", 0): 42}: max(zookeeper, kafka)
     store.commit({("clicks", 0): 57})                  # ZooKeeper (version-checked) first, then Kafka
 
-The offsets channel is Kafka 0.8's ``channelToOffsetManager``: a coordinator lookup (FindCoordinator) sent
-to a randomly chosen live broker from ``/brokers/ids``, then a connection to the coordinator it names. On
-NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or a connection error the channel
-is dropped and the next attempt looks the coordinator up again. Attempts follow the policies of metaq/retry.py: commits
-wait ``offsets.channel.backoff.ms`` and give up after ``offsets.commit.max.retries`` retries; fetches
-wait the same and give up at a deadline (``metaq.offsets.fetch.timeout.ms``), so a rebalance is never
-blocked for ever by an unreachable coordinator (it fails the attempt and the rebalancer retries).
+The offsets channel (metaq.client.offsets_channel) is Kafka 0.8's ``channelToOffsetManager``. Attempts follow the
+policies of metaq/retry.py: commits wait ``offsets.channel.backoff.ms`` and give up after
+``offsets.commit.max.retries`` retries; fetches wait the same and give up at a deadline
+(``metaq.offsets.fetch.timeout.ms``), so a rebalance is never blocked for ever by an unreachable coordinator (it
+fails the attempt and the rebalancer retries).
 
 Fencing. The broker cannot know which member of a ZooKeeper-coordinated group owns a partition (the
 group has no protocol members, so every commit carries generation -1 and no member id), so the broker
@@ -38,187 +36,39 @@ the next commit (see :meth:`KafkaOffsetStore.unsynced`).
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 import tenacity
-from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
-from kafka.protocol.metadata import FindCoordinatorRequest
 from kazoo.protocol.states import WatchedEvent
 
-from metaq.client.cluster import broker_endpoint
-from metaq.client.connection import BrokerConnection
-from metaq.client.security import SecurityConfig
-from metaq.client.settings import ConnectionSettings
-from metaq.client.versions import DEFAULT_FALLBACK, ApiKey
+from metaq.client.offsets_channel import (
+    OffsetsChannel,
+    check_code,
+    commit_codes,
+    commit_request,
+    commit_version,
+    fetched_offsets,
+    look_again,
+)
+from metaq.client.versions import ApiKey
 from metaq.consumer.config import ConsumerConfig
 from metaq.consumer.offset_store import CommitResult, TopicPartition, ZooKeeperOffsetStore
 from metaq.errors import (
     BrokerConnectionError,
     CoordinatorError,
-    ErrorCode,
     MetaqError,
     ProtocolError,
     UnsupportedVersionError,
-    for_code,
 )
-from metaq.protocol.messages import ApiRequest, ApiResponse, RequestFields
 from metaq.retry import RetryPolicy, offsets_commit, offsets_fetch
 from zk_layout import ZkLayout
 
 log = logging.getLogger(__name__)
 
-COMMIT_VERSION = 2  # generation -1 / member "" / retention -1: a commit from outside the group protocol
-
 T = TypeVar("T")
-
-
-def look_again(code: int) -> bool:
-    """Whether ``code`` says the coordinator moved, is loading or is unavailable (look it up again)."""
-    return bool(code) and for_code(code).group_coordinator
-
-
-def _check(code: int, context: str) -> None:
-    if look_again(code):
-        raise CoordinatorError(code, context)
-    if code:
-        cls = for_code(code)
-        raise cls(f"{cls.message} ({code}) {context}")
-
-
-def commit_request(group: str, offsets: Mapping[TopicPartition, int], version: int = COMMIT_VERSION) -> ApiRequest:
-    """An OffsetCommit from outside the group protocol (generation -1, no member, no retention, no
-    timestamp): v2, or v1 / v0 for a Kafka 0.8.2 / 0.8.1 coordinator (v0: stored in ZooKeeper by the
-    broker). kafka-python leaves out the fields a version lacks."""
-    partition = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
-    request: ApiRequest = OffsetCommitRequest[version](
-        group_id=group, generation_id_or_member_epoch=-1, member_id="", retention_time_ms=-1,
-        topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=topic, partitions=[
-            partition(partition_index=p, committed_offset=o, committed_metadata="", commit_timestamp=-1)
-            for (t, p), o in sorted(offsets.items()) if t == topic])
-            for topic in sorted({t for t, _ in offsets})])
-    return request
-
-
-def commit_version(broker_range: tuple[int, int]) -> int:
-    """The OffsetCommit version to send a coordinator offering ``broker_range``: v2 (see
-    :data:`COMMIT_VERSION`), or the highest it has below (Kafka 0.8.x); UnsupportedVersionError without."""
-    low, high = broker_range
-    version = min(COMMIT_VERSION, high)
-    if version < low or version < 0:
-        raise UnsupportedVersionError(f"the coordinator offers OffsetCommit v{low}..{high}, metaq sends "
-                                      f"v0..{COMMIT_VERSION} from outside the group protocol")
-    return version
-
-
-def commit_codes(response: ApiResponse, group: str, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
-    """Error code per partition of an OffsetCommit answer; every partition sent must be answered."""
-    codes = {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
-    missing = set(offsets) - set(codes)
-    if missing:
-        raise ProtocolError(f"OffsetCommit response for group {group} lacks {sorted(missing)}")
-    return codes
-
-
-def fetched_offsets(response: ApiResponse, context: str) -> dict[TopicPartition, int]:
-    """Committed offsets of an OffsetFetch answer (group-level and partition errors raised; partitions
-    without an offset left out)."""
-    _check(getattr(response, "error_code", 0) or 0, context)  # v2+: group-level errors
-    found: dict[TopicPartition, int] = {}
-    for topic in response.topics:
-        for part in topic.partitions:
-            _check(part.error_code, f"{context} ({topic.name}-{part.partition_index})")
-            if part.committed_offset >= 0:
-                found[(topic.name, part.partition_index)] = part.committed_offset
-    return found
-
-
-class OffsetsChannel:
-    """A blocking connection to one group's coordinator, (re)established on demand.
-
-    Not thread-safe: the store serialises its use. :meth:`close` may be called from any thread and
-    interrupts a blocked request.
-    """
-
-    def __init__(self, layout: ZkLayout, group: str, *, client_id: str, socket_timeout_ms: int,
-                 security: SecurityConfig | None = None, broker_version_fallback: str = DEFAULT_FALLBACK) -> None:
-        self._layout = layout
-        self._group = group
-        self._settings = ConnectionSettings(client_id=client_id, request_timeout_ms=socket_timeout_ms,
-                                            connect_timeout_ms=socket_timeout_ms,
-                                            broker_version_fallback=broker_version_fallback,
-                                            security=security or SecurityConfig())
-        self._conn: BrokerConnection | None = None
-        self.coordinator: tuple[int, str, int] | None = None  # (node id, host, port) once found
-        self.lookups = 0
-
-    def connection(self) -> BrokerConnection:
-        """The coordinator's connection: one coordinator lookup at a random live broker when there is none."""
-        conn = self._conn
-        if conn is not None and conn.is_connected:
-            return conn
-        self._conn = self._lookup()
-        return self._conn
-
-    def _connect(self, host: str, port: int) -> BrokerConnection:
-        return self._settings.open(host, port)
-
-    def _any_broker(self) -> BrokerConnection:
-        """channelToAnyBroker: the live brokers in random order, the first that accepts a connection."""
-        protocol = self._settings.security_protocol
-        brokers = [a for a in (broker_endpoint(b, protocol) for b in self._layout.brokers().values()) if a]
-        random.shuffle(brokers)
-        errors = []
-        for host, port in brokers:
-            try:
-                return self._connect(host, port)
-            except BrokerConnectionError as e:
-                errors.append(str(e))
-        raise BrokerConnectionError(f"no live broker accepts a connection for the coordinator lookup of group "
-                                    f"{self._group} ({len(brokers)} registered): {'; '.join(errors) or 'none'}")
-
-    def _lookup(self) -> BrokerConnection:
-        self.lookups += 1
-        first = self._any_broker()
-        query: BrokerConnection | None = first  # closed at the end unless it is the coordinator
-        try:
-            response = first.send(FindCoordinatorRequest, {"key": self._group, "key_type": 0})
-            _check(response.error_code, f"from the coordinator lookup of group {self._group} at {first.address}")
-            if response.node_id < 0 or not response.host or response.port <= 0:
-                raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                       f"for group {self._group}: no coordinator named")
-            self.coordinator = (response.node_id, response.host, response.port)
-            if (response.host, response.port) == (first.host, first.port):
-                conn, query = first, None  # the random broker is the coordinator: keep its connection
-            else:
-                conn = self._connect(response.host, response.port)
-        finally:
-            if query is not None:
-                query.close()
-        log.info("group %s: offsets channel to coordinator %d at %s", self._group, response.node_id, conn.address)
-        return conn
-
-    def send(self, request_class: type[ApiMessage], request: RequestFields | ApiMessage) -> ApiResponse:
-        """One request over the channel; any failure drops the channel (the next call looks up again)."""
-        conn = self.connection()
-        try:
-            return conn.send(request_class, request)
-        except (BrokerConnectionError, ProtocolError):
-            self.drop()
-            raise
-
-    def api_version(self, api_key: int) -> int:
-        return self.connection().api_version(api_key)
-
-    def drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
-
-    close = drop
 
 
 class KafkaOffsetStore:
@@ -367,7 +217,7 @@ class KafkaOffsetStore:
         codes = commit_codes(response, self._group, offsets)
         for code in sorted(set(codes.values()), key=lambda c: not look_again(c)):  # coordinator errors first
             bad = sorted(k for k, c in codes.items() if c == code)
-            _check(code, f"committing offsets of group {self._group} for {bad[:5]}")
+            check_code(code, f"committing offsets of group {self._group} for {bad[:5]}")
 
     def _fetch(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """One OffsetFetch (v0..5; v0 reads ZooKeeper offsets on a Kafka 0.8.1 broker, whose OffsetCommit v0

@@ -1,16 +1,19 @@
-"""The cluster as the Spark driver sees it: topics and leaders from ZooKeeper, log offsets from the leaders.
+"""The cluster as the Spark driver sees it: topics and leaders from ZooKeeper (or the brokers' Metadata), log
+offsets from the leaders.
 
-    cluster = Cluster.for_read(options)              # ZooKeeper is opened on first use
+    cluster = Cluster.for_read(options)              # ZooKeeper (or Metadata) is asked on first use
     parts = cluster.partitions(cluster.topics(options.subscription))
     cluster.log_offsets(parts, LATEST)               # {("clicks", 0): 120, ...} by ListOffsets
                                                      # (read_committed: the last stable offset)
     cluster.commit("etl", {("clicks", 0): 120})      # never moves a group's offset backwards
     cluster.close()
 
-ZooKeeper is read through :class:`zk_layout.ZkLayout`, the brokers reached through
+ZooKeeper is read through :class:`zk_layout.ZkLayout`; with the option ``bootstrap.servers`` instead, topics,
+partitions and leaders come from Metadata answers (:class:`metaq.client.metadata.MetadataLayout`, as the
+broker-coordinated consumer without ZooKeeper) and no ZooKeeper is reached. The brokers are reached through
 :class:`metaq.client.ClusterClient`. The group's offsets live in ZooKeeper, or with ``group.coordination=kafka``
-in ``__consumer_offsets`` (OffsetFetch / OffsetCommit over the consumer's offsets channel, as the ops tools use
-it: :class:`metaq.admin.kafka_offsets.KafkaGroupOffsets`), where ``metaq groups describe`` and Kafka's tools see
+in ``__consumer_offsets`` (OffsetFetch / OffsetCommit over the offsets channel, as the ops tools use it:
+:class:`metaq.client.group_offsets.KafkaGroupOffsets`), where ``metaq groups describe`` and Kafka's tools see
 them. Topics, partitions and leaders are cached for ``metadata.max.age.ms`` because a streaming query asks
 for the latest offsets up to a hundred times a second while idle; a failed ListOffsets drops the cache at once.
 """
@@ -24,12 +27,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from metaq.admin.kafka_offsets import LIVE_GROUP_ERRORS, KafkaGroupOffsets, error_name
 from metaq.client.cluster import ClusterClient, Leader
+from metaq.client.group_offsets import LIVE_GROUP_ERRORS, KafkaGroupOffsets, error_name
+from metaq.client.metadata import MetadataLayout
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.client.versions import DEFAULT_FALLBACK
 from metaq.errors import (
+    BrokerConnectionError,
+    ConfigError,
     GroupActiveError,
     MalformedNodeError,
     MetaqError,
@@ -65,12 +71,16 @@ class _Topology:
 class Cluster:
     """Topics, leaders and offsets; see the module docstring. Not thread-safe: one per reader."""
 
-    def __init__(self, zookeeper_connect: str, *, client_id: str = "metaq-spark", request_timeout_ms: int = 30000,
+    def __init__(self, zookeeper_connect: str | None = None, *, bootstrap_servers: str | None = None,
+                 client_id: str = "metaq-spark", request_timeout_ms: int = 30000,
                  session_timeout_ms: int = 10000, connection_timeout_ms: int = 10000,
                  metadata_max_age_ms: int = 1000, zk_security: ZooKeeperSecurity | None = None,
                  security: SecurityConfig | None = None, broker_version_fallback: str = DEFAULT_FALLBACK,
                  isolation_level: int = 0, group_coordination: str = "zookeeper") -> None:
+        if bool(zookeeper_connect) == bool(bootstrap_servers):
+            raise ConfigError("option 'zookeeper.connect' or 'bootstrap.servers': exactly one is required")
         self.zookeeper_connect = zookeeper_connect
+        self.bootstrap_servers = bootstrap_servers
         self._group_coordination = group_coordination  # where the group's offsets are: zookeeper or kafka
         self._fallback = broker_version_fallback
         self._isolation_level = isolation_level  # 1: the latest offset is the last stable offset
@@ -83,7 +93,8 @@ class Cluster:
         self._max_age_ms = metadata_max_age_ms
         self._max_age_s = metadata_max_age_ms / 1000.0
         self._zk: KazooClient | None = None
-        self._layout: ZkLayout | None = None
+        self._layout: ZkLayout | MetadataLayout | None = None
+        self._zk_layout: ZkLayout | None = None
         self._client: ClusterClient | None = None
         self._topology: _Topology | None = None
         self._subscription: Subscription | None = None
@@ -92,7 +103,8 @@ class Cluster:
 
     @classmethod
     def for_read(cls, options: ReadOptions) -> Cluster:
-        return cls(options.zookeeper_connect, client_id=options.client_id,
+        return cls(options.zookeeper_connect, bootstrap_servers=options.bootstrap_servers,
+                   client_id=options.client_id,
                    request_timeout_ms=options.request_timeout_ms, session_timeout_ms=options.zk_session_timeout_ms,
                    connection_timeout_ms=options.zk_connection_timeout_ms,
                    metadata_max_age_ms=options.metadata_max_age_ms, zk_security=options.zk_security,
@@ -105,28 +117,54 @@ class Cluster:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- ZooKeeper -----------------------------------------------------------------------------------
+    # -- where the cluster is: ZooKeeper or Metadata ------------------------------------------------------
 
     @property
-    def layout(self) -> ZkLayout:
-        """The ZooKeeper layout, connecting on first use (so that creating a reader stays cheap)."""
+    def layout(self) -> ZkLayout | MetadataLayout:
+        """Where topics and leaders are read, asked on first use (so that creating a reader stays cheap)."""
         if self._layout is None:
+            self._layout = self._metadata_layout() if self.bootstrap_servers else self.zookeeper
+        return self._layout
+
+    @property
+    def where(self) -> str:
+        """The cluster as the options name it, for messages."""
+        if self.bootstrap_servers:
+            return f"the brokers at {self.bootstrap_servers} (option 'bootstrap.servers')"
+        return f"ZooKeeper at {self.zookeeper_connect}"
+
+    def _metadata_layout(self) -> MetadataLayout:
+        """``bootstrap.servers``: one Metadata answer is reused for ``metadata.max.age.ms`` at most."""
+        assert self.bootstrap_servers is not None
+        return MetadataLayout.connect(self.bootstrap_servers, self._settings(), option="option 'bootstrap.servers':",
+                                      min_refresh_s=self._max_age_s)
+
+    @property
+    def zookeeper(self) -> ZkLayout:
+        """The ZooKeeper layout, connecting on first use; options without ``zookeeper.connect`` have no group
+        offsets there (ReadOptions refuses ``group.coordination=zookeeper`` with ``bootstrap.servers``)."""
+        if self._zk_layout is None:
+            if not self.zookeeper_connect:
+                raise ConfigError("option 'zookeeper.connect': a value is required for the group's offsets in "
+                                  "ZooKeeper (or set group.coordination=kafka)")
             try:
                 self._zk = connect(self.zookeeper_connect, session_timeout_ms=self._session_timeout_ms,
                                    connection_timeout_ms=self._connection_timeout_ms, security=self._zk_security)
             except ZooKeeperUnavailableError as e:
                 raise ZooKeeperUnavailableError(f"metaq: {e} (option 'zookeeper.connect' is "
                                                 f"{self.zookeeper_connect!r})") from e
-            self._layout = ZkLayout(self._zk)
-        return self._layout
+            self._zk_layout = ZkLayout(self._zk)
+        return self._zk_layout
+
+    def _settings(self) -> ConnectionSettings:
+        return ConnectionSettings(client_id=self._client_id, request_timeout_ms=self._request_timeout_ms,
+                                  security=self._security, broker_version_fallback=self._fallback)
 
     @property
     def client(self) -> ClusterClient:
         """The cluster client over :attr:`layout` (connections to leaders are opened on first use)."""
         if self._client is None:
-            settings = ConnectionSettings(client_id=self._client_id, request_timeout_ms=self._request_timeout_ms,
-                                          security=self._security, broker_version_fallback=self._fallback)
-            self._client = ClusterClient(self.layout, settings, metadata_max_age_ms=self._max_age_ms)
+            self._client = ClusterClient(self.layout, self._settings(), metadata_max_age_ms=self._max_age_ms)
         return self._client
 
     def topics(self, subscription: Subscription, *, strict: bool = True) -> list[str]:
@@ -136,8 +174,7 @@ class Cluster:
             missing = [t for t in subscription.topics if t not in topology.topics]
             if missing:
                 raise UnknownTopicError(
-                    f"topic {', '.join(map(repr, missing))} (option 'subscribe') does not exist in ZooKeeper at "
-                    f"{self.zookeeper_connect}")
+                    f"topic {', '.join(map(repr, missing))} (option 'subscribe') does not exist in {self.where}")
         return list(topology.topics)
 
     def partitions(self, topics: Iterable[str]) -> list[TopicPartition]:
@@ -148,9 +185,11 @@ class Cluster:
         return self._require_topology().leaders.get(key)
 
     def invalidate(self) -> None:
-        """Forget topics and leaders: the next call reads ZooKeeper again."""
+        """Forget topics and leaders: the next call reads ZooKeeper (or Metadata) again."""
         if self._topology is not None:
             self._topology.read_at = float("-inf")
+        if isinstance(self._layout, MetadataLayout):
+            self._layout.invalidate()
         if self._client is not None:
             self._client.invalidate()
 
@@ -166,10 +205,10 @@ class Cluster:
             return cached
         try:
             self._topology = self._load_topology(subscription)
-        except ZooKeeperUnavailableError as e:
+        except (ZooKeeperUnavailableError, BrokerConnectionError) as e:
             if cached is None or self._subscription != subscription:
                 raise
-            log.warning("metaq: ZooKeeper unavailable, using topics and leaders read %.0f s ago: %s",
+            log.warning("metaq: %s unavailable, using topics and leaders read %.0f s ago: %s", self.where,
                         time.monotonic() - cached.read_at, e)
             return cached
         self._subscription = subscription
@@ -232,7 +271,8 @@ class Cluster:
 
     @property
     def kafka_offsets(self) -> KafkaGroupOffsets:
-        """The group's offsets in ``__consumer_offsets`` (group.coordination=kafka); a channel per call."""
+        """The group's offsets in ``__consumer_offsets`` (group.coordination=kafka); a channel per call, to the
+        coordinator a broker of :attr:`layout` names."""
         if self._kafka_offsets is None:
             self._kafka_offsets = KafkaGroupOffsets(self.layout, timeout_ms=self._request_timeout_ms,
                                                     client_id=self._client_id, security=self._security)
@@ -246,7 +286,7 @@ class Cluster:
             return {key: stored.get(key) for key in keys}
         result: dict[TopicPartition, int | None] = {}
         for topic, partition in keys:
-            offset = self.layout.read_offset(group, topic, partition)
+            offset = self.zookeeper.read_offset(group, topic, partition)
             result[(topic, partition)] = offset if offset is not None and offset >= 0 else None
         return result
 
@@ -270,7 +310,7 @@ class Cluster:
             if current is not None and current >= offset:
                 self._committed[(group, key)] = offset
                 continue
-            self.layout.write_offset(group, key[0], key[1], offset)
+            self.zookeeper.write_offset(group, key[0], key[1], offset)
             self._committed[(group, key)] = offset
             written[key] = offset
         return written
@@ -305,7 +345,7 @@ class Cluster:
 
     def _current(self, group: str, key: TopicPartition) -> int | None:
         try:
-            offset = self.layout.read_offset(group, key[0], key[1])
+            offset = self.zookeeper.read_offset(group, key[0], key[1])
         except MalformedNodeError as e:
             log.warning("metaq: overwriting a committed offset that does not parse: %s", e)
             return None
@@ -316,7 +356,7 @@ class Cluster:
         if self._client is not None:
             self._client.close()
             self._client = None
-        client, self._zk, self._layout = self._zk, None, None
+        client, self._zk, self._layout, self._zk_layout = self._zk, None, None, None
         if client is not None:
             with contextlib.suppress(Exception):  # best effort: the session expires on its own anyway
                 client.stop()

@@ -6,7 +6,8 @@
 Exactly the offsets ``[start, end)`` are returned, so a retried task returns the same rows. Broker
 connections are kept per Python worker (Spark reuses workers across tasks) and the next Fetch is sent
 before the current answer is decoded, so the broker's disk read overlaps our decoding. A leader that
-refuses is looked up again in ZooKeeper; offsets that retention already deleted follow ``failOnDataLoss``.
+refuses is looked up again in ZooKeeper (or by Metadata, with ``bootstrap.servers``); offsets that retention
+already deleted follow ``failOnDataLoss``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from kafka.protocol.consumer import FetchRequest
 from metaq.client.cluster import EARLIEST, LATEST, ClusterClient, list_offsets_answers, send_list_offsets
 from metaq.client.connection import BrokerConnection
 from metaq.client.in_flight import InFlightRequest
+from metaq.client.metadata import MetadataLayout
 from metaq.client.security import SecurityConfig
 from metaq.client.settings import ConnectionSettings
 from metaq.client.versions import DEFAULT_FALLBACK
@@ -66,7 +68,7 @@ other security options too, hence the key)."""
 
 @dataclass(frozen=True)
 class FetchSettings:
-    zookeeper_connect: str
+    zookeeper_connect: str | None = None
     client_id: str = "metaq-spark"
     fetch_max_bytes: int = 4 * 1024 * 1024
     request_timeout_ms: int = 30000
@@ -78,6 +80,8 @@ class FetchSettings:
     broker_version_fallback: str = DEFAULT_FALLBACK
     isolation_level: int = 0
     """1 (read_committed): Fetch up to the last stable offset and leave out aborted transactions."""
+    bootstrap_servers: str | None = None
+    """Instead of ``zookeeper_connect``: leaders are asked of these brokers by Metadata."""
 
     def connection_settings(self, **limits: Any) -> ConnectionSettings:
         return ConnectionSettings(client_id=self.client_id, request_timeout_ms=self.request_timeout_ms,
@@ -184,13 +188,22 @@ class _RangeReader:
         return conn
 
     def _find_leader(self) -> tuple[str, int]:
-        """Ask ZooKeeper who leads the partition now (rare: only after the planned leader refused)."""
+        """Ask ZooKeeper (or, with ``bootstrap.servers``, the brokers) who leads the partition now (rare: only
+        after the planned leader refused)."""
         r, s = self.range, self.settings
-        with session(s.zookeeper_connect, session_timeout_ms=s.zk_session_timeout_ms,
-                     connection_timeout_ms=s.zk_connection_timeout_ms, security=s.zk_security) as client:
-            leader = ClusterClient(ZkLayout(client), s.connection_settings()).leader(r.topic, r.partition, fresh=True)
+        if s.bootstrap_servers:
+            layout = MetadataLayout(s.bootstrap_servers, s.connection_settings(), option="option 'bootstrap.servers':")
+            leader = ClusterClient(layout, s.connection_settings()).leader(r.topic, r.partition, fresh=True)
+            where = f"the Metadata of {s.bootstrap_servers}"
+        else:
+            assert s.zookeeper_connect is not None
+            with session(s.zookeeper_connect, session_timeout_ms=s.zk_session_timeout_ms,
+                         connection_timeout_ms=s.zk_connection_timeout_ms, security=s.zk_security) as client:
+                leader = ClusterClient(ZkLayout(client), s.connection_settings()).leader(r.topic, r.partition,
+                                                                                         fresh=True)
+            where = "ZooKeeper"
         if leader is None:
-            raise _NoLeader(f"{r.topic}-{r.partition} has no live leader in ZooKeeper")
+            raise _NoLeader(f"{r.topic}-{r.partition} has no live leader in {where}")
         return leader.host, leader.port
 
     def _where(self) -> str:
@@ -276,7 +289,7 @@ class _RangeReader:
 
 
 class _NoLeader(MetaqError):
-    """ZooKeeper names no live leader right now; counted as a failed attempt."""
+    """ZooKeeper (or Metadata) names no live leader right now; counted as a failed attempt."""
 
 
 def _drop_aborted(chunk: RecordColumns, ranges: list[tuple[int, int]]) -> None:

@@ -3,11 +3,17 @@
     opts = ReadOptions.parse({"zookeeper.connect": "127.0.0.1:2181/metaq", "subscribe": "clicks",
                               "group.id": "etl"}, streaming=True)
     opts.starting.mode          # "committed" (the default when group.id is set)
+    ReadOptions.parse({"bootstrap.servers": "broker1:9092", "subscribe": "clicks", "group.id": "etl",
+                       "group.coordination": "kafka"}, streaming=True)      # no ZooKeeper at all
 
 Reading:
 
 =============================== ===========================================================================
-``zookeeper.connect``           ``host:port[,host:port][/chroot]`` (required)
+``zookeeper.connect``           ``host:port[,host:port][/chroot]``: topics and leaders from ZooKeeper
+``bootstrap.servers``           or ``host:port[,host:port]``: topics and leaders from the brokers' Metadata,
+                                no ZooKeeper (Spark's Kafka source: ``kafka.bootstrap.servers``); exactly one
+                                of the two. A group's offsets then need ``group.coordination=kafka``, and the
+                                ``zookeeper.*`` options are refused
 ``subscribe``                   comma-separated topics; or ``subscribePattern``: a regex matching whole names
 ``group.id``                    the group whose ZooKeeper offsets a read starts from and a stream commits
 ``group.coordination``          where the group's offsets are: ``zookeeper`` (default) or ``kafka``
@@ -75,7 +81,8 @@ RESET_POLICIES = {"earliest": "earliest", "smallest": "earliest", "latest": "lat
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 _READ_OPTIONS = (
-    "zookeeper.connect", "subscribe", "subscribePattern", "group.id", "startingOffsets", "endingOffsets",
+    "zookeeper.connect", "bootstrap.servers", "subscribe", "subscribePattern", "group.id", "startingOffsets",
+    "endingOffsets",
     "auto.offset.reset", "maxOffsetsPerTrigger", "minPartitions", "maxPartitions", "failOnDataLoss",
     "valueFormat", "valueSchema", "fetch.max.bytes", "request.timeout.ms", "client.id", "metadata.max.age.ms",
     "zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms", "keyFormat", "includeHeaders",
@@ -167,7 +174,7 @@ class OffsetSpec:
 class ReadOptions:
     """The validated options of a read; picklable, since the reader travels to the executors."""
 
-    zookeeper_connect: str
+    zookeeper_connect: str | None  # exactly one of the two (:func:`_cluster`)
     subscription: Subscription
     group_id: str | None
     starting: OffsetSpec
@@ -192,6 +199,7 @@ class ReadOptions:
     security: SecurityConfig = field(default_factory=SecurityConfig)
     broker_version_fallback: str = DEFAULT_FALLBACK
     group_coordination: str = "zookeeper"
+    bootstrap_servers: str | None = None
 
     @property
     def isolation(self) -> int:
@@ -208,6 +216,8 @@ class ReadOptions:
         if group is not None:
             validate_group(group)
         subscription = _subscription(opts)
+        coordination = _group_coordination(opts, group)
+        zookeeper_connect, bootstrap_servers = _cluster(opts, group, coordination)
         starting = _starting(opts, group, streaming)
         ending = _ending(opts, streaming)
         _check_json_topics(subscription, starting, "startingOffsets")
@@ -220,7 +230,7 @@ class ReadOptions:
             raise ConfigError(f"option 'maxPartitions': {max_partitions} is below option 'minPartitions' "
                               f"({min_partitions})")
         return cls(
-            zookeeper_connect=opts.required("zookeeper.connect"),
+            zookeeper_connect=zookeeper_connect,
             subscription=subscription,
             group_id=group,
             starting=starting,
@@ -244,7 +254,8 @@ class ReadOptions:
             zk_security=_zk_security(opts),
             security=_security(opts),
             broker_version_fallback=_fallback(opts),
-            group_coordination=_group_coordination(opts, group),
+            group_coordination=coordination,
+            bootstrap_servers=bootstrap_servers,
         )
 
 
@@ -255,6 +266,32 @@ def _group_coordination(opts: _Options, group: str | None) -> str:
         raise ConfigError("option 'group.coordination': it says where the offsets of option 'group.id' are; "
                           "set a group.id")
     return mode
+
+
+def _cluster(opts: _Options, group: str | None, coordination: str) -> tuple[str | None, str | None]:
+    """(``zookeeper.connect``, ``bootstrap.servers``): exactly one names the cluster. Without ZooKeeper the
+    group's offsets can only be in ``__consumer_offsets``, and ZooKeeper's own options would be ignored."""
+    zookeeper, bootstrap = opts.get("zookeeper.connect") or None, opts.get("bootstrap.servers") or None
+    if zookeeper and bootstrap:
+        raise ConfigError("option 'bootstrap.servers': give it or option 'zookeeper.connect', not both (either "
+                          "names where the topics and leaders are read)")
+    if bootstrap is None:
+        if zookeeper is None:
+            raise ConfigError("option 'zookeeper.connect' or 'bootstrap.servers': a value is required")
+        return zookeeper, None
+    from metaq.client.metadata import parse_addresses  # the consumer's check; kafka-python only when used
+
+    parse_addresses(bootstrap, "option 'bootstrap.servers':")
+    if group is not None and coordination == "zookeeper":
+        default = "" if opts.get("group.coordination") else " (the default)"
+        raise ConfigError(f"option 'group.coordination': 'zookeeper'{default} keeps the offsets of option "
+                          f"'group.id' in ZooKeeper, which option 'bootstrap.servers' does not reach; set "
+                          f"group.coordination=kafka (offsets in __consumer_offsets) or option 'zookeeper.connect'")
+    for name in ("zookeeper.session.timeout.ms", "zookeeper.connection.timeout.ms", *sorted(ZOOKEEPER_CLIENT_KEYS)):
+        if opts.get(name) is not None:
+            raise ConfigError(f"option {name!r}: only with option 'zookeeper.connect' (with option "
+                              f"'bootstrap.servers' the source reaches no ZooKeeper)")
+    return None, bootstrap
 
 
 def _fallback(opts: _Options) -> str:

@@ -1,9 +1,13 @@
-"""The ``metaq`` data source: batch and streaming reads that start from a group's ZooKeeper offsets.
+"""The ``metaq`` data source: batch and streaming reads that start from a group's ZooKeeper offsets (or, with
+``group.coordination=kafka``, its offsets in ``__consumer_offsets``).
 
     metaq.spark.register(spark)
     df = (spark.readStream.format("metaq")
           .option("zookeeper.connect", "127.0.0.1:2181/metaq").option("subscribe", "clicks")
           .option("group.id", "clicks-etl").load())
+    df = (spark.readStream.format("metaq")                  # no ZooKeeper: Metadata, ListOffsets, OffsetCommit
+          .option("bootstrap.servers", "broker1:9092").option("subscribe", "clicks")
+          .option("group.id", "clicks-etl").option("group.coordination", "kafka").load())
 
 Where each part runs (PySpark 4.3): ``schema``, ``reader`` and ``streamReader`` run in Python workers the
 driver starts for planning, so options are checked there; the stream reader's offset methods run in one
@@ -128,7 +132,7 @@ class _RangeReading:
         settings = FetchSettings(o.zookeeper_connect, o.client_id, o.fetch_max_bytes, o.request_timeout_ms,
                                  o.fail_on_data_loss, o.zk_session_timeout_ms, o.zk_connection_timeout_ms,
                                  o.zk_security, o.security, broker_version_fallback=o.broker_version_fallback,
-                                 isolation_level=o.isolation)
+                                 isolation_level=o.isolation, bootstrap_servers=o.bootstrap_servers)
         headers = "headers" in self.schema.fieldNames()
         for r in task.ranges:
             builder = BatchBuilder(self.schema, o.value_format, r.topic, r.partition)

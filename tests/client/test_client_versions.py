@@ -66,7 +66,7 @@ def test_unknown_fallback_release_is_a_config_error():
 def test_commit_request_at_the_old_versions(version):
     from kafka.protocol.consumer import OffsetCommitRequest
 
-    from metaq.consumer.kafka_offsets import commit_request
+    from metaq.client.offsets_channel import commit_request
 
     request = commit_request("g", {("t", 1): 42, ("t", 0): 7, ("u", 0): 3}, version)
     request.with_header(correlation_id=5, client_id="x")
@@ -78,13 +78,13 @@ def test_commit_request_at_the_old_versions(version):
 
 @pytest.mark.parametrize(("offered", "expected"), [((0, 7), 2), ((2, 9), 2), ((0, 1), 1), ((0, 0), 0)])
 def test_commit_version_for_old_coordinators(offered, expected):
-    from metaq.consumer.kafka_offsets import commit_version
+    from metaq.client.offsets_channel import commit_version
 
     assert commit_version(offered) == expected
 
 
 def test_commit_version_without_a_common_one():
-    from metaq.consumer.kafka_offsets import commit_version
+    from metaq.client.offsets_channel import commit_version
 
     with pytest.raises(UnsupportedVersionError, match="v3..7"):
         commit_version((3, 7))

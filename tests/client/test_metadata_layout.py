@@ -41,6 +41,11 @@ def test_zk_layout_reads_from_one_answer() -> None:
     assert layout.asked == 1  # reused within min_refresh_s
     layout.refresh()
     assert layout.asked == 2
+    layout.invalidate()  # a request failed on the answer: the next read asks, without asking now
+    assert layout.asked == 2
+    layout.topics()
+    layout.topics()
+    assert layout.asked == 3
 
 
 def test_a_stale_answer_is_asked_again() -> None:

@@ -73,6 +73,33 @@ def test_group_coordination() -> None:
     assert pickle.loads(pickle.dumps(parsed)).group_coordination == "kafka"
 
 
+BOOTSTRAP = {"bootstrap.servers": "127.0.0.1:9092,[::1]:9093", "subscribe": "clicks"}
+
+
+def test_bootstrap_servers_instead_of_zookeeper() -> None:
+    """``bootstrap.servers`` alone names the cluster (Metadata, no ZooKeeper); a group's offsets then need
+    group.coordination=kafka; both settings, neither, or ZooKeeper's own options are refused, naming the option."""
+    parsed = ReadOptions.parse({**BOOTSTRAP, "group.id": "etl", "group.coordination": "kafka"}, streaming=True)
+    assert (parsed.zookeeper_connect, parsed.bootstrap_servers) == (None, "127.0.0.1:9092,[::1]:9093")
+    assert pickle.loads(pickle.dumps(parsed)).bootstrap_servers == parsed.bootstrap_servers
+    assert ReadOptions.parse(BOOTSTRAP, streaming=False).starting.mode == "earliest"  # no group: nothing stored
+    assert ReadOptions.parse(read_options(), streaming=None).bootstrap_servers is None
+    refused = [
+        ({"subscribe": "clicks", "group.id": "etl"}, "'zookeeper.connect' or 'bootstrap.servers': a value"),
+        ({**BOOTSTRAP, "zookeeper.connect": ZK}, "'bootstrap.servers': give it or option 'zookeeper.connect'"),
+        ({**BOOTSTRAP, "group.id": "etl"}, r"'group.coordination': 'zookeeper' \(the default\) keeps"),
+        ({**BOOTSTRAP, "group.id": "etl", "group.coordination": "zookeeper"},
+         "'group.coordination': 'zookeeper' keeps"),
+        ({**BOOTSTRAP, "bootstrap.servers": "broker1"}, "'bootstrap.servers': 'broker1': expected HOST:PORT"),
+        ({**BOOTSTRAP, "zookeeper.session.timeout.ms": "5000"}, "'zookeeper.session.timeout.ms': only with option"),
+        ({**BOOTSTRAP, "zookeeper.auth": "file:/x"}, "'zookeeper.auth': only with option 'zookeeper.connect'"),
+        ({**BOOTSTRAP, "kafka.bootstrap.servers": "b:9092"}, "did you mean 'bootstrap.servers'"),
+    ]
+    for options, message in refused:
+        with pytest.raises(ConfigError, match=message):
+            ReadOptions.parse({k.lower(): v for k, v in options.items()}, streaming=None)
+
+
 def test_read_committed_drops_aborted_ranges() -> None:
     columns = RecordColumns.from_records([(o, 0, None, b"v%d" % o, ()) for o in (3, 4, 5, 7, 8, 10, 12)])
     _drop_aborted(columns, [(4, 5), (8, 9), (12, 12)])

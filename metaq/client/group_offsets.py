@@ -1,4 +1,4 @@
-"""A group's offsets in ``__consumer_offsets``, read and written by the ops tools over the offsets channel.
+"""A group's offsets in ``__consumer_offsets``, read and written from outside the group protocol.
 
     kafka = KafkaGroupOffsets(layout)
     kafka.fetch("etl")                                  # {("clicks", 0): 42}: every offset the group has there
@@ -6,10 +6,12 @@
 
 Consumers with ``offsets.storage=kafka`` (:mod:`metaq.consumer.kafka_offsets`) resume from
 ``max(zookeeper, kafka)`` and standard clients (a ``group.id`` without ZooKeeper) keep offsets only
-there, so ``groups describe`` reads them and resets/imports write them too. The channel itself (the
-coordinator lookup at a random live broker from ZooKeeper) is the consumer's :class:`OffsetsChannel`;
-this adds short, bounded retries and the two requests an operator needs: OffsetFetch with ``topics=None``
-(all of the group's offsets) and OffsetCommit v2 from outside the group protocol (generation -1, no member).
+there, so ``groups describe`` reads them and resets/imports write them too, and the Spark source keeps a
+group's offsets there with ``group.coordination=kafka``. The channel itself is
+:class:`metaq.client.offsets_channel.OffsetsChannel` (the coordinator lookup at a random live broker of
+``layout``: ZooKeeper's registrations, or a Metadata answer with :class:`metaq.client.metadata.MetadataLayout`);
+this adds short, bounded retries and the two requests a tool needs: OffsetFetch with ``topics=None`` (all of
+the group's offsets) and OffsetCommit v2 from outside the group protocol (generation -1, no member).
 
 Nothing here creates ``__consumer_offsets``: when the topic does not exist (the coordinator lookup would
 create it), there is nothing to read and :meth:`KafkaGroupOffsets.available` is False.
@@ -22,10 +24,17 @@ from typing import Protocol, TypeVar
 
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 
-from metaq.admin.log_offsets import TopicPartition
+from metaq.client.cluster import TopicPartition
+from metaq.client.offsets_channel import (
+    BrokerDirectory,
+    OffsetsChannel,
+    commit_codes,
+    commit_request,
+    fetched_offsets,
+    look_again,
+)
 from metaq.client.security import SecurityConfig
 from metaq.client.versions import ApiKey
-from metaq.consumer.kafka_offsets import OffsetsChannel, commit_codes, commit_request, fetched_offsets, look_again
 from metaq.errors import (
     BrokerConnectionError,
     CoordinatorError,
@@ -36,7 +45,10 @@ from metaq.errors import (
     for_code,
 )
 from metaq.retry import offsets_fetch
-from zk_layout import ZkLayout
+from zk_layout import TopicAssignment
+
+__all__ = ["LIVE_GROUP_ERRORS", "OFFSETS_TOPIC", "GroupOffsetsStore", "KafkaGroupOffsets", "OffsetsLayout",
+           "error_name"]
 
 OFFSETS_TOPIC = "__consumer_offsets"
 LIVE_GROUP_ERRORS = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID,
@@ -46,8 +58,15 @@ LIVE_GROUP_ERRORS = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_M
 T = TypeVar("T")
 
 
+class OffsetsLayout(BrokerDirectory, Protocol):
+    """What :class:`KafkaGroupOffsets` reads of the cluster: :class:`zk_layout.ZkLayout` or
+    :class:`metaq.client.metadata.MetadataLayout`."""
+
+    def topic_assignment(self, topic: str) -> TopicAssignment | None: ...
+
+
 class GroupOffsetsStore(Protocol):
-    """What the admin functions need; :class:`KafkaGroupOffsets` or a test fake."""
+    """What the ops tools need; :class:`KafkaGroupOffsets` or a test fake."""
 
     def available(self) -> bool: ...
 
@@ -63,7 +82,7 @@ def error_name(code: int) -> str:
 class KafkaGroupOffsets:
     """Blocking reads and writes of groups' Kafka-stored offsets; each call opens and closes its channel."""
 
-    def __init__(self, layout: ZkLayout, *, timeout_ms: int = 5000, backoff_ms: int = 200,
+    def __init__(self, layout: OffsetsLayout, *, timeout_ms: int = 5000, backoff_ms: int = 200,
                  client_id: str = "metaq-admin", security: SecurityConfig | None = None) -> None:
         self._security = security
         self._layout = layout
