@@ -54,6 +54,7 @@ def instrumented() -> Iterator[Counters]:
     originals: list[tuple[type, str, Any]] = []
 
     def wrap(cls: type, name: str, make: Callable[[Any], Any]) -> None:
+        cls = next(c for c in cls.__mro__ if name in c.__dict__)  # a mixin's (GroupMember's steps)
         original = cls.__dict__[name]
         originals.append((cls, name, original))
         setattr(cls, name, make(original))
