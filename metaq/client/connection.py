@@ -37,7 +37,6 @@ import time
 from collections import deque
 from typing import Literal, overload
 
-from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
@@ -62,6 +61,7 @@ from metaq.errors import (
     UnsupportedVersionError,
     raise_for_code,
 )
+from metaq.protocol.families import response_family
 from metaq.protocol.messages import ApiResponse, RequestFields
 
 log = logging.getLogger(__name__)
@@ -267,7 +267,8 @@ class BrokerConnection:
         data = self._encode(request, version)
         response_class = None
         if expect_response and request.expect_response():
-            response_class = ResponseClassRegistry.get_response_class(request.header)[None]
+            # not kafka-python's ResponseClassRegistry: its weak entry can die (metaq/protocol/families.py)
+            response_class = response_family(request_class)
         handle = InFlightRequest(self, correlation_id, request.API_KEY, version, response_class,
                                  time.monotonic() + self.request_timeout)
         self._write(handle, data)
