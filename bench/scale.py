@@ -120,9 +120,10 @@ def instrumented() -> Iterator[Counters]:
     originals: list[tuple[type, str, Any]] = []
 
     def wrap(cls: type, name: str, make: Callable[[Any], Any]) -> None:
-        original = cls.__dict__[name]
-        originals.append((cls, name, original))
-        setattr(cls, name, make(original))
+        owner = next(c for c in cls.__mro__ if name in c.__dict__)  # the class defining it (maybe a base)
+        original = owner.__dict__[name]
+        originals.append((owner, name, original))
+        setattr(owner, name, make(original))
 
     def call(original: Any) -> Any:
         def wrapper(self: KazooClient, request: Any, async_object: Any) -> Any:
