@@ -543,6 +543,21 @@ def test_group_state_machine_with_raw_requests(group_broker, make_topic) -> None
     wait_until(lambda: _commit(bs, g, -1, "") == 0, 20, "the silent member to be removed")
     assert _heartbeat(bs, g, gen, leader.member_id) == UNKNOWN_MEMBER_ID
 
+    # a burst of new members (KIP-394): the first to come back with its id waits for the others still pending
+    # (docs/broker-coordinated-consumer.md, "Joins wait for pending members"): one generation, not one per arrival
+    burst = "burst"
+    ids = [_join(bs, burst, session_ms=10_000).member_id for _ in range(4)]
+    joins = []
+    for member_id in ids:
+        joins.append(_in_thread(_join, bs, burst, member_id, session_ms=10_000))
+        time.sleep(0.2)
+    for t, _ in joins:
+        t.join(10)
+    results = [box[0] for _, box in joins]
+    assert [r.error_code for r in results] == [0, 0, 0, 0]
+    assert {r.generation_id for r in results} == {1}, [r.generation_id for r in results]
+    assert sorted(m.member_id for m in next(r for r in results if r.leader == r.member_id).members) == sorted(ids)
+
 
 def test_static_membership(group_broker) -> None:
     """group.instance.id: a restarted static member takes its place without a rebalance; the old id is fenced."""

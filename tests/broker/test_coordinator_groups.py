@@ -437,3 +437,45 @@ def test_a_coordinator_taking_a_group_over_keeps_its_members(tmp_path: Path) -> 
 async def _until(condition: Callable[[], bool]) -> None:
     while not condition():
         await asyncio.sleep(0.01)
+
+
+def test_a_join_waits_for_the_members_handed_an_id_with_member_id_required(tmp_path: Path) -> None:
+    """KIP-394 (docs/broker-coordinated-consumer.md, "Joins wait for pending members"): a member that got
+    MEMBER_ID_REQUIRED is pending until it joins again with its id; the join phase does not complete while one
+    is, so a burst of new members lands in one generation. A pending member may leave (LeaveGroup)."""
+    async def scenario(c: GroupCoordinator) -> None:
+        a_id = (await join(c, require_known=True)).member_id
+        p_id = (await join(c, require_known=True)).member_id
+        q_id = (await join(c, require_known=True)).member_id
+        assert await state(c) == g.EMPTY  # handing out ids starts no rebalance
+        a_join = asyncio.create_task(join(c, a_id))
+        await settle()
+        assert await state(c) == g.PREPARING_REBALANCE and not a_join.done()  # p and q are pending
+        assert c.leave_group(GROUP, q_id) == NONE
+        await settle()
+        assert not a_join.done()  # p still is
+        p = await within(join(c, p_id))
+        a = await within(a_join)
+        assert (a.error_code, p.error_code, a.generation_id, p.generation_id) == (NONE, NONE, 1, 1)
+        leader = a if a.leader == a.member_id else p
+        assert sorted(m for m, _, _ in leader.members) == sorted([a_id, p_id])
+        assert (await join(c, q_id)).error_code == UNKNOWN_MEMBER_ID  # q left: its id is no longer valid
+
+    run(tmp_path, scenario)
+
+
+def test_a_pending_member_that_never_rejoins_expires_after_its_session_timeout(tmp_path: Path) -> None:
+    """Kafka's pending-member expiry (docs/broker-coordinated-consumer.md, "Joins wait for pending members"):
+    the join completes without the pending member once its session timeout has passed, well before the
+    rebalance timeout (10 s here), and its id is then unknown."""
+    async def scenario(c: GroupCoordinator) -> None:
+        a_id = (await join(c, require_known=True)).member_id
+        gone_id = (await join(c, require_known=True, session_ms=200)).member_id
+        a = await within(join(c, a_id), timeout=5.0)
+        group = c._groups[GROUP]
+        # the join completed because the pending member expired, not because the join ignored it
+        assert gone_id not in group.pending_members and gone_id not in group.members
+        assert (a.error_code, a.generation_id, a.leader, a.members) == (NONE, 1, a_id, [(a_id, None, b"m")])
+        assert (await join(c, gone_id)).error_code == UNKNOWN_MEMBER_ID
+
+    run(tmp_path, scenario)

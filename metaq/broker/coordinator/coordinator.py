@@ -2,9 +2,10 @@
 
 Everything runs on the broker's event loop (no locks); replaying a partition's log runs on a worker
 thread while requests for its groups get COORDINATOR_LOAD_IN_PROGRESS. Rebalances complete as soon as
-every known member has rejoined (no fixed delay unless ``group.initial.rebalance.delay.ms`` asks for one
-for empty groups); members that do not rejoin within the rebalance timeout, or stop heartbeating for
-their session timeout, are removed.
+every known member has rejoined and no member handed an id with MEMBER_ID_REQUIRED is still to come back
+with it (no fixed delay unless ``group.initial.rebalance.delay.ms`` asks for one for empty groups); members
+that do not rejoin within the rebalance timeout, or stop heartbeating for their session timeout, are
+removed, and so are pending members that do not come back within their session timeout.
 
 The coordinator moves with the leadership of ``__consumer_offsets`` partitions (replicated like any topic,
 docs/architecture.md "Replication"): a partition is replayed from the local log when this broker first

@@ -3,14 +3,17 @@
 States (only ``transition`` changes them; anything else is a bug and raises)::
 
     Empty ---------------join---------------> PreparingRebalance
-    PreparingRebalance --all rejoined/timeout--> CompletingRebalance  (or Empty if nobody rejoined)
+    PreparingRebalance --all rejoined and none pending/timeout--> CompletingRebalance  (or Empty if nobody rejoined)
     CompletingRebalance --leader's SyncGroup--> Stable
     CompletingRebalance --member joins/leaves/dies--> PreparingRebalance
     Stable --member joins/leaves/dies, leader rejoins, protocols change--> PreparingRebalance
     any --offsets partition unloaded--> Dead (terminal)
     (new) Empty --restored from the offsets log (Group.restore)--> Stable
 
-Members waiting in JoinGroup or SyncGroup hold an asyncio future that the coordinator resolves.
+Members waiting in JoinGroup or SyncGroup hold an asyncio future that the coordinator resolves. A *pending*
+member (KIP-394: handed an id with MEMBER_ID_REQUIRED, not yet back with it) holds up the join phase until it
+joins or its session timeout passes, as Kafka's GroupMetadata.hasAllMembersJoined
+(docs/broker-coordinated-consumer.md, "Joins wait for pending members").
 """
 
 from __future__ import annotations
@@ -127,7 +130,8 @@ class Group:
         self.leader_id: str | None = None
         self.members: dict[str, Member] = {}
         self.static_members: dict[str, str] = {}  # group.instance.id -> member id
-        self.pending_members: set[str] = set()  # ids handed out with MEMBER_ID_REQUIRED
+        # ids handed out with MEMBER_ID_REQUIRED -> the loop time they expire at (their session timeout)
+        self.pending_members: dict[str, float] = {}
         self.metadata_bytes = 0  # the members' protocol names and metadata (bounded, see CoordinatorConfig)
         self.join_timer: asyncio.TimerHandle | None = None
         # loop time until which the initial rebalance delay of an empty group may be extended, None when it is
@@ -171,7 +175,7 @@ class Group:
         replaced = self.members.get(member.member_id)
         self.metadata_bytes += member.metadata_bytes - (replaced.metadata_bytes if replaced is not None else 0)
         self.members[member.member_id] = member
-        self.pending_members.discard(member.member_id)
+        self.pending_members.pop(member.member_id, None)
         if member.group_instance_id:
             self.static_members[member.group_instance_id] = member.member_id
         if self.leader_id is None:
@@ -187,6 +191,18 @@ class Group:
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
         return member
+
+    def add_pending(self, member_id: str, expires_at: float) -> None:
+        """A member id handed out with MEMBER_ID_REQUIRED: the join phase waits for it until ``expires_at``."""
+        self.pending_members[member_id] = expires_at
+
+    def remove_pending(self, member_id: str) -> bool:
+        """Forget a pending member id (it left, or expired); False if it was not pending."""
+        return self.pending_members.pop(member_id, None) is not None
+
+    def expired_pending(self, now: float) -> list[str]:
+        """The pending member ids whose session timeout has passed at loop time ``now``."""
+        return [member_id for member_id, expires_at in self.pending_members.items() if expires_at <= now]
 
     def set_protocols(self, member: Member, protocols: list[tuple[str, bytes]]) -> None:
         """A member's new JoinGroup protocols (keeping the group's metadata_bytes right)."""
@@ -220,7 +236,10 @@ class Group:
         return max(sorted(candidates), key=lambda name: votes[name])
 
     def all_rejoined(self) -> bool:
-        return all(m.join_waiter is not None and not m.join_waiter.done() for m in self.members.values())
+        """Every member waits in JoinGroup and none is pending: a pending member is one more member about to
+        join, and completing without it would make it start the next generation at once."""
+        return not self.pending_members and all(
+            m.join_waiter is not None and not m.join_waiter.done() for m in self.members.values())
 
     def max_rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)

@@ -1,6 +1,7 @@
 """The group membership protocol of :class:`~metaq.broker.coordinator.coordinator.GroupCoordinator`: JoinGroup,
 SyncGroup, Heartbeat and LeaveGroup drive each group's state machine (:mod:`metaq.broker.coordinator.group_state`),
-and the session loop removes members that stop heartbeating or do not rejoin within the rebalance timeout.
+and the session loop removes members that stop heartbeating or do not rejoin within the rebalance timeout, and
+pending members (KIP-394) that do not come back with their id within their session timeout.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ class GroupMembership:
         if spec.group_instance_id and spec.group_instance_id in group.static_members:
             return await self._rejoin_static(group, spec)
         if require_known_member_id and not spec.group_instance_id:
-            group.pending_members.add(spec.member_id)  # KIP-394: the member must come back with this id
+            # KIP-394: the member must come back with this id; the join waits for it until its session expires
+            group.add_pending(spec.member_id, loop_now() + spec.session_timeout_ms / 1000.0)
             return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=spec.member_id)
         group.add(spec)
         return await self._wait_for_join(group, spec)
@@ -283,10 +285,22 @@ class GroupMembership:
         if error:
             return error
         group = self._group(group_id, create=False)
+        if group is not None and member_id in group.pending_members:
+            self._drop_pending(group, member_id, "left the group")
+            return ErrorCode.NONE
         if group is None or member_id not in group.members:
             return ErrorCode.UNKNOWN_MEMBER_ID
         self._remove_member(group, member_id, "left the group")
         return ErrorCode.NONE
+
+    def _drop_pending(self, group: Group, member_id: str, reason: str) -> None:
+        """A pending member that left or expired: a join held up by it may complete now (Kafka's
+        removePendingMemberAndUpdateGroup)."""
+        if not group.remove_pending(member_id):
+            return
+        log.info("group %s: pending member %s %s", group.group_id, member_id, reason)
+        if group.is_(g.PREPARING_REBALANCE):
+            self._maybe_complete_join(group)
 
     def _remove_member(self, group: Group, member_id: str, reason: str) -> None:
         member = group.remove(member_id)
@@ -319,3 +333,5 @@ class GroupMembership:
                     waiting = member.join_waiter is not None and not member.join_waiter.done()
                     if not waiting and now - member.last_heartbeat > member.session_timeout_ms / 1000.0:
                         self._remove_member(group, member.member_id, "session timed out")
+                for member_id in group.expired_pending(now):
+                    self._drop_pending(group, member_id, "did not join again with its id within its session timeout")
