@@ -29,7 +29,8 @@ from metaq.client.versions import DEFAULT_FALLBACK
 from metaq.errors import BrokerConnectionError, MetaqError, OffsetOutOfRangeError, UnknownTopicError, for_code
 from metaq.protocol.control import aborted_ranges, in_ranges
 from metaq.protocol.messages import ApiStruct
-from metaq.protocol.records import Record, decode_records
+from metaq.protocol.record_types import Record
+from metaq.protocol.records import decode_records
 from metaq.retry import admin_reader
 from zk_layout import ZkLayout, validate_topic
 

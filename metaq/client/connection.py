@@ -61,8 +61,8 @@ from metaq.errors import (
     UnsupportedVersionError,
     raise_for_code,
 )
-from metaq.protocol.families import response_family
 from metaq.protocol.messages import ApiResponse, RequestFields
+from metaq.protocol.response_families import response_family
 
 log = logging.getLogger(__name__)
 _ERROR_CODE = struct.Struct(">h")
@@ -267,7 +267,7 @@ class BrokerConnection:
         data = self._encode(request, version)
         response_class = None
         if expect_response and request.expect_response():
-            # not kafka-python's ResponseClassRegistry: its weak entry can die (metaq/protocol/families.py)
+            # not kafka-python's ResponseClassRegistry: its weak entry can die (metaq/protocol/response_families.py)
             response_class = response_family(request_class)
         handle = InFlightRequest(self, correlation_id, request.API_KEY, version, response_class,
                                  time.monotonic() + self.request_timeout)

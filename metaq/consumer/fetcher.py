@@ -64,7 +64,8 @@ from metaq.errors import (
 from metaq.metrics.consumer import ConsumerMetrics
 from metaq.protocol.control import aborted_ranges, in_ranges
 from metaq.protocol.messages import ApiResponse
-from metaq.protocol.records import Record, decode_records
+from metaq.protocol.record_types import Record
+from metaq.protocol.records import decode_records
 from metaq.retry import fetcher as fetcher_policy
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, overload
 
-from metaq.protocol.records import Record
+from metaq.protocol.record_types import Record
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 
 from metaq.errors import MetaqError
-from metaq.protocol.records import Record
+from metaq.protocol.record_types import Record
 
 __all__ = ["ENQUEUE_POLL_S", "ChunkQueue", "FetchedChunk", "PartitionTopicInfo", "Record"]
 

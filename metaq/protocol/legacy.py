@@ -39,7 +39,7 @@ from typing import NamedTuple
 from metaq.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
 from metaq.protocol import _legacy_decode
 from metaq.protocol.compression import compress, decompress, lz4_frame_without_content_checksum
-from metaq.protocol.lz4_frame import lz4_frame_fix, xxh32
+from metaq.protocol.lz4_frame import lz4_frame_fix
 
 try:  # aiokafka's compiled builder (see _plain_entries); encode_message where it is missing
     from aiokafka.record._crecords.legacy_records import LegacyRecordBatchBuilder as _CompiledBuilder
@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - every platform with an aiokafka wheel 
     _CompiledBuilder = None
 
 __all__ = ["LegacyMessage", "ProducedSet", "build_message_set", "decode_run", "encode_message", "inflate",
-           "lz4_frame_fix", "read_produced", "walk_message_set", "xxh32"]
+           "read_produced", "walk_message_set"]
 
 Record = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
 """As metaq.protocol.records.Record; v0/v1 records have no headers."""

@@ -7,13 +7,9 @@ the two readers compare and what each costs).
 from __future__ import annotations
 
 from metaq.errors import CorruptRecordError, InvalidRecordError
+from metaq.protocol.record_types import Record
 
-__all__ = ["Headers", "Record"]
-
-
-Headers = tuple[tuple[str, bytes | None], ...]
-Record = tuple[int, int, bytes | None, bytes | None, Headers]
-"""A decoded record: (offset, timestamp, key, value, headers)."""
+__all__: list[str] = []
 
 _MAX_VARINT_BYTES = 10  # a varlong; Kafka's varints (5 bytes) are a subset
 

@@ -42,13 +42,8 @@ from metaq.errors import CorruptRecordError, InvalidRecordError
 from metaq.protocol import legacy
 from metaq.protocol.batches import BATCH_HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH
 from metaq.protocol.compression import codec_name, decompress
-from metaq.protocol.record_loops import (
-    _NO_HEADERS,
-    Headers,
-    Record,
-    _check_records_python,
-    _read_records,
-)
+from metaq.protocol.record_loops import _NO_HEADERS, _check_records_python, _read_records
+from metaq.protocol.record_types import Headers, Record
 
 try:  # the compiled record reader (see the module doc); the pure-Python loop (record_loops.py) without it
     from aiokafka.errors import CorruptRecordException as _CompiledCorruptError
@@ -57,7 +52,7 @@ except ImportError:  # pragma: no cover - every platform with an aiokafka wheel 
     _CompiledBatch = None
     _CompiledCorruptError = CorruptRecordError
 
-__all__ = ["COMPILED", "ColumnsResult", "DecodeResult", "Record", "RecordColumns", "check_records", "codec_decoder",
+__all__ = ["COMPILED", "ColumnsResult", "DecodeResult", "RecordColumns", "check_records", "codec_decoder",
            "decode_columns", "decode_records"]
 
 COMPILED = _CompiledBatch is not None

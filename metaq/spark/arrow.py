@@ -21,7 +21,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StringType, StructType
 
 from metaq.errors import DeserializationError
-from metaq.protocol.records import Record, RecordColumns
+from metaq.protocol.record_types import Record
+from metaq.protocol.records import RecordColumns
 
 Column = Callable[[RecordColumns], pa.Array]
 

@@ -1,6 +1,7 @@
-"""The client finds a request's response class without kafka-python's weak registry (metaq/protocol/families.py):
-a per-version class that lost kafka-python's check-then-create race in ``Family[version]`` stays the registry's
-entry after it is collected, and a send of that API must still decode its answer."""
+"""The client finds a request's response class without kafka-python's weak registry
+(metaq/protocol/response_families.py): a per-version class that lost kafka-python's check-then-create race in
+``Family[version]`` stays the registry's entry after it is collected, and a send of that API must still decode its
+answer."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from metaq.protocol.families import response_family
+from metaq.protocol.response_families import response_family
 from tests.client.client_fake_broker import FakeBroker
 from tests.client.test_client_connection import connect, fake_broker, metadata_fields
 

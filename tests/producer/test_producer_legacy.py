@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from metaq.producer.legacy import HeadersUnsupportedError, message_set_from_batch, produce_magic
-from metaq.protocol import legacy
+from metaq.protocol import legacy, lz4_frame
 from metaq.protocol.builder import BatchBuilder
 from metaq.protocol.compression import CODECS
 from metaq.protocol.records import decode_records
@@ -44,8 +44,8 @@ def test_magic_0_lz4_is_the_frame_kafka_0_8_reads() -> None:
     frame = wrapper.value
     assert frame is not None and frame[:4] == b"\x04\x22\x4d\x18"
     assert frame[4] & 0x0C == 0  # FLG: no content size (0x08), no content checksum (0x04)
-    assert legacy.lz4_frame_fix(frame, broken=True) == frame
-    assert legacy.lz4_frame_fix(frame, broken=False) != frame
+    assert lz4_frame.lz4_frame_fix(frame, broken=True) == frame
+    assert lz4_frame.lz4_frame_fix(frame, broken=False) != frame
 
 
 def test_headers_have_no_place_in_old_formats() -> None:

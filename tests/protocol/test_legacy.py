@@ -15,7 +15,7 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from metaq.errors import CorruptRecordError
-from metaq.protocol import legacy
+from metaq.protocol import legacy, lz4_frame
 from metaq.protocol.records import decode_columns, decode_records
 from metaq.testing.readers import each_record_reader  # noqa: F401 (autouse: each test runs with both readers)
 
@@ -184,18 +184,18 @@ def test_our_encoder_is_read_by_kafka_python(magic: int, codec: str) -> None:
 
 
 def test_xxh32_known_values() -> None:
-    assert legacy.xxh32(b"") == 0x02CC5D05
-    assert legacy.xxh32(b"a") == 0x550D7456
-    assert legacy.xxh32(b"abc") == 0x32D153FF
+    assert lz4_frame.xxh32(b"") == 0x02CC5D05
+    assert lz4_frame.xxh32(b"a") == 0x550D7456
+    assert lz4_frame.xxh32(b"abc") == 0x32D153FF
 
 
 def test_lz4_header_checksum_of_kafka_0_8_both_ways() -> None:
     payload = b"lz4 framing " * 50
     old, new = lz4_encode_old_kafka(payload), lz4_encode(payload)
-    assert legacy.lz4_frame_fix(new, broken=True) == old  # what kafka-python sends a 0.8/0.9 broker
+    assert lz4_frame.lz4_frame_fix(new, broken=True) == old  # what kafka-python sends a 0.8/0.9 broker
     with pytest.raises(cramjam.DecompressionError):
         cramjam.lz4.decompress(old)
-    assert bytes(cramjam.lz4.decompress(legacy.lz4_frame_fix(old, broken=False))) == payload
+    assert bytes(cramjam.lz4.decompress(lz4_frame.lz4_frame_fix(old, broken=False))) == payload
 
 
 @pytest.mark.parametrize("magic", [0, 1])

@@ -50,7 +50,8 @@ from metaq.errors import CorruptRecordError
 from metaq.protocol.batches import BATCH_HEADER_SIZE, BatchHeader, read_header
 from metaq.protocol.builder import BatchBuilder, as_transactional
 from metaq.protocol.control import marker_is_abort
-from metaq.protocol.records import DecodeResult, Record, decode_records
+from metaq.protocol.record_types import Record
+from metaq.protocol.records import DecodeResult, decode_records
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from metaq.consumer.recover.format import (
     store_name,
 )
 from metaq.consumer.recover.manager import RecoverManager
-from metaq.consumer.recover.store import RecoverStore
+from metaq.consumer.recover.recover_store import RecoverStore
 
 __all__ = [
     "DEFAULT_DIR",

@@ -13,7 +13,7 @@ from metaq.consumer.message import MessageAndMetadata
 from metaq.consumer.recover.format import (
     ReplayResult,
 )
-from metaq.consumer.recover.store import RecoverStore
+from metaq.consumer.recover.recover_store import RecoverStore
 
 log = logging.getLogger(__name__)
 

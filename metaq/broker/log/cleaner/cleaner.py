@@ -34,7 +34,7 @@ from metaq.broker.log.index import OffsetIndex, TimeIndex
 from metaq.broker.log.txn_index import TXN_INDEX_SUFFIX, write_entries
 from metaq.protocol.batches import BatchHeader, read_header
 from metaq.protocol.control import marker_is_abort
-from metaq.protocol.records import Record
+from metaq.protocol.record_types import Record
 
 if TYPE_CHECKING:
     from metaq.broker.log.config import LogConfig

@@ -25,7 +25,8 @@ import crc32c
 from metaq.protocol.batches import BATCH_HEADER_SIZE, BatchHeader
 from metaq.protocol.builder import BATCH_HEADER, encode_headers, varint
 from metaq.protocol.compression import compress
-from metaq.protocol.records import Record, decode_records
+from metaq.protocol.record_types import Record
+from metaq.protocol.records import decode_records
 
 __all__ = ["DELETE_HORIZON_FLAG", "FilteredBatch", "delete_horizon", "filter_batch", "keys_of", "with_delete_horizon"]
 
