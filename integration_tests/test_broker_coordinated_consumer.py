@@ -36,7 +36,7 @@ from metaq.errors import ConfigError
 from metaq.producer import Producer
 from metaq.testing.apache_kafka import ApacheKafkaBroker
 from metaq.testing.broker import SharedBroker
-from metaq.testing.group import GroupHarness, SteadyProducer, StreamReader, check_delivery
+from metaq.testing.group import GroupHarness, SteadyProducer, StreamReader, check_delivery, owned_by_hooks
 from metaq.testing.kafka_fixtures import kafka_matrix
 from metaq.testing.kafka_versions import V2_8, V3_9
 from metaq.testing.wait import wait_until
@@ -253,40 +253,8 @@ def test_static_member_restarts_without_a_rebalance(coord: SharedBroker) -> None
         b.close()
 
 
-def _hook_events(member: ConsumerProcess) -> list[dict[str, Any]]:
-    """The member's partitions_assigned / _revoked / _lost events only: the waits poll this often, and a
-    broker-coordinated metaq member logs a records_consumed line per record."""
-    with open(member.events_path) as log:
-        lines = [line for line in log if '"partitions_' in line]
-    events = []
-    for line in lines:
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut by SIGKILL
-    return events
-
-
-def _owned_now(harness: GroupHarness) -> dict[str, set[int]]:
-    """What each live member owns, read from its listener log with both meanings of the hooks: eager
-    (revoked names everything, assigned everything) and cooperative (only what moved)."""
-    owned: dict[str, set[int]] = {}
-    for member in harness.members:
-        if not member.alive:
-            continue
-        current: set[int] = set()
-        for e in _hook_events(member):
-            parts = {p["partition"] for p in e.get("partitions", ())}
-            if e["name"] == "partitions_assigned":
-                current |= parts
-            elif e["name"] in ("partitions_revoked", "partitions_lost"):
-                current -= parts
-        owned[member.name] = current
-    return owned
-
-
 def _balanced(harness: GroupHarness, partitions: int, members: int) -> bool:
-    owned = _owned_now(harness)
+    owned = owned_by_hooks(harness)
     sizes = [len(parts) for parts in owned.values()]
     return (len(owned) == members and sum(sizes) == partitions and set().union(*owned.values()) == set(
         range(partitions)) and max(sizes) - min(sizes) <= 1)
@@ -304,14 +272,15 @@ def test_three_members_join_leave_and_kill(coord: SharedBroker, tmp_path: Path) 
     try:
         for _ in range(3):
             harness.add_member().wait_started()
-        wait_until(lambda: _balanced(harness, 12, 3), 60, lambda: f"3 members to split 12: {_owned_now(harness)}")
+        wait_until(lambda: _balanced(harness, 12, 3), 60, lambda: f"3 members to split 12: {owned_by_hooks(harness)}")
         harness.members[0].stop()
-        wait_until(lambda: _balanced(harness, 12, 2), 60, lambda: f"2 members to split 12: {_owned_now(harness)}")
+        wait_until(lambda: _balanced(harness, 12, 2), 60, lambda: f"2 members to split 12: {owned_by_hooks(harness)}")
         harness.add_member().wait_started()
-        wait_until(lambda: _balanced(harness, 12, 3), 60, lambda: f"3 members again: {_owned_now(harness)}")
+        wait_until(lambda: _balanced(harness, 12, 3), 60, lambda: f"3 members again: {owned_by_hooks(harness)}")
         victim = harness.members[1]
         victim.kill()
-        wait_until(lambda: _balanced(harness, 12, 2), 60, lambda: f"the survivors to take over: {_owned_now(harness)}")
+        wait_until(lambda: _balanced(harness, 12, 2), 60,
+                   lambda: f"the survivors to take over: {owned_by_hooks(harness)}")
         acked = producer.finish()
         wait_until(lambda: not check_delivery(harness.events(), acked).missing, 60, "every acked message read")
     finally:
@@ -482,7 +451,7 @@ def _settled(harness: GroupHarness, groups: BrokerGroups, partitions: int,
     if not _balanced(harness, partitions, members):
         return None
     view = _coordinator_view(groups, harness.group)
-    own = sorted(sorted(parts) for parts in _owned_now(harness).values())
+    own = sorted(sorted(parts) for parts in owned_by_hooks(harness).values())
     return view if view is not None and sorted(sorted(parts) for parts in view.values()) == own else None
 
 
@@ -509,7 +478,8 @@ class _QuadRun(threading.Thread):
 
     def _wait_settled(self, groups: BrokerGroups, members: int) -> dict[str, set[int]]:
         wait_until(lambda: _settled(self.harness, groups, QUAD_PARTITIONS, members) is not None, 90,
-                   lambda: f"{self.assignor}: {members} members to split {QUAD_PARTITIONS}: {_owned_now(self.harness)}",
+                   lambda: f"{self.assignor}: {members} members to split {QUAD_PARTITIONS}: "
+                           f"{owned_by_hooks(self.harness)}",
                    interval=0.25)
         view = _settled(self.harness, groups, QUAD_PARTITIONS, members)
         assert view is not None, f"{self.assignor}: the group moved on after settling"
@@ -537,7 +507,7 @@ class _QuadRun(threading.Thread):
             member.wait_started(60)
         self._wait_settled(groups, 4)
         for victim, left in ((harness.members[0], 3), (harness.members[1], 2)):  # metaq, then librdkafka
-            before = _owned_now(harness)
+            before = owned_by_hooks(harness)
             marks = {m.name: len(m.events()) for m in harness.members}
             victim.kill()
             self.victims.append(victim.name)

@@ -7,7 +7,6 @@ record in the read_committed output exactly once."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ from metaq.broker.coordinator.txn_partition import TRANSACTION_TOPIC
 from metaq.broker.process import BrokerProcess
 from metaq.broker.topics import create_topic
 from metaq.testing.broker import BrokerCluster, topic_leaders
-from metaq.testing.group import GroupHarness, SteadyProducer, check_delivery
+from metaq.testing.group import GroupHarness, SteadyProducer, check_delivery, owned_by_hooks
 from metaq.testing.wait import wait_until
 from metaq.testing.zookeeper import ZooKeeperEndpoint
 from metaq.zkclient import session
@@ -278,23 +277,6 @@ GROUP_MEMBER = {"group.coordination": "kafka", "partition.assignment.strategy": 
                 "auto.commit.interval.ms": 300, "auto.offset.reset": "smallest"}
 
 
-def _owned(harness: GroupHarness) -> dict[str, set[int]]:
-    """What each live member owns by its (cooperative) listener log: assigned adds, revoked and lost remove."""
-    owned: dict[str, set[int]] = {}
-    for member in (m for m in harness.members if m.alive):
-        current: set[int] = set()
-        with open(member.events_path) as log:  # the hooks' lines only: a member logs a line per record
-            hooks = [json.loads(line) for line in log if '"partitions_' in line and line.endswith("\n")]
-        for e in hooks:
-            parts = {p["partition"] for p in e.get("partitions", ())}
-            if e["name"] == "partitions_assigned":
-                current |= parts
-            elif e["name"] in ("partitions_revoked", "partitions_lost"):
-                current -= parts
-        owned[member.name] = current
-    return owned
-
-
 def _described(cluster: Cluster, group: str) -> CoordinatorGroup | None:
     with session(cluster.zk_connect) as client:
         return BrokerGroups(ZkLayout(client), timeout_ms=2000).list().groups.get(group)
@@ -302,7 +284,7 @@ def _described(cluster: Cluster, group: str) -> CoordinatorGroup | None:
 
 def _settled(cluster: Cluster, harness: GroupHarness, partitions: int, members: int) -> CoordinatorGroup | None:
     """The coordinator's Stable group once it and the members' logs agree on a balanced split."""
-    owned = _owned(harness)
+    owned = owned_by_hooks(harness)
     sizes = sorted(len(parts) for parts in owned.values())
     if len(owned) != members or sum(sizes) != partitions or set().union(*owned.values()) != set(range(partitions)) \
             or sizes[-1] - sizes[0] > 1:
@@ -334,7 +316,8 @@ def test_group_coordinator_sigkilled_during_a_rebalance(cluster: Cluster, tmp_pa
         first = harness.add_member()
         held = harness.add_member(**{"session.timeout.ms": 30000})  # outlives its pause at either coordinator
         leaving = harness.add_member()
-        wait_until(lambda: _settled(cluster, harness, partitions, 3), 90, lambda: f"3 members: {_owned(harness)}",
+        wait_until(lambda: _settled(cluster, harness, partitions, 3), 90,
+                   lambda: f"3 members: {owned_by_hooks(harness)}",
                    interval=0.25)
         before = _described(cluster, group)
         assert before is not None
@@ -349,7 +332,8 @@ def test_group_coordinator_sigkilled_during_a_rebalance(cluster: Cluster, tmp_pa
         wait_until(lambda: cluster.leader(OFFSETS_TOPIC, index) not in (coordinator, -1), 60,
                    "a new leader of the group's __consumer_offsets partition")
         held.resume()
-        wait_until(lambda: _settled(cluster, harness, partitions, 2), 90, lambda: f"2 members: {_owned(harness)}",
+        wait_until(lambda: _settled(cluster, harness, partitions, 2), 90,
+                   lambda: f"2 members: {owned_by_hooks(harness)}",
                    interval=0.25)
         after = _described(cluster, group)
         assert after is not None and after.coordinator not in (coordinator, -1)

@@ -15,10 +15,12 @@ Members are ``metaq verifiable-consumer`` processes; each writes JSON lines (see
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from metaq.cli.demo_harness import (
     ConsumerProcess,
@@ -53,6 +55,38 @@ __all__ = [
     "wait_consuming",
     "wait_drained",
 ]
+
+
+def hook_events(member: ConsumerProcess) -> list[dict[str, Any]]:
+    """The member's partitions_assigned / _revoked / _lost events only: the waits poll this often, and a
+    broker-coordinated metaq member logs a records_consumed line per record."""
+    with open(member.events_path) as log:
+        lines = [line for line in log if '"partitions_' in line]
+    events = []
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by SIGKILL
+    return events
+
+
+def owned_by_hooks(harness: GroupHarness) -> dict[str, set[int]]:
+    """What each live member owns, read from its listener log with both meanings of the hooks: eager
+    (revoked names everything, assigned everything) and cooperative (only what moved)."""
+    owned: dict[str, set[int]] = {}
+    for member in harness.members:
+        if not member.alive:
+            continue
+        current: set[int] = set()
+        for e in hook_events(member):
+            parts = {p["partition"] for p in e.get("partitions", ())}
+            if e["name"] == "partitions_assigned":
+                current |= parts
+            elif e["name"] in ("partitions_revoked", "partitions_lost"):
+                current -= parts
+        owned[member.name] = current
+    return owned
 
 
 def wait_consuming(harness: GroupHarness, partitions: Iterable[int], since: float, timeout: float) -> None:
